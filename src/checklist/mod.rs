@@ -1,0 +1,103 @@
+//! Checklists: YAML files of declarative checks, the shipped ones embedded in
+//! the binary and the operator's added with `--checks`.
+
+mod error;
+mod hint;
+mod load;
+pub mod values;
+pub mod when;
+pub mod yaml;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use error::{ChecklistError, ChecklistErrors};
+pub use hint::Hint;
+pub use load::{load_file, load_text};
+
+use crate::kinds::{KindInfo, Probe};
+use when::When;
+
+/// How a failed check counts: `fail` makes the node not ready, `warn` only
+/// reports (unless `--strict`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    #[default]
+    Fail,
+    Warn,
+}
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One check, ready to run.
+pub struct Check {
+    pub id: String,
+    pub kind: &'static KindInfo,
+    pub probe: Arc<dyn Probe>,
+    pub severity: Severity,
+    pub timeout: Duration,
+    pub tags: Vec<String>,
+    pub area: String,
+    pub when: When,
+    pub description: Option<String>,
+    pub hint: Option<Hint>,
+    /// `file:line:column` of the check's first key.
+    pub source: String,
+}
+
+impl Check {
+    /// Whether `--only`/`--skip` selector names this check.
+    pub fn selected_by(&self, selector: &str) -> bool {
+        self.id == selector || self.tags.iter().any(|t| t == selector)
+    }
+}
+
+/// A checklist file's source text and the name errors should show.
+pub struct SourceFile {
+    pub name: String,
+    pub text: String,
+}
+
+/// The checklists shipped in `checks/`, embedded at build time.
+pub fn shipped() -> Vec<SourceFile> {
+    const FILES: &[(&str, &str)] = &include!(concat!(env!("OUT_DIR"), "/shipped_checks.rs"));
+    FILES
+        .iter()
+        .map(|(name, text)| SourceFile {
+            name: (*name).to_string(),
+            text: (*text).to_string(),
+        })
+        .collect()
+}
+
+/// The checks that will run: the shipped ones, each replaced by an added
+/// check with the same id, followed by the added ones that are new.
+pub fn assemble(shipped: Vec<Check>, added: Vec<Check>) -> Result<Vec<Check>, ChecklistErrors> {
+    let mut errors = Vec::new();
+    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut checks = shipped;
+    for check in added {
+        if let Some(first) = seen.get(&check.id) {
+            errors.push(ChecklistError::duplicate(&check.source, &check.id, first));
+            continue;
+        }
+        seen.insert(check.id.clone(), check.source.clone());
+        match checks.iter().position(|c| c.id == check.id) {
+            Some(i) => checks[i] = check,
+            None => checks.push(check),
+        }
+    }
+    if errors.is_empty() {
+        Ok(checks)
+    } else {
+        Err(ChecklistErrors(errors))
+    }
+}
+
+/// Placeholders every hint may use.
+pub fn hint_vars() -> &'static [&'static str] {
+    hint::COMMON_VARS
+}

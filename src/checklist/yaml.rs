@@ -1,0 +1,371 @@
+//! A serde `Deserializer` over saphyr's marked YAML tree.
+//!
+//! Why not a ready-made YAML serde crate: the checklist format mixes common
+//! keys (id, severity, ...) with each kind's own parameters in one mapping,
+//! and the crates we tried lose or blur positions inside such merged maps.
+//! Walking saphyr's span-carrying nodes ourselves gives every error the exact
+//! line, column and key path of the offending node.
+
+use std::fmt;
+
+use saphyr::{LoadableYamlNode, MarkedYamlOwned, ScalarOwned, YamlDataOwned};
+use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
+
+pub type Node = MarkedYamlOwned;
+
+/// 1-based line and column of a node in its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    pub line: usize,
+    pub column: usize,
+}
+
+impl Location {
+    pub fn of(node: &Node) -> Location {
+        Location {
+            line: node.span.start.line(),
+            column: node.span.start.col() + 1,
+        }
+    }
+}
+
+/// One step of the key path from the document root to a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+/// A deserialization error that knows where it happened.
+#[derive(Debug, Clone)]
+pub struct YamlError {
+    pub message: String,
+    pub location: Option<Location>,
+    /// Innermost segment first; reversed when displayed.
+    path_rev: Vec<Segment>,
+}
+
+impl YamlError {
+    pub fn new(message: impl Into<String>, location: Option<Location>) -> YamlError {
+        YamlError {
+            message: message.into(),
+            location,
+            path_rev: Vec::new(),
+        }
+    }
+
+    pub fn at(message: impl Into<String>, node: &Node) -> YamlError {
+        YamlError::new(message, Some(Location::of(node)))
+    }
+
+    pub fn with_message(mut self, message: String) -> YamlError {
+        self.message = message;
+        self
+    }
+
+    /// Attaches the node's location unless a deeper node already did.
+    fn locate(mut self, node: &Node) -> YamlError {
+        if self.location.is_none() {
+            self.location = Some(Location::of(node));
+        }
+        self
+    }
+
+    /// Records that the error happened below `segment`.
+    pub fn under(mut self, segment: Segment) -> YamlError {
+        self.path_rev.push(segment);
+        self
+    }
+
+    /// The key path, e.g. `checks[2].timeout`.
+    pub fn path(&self) -> String {
+        render_path(self.path_rev.iter().rev())
+    }
+}
+
+pub fn render_path<'a>(segments: impl Iterator<Item = &'a Segment>) -> String {
+    let mut out = String::new();
+    for segment in segments {
+        match segment {
+            Segment::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Segment::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+impl fmt::Display for YamlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for YamlError {}
+
+impl de::Error for YamlError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        YamlError::new(msg.to_string(), None)
+    }
+}
+
+/// Parses one YAML document; an empty file is a null node.
+pub fn parse_document(text: &str) -> Result<Node, YamlError> {
+    let mut docs = Node::load_from_str(text).map_err(|e| {
+        let mark = e.marker();
+        YamlError::new(
+            format!("invalid YAML: {}", e.info()),
+            Some(Location {
+                line: mark.line(),
+                column: mark.col() + 1,
+            }),
+        )
+    })?;
+    match docs.len() {
+        0 => Ok(Node::value_from_str("~")),
+        1 => Ok(docs.remove(0)),
+        _ => Err(YamlError::at(
+            "a checklist file holds one YAML document; found a second one (`---`)",
+            &docs[1],
+        )),
+    }
+}
+
+/// Strips tags, which carry no meaning in checklists.
+pub fn data(node: &Node) -> &YamlDataOwned<Node> {
+    match &node.data {
+        YamlDataOwned::Tagged(_, inner) => data(inner),
+        other => other,
+    }
+}
+
+/// The YAML type of a node, as users would name it.
+pub fn type_name(node: &Node) -> &'static str {
+    match data(node) {
+        YamlDataOwned::Value(ScalarOwned::Null) => "null",
+        YamlDataOwned::Value(ScalarOwned::Boolean(_)) => "boolean",
+        YamlDataOwned::Value(ScalarOwned::Integer(_)) => "integer",
+        YamlDataOwned::Value(ScalarOwned::FloatingPoint(_)) => "float",
+        YamlDataOwned::Value(ScalarOwned::String(_)) | YamlDataOwned::Representation(..) => {
+            "string"
+        }
+        YamlDataOwned::Sequence(_) => "list",
+        YamlDataOwned::Mapping(_) => "mapping",
+        YamlDataOwned::Alias(_) => "alias",
+        YamlDataOwned::BadValue | YamlDataOwned::Tagged(..) => "invalid value",
+    }
+}
+
+/// A scalar's text, for keys and string-typed fields.
+pub fn scalar_text(node: &Node) -> Option<String> {
+    match data(node) {
+        YamlDataOwned::Value(ScalarOwned::String(s)) => Some(s.clone()),
+        YamlDataOwned::Value(ScalarOwned::Integer(i)) => Some(i.to_string()),
+        YamlDataOwned::Value(ScalarOwned::FloatingPoint(f)) => Some(f.to_string()),
+        YamlDataOwned::Value(ScalarOwned::Boolean(b)) => Some(b.to_string()),
+        YamlDataOwned::Representation(s, ..) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Key-value pairs of a mapping node, in file order.
+pub fn mapping_entries(node: &Node) -> Option<Vec<(&Node, &Node)>> {
+    match data(node) {
+        YamlDataOwned::Mapping(map) => Some(map.iter().collect()),
+        _ => None,
+    }
+}
+
+/// Deserializes a whole node.
+pub fn from_node<'a, T: de::Deserialize<'a>>(node: &'a Node) -> Result<T, YamlError> {
+    T::deserialize(NodeDeserializer { node })
+}
+
+/// Deserializes a struct from selected entries of a mapping (the kind's
+/// parameters, once the common keys are taken out).
+pub fn from_entries<'a, T: de::Deserialize<'a>>(
+    mapping: &'a Node,
+    entries: Vec<(&'a Node, &'a Node)>,
+) -> Result<T, YamlError> {
+    T::deserialize(EntriesDeserializer { mapping, entries })
+}
+
+struct NodeDeserializer<'a> {
+    node: &'a Node,
+}
+
+impl<'de> NodeDeserializer<'de> {
+    fn unsupported(&self) -> YamlError {
+        match data(self.node) {
+            YamlDataOwned::Alias(_) => {
+                YamlError::at("YAML aliases (*name) are not supported in checklists", self.node)
+            }
+            _ => YamlError::at("invalid YAML value", self.node),
+        }
+    }
+}
+
+impl<'de> de::Deserializer<'de> for NodeDeserializer<'de> {
+    type Error = YamlError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, YamlError> {
+        let node = self.node;
+        let result = match data(node) {
+            YamlDataOwned::Value(ScalarOwned::Null) => visitor.visit_unit(),
+            YamlDataOwned::Value(ScalarOwned::Boolean(b)) => visitor.visit_bool(*b),
+            YamlDataOwned::Value(ScalarOwned::Integer(i)) => visitor.visit_i64(*i),
+            YamlDataOwned::Value(ScalarOwned::FloatingPoint(f)) => visitor.visit_f64(f.0),
+            YamlDataOwned::Value(ScalarOwned::String(s)) => visitor.visit_str(s),
+            YamlDataOwned::Representation(s, ..) => visitor.visit_str(s),
+            YamlDataOwned::Sequence(items) => visitor.visit_seq(SeqAccess {
+                items: items.iter().enumerate(),
+            }),
+            YamlDataOwned::Mapping(map) => visitor.visit_map(MapAccess {
+                entries: map.iter().collect::<Vec<_>>().into_iter(),
+                value: None,
+            }),
+            _ => Err(self.unsupported()),
+        };
+        result.map_err(|e| e.locate(node))
+    }
+
+    /// Strings accept any scalar, so `mode: 0644` or `expect: 1` work when
+    /// the parameter is text.
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, YamlError> {
+        match data(self.node) {
+            YamlDataOwned::Value(ScalarOwned::Integer(_))
+            | YamlDataOwned::Value(ScalarOwned::FloatingPoint(_))
+            | YamlDataOwned::Value(ScalarOwned::Boolean(_)) => {
+                let text = scalar_text(self.node).unwrap_or_default();
+                visitor
+                    .visit_string(text)
+                    .map_err(|e: YamlError| e.locate(self.node))
+            }
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, YamlError> {
+        self.deserialize_str(visitor)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, YamlError> {
+        match data(self.node) {
+            YamlDataOwned::Value(ScalarOwned::Null) => visitor.visit_none(),
+            _ => visitor.visit_some(self),
+        }
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, YamlError> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, YamlError> {
+        let node = self.node;
+        match scalar_text(node) {
+            Some(text) => visitor
+                .visit_enum(text.into_deserializer())
+                .map_err(|e: YamlError| e.locate(node)),
+            None => Err(YamlError::at(
+                format!("expected one word, found a {}", type_name(node)),
+                node,
+            )),
+        }
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char bytes byte_buf
+        unit unit_struct seq tuple tuple_struct map struct identifier ignored_any
+    }
+}
+
+struct SeqAccess<'a, I: Iterator<Item = (usize, &'a Node)>> {
+    items: I,
+}
+
+impl<'de, I: Iterator<Item = (usize, &'de Node)>> de::SeqAccess<'de> for SeqAccess<'de, I> {
+    type Error = YamlError;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, YamlError> {
+        match self.items.next() {
+            None => Ok(None),
+            Some((index, node)) => seed
+                .deserialize(NodeDeserializer { node })
+                .map(Some)
+                .map_err(|e| e.locate(node).under(Segment::Index(index))),
+        }
+    }
+}
+
+struct MapAccess<'a> {
+    entries: std::vec::IntoIter<(&'a Node, &'a Node)>,
+    value: Option<(String, &'a Node)>,
+}
+
+impl<'de> de::MapAccess<'de> for MapAccess<'de> {
+    type Error = YamlError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, YamlError> {
+        let Some((key, value)) = self.entries.next() else {
+            return Ok(None);
+        };
+        let name = scalar_text(key).unwrap_or_else(|| format!("<{}>", type_name(key)));
+        self.value = Some((name.clone(), value));
+        seed.deserialize(NodeDeserializer { node: key })
+            .map(Some)
+            .map_err(|e| e.locate(key).under(Segment::Key(name)))
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, YamlError> {
+        let (name, node) = self
+            .value
+            .take()
+            .ok_or_else(|| YamlError::new("a value was requested before its key", None))?;
+        seed.deserialize(NodeDeserializer { node })
+            .map_err(|e| e.locate(node).under(Segment::Key(name)))
+    }
+}
+
+struct EntriesDeserializer<'a> {
+    mapping: &'a Node,
+    entries: Vec<(&'a Node, &'a Node)>,
+}
+
+impl<'de> de::Deserializer<'de> for EntriesDeserializer<'de> {
+    type Error = YamlError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, YamlError> {
+        let mapping = self.mapping;
+        visitor
+            .visit_map(MapAccess {
+                entries: self.entries.into_iter(),
+                value: None,
+            })
+            .map_err(|e| e.locate(mapping))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+        byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+        struct enum identifier ignored_any
+    }
+}

@@ -1,0 +1,174 @@
+//! The command line: `preflight run|check|list|explain|validate`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::checklist::values::Span;
+use crate::checklist::when::Backend;
+use crate::report::Format;
+use crate::report::style::ColorChoice;
+
+const AFTER_HELP: &str = "\
+Exit codes:
+  0  ready: no check failed (warnings allowed unless --strict)
+  1  not ready: a check failed (or warned, under --strict)
+  2  bad invocation or invalid checklist
+  3  incomplete: nothing failed, but a required check could not be evaluated";
+
+/// Is every node and backend ready for the distributed job? Names the node,
+/// port, interface or variable that is not, and how to fix it.
+#[derive(Debug, Parser)]
+#[command(name = "preflight", version, after_help = AFTER_HELP, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The full preflight of this node: the checklist, then the cluster and
+    /// collective stages as they apply.
+    Run(RunArgs),
+    /// The checklist only, never a rendezvous: what a Slurm
+    /// HealthCheckProgram or a cron job calls.
+    Check(RunArgs),
+    /// Every check that would run here: id, kind, severity, tags, and
+    /// whether it applies on this node (and why not).
+    List(ListArgs),
+    /// What a check verifies, its parameters and defaults, why it matters
+    /// and how to fix a failure.
+    Explain(ExplainArgs),
+    /// Lint checklist files without running them.
+    Validate(ValidateArgs),
+}
+
+/// Which checks: the shipped checklist, added files, and selection.
+#[derive(Debug, Args, Clone)]
+pub struct ChecklistArgs {
+    /// Add the checks of this YAML file, or of every *.yaml and *.yml in
+    /// this directory; a check with a shipped check's id replaces it.
+    /// Repeatable.
+    #[arg(long = "checks", value_name = "PATH")]
+    pub checks: Vec<PathBuf>,
+    /// Leave out the shipped checklist: run only the --checks files.
+    #[arg(long)]
+    pub no_shipped: bool,
+    /// Run only checks with this id or tag. Repeatable.
+    #[arg(long = "only", value_name = "ID|TAG")]
+    pub only: Vec<String>,
+    /// Leave out checks with this id or tag. Repeatable; wins over --only.
+    #[arg(long = "skip", value_name = "ID|TAG")]
+    pub skip: Vec<String>,
+    /// Read /sys, /proc, /dev and /etc under this directory instead of /
+    /// (fixture trees; `command` checks still run on the real machine).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+    /// Collective backends the job will use, for checks that apply to one
+    /// backend (`when: {backend: nccl}`): comma-separated tcp, nccl,
+    /// oneccl, or auto for all.
+    #[arg(long, value_name = "LIST", default_value = "auto", value_parser = parse_backends)]
+    pub backends: BackendList,
+}
+
+#[derive(Debug, Clone)]
+pub struct BackendList(pub Vec<Backend>);
+
+fn parse_backends(text: &str) -> Result<BackendList, String> {
+    if text.trim() == "auto" {
+        return Ok(BackendList(Backend::ALL.to_vec()));
+    }
+    let mut list = Vec::new();
+    for name in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let backend = Backend::ALL
+            .into_iter()
+            .find(|b| b.name() == name)
+            .ok_or_else(|| format!("unknown backend `{name}`; valid: tcp, nccl, oneccl, auto"))?;
+        if !list.contains(&backend) {
+            list.push(backend);
+        }
+    }
+    if list.is_empty() {
+        return Err("name at least one backend, or auto".into());
+    }
+    Ok(BackendList(list))
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct DisplayArgs {
+    /// Colour: auto (a terminal and NO_COLOR unset), always, never.
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+    pub color: ColorChoice,
+    /// Print only problems and the verdict.
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Print measured and expected values and durations for every check.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub checklist: ChecklistArgs,
+    #[command(flatten)]
+    pub display: DisplayArgs,
+    /// Report format.
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+    /// Write the report to FILE (atomically) instead of stdout; stdout then
+    /// gets the one-line verdict.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Deadline for the whole run; checks still running then are reported
+    /// as timed out.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_span)]
+    pub timeout: Span,
+    /// Warnings make the node not ready, and unevaluated warn-severity
+    /// checks make it incomplete.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+fn parse_span(text: &str) -> Result<Span, String> {
+    let span = Span::parse(text)?;
+    if span.0.is_zero() {
+        return Err("the deadline must be longer than zero".into());
+    }
+    Ok(span)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ListFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub checklist: ChecklistArgs,
+    /// Colour: auto, always, never.
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+    pub color: ColorChoice,
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: ListFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The check's id (see `preflight list`), or a kind's name.
+    pub id: String,
+    #[command(flatten)]
+    pub checklist: ChecklistArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Checklist files or directories.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Print only errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+}

@@ -1,0 +1,116 @@
+//! `preflight explain ID`: everything an operator needs to trust or fix a
+//! check: what it verifies, how it is configured, why, and the fix.
+
+use std::fmt::Write;
+
+use super::{Failure, all_checks, facts};
+use crate::checklist::Check;
+use crate::checklist::values::format_duration;
+use crate::cli::ExplainArgs;
+use crate::exit::ExitCode;
+use crate::kinds::{self, KindInfo};
+use crate::report::output::write_stdout;
+
+pub fn explain(args: &ExplainArgs) -> Result<ExitCode, Failure> {
+    let checks = all_checks(&args.checklist)?;
+    let text = if let Some(check) = checks.iter().find(|c| c.id == args.id) {
+        let applies = facts(&args.checklist)?.pipe(|f| check.when.unmet(&f));
+        explain_check(check, applies)
+    } else if let Some(kind) = kinds::lookup(&args.id) {
+        explain_kind(kind)
+    } else {
+        let ids: Vec<&str> = checks.iter().map(|c| c.id.as_str()).chain(kinds::names()).collect();
+        let mut message = format!("no check or kind named `{}`", args.id);
+        if let Some(s) = crate::suggest::did_you_mean(&args.id, ids) {
+            message.push_str(&format!(" (did you mean `{s}`?)"));
+        }
+        message.push_str("; `preflight list` shows every check");
+        return Err(Failure::Usage(message));
+    };
+    write_stdout(&text).map_err(|e| Failure::Usage(format!("cannot write: {e}")))?;
+    Ok(ExitCode::Ready)
+}
+
+trait Pipe: Sized {
+    fn pipe<T>(self, f: impl FnOnce(Self) -> T) -> T {
+        f(self)
+    }
+}
+impl<T> Pipe for T {}
+
+fn explain_check(check: &Check, unmet: Option<String>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", check.id);
+    let _ = writeln!(
+        out,
+        "  kind {}, severity {}, timeout {}, area {}{}",
+        check.kind.name,
+        match check.severity {
+            crate::checklist::Severity::Fail => "fail",
+            crate::checklist::Severity::Warn => "warn",
+        },
+        format_duration(check.timeout),
+        check.area,
+        if check.tags.is_empty() { String::new() } else { format!(", tags {}", check.tags.join(", ")) }
+    );
+    let _ = writeln!(out, "  defined at {}", check.source);
+
+    let _ = writeln!(out, "\nWhat it verifies\n  {}", check.kind.summary);
+    if let serde_json::Value::Object(params) = check.probe.params() {
+        for (name, value) in params {
+            let shown = match value {
+                serde_json::Value::String(s) => s,
+                other => other.to_string(),
+            };
+            let _ = writeln!(out, "    {name}: {shown}");
+        }
+    }
+    if let Some(description) = &check.description {
+        let _ = writeln!(out, "\nWhy it matters\n  {}", description.trim());
+    }
+    let _ = writeln!(out, "\nHow to fix a failure");
+    match &check.hint {
+        Some(hint) => {
+            let _ = writeln!(out, "  {}", hint.template.trim());
+        }
+        None => {
+            let _ = writeln!(out, "  (no hint given: the failure message names what is wrong)");
+        }
+    }
+    let when = serde_json::to_value(&check.when).unwrap_or_default();
+    let conditions = match &when {
+        serde_json::Value::Object(m) if !m.is_empty() => {
+            m.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
+        }
+        _ => "always".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "\nApplies when\n  {conditions}\n  on this node: {}",
+        match unmet {
+            None => "yes".to_string(),
+            Some(reason) => format!("no ({reason})"),
+        }
+    );
+    out.push('\n');
+    out.push_str(&explain_kind(check.kind));
+    out
+}
+
+fn explain_kind(kind: &KindInfo) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Kind `{}`\n  {}\n\nParameters", kind.name, kind.summary);
+    let width = kind.params.iter().map(|p| p.name.len()).max().unwrap_or(0);
+    for p in kind.params {
+        let default = p.default.map_or("required".to_string(), |d| format!("default {d}"));
+        let _ = writeln!(out, "  {:<width$}  {} ({default})\n  {:<width$}  {}", p.name, p.ty, "", p.doc);
+    }
+    let mut vars: Vec<&str> = crate::checklist::hint_vars().to_vec();
+    vars.extend_from_slice(kind.hint_vars);
+    let _ = writeln!(
+        out,
+        "\nHint placeholders\n  {}, {{env.NAME}}",
+        vars.iter().map(|v| format!("{{{v}}}")).collect::<Vec<_>>().join(", ")
+    );
+    out
+}

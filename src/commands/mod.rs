@@ -1,0 +1,141 @@
+//! The subcommands, and what they share: assembling the checklist from the
+//! shipped files, `--checks` paths and `--only`/`--skip`.
+
+mod explain;
+mod list;
+mod run;
+mod validate;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use explain::explain;
+pub use list::list;
+pub use run::{Stage, run};
+pub use validate::validate;
+
+use crate::checklist::{self, Check, ChecklistError, ChecklistErrors};
+use crate::cli::ChecklistArgs;
+use crate::exit::ExitCode;
+use crate::facts::Facts;
+
+/// Why a command could not do its job; every case is exit code 2.
+#[derive(Debug)]
+pub enum Failure {
+    Usage(String),
+    Checklist(ChecklistErrors),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Usage(m) => write!(f, "error: {m}"),
+            Failure::Checklist(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl Failure {
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::Usage
+    }
+}
+
+impl From<ChecklistErrors> for Failure {
+    fn from(e: ChecklistErrors) -> Failure {
+        Failure::Checklist(e)
+    }
+}
+
+/// The YAML files a `--checks` path stands for: the file itself, or a
+/// directory's *.yaml and *.yml files in name order.
+pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
+    let mut files = Vec::new();
+    for path in paths {
+        let meta = std::fs::metadata(path)
+            .map_err(|e| Failure::Usage(format!("checklist path {}: {e}", path.display())))?;
+        if meta.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|e| Failure::Usage(format!("checklist directory {}: {e}", path.display())))?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| is_yaml(p))
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
+}
+
+fn is_yaml(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+}
+
+/// Loads every file, collecting all errors before giving up.
+pub fn load_added(files: &[PathBuf]) -> Result<Vec<Check>, ChecklistErrors> {
+    let mut checks = Vec::new();
+    let mut errors: Vec<ChecklistError> = Vec::new();
+    for file in files {
+        match checklist::load_file(file) {
+            Ok(mut loaded) => checks.append(&mut loaded),
+            Err(ChecklistErrors(mut e)) => errors.append(&mut e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(checks)
+    } else {
+        Err(ChecklistErrors(errors))
+    }
+}
+
+/// Every check this invocation knows, before `--only`/`--skip`.
+pub fn all_checks(args: &ChecklistArgs) -> Result<Vec<Check>, Failure> {
+    let files = expand_paths(&args.checks)?;
+    let shipped = if args.no_shipped {
+        Vec::new()
+    } else {
+        let mut checks = Vec::new();
+        for source in checklist::shipped() {
+            checks.append(&mut checklist::load_text(&source.name, &source.text)?);
+        }
+        checks
+    };
+    let added = load_added(&files)?;
+    Ok(checklist::assemble(shipped, added)?)
+}
+
+/// The checks selected by `--only` and `--skip`. A selector that names no
+/// check is an error: a typo must not silently run nothing.
+pub fn select(checks: Vec<Check>, args: &ChecklistArgs) -> Result<Vec<Arc<Check>>, Failure> {
+    for selector in args.only.iter().chain(&args.skip) {
+        if !checks.iter().any(|c| c.selected_by(selector)) {
+            let flag = if args.only.contains(selector) { "--only" } else { "--skip" };
+            let mut message = format!("{flag} `{selector}` matches no check id or tag");
+            let names: Vec<&str> = checks
+                .iter()
+                .flat_map(|c| std::iter::once(c.id.as_str()).chain(c.tags.iter().map(String::as_str)))
+                .collect();
+            if let Some(s) = crate::suggest::did_you_mean(selector, names) {
+                message.push_str(&format!(" (did you mean `{s}`?)"));
+            }
+            return Err(Failure::Usage(message));
+        }
+    }
+    Ok(checks
+        .into_iter()
+        .filter(|c| args.only.is_empty() || args.only.iter().any(|s| c.selected_by(s)))
+        .filter(|c| !args.skip.iter().any(|s| c.selected_by(s)))
+        .map(Arc::new)
+        .collect())
+}
+
+pub fn facts(args: &ChecklistArgs) -> Result<Facts, Failure> {
+    if !args.root.is_dir() {
+        return Err(Failure::Usage(format!("--root {}: not a directory", args.root.display())));
+    }
+    Ok(Facts::from_process(args.root.clone(), args.backends.0.clone()))
+}

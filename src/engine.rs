@@ -1,0 +1,126 @@
+//! The checklist engine: runs the applicable checks concurrently, each under
+//! its own timeout and all under the run's deadline, and returns results in
+//! checklist order whatever order they finish in.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+
+use crate::checklist::Check;
+use crate::checklist::values::format_duration;
+use crate::facts::Facts;
+use crate::result::{CheckResult, Finding, Status};
+
+/// At most this many checks run at once: enough to overlap slow probes,
+/// few enough not to fork a storm of commands on a busy node.
+const MAX_PARALLEL: usize = 16;
+
+/// What the engine reports while it works, for progress displays.
+pub enum Progress<'a> {
+    Finished { done: usize, total: usize, result: &'a CheckResult },
+}
+
+pub async fn run(
+    checks: &[Arc<Check>],
+    facts: &Arc<Facts>,
+    run_timeout: Duration,
+    mut progress: impl FnMut(Progress<'_>),
+) -> Vec<CheckResult> {
+    let deadline = tokio::time::Instant::now() + run_timeout;
+    let total = checks.len();
+    let mut results: Vec<Option<CheckResult>> = vec![None; total];
+    let mut done = 0;
+
+    let limit = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL));
+    let mut tasks = JoinSet::new();
+    let run_start = Instant::now();
+    for (index, check) in checks.iter().enumerate() {
+        if let Some(reason) = check.when.unmet(facts) {
+            let result = complete(check, Finding::skip(reason), Duration::ZERO, facts);
+            done += 1;
+            progress(Progress::Finished { done, total, result: &result });
+            results[index] = Some(result);
+            continue;
+        }
+        let check = Arc::clone(check);
+        let facts = Arc::clone(facts);
+        let limit = Arc::clone(&limit);
+        tasks.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            let start = Instant::now();
+            // The probe runs as its own task so that a panic in it (a bug of
+            // ours) becomes this check's error instead of a lost result.
+            let probe = tokio::spawn(Arc::clone(&check.probe).evaluate(facts));
+            let abort = probe.abort_handle();
+            let finding = match tokio::time::timeout(check.timeout, probe).await {
+                Ok(Ok(finding)) => finding,
+                Ok(Err(e)) => Finding::error(format!("internal error: the probe crashed ({e})")),
+                Err(_) => {
+                    abort.abort();
+                    Finding::fail(format!("timed out after {}", format_duration(check.timeout)))
+                        .measured(format!("> {}", format_duration(check.timeout)))
+                }
+            };
+            (index, start, finding)
+        });
+    }
+
+    loop {
+        match tokio::time::timeout_at(deadline, tasks.join_next()).await {
+            Ok(None) => break,
+            Ok(Some(Ok((index, start, finding)))) => {
+                let result = complete(&checks[index], finding, start.elapsed(), facts);
+                done += 1;
+                progress(Progress::Finished { done, total, result: &result });
+                results[index] = Some(result);
+            }
+            // Only cancellation ends a task without a result, and only the
+            // deadline cancels; the check is reported as timed out below.
+            Ok(Some(Err(_))) => {}
+            Err(_) => {
+                tasks.abort_all();
+                break;
+            }
+        }
+    }
+
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(index, result)| {
+            result.unwrap_or_else(|| {
+                let check = &checks[index];
+                let finding = Finding::fail(format!(
+                    "timed out: the run's deadline ({}) passed before this check finished",
+                    format_duration(run_timeout)
+                ));
+                complete(check, finding, run_start.elapsed(), facts)
+            })
+        })
+        .collect()
+}
+
+fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Facts) -> CheckResult {
+    let finding = finding.with_severity(check.severity);
+    let hint = match finding.status {
+        Status::Fail | Status::Warn | Status::Error => {
+            check.hint.as_ref().map(|h| h.render(&check.id, &finding, facts))
+        }
+        Status::Pass | Status::Skip => None,
+    };
+    CheckResult {
+        id: check.id.clone(),
+        kind: check.kind.name.to_string(),
+        area: check.area.clone(),
+        severity: check.severity,
+        tags: check.tags.clone(),
+        status: finding.status,
+        measured: finding.measured,
+        expected: finding.expected,
+        message: finding.message,
+        hint,
+        duration,
+        source: check.source.clone(),
+    }
+}

@@ -1,0 +1,19 @@
+//! Exit codes, defined once. Schedulers and health-check hooks gate on them.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCode {
+    /// Every check passed (warnings allowed unless `--strict`).
+    Ready = 0,
+    /// A check failed (or warned, under `--strict`).
+    NotReady = 1,
+    /// Bad invocation or an invalid checklist.
+    Usage = 2,
+    /// Nothing failed, but a required check could not be evaluated.
+    Incomplete = 3,
+}
+
+impl ExitCode {
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+}

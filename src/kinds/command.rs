@@ -1,0 +1,181 @@
+//! `command`: runs a program (argv, never through a shell) under the check's
+//! timeout and compares its exit code and output with expectations.
+
+use std::process::Stdio;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::{IfMissing, KindInfo, ParamDoc, Params, Probe, ProbeFuture, params_json, parse_params};
+use crate::checklist::values::Pattern;
+use crate::facts::Facts;
+use crate::result::Finding;
+
+/// Output kept per stream for matching; the rest is read and dropped so the
+/// program never blocks on a full pipe.
+const KEEP_BYTES: usize = 256 * 1024;
+/// Lines and characters of output quoted in a report.
+const EXCERPT_LINES: usize = 8;
+const EXCERPT_CHARS: usize = 600;
+
+pub const KIND: KindInfo = KindInfo {
+    name: "command",
+    area: "system",
+    summary: "Runs a program directly (no shell) and checks its exit code and output. Runs on the real machine even under --root.",
+    params: &[
+        ParamDoc { name: "argv", ty: "list of strings", default: None, doc: "The program and its arguments. No shell is involved: write [sh, -c, \"...\"] to want one." },
+        ParamDoc { name: "exit_code", ty: "integer", default: Some("0"), doc: "The exit code that passes." },
+        ParamDoc { name: "stdout_matches", ty: "regex", default: None, doc: "Standard output must match (^ and $ match at line ends)." },
+        ParamDoc { name: "stdout_not_matches", ty: "regex", default: None, doc: "Standard output must not match." },
+        ParamDoc { name: "if_missing", ty: "error|fail|skip", default: Some("error"), doc: "What to report when the program is not installed." },
+    ],
+    hint_vars: &["exit_code", "stdout", "stderr", "program"],
+    parse: parse_params::<CommandCheck>,
+};
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandCheck {
+    argv: Vec<String>,
+    #[serde(default)]
+    exit_code: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stdout_matches: Option<Pattern>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stdout_not_matches: Option<Pattern>,
+    #[serde(default)]
+    if_missing: IfMissing,
+}
+
+impl Params for CommandCheck {
+    fn validate(&self) -> Result<(), String> {
+        match self.argv.first() {
+            None => Err("`argv` must name a program: it is empty".into()),
+            Some(p) if p.is_empty() => Err("`argv` starts with an empty program name".into()),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+async fn read_capped(mut stream: impl AsyncRead + Unpin) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return kept,
+            Ok(n) => {
+                let room = KEEP_BYTES.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+}
+
+/// The last lines of some output, short enough for a report line.
+pub fn excerpt(text: &str) -> String {
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    let start = lines.len().saturating_sub(EXCERPT_LINES);
+    let mut tail = lines[start..].join("\n");
+    let mut cut = start > 0;
+    if tail.chars().count() > EXCERPT_CHARS {
+        tail = tail.chars().rev().take(EXCERPT_CHARS).collect::<Vec<_>>().into_iter().rev().collect();
+        cut = true;
+    }
+    if cut { format!("…{tail}") } else { tail }
+}
+
+impl CommandCheck {
+    async fn run(&self) -> Finding {
+        let program = &self.argv[0];
+        let child = tokio::process::Command::new(program)
+            .args(&self.argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn();
+        let mut child = match child {
+            Ok(child) => child,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return self.if_missing.finding(format!("{program} is not installed (not found on PATH)"));
+            }
+            Err(e) => return Finding::error(format!("cannot run {program}: {e}")),
+        };
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Finding::error(format!("cannot capture the output of {program}"));
+        };
+        let (out, err, status) = tokio::join!(read_capped(stdout), read_capped(stderr), child.wait());
+        let status = match status {
+            Ok(status) => status,
+            Err(e) => return Finding::error(format!("cannot wait for {program}: {e}")),
+        };
+        let stdout = String::from_utf8_lossy(&out).into_owned();
+        let stderr = String::from_utf8_lossy(&err).into_owned();
+        let code = status.code();
+        let measured = match code {
+            Some(c) => format!("exit {c}"),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                format!("killed by signal {}", status.signal().unwrap_or(0))
+            }
+        };
+        let with_vars = |f: Finding| {
+            f.measured(measured.clone())
+                .var("exit_code", code.map_or("none".to_string(), |c| c.to_string()))
+                .var("stdout", excerpt(&stdout))
+                .var("stderr", excerpt(&stderr))
+                .var("program", program.clone())
+        };
+        if code != Some(self.exit_code) {
+            let output = if stderr.trim().is_empty() { &stdout } else { &stderr };
+            let mut message = format!("{program} ended with {measured}, expected exit {}", self.exit_code);
+            if !output.trim().is_empty() {
+                message.push_str(&format!(": {}", excerpt(output)));
+            }
+            return with_vars(Finding::fail(message).expected(format!("exit {}", self.exit_code)));
+        }
+        if let Some(p) = &self.stdout_matches {
+            if p.find(&stdout).is_none() {
+                return with_vars(
+                    Finding::fail(format!("output of {program} does not match /{}/: {}", p.as_str(), excerpt(&stdout)))
+                        .expected(format!("output matching /{}/", p.as_str())),
+                );
+            }
+        }
+        if let Some(p) = &self.stdout_not_matches {
+            if let Some(found) = p.find(&stdout) {
+                return with_vars(
+                    Finding::fail(format!("output of {program} contains `{}`", found.trim()))
+                        .expected(format!("output not matching /{}/", p.as_str())),
+                );
+            }
+        }
+        with_vars(Finding::pass(format!("{program} exited {}", self.exit_code)))
+    }
+}
+
+impl Probe for CommandCheck {
+    fn evaluate(self: Arc<Self>, _facts: Arc<Facts>) -> ProbeFuture {
+        Box::pin(async move { self.run().await })
+    }
+
+    fn params(&self) -> serde_json::Value {
+        params_json(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpt_keeps_the_tail() {
+        let text: String = (1..=20).map(|i| format!("line {i}\n")).collect();
+        let e = excerpt(&text);
+        assert!(e.starts_with('…'));
+        assert!(e.ends_with("line 20"));
+        assert!(!e.contains("line 12\n"));
+        assert_eq!(excerpt("ok\n"), "ok");
+    }
+}

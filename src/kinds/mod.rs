@@ -1,0 +1,151 @@
+//! Check kinds: the built-in probes a checklist's `kind:` names. Each kind
+//! declares its parameters (deserialized from the check's remaining keys),
+//! its documentation for `preflight explain`, and how it evaluates.
+
+mod command;
+mod env;
+mod file;
+mod kernel_param;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::checklist::yaml::{self, Node, YamlError};
+use crate::facts::Facts;
+use crate::result::Finding;
+
+pub type ProbeFuture = Pin<Box<dyn Future<Output = Finding> + Send>>;
+
+/// A configured check kind, ready to evaluate on this node.
+pub trait Probe: Send + Sync {
+    fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture;
+
+    /// The parameters as configured, for `explain` and `list --format json`.
+    fn params(&self) -> serde_json::Value;
+}
+
+/// One parameter, as `explain` documents it.
+pub struct ParamDoc {
+    pub name: &'static str,
+    pub ty: &'static str,
+    /// `None` when the parameter is required.
+    pub default: Option<&'static str>,
+    pub doc: &'static str,
+}
+
+pub struct KindInfo {
+    pub name: &'static str,
+    /// Where results are grouped in the human report, unless a check says.
+    pub area: &'static str,
+    pub summary: &'static str,
+    pub params: &'static [ParamDoc],
+    /// Placeholders, besides the common ones, that this kind's hints may use.
+    pub hint_vars: &'static [&'static str],
+    pub parse: fn(&Node, Vec<(&Node, &Node)>) -> Result<Arc<dyn Probe>, YamlError>,
+}
+
+pub const KINDS: &[&KindInfo] = &[&command::KIND, &env::KIND, &file::KIND, &kernel_param::KIND];
+
+pub fn lookup(name: &str) -> Option<&'static KindInfo> {
+    KINDS.iter().copied().find(|k| k.name == name)
+}
+
+pub fn names() -> Vec<&'static str> {
+    KINDS.iter().map(|k| k.name).collect()
+}
+
+/// Parameters a kind checks beyond their types, once deserialized.
+pub trait Params: DeserializeOwned + Serialize + Probe + 'static {
+    /// An error message about the check as a whole.
+    fn validate(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The shared `parse` of every kind: deserialize, then validate.
+pub fn parse_params<P: Params>(
+    check: &Node,
+    entries: Vec<(&Node, &Node)>,
+) -> Result<Arc<dyn Probe>, YamlError> {
+    let params: P = yaml::from_entries(check, entries)?;
+    params.validate().map_err(|m| YamlError::at(m, check))?;
+    Ok(Arc::new(params))
+}
+
+/// Runs a probe that does blocking I/O off the async workers, so its
+/// timeout still fires when a read hangs (a dead NFS mount, a stuck sysfs
+/// attribute).
+pub fn blocking(f: impl FnOnce() -> Finding + Send + 'static) -> ProbeFuture {
+    Box::pin(async move {
+        tokio::task::spawn_blocking(f)
+            .await
+            .unwrap_or_else(|e| Finding::error(format!("probe crashed: {e}")))
+    })
+}
+
+/// The `params()` of every kind: its configuration as JSON.
+pub fn params_json(params: &impl Serialize) -> serde_json::Value {
+    serde_json::to_value(params).unwrap_or(serde_json::Value::Null)
+}
+
+/// What to report when the thing a check reads does not exist at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IfMissing {
+    /// Could not evaluate: the verdict becomes incomplete.
+    #[default]
+    Error,
+    Fail,
+    Skip,
+}
+
+impl IfMissing {
+    pub fn finding(self, what: String) -> Finding {
+        match self {
+            IfMissing::Error => Finding::error(what),
+            IfMissing::Fail => Finding::fail(what),
+            IfMissing::Skip => Finding::skip(what),
+        }
+    }
+}
+
+/// Keeps secrets out of reports: values of variables that look like
+/// credentials are shown by length only.
+pub fn redact(name: &str, value: &str) -> String {
+    let upper = name.to_ascii_uppercase();
+    let secret = ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "PRIVATE_KEY"]
+        .iter()
+        .any(|s| upper.contains(s));
+    if secret {
+        format!("<redacted, {} characters>", value.chars().count())
+    } else {
+        value.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_names_are_unique_and_documented() {
+        let mut names = names();
+        names.sort();
+        let count = names.len();
+        names.dedup();
+        assert_eq!(names.len(), count);
+        for kind in KINDS {
+            assert!(!kind.summary.is_empty(), "{}", kind.name);
+        }
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        assert_eq!(redact("PREFLIGHT_TOKEN", "abc"), "<redacted, 3 characters>");
+        assert_eq!(redact("NCCL_DEBUG", "INFO"), "INFO");
+    }
+}

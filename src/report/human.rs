@@ -1,0 +1,112 @@
+//! The report for people: checks grouped by area, problems repeated at the
+//! end with their hints, and a one-line verdict.
+
+use std::fmt::Write;
+
+use super::Report;
+use super::style::Style;
+use crate::checklist::values::format_duration;
+use crate::result::{CheckResult, Status};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Problems and the verdict only.
+    Quiet,
+    Normal,
+    /// Measured and expected values and durations on every line.
+    Verbose,
+}
+
+pub struct Human {
+    pub style: Style,
+    pub detail: Detail,
+}
+
+impl Human {
+    pub fn render(&self, report: &Report) -> String {
+        let mut out = String::new();
+        let s = &self.style;
+        if self.detail != Detail::Quiet {
+            let _ = writeln!(
+                out,
+                "{} {} · {} · {} · {} checks",
+                s.bold("preflight"),
+                report.tool.version,
+                report.command,
+                report.node.hostname,
+                report.checks.len()
+            );
+            let width = report.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
+            let mut areas: Vec<&str> = Vec::new();
+            for check in &report.checks {
+                if !areas.contains(&check.area.as_str()) {
+                    areas.push(&check.area);
+                }
+            }
+            for area in areas {
+                let _ = writeln!(out, "\n{}", s.bold(area));
+                for check in report.checks.iter().filter(|c| c.area == area) {
+                    let _ = writeln!(out, "  {}  {:<width$}  {}", s.mark(check.status), check.id, check.message);
+                    if self.detail == Detail::Verbose {
+                        let values = values_line(check);
+                        let _ = writeln!(
+                            out,
+                            "        {}",
+                            s.dim(&format!("{}{}({})", values, if values.is_empty() { "" } else { "  " }, format_duration(check.duration)))
+                        );
+                    }
+                }
+            }
+        }
+        let problems: Vec<&CheckResult> = report
+            .checks
+            .iter()
+            .filter(|c| matches!(c.status, Status::Fail | Status::Warn | Status::Error))
+            .collect();
+        if !problems.is_empty() {
+            let _ = writeln!(out, "\n{}", s.bold("Problems"));
+            for check in problems {
+                let _ = writeln!(out, "  {}  {}: {}", s.mark(check.status), check.id, check.message);
+                let values = values_line(check);
+                if !values.is_empty() {
+                    let _ = writeln!(out, "        {values}");
+                }
+                if let Some(hint) = &check.hint {
+                    let _ = writeln!(out, "        hint: {hint}");
+                }
+            }
+        }
+        let _ = writeln!(out, "\n{}", verdict_line(report, s));
+        out
+    }
+}
+
+fn values_line(check: &CheckResult) -> String {
+    match (&check.measured, &check.expected) {
+        (Some(m), Some(e)) => format!("measured: {m}   expected: {e}"),
+        (Some(m), None) => format!("measured: {m}"),
+        (None, Some(e)) => format!("expected: {e}"),
+        (None, None) => String::new(),
+    }
+}
+
+/// `READY  12 pass · 1 warn · 0 fail · 3 skip · 0 error  (35ms)`
+pub fn verdict_line(report: &Report, s: &Style) -> String {
+    let n = &report.summary;
+    format!(
+        "{}  {} pass · {} warn · {} fail · {} skip · {} error  ({}){}",
+        s.verdict(report.verdict),
+        n.pass,
+        n.warn,
+        n.fail,
+        n.skip,
+        n.error,
+        format_duration(std::time::Duration::from_millis(report.duration_ms)),
+        if report.strict { "  [strict]" } else { "" }
+    )
+}
+
+/// One progress line for stderr, rewritten in place as checks finish.
+pub fn progress_line(done: usize, total: usize, last: &CheckResult) -> String {
+    format!("\r\x1b[K[{done}/{total}] {} {}", last.status.name(), last.id)
+}

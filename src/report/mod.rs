@@ -1,0 +1,93 @@
+//! Reports: the versioned JSON document, and the human and JUnit renderings
+//! of the same data.
+
+pub mod human;
+mod junit;
+pub mod output;
+pub mod style;
+
+use serde::Serialize;
+
+pub use human::{Human, progress_line};
+pub use junit::junit;
+pub use output::{Destination, write_report};
+
+use crate::result::{CheckResult, Summary, Verdict};
+
+pub const SCHEMA: &str = "preflight.report/v1";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Human,
+    Json,
+    Junit,
+}
+
+/// Who produced the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Node {
+    pub hostname: String,
+    /// `--root`: "/" on a real node, a fixture tree in tests.
+    pub root: String,
+    pub pid: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Tool {
+    pub name: &'static str,
+    pub version: &'static str,
+}
+
+pub const TOOL: Tool = Tool {
+    name: "preflight",
+    version: env!("CARGO_PKG_VERSION"),
+};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    pub tool: Tool,
+    /// The subcommand: `run` or `check`.
+    pub command: &'static str,
+    pub verdict: Verdict,
+    pub exit_code: i32,
+    pub strict: bool,
+    pub node: Node,
+    /// RFC 3339, UTC, whole seconds.
+    pub started_at: String,
+    pub duration_ms: u64,
+    pub summary: Summary,
+    pub checks: Vec<CheckResult>,
+}
+
+impl Report {
+    pub fn new(
+        command: &'static str,
+        node: Node,
+        started_at: std::time::SystemTime,
+        duration: std::time::Duration,
+        checks: Vec<CheckResult>,
+        strict: bool,
+    ) -> Report {
+        let verdict = Verdict::of(&checks, strict);
+        Report {
+            schema: SCHEMA,
+            tool: TOOL,
+            command,
+            verdict,
+            exit_code: verdict.exit_code().code(),
+            strict,
+            node,
+            started_at: humantime::format_rfc3339_seconds(started_at).to_string(),
+            duration_ms: duration.as_millis() as u64,
+            summary: Summary::of(&checks),
+            checks,
+        }
+    }
+
+    pub fn json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+        text.push('\n');
+        text
+    }
+}

@@ -1,0 +1,188 @@
+//! The result model: what a probe finds, what a check reports, and the
+//! verdict with its exit code.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::checklist::Severity;
+use crate::exit::ExitCode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+    Skip,
+    Error,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+            Status::Skip => "skip",
+            Status::Error => "error",
+        }
+    }
+}
+
+/// What a probe reports before severity is applied.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    pub status: Status,
+    pub measured: Option<String>,
+    pub expected: Option<String>,
+    pub message: String,
+    /// Kind-specific values that hints may interpolate.
+    pub vars: Vec<(&'static str, String)>,
+}
+
+impl Finding {
+    fn new(status: Status, message: impl Into<String>) -> Finding {
+        Finding {
+            status,
+            measured: None,
+            expected: None,
+            message: message.into(),
+            vars: Vec::new(),
+        }
+    }
+
+    pub fn pass(message: impl Into<String>) -> Finding {
+        Finding::new(Status::Pass, message)
+    }
+
+    pub fn fail(message: impl Into<String>) -> Finding {
+        Finding::new(Status::Fail, message)
+    }
+
+    pub fn skip(reason: impl Into<String>) -> Finding {
+        Finding::new(Status::Skip, reason)
+    }
+
+    /// The check could not be evaluated: never a silent pass.
+    pub fn error(reason: impl Into<String>) -> Finding {
+        Finding::new(Status::Error, reason)
+    }
+
+    pub fn measured(mut self, value: impl Into<String>) -> Finding {
+        self.measured = Some(value.into());
+        self
+    }
+
+    pub fn expected(mut self, value: impl Into<String>) -> Finding {
+        self.expected = Some(value.into());
+        self
+    }
+
+    pub fn var(mut self, name: &'static str, value: impl Into<String>) -> Finding {
+        self.vars.push((name, value.into()));
+        self
+    }
+
+    /// A failure of a `severity: warn` check is reported as a warning.
+    pub fn with_severity(mut self, severity: Severity) -> Finding {
+        if self.status == Status::Fail && severity == Severity::Warn {
+            self.status = Status::Warn;
+        }
+        self
+    }
+}
+
+/// One check's line in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckResult {
+    pub id: String,
+    pub kind: String,
+    pub area: String,
+    pub severity: Severity,
+    pub tags: Vec<String>,
+    pub status: Status,
+    pub measured: Option<String>,
+    pub expected: Option<String>,
+    pub message: String,
+    pub hint: Option<String>,
+    #[serde(serialize_with = "serialize_millis", rename = "duration_ms")]
+    pub duration: Duration,
+    /// Where the check is defined, `file:line`.
+    pub source: String,
+}
+
+fn serialize_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64((d.as_secs_f64() * 1e6).round() / 1e3)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Ready,
+    NotReady,
+    Incomplete,
+}
+
+impl Verdict {
+    /// `not_ready` when a check failed (or warned, under `--strict`);
+    /// otherwise `incomplete` when a severity-fail check could not be
+    /// evaluated (any check, under `--strict`); otherwise `ready`.
+    pub fn of(results: &[CheckResult], strict: bool) -> Verdict {
+        let not_ready = results
+            .iter()
+            .any(|r| r.status == Status::Fail || (strict && r.status == Status::Warn));
+        if not_ready {
+            return Verdict::NotReady;
+        }
+        let incomplete = results
+            .iter()
+            .any(|r| r.status == Status::Error && (strict || r.severity == Severity::Fail));
+        if incomplete {
+            Verdict::Incomplete
+        } else {
+            Verdict::Ready
+        }
+    }
+
+    pub fn exit_code(self) -> ExitCode {
+        match self {
+            Verdict::Ready => ExitCode::Ready,
+            Verdict::NotReady => ExitCode::NotReady,
+            Verdict::Incomplete => ExitCode::Incomplete,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Ready => "ready",
+            Verdict::NotReady => "not_ready",
+            Verdict::Incomplete => "incomplete",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Summary {
+    pub pass: usize,
+    pub warn: usize,
+    pub fail: usize,
+    pub skip: usize,
+    pub error: usize,
+}
+
+impl Summary {
+    pub fn of(results: &[CheckResult]) -> Summary {
+        let mut s = Summary::default();
+        for r in results {
+            *match r.status {
+                Status::Pass => &mut s.pass,
+                Status::Warn => &mut s.warn,
+                Status::Fail => &mut s.fail,
+                Status::Skip => &mut s.skip,
+                Status::Error => &mut s.error,
+            } += 1;
+        }
+        s
+    }
+}
