@@ -17,7 +17,10 @@ fn main() {
     for path in &files {
         println!("cargo:rerun-if-changed={}", path.display());
         let name = format!("checks/{}", path.file_name().unwrap().to_string_lossy());
-        code.push_str(&format!("    ({name:?}, include_str!({:?})),\n", path.display().to_string()));
+        code.push_str(&format!(
+            "    ({name:?}, include_str!({:?})),\n",
+            path.display().to_string()
+        ));
     }
     code.push(']');
     let out = Path::new(&std::env::var("OUT_DIR").unwrap()).join("shipped_checks.rs");

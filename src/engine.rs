@@ -18,7 +18,11 @@ const MAX_PARALLEL: usize = 16;
 
 /// What the engine reports while it works, for progress displays.
 pub enum Progress<'a> {
-    Finished { done: usize, total: usize, result: &'a CheckResult },
+    Finished {
+        done: usize,
+        total: usize,
+        result: &'a CheckResult,
+    },
 }
 
 pub async fn run(
@@ -39,7 +43,11 @@ pub async fn run(
         if let Some(reason) = check.when.unmet(facts) {
             let result = complete(check, Finding::skip(reason), Duration::ZERO, facts);
             done += 1;
-            progress(Progress::Finished { done, total, result: &result });
+            progress(Progress::Finished {
+                done,
+                total,
+                result: &result,
+            });
             results[index] = Some(result);
             continue;
         }
@@ -58,8 +66,11 @@ pub async fn run(
                 Ok(Err(e)) => Finding::error(format!("internal error: the probe crashed ({e})")),
                 Err(_) => {
                     abort.abort();
-                    Finding::fail(format!("timed out after {}", format_duration(check.timeout)))
-                        .measured(format!("> {}", format_duration(check.timeout)))
+                    Finding::fail(format!(
+                        "timed out after {}",
+                        format_duration(check.timeout)
+                    ))
+                    .measured(format!("> {}", format_duration(check.timeout)))
                 }
             };
             (index, start, finding)
@@ -72,7 +83,11 @@ pub async fn run(
             Ok(Some(Ok((index, start, finding)))) => {
                 let result = complete(&checks[index], finding, start.elapsed(), facts);
                 done += 1;
-                progress(Progress::Finished { done, total, result: &result });
+                progress(Progress::Finished {
+                    done,
+                    total,
+                    result: &result,
+                });
                 results[index] = Some(result);
             }
             // Only cancellation ends a task without a result, and only the
@@ -104,9 +119,10 @@ pub async fn run(
 fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Facts) -> CheckResult {
     let finding = finding.with_severity(check.severity);
     let hint = match finding.status {
-        Status::Fail | Status::Warn | Status::Error => {
-            check.hint.as_ref().map(|h| h.render(&check.id, &finding, facts))
-        }
+        Status::Fail | Status::Warn | Status::Error => check
+            .hint
+            .as_ref()
+            .map(|h| h.render(&check.id, &finding, facts)),
         Status::Pass | Status::Skip => None,
     };
     CheckResult {

@@ -1,11 +1,19 @@
 //! "Did you mean": the closest known name to a misspelt one.
 
 /// The candidate nearest to `word`, if it is close enough to be a typo.
-pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let word_lower = word.to_ascii_lowercase();
     candidates
         .into_iter()
-        .map(|c| (strsim::damerau_levenshtein(&word_lower, &c.to_ascii_lowercase()), c))
+        .map(|c| {
+            (
+                strsim::damerau_levenshtein(&word_lower, &c.to_ascii_lowercase()),
+                c,
+            )
+        })
         .filter(|(distance, c)| *distance > 0 && *distance <= typo_budget(c.len().max(word.len())))
         .min_by_key(|(distance, _)| *distance)
         .map(|(_, c)| c)

@@ -51,7 +51,9 @@ fn split_source(source: &str) -> (String, Option<Location>) {
     let column = parts.next().and_then(|c| c.parse().ok());
     let line = parts.next().and_then(|l| l.parse().ok());
     match (parts.next(), line, column) {
-        (Some(file), Some(line), Some(column)) => (file.to_string(), Some(Location { line, column })),
+        (Some(file), Some(line), Some(column)) => {
+            (file.to_string(), Some(Location { line, column }))
+        }
         _ => (source.to_string(), None),
     }
 }

@@ -47,7 +47,11 @@ impl Hint {
                         valid.push("env.NAME");
                         return Err(format!(
                             "unknown placeholder `{{{name}}}` in hint; valid: {}",
-                            valid.iter().map(|v| format!("{{{v}}}")).collect::<Vec<_>>().join(", ")
+                            valid
+                                .iter()
+                                .map(|v| format!("{{{v}}}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         ));
                     }
                     if !text.is_empty() {
@@ -101,10 +105,24 @@ mod tests {
 
     #[test]
     fn renders_placeholders_and_escapes() {
-        let facts = Facts::new("/".into(), [("X".to_string(), "1".to_string())].into(), vec![]);
-        let hint = Hint::parse("got {measured}, want {expected}; X={env.X} {{literal}} {exit_code}", &["exit_code"]).unwrap();
-        let finding = Finding::fail("m").measured("a").expected("b").var("exit_code", "3");
-        assert_eq!(hint.render("c", &finding, &facts), "got a, want b; X=1 {literal} 3");
+        let facts = Facts::new(
+            "/".into(),
+            [("X".to_string(), "1".to_string())].into(),
+            vec![],
+        );
+        let hint = Hint::parse(
+            "got {measured}, want {expected}; X={env.X} {{literal}} {exit_code}",
+            &["exit_code"],
+        )
+        .unwrap();
+        let finding = Finding::fail("m")
+            .measured("a")
+            .expected("b")
+            .var("exit_code", "3");
+        assert_eq!(
+            hint.render("c", &finding, &facts),
+            "got a, want b; X=1 {literal} 3"
+        );
     }
 
     #[test]

@@ -42,14 +42,19 @@ pub fn load_text(file: &str, text: &str) -> Result<Vec<Check>, ChecklistErrors> 
         match parse_check(file, node) {
             Ok(check) => {
                 if let Some(first) = checks.iter().find(|c| c.id == check.id) {
-                    errors.push(ChecklistError::duplicate(&check.source, &check.id, &first.source));
+                    errors.push(ChecklistError::duplicate(
+                        &check.source,
+                        &check.id,
+                        &first.source,
+                    ));
                 } else {
                     checks.push(check);
                 }
             }
             Err(e) => errors.push(ChecklistError::from_yaml(
                 file,
-                e.under(Segment::Index(index)).under(Segment::Key("checks".into())),
+                e.under(Segment::Index(index))
+                    .under(Segment::Key("checks".into())),
             )),
         }
     }
@@ -67,7 +72,10 @@ fn top_level(root: &Node) -> Result<Vec<&Node>, YamlError> {
     }
     let entries = yaml::mapping_entries(root).ok_or_else(|| {
         YamlError::at(
-            format!("a checklist is a mapping with a `checks:` list, found a {}", yaml::type_name(root)),
+            format!(
+                "a checklist is a mapping with a `checks:` list, found a {}",
+                yaml::type_name(root)
+            ),
             root,
         )
     })?;
@@ -77,7 +85,10 @@ fn top_level(root: &Node) -> Result<Vec<&Node>, YamlError> {
             Some("checks") => list = Some(value),
             other => {
                 return Err(YamlError::at(
-                    format!("unknown key `{}` at the top level; valid keys: checks", other.unwrap_or("?")),
+                    format!(
+                        "unknown key `{}` at the top level; valid keys: checks",
+                        other.unwrap_or("?")
+                    ),
                     key,
                 ));
             }
@@ -90,7 +101,10 @@ fn top_level(root: &Node) -> Result<Vec<&Node>, YamlError> {
         saphyr::YamlDataOwned::Sequence(items) => Ok(items.iter().collect()),
         saphyr::YamlDataOwned::Value(saphyr::ScalarOwned::Null) => Ok(Vec::new()),
         _ => Err(YamlError::at(
-            format!("`checks` must be a list of checks, found a {}", yaml::type_name(list)),
+            format!(
+                "`checks` must be a list of checks, found a {}",
+                yaml::type_name(list)
+            ),
             list,
         )
         .under(Segment::Key("checks".into()))),
@@ -103,7 +117,10 @@ fn field<'a, T: serde::Deserialize<'a>>(name: &str, node: &'a Node) -> Result<T,
 
 fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
     let entries = yaml::mapping_entries(node).ok_or_else(|| {
-        YamlError::at(format!("a check is a mapping, found a {}", yaml::type_name(node)), node)
+        YamlError::at(
+            format!("a check is a mapping, found a {}", yaml::type_name(node)),
+            node,
+        )
     })?;
     let location = Location::of(node);
     let mut id: Option<(String, &Node)> = None;
@@ -122,13 +139,15 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
         match name.as_str() {
             "id" => {
                 let text: String = field("id", value)?;
-                validate_id(&text).map_err(|m| YamlError::at(m, value).under(Segment::Key("id".into())))?;
+                validate_id(&text)
+                    .map_err(|m| YamlError::at(m, value).under(Segment::Key("id".into())))?;
                 id = Some((text, value));
             }
             "kind" => {
                 let text: String = field("kind", value)?;
                 kind = Some(kinds::lookup(&text).ok_or_else(|| {
-                    YamlError::at(unknown_kind_message(&text), value).under(Segment::Key("kind".into()))
+                    YamlError::at(unknown_kind_message(&text), value)
+                        .under(Segment::Key("kind".into()))
                 })?);
             }
             "severity" => severity = field("severity", value)?,
@@ -147,7 +166,10 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
     };
     let Some(kind) = kind else {
         return Err(YamlError::at(
-            format!("check `{id}` is missing key `kind`; valid kinds: {}", kinds::names().join(", ")),
+            format!(
+                "check `{id}` is missing key `kind`; valid kinds: {}",
+                kinds::names().join(", ")
+            ),
             node,
         ));
     };
@@ -179,7 +201,9 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
 
 fn validate_id(id: &str) -> Result<(), String> {
     let ok = id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c));
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c));
     if ok {
         Ok(())
     } else {

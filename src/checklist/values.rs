@@ -73,20 +73,21 @@ impl Pattern {
         regex::RegexBuilder::new(text)
             .multi_line(true)
             .build()
-            .map(Pattern).map_err(|e| {
-            // The regex crate renders a multi-line diagram; its last line
-            // holds the reason, which reads well after file:line:col.
-            let reason = e.to_string();
-            let reason = reason
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .trim()
-                .trim_start_matches("error: ")
-                .to_string();
-            format!("invalid regex `{text}`: {reason}")
-        })
+            .map(Pattern)
+            .map_err(|e| {
+                // The regex crate renders a multi-line diagram; its last line
+                // holds the reason, which reads well after file:line:col.
+                let reason = e.to_string();
+                let reason = reason
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("")
+                    .trim()
+                    .trim_start_matches("error: ")
+                    .to_string();
+                format!("invalid regex `{text}`: {reason}")
+            })
     }
 
     pub fn is_match(&self, text: &str) -> bool {
@@ -125,7 +126,11 @@ mod tests {
         assert_eq!(Span::parse("250ms").unwrap().0, Duration::from_millis(250));
         assert_eq!(Span::parse("1m 30s").unwrap().0, Duration::from_secs(90));
         assert!(Span::parse("5").unwrap_err().contains("needs a unit"));
-        assert!(Span::parse("5 parsecs").unwrap_err().contains("invalid duration"));
+        assert!(
+            Span::parse("5 parsecs")
+                .unwrap_err()
+                .contains("invalid duration")
+        );
     }
 
     #[test]

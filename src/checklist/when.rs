@@ -70,7 +70,11 @@ impl When {
                 VendorCondition::Any if vendors.is_empty() => Some("no accelerator present".into()),
                 VendorCondition::None if !vendors.is_empty() => Some(format!(
                     "accelerators present ({})",
-                    vendors.iter().map(|v| v.name()).collect::<Vec<_>>().join(", ")
+                    vendors
+                        .iter()
+                        .map(|v| v.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )),
                 VendorCondition::Nvidia => missing_vendor(&vendors, Vendor::Nvidia),
                 VendorCondition::Amd => missing_vendor(&vendors, Vendor::Amd),

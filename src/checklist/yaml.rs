@@ -201,9 +201,10 @@ struct NodeDeserializer<'a> {
 impl<'de> NodeDeserializer<'de> {
     fn unsupported(&self) -> YamlError {
         match data(self.node) {
-            YamlDataOwned::Alias(_) => {
-                YamlError::at("YAML aliases (*name) are not supported in checklists", self.node)
-            }
+            YamlDataOwned::Alias(_) => YamlError::at(
+                "YAML aliases (*name) are not supported in checklists",
+                self.node,
+            ),
             _ => YamlError::at("invalid YAML value", self.node),
         }
     }

@@ -19,7 +19,11 @@ pub fn explain(args: &ExplainArgs) -> Result<ExitCode, Failure> {
     } else if let Some(kind) = kinds::lookup(&args.id) {
         explain_kind(kind)
     } else {
-        let ids: Vec<&str> = checks.iter().map(|c| c.id.as_str()).chain(kinds::names()).collect();
+        let ids: Vec<&str> = checks
+            .iter()
+            .map(|c| c.id.as_str())
+            .chain(kinds::names())
+            .collect();
         let mut message = format!("no check or kind named `{}`", args.id);
         if let Some(s) = crate::suggest::did_you_mean(&args.id, ids) {
             message.push_str(&format!(" (did you mean `{s}`?)"));
@@ -51,11 +55,15 @@ fn explain_check(check: &Check, unmet: Option<String>) -> String {
         },
         format_duration(check.timeout),
         check.area,
-        if check.tags.is_empty() { String::new() } else { format!(", tags {}", check.tags.join(", ")) }
+        if check.tags.is_empty() {
+            String::new()
+        } else {
+            format!(", tags {}", check.tags.join(", "))
+        }
     );
     let _ = writeln!(out, "  defined at {}", check.source);
 
-    let _ = writeln!(out, "\nWhat it verifies\n  {}", check.kind.summary);
+    let _ = writeln!(out, "\nWhat it verifies\n{}", wrap(check.kind.summary, 2));
     if let serde_json::Value::Object(params) = check.probe.params() {
         for (name, value) in params {
             let shown = match value {
@@ -66,22 +74,27 @@ fn explain_check(check: &Check, unmet: Option<String>) -> String {
         }
     }
     if let Some(description) = &check.description {
-        let _ = writeln!(out, "\nWhy it matters\n  {}", description.trim());
+        let _ = writeln!(out, "\nWhy it matters\n{}", wrap(description, 2));
     }
     let _ = writeln!(out, "\nHow to fix a failure");
     match &check.hint {
         Some(hint) => {
-            let _ = writeln!(out, "  {}", hint.template.trim());
+            let _ = writeln!(out, "{}", wrap(&hint.template, 2));
         }
         None => {
-            let _ = writeln!(out, "  (no hint given: the failure message names what is wrong)");
+            let _ = writeln!(
+                out,
+                "  (no hint given: the failure message names what is wrong)"
+            );
         }
     }
     let when = serde_json::to_value(&check.when).unwrap_or_default();
     let conditions = match &when {
-        serde_json::Value::Object(m) if !m.is_empty() => {
-            m.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
-        }
+        serde_json::Value::Object(m) if !m.is_empty() => m
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         _ => "always".to_string(),
     };
     let _ = writeln!(
@@ -99,18 +112,54 @@ fn explain_check(check: &Check, unmet: Option<String>) -> String {
 
 fn explain_kind(kind: &KindInfo) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "Kind `{}`\n  {}\n\nParameters", kind.name, kind.summary);
+    let _ = writeln!(
+        out,
+        "Kind `{}`\n  {}\n\nParameters",
+        kind.name, kind.summary
+    );
     let width = kind.params.iter().map(|p| p.name.len()).max().unwrap_or(0);
     for p in kind.params {
-        let default = p.default.map_or("required".to_string(), |d| format!("default {d}"));
-        let _ = writeln!(out, "  {:<width$}  {} ({default})\n  {:<width$}  {}", p.name, p.ty, "", p.doc);
+        let default = match p.default {
+            None => "required".to_string(),
+            Some("unset") => "optional".to_string(),
+            Some(d) => format!("default {d}"),
+        };
+        let _ = writeln!(
+            out,
+            "  {:<width$}  {} ({default})\n  {:<width$}  {}",
+            p.name, p.ty, "", p.doc
+        );
     }
     let mut vars: Vec<&str> = crate::checklist::hint_vars().to_vec();
     vars.extend_from_slice(kind.hint_vars);
     let _ = writeln!(
         out,
         "\nHint placeholders\n  {}, {{env.NAME}}",
-        vars.iter().map(|v| format!("{{{v}}}")).collect::<Vec<_>>().join(", ")
+        vars.iter()
+            .map(|v| format!("{{{v}}}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     out
+}
+
+/// Folds prose to 78 columns at word boundaries, indented.
+fn wrap(text: &str, indent: usize) -> String {
+    let pad = " ".repeat(indent);
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && indent + line.len() + 1 + word.len() > 78 {
+            lines.push(format!("{pad}{line}"));
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(format!("{pad}{line}"));
+    }
+    lines.join("\n")
 }

@@ -97,9 +97,17 @@ fn table(entries: &[Entry], style: &Style) -> String {
     };
     let _ = writeln!(out, "{}", style.bold(&line(header)));
     for row in &rows {
-        let _ = writeln!(out, "{}", line([&row[0], &row[1], &row[2], &row[3], &row[4]]));
+        let _ = writeln!(
+            out,
+            "{}",
+            line([&row[0], &row[1], &row[2], &row[3], &row[4]])
+        );
     }
     let applying = entries.iter().filter(|e| e.applies).count();
-    let _ = writeln!(out, "\n{} checks, {applying} apply on this node", entries.len());
+    let _ = writeln!(
+        out,
+        "\n{} checks, {applying} apply on this node",
+        entries.len()
+    );
     out
 }

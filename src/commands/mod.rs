@@ -57,7 +57,9 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
             .map_err(|e| Failure::Usage(format!("checklist path {}: {e}", path.display())))?;
         if meta.is_dir() {
             let mut found: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(|e| Failure::Usage(format!("checklist directory {}: {e}", path.display())))?
+                .map_err(|e| {
+                    Failure::Usage(format!("checklist directory {}: {e}", path.display()))
+                })?
                 .filter_map(Result::ok)
                 .map(|e| e.path())
                 .filter(|p| is_yaml(p))
@@ -72,7 +74,10 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
 }
 
 fn is_yaml(path: &Path) -> bool {
-    matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    )
 }
 
 /// Loads every file, collecting all errors before giving up.
@@ -113,11 +118,17 @@ pub fn all_checks(args: &ChecklistArgs) -> Result<Vec<Check>, Failure> {
 pub fn select(checks: Vec<Check>, args: &ChecklistArgs) -> Result<Vec<Arc<Check>>, Failure> {
     for selector in args.only.iter().chain(&args.skip) {
         if !checks.iter().any(|c| c.selected_by(selector)) {
-            let flag = if args.only.contains(selector) { "--only" } else { "--skip" };
+            let flag = if args.only.contains(selector) {
+                "--only"
+            } else {
+                "--skip"
+            };
             let mut message = format!("{flag} `{selector}` matches no check id or tag");
             let names: Vec<&str> = checks
                 .iter()
-                .flat_map(|c| std::iter::once(c.id.as_str()).chain(c.tags.iter().map(String::as_str)))
+                .flat_map(|c| {
+                    std::iter::once(c.id.as_str()).chain(c.tags.iter().map(String::as_str))
+                })
                 .collect();
             if let Some(s) = crate::suggest::did_you_mean(selector, names) {
                 message.push_str(&format!(" (did you mean `{s}`?)"));
@@ -135,7 +146,13 @@ pub fn select(checks: Vec<Check>, args: &ChecklistArgs) -> Result<Vec<Arc<Check>
 
 pub fn facts(args: &ChecklistArgs) -> Result<Facts, Failure> {
     if !args.root.is_dir() {
-        return Err(Failure::Usage(format!("--root {}: not a directory", args.root.display())));
+        return Err(Failure::Usage(format!(
+            "--root {}: not a directory",
+            args.root.display()
+        )));
     }
-    Ok(Facts::from_process(args.root.clone(), args.backends.0.clone()))
+    Ok(Facts::from_process(
+        args.root.clone(),
+        args.backends.0.clone(),
+    ))
 }

@@ -46,7 +46,15 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
         .build()
         .map_err(|e| Failure::Usage(format!("cannot start the async runtime: {e}")))?;
     let results = runtime.block_on(engine::run(&checks, &facts, args.timeout.0, |event| {
-        if let (true, Progress::Finished { done, total, result }) = (show_progress, event) {
+        if let (
+            true,
+            Progress::Finished {
+                done,
+                total,
+                result,
+            },
+        ) = (show_progress, event)
+        {
             eprint!("{}", report::progress_line(done, total, result));
         }
     }));
@@ -62,7 +70,14 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
         root: args.checklist.root.display().to_string(),
         pid: std::process::id(),
     };
-    let report = Report::new(stage.command(), node, started_at, start.elapsed(), results, args.strict);
+    let report = Report::new(
+        stage.command(),
+        node,
+        started_at,
+        start.elapsed(),
+        results,
+        args.strict,
+    );
     let human = |style: Style| {
         let detail = if args.display.quiet {
             Detail::Quiet
@@ -83,13 +98,19 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
         None => report::write_report(&Destination::Stdout, &text),
         Some(path) => {
             report::write_report(&Destination::File(path.clone()), &text).map_err(|e| {
-                Failure::Usage(format!("cannot write the report to {}: {e}", path.display()))
+                Failure::Usage(format!(
+                    "cannot write the report to {}: {e}",
+                    path.display()
+                ))
             })?;
             if args.display.quiet {
                 Ok(())
             } else {
                 let style = Style::for_stdout(args.display.color);
-                report::write_report(&Destination::Stdout, &format!("{}\n", report::human::verdict_line(&report, &style)))
+                report::write_report(
+                    &Destination::Stdout,
+                    &format!("{}\n", report::human::verdict_line(&report, &style)),
+                )
             }
         }
     }

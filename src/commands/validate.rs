@@ -9,7 +9,9 @@ use crate::report::output::write_stdout;
 pub fn validate(args: &ValidateArgs) -> Result<ExitCode, Failure> {
     let files = expand_paths(&args.files)?;
     if files.is_empty() {
-        return Err(Failure::Usage("no *.yaml or *.yml files to validate".into()));
+        return Err(Failure::Usage(
+            "no *.yaml or *.yml files to validate".into(),
+        ));
     }
     let checks = load_added(&files)?;
     crate::checklist::assemble(Vec::new(), checks)

@@ -22,13 +22,42 @@ fn first(env: &BTreeMap<String, String>, names: &[&str]) -> Option<u64> {
 impl Launch {
     pub fn from_env(env: &BTreeMap<String, String>) -> Launch {
         Launch {
-            rank: first(env, &["RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"]),
-            world_size: first(env, &["WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]),
+            rank: first(
+                env,
+                &[
+                    "RANK",
+                    "SLURM_PROCID",
+                    "OMPI_COMM_WORLD_RANK",
+                    "PMI_RANK",
+                    "PMIX_RANK",
+                ],
+            ),
+            world_size: first(
+                env,
+                &[
+                    "WORLD_SIZE",
+                    "SLURM_NTASKS",
+                    "OMPI_COMM_WORLD_SIZE",
+                    "PMI_SIZE",
+                ],
+            ),
             local_world_size: first(
                 env,
-                &["LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE"],
+                &[
+                    "LOCAL_WORLD_SIZE",
+                    "SLURM_NTASKS_PER_NODE",
+                    "OMPI_COMM_WORLD_LOCAL_SIZE",
+                ],
             ),
-            nnodes: first(env, &["NNODES", "PET_NNODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"]),
+            nnodes: first(
+                env,
+                &[
+                    "NNODES",
+                    "PET_NNODES",
+                    "SLURM_NNODES",
+                    "SLURM_JOB_NUM_NODES",
+                ],
+            ),
         }
     }
 
@@ -53,12 +82,19 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn torchrun_single_node() {
-        let l = Launch::from_env(&env(&[("RANK", "3"), ("WORLD_SIZE", "8"), ("LOCAL_WORLD_SIZE", "8")]));
+        let l = Launch::from_env(&env(&[
+            ("RANK", "3"),
+            ("WORLD_SIZE", "8"),
+            ("LOCAL_WORLD_SIZE", "8"),
+        ]));
         assert!(!l.is_master());
         assert!(!l.multi_node());
     }

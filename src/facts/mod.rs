@@ -77,7 +77,8 @@ impl Facts {
     }
 
     pub fn pci_devices(&self) -> &[PciDevice] {
-        self.pci.get_or_init(|| pci::scan(&self.host_path("/sys/bus/pci/devices")))
+        self.pci
+            .get_or_init(|| pci::scan(&self.host_path("/sys/bus/pci/devices")))
     }
 
     /// Vendors of the accelerators present, each once, in a stable order.

@@ -49,10 +49,7 @@ impl PciDevice {
             0x10de if gpu_class => Some(Vendor::Nvidia),
             0x1002 if gpu_class => Some(Vendor::Amd),
             0x1da3 => Some(Vendor::Habana),
-            0x8086
-                if gpu_class
-                    && matches!(self.driver.as_deref(), Some("i915") | Some("xe")) =>
-            {
+            0x8086 if gpu_class && matches!(self.driver.as_deref(), Some("i915") | Some("xe")) => {
                 Some(Vendor::Intel)
             }
             _ => None,

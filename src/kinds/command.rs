@@ -24,11 +24,36 @@ pub const KIND: KindInfo = KindInfo {
     area: "system",
     summary: "Runs a program directly (no shell) and checks its exit code and output. Runs on the real machine even under --root.",
     params: &[
-        ParamDoc { name: "argv", ty: "list of strings", default: None, doc: "The program and its arguments. No shell is involved: write [sh, -c, \"...\"] to want one." },
-        ParamDoc { name: "exit_code", ty: "integer", default: Some("0"), doc: "The exit code that passes." },
-        ParamDoc { name: "stdout_matches", ty: "regex", default: None, doc: "Standard output must match (^ and $ match at line ends)." },
-        ParamDoc { name: "stdout_not_matches", ty: "regex", default: None, doc: "Standard output must not match." },
-        ParamDoc { name: "if_missing", ty: "error|fail|skip", default: Some("error"), doc: "What to report when the program is not installed." },
+        ParamDoc {
+            name: "argv",
+            ty: "list of strings",
+            default: None,
+            doc: "The program and its arguments. No shell is involved: write [sh, -c, \"...\"] to want one.",
+        },
+        ParamDoc {
+            name: "exit_code",
+            ty: "integer",
+            default: Some("0"),
+            doc: "The exit code that passes.",
+        },
+        ParamDoc {
+            name: "stdout_matches",
+            ty: "regex",
+            default: Some("unset"),
+            doc: "Standard output must match (^ and $ match at line ends).",
+        },
+        ParamDoc {
+            name: "stdout_not_matches",
+            ty: "regex",
+            default: Some("unset"),
+            doc: "Standard output must not match.",
+        },
+        ParamDoc {
+            name: "if_missing",
+            ty: "error|fail|skip",
+            default: Some("error"),
+            doc: "What to report when the program is not installed.",
+        },
     ],
     hint_vars: &["exit_code", "stdout", "stderr", "program"],
     parse: parse_params::<CommandCheck>,
@@ -79,7 +104,14 @@ pub fn excerpt(text: &str) -> String {
     let mut tail = lines[start..].join("\n");
     let mut cut = start > 0;
     if tail.chars().count() > EXCERPT_CHARS {
-        tail = tail.chars().rev().take(EXCERPT_CHARS).collect::<Vec<_>>().into_iter().rev().collect();
+        tail = tail
+            .chars()
+            .rev()
+            .take(EXCERPT_CHARS)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
         cut = true;
     }
     if cut { format!("…{tail}") } else { tail }
@@ -98,14 +130,17 @@ impl CommandCheck {
         let mut child = match child {
             Ok(child) => child,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return self.if_missing.finding(format!("{program} is not installed (not found on PATH)"));
+                return self
+                    .if_missing
+                    .finding(format!("{program} is not installed (not found on PATH)"));
             }
             Err(e) => return Finding::error(format!("cannot run {program}: {e}")),
         };
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Finding::error(format!("cannot capture the output of {program}"));
         };
-        let (out, err, status) = tokio::join!(read_capped(stdout), read_capped(stderr), child.wait());
+        let (out, err, status) =
+            tokio::join!(read_capped(stdout), read_capped(stderr), child.wait());
         let status = match status {
             Ok(status) => status,
             Err(e) => return Finding::error(format!("cannot wait for {program}: {e}")),
@@ -122,14 +157,24 @@ impl CommandCheck {
         };
         let with_vars = |f: Finding| {
             f.measured(measured.clone())
-                .var("exit_code", code.map_or("none".to_string(), |c| c.to_string()))
+                .var(
+                    "exit_code",
+                    code.map_or("none".to_string(), |c| c.to_string()),
+                )
                 .var("stdout", excerpt(&stdout))
                 .var("stderr", excerpt(&stderr))
                 .var("program", program.clone())
         };
         if code != Some(self.exit_code) {
-            let output = if stderr.trim().is_empty() { &stdout } else { &stderr };
-            let mut message = format!("{program} ended with {measured}, expected exit {}", self.exit_code);
+            let output = if stderr.trim().is_empty() {
+                &stdout
+            } else {
+                &stderr
+            };
+            let mut message = format!(
+                "{program} ended with {measured}, expected exit {}",
+                self.exit_code
+            );
             if !output.trim().is_empty() {
                 message.push_str(&format!(": {}", excerpt(output)));
             }
@@ -138,8 +183,12 @@ impl CommandCheck {
         if let Some(p) = &self.stdout_matches {
             if p.find(&stdout).is_none() {
                 return with_vars(
-                    Finding::fail(format!("output of {program} does not match /{}/: {}", p.as_str(), excerpt(&stdout)))
-                        .expected(format!("output matching /{}/", p.as_str())),
+                    Finding::fail(format!(
+                        "output of {program} does not match /{}/: {}",
+                        p.as_str(),
+                        excerpt(&stdout)
+                    ))
+                    .expected(format!("output matching /{}/", p.as_str())),
                 );
             }
         }
@@ -151,7 +200,10 @@ impl CommandCheck {
                 );
             }
         }
-        with_vars(Finding::pass(format!("{program} exited {}", self.exit_code)))
+        with_vars(Finding::pass(format!(
+            "{program} exited {}",
+            self.exit_code
+        )))
     }
 }
 

@@ -14,9 +14,24 @@ pub const KIND: KindInfo = KindInfo {
     area: "environment",
     summary: "An environment variable of the job is set, or unset, and its value matches a pattern.",
     params: &[
-        ParamDoc { name: "name", ty: "string", default: None, doc: "The variable's name." },
-        ParamDoc { name: "set", ty: "bool", default: Some("true"), doc: "Whether the variable must be set (true) or must be absent (false). An empty value counts as set." },
-        ParamDoc { name: "matches", ty: "regex", default: Some("(any value)"), doc: "When set, the value must match this regular expression (unanchored: use ^...$ for the whole value)." },
+        ParamDoc {
+            name: "name",
+            ty: "string",
+            default: None,
+            doc: "The variable's name.",
+        },
+        ParamDoc {
+            name: "set",
+            ty: "bool",
+            default: Some("true"),
+            doc: "Whether the variable must be set (true) or must be absent (false). An empty value counts as set.",
+        },
+        ParamDoc {
+            name: "matches",
+            ty: "regex",
+            default: Some("(any value)"),
+            doc: "When set, the value must match this regular expression (unanchored: use ^...$ for the whole value).",
+        },
     ],
     hint_vars: &["value"],
     parse: parse_params::<EnvCheck>,
@@ -39,7 +54,9 @@ fn yes() -> bool {
 impl Params for EnvCheck {
     fn validate(&self) -> Result<(), String> {
         if !self.set && self.matches.is_some() {
-            return Err("`matches` needs `set: true`: an absent variable has no value to match".into());
+            return Err(
+                "`matches` needs `set: true`: an absent variable has no value to match".into(),
+            );
         }
         Ok(())
     }
@@ -52,9 +69,15 @@ impl EnvCheck {
         let finding = match (value, self.set) {
             (None, true) => Finding::fail(format!("{} is not set", self.name))
                 .measured("unset")
-                .expected(self.matches.as_ref().map_or("set".to_string(), |p| format!("set, matching /{}/", p.as_str()))),
-            (Some(_), false) => Finding::fail(format!("{} is set to `{}`", self.name, shown.clone().unwrap_or_default()))
-                .expected("unset"),
+                .expected(self.matches.as_ref().map_or("set".to_string(), |p| {
+                    format!("set, matching /{}/", p.as_str())
+                })),
+            (Some(_), false) => Finding::fail(format!(
+                "{} is set to `{}`",
+                self.name,
+                shown.clone().unwrap_or_default()
+            ))
+            .expected("unset"),
             (None, false) => Finding::pass(format!("{} is not set", self.name)).measured("unset"),
             (Some(v), true) => match &self.matches {
                 Some(p) if !p.is_match(v) => Finding::fail(format!(
@@ -64,7 +87,11 @@ impl EnvCheck {
                     p.as_str()
                 ))
                 .expected(format!("matching /{}/", p.as_str())),
-                _ => Finding::pass(format!("{}=`{}`", self.name, shown.clone().unwrap_or_default())),
+                _ => Finding::pass(format!(
+                    "{}=`{}`",
+                    self.name,
+                    shown.clone().unwrap_or_default()
+                )),
             },
         };
         let finding = match &shown {

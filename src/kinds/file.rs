@@ -21,12 +21,42 @@ pub const KIND: KindInfo = KindInfo {
     area: "system",
     summary: "A file or directory exists (or does not), with the expected type and mode, and its contents match a pattern.",
     params: &[
-        ParamDoc { name: "path", ty: "string", default: None, doc: "The path, read under --root." },
-        ParamDoc { name: "exists", ty: "bool", default: Some("true"), doc: "Whether the path must exist (true) or must not (false)." },
-        ParamDoc { name: "type", ty: "file|directory|symlink", default: Some("(any)"), doc: "The kind of file the path must be (a symlink is checked without following it)." },
-        ParamDoc { name: "mode", ty: "octal string", default: Some("(any)"), doc: "The permission bits, e.g. \"0644\" or \"1777\"." },
-        ParamDoc { name: "contains", ty: "regex", default: None, doc: "Some line of the contents must match (^ and $ match at line ends)." },
-        ParamDoc { name: "not_contains", ty: "regex", default: None, doc: "No line of the contents may match." },
+        ParamDoc {
+            name: "path",
+            ty: "string",
+            default: None,
+            doc: "The path, read under --root.",
+        },
+        ParamDoc {
+            name: "exists",
+            ty: "bool",
+            default: Some("true"),
+            doc: "Whether the path must exist (true) or must not (false).",
+        },
+        ParamDoc {
+            name: "type",
+            ty: "file|directory|symlink",
+            default: Some("(any)"),
+            doc: "The kind of file the path must be (a symlink is checked without following it).",
+        },
+        ParamDoc {
+            name: "mode",
+            ty: "octal string",
+            default: Some("(any)"),
+            doc: "The permission bits, e.g. \"0644\" or \"1777\".",
+        },
+        ParamDoc {
+            name: "contains",
+            ty: "regex",
+            default: Some("unset"),
+            doc: "Some line of the contents must match (^ and $ match at line ends).",
+        },
+        ParamDoc {
+            name: "not_contains",
+            ty: "regex",
+            default: Some("unset"),
+            doc: "No line of the contents may match.",
+        },
     ],
     hint_vars: &["path"],
     parse: parse_params::<FileCheck>,
@@ -71,12 +101,20 @@ impl Params for FileCheck {
     fn validate(&self) -> Result<(), String> {
         if let Some(mode) = &self.mode {
             if parse_mode(mode).is_none() {
-                return Err(format!("invalid mode `{mode}`: write octal permission bits such as \"0644\""));
+                return Err(format!(
+                    "invalid mode `{mode}`: write octal permission bits such as \"0644\""
+                ));
             }
         }
-        let expects_content = self.file_type.is_some() || self.mode.is_some() || self.contains.is_some() || self.not_contains.is_some();
+        let expects_content = self.file_type.is_some()
+            || self.mode.is_some()
+            || self.contains.is_some()
+            || self.not_contains.is_some();
         if !self.exists && expects_content {
-            return Err("`exists: false` cannot be combined with type, mode, contains or not_contains".into());
+            return Err(
+                "`exists: false` cannot be combined with type, mode, contains or not_contains"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -87,18 +125,32 @@ impl FileCheck {
         let path = &self.path;
         let real = facts.host_path(path);
         let follow = self.file_type != Some(FileType::Symlink);
-        let meta = if follow { std::fs::metadata(&real) } else { std::fs::symlink_metadata(&real) };
+        let meta = if follow {
+            std::fs::metadata(&real)
+        } else {
+            std::fs::symlink_metadata(&real)
+        };
         let with_path = |f: Finding| f.var("path", path.clone());
         let meta = match (meta, self.exists) {
             (Err(e), true) if e.kind() == std::io::ErrorKind::NotFound => {
-                return with_path(Finding::fail(format!("{path} does not exist")).measured("missing").expected("exists"));
+                return with_path(
+                    Finding::fail(format!("{path} does not exist"))
+                        .measured("missing")
+                        .expected("exists"),
+                );
             }
             (Err(e), false) if e.kind() == std::io::ErrorKind::NotFound => {
-                return with_path(Finding::pass(format!("{path} does not exist")).measured("missing"));
+                return with_path(
+                    Finding::pass(format!("{path} does not exist")).measured("missing"),
+                );
             }
             (Err(e), _) => return with_path(Finding::error(format!("cannot inspect {path}: {e}"))),
             (Ok(_), false) => {
-                return with_path(Finding::fail(format!("{path} exists but must not")).measured("exists").expected("absent"));
+                return with_path(
+                    Finding::fail(format!("{path} exists but must not"))
+                        .measured("exists")
+                        .expected("absent"),
+                );
             }
             (Ok(meta), true) => meta,
         };
@@ -156,14 +208,21 @@ impl FileCheck {
             if let Some(p) = &self.not_contains {
                 if let Some(found) = p.find(&text) {
                     return with_path(
-                        Finding::fail(format!("{path} contains `{}`, matching /{}/", found.trim(), p.as_str()))
-                            .measured(found.trim().to_string())
-                            .expected(format!("no line matching /{}/", p.as_str())),
+                        Finding::fail(format!(
+                            "{path} contains `{}`, matching /{}/",
+                            found.trim(),
+                            p.as_str()
+                        ))
+                        .measured(found.trim().to_string())
+                        .expected(format!("no line matching /{}/", p.as_str())),
                     );
                 }
             }
         }
-        with_path(Finding::pass(format!("{path} is a {actual_type} with mode {mode:04o}")).measured(actual_type))
+        with_path(
+            Finding::pass(format!("{path} is a {actual_type} with mode {mode:04o}"))
+                .measured(actual_type),
+        )
     }
 }
 

@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{IfMissing, KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params};
+use super::{
+    IfMissing, KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params,
+};
 use crate::checklist::values::Pattern;
 use crate::facts::Facts;
 use crate::result::Finding;
@@ -14,13 +16,48 @@ pub const KIND: KindInfo = KindInfo {
     area: "kernel",
     summary: "A kernel parameter under /proc/sys (sysctl) has the expected value.",
     params: &[
-        ParamDoc { name: "name", ty: "string", default: None, doc: "The sysctl name (net.core.somaxconn) or a path under /proc/sys." },
-        ParamDoc { name: "equals", ty: "string", default: None, doc: "The value must equal this (whitespace between fields is normalised to one space)." },
-        ParamDoc { name: "one_of", ty: "list of strings", default: None, doc: "The value must be one of these." },
-        ParamDoc { name: "min", ty: "integer", default: None, doc: "The value, a single integer, must be at least this." },
-        ParamDoc { name: "max", ty: "integer", default: None, doc: "The value, a single integer, must be at most this." },
-        ParamDoc { name: "matches", ty: "regex", default: None, doc: "The value must match this regular expression." },
-        ParamDoc { name: "if_missing", ty: "error|fail|skip", default: Some("error"), doc: "What to report when the parameter does not exist on this kernel." },
+        ParamDoc {
+            name: "name",
+            ty: "string",
+            default: None,
+            doc: "The sysctl name (net.core.somaxconn) or a path under /proc/sys.",
+        },
+        ParamDoc {
+            name: "equals",
+            ty: "string",
+            default: Some("unset"),
+            doc: "The value must equal this (whitespace between fields is normalised to one space).",
+        },
+        ParamDoc {
+            name: "one_of",
+            ty: "list of strings",
+            default: Some("unset"),
+            doc: "The value must be one of these.",
+        },
+        ParamDoc {
+            name: "min",
+            ty: "integer",
+            default: Some("unset"),
+            doc: "The value, a single integer, must be at least this.",
+        },
+        ParamDoc {
+            name: "max",
+            ty: "integer",
+            default: Some("unset"),
+            doc: "The value, a single integer, must be at most this.",
+        },
+        ParamDoc {
+            name: "matches",
+            ty: "regex",
+            default: Some("unset"),
+            doc: "The value must match this regular expression.",
+        },
+        ParamDoc {
+            name: "if_missing",
+            ty: "error|fail|skip",
+            default: Some("error"),
+            doc: "What to report when the parameter does not exist on this kernel.",
+        },
     ],
     hint_vars: &["value", "name"],
     parse: parse_params::<KernelParam>,
@@ -102,37 +139,65 @@ impl KernelParam {
         let text = match std::fs::read_to_string(facts.host_path(&path)) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return self.if_missing.finding(format!("{} does not exist on this kernel ({path})", self.name));
+                return self.if_missing.finding(format!(
+                    "{} does not exist on this kernel ({path})",
+                    self.name
+                ));
             }
             Err(e) => return Finding::error(format!("cannot read {path}: {e}")),
         };
         let value = text.split_whitespace().collect::<Vec<_>>().join(" ");
         let expected = self.expectation();
-        let base = |f: Finding| f.measured(value.clone()).expected(expected.clone()).var("value", value.clone()).var("name", self.name.clone());
+        let base = |f: Finding| {
+            f.measured(value.clone())
+                .expected(expected.clone())
+                .var("value", value.clone())
+                .var("name", self.name.clone())
+        };
         if let Some(want) = &self.equals {
             if &value != want {
-                return base(Finding::fail(format!("{} is {value}, expected {want}", self.name)));
+                return base(Finding::fail(format!(
+                    "{} is {value}, expected {want}",
+                    self.name
+                )));
             }
         }
         if let Some(options) = &self.one_of {
             if !options.contains(&value) {
-                return base(Finding::fail(format!("{} is {value}, expected one of {}", self.name, options.join(", "))));
+                return base(Finding::fail(format!(
+                    "{} is {value}, expected one of {}",
+                    self.name,
+                    options.join(", ")
+                )));
             }
         }
         if self.min.is_some() || self.max.is_some() {
             let Ok(number) = value.parse::<i64>() else {
-                return base(Finding::error(format!("{} is `{value}`, not a single integer", self.name)));
+                return base(Finding::error(format!(
+                    "{} is `{value}`, not a single integer",
+                    self.name
+                )));
             };
             if let Some(min) = self.min.filter(|&m| number < m) {
-                return base(Finding::fail(format!("{} is {number}, below the minimum {min}", self.name)));
+                return base(Finding::fail(format!(
+                    "{} is {number}, below the minimum {min}",
+                    self.name
+                )));
             }
             if let Some(max) = self.max.filter(|&m| number > m) {
-                return base(Finding::fail(format!("{} is {number}, above the maximum {max}", self.name)));
+                return base(Finding::fail(format!(
+                    "{} is {number}, above the maximum {max}",
+                    self.name
+                )));
             }
         }
         if let Some(p) = &self.matches {
             if !p.is_match(&value) {
-                return base(Finding::fail(format!("{} is `{value}`, not matching /{}/", self.name, p.as_str())));
+                return base(Finding::fail(format!(
+                    "{} is `{value}`, not matching /{}/",
+                    self.name,
+                    p.as_str()
+                )));
             }
         }
         base(Finding::pass(format!("{} = {value}", self.name)))

@@ -32,7 +32,8 @@ pub trait Probe: Send + Sync {
 pub struct ParamDoc {
     pub name: &'static str,
     pub ty: &'static str,
-    /// `None` when the parameter is required.
+    /// `None` when the parameter is required; `Some("unset")` when it is
+    /// optional and has no default.
     pub default: Option<&'static str>,
     pub doc: &'static str,
 }
@@ -117,9 +118,17 @@ impl IfMissing {
 /// credentials are shown by length only.
 pub fn redact(name: &str, value: &str) -> String {
     let upper = name.to_ascii_uppercase();
-    let secret = ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "PRIVATE_KEY"]
-        .iter()
-        .any(|s| upper.contains(s));
+    let secret = [
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "API_KEY",
+        "PRIVATE_KEY",
+    ]
+    .iter()
+    .any(|s| upper.contains(s));
     if secret {
         format!("<redacted, {} characters>", value.chars().count())
     } else {

@@ -46,13 +46,24 @@ impl Human {
             for area in areas {
                 let _ = writeln!(out, "\n{}", s.bold(area));
                 for check in report.checks.iter().filter(|c| c.area == area) {
-                    let _ = writeln!(out, "  {}  {:<width$}  {}", s.mark(check.status), check.id, check.message);
+                    let _ = writeln!(
+                        out,
+                        "  {}  {:<width$}  {}",
+                        s.mark(check.status),
+                        check.id,
+                        check.message
+                    );
                     if self.detail == Detail::Verbose {
                         let values = values_line(check);
                         let _ = writeln!(
                             out,
                             "        {}",
-                            s.dim(&format!("{}{}({})", values, if values.is_empty() { "" } else { "  " }, format_duration(check.duration)))
+                            s.dim(&format!(
+                                "{}{}({})",
+                                values,
+                                if values.is_empty() { "" } else { "  " },
+                                format_duration(check.duration)
+                            ))
                         );
                     }
                 }
@@ -66,7 +77,13 @@ impl Human {
         if !problems.is_empty() {
             let _ = writeln!(out, "\n{}", s.bold("Problems"));
             for check in problems {
-                let _ = writeln!(out, "  {}  {}: {}", s.mark(check.status), check.id, check.message);
+                let _ = writeln!(
+                    out,
+                    "  {}  {}: {}",
+                    s.mark(check.status),
+                    check.id,
+                    check.message
+                );
                 let values = values_line(check);
                 if !values.is_empty() {
                     let _ = writeln!(out, "        {values}");
@@ -108,5 +125,9 @@ pub fn verdict_line(report: &Report, s: &Style) -> String {
 
 /// One progress line for stderr, rewritten in place as checks finish.
 pub fn progress_line(done: usize, total: usize, last: &CheckResult) -> String {
-    format!("\r\x1b[K[{done}/{total}] {} {}", last.status.name(), last.id)
+    format!(
+        "\r\x1b[K[{done}/{total}] {} {}",
+        last.status.name(),
+        last.id
+    )
 }

@@ -92,7 +92,10 @@ pub fn junit(report: &Report) -> String {
                 escape(&check.message),
                 escape(&details(check))
             )),
-            Status::Warn => Some(format!("<system-out>warning: {}</system-out>", escape(&details(check)))),
+            Status::Warn => Some(format!(
+                "<system-out>warning: {}</system-out>",
+                escape(&details(check))
+            )),
             Status::Error => Some(format!(
                 "<error type=\"error\" message=\"{}\">{}</error>",
                 escape(&check.message),
@@ -116,6 +119,9 @@ mod tests {
 
     #[test]
     fn escapes_markup_and_control_characters() {
-        assert_eq!(escape("a<b & \"c\"\u{1}"), "a&lt;b &amp; &quot;c&quot;\u{fffd}");
+        assert_eq!(
+            escape("a<b & \"c\"\u{1}"),
+            "a&lt;b &amp; &quot;c&quot;\u{fffd}"
+        );
     }
 }

@@ -86,7 +86,8 @@ impl Report {
     }
 
     pub fn json(&self) -> String {
-        let mut text = serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+        let mut text = serde_json::to_string_pretty(self)
+            .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
         text.push('\n');
         text
     }
