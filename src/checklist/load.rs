@@ -224,8 +224,14 @@ fn unknown_kind_message(name: &str) -> String {
 }
 
 /// Serde says "unknown field `x`, expected one of ..." about the kind's
-/// parameters only; operators need the whole picture.
+/// parameters only, and "missing field"; operators need the whole picture
+/// in the words of the checklist format.
 fn explain_unknown_key(error: YamlError, kind: &KindInfo) -> YamlError {
+    if let Some(rest) = error.message.strip_prefix("missing field `") {
+        let key = rest.split('`').next().unwrap_or_default();
+        let message = format!("missing key `{key}`, required by kind `{}`", kind.name);
+        return error.with_message(message);
+    }
     let Some(rest) = error.message.strip_prefix("unknown field `") else {
         return error;
     };

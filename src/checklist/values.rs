@@ -98,6 +98,17 @@ impl Pattern {
         self.0.find(text).map(|m| m.as_str())
     }
 
+    /// The whole line (trimmed) around the first match: what an operator
+    /// needs to see and edit.
+    pub fn find_line<'t>(&self, text: &'t str) -> Option<&'t str> {
+        let found = self.0.find(text)?;
+        let start = text[..found.start()].rfind('\n').map_or(0, |i| i + 1);
+        let end = text[found.end()..]
+            .find('\n')
+            .map_or(text.len(), |i| found.end() + i);
+        Some(text[start..end].trim())
+    }
+
     pub fn as_str(&self) -> &str {
         self.0.as_str()
     }
@@ -140,6 +151,16 @@ mod tests {
         assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(format_duration(Duration::from_secs(90)), "1m30s");
         assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
+    }
+
+    #[test]
+    fn find_line_quotes_the_whole_line() {
+        let p = Pattern::parse(r"^127\.0\.1\.1\s").unwrap();
+        assert_eq!(
+            p.find_line("127.0.0.1 a\n127.0.1.1 node\n::1 b\n"),
+            Some("127.0.1.1 node")
+        );
+        assert_eq!(p.find_line("127.0.0.1 a\n"), None);
     }
 
     #[test]

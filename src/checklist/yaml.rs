@@ -109,8 +109,32 @@ impl std::error::Error for YamlError {}
 
 impl de::Error for YamlError {
     fn custom<T: fmt::Display>(msg: T) -> Self {
-        YamlError::new(msg.to_string(), None)
+        YamlError::new(plain_types(&msg.to_string()), None)
     }
+}
+
+/// Serde names Rust types ("expected i64"); checklist authors write YAML.
+fn plain_types(message: &str) -> String {
+    const NAMES: &[(&str, &str)] = &[
+        ("expected i64", "expected an integer"),
+        ("expected i32", "expected an integer"),
+        ("expected u64", "expected a whole number"),
+        ("expected u32", "expected a whole number"),
+        ("expected u16", "expected a whole number"),
+        ("expected u8", "expected a whole number"),
+        ("expected usize", "expected a whole number"),
+        ("expected f64", "expected a number"),
+        ("expected a boolean", "expected true or false"),
+        ("expected a sequence", "expected a list"),
+        ("expected a map", "expected a mapping"),
+    ];
+    let mut text = message.to_string();
+    for (from, to) in NAMES {
+        if text.ends_with(from) {
+            text = format!("{}{to}", &text[..text.len() - from.len()]);
+        }
+    }
+    text
 }
 
 /// Parses one YAML document; an empty file is a null node.
@@ -182,7 +206,9 @@ pub fn mapping_entries(node: &Node) -> Option<Vec<(&Node, &Node)>> {
 
 /// Deserializes a whole node.
 pub fn from_node<'a, T: de::Deserialize<'a>>(node: &'a Node) -> Result<T, YamlError> {
-    T::deserialize(NodeDeserializer { node })
+    // Errors raised after the value was read (a bad duration or regex) have
+    // no node of their own: they belong to this one.
+    T::deserialize(NodeDeserializer { node }).map_err(|e| e.locate(node))
 }
 
 /// Deserializes a struct from selected entries of a mapping (the kind's

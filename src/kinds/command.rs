@@ -193,9 +193,9 @@ impl CommandCheck {
             }
         }
         if let Some(p) = &self.stdout_not_matches {
-            if let Some(found) = p.find(&stdout) {
+            if let Some(found) = p.find_line(&stdout) {
                 return with_vars(
-                    Finding::fail(format!("output of {program} contains `{}`", found.trim()))
+                    Finding::fail(format!("output of {program} contains `{found}`"))
                         .expected(format!("output not matching /{}/", p.as_str())),
                 );
             }

@@ -206,14 +206,13 @@ impl FileCheck {
                 }
             }
             if let Some(p) = &self.not_contains {
-                if let Some(found) = p.find(&text) {
+                if let Some(line) = p.find_line(&text) {
                     return with_path(
                         Finding::fail(format!(
-                            "{path} contains `{}`, matching /{}/",
-                            found.trim(),
+                            "{path} contains `{line}`, matching /{}/",
                             p.as_str()
                         ))
-                        .measured(found.trim().to_string())
+                        .measured(line.to_string())
                         .expected(format!("no line matching /{}/", p.as_str())),
                     );
                 }

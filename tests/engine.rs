@@ -1,0 +1,453 @@
+//! The checklist engine end to end: reports, verdicts and exit codes,
+//! timeouts, concurrency, selection and replacing shipped checks.
+
+mod support;
+
+use support::{assert_snapshot, check, json, preflight, run};
+
+const MIXED: &str = "fixtures/checklists/valid/mixed.yaml";
+const EXIT: &str = "fixtures/checklists/valid/exit-codes.yaml";
+const ROOT: &str = "fixtures/minimal-root";
+
+fn mixed(format: &str) -> support::Run {
+    run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--checks",
+            MIXED,
+            "--root",
+            ROOT,
+            "--format",
+            format,
+        ])
+        .env("PREFLIGHT_FIXTURE_TOKEN", "abc")
+        .env("PREFLIGHT_FIXTURE_MODE", "turbo"))
+}
+
+#[test]
+fn json_report_snapshot() {
+    let out = mixed("json");
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let mut report = json(&out);
+    assert_eq!(report["schema"], "preflight.report/v1");
+    assert_eq!(report["verdict"], "not_ready");
+    assert_eq!(report["exit_code"], 1);
+    // What varies from run to run.
+    report["started_at"] = "<time>".into();
+    report["duration_ms"] = 0.into();
+    report["node"]["pid"] = 0.into();
+    report["tool"]["version"] = "<version>".into();
+    for c in report["checks"].as_array_mut().unwrap() {
+        c["duration_ms"] = 0.into();
+    }
+    assert_snapshot(
+        "mixed.json",
+        &format!("{}\n", serde_json::to_string_pretty(&report).unwrap()),
+    );
+}
+
+#[test]
+fn junit_report_snapshot() {
+    let out = mixed("junit");
+    assert_eq!(out.code, 1);
+    let times = regex::Regex::new(r#"(time|timestamp)="[^"]*""#).unwrap();
+    let normal = times.replace_all(&out.stdout, r#"$1="_""#);
+    assert_snapshot("mixed.junit.xml", &normal);
+}
+
+#[test]
+fn human_report_groups_by_area_and_repeats_problems_with_hints() {
+    let out = mixed("human");
+    assert_eq!(out.code, 1);
+    let text = &out.stdout;
+    let kernel = text.find("\nkernel\n").expect("kernel area");
+    let network = text.find("\nnetwork\n").expect("network area");
+    assert!(kernel < network, "areas in checklist order:\n{text}");
+    let problems = text.find("\nProblems\n").expect("problems section");
+    assert!(
+        text[problems..].contains("hint: remove `127.0.1.1 fixture-node` from /etc/hosts"),
+        "{text}"
+    );
+    assert!(
+        text[problems..].contains(
+            "hint: raise it: sysctl -w net.core.somaxconn=4096 (now 128 on fixture-node)"
+        )
+    );
+    assert!(
+        text.trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("NOT READY  3 pass · 1 warn · 2 fail · 1 skip · 1 error")
+    );
+    // Not a terminal: no colour codes.
+    assert!(!text.contains('\x1b'));
+}
+
+#[test]
+fn secrets_stay_out_of_reports() {
+    let out = mixed("json");
+    assert!(!out.stdout.contains("\"abc\""));
+    assert_eq!(
+        check(&json(&out), "env.job_token")["measured"],
+        "<redacted, 3 characters>"
+    );
+}
+
+fn exit_case(selector: &str, strict: bool) -> support::Run {
+    let mut cmd = preflight();
+    cmd.args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        EXIT,
+        "--root",
+        ROOT,
+        "--only",
+        selector,
+        "--format",
+        "json",
+    ])
+    .env("PREFLIGHT_FIXTURE_SET", "1");
+    if strict {
+        cmd.arg("--strict");
+    }
+    run(&mut cmd)
+}
+
+#[test]
+fn exit_0_when_ready() {
+    let out = exit_case("pass", false);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(json(&out)["verdict"], "ready");
+}
+
+#[test]
+fn exit_1_when_a_check_fails() {
+    let out = exit_case("fail", false);
+    assert_eq!(out.code, 1);
+    assert_eq!(json(&out)["verdict"], "not_ready");
+}
+
+#[test]
+fn warnings_pass_unless_strict() {
+    assert_eq!(exit_case("warn", false).code, 0);
+    let strict = exit_case("warn", true);
+    assert_eq!(strict.code, 1);
+    assert_eq!(json(&strict)["strict"], true);
+}
+
+#[test]
+fn exit_3_when_a_required_check_cannot_be_evaluated() {
+    let out = exit_case("error", false);
+    assert_eq!(out.code, 3);
+    let report = json(&out);
+    assert_eq!(report["verdict"], "incomplete");
+    assert_eq!(check(&report, "unreadable")["status"], "error");
+}
+
+#[test]
+fn unevaluated_warn_checks_count_only_under_strict() {
+    assert_eq!(exit_case("error_warn", false).code, 0);
+    assert_eq!(exit_case("error_warn", true).code, 3);
+}
+
+#[test]
+fn exit_2_for_an_invalid_checklist_or_invocation() {
+    let bad = run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        "fixtures/checklists/invalid/unknown-kind.yaml",
+    ]));
+    assert_eq!(bad.code, 2);
+    let flag = run(preflight().args(["check", "--format", "yaml"]));
+    assert_eq!(flag.code, 2);
+    let root = run(preflight().args(["check", "--root", "/nonexistent/root"]));
+    assert_eq!(root.code, 2);
+    assert!(
+        root.stderr
+            .contains("--root /nonexistent/root: not a directory"),
+        "{}",
+        root.stderr
+    );
+}
+
+#[test]
+fn fail_beats_error_in_the_verdict() {
+    let out = run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        EXIT,
+        "--root",
+        ROOT,
+        "--only",
+        "fail",
+        "--only",
+        "error",
+    ]));
+    assert_eq!(out.code, 1);
+}
+
+/// The slow checklist with its rendezvous directory filled in.
+fn slow_checklist(dir: &std::path::Path) -> std::path::PathBuf {
+    let template =
+        std::fs::read_to_string(support::repo().join("fixtures/checklists/valid/slow.yaml"))
+            .unwrap();
+    let path = dir.join("slow.yaml");
+    std::fs::write(
+        &path,
+        template.replace("${DIR}", &dir.display().to_string()),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn checks_run_concurrently_and_report_in_checklist_order() {
+    // Each check waits for the other's file: both pass only if they overlap.
+    // waits_for_b must also finish after waits_for_a has started, yet it is
+    // reported first.
+    let dir = tempfile::tempdir().unwrap();
+    let list = slow_checklist(dir.path());
+    let out = run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--format",
+            "json",
+            "--only",
+            "rendezvous",
+            "--checks",
+        ])
+        .arg(&list));
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let report = json(&out);
+    let ids: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["waits_for_b", "waits_for_a"]);
+}
+
+#[test]
+fn a_check_that_overruns_its_timeout_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = slow_checklist(dir.path());
+    let out = run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--format",
+            "json",
+            "--only",
+            "overrun",
+            "--checks",
+        ])
+        .arg(&list));
+    assert_eq!(out.code, 1);
+    let report = json(&out);
+    let overrun = check(&report, "overruns");
+    assert_eq!(overrun["status"], "fail");
+    assert_eq!(overrun["message"], "timed out after 300ms");
+    // The others still finish and report.
+    assert_eq!(check(&report, "quick")["status"], "pass");
+}
+
+#[test]
+fn the_run_deadline_ends_checks_still_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("long.yaml");
+    std::fs::write(
+        &list,
+        "checks:\n  - id: long\n    kind: command\n    argv: [sleep, \"30\"]\n    timeout: 60s\n",
+    )
+    .unwrap();
+    let out = run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--format",
+            "json",
+            "--timeout",
+            "500ms",
+            "--checks",
+        ])
+        .arg(&list));
+    assert_eq!(out.code, 1);
+    let long = check(&json(&out), "long").clone();
+    assert_eq!(long["status"], "fail");
+    assert!(
+        long["message"]
+            .as_str()
+            .unwrap()
+            .contains("the run's deadline (500ms) passed"),
+        "{long}"
+    );
+}
+
+#[test]
+fn only_and_skip_select_by_id_and_tag() {
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut cmd = preflight();
+        cmd.args([
+            "check",
+            "--no-shipped",
+            "--checks",
+            MIXED,
+            "--root",
+            ROOT,
+            "--format",
+            "json",
+        ])
+        .args(args);
+        let report = json(&run(&mut cmd));
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        ids(&["--only", "kernel"]),
+        ["kernel.port_range", "kernel.backlog", "missing.sysctl"]
+    );
+    assert_eq!(
+        ids(&["--only", "kernel", "--skip", "missing.sysctl"]),
+        ["kernel.port_range", "kernel.backlog"]
+    );
+    assert_eq!(
+        ids(&["--only", "shell.true", "--only", "env.job_token"]),
+        ["env.job_token", "shell.true"]
+    );
+    assert_eq!(
+        ids(&["--skip", "kernel", "--skip", "env"]),
+        ["hosts.no_loopback_alias", "shell.true"]
+    );
+}
+
+#[test]
+fn a_selector_matching_nothing_is_an_error() {
+    let out = run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        MIXED,
+        "--only",
+        "kernal",
+    ]));
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("--only `kernal` matches no check id or tag (did you mean `kernel`?)"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn an_added_check_replaces_the_shipped_one_with_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("site.yaml");
+    std::fs::write(
+        &list,
+        "checks:\n  - id: shm.mounted\n    kind: file\n    path: /site/shm\n    hint: site-specific\n",
+    )
+    .unwrap();
+    let out = run(preflight()
+        .args([
+            "check",
+            "--format",
+            "json",
+            "--only",
+            "shm.mounted",
+            "--checks",
+        ])
+        .arg(&list));
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    let report = json(&out);
+    assert_eq!(report["checks"].as_array().unwrap().len(), 1);
+    let shm = check(&report, "shm.mounted");
+    assert_eq!(shm["message"], "/site/shm does not exist");
+    assert_eq!(shm["hint"], "site-specific");
+    assert!(shm["source"].as_str().unwrap().ends_with("site.yaml:2:5"));
+}
+
+#[test]
+fn the_same_id_in_two_added_files_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a.yaml", "b.yaml"] {
+        std::fs::write(
+            dir.path().join(name),
+            "checks:\n  - id: twice\n    kind: env\n    name: X\n",
+        )
+        .unwrap();
+    }
+    let out = run(preflight()
+        .args(["check", "--no-shipped", "--checks"])
+        .arg(dir.path()));
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("b.yaml:2:5: duplicate check id `twice`: already defined at"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn output_file_gets_the_report_and_stdout_the_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.json");
+    let out = run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--checks",
+            EXIT,
+            "--only",
+            "pass",
+            "--format",
+            "json",
+            "--output",
+        ])
+        .arg(&file)
+        .env("PREFLIGHT_FIXTURE_SET", "1"));
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.starts_with("READY  1 pass"), "{}", out.stdout);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(report["verdict"], "ready");
+    // Nothing left behind but the report.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["report.json"]);
+}
+
+#[test]
+fn an_unwritable_output_is_a_usage_error() {
+    let out = run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        EXIT,
+        "--only",
+        "pass",
+        "--output",
+        "/nonexistent/dir/r.json",
+    ]));
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("cannot write the report to /nonexistent/dir/r.json"),
+        "{}",
+        out.stderr
+    );
+}
