@@ -101,3 +101,22 @@ pub fn assemble(shipped: Vec<Check>, added: Vec<Check>) -> Result<Vec<Check>, Ch
 pub fn hint_vars() -> &'static [&'static str] {
     hint::COMMON_VARS
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_checks_load_and_explain_themselves() {
+        let mut ids = std::collections::HashSet::new();
+        for source in shipped() {
+            let checks = load_text(&source.name, &source.text).unwrap_or_else(|e| panic!("{e}"));
+            for check in checks {
+                assert!(ids.insert(check.id.clone()), "{} defined twice", check.id);
+                assert!(check.description.is_some(), "{} ({}) has no description", check.id, check.source);
+                assert!(check.hint.is_some(), "{} ({}) has no hint", check.id, check.source);
+            }
+        }
+        assert!(!ids.is_empty());
+    }
+}
