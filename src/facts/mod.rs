@@ -1,14 +1,25 @@
 //! Facts about this node that several checks need, gathered at most once per
 //! run and only when a check asks for them.
 
+pub mod accel;
+pub mod gpu_status;
+pub mod infiniband;
+pub mod kmsg;
 mod launch;
-mod pci;
+pub mod limits;
+pub mod nvidia;
+mod nvml;
+pub mod pci;
+pub mod visible;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 pub use launch::Launch;
+pub use accel::Accelerator;
+pub use gpu_status::GpuReport;
+pub use infiniband::Hca;
 pub use pci::{PciDevice, Vendor};
 
 use crate::checklist::when::Backend;
@@ -23,6 +34,10 @@ pub struct Facts {
     hostname: OnceLock<String>,
     pci: OnceLock<Vec<PciDevice>>,
     launch: OnceLock<Launch>,
+    accelerators: OnceLock<Vec<Accelerator>>,
+    hcas: OnceLock<Vec<Hca>>,
+    /// NVML or live nvidia-smi, asked once however many checks need it.
+    live_gpus: tokio::sync::OnceCell<Result<GpuReport, String>>,
 }
 
 impl Facts {
@@ -34,6 +49,9 @@ impl Facts {
             hostname: OnceLock::new(),
             pci: OnceLock::new(),
             launch: OnceLock::new(),
+            accelerators: OnceLock::new(),
+            hcas: OnceLock::new(),
+            live_gpus: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -91,6 +109,42 @@ impl Facts {
         vendors.sort();
         vendors.dedup();
         vendors
+    }
+
+    /// Whether this run reads the real machine rather than a fixture tree:
+    /// only then may checks ask live sources (NVML, nvidia-smi, /dev/kmsg,
+    /// this process's own limits).
+    pub fn is_live(&self) -> bool {
+        self.root == Path::new("/")
+    }
+
+    pub fn accelerators(&self) -> &[Accelerator] {
+        self.accelerators.get_or_init(|| accel::scan(self))
+    }
+
+    pub fn hcas(&self) -> &[Hca] {
+        self.hcas
+            .get_or_init(|| infiniband::scan(&self.host_path("/sys/class/infiniband")))
+    }
+
+    /// NVIDIA GPU health from NVML, else from running `nvidia-smi -q -x`;
+    /// on the real machine only.
+    pub async fn live_gpu_report(&self) -> &Result<GpuReport, String> {
+        self.live_gpus
+            .get_or_init(|| async {
+                let nvml = tokio::task::spawn_blocking(nvml::report)
+                    .await
+                    .unwrap_or_else(|e| Err(format!("NVML crashed: {e}")));
+                let nvml_error = match nvml {
+                    Ok(report) => return Ok(report),
+                    Err(e) => e,
+                };
+                match gpu_status::run_nvidia_smi().await {
+                    Ok(report) => Ok(report),
+                    Err(e) => Err(format!("{nvml_error}; {e}")),
+                }
+            })
+            .await
     }
 
     pub fn launch(&self) -> &Launch {
