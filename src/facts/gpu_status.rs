@@ -17,9 +17,7 @@ pub struct Process {
 pub struct GpuStatus {
     pub bus_id: String,
     pub uuid: Option<String>,
-    pub name: Option<String>,
     pub persistence: Option<bool>,
-    pub total_bytes: Option<u64>,
     pub used_bytes: Option<u64>,
     pub free_bytes: Option<u64>,
     /// Volatile (since the driver loaded) uncorrectable ECC errors.
@@ -130,9 +128,7 @@ pub fn parse_xml(source: &str, text: &str) -> Result<GpuReport, String> {
         gpus.push(GpuStatus {
             bus_id: normalize_bus_id(&bus),
             uuid: text_at(gpu, &["uuid"]),
-            name: text_at(gpu, &["product_name"]),
             persistence: yes_no(text_at(gpu, &["persistence_mode"])),
-            total_bytes: mib(text_at(gpu, &["fb_memory_usage", "total"])),
             used_bytes: mib(text_at(gpu, &["fb_memory_usage", "used"])),
             free_bytes: mib(text_at(gpu, &["fb_memory_usage", "free"])),
             ecc_uncorrectable: child(gpu, "ecc_errors").and_then(uncorrectable),

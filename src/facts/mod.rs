@@ -2,14 +2,17 @@
 //! run and only when a check asks for them.
 
 pub mod accel;
+pub mod cgroup;
 pub mod gpu_status;
 pub mod infiniband;
 pub mod kmsg;
 mod launch;
 pub mod limits;
+pub mod meminfo;
 pub mod nvidia;
 mod nvml;
 pub mod pci;
+pub mod procs;
 pub mod visible;
 
 use std::collections::BTreeMap;
@@ -36,6 +39,7 @@ pub struct Facts {
     launch: OnceLock<Launch>,
     accelerators: OnceLock<Vec<Accelerator>>,
     hcas: OnceLock<Vec<Hca>>,
+    processes: OnceLock<Vec<String>>,
     /// NVML or live nvidia-smi, asked once however many checks need it.
     live_gpus: tokio::sync::OnceCell<Result<GpuReport, String>>,
 }
@@ -51,6 +55,7 @@ impl Facts {
             launch: OnceLock::new(),
             accelerators: OnceLock::new(),
             hcas: OnceLock::new(),
+            processes: OnceLock::new(),
             live_gpus: tokio::sync::OnceCell::new(),
         }
     }
@@ -122,6 +127,24 @@ impl Facts {
         self.accelerators.get_or_init(|| accel::scan(self))
     }
 
+    /// Command names of the running processes (/proc/*/comm).
+    pub fn processes(&self) -> &[String] {
+        self.processes
+            .get_or_init(|| procs::running(&self.host_path("/proc")))
+    }
+
+    /// Whether a kernel module is loaded: /sys/module/NAME, or a line of
+    /// /proc/modules (fixture trees carry one or the other).
+    pub fn module_loaded(&self, name: &str) -> bool {
+        if self.host_path(format!("/sys/module/{name}")).is_dir() {
+            return true;
+        }
+        std::fs::read_to_string(self.host_path("/proc/modules")).is_ok_and(|t| {
+            t.lines()
+                .any(|l| l.split_whitespace().next() == Some(name))
+        })
+    }
+
     pub fn hcas(&self) -> &[Hca] {
         self.hcas
             .get_or_init(|| infiniband::scan(&self.host_path("/sys/class/infiniband")))
@@ -145,6 +168,25 @@ impl Facts {
                 }
             })
             .await
+    }
+
+    /// The GPU health report a check reads: a recorded `nvidia-smi -q -x`
+    /// file when the checklist names one (relative to the working
+    /// directory), else the live sources on the real machine, else none
+    /// (a fixture tree without a recording).
+    pub async fn gpu_report(&self, recorded: Option<&Path>) -> Option<Result<GpuReport, String>> {
+        if let Some(path) = recorded {
+            let shown = path.display().to_string();
+            return Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read {shown}: {e}"))
+                    .and_then(|text| gpu_status::parse_xml(&shown, &text)),
+            );
+        }
+        if self.is_live() {
+            return Some(self.live_gpu_report().await.clone());
+        }
+        None
     }
 
     pub fn launch(&self) -> &Launch {

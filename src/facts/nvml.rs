@@ -40,9 +40,7 @@ pub fn report() -> Result<GpuReport, String> {
         gpus.push(GpuStatus {
             bus_id,
             uuid: device.uuid().ok(),
-            name: device.name().ok(),
             persistence: device.is_in_persistent_mode().ok(),
-            total_bytes: memory.as_ref().map(|m| m.total),
             used_bytes: memory.as_ref().map(|m| m.used),
             free_bytes: memory.as_ref().map(|m| m.free),
             ecc_uncorrectable: device

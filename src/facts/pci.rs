@@ -13,8 +13,6 @@ pub enum Vendor {
 }
 
 impl Vendor {
-    pub const ALL: [Vendor; 4] = [Vendor::Nvidia, Vendor::Amd, Vendor::Intel, Vendor::Habana];
-
     pub fn name(self) -> &'static str {
         match self {
             Vendor::Nvidia => "NVIDIA",

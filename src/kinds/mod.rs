@@ -3,9 +3,18 @@
 //! its documentation for `preflight explain`, and how it evaluates.
 
 mod command;
+mod cpu;
+mod devices;
+mod disk_free;
+mod driver;
 mod env;
 mod file;
+mod gpu_health;
+mod infiniband;
 mod kernel_param;
+mod memory;
+mod pcie_link;
+mod time_sync;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -49,7 +58,21 @@ pub struct KindInfo {
     pub parse: fn(&Node, Vec<(&Node, &Node)>) -> Result<Arc<dyn Probe>, YamlError>,
 }
 
-pub const KINDS: &[&KindInfo] = &[&command::KIND, &env::KIND, &file::KIND, &kernel_param::KIND];
+pub const KINDS: &[&KindInfo] = &[
+    &command::KIND,
+    &cpu::KIND,
+    &devices::KIND,
+    &disk_free::KIND,
+    &driver::KIND,
+    &env::KIND,
+    &file::KIND,
+    &gpu_health::KIND,
+    &infiniband::KIND,
+    &kernel_param::KIND,
+    &memory::KIND,
+    &pcie_link::KIND,
+    &time_sync::KIND,
+];
 
 pub fn lookup(name: &str) -> Option<&'static KindInfo> {
     KINDS.iter().copied().find(|k| k.name == name)
@@ -157,4 +180,50 @@ mod tests {
         assert_eq!(redact("PREFLIGHT_TOKEN", "abc"), "<redacted, 3 characters>");
         assert_eq!(redact("NCCL_DEBUG", "INFO"), "INFO");
     }
+}
+
+/// A `vendor:` parameter: which accelerators a hardware check looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VendorParam {
+    Nvidia,
+    Amd,
+    Intel,
+    Habana,
+}
+
+impl VendorParam {
+    pub fn vendor(self) -> crate::facts::Vendor {
+        use crate::facts::Vendor;
+        match self {
+            VendorParam::Nvidia => Vendor::Nvidia,
+            VendorParam::Amd => Vendor::Amd,
+            VendorParam::Intel => Vendor::Intel,
+            VendorParam::Habana => Vendor::Habana,
+        }
+    }
+}
+
+/// The vendors a hardware check covers: the one it names, else every
+/// vendor present. `Err` is the skip reason when there is nothing to check.
+pub fn vendors_to_check(
+    facts: &Facts,
+    wanted: Option<VendorParam>,
+) -> Result<Vec<crate::facts::Vendor>, Finding> {
+    match wanted {
+        Some(v) => Ok(vec![v.vendor()]),
+        None => {
+            let present = facts.accelerator_vendors();
+            if present.is_empty() {
+                Err(Finding::skip("no accelerator present"))
+            } else {
+                Ok(present)
+            }
+        }
+    }
+}
+
+/// Reports several problems as one finding: each names its device.
+pub fn problems_finding(problems: &[String]) -> Finding {
+    Finding::fail(problems.join("; "))
 }
