@@ -304,6 +304,11 @@ impl GpuHealth {
                         notes.push("no Xid errors".into());
                     }
                 }
+                Ok(None) if source.is_none() => {
+                    return Finding::skip(
+                        "no kernel log under --root: set kernel_log to a saved dmesg or /dev/kmsg",
+                    );
+                }
                 Ok(None) => notes.push("no kernel log under --root".into()),
                 Err(e) => return Finding::error(e),
             }

@@ -23,6 +23,18 @@ pub const KIND: KindInfo = KindInfo {
     summary: "InfiniBand and RoCE ports (those NCCL_IB_HCA selects) are ACTIVE and LinkUp at the expected rate and link layer, with the RoCE v2 GID at NCCL_IB_GID_INDEX, error counters under thresholds, IPoIB up and enough locked memory.",
     params: &[
         ParamDoc {
+            name: "state",
+            ty: "bool",
+            default: Some("true"),
+            doc: "Every selected port must be ACTIVE and LinkUp, and every HCA NCCL_IB_HCA names present. Turn off in checks that look at one other thing.",
+        },
+        ParamDoc {
+            name: "active_per_gpu",
+            ty: "bool",
+            default: Some("false"),
+            doc: "At least one active selected port per accelerator on the node (GPUDirect RDMA's usual design).",
+        },
+        ParamDoc {
             name: "expect_active",
             ty: "integer",
             default: Some("unset"),
@@ -75,6 +87,10 @@ pub const KIND: KindInfo = KindInfo {
     parse: parse_params::<Infiniband>,
 };
 
+fn yes() -> bool {
+    true
+}
+
 fn roce_v2() -> String {
     "RoCE v2".into()
 }
@@ -82,6 +98,10 @@ fn roce_v2() -> String {
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Infiniband {
+    #[serde(default = "yes")]
+    state: bool,
+    #[serde(default)]
+    active_per_gpu: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     expect_active: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -210,7 +230,7 @@ impl Infiniband {
         }
         let mut problems = Vec::new();
         let filter = facts.env("NCCL_IB_HCA").map(|v| (v, HcaFilter::parse(v)));
-        if let Some((value, f)) = &filter {
+        if let (Some((value, f)), true) = (&filter, self.state) {
             if !f.exclude {
                 for spec in &f.specs {
                     let present = hcas.iter().any(|h| {
@@ -238,7 +258,7 @@ impl Infiniband {
                     .is_none_or(|(_, f)| f.selects(&h.name, p.number))
             })
             .collect();
-        if let (Some((value, _)), true) = (&filter, selected.is_empty()) {
+        if let (Some((value, _)), true) = (&filter, selected.is_empty() && self.state) {
             problems.push(format!("NCCL_IB_HCA={value} selects no port on this node"));
         }
         let gid_index = self.gid_index(facts)?;
@@ -246,15 +266,16 @@ impl Infiniband {
         let mut active = Vec::new();
         for (hca, port) in &selected {
             let name = port_name(hca, port);
-            if port.state != "ACTIVE" || port.phys_state != "LinkUp" {
+            let up = port.state == "ACTIVE" && port.phys_state == "LinkUp";
+            if up {
+                active.push(name.clone());
+            } else if self.state {
                 let bus = hca.pci.as_deref().map(|b| format!(" ({b})")).unwrap_or_default();
                 problems.push(format!(
                     "{name}{bus}: state {}, phys_state {}",
                     or_unknown(&port.state),
                     or_unknown(&port.phys_state)
                 ));
-            } else {
-                active.push(name.clone());
             }
             if let Some(min) = self.min_rate {
                 if port.rate.is_none_or(|r| r < min) {
@@ -294,10 +315,18 @@ impl Infiniband {
                 }
             }
         }
-        if let Some(want) = self.expect_active {
+        let per_gpu = self
+            .active_per_gpu
+            .then(|| facts.accelerators().len() as u32);
+        if let Some(want) = self.expect_active.into_iter().chain(per_gpu).max() {
             if (active.len() as u32) < want {
+                let why = if per_gpu == Some(want) {
+                    format!(" (one per accelerator: {want} on the bus)")
+                } else {
+                    String::new()
+                };
                 problems.push(format!(
-                    "{} active port{}, expected at least {want}",
+                    "{} active port{}, expected at least {want}{why}",
                     active.len(),
                     if active.len() == 1 { "" } else { "s" }
                 ));
