@@ -27,6 +27,9 @@ pub struct Accelerator {
     /// The per-device nodes the driver created for it (none known when it
     /// is not in the driver).
     pub nodes: Vec<DevNode>,
+    /// Tiles (Intel GPU Max has two per card, drm/cardN/gt/gtM), each a
+    /// device of its own to Level Zero in its default FLAT hierarchy.
+    pub tiles: usize,
 }
 
 impl Accelerator {
@@ -84,6 +87,7 @@ pub fn scan(facts: &Facts) -> Vec<Accelerator> {
             uuid: None,
             model: None,
             nodes: Vec::new(),
+            tiles: 1,
         };
         match vendor {
             Vendor::Nvidia => {
@@ -100,6 +104,13 @@ pub fn scan(facts: &Facts) -> Vec<Accelerator> {
             Vendor::Amd | Vendor::Intel if bound => {
                 for name in entries(&sys.join("drm"), "renderD") {
                     acc.nodes.push(node(facts, format!("/dev/dri/{name}")));
+                }
+                if vendor == Vendor::Intel {
+                    let tiles: usize = entries(&sys.join("drm"), "card")
+                        .iter()
+                        .map(|card| entries(&sys.join("drm").join(card).join("gt"), "gt").len())
+                        .sum();
+                    acc.tiles = tiles.max(1);
                 }
             }
             Vendor::Habana if bound => {

@@ -17,7 +17,9 @@ pub struct Limits {
 const V1_UNLIMITED: u64 = 1 << 62;
 
 fn read(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 fn min_opt<T: PartialOrd + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
@@ -44,7 +46,10 @@ fn chain(mount: &Path, relative: &str) -> Vec<PathBuf> {
 fn v2_cpus(text: &str) -> Option<f64> {
     let mut parts = text.split_whitespace();
     let quota = parts.next()?;
-    let period: f64 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(100_000.0);
+    let period: f64 = parts
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(100_000.0);
     if quota == "max" {
         return None;
     }
@@ -60,7 +65,8 @@ pub fn limits(cgroup_file: &Path, sys_cgroup: &Path) -> Result<Limits, String> {
     let mut v1: Vec<(String, String)> = Vec::new();
     for line in text.lines() {
         let mut fields = line.splitn(3, ':');
-        let (Some(_id), Some(controllers), Some(path)) = (fields.next(), fields.next(), fields.next())
+        let (Some(_id), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
         else {
             continue;
         };
@@ -88,7 +94,8 @@ pub fn limits(cgroup_file: &Path, sys_cgroup: &Path) -> Result<Limits, String> {
             }
         }
         for dir in chain(&sys_cgroup.join("memory"), &mem) {
-            let bytes = read(&dir.join("memory.limit_in_bytes")).and_then(|b| b.parse::<u64>().ok());
+            let bytes =
+                read(&dir.join("memory.limit_in_bytes")).and_then(|b| b.parse::<u64>().ok());
             limits.memory = min_opt(limits.memory, bytes.filter(|b| *b < V1_UNLIMITED));
         }
         return Ok(limits);

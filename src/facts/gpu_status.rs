@@ -97,7 +97,13 @@ fn uncorrectable(ecc: roxmltree::Node) -> Option<u64> {
 }
 
 pub fn parse_xml(source: &str, text: &str) -> Result<GpuReport, String> {
-    let doc = roxmltree::Document::parse(text).map_err(|e| format!("{source}: invalid XML: {e}"))?;
+    // nvidia-smi writes a DOCTYPE line (nvsmi_device_v12.dtd).
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..roxmltree::ParsingOptions::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(text, options)
+        .map_err(|e| format!("{source}: invalid XML: {e}"))?;
     let root = doc.root_element();
     if !root.has_tag_name("nvidia_smi_log") {
         return Err(format!(
@@ -219,6 +225,10 @@ mod tests {
     #[test]
     fn bad_xml_is_an_error_not_a_panic() {
         assert!(parse_xml("x", "<nvidia_smi_log><gpu>").is_err());
-        assert!(parse_xml("x", "<html/>").unwrap_err().contains("not nvidia-smi"));
+        assert!(
+            parse_xml("x", "<html/>")
+                .unwrap_err()
+                .contains("not nvidia-smi")
+        );
     }
 }

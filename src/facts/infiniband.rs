@@ -114,10 +114,7 @@ pub fn gid(class_dir: &Path, hca: &str, port: u32, index: u32) -> (Option<String
     let gid = read(&dir.join("gids").join(index.to_string()));
     let populated = !gid.is_empty() && gid.chars().any(|c| c.is_ascii_hexdigit() && c != '0');
     let ty = read(&dir.join("gid_attrs/types").join(index.to_string()));
-    (
-        populated.then_some(gid),
-        (!ty.is_empty()).then_some(ty),
-    )
+    (populated.then_some(gid), (!ty.is_empty()).then_some(ty))
 }
 
 /// One element of NCCL_IB_HCA: an HCA name and optional port.

@@ -19,10 +19,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-pub use launch::Launch;
 pub use accel::Accelerator;
 pub use gpu_status::GpuReport;
 pub use infiniband::Hca;
+pub use launch::Launch;
 pub use pci::{PciDevice, Vendor};
 
 use crate::checklist::when::Backend;
@@ -139,10 +139,8 @@ impl Facts {
         if self.host_path(format!("/sys/module/{name}")).is_dir() {
             return true;
         }
-        std::fs::read_to_string(self.host_path("/proc/modules")).is_ok_and(|t| {
-            t.lines()
-                .any(|l| l.split_whitespace().next() == Some(name))
-        })
+        std::fs::read_to_string(self.host_path("/proc/modules"))
+            .is_ok_and(|t| t.lines().any(|l| l.split_whitespace().next() == Some(name)))
     }
 
     pub fn hcas(&self) -> &[Hca] {

@@ -10,7 +10,11 @@ pub fn running(proc_dir: &Path) -> Vec<String> {
     };
     let mut names: Vec<String> = entries
         .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
         .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
         .map(|c| c.trim().to_string())
         .filter(|c| !c.is_empty())

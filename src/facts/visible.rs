@@ -83,10 +83,24 @@ mod tests {
         let m = parse("CUDA_VISIBLE_DEVICES", "0,3, GPU-5a9b").unwrap();
         assert_eq!(
             m.entries,
-            vec![Entry::Index(0), Entry::Index(3), Entry::Uuid("GPU-5a9b".into())]
+            vec![
+                Entry::Index(0),
+                Entry::Index(3),
+                Entry::Uuid("GPU-5a9b".into())
+            ]
         );
-        assert!(parse("CUDA_VISIBLE_DEVICES", "").unwrap().entries.is_empty());
-        assert!(parse("CUDA_VISIBLE_DEVICES", "-1").unwrap().entries.is_empty());
+        assert!(
+            parse("CUDA_VISIBLE_DEVICES", "")
+                .unwrap()
+                .entries
+                .is_empty()
+        );
+        assert!(
+            parse("CUDA_VISIBLE_DEVICES", "-1")
+                .unwrap()
+                .entries
+                .is_empty()
+        );
         assert_eq!(
             parse("CUDA_VISIBLE_DEVICES", "1,-1,2").unwrap().entries,
             vec![Entry::Index(1)]

@@ -71,6 +71,44 @@ struct VendorView {
     missing: Vec<String>,
 }
 
+/// A device as a runtime counts it: an accelerator, or one tile of it.
+#[derive(Clone, Copy)]
+struct Unit<'a> {
+    acc: &'a Accelerator,
+    tile: Option<usize>,
+}
+
+impl Unit<'_> {
+    fn same(&self, other: &Unit) -> bool {
+        self.acc.pci.address == other.acc.pci.address && self.tile == other.tile
+    }
+
+    fn describe(&self) -> String {
+        match self.tile {
+            Some(t) => format!("{} tile {t}", self.acc.pci.address),
+            None => self.acc.pci.address.clone(),
+        }
+    }
+}
+
+/// The devices a runtime enumerates, in its order: PCI bus order; for
+/// Level Zero in FLAT hierarchy (its default) each tile is a device.
+fn units<'a>(facts: &Facts, vendor: Vendor, usable: &[&'a Accelerator]) -> Vec<Unit<'a>> {
+    let flat = vendor == Vendor::Intel
+        && !facts
+            .env("ZE_FLAT_DEVICE_HIERARCHY")
+            .is_some_and(|v| v.eq_ignore_ascii_case("COMPOSITE"));
+    let mut out = Vec::new();
+    for acc in usable {
+        if flat && acc.tiles > 1 {
+            out.extend((0..acc.tiles).map(|t| Unit { acc, tile: Some(t) }));
+        } else {
+            out.push(Unit { acc, tile: None });
+        }
+    }
+    out
+}
+
 /// Applies the vendor's masks in the order its runtime does; each indexes
 /// into what the previous one left. Problems name the entry and why.
 fn apply_masks(
@@ -79,7 +117,7 @@ fn apply_masks(
     usable: &[&Accelerator],
     problems: &mut Vec<String>,
 ) -> (usize, Vec<String>) {
-    let mut current: Vec<&Accelerator> = usable.to_vec();
+    let mut current = units(facts, vendor, usable);
     let mut applied = Vec::new();
     let mut hip_seen = false;
     for &var in visible::variables(vendor) {
@@ -95,46 +133,47 @@ fn apply_masks(
             continue;
         };
         applied.push(format!("{var}={value}"));
-        let mut next: Vec<&Accelerator> = Vec::new();
+        let mut next: Vec<Unit> = Vec::new();
         for entry in &mask.entries {
             let found = match entry {
                 Entry::Index(i) => current.get(*i).copied().ok_or_else(|| {
+                    let n = current.len();
                     format!(
-                        "{var}={value} names device {i}, but only {} {} device{} {} usable here{}",
-                        current.len(),
+                        "{var}={value} names device {i}, but only {n} {} device{} {} usable here{}",
                         vendor.name(),
-                        if current.len() == 1 { "" } else { "s" },
-                        if current.len() == 1 { "is" } else { "are" },
-                        if current.is_empty() {
+                        if n == 1 { "" } else { "s" },
+                        if n == 1 { "is" } else { "are" },
+                        if n == 0 {
                             String::new()
                         } else {
-                            format!(" (0-{})", current.len() - 1)
+                            format!(" (0-{})", n - 1)
                         }
                     )
                 }),
                 Entry::Uuid(u) => current
                     .iter()
                     .copied()
-                    .find(|a| a.uuid.as_deref().is_some_and(|id| id.starts_with(u.as_str())))
+                    .find(|d| {
+                        d.acc
+                            .uuid
+                            .as_deref()
+                            .is_some_and(|id| id.starts_with(u.as_str()))
+                    })
                     .ok_or_else(|| {
                         format!("{var}={value} names {u}, which is not a usable GPU on this node")
                     }),
                 // MIG instances and the like cannot be resolved from files:
                 // trust them rather than guess.
                 Entry::Opaque(_) => {
-                    next.clear();
-                    next.extend(current.iter().copied());
+                    next.clone_from(&current);
                     break;
                 }
             };
             match found {
-                Ok(a) if next.iter().any(|n| n.pci.address == a.pci.address) => {
-                    problems.push(format!(
-                        "{var}={value} names {} twice",
-                        a.pci.address
-                    ));
+                Ok(d) if next.iter().any(|n| n.same(&d)) => {
+                    problems.push(format!("{var}={value} names {} twice", d.describe()));
                 }
-                Ok(a) => next.push(a),
+                Ok(d) => next.push(d),
                 Err(p) => {
                     problems.push(p);
                     // CUDA stops at the first invalid entry.
@@ -208,10 +247,10 @@ impl Devices {
         let launch = facts.launch();
         if self.expect.is_none() {
             if let Some(local) = launch.local_world_size {
-                if local > usable.len() as u64 {
+                let count = units(facts, vendor, &usable).len();
+                if local > count as u64 {
                     problems.push(format!(
-                        "LOCAL_WORLD_SIZE={local} ranks on this node, but only {} usable {} devices",
-                        usable.len(),
+                        "LOCAL_WORLD_SIZE={local} ranks on this node, but only {count} usable {} devices",
                         vendor.name()
                     ));
                 }
@@ -288,7 +327,11 @@ impl Devices {
             problems_finding(&problems)
         };
         let finding = finding
-            .measured(if measured.is_empty() { "none".into() } else { measured })
+            .measured(if measured.is_empty() {
+                "none".into()
+            } else {
+                measured
+            })
             .var(
                 "missing",
                 if missing.is_empty() {
@@ -299,7 +342,11 @@ impl Devices {
             )
             .var(
                 "vendor",
-                vendors.iter().map(|v| v.name()).collect::<Vec<_>>().join(", "),
+                vendors
+                    .iter()
+                    .map(|v| v.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             )
             .var(
                 "visible",

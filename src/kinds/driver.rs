@@ -225,7 +225,12 @@ impl Driver {
             .map(|d| d.address.as_str())
             .collect();
         if self.fabric_manager && !nvswitches.is_empty() {
-            if !facts.processes().iter().any(|p| p == "nv-fabricmanager") {
+            // /proc/PID/comm keeps 15 characters: "nv-fabricmanage".
+            if !facts
+                .processes()
+                .iter()
+                .any(|p| "nv-fabricmanager".starts_with(p.as_str()) && p.len() >= 15)
+            {
                 out.problems.push(format!(
                     "{} NVSwitches on the bus but nv-fabricmanager is not running: CUDA fails with \"system not yet initialized\"",
                     nvswitches.len()
@@ -258,7 +263,11 @@ impl Driver {
             .filter(|d| !d.is_empty())
             .map(String::from)
             .collect::<Vec<_>>();
-        for dir in from_env.iter().map(String::as_str).chain(LIB_DIRS.iter().copied()) {
+        for dir in from_env
+            .iter()
+            .map(String::as_str)
+            .chain(LIB_DIRS.iter().copied())
+        {
             let path = format!("{}/libze_loader.so.1", dir.trim_end_matches('/'));
             if facts.host_path(&path).exists() {
                 return Some(path);
@@ -323,7 +332,11 @@ impl Driver {
             }
         }
         let version = out.version.clone().unwrap_or_else(|| "unknown".into());
-        let vendor_names = vendors.iter().map(|v| v.name()).collect::<Vec<_>>().join(", ");
+        let vendor_names = vendors
+            .iter()
+            .map(|v| v.name())
+            .collect::<Vec<_>>()
+            .join(", ");
         let finding = if out.problems.is_empty() {
             let mut message = format!("{vendor_names} driver {version}");
             if !out.notes.is_empty() {

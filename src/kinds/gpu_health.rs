@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, params_json, parse_params, problems_finding};
+use super::{
+    KindInfo, ParamDoc, Params, Probe, ProbeFuture, params_json, parse_params, problems_finding,
+};
 use crate::checklist::values::{Bytes, format_bytes};
 use crate::facts::gpu_status::GpuStatus;
 use crate::facts::visible::{self, Entry};
@@ -143,10 +145,11 @@ fn visible_gpus<'a>(facts: &Facts, gpus: &'a [GpuStatus]) -> Vec<&'a GpuStatus> 
     for entry in &mask.entries {
         let found = match entry {
             Entry::Index(i) => all.get(*i).copied(),
-            Entry::Uuid(u) => all
-                .iter()
-                .copied()
-                .find(|g| g.uuid.as_deref().is_some_and(|id| id.starts_with(u.as_str()))),
+            Entry::Uuid(u) => all.iter().copied().find(|g| {
+                g.uuid
+                    .as_deref()
+                    .is_some_and(|id| id.starts_with(u.as_str()))
+            }),
             Entry::Opaque(_) => return all,
         };
         match found {

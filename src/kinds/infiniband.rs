@@ -137,7 +137,9 @@ impl Params for Infiniband {
         }
         if let Some(l) = &self.link_layer {
             if l != "InfiniBand" && l != "Ethernet" {
-                return Err(format!("link_layer must be InfiniBand or Ethernet, found `{l}`"));
+                return Err(format!(
+                    "link_layer must be InfiniBand or Ethernet, found `{l}`"
+                ));
             }
         }
         Ok(())
@@ -155,9 +157,11 @@ impl Infiniband {
         }
         match facts.env("NCCL_IB_GID_INDEX") {
             None => Ok(None),
-            Some(v) => v.trim().parse().map(Some).map_err(|_| {
-                format!("NCCL_IB_GID_INDEX=`{v}` is not a GID index")
-            }),
+            Some(v) => v
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("NCCL_IB_GID_INDEX=`{v}` is not a GID index")),
         }
     }
 
@@ -166,11 +170,13 @@ impl Infiniband {
             return Ok(());
         };
         let want = memlock_want(want_text)?;
-        let path = "/proc/self/limits";
-        let text = std::fs::read_to_string(facts.host_path(path))
-            .map_err(|e| format!("cannot read {path}: {e}"))?;
-        let limit = limits::soft_limit(&text, "Max locked memory")
-            .map_err(|e| format!("{path}: {e}"))?;
+        let Some(limit) = limits::soft_limit_of(facts, "Max locked memory", "memlock")? else {
+            problems.push(
+                "locked memory limit not configured (no memlock line in /etc/security/limits.conf or limits.d): the default 8 MiB breaks RDMA registration"
+                    .into(),
+            );
+            return Ok(());
+        };
         let ok = match want {
             None => limit == Limit::Unlimited,
             Some(bytes) => limit.at_least(bytes),
@@ -234,7 +240,9 @@ impl Infiniband {
             if !f.exclude {
                 for spec in &f.specs {
                     let present = hcas.iter().any(|h| {
-                        h.ports.iter().any(|p| f.spec_matches(spec, &h.name, p.number))
+                        h.ports
+                            .iter()
+                            .any(|p| f.spec_matches(spec, &h.name, p.number))
                     });
                     if !present {
                         let what = match spec.port {
@@ -243,20 +251,28 @@ impl Infiniband {
                         };
                         problems.push(format!(
                             "NCCL_IB_HCA={value} names {what}, which is not present (present: {})",
-                            hcas.iter().map(|h| h.name.as_str()).collect::<Vec<_>>().join(", ")
+                            hcas.iter()
+                                .map(|h| h.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         ));
                     }
                 }
             }
         }
-        let selected: Vec<(&Hca, &Port)> = hcas
+        let all: Vec<(&Hca, &Port)> = hcas
             .iter()
             .flat_map(|h| h.ports.iter().map(move |p| (h, p)))
-            .filter(|(h, p)| {
-                filter
-                    .as_ref()
-                    .is_none_or(|(_, f)| f.selects(&h.name, p.number))
-            })
+            .collect();
+        let is_selected = |h: &Hca, p: &Port| {
+            filter
+                .as_ref()
+                .is_none_or(|(_, f)| f.selects(&h.name, p.number))
+        };
+        let selected: Vec<(&Hca, &Port)> = all
+            .iter()
+            .copied()
+            .filter(|(h, p)| is_selected(h, p))
             .collect();
         if let (Some((value, _)), true) = (&filter, selected.is_empty() && self.state) {
             problems.push(format!("NCCL_IB_HCA={value} selects no port on this node"));
@@ -264,21 +280,43 @@ impl Infiniband {
         let gid_index = self.gid_index(facts)?;
         let class_dir = facts.host_path("/sys/class/infiniband");
         let mut active = Vec::new();
-        for (hca, port) in &selected {
+        // A down port or a failing link is the node's problem whether or
+        // not this job's NCCL_IB_HCA selects it; only a port an operator
+        // disabled on purpose is left alone.
+        for (hca, port) in &all {
             let name = port_name(hca, port);
+            let chosen = is_selected(hca, port);
+            let aside = if chosen {
+                ""
+            } else {
+                ", not selected by NCCL_IB_HCA"
+            };
             let up = port.state == "ACTIVE" && port.phys_state == "LinkUp";
-            if up {
+            if up && chosen {
                 active.push(name.clone());
-            } else if self.state {
-                let bus = hca.pci.as_deref().map(|b| format!(" ({b})")).unwrap_or_default();
+            }
+            if !up && self.state && port.phys_state != "Disabled" {
+                let bus = hca
+                    .pci
+                    .as_deref()
+                    .map(|b| format!(" ({b}{aside})"))
+                    .unwrap_or_default();
                 problems.push(format!(
                     "{name}{bus}: state {}, phys_state {}",
                     or_unknown(&port.state),
                     or_unknown(&port.phys_state)
                 ));
             }
+            for (counter, max) in &self.max_counters {
+                if let Some(v) = port.counters.get(counter).filter(|v| *v > max) {
+                    problems.push(format!("{name}: {counter} is {v} (at most {max})"));
+                }
+            }
+            if !chosen {
+                continue;
+            }
             if let Some(min) = self.min_rate {
-                if port.rate.is_none_or(|r| r < min) {
+                if up && port.rate.is_none_or(|r| r < min) {
                     problems.push(format!(
                         "{name}: rate {}, expected at least {min} Gb/sec",
                         or_unknown(&port.rate_text)
@@ -307,11 +345,6 @@ impl Infiniband {
                         "{name}: GID index {index} has no type in gid_attrs/types"
                     )),
                     _ => {}
-                }
-            }
-            for (counter, max) in &self.max_counters {
-                if let Some(v) = port.counters.get(counter).filter(|v| *v > max) {
-                    problems.push(format!("{name}: {counter} is {v} (at most {max})"));
                 }
             }
         }

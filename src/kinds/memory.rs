@@ -166,10 +166,11 @@ impl Memory {
             }
         }
         if self.min_nofile.is_some() || self.nofile_per_rank.is_some() {
-            let text = std::fs::read_to_string(facts.host_path("/proc/self/limits"))
-                .map_err(|e| format!("cannot read /proc/self/limits: {e}"))?;
-            let limit = limits::soft_limit(&text, "Max open files")
-                .map_err(|e| format!("/proc/self/limits: {e}"))?;
+            let Some(limit) = limits::soft_limit_of(facts, "Max open files", "nofile")? else {
+                return Ok(Finding::skip(
+                    "no /proc/self/limits under --root and no nofile policy in /etc/security",
+                ));
+            };
             let world = facts.launch().world_size;
             let from_world = self.nofile_per_rank.zip(world).map(|(k, w)| k * w);
             let want = self.min_nofile.into_iter().chain(from_world).max();
@@ -179,7 +180,10 @@ impl Memory {
                 if !limit.at_least(want) {
                     let why = match (from_world, world) {
                         (Some(f), Some(w)) if f == want => {
-                            format!(" ({} per rank x WORLD_SIZE={w})", self.nofile_per_rank.unwrap_or(0))
+                            format!(
+                                " ({} per rank x WORLD_SIZE={w})",
+                                self.nofile_per_rank.unwrap_or(0)
+                            )
                         }
                         _ => String::new(),
                     };

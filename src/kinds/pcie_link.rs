@@ -11,8 +11,8 @@ use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params,
     problems_finding,
 };
-use crate::facts::pci::{PciDevice, format_speed};
 use crate::facts::Facts;
+use crate::facts::pci::{PciDevice, format_speed};
 use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
@@ -106,9 +106,10 @@ impl PcieLink {
                 .map_or("numa -".to_string(), |n| format!("numa {n}"));
             numa.push(format!("{what} {} {node}", d.address));
             let narrow = matches!((l.current_width, l.max_width), (Some(c), Some(m)) if c < m);
-            let slow = self.speed
-                && matches!((l.current_speed, l.max_speed), (Some(c), Some(m)) if c < m);
-            let down = l.current_width == Some(0) || (l.max_speed.is_some() && l.current_speed.is_none());
+            let slow =
+                self.speed && matches!((l.current_speed, l.max_speed), (Some(c), Some(m)) if c < m);
+            let down =
+                l.current_width == Some(0) || (l.max_speed.is_some() && l.current_speed.is_none());
             if narrow || slow || down {
                 problems.push(format!(
                     "{} ({what}, {node}): link {}, capable of {}",

@@ -197,7 +197,9 @@ impl TimeSync {
                     }
                 }
             }
-            None => notes.push("kernel clock state unknown (no adjtimex, timedatectl or timesyncd flag)".into()),
+            None => notes.push(
+                "kernel clock state unknown (no adjtimex, timedatectl or timesyncd flag)".into(),
+            ),
         }
         let daemons = if running.is_empty() {
             "none".to_string()
@@ -222,11 +224,9 @@ impl Probe for TimeSync {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         Box::pin(async move {
             match self.clock_state(&facts).await {
-                Ok(state) => {
-                    tokio::task::spawn_blocking(move || self.judge(&facts, state))
-                        .await
-                        .unwrap_or_else(|e| Finding::error(format!("probe crashed: {e}")))
-                }
+                Ok(state) => tokio::task::spawn_blocking(move || self.judge(&facts, state))
+                    .await
+                    .unwrap_or_else(|e| Finding::error(format!("probe crashed: {e}"))),
                 Err(e) => Finding::error(e),
             }
         })
