@@ -96,7 +96,7 @@ pub fn scan(class_dir: &Path) -> Vec<Hca> {
             }
         })
         .collect();
-    hcas.sort_by(|a, b| natural_key(&a.name).cmp(&natural_key(&b.name)));
+    hcas.sort_by_key(|h| natural_key(&h.name));
     hcas
 }
 

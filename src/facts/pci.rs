@@ -41,6 +41,8 @@ pub struct Link {
     pub max_speed: Option<f64>,
     pub current_width: Option<u32>,
     pub max_width: Option<u32>,
+    /// Link attributes that exist but do not parse, as `name: `text``.
+    pub malformed: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -131,13 +133,32 @@ pub fn format_speed(gts: f64) -> String {
 }
 
 fn read_link(dir: &Path) -> Link {
-    let width = |name: &str| read_trimmed(&dir.join(name)).and_then(|t| t.parse().ok());
-    let speed = |name: &str| read_trimmed(&dir.join(name)).and_then(|t| parse_speed(&t));
+    let mut malformed = Vec::new();
+    let mut width = |name: &str| {
+        let text = read_trimmed(&dir.join(name))?;
+        let parsed = text.parse().ok();
+        if parsed.is_none() {
+            malformed.push(format!("{name}: `{text}`"));
+        }
+        parsed
+    };
+    let current_width = width("current_link_width");
+    let max_width = width("max_link_width");
+    let mut speed = |name: &str| {
+        let text = read_trimmed(&dir.join(name))?;
+        let parsed = parse_speed(&text);
+        // "Unknown" is the kernel's own word for a link it cannot read.
+        if parsed.is_none() && !text.starts_with("Unknown") {
+            malformed.push(format!("{name}: `{text}`"));
+        }
+        parsed
+    };
     Link {
         current_speed: speed("current_link_speed"),
         max_speed: speed("max_link_speed"),
-        current_width: width("current_link_width"),
-        max_width: width("max_link_width"),
+        current_width,
+        max_width,
+        malformed,
     }
 }
 

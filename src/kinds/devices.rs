@@ -213,6 +213,7 @@ impl Devices {
                 ));
             }
         }
+        let first_problem = problems.len();
         let mut missing = Vec::new();
         for a in &accs {
             if let Some(why) = a.driver_problem() {
@@ -237,6 +238,21 @@ impl Devices {
             if !facts.host_path(shared).exists() {
                 problems.push(format!("{shared} does not exist"));
             }
+        }
+        let in_driver = accs.iter().filter(|a| a.in_driver).count();
+        if !missing.is_empty() {
+            let with_nodes = accs
+                .iter()
+                .filter(|a| a.in_driver && !missing.contains(&a.pci.address))
+                .count();
+            problems.insert(
+                first_problem,
+                format!(
+                    "{}: {} on PCI, {in_driver} in the driver, {with_nodes} with device nodes",
+                    vendor.name(),
+                    accs.len()
+                ),
+            );
         }
         let usable: Vec<&Accelerator> = accs
             .iter()

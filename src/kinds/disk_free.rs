@@ -70,7 +70,7 @@ impl DiskFree {
             };
             match nix::sys::statvfs::statvfs(&at) {
                 Ok(st) => {
-                    let free = st.blocks_available() as u64 * st.fragment_size() as u64;
+                    let free = st.blocks_available() * st.fragment_size();
                     frees.push(format!("{path} {}", format_bytes(free)));
                     notes.push(format!("{path}: {} free", format_bytes(free)));
                     if free < self.min_free.0 {

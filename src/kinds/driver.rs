@@ -338,7 +338,10 @@ impl Driver {
             .collect::<Vec<_>>()
             .join(", ");
         let finding = if out.problems.is_empty() {
-            let mut message = format!("{vendor_names} driver {version}");
+            let mut message = match &out.version {
+                Some(v) => format!("{vendor_names} driver {v}"),
+                None => format!("{vendor_names} driver (no version published)"),
+            };
             if !out.notes.is_empty() {
                 message.push_str(&format!(": {}", out.notes.join(", ")));
             }

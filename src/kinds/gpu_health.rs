@@ -271,7 +271,7 @@ impl GpuHealth {
             .filter(|a| a.vendor == Vendor::Nvidia)
             .map(|a| a.pci.address.as_str())
             .collect();
-        if gpus.is_empty() && self.nvidia_smi_xml.is_none() {
+        if gpus.is_empty() {
             return Finding::skip("no NVIDIA GPU present");
         }
         let mut problems = Vec::new();
@@ -340,7 +340,7 @@ impl Probe for GpuHealth {
                 .accelerators()
                 .iter()
                 .any(|a| a.vendor == Vendor::Nvidia);
-            let report = if self.needs_report() && (nvidia || self.nvidia_smi_xml.is_some()) {
+            let report = if self.needs_report() && nvidia {
                 facts.gpu_report(self.nvidia_smi_xml.as_deref()).await
             } else {
                 None

@@ -102,7 +102,7 @@ pub fn shm_size(facts: &Facts, mem_total: Option<u64>) -> Result<u64, String> {
     if facts.is_live() {
         let st = nix::sys::statvfs::statvfs("/dev/shm")
             .map_err(|e| format!("cannot statvfs /dev/shm: {e}"))?;
-        return Ok(st.blocks() as u64 * st.fragment_size() as u64);
+        return Ok(st.blocks() * st.fragment_size());
     }
     let mounts = std::fs::read_to_string(facts.host_path("/proc/mounts"))
         .map_err(|e| format!("cannot read /proc/mounts: {e}"))?;

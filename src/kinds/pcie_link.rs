@@ -78,7 +78,11 @@ impl PcieLink {
         facts
             .pci_devices()
             .iter()
-            .filter(|d| d.link.max_width.is_some() || d.link.max_speed.is_some())
+            .filter(|d| {
+                d.link.max_width.is_some()
+                    || d.link.max_speed.is_some()
+                    || !d.link.malformed.is_empty()
+            })
             .filter_map(|d| {
                 if d.accelerator_vendor().is_some() {
                     self.gpus.then_some(("GPU", d))
@@ -95,6 +99,21 @@ impl PcieLink {
         let devices = self.devices(facts);
         if devices.is_empty() {
             return Finding::skip("no GPU or NIC with PCIe link attributes in sysfs");
+        }
+        let malformed: Vec<String> = devices
+            .iter()
+            .flat_map(|(_, d)| {
+                d.link
+                    .malformed
+                    .iter()
+                    .map(move |m| format!("/sys/bus/pci/devices/{}/{m}", d.address))
+            })
+            .collect();
+        if !malformed.is_empty() {
+            return Finding::error(format!(
+                "unreadable link attributes: {}",
+                malformed.join("; ")
+            ));
         }
         let mut problems = Vec::new();
         let mut degraded = Vec::new();
