@@ -294,7 +294,7 @@ fn broken_h100_reports_every_fault_by_device() {
     // 10. ECC and remap on 0000:ba:00.0.
     assert_eq!(
         r.message("ecc"),
-        "0000:ba:00.0: 1 uncorrectable ECC error since the driver loaded (at most 0); 0000:ba:00.0: a row remap is pending: reset the GPU"
+        "0000:ba:00.0: 1 uncorrectable ECC error (at most 0); 0000:ba:00.0: a row remap is pending: reset the GPU"
     );
     // 2 and 10. Xid 79, 48, 63.
     assert_eq!(
@@ -444,7 +444,7 @@ fn intel_max_counts_tiles_and_finds_level_zero() {
         "Intel driver (no version published): i915 bound, Level Zero loader in /usr/lib/x86_64-linux-gnu/libze_loader.so.1"
     );
     assert_eq!(r.status("ecc"), "skip");
-    assert_eq!(r.message("ecc"), "no NVIDIA GPU present");
+    assert_eq!(r.message("ecc"), "no NVIDIA or AMD GPU present");
     assert_eq!(r.status("pcie"), "pass");
     // FLAT hierarchy: 8 tiles are 8 devices.
     let r = run_env("intel-max-xpu", ALL_KINDS, &[("ZE_AFFINITY_MASK", "0,8")]);
@@ -480,6 +480,13 @@ fn amd_mi300x_counts_accelerator_class_gpus() {
     assert_eq!(r.status("pcie"), "pass");
     assert_eq!(r.measured("pcie"), "0 of 9 degraded");
     assert_eq!(r.status("ib"), "skip");
+    // Health from amdgpu's files: RAS counts and VRAM in use.
+    assert_eq!(r.message("ecc"), "8 GPUs from amdgpu sysfs");
+    assert_eq!(r.message("balance"), "8 GPUs from amdgpu sysfs");
+    assert_eq!(
+        r.message("persistence"),
+        "persistence mode, row remaps and Xid errors are NVIDIA's; nothing to check on AMD GPUs"
+    );
     let r = run_env(
         "amd-mi300x",
         ALL_KINDS,
@@ -501,6 +508,52 @@ fn amd_mi300x_counts_accelerator_class_gpus() {
         r.message("devices"),
         "AMD: 8 on PCI, 8 usable (driver and device nodes), 4 visible"
     );
+}
+
+/// A two-GPU AMD node built in a temporary root: one GPU with RAS
+/// uncorrectable errors, the other's VRAM mostly in use.
+#[test]
+fn amd_health_from_amdgpu_files_names_the_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("sys/bus/pci/drivers/amdgpu")).unwrap();
+    let gpus = [
+        ("0000:05:00.0", "ue: 2\nce: 17\n", "1073741824"),
+        ("0000:26:00.0", "ue: 0\nce: 0\n", "103079215104"),
+    ];
+    for (bus, ras, used) in gpus {
+        let d = root.join("sys/bus/pci/devices").join(bus);
+        std::fs::create_dir_all(d.join("ras")).unwrap();
+        std::fs::write(d.join("vendor"), "0x1002\n").unwrap();
+        std::fs::write(d.join("class"), "0x120000\n").unwrap();
+        std::fs::write(d.join("mem_info_vram_total"), "206141652992\n").unwrap();
+        std::fs::write(d.join("mem_info_vram_used"), format!("{used}\n")).unwrap();
+        std::fs::write(d.join("ras/umc_err_count"), ras).unwrap();
+        std::os::unix::fs::symlink("../../drivers/amdgpu", d.join("driver")).unwrap();
+    }
+    let checklist = root.join("c.yaml");
+    std::fs::write(
+        &checklist,
+        "checks:\n  - {id: h, kind: gpu_health, max_uncorrectable_ecc: 0, min_free_ratio: 0.9}\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .env_clear()
+        .args(["check", "--no-shipped", "--format", "json", "--checks"])
+        .arg(&checklist)
+        .arg("--root")
+        .arg(root)
+        .output()
+        .unwrap();
+    let r = Run {
+        report: serde_json::from_slice(&out.stdout).unwrap(),
+        code: out.status.code().unwrap(),
+    };
+    assert_eq!(
+        r.message("h"),
+        "0000:05:00.0: 2 uncorrectable ECC errors (at most 0); free memory is unbalanced: 0000:26:00.0 has 96 GiB free against 191 GiB on 0000:05:00.0 (below 90% of it); SGLang refuses to start (\"The memory capacity is unbalanced. Some GPUs may be occupied by other processes.\")"
+    );
+    assert_eq!(r.code, 1);
 }
 
 // ---------------------------------------------------------------- (e)
@@ -571,7 +624,7 @@ fn cpu_node_skips_hardware_with_reasons() {
     assert_eq!(r.message("driver"), "no accelerator present");
     for id in ["ecc", "xid", "persistence", "in_use", "balance"] {
         assert_eq!(r.status(id), "skip");
-        assert_eq!(r.message(id), "no NVIDIA GPU present");
+        assert_eq!(r.message(id), "no NVIDIA or AMD GPU present");
     }
     for id in ["ib", "ib_counters", "memlock"] {
         assert_eq!(r.status(id), "skip");

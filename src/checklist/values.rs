@@ -157,11 +157,15 @@ pub fn format_bytes(bytes: u64) -> String {
         value /= 1024.0;
         unit += 1;
     }
-    if unit == 0 || value.fract() < 0.05 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
+    if unit == 0 {
+        return format!("{value:.0} {}", UNITS[unit]);
     }
+    let text = format!("{value:.1}");
+    format!(
+        "{} {}",
+        text.strip_suffix(".0").unwrap_or(&text),
+        UNITS[unit]
+    )
 }
 
 impl fmt::Display for Bytes {

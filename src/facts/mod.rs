@@ -2,6 +2,7 @@
 //! run and only when a check asks for them.
 
 pub mod accel;
+pub mod amdgpu;
 pub mod cgroup;
 pub mod gpu_status;
 pub mod infiniband;
@@ -174,11 +175,16 @@ impl Facts {
     /// (a fixture tree without a recording).
     pub async fn gpu_report(&self, recorded: Option<&Path>) -> Option<Result<GpuReport, String>> {
         if let Some(path) = recorded {
-            let shown = path.display().to_string();
-            return Some(
-                std::fs::read_to_string(path)
+            let path = path.to_path_buf();
+            let read = tokio::task::spawn_blocking(move || {
+                let shown = path.display().to_string();
+                std::fs::read_to_string(&path)
                     .map_err(|e| format!("cannot read {shown}: {e}"))
-                    .and_then(|text| gpu_status::parse_xml(&shown, &text)),
+                    .and_then(|text| gpu_status::parse_xml(&shown, &text))
+            });
+            return Some(
+                read.await
+                    .unwrap_or_else(|e| Err(format!("reading the recording crashed: {e}"))),
             );
         }
         if self.is_live() {

@@ -62,3 +62,17 @@ pub fn report() -> Result<GpuReport, String> {
         gpus,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    /// Without the NVIDIA driver (this project's machines), NVML is an
+    /// error value with a reason, not a panic or an abort.
+    #[test]
+    fn absent_nvml_is_an_error_value() {
+        if std::path::Path::new("/proc/driver/nvidia").exists() {
+            return;
+        }
+        let e = super::report().unwrap_err();
+        assert!(e.starts_with("NVML is not available"), "{e}");
+    }
+}

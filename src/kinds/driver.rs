@@ -363,11 +363,7 @@ impl Driver {
 impl Probe for Driver {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         Box::pin(async move {
-            let nvidia_present = facts
-                .accelerators()
-                .iter()
-                .any(|a| a.vendor == Vendor::Nvidia);
-            let report = if nvidia_present {
+            let report = if super::nvidia_present(&facts).await {
                 facts.gpu_report(self.nvidia_smi_xml.as_deref()).await
             } else {
                 None

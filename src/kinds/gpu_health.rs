@@ -10,19 +10,26 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    KindInfo, ParamDoc, Params, Probe, ProbeFuture, params_json, parse_params, problems_finding,
+    KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, params_json, parse_params,
+    problems_finding,
 };
 use crate::checklist::values::{Bytes, format_bytes};
 use crate::facts::gpu_status::GpuStatus;
 use crate::facts::visible::{self, Entry};
-use crate::facts::{Facts, GpuReport, Vendor, kmsg};
+use crate::facts::{Facts, GpuReport, Vendor, amdgpu, kmsg};
 use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "gpu_health",
     area: "accelerators",
-    summary: "NVIDIA GPUs: persistence mode, uncorrectable ECC errors, pending row remaps, Xid errors in the kernel log, memory used by other processes, free memory balanced across GPUs.",
+    summary: "NVIDIA and AMD GPUs: persistence mode, uncorrectable ECC errors, pending row remaps, Xid errors in the kernel log, memory used by other processes, free memory balanced across GPUs.",
     params: &[
+        ParamDoc {
+            name: "vendor",
+            ty: "nvidia|amd",
+            default: Some("(NVIDIA if present, else AMD)"),
+            doc: "Whose GPUs to read: NVIDIA through NVML or nvidia-smi, AMD through amdgpu's sysfs files (memory, RAS counts; no persistence, remaps or Xids).",
+        },
         ParamDoc {
             name: "persistence",
             ty: "bool",
@@ -89,6 +96,8 @@ fn default_ignored() -> Vec<u32> {
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuHealth {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    vendor: Option<VendorParam>,
     #[serde(default)]
     persistence: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -111,6 +120,11 @@ pub struct GpuHealth {
 
 impl Params for GpuHealth {
     fn validate(&self) -> Result<(), String> {
+        if matches!(self.vendor, Some(VendorParam::Intel | VendorParam::Habana)) {
+            return Err(
+                "gpu_health reads NVIDIA and AMD GPUs: vendor must be nvidia or amd".into(),
+            );
+        }
         if let Some(r) = self.min_free_ratio {
             if !(r > 0.0 && r <= 1.0) {
                 return Err(format!("min_free_ratio must be in (0, 1], found {r}"));
@@ -129,38 +143,81 @@ impl Params for GpuHealth {
     }
 }
 
-/// The GPUs a job on this node will use: CUDA_VISIBLE_DEVICES applied to
-/// the driver's GPUs in bus order (nvidia-smi's and CUDA's order on every
-/// homogeneous node). Entries that do not resolve are the `devices`
-/// check's business; here they leave the whole list.
-fn visible_gpus<'a>(facts: &Facts, gpus: &'a [GpuStatus]) -> Vec<&'a GpuStatus> {
-    let all: Vec<&GpuStatus> = gpus.iter().collect();
-    let Some(mask) = facts
-        .env("CUDA_VISIBLE_DEVICES")
-        .and_then(|v| visible::parse("CUDA_VISIBLE_DEVICES", v))
-    else {
-        return all;
-    };
-    let mut chosen = Vec::new();
-    for entry in &mask.entries {
-        let found = match entry {
-            Entry::Index(i) => all.get(*i).copied(),
-            Entry::Uuid(u) => all.iter().copied().find(|g| {
-                g.uuid
-                    .as_deref()
-                    .is_some_and(|id| id.starts_with(u.as_str()))
-            }),
-            Entry::Opaque(_) => return all,
-        };
-        match found {
-            Some(g) => chosen.push(g),
-            None => return all,
+/// The GPUs a job on this node will use: the vendor's masks applied in
+/// its runtime's order to the driver's GPUs in bus order (nvidia-smi's and
+/// CUDA's order on every homogeneous node). Entries that do not resolve
+/// are the `devices` check's business; here they leave the list as it was.
+fn visible_gpus<'a>(facts: &Facts, vendor: Vendor, gpus: &'a [GpuStatus]) -> Vec<&'a GpuStatus> {
+    let mut current: Vec<&GpuStatus> = gpus.iter().collect();
+    let mut hip_seen = false;
+    for &var in visible::variables(vendor) {
+        if var == "CUDA_VISIBLE_DEVICES" && hip_seen {
+            continue;
         }
+        let Some(mask) = facts.env(var).and_then(|v| visible::parse(var, v)) else {
+            continue;
+        };
+        hip_seen |= var == "HIP_VISIBLE_DEVICES";
+        let mut chosen = Vec::new();
+        for entry in &mask.entries {
+            let found = match entry {
+                Entry::Index(i) => current.get(*i).copied(),
+                Entry::Uuid(u) => current.iter().copied().find(|g| {
+                    g.uuid
+                        .as_deref()
+                        .is_some_and(|id| id.starts_with(u.as_str()))
+                }),
+                Entry::Opaque(_) => None,
+            };
+            match found {
+                Some(g) => chosen.push(g),
+                None => {
+                    chosen.clone_from(&current);
+                    break;
+                }
+            }
+        }
+        current = chosen;
     }
-    chosen
+    current
+}
+
+/// The GPUs whose health this kind reads: NVIDIA (NVML, nvidia-smi) or
+/// AMD (amdgpu's sysfs files).
+fn health_vendor(facts: &Facts, wanted: Option<VendorParam>) -> Result<Vendor, String> {
+    let present = |v: Vendor| facts.accelerators().iter().any(|a| a.vendor == v);
+    match wanted.map(VendorParam::vendor) {
+        Some(v @ (Vendor::Nvidia | Vendor::Amd)) if present(v) => Ok(v),
+        Some(v) => Err(format!("no {} GPU present", v.name())),
+        None if present(Vendor::Nvidia) => Ok(Vendor::Nvidia),
+        None if present(Vendor::Amd) => Ok(Vendor::Amd),
+        None => Err("no NVIDIA or AMD GPU present".into()),
+    }
+}
+
+fn amd_report(facts: &Facts) -> Result<GpuReport, String> {
+    let gpus: Vec<(String, std::path::PathBuf)> = facts
+        .accelerators()
+        .iter()
+        .filter(|a| a.vendor == Vendor::Amd && a.in_driver)
+        .map(|a| {
+            (
+                a.pci.address.clone(),
+                facts.host_path(format!("/sys/bus/pci/devices/{}", a.pci.address)),
+            )
+        })
+        .collect();
+    amdgpu::report(&gpus)
 }
 
 impl GpuHealth {
+    /// Only NVIDIA concepts asked for: nothing applies to AMD.
+    fn nvidia_only(&self) -> bool {
+        self.max_uncorrectable_ecc.is_none()
+            && self.max_used.is_none()
+            && self.min_free_ratio.is_none()
+    }
+
     fn needs_report(&self) -> bool {
         self.persistence
             || self.max_uncorrectable_ecc.is_some()
@@ -169,7 +226,13 @@ impl GpuHealth {
             || self.min_free_ratio.is_some()
     }
 
-    fn report_checks(&self, facts: &Facts, report: &GpuReport, problems: &mut Vec<String>) {
+    fn report_checks(
+        &self,
+        facts: &Facts,
+        vendor: Vendor,
+        report: &GpuReport,
+        problems: &mut Vec<String>,
+    ) {
         for g in &report.gpus {
             let bus = &g.bus_id;
             if self.persistence && g.persistence == Some(false) {
@@ -178,7 +241,7 @@ impl GpuHealth {
             if let (Some(max), Some(n)) = (self.max_uncorrectable_ecc, g.ecc_uncorrectable) {
                 if n > max {
                     problems.push(format!(
-                        "{bus}: {n} uncorrectable ECC error{} since the driver loaded (at most {max})",
+                        "{bus}: {n} uncorrectable ECC error{} (at most {max})",
                         if n == 1 { "" } else { "s" }
                     ));
                 }
@@ -221,7 +284,7 @@ impl GpuHealth {
             }
         }
         if let Some(ratio) = self.min_free_ratio {
-            let visible = visible_gpus(facts, &report.gpus);
+            let visible = visible_gpus(facts, vendor, &report.gpus);
             let with_free: Vec<(&GpuStatus, u64)> = visible
                 .iter()
                 .filter_map(|g| g.free_bytes.map(|f| (*g, f)))
@@ -264,15 +327,26 @@ impl GpuHealth {
             .map_err(|e| format!("cannot read /dev/kmsg: {e} (run as root, or set kernel_log)"))
     }
 
-    fn check(&self, facts: &Facts, report: Option<Result<GpuReport, String>>) -> Finding {
+    fn check(
+        &self,
+        facts: &Facts,
+        vendor: Result<Vendor, String>,
+        report: Option<Result<GpuReport, String>>,
+    ) -> Finding {
+        let vendor = match vendor {
+            Ok(v) => v,
+            Err(reason) => return Finding::skip(reason),
+        };
         let gpus: Vec<&str> = facts
             .accelerators()
             .iter()
-            .filter(|a| a.vendor == Vendor::Nvidia)
+            .filter(|a| a.vendor == vendor)
             .map(|a| a.pci.address.as_str())
             .collect();
-        if gpus.is_empty() {
-            return Finding::skip("no NVIDIA GPU present");
+        if vendor == Vendor::Amd && self.nvidia_only() {
+            return Finding::skip(
+                "persistence mode, row remaps and Xid errors are NVIDIA's; nothing to check on AMD GPUs",
+            );
         }
         let mut problems = Vec::new();
         let mut notes = Vec::new();
@@ -280,7 +354,7 @@ impl GpuHealth {
         if self.needs_report() {
             match report {
                 Some(Ok(r)) => {
-                    self.report_checks(facts, &r, &mut problems);
+                    self.report_checks(facts, vendor, &r, &mut problems);
                     notes.push(format!("{} GPUs from {}", r.gpus.len(), r.source));
                     source = Some(r.source);
                 }
@@ -293,7 +367,7 @@ impl GpuHealth {
                 None => notes.push("no GPU data under --root".into()),
             }
         }
-        if self.xid {
+        if self.xid && vendor == Vendor::Nvidia {
             match self.kernel_log(facts) {
                 Ok(Some(text)) => {
                     let xids: Vec<kmsg::Xid> = kmsg::parse(&text)
@@ -336,16 +410,25 @@ impl GpuHealth {
 impl Probe for GpuHealth {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         Box::pin(async move {
-            let nvidia = facts
-                .accelerators()
-                .iter()
-                .any(|a| a.vendor == Vendor::Nvidia);
-            let report = if self.needs_report() && nvidia {
-                facts.gpu_report(self.nvidia_smi_xml.as_deref()).await
-            } else {
-                None
+            let (f, wanted) = (Arc::clone(&facts), self.vendor);
+            let vendor = tokio::task::spawn_blocking(move || health_vendor(&f, wanted))
+                .await
+                .unwrap_or_else(|e| Err(format!("probe crashed: {e}")));
+            let report = match vendor {
+                Ok(Vendor::Nvidia) if self.needs_report() => {
+                    facts.gpu_report(self.nvidia_smi_xml.as_deref()).await
+                }
+                Ok(Vendor::Amd) if self.needs_report() => {
+                    let f = Arc::clone(&facts);
+                    Some(
+                        tokio::task::spawn_blocking(move || amd_report(&f))
+                            .await
+                            .unwrap_or_else(|e| Err(format!("probe crashed: {e}"))),
+                    )
+                }
+                _ => None,
             };
-            tokio::task::spawn_blocking(move || self.check(&facts, report))
+            tokio::task::spawn_blocking(move || self.check(&facts, vendor, report))
                 .await
                 .unwrap_or_else(|e| Finding::error(format!("probe crashed: {e}")))
         })

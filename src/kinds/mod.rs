@@ -226,6 +226,20 @@ pub fn vendors_to_check(
     }
 }
 
+/// Whether an NVIDIA GPU is on the PCI bus, scanned off the async workers
+/// (the first scan reads sysfs).
+pub async fn nvidia_present(facts: &Arc<Facts>) -> bool {
+    let facts = Arc::clone(facts);
+    tokio::task::spawn_blocking(move || {
+        facts
+            .accelerators()
+            .iter()
+            .any(|a| a.vendor == crate::facts::Vendor::Nvidia)
+    })
+    .await
+    .unwrap_or(false)
+}
+
 /// Reports several problems as one finding: each names its device.
 pub fn problems_finding(problems: &[String]) -> Finding {
     Finding::fail(problems.join("; "))
