@@ -815,3 +815,165 @@ fn real_machine_without_hardware_skips_hardware_checks() {
     assert_eq!(driver["message"], "no NVIDIA GPU present");
     assert_eq!(out.status.code(), Some(0));
 }
+
+// ---------------------------------------------------------------- limits, clocks, cgroups
+
+#[test]
+fn memory_limits_against_world_size_hugepages_and_disk() {
+    let checklist = r#"
+checks:
+  - {id: nofile, kind: memory, nofile_per_rank: 4}
+  - {id: huge, kind: memory, min_hugepages: 1024}
+  - {id: disk, kind: disk_free, paths: [/tmp], min_free: 1024T}
+"#;
+    let r = run_env("h100-ib-healthy", checklist, &[("WORLD_SIZE", "1000000")]);
+    assert_eq!(
+        r.message("nofile"),
+        "open files limited to 1048576 (ulimit -n), expected at least 4000000 (4 per rank x WORLD_SIZE=1000000)"
+    );
+    assert_eq!(
+        r.message("huge"),
+        "0 free hugepages, expected at least 1024"
+    );
+    assert_eq!(r.status("disk"), "fail");
+    let disk = r.message("disk");
+    assert!(disk.starts_with("/tmp: "), "{disk}");
+    assert!(
+        disk.ends_with(" free, expected at least 1024 TiB"),
+        "{disk}"
+    );
+    let r = run_env("h100-ib-healthy", checklist, &[("WORLD_SIZE", "64")]);
+    assert_eq!(r.status("nofile"), "pass");
+    assert_eq!(r.message("nofile"), "ulimit -n 1048576");
+}
+
+#[test]
+fn time_sync_from_a_recorded_adjtimex() {
+    let dir = tempfile::tempdir().unwrap();
+    let unsynced = dir.path().join("adjtimex.txt");
+    std::fs::write(
+        &unsynced,
+        "         mode: 0\n       offset: 0\n    frequency: 0\n     maxerror: 16000000\n     esterror: 16000000\n       status: 64\n",
+    )
+    .unwrap();
+    let synced = dir.path().join("synced.txt");
+    std::fs::write(
+        &synced,
+        "     maxerror: 2500\n     esterror: 120\n       status: 8193\n",
+    )
+    .unwrap();
+    let checklist = format!(
+        "checks:\n  - {{id: bad, kind: time_sync, max_error: 500ms, clock_state: \"{}\"}}\n  - {{id: good, kind: time_sync, max_error: 500ms, clock_state: \"{}\"}}\n",
+        unsynced.display(),
+        synced.display()
+    );
+    let r = run("cpu-node", &checklist);
+    assert_eq!(
+        r.message("bad"),
+        format!(
+            "the kernel clock is not synchronised (STA_UNSYNC set, from {}); the kernel's maximum clock error is 16s (estimated 16s), expected at most 500ms",
+            unsynced.display()
+        )
+    );
+    assert_eq!(r.measured("bad"), "unsynchronised");
+    assert_eq!(
+        r.message("good"),
+        format!(
+            "systemd-timesyn running; clock synchronised ({})",
+            synced.display()
+        )
+    );
+    // No daemon on the broken node's tree? It runs chronyd: pass. A tree
+    // without any daemon fails naming the daemons looked for.
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(empty.path().join("proc/1")).unwrap();
+    std::fs::write(empty.path().join("proc/1/comm"), "systemd\n").unwrap();
+    let file = empty.path().join("c.yaml");
+    std::fs::write(&file, "checks:\n  - {id: t, kind: time_sync}\n").unwrap();
+    let out = Command::new(BIN)
+        .env_clear()
+        .args(["check", "--no-shipped", "--format", "json", "--checks"])
+        .arg(&file)
+        .arg("--root")
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    let r = Run {
+        report: serde_json::from_slice(&out.stdout).unwrap(),
+        code: out.status.code().unwrap(),
+    };
+    assert_eq!(
+        r.message("t"),
+        "no time daemon is running (chronyd, ntpd, systemd-timesyncd, ptp4l)"
+    );
+    assert_eq!(r.code, 1);
+}
+
+#[test]
+fn cgroup_v2_quota_and_memory_limit_along_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let write = |rel: &str, text: &str| {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write("proc/self/cgroup", "0::/slurm/uid_1000/job_42\n");
+    write("sys/devices/system/cpu/online", "0-63\n");
+    // The job's own cgroup is unlimited; its parent carries the quota.
+    write(
+        "sys/fs/cgroup/slurm/uid_1000/job_42/cpu.max",
+        "max 100000\n",
+    );
+    write("sys/fs/cgroup/slurm/uid_1000/job_42/memory.max", "max\n");
+    write("sys/fs/cgroup/slurm/uid_1000/cpu.max", "200000 100000\n");
+    write("sys/fs/cgroup/slurm/uid_1000/memory.max", "8589934592\n");
+    let file = root.join("c.yaml");
+    std::fs::write(
+        &file,
+        "checks:\n  - {id: c, kind: cpu, min_cpus: 64, cpus_per_rank: 1, min_cgroup_memory: 16GiB}\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("LOCAL_WORLD_SIZE", "4")
+        .args(["check", "--no-shipped", "--format", "json", "--checks"])
+        .arg(&file)
+        .arg("--root")
+        .arg(root)
+        .output()
+        .unwrap();
+    let r = Run {
+        report: serde_json::from_slice(&out.stdout).unwrap(),
+        code: out.status.code().unwrap(),
+    };
+    assert_eq!(
+        r.message("c"),
+        "the cgroup CPU quota is 2.0 CPUs, expected at least 4.0 (1 per rank x 4 local ranks); the cgroup memory limit is 8 GiB, expected at least 16 GiB"
+    );
+}
+
+#[test]
+fn fabric_registration_incomplete_names_the_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let xml = std::fs::read_to_string(fixture("h100-ib-healthy").join("nvidia-smi-q.xml")).unwrap();
+    // The third GPU's fabric state: registration still in progress.
+    let mut parts: Vec<&str> = xml.split("<state>Completed</state>").collect();
+    assert!(parts.len() > 3, "fixture has fabric states");
+    let tail = parts.split_off(3).join("<state>Completed</state>");
+    let xml = format!(
+        "{}<state>In Progress</state>{tail}",
+        parts.join("<state>Completed</state>")
+    );
+    let path = dir.path().join("smi.xml");
+    std::fs::write(&path, xml).unwrap();
+    let checklist = format!(
+        "checks:\n  - {{id: d, kind: driver, nvidia_smi_xml: \"{}\"}}\n",
+        path.display()
+    );
+    let r = run("h100-ib-healthy", &checklist);
+    assert_eq!(
+        r.message("d"),
+        "0000:3a:00.0: fabric registration In Progress (Success)"
+    );
+}
