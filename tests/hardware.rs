@@ -977,3 +977,99 @@ fn fabric_registration_incomplete_names_the_gpu() {
         "0000:3a:00.0: fabric registration In Progress (Success)"
     );
 }
+
+/// Two Intel GPU Max cards in a temporary root: one on i915 (tiles as
+/// drm/cardN/gt/gtM), one on xe (tiles as tileM), no Level Zero loader and
+/// one render node missing from /dev.
+#[test]
+fn intel_driver_split_tiles_and_missing_loader() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mk = |rel: &str| std::fs::create_dir_all(root.join(rel)).unwrap();
+    let write = |rel: &str, text: &str| std::fs::write(root.join(rel), text).unwrap();
+    mk("sys/bus/pci/drivers/i915");
+    mk("sys/bus/pci/drivers/xe");
+    mk("dev/dri");
+    for (bus, driver, render) in [
+        ("0000:16:00.0", "i915", "renderD128"),
+        ("0000:38:00.0", "xe", "renderD129"),
+    ] {
+        let d = format!("sys/bus/pci/devices/{bus}");
+        mk(&format!("{d}/drm/{render}"));
+        write(&format!("{d}/vendor"), "0x8086\n");
+        write(&format!("{d}/device"), "0x0bd5\n");
+        write(&format!("{d}/class"), "0x038000\n");
+        std::os::unix::fs::symlink(
+            format!("../../drivers/{driver}"),
+            root.join(&d).join("driver"),
+        )
+        .unwrap();
+        if driver == "i915" {
+            mk(&format!("{d}/drm/card1/gt/gt0"));
+            mk(&format!("{d}/drm/card1/gt/gt1"));
+            write(&format!("dev/dri/{render}"), "");
+        } else {
+            mk(&format!("{d}/tile0"));
+            mk(&format!("{d}/tile1"));
+        }
+    }
+    let file = root.join("c.yaml");
+    std::fs::write(
+        &file,
+        "checks:\n  - {id: dev, kind: devices}\n  - {id: drv, kind: driver, vendor: intel}\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("ZE_AFFINITY_MASK", "0,1,2,3")
+        .args(["check", "--no-shipped", "--format", "json", "--checks"])
+        .arg(&file)
+        .arg("--root")
+        .arg(root)
+        .output()
+        .unwrap();
+    let r = Run {
+        report: serde_json::from_slice(&out.stdout).unwrap(),
+        code: out.status.code().unwrap(),
+    };
+    // The xe card lacks its render node, so only the i915 card's 2 tiles
+    // are usable and ZE_AFFINITY_MASK's third entry does not exist.
+    assert_eq!(
+        r.message("dev"),
+        "Intel: 2 on PCI, 2 in the driver, 1 with device nodes; 0000:38:00.0 has no /dev/dri/renderD129; \
+         ZE_AFFINITY_MASK=0,1,2,3 names device 2, but only 2 Intel devices are usable here (0-1)"
+    );
+    assert_eq!(
+        r.message("drv"),
+        "Intel GPUs are split between drivers: i915 (0000:16:00.0) and xe (0000:38:00.0); \
+         the Level Zero loader libze_loader.so.1 is not installed (not in LD_LIBRARY_PATH, the library directories or ld.so.cache)"
+    );
+    assert_eq!(r.code, 1);
+    // With its render node, the xe card's two tiles count too.
+    write("dev/dri/renderD129", "");
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("ZE_AFFINITY_MASK", "0,1,2,3")
+        .args([
+            "check",
+            "--no-shipped",
+            "--format",
+            "json",
+            "--only",
+            "dev",
+            "--checks",
+        ])
+        .arg(&file)
+        .arg("--root")
+        .arg(root)
+        .output()
+        .unwrap();
+    let r = Run {
+        report: serde_json::from_slice(&out.stdout).unwrap(),
+        code: out.status.code().unwrap(),
+    };
+    assert_eq!(
+        r.message("dev"),
+        "Intel: 2 on PCI, 2 usable (driver and device nodes), 4 visible"
+    );
+}

@@ -106,11 +106,14 @@ pub fn scan(facts: &Facts) -> Vec<Accelerator> {
                     acc.nodes.push(node(facts, format!("/dev/dri/{name}")));
                 }
                 if vendor == Vendor::Intel {
-                    let tiles: usize = entries(&sys.join("drm"), "card")
+                    // i915 lists a card's tiles as drm/cardN/gt/gtM; xe as
+                    // tileM directories of the PCI device.
+                    let i915: usize = entries(&sys.join("drm"), "card")
                         .iter()
                         .map(|card| entries(&sys.join("drm").join(card).join("gt"), "gt").len())
                         .sum();
-                    acc.tiles = tiles.max(1);
+                    let xe = entries(&sys, "tile").len();
+                    acc.tiles = i915.max(xe).max(1);
                 }
             }
             Vendor::Habana if bound => {

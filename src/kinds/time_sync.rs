@@ -4,8 +4,9 @@
 //! This crate has no `unsafe`, and neither nix nor rustix wraps
 //! adjtimex(2) safely, so the kernel's state is read from what already
 //! asks it: `adjtimex --print` (the adjtimex package prints the struct
-//! verbatim) or `timedatectl show` (systemd derives NTPSynchronized from
-//! STA_UNSYNC), run on the real machine; a recording of either via
+//! verbatim), `timedatectl show` (systemd derives NTPSynchronized from
+//! STA_UNSYNC) or `chronyc tracking` (Leap status), run on the real
+//! machine; a recording of any of them via
 //! `clock_state`; or /run/systemd/timesync/synchronized, which
 //! systemd-timesyncd creates once it has set the clock.
 
@@ -42,7 +43,7 @@ pub const KIND: KindInfo = KindInfo {
             name: "clock_state",
             ty: "path",
             default: Some("unset"),
-            doc: "A recorded `adjtimex --print` or `timedatectl show` output to read instead of running them (relative to the working directory).",
+            doc: "A recorded `adjtimex --print`, `timedatectl show` or `chronyc tracking` output to read instead of running them (relative to the working directory).",
         },
     ],
     hint_vars: &["daemons"],
@@ -109,6 +110,9 @@ pub fn parse_clock_state(source: &str, text: &str) -> ClockState {
             "maxerror" => state.maxerror = value.parse().ok(),
             "esterror" => state.esterror = value.parse().ok(),
             "NTPSynchronized" => state.synchronized = Some(value == "yes"),
+            // chronyc tracking: chrony's own view, which it also pushes
+            // into the kernel (STA_UNSYNC) when it syncs the clock.
+            "Leap status" => state.synchronized = Some(value != "Not synchronised"),
             _ => {}
         }
     }
@@ -141,6 +145,12 @@ impl TimeSync {
             }
             if let Some(text) = run("timedatectl", &["show"]).await {
                 let state = parse_clock_state("timedatectl show", &text);
+                if state.synchronized.is_some() {
+                    return Ok(Some(state));
+                }
+            }
+            if let Some(text) = run("chronyc", &["-n", "tracking"]).await {
+                let state = parse_clock_state("chronyc tracking", &text);
                 if state.synchronized.is_some() {
                     return Ok(Some(state));
                 }
@@ -253,5 +263,12 @@ mod tests {
         assert_eq!(s.synchronized, Some(true));
         let s = parse_clock_state("t", "Timezone=UTC\nNTPSynchronized=no\n");
         assert_eq!(s.synchronized, Some(false));
+        let s = parse_clock_state(
+            "c",
+            "Reference ID    : C0A80101 (192.168.1.1)\nStratum         : 3\nLeap status     : Not synchronised\n",
+        );
+        assert_eq!(s.synchronized, Some(false));
+        let s = parse_clock_state("c", "Leap status     : Normal\n");
+        assert_eq!(s.synchronized, Some(true));
     }
 }
