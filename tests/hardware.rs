@@ -1073,3 +1073,53 @@ fn intel_driver_split_tiles_and_missing_loader() {
         "Intel: 2 on PCI, 2 usable (driver and device nodes), 4 visible"
     );
 }
+
+/// Two Gaudi devices in a temporary root: accel nodes from sysfs, one
+/// missing in /dev, and HABANA_VISIBLE_DEVICES past the usable ones.
+#[test]
+fn habana_accel_nodes_and_mask() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mk = |rel: &str| std::fs::create_dir_all(root.join(rel)).unwrap();
+    let write = |rel: &str, text: &str| std::fs::write(root.join(rel), text).unwrap();
+    mk("sys/bus/pci/drivers/habanalabs");
+    mk("dev/accel");
+    for (bus, node) in [("0000:33:00.0", "accel0"), ("0000:9a:00.0", "accel1")] {
+        let d = format!("sys/bus/pci/devices/{bus}");
+        mk(&format!("{d}/accel/{node}"));
+        write(&format!("{d}/vendor"), "0x1da3\n");
+        write(&format!("{d}/device"), "0x1020\n");
+        write(&format!("{d}/class"), "0x120000\n");
+        std::os::unix::fs::symlink("../../drivers/habanalabs", root.join(&d).join("driver"))
+            .unwrap();
+    }
+    write("dev/accel/accel0", "");
+    let file = root.join("c.yaml");
+    std::fs::write(
+        &file,
+        "checks:\n  - {id: dev, kind: devices}\n  - {id: drv, kind: driver}\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("HABANA_VISIBLE_DEVICES", "0,1")
+        .args(["check", "--no-shipped", "--format", "json", "--checks"])
+        .arg(&file)
+        .arg("--root")
+        .arg(root)
+        .output()
+        .unwrap();
+    let r = Run {
+        report: serde_json::from_slice(&out.stdout).unwrap(),
+        code: out.status.code().unwrap(),
+    };
+    assert_eq!(
+        r.message("dev"),
+        "Habana: 2 on PCI, 2 in the driver, 1 with device nodes; 0000:9a:00.0 has no /dev/accel/accel1; \
+         HABANA_VISIBLE_DEVICES=0,1 names device 1, but only 1 Habana device is usable here (0)"
+    );
+    assert_eq!(
+        r.message("drv"),
+        "Habana driver (no version published): habanalabs bound"
+    );
+}

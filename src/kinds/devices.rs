@@ -143,10 +143,10 @@ fn apply_masks(
                         vendor.name(),
                         if n == 1 { "" } else { "s" },
                         if n == 1 { "is" } else { "are" },
-                        if n == 0 {
-                            String::new()
-                        } else {
-                            format!(" (0-{})", n - 1)
+                        match n {
+                            0 => String::new(),
+                            1 => " (0)".to_string(),
+                            _ => format!(" (0-{})", n - 1),
                         }
                     )
                 }),
