@@ -1123,3 +1123,42 @@ fn habana_accel_nodes_and_mask() {
         "Habana driver (no version published): habanalabs bound"
     );
 }
+
+#[test]
+fn broken_h100_with_the_shipped_checklist_names_faults_in_hints() {
+    let r = run_with("h100-ib-broken", "", &[], true);
+    assert_eq!(r.report["verdict"], "not_ready");
+    assert_eq!(r.code, 1);
+    assert_eq!(r.status("accelerators.devices"), "fail");
+    assert!(
+        r.check("accelerators.devices")["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with("Missing from the driver or /dev: 0000:9a:00.0.")
+    );
+    assert_eq!(r.status("nvidia.gpudirect_rdma"), "warn");
+    assert_eq!(
+        r.message("nvidia.gpudirect_rdma"),
+        "GPUDirect RDMA is unavailable: neither nvidia_peermem nor nv_peer_mem is loaded"
+    );
+    assert_eq!(r.status("pcie.links"), "fail");
+    assert!(
+        r.check("pcie.links")["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with("Degraded: 0000:3a:00.0, 0000:ab:00.0.")
+    );
+    assert!(
+        r.check("ib.ports")["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with("Down: mlx5_3 port 1.")
+    );
+    assert_eq!(r.status("ib.error_counters"), "warn");
+    assert_eq!(
+        r.message("ib.error_counters"),
+        "mlx5_5 port 1: symbol_error is 1473 (at most 100)"
+    );
+    assert_eq!(r.status("ib.memlock"), "pass");
+    assert_eq!(r.status("cpu.governor"), "pass");
+}

@@ -27,6 +27,12 @@ pub const KIND: KindInfo = KindInfo {
             doc: "Which accelerators' driver to check.",
         },
         ParamDoc {
+            name: "bound",
+            ty: "bool",
+            default: Some("true"),
+            doc: "Every accelerator must be bound to its vendor's driver, one driver per vendor. Turn off in a check about one other thing (GPUDirect RDMA).",
+        },
+        ParamDoc {
             name: "min_version",
             ty: "string",
             default: Some("unset"),
@@ -70,6 +76,8 @@ fn yes() -> bool {
 pub struct Driver {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     vendor: Option<VendorParam>,
+    #[serde(default = "yes")]
+    bound: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     min_version: Option<String>,
     #[serde(default)]
@@ -298,7 +306,9 @@ impl Driver {
                     .push(format!("no {} accelerator on the PCI bus", vendor.name()));
                 continue;
             }
-            self.bound_everywhere(facts, vendor, &mut out);
+            if self.bound {
+                self.bound_everywhere(facts, vendor, &mut out);
+            }
             match vendor {
                 Vendor::Nvidia => self.nvidia(facts, report.as_ref(), &mut out),
                 Vendor::Amd => {

@@ -83,7 +83,7 @@ pub const KIND: KindInfo = KindInfo {
             doc: "The locked-memory limit (ulimit -l) must be unlimited or at least this: RDMA memory registration fails past it.",
         },
     ],
-    hint_vars: &["ports", "active"],
+    hint_vars: &["ports", "active", "affected"],
     parse: parse_params::<Infiniband>,
 };
 
@@ -348,6 +348,11 @@ impl Infiniband {
                 }
             }
         }
+        let affected: Vec<String> = all
+            .iter()
+            .map(|(h, p)| port_name(h, p))
+            .filter(|name| problems.iter().any(|p| p.starts_with(name.as_str())))
+            .collect();
         let per_gpu = self
             .active_per_gpu
             .then(|| facts.accelerators().len() as u32);
@@ -391,6 +396,14 @@ impl Infiniband {
         let finding = finding
             .measured(format!("{} active", active.len()))
             .var("active", active.join(", "))
+            .var(
+                "affected",
+                if affected.is_empty() {
+                    "none".to_string()
+                } else {
+                    affected.join(", ")
+                },
+            )
             .var(
                 "ports",
                 selected
