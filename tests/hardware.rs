@@ -502,6 +502,18 @@ fn amd_mi300x_counts_accelerator_class_gpus() {
     let r = run_env(
         "amd-mi300x",
         ALL_KINDS,
+        &[
+            ("ROCR_VISIBLE_DEVICES", "GPU-7e62d3bbc04f1e28"),
+            ("LOCAL_RANK", "1"),
+        ],
+    );
+    assert_eq!(
+        r.message("devices"),
+        "LOCAL_RANK=1 but only 1 AMD device is visible through ROCR_VISIBLE_DEVICES=GPU-7e62d3bbc04f1e28"
+    );
+    let r = run_env(
+        "amd-mi300x",
+        ALL_KINDS,
         &[("ROCR_VISIBLE_DEVICES", "4,5,6,7"), ("LOCAL_RANK", "3")],
     );
     assert_eq!(

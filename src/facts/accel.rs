@@ -102,6 +102,12 @@ pub fn scan(facts: &Facts) -> Vec<Accelerator> {
                 }
             }
             Vendor::Amd | Vendor::Intel if bound => {
+                if vendor == Vendor::Amd {
+                    // ROCR_VISIBLE_DEVICES names GPUs as GPU-<unique_id>.
+                    acc.uuid = std::fs::read_to_string(sys.join("unique_id"))
+                        .ok()
+                        .map(|id| format!("GPU-{}", id.trim()));
+                }
                 for name in entries(&sys.join("drm"), "renderD") {
                     acc.nodes.push(node(facts, format!("/dev/dri/{name}")));
                 }
