@@ -355,6 +355,9 @@ fn broken_h100_without_nccl_ib_hca_checks_every_port() {
         r.message("ib"),
         "mlx5_3 port 1 (0000:5e:00.0): state DOWN, phys_state Polling; 7 active ports, expected at least 8 (one per accelerator: 8 on the bus); IPoIB interface ib3 is down"
     );
+    // NCCL_IB_HCA=mlx5, as in the field notes: a prefix selecting all eight.
+    let prefix = run_env("h100-ib-broken", ALL_KINDS, &[("NCCL_IB_HCA", "mlx5")]);
+    assert_eq!(prefix.message("ib"), r.message("ib"));
 }
 
 #[test]
