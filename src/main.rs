@@ -1,5 +1,8 @@
 //! preflight: is every node and backend ready for the distributed job?
 
+// Hardware probes read sysfs and load NVML through safe wrappers only.
+#![forbid(unsafe_code)]
+
 mod checklist;
 mod cli;
 mod commands;

@@ -127,8 +127,98 @@ impl Serialize for Pattern {
     }
 }
 
+/// A size in bytes, written as an integer or with a binary unit: `64M`,
+/// `16GiB`, `512k`. K, M, G and T mean powers of 1024 whether written
+/// `G`, `GB` or `GiB`, as `docker --shm-size` and `ulimit` read them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Bytes(pub u64);
+
+impl Bytes {
+    pub fn parse(text: &str) -> Result<Bytes, String> {
+        let t = text.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (number, unit) = t.split_at(split);
+        let number: f64 = number
+            .parse()
+            .map_err(|_| format!("invalid size `{text}`: write e.g. 64M, 16GiB or 1073741824"))?;
+        let shift = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 0,
+            "k" | "kb" | "kib" => 10,
+            "m" | "mb" | "mib" => 20,
+            "g" | "gb" | "gib" => 30,
+            "t" | "tb" | "tib" => 40,
+            other => {
+                return Err(format!(
+                    "invalid size `{text}`: unknown unit `{other}` (use K, M, G or T)"
+                ));
+            }
+        };
+        Ok(Bytes((number * (1u64 << shift) as f64) as u64))
+    }
+}
+
+/// Short binary form: `64 MiB`, `1.5 GiB`, `512 B`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        return format!("{value:.0} {}", UNITS[unit]);
+    }
+    let text = format!("{value:.1}");
+    format!(
+        "{} {}",
+        text.strip_suffix(".0").unwrap_or(&text),
+        UNITS[unit]
+    )
+}
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_bytes(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Number(n) => Ok(Bytes(n)),
+            Raw::Text(t) => Bytes::parse(&t).map_err(de::Error::custom),
+        }
+    }
+}
+
+impl Serialize for Bytes {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes() {
+        assert_eq!(Bytes::parse("64M").unwrap().0, 64 << 20);
+        assert_eq!(Bytes::parse("16GiB").unwrap().0, 16 << 30);
+        assert_eq!(Bytes::parse("1.5G").unwrap().0, 3 << 29);
+        assert_eq!(Bytes::parse("4096").unwrap().0, 4096);
+        assert!(Bytes::parse("12 parsecs").is_err());
+        assert_eq!(format_bytes(64 << 20), "64 MiB");
+        assert_eq!(format_bytes(3 << 29), "1.5 GiB");
+    }
+
     use super::*;
 
     #[test]

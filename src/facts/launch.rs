@@ -10,6 +10,8 @@ pub struct Launch {
     pub world_size: Option<u64>,
     pub local_world_size: Option<u64>,
     pub nnodes: Option<u64>,
+    /// This process's index among the ranks on this node.
+    pub local_rank: Option<u64>,
 }
 
 /// First variable of the list that is set, parsed as an integer.
@@ -47,6 +49,15 @@ impl Launch {
                     "LOCAL_WORLD_SIZE",
                     "SLURM_NTASKS_PER_NODE",
                     "OMPI_COMM_WORLD_LOCAL_SIZE",
+                ],
+            ),
+            local_rank: first(
+                env,
+                &[
+                    "LOCAL_RANK",
+                    "SLURM_LOCALID",
+                    "OMPI_COMM_WORLD_LOCAL_RANK",
+                    "MPI_LOCALRANKID",
                 ],
             ),
             nnodes: first(

@@ -1,13 +1,28 @@
 //! Facts about this node that several checks need, gathered at most once per
 //! run and only when a check asks for them.
 
+pub mod accel;
+pub mod amdgpu;
+pub mod cgroup;
+pub mod gpu_status;
+pub mod infiniband;
+pub mod kmsg;
 mod launch;
-mod pci;
+pub mod limits;
+pub mod meminfo;
+pub mod nvidia;
+mod nvml;
+pub mod pci;
+pub mod procs;
+pub mod visible;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+pub use accel::Accelerator;
+pub use gpu_status::GpuReport;
+pub use infiniband::Hca;
 pub use launch::Launch;
 pub use pci::{PciDevice, Vendor};
 
@@ -23,6 +38,11 @@ pub struct Facts {
     hostname: OnceLock<String>,
     pci: OnceLock<Vec<PciDevice>>,
     launch: OnceLock<Launch>,
+    accelerators: OnceLock<Vec<Accelerator>>,
+    hcas: OnceLock<Vec<Hca>>,
+    processes: OnceLock<Vec<String>>,
+    /// NVML or live nvidia-smi, asked once however many checks need it.
+    live_gpus: tokio::sync::OnceCell<Result<GpuReport, String>>,
 }
 
 impl Facts {
@@ -34,6 +54,10 @@ impl Facts {
             hostname: OnceLock::new(),
             pci: OnceLock::new(),
             launch: OnceLock::new(),
+            accelerators: OnceLock::new(),
+            hcas: OnceLock::new(),
+            processes: OnceLock::new(),
+            live_gpus: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -91,6 +115,82 @@ impl Facts {
         vendors.sort();
         vendors.dedup();
         vendors
+    }
+
+    /// Whether this run reads the real machine rather than a fixture tree:
+    /// only then may checks ask live sources (NVML, nvidia-smi, /dev/kmsg,
+    /// this process's own limits).
+    pub fn is_live(&self) -> bool {
+        self.root == Path::new("/")
+    }
+
+    pub fn accelerators(&self) -> &[Accelerator] {
+        self.accelerators.get_or_init(|| accel::scan(self))
+    }
+
+    /// Command names of the running processes (/proc/*/comm).
+    pub fn processes(&self) -> &[String] {
+        self.processes
+            .get_or_init(|| procs::running(&self.host_path("/proc")))
+    }
+
+    /// Whether a kernel module is loaded: /sys/module/NAME, or a line of
+    /// /proc/modules (fixture trees carry one or the other).
+    pub fn module_loaded(&self, name: &str) -> bool {
+        if self.host_path(format!("/sys/module/{name}")).is_dir() {
+            return true;
+        }
+        std::fs::read_to_string(self.host_path("/proc/modules"))
+            .is_ok_and(|t| t.lines().any(|l| l.split_whitespace().next() == Some(name)))
+    }
+
+    pub fn hcas(&self) -> &[Hca] {
+        self.hcas
+            .get_or_init(|| infiniband::scan(&self.host_path("/sys/class/infiniband")))
+    }
+
+    /// NVIDIA GPU health from NVML, else from running `nvidia-smi -q -x`;
+    /// on the real machine only.
+    pub async fn live_gpu_report(&self) -> &Result<GpuReport, String> {
+        self.live_gpus
+            .get_or_init(|| async {
+                let nvml = tokio::task::spawn_blocking(nvml::report)
+                    .await
+                    .unwrap_or_else(|e| Err(format!("NVML crashed: {e}")));
+                let nvml_error = match nvml {
+                    Ok(report) => return Ok(report),
+                    Err(e) => e,
+                };
+                match gpu_status::run_nvidia_smi().await {
+                    Ok(report) => Ok(report),
+                    Err(e) => Err(format!("{nvml_error}; {e}")),
+                }
+            })
+            .await
+    }
+
+    /// The GPU health report a check reads: a recorded `nvidia-smi -q -x`
+    /// file when the checklist names one (relative to the working
+    /// directory), else the live sources on the real machine, else none
+    /// (a fixture tree without a recording).
+    pub async fn gpu_report(&self, recorded: Option<&Path>) -> Option<Result<GpuReport, String>> {
+        if let Some(path) = recorded {
+            let path = path.to_path_buf();
+            let read = tokio::task::spawn_blocking(move || {
+                let shown = path.display().to_string();
+                std::fs::read_to_string(&path)
+                    .map_err(|e| format!("cannot read {shown}: {e}"))
+                    .and_then(|text| gpu_status::parse_xml(&shown, &text))
+            });
+            return Some(
+                read.await
+                    .unwrap_or_else(|e| Err(format!("reading the recording crashed: {e}"))),
+            );
+        }
+        if self.is_live() {
+            return Some(self.live_gpu_report().await.clone());
+        }
+        None
     }
 
     pub fn launch(&self) -> &Launch {

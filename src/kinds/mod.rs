@@ -3,9 +3,18 @@
 //! its documentation for `preflight explain`, and how it evaluates.
 
 mod command;
+mod cpu;
+mod devices;
+mod disk_free;
+mod driver;
 mod env;
 mod file;
+mod gpu_health;
+mod infiniband;
 mod kernel_param;
+mod memory;
+mod pcie_link;
+mod time_sync;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,6 +47,9 @@ pub struct ParamDoc {
     pub doc: &'static str,
 }
 
+/// Builds a kind's probe from a check's mapping and its kind-specific keys.
+pub type ParseFn = fn(&Node, Vec<(&Node, &Node)>) -> Result<Arc<dyn Probe>, YamlError>;
+
 pub struct KindInfo {
     pub name: &'static str,
     /// Where results are grouped in the human report, unless a check says.
@@ -46,10 +58,24 @@ pub struct KindInfo {
     pub params: &'static [ParamDoc],
     /// Placeholders, besides the common ones, that this kind's hints may use.
     pub hint_vars: &'static [&'static str],
-    pub parse: fn(&Node, Vec<(&Node, &Node)>) -> Result<Arc<dyn Probe>, YamlError>,
+    pub parse: ParseFn,
 }
 
-pub const KINDS: &[&KindInfo] = &[&command::KIND, &env::KIND, &file::KIND, &kernel_param::KIND];
+pub const KINDS: &[&KindInfo] = &[
+    &command::KIND,
+    &cpu::KIND,
+    &devices::KIND,
+    &disk_free::KIND,
+    &driver::KIND,
+    &env::KIND,
+    &file::KIND,
+    &gpu_health::KIND,
+    &infiniband::KIND,
+    &kernel_param::KIND,
+    &memory::KIND,
+    &pcie_link::KIND,
+    &time_sync::KIND,
+];
 
 pub fn lookup(name: &str) -> Option<&'static KindInfo> {
     KINDS.iter().copied().find(|k| k.name == name)
@@ -157,4 +183,64 @@ mod tests {
         assert_eq!(redact("PREFLIGHT_TOKEN", "abc"), "<redacted, 3 characters>");
         assert_eq!(redact("NCCL_DEBUG", "INFO"), "INFO");
     }
+}
+
+/// A `vendor:` parameter: which accelerators a hardware check looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VendorParam {
+    Nvidia,
+    Amd,
+    Intel,
+    Habana,
+}
+
+impl VendorParam {
+    pub fn vendor(self) -> crate::facts::Vendor {
+        use crate::facts::Vendor;
+        match self {
+            VendorParam::Nvidia => Vendor::Nvidia,
+            VendorParam::Amd => Vendor::Amd,
+            VendorParam::Intel => Vendor::Intel,
+            VendorParam::Habana => Vendor::Habana,
+        }
+    }
+}
+
+/// The vendors a hardware check covers: the one it names, else every
+/// vendor present. `Err` is the skip reason when there is nothing to check.
+pub fn vendors_to_check(
+    facts: &Facts,
+    wanted: Option<VendorParam>,
+) -> Result<Vec<crate::facts::Vendor>, Finding> {
+    match wanted {
+        Some(v) => Ok(vec![v.vendor()]),
+        None => {
+            let present = facts.accelerator_vendors();
+            if present.is_empty() {
+                Err(Finding::skip("no accelerator present"))
+            } else {
+                Ok(present)
+            }
+        }
+    }
+}
+
+/// Whether an NVIDIA GPU is on the PCI bus, scanned off the async workers
+/// (the first scan reads sysfs).
+pub async fn nvidia_present(facts: &Arc<Facts>) -> bool {
+    let facts = Arc::clone(facts);
+    tokio::task::spawn_blocking(move || {
+        facts
+            .accelerators()
+            .iter()
+            .any(|a| a.vendor == crate::facts::Vendor::Nvidia)
+    })
+    .await
+    .unwrap_or(false)
+}
+
+/// Reports several problems as one finding: each names its device.
+pub fn problems_finding(problems: &[String]) -> Finding {
+    Finding::fail(problems.join("; "))
 }

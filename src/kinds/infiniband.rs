@@ -1,0 +1,434 @@
+//! `infiniband`: the RDMA ports a job's NCCL will use are up at full rate,
+//! with a usable GID for RoCE, clean error counters, and the process may
+//! pin enough memory to register buffers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params,
+    problems_finding,
+};
+use crate::checklist::values::{Bytes, format_bytes};
+use crate::facts::infiniband::{self, HcaFilter, Port};
+use crate::facts::limits::{self, Limit};
+use crate::facts::{Facts, Hca};
+use crate::result::Finding;
+
+pub const KIND: KindInfo = KindInfo {
+    name: "infiniband",
+    area: "network",
+    summary: "InfiniBand and RoCE ports (those NCCL_IB_HCA selects) are ACTIVE and LinkUp at the expected rate and link layer, with the RoCE v2 GID at NCCL_IB_GID_INDEX, error counters under thresholds, IPoIB up and enough locked memory.",
+    params: &[
+        ParamDoc {
+            name: "state",
+            ty: "bool",
+            default: Some("true"),
+            doc: "Every selected port must be ACTIVE and LinkUp, and every HCA NCCL_IB_HCA names present. Turn off in checks that look at one other thing.",
+        },
+        ParamDoc {
+            name: "active_per_gpu",
+            ty: "bool",
+            default: Some("false"),
+            doc: "At least one active selected port per accelerator on the node (GPUDirect RDMA's usual design).",
+        },
+        ParamDoc {
+            name: "expect_active",
+            ty: "integer",
+            default: Some("unset"),
+            doc: "At least this many selected ports must be ACTIVE (often one per GPU). Set, a node without RDMA fails instead of skipping.",
+        },
+        ParamDoc {
+            name: "min_rate",
+            ty: "number (Gb/s)",
+            default: Some("unset"),
+            doc: "Every selected port's rate must be at least this, e.g. 400 for NDR.",
+        },
+        ParamDoc {
+            name: "link_layer",
+            ty: "InfiniBand|Ethernet",
+            default: Some("(any)"),
+            doc: "The link layer every selected port must have (Ethernet for RoCE).",
+        },
+        ParamDoc {
+            name: "gid_index",
+            ty: "integer",
+            default: Some("$NCCL_IB_GID_INDEX"),
+            doc: "RoCE ports: the GID index NCCL will use, which must be populated and of gid_type. Unset and NCCL_IB_GID_INDEX unset: not checked.",
+        },
+        ParamDoc {
+            name: "gid_type",
+            ty: "string",
+            default: Some("RoCE v2"),
+            doc: "The GID type the RoCE GID must have (\"RoCE v2\" routes across subnets; \"IB/RoCE v1\" does not).",
+        },
+        ParamDoc {
+            name: "max_counters",
+            ty: "map of counter to integer",
+            default: Some("{}"),
+            doc: "Error counters (symbol_error, link_downed, port_rcv_errors, ...) and the most each may read.",
+        },
+        ParamDoc {
+            name: "ipoib",
+            ty: "bool",
+            default: Some("false"),
+            doc: "IPoIB interfaces must exist and be up.",
+        },
+        ParamDoc {
+            name: "min_memlock",
+            ty: "size or \"unlimited\"",
+            default: Some("unset"),
+            doc: "The locked-memory limit (ulimit -l) must be unlimited or at least this: RDMA memory registration fails past it.",
+        },
+    ],
+    hint_vars: &["ports", "active", "affected"],
+    parse: parse_params::<Infiniband>,
+};
+
+fn yes() -> bool {
+    true
+}
+
+fn roce_v2() -> String {
+    "RoCE v2".into()
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Infiniband {
+    #[serde(default = "yes")]
+    state: bool,
+    #[serde(default)]
+    active_per_gpu: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expect_active: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    min_rate: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    link_layer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gid_index: Option<u32>,
+    #[serde(default = "roce_v2")]
+    gid_type: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    max_counters: BTreeMap<String, u64>,
+    #[serde(default)]
+    ipoib: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    min_memlock: Option<String>,
+}
+
+/// ARPHRD_INFINIBAND: the `type` of an IPoIB net device.
+const ARPHRD_INFINIBAND: &str = "32";
+
+fn memlock_want(text: &str) -> Result<Option<u64>, String> {
+    if text.trim() == "unlimited" {
+        return Ok(None);
+    }
+    Bytes::parse(text).map(|b| Some(b.0))
+}
+
+impl Params for Infiniband {
+    fn validate(&self) -> Result<(), String> {
+        if let Some(m) = &self.min_memlock {
+            memlock_want(m).map_err(|e| format!("min_memlock: {e}"))?;
+        }
+        if let Some(l) = &self.link_layer {
+            if l != "InfiniBand" && l != "Ethernet" {
+                return Err(format!(
+                    "link_layer must be InfiniBand or Ethernet, found `{l}`"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn port_name(hca: &Hca, port: &Port) -> String {
+    format!("{} port {}", hca.name, port.number)
+}
+
+impl Infiniband {
+    fn gid_index(&self, facts: &Facts) -> Result<Option<u32>, String> {
+        if let Some(i) = self.gid_index {
+            return Ok(Some(i));
+        }
+        match facts.env("NCCL_IB_GID_INDEX") {
+            None => Ok(None),
+            Some(v) => v
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("NCCL_IB_GID_INDEX=`{v}` is not a GID index")),
+        }
+    }
+
+    fn memlock(&self, facts: &Facts, problems: &mut Vec<String>) -> Result<(), String> {
+        let Some(want_text) = &self.min_memlock else {
+            return Ok(());
+        };
+        let want = memlock_want(want_text)?;
+        let Some(limit) = limits::soft_limit_of(facts, "Max locked memory", "memlock")? else {
+            problems.push(
+                "locked memory limit not configured (no memlock line in /etc/security/limits.conf or limits.d): the default 8 MiB breaks RDMA registration"
+                    .into(),
+            );
+            return Ok(());
+        };
+        let ok = match want {
+            None => limit == Limit::Unlimited,
+            Some(bytes) => limit.at_least(bytes),
+        };
+        if !ok {
+            let shown = match limit {
+                Limit::Unlimited => "unlimited".to_string(),
+                Limit::Value(v) => format_bytes(v),
+            };
+            problems.push(format!(
+                "locked memory is limited to {shown} (ulimit -l), expected {}: RDMA memory registration fails",
+                want.map_or("unlimited".to_string(), format_bytes)
+            ));
+        }
+        Ok(())
+    }
+
+    fn ipoib(&self, facts: &Facts, problems: &mut Vec<String>) -> usize {
+        let dir = facts.host_path("/sys/class/net");
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .map(|rd| {
+                rd.filter_map(Result::ok)
+                    .filter(|e| {
+                        std::fs::read_to_string(e.path().join("type"))
+                            .is_ok_and(|t| t.trim() == ARPHRD_INFINIBAND)
+                    })
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        if names.is_empty() {
+            problems.push("no IPoIB interface (no net device of type 32 in /sys/class/net)".into());
+        }
+        for name in &names {
+            let state = std::fs::read_to_string(dir.join(name).join("operstate"))
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "unknown".into());
+            if state != "up" {
+                problems.push(format!("IPoIB interface {name} is {state}"));
+            }
+        }
+        names.len()
+    }
+
+    fn check(&self, facts: &Facts) -> Result<Finding, String> {
+        let hcas = facts.hcas();
+        if hcas.is_empty() {
+            return Ok(match self.expect_active {
+                Some(n) => Finding::fail(format!(
+                    "no RDMA device (/sys/class/infiniband is empty or absent), expected {n} active ports"
+                ))
+                .measured("0")
+                .expected(format!(">= {n}")),
+                None => Finding::skip("no RDMA device (/sys/class/infiniband is empty or absent)"),
+            });
+        }
+        let mut problems = Vec::new();
+        let filter = facts.env("NCCL_IB_HCA").map(|v| (v, HcaFilter::parse(v)));
+        if let (Some((value, f)), true) = (&filter, self.state) {
+            if !f.exclude {
+                for spec in &f.specs {
+                    let present = hcas.iter().any(|h| {
+                        h.ports
+                            .iter()
+                            .any(|p| f.spec_matches(spec, &h.name, p.number))
+                    });
+                    if !present {
+                        let what = match spec.port {
+                            Some(p) => format!("{}:{p}", spec.name),
+                            None => spec.name.clone(),
+                        };
+                        problems.push(format!(
+                            "NCCL_IB_HCA={value} names {what}, which is not present (present: {})",
+                            hcas.iter()
+                                .map(|h| h.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ));
+                    }
+                }
+            }
+        }
+        let all: Vec<(&Hca, &Port)> = hcas
+            .iter()
+            .flat_map(|h| h.ports.iter().map(move |p| (h, p)))
+            .collect();
+        let is_selected = |h: &Hca, p: &Port| {
+            filter
+                .as_ref()
+                .is_none_or(|(_, f)| f.selects(&h.name, p.number))
+        };
+        let selected: Vec<(&Hca, &Port)> = all
+            .iter()
+            .copied()
+            .filter(|(h, p)| is_selected(h, p))
+            .collect();
+        if let (Some((value, _)), true) = (&filter, selected.is_empty() && self.state) {
+            problems.push(format!("NCCL_IB_HCA={value} selects no port on this node"));
+        }
+        let gid_index = self.gid_index(facts)?;
+        let class_dir = facts.host_path("/sys/class/infiniband");
+        let mut active = Vec::new();
+        // A down port or a failing link is the node's problem whether or
+        // not this job's NCCL_IB_HCA selects it; only a port an operator
+        // disabled on purpose is left alone.
+        for (hca, port) in &all {
+            let name = port_name(hca, port);
+            let chosen = is_selected(hca, port);
+            let aside = if chosen {
+                ""
+            } else {
+                ", not selected by NCCL_IB_HCA"
+            };
+            let up = port.state == "ACTIVE" && port.phys_state == "LinkUp";
+            if up && chosen {
+                active.push(name.clone());
+            }
+            if !up && self.state && port.phys_state != "Disabled" {
+                let bus = hca
+                    .pci
+                    .as_deref()
+                    .map(|b| format!(" ({b}{aside})"))
+                    .unwrap_or_default();
+                problems.push(format!(
+                    "{name}{bus}: state {}, phys_state {}",
+                    or_unknown(&port.state),
+                    or_unknown(&port.phys_state)
+                ));
+            }
+            for (counter, max) in &self.max_counters {
+                if let Some(v) = port.counters.get(counter).filter(|v| *v > max) {
+                    problems.push(format!("{name}: {counter} is {v} (at most {max})"));
+                }
+            }
+            if !chosen {
+                continue;
+            }
+            if let Some(min) = self.min_rate {
+                if up && port.rate.is_none_or(|r| r < min) {
+                    problems.push(format!(
+                        "{name}: rate {}, expected at least {min} Gb/sec",
+                        or_unknown(&port.rate_text)
+                    ));
+                }
+            }
+            if let Some(want) = &self.link_layer {
+                if &port.link_layer != want {
+                    problems.push(format!(
+                        "{name}: link layer {}, expected {want}",
+                        or_unknown(&port.link_layer)
+                    ));
+                }
+            }
+            if let (Some(index), "Ethernet") = (gid_index, port.link_layer.as_str()) {
+                let (gid, ty) = infiniband::gid(&class_dir, &hca.name, port.number, index);
+                match (gid, ty) {
+                    (None, _) => problems.push(format!(
+                        "{name}: GID index {index} is empty (no address on the RoCE interface?)"
+                    )),
+                    (Some(_), Some(t)) if t != self.gid_type => problems.push(format!(
+                        "{name}: GID index {index} is {t}, expected {}",
+                        self.gid_type
+                    )),
+                    (Some(_), None) => problems.push(format!(
+                        "{name}: GID index {index} has no type in gid_attrs/types"
+                    )),
+                    _ => {}
+                }
+            }
+        }
+        let affected: Vec<String> = all
+            .iter()
+            .map(|(h, p)| port_name(h, p))
+            .filter(|name| problems.iter().any(|p| p.starts_with(name.as_str())))
+            .collect();
+        let per_gpu = self
+            .active_per_gpu
+            .then(|| facts.accelerators().len() as u32);
+        if let Some(want) = self.expect_active.into_iter().chain(per_gpu).max() {
+            if (active.len() as u32) < want {
+                let why = if per_gpu == Some(want) {
+                    format!(" (one per accelerator: {want} on the bus)")
+                } else {
+                    String::new()
+                };
+                problems.push(format!(
+                    "{} active port{}, expected at least {want}{why}",
+                    active.len(),
+                    if active.len() == 1 { "" } else { "s" }
+                ));
+            }
+        }
+        let ipoib = if self.ipoib {
+            self.ipoib(facts, &mut problems)
+        } else {
+            0
+        };
+        self.memlock(facts, &mut problems)?;
+        let finding = if problems.is_empty() {
+            let mut msg = format!(
+                "{} of {} port{} active",
+                active.len(),
+                selected.len(),
+                if selected.len() == 1 { "" } else { "s" }
+            );
+            if let Some((_, port)) = selected.first() {
+                msg.push_str(&format!(", {} {}", port.link_layer, port.rate_text));
+            }
+            if self.ipoib {
+                msg.push_str(&format!(", {ipoib} IPoIB up"));
+            }
+            Finding::pass(msg)
+        } else {
+            problems_finding(&problems)
+        };
+        let finding = finding
+            .measured(format!("{} active", active.len()))
+            .var("active", active.join(", "))
+            .var(
+                "affected",
+                if affected.is_empty() {
+                    "none".to_string()
+                } else {
+                    affected.join(", ")
+                },
+            )
+            .var(
+                "ports",
+                selected
+                    .iter()
+                    .map(|(h, p)| port_name(h, p))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            );
+        Ok(match self.expect_active {
+            Some(n) => finding.expected(format!(">= {n} active")),
+            None => finding,
+        })
+    }
+}
+
+fn or_unknown(text: &str) -> &str {
+    if text.is_empty() { "unknown" } else { text }
+}
+
+impl Probe for Infiniband {
+    fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
+        blocking(move || self.check(&facts).unwrap_or_else(Finding::error))
+    }
+
+    fn params(&self) -> serde_json::Value {
+        params_json(self)
+    }
+}

@@ -1,0 +1,231 @@
+//! `memory`: host memory a job needs before it starts: available RAM,
+//! a /dev/shm large enough for NCCL and oneCCL (container defaults of 64 MB
+//! break them), hugepages, and enough file descriptors for a rank's
+//! sockets to its peers.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params,
+    problems_finding,
+};
+use crate::checklist::values::{Bytes, format_bytes};
+use crate::facts::limits::{self, Limit};
+use crate::facts::{Facts, meminfo};
+use crate::result::Finding;
+
+pub const KIND: KindInfo = KindInfo {
+    name: "memory",
+    area: "memory",
+    summary: "Available RAM, the size of /dev/shm, free hugepages and the open-files limit (against the world size) meet thresholds.",
+    params: &[
+        ParamDoc {
+            name: "min_available",
+            ty: "size",
+            default: Some("unset"),
+            doc: "MemAvailable in /proc/meminfo must be at least this.",
+        },
+        ParamDoc {
+            name: "min_shm",
+            ty: "size",
+            default: Some("unset"),
+            doc: "/dev/shm must be at least this large (statvfs on the real machine; the size= mount option in /proc/mounts under a fixture root).",
+        },
+        ParamDoc {
+            name: "min_hugepages",
+            ty: "integer",
+            default: Some("unset"),
+            doc: "HugePages_Free must be at least this.",
+        },
+        ParamDoc {
+            name: "min_nofile",
+            ty: "integer",
+            default: Some("unset"),
+            doc: "The soft open-files limit (ulimit -n) must be at least this.",
+        },
+        ParamDoc {
+            name: "nofile_per_rank",
+            ty: "integer",
+            default: Some("unset"),
+            doc: "The open-files limit must be at least this many times WORLD_SIZE: each rank may hold sockets to every peer.",
+        },
+    ],
+    hint_vars: &["available", "shm", "nofile"],
+    parse: parse_params::<Memory>,
+};
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Memory {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    min_available: Option<Bytes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    min_shm: Option<Bytes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    min_hugepages: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    min_nofile: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nofile_per_rank: Option<u64>,
+}
+
+impl Params for Memory {
+    fn validate(&self) -> Result<(), String> {
+        if self.min_available.is_none()
+            && self.min_shm.is_none()
+            && self.min_hugepages.is_none()
+            && self.min_nofile.is_none()
+            && self.nofile_per_rank.is_none()
+        {
+            return Err("memory needs a threshold: min_available, min_shm, min_hugepages, min_nofile or nofile_per_rank".into());
+        }
+        Ok(())
+    }
+}
+
+/// A tmpfs `size=` option: bytes, with k/m/g suffixes, or a percentage of
+/// RAM.
+fn tmpfs_size(option: &str, mem_total: Option<u64>) -> Option<u64> {
+    if let Some(pct) = option.strip_suffix('%') {
+        let pct: u64 = pct.parse().ok()?;
+        return mem_total.map(|t| t / 100 * pct);
+    }
+    Bytes::parse(option).ok().map(|b| b.0)
+}
+
+/// The size of /dev/shm: statvfs on the real machine; under a fixture
+/// root the mount table, since statvfs there would measure the fixture's
+/// own disk. tmpfs without size= gets half of RAM.
+pub fn shm_size(facts: &Facts, mem_total: Option<u64>) -> Result<u64, String> {
+    if facts.is_live() {
+        let st = nix::sys::statvfs::statvfs("/dev/shm")
+            .map_err(|e| format!("cannot statvfs /dev/shm: {e}"))?;
+        return Ok(st.blocks() * st.fragment_size());
+    }
+    let mounts = std::fs::read_to_string(facts.host_path("/proc/mounts"))
+        .map_err(|e| format!("cannot read /proc/mounts: {e}"))?;
+    let line = mounts
+        .lines()
+        .rfind(|l| l.split_whitespace().nth(1) == Some("/dev/shm"))
+        .ok_or("/dev/shm is not mounted (no line in /proc/mounts)")?;
+    let options = line.split_whitespace().nth(3).unwrap_or("");
+    match options.split(',').find_map(|o| o.strip_prefix("size=")) {
+        Some(size) => {
+            tmpfs_size(size, mem_total).ok_or(format!("/proc/mounts: bad /dev/shm size `{size}`"))
+        }
+        None => mem_total
+            .map(|t| t / 2)
+            .ok_or_else(|| "/dev/shm has no size= and MemTotal is unknown".to_string()),
+    }
+}
+
+impl Memory {
+    fn check(&self, facts: &Facts) -> Result<Finding, String> {
+        let mut problems = Vec::new();
+        let mut notes = Vec::new();
+        let mut finding_vars: Vec<(&'static str, String)> = Vec::new();
+        let needs_meminfo =
+            self.min_available.is_some() || self.min_hugepages.is_some() || self.min_shm.is_some();
+        let meminfo = if needs_meminfo {
+            std::fs::read_to_string(facts.host_path("/proc/meminfo"))
+                .map_err(|e| format!("cannot read /proc/meminfo: {e}"))?
+        } else {
+            String::new()
+        };
+        if let Some(min) = self.min_available {
+            let avail = meminfo::field(&meminfo, "MemAvailable")
+                .ok_or("/proc/meminfo has no MemAvailable")?;
+            finding_vars.push(("available", format_bytes(avail)));
+            notes.push(format!("{} available", format_bytes(avail)));
+            if avail < min.0 {
+                problems.push(format!(
+                    "only {} of RAM available, expected at least {min}",
+                    format_bytes(avail)
+                ));
+            }
+        }
+        if let Some(min) = self.min_shm {
+            let size = shm_size(facts, meminfo::field(&meminfo, "MemTotal"))?;
+            finding_vars.push(("shm", format_bytes(size)));
+            notes.push(format!("/dev/shm {}", format_bytes(size)));
+            if size < min.0 {
+                problems.push(format!(
+                    "/dev/shm is {}, expected at least {min}: NCCL and oneCCL fail or fall back",
+                    format_bytes(size)
+                ));
+            }
+        }
+        if let Some(min) = self.min_hugepages {
+            let free = meminfo::field(&meminfo, "HugePages_Free")
+                .ok_or("/proc/meminfo has no HugePages_Free")?;
+            notes.push(format!("{free} free hugepages"));
+            if free < min {
+                problems.push(format!("{free} free hugepages, expected at least {min}"));
+            }
+        }
+        if self.min_nofile.is_some() || self.nofile_per_rank.is_some() {
+            let Some(limit) = limits::soft_limit_of(facts, "Max open files", "nofile")? else {
+                return Ok(Finding::skip(
+                    "no /proc/self/limits under --root and no nofile policy in /etc/security",
+                ));
+            };
+            let world = facts.launch().world_size;
+            let from_world = self.nofile_per_rank.zip(world).map(|(k, w)| k * w);
+            let want = self.min_nofile.into_iter().chain(from_world).max();
+            finding_vars.push(("nofile", limit.describe()));
+            notes.push(format!("ulimit -n {}", limit.describe()));
+            if let Some(want) = want {
+                if !limit.at_least(want) {
+                    let why = match (from_world, world) {
+                        (Some(f), Some(w)) if f == want => {
+                            format!(
+                                " ({} per rank x WORLD_SIZE={w})",
+                                self.nofile_per_rank.unwrap_or(0)
+                            )
+                        }
+                        _ => String::new(),
+                    };
+                    problems.push(format!(
+                        "open files limited to {} (ulimit -n), expected at least {want}{why}",
+                        match limit {
+                            Limit::Unlimited => "unlimited".into(),
+                            Limit::Value(v) => v.to_string(),
+                        }
+                    ));
+                }
+            }
+        }
+        let mut finding = if problems.is_empty() {
+            Finding::pass(notes.join(", "))
+        } else {
+            problems_finding(&problems)
+        };
+        finding = finding.measured(notes.join(", "));
+        for (k, v) in finding_vars {
+            finding = finding.var(k, v);
+        }
+        Ok(finding)
+    }
+}
+
+impl Probe for Memory {
+    fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
+        blocking(move || self.check(&facts).unwrap_or_else(Finding::error))
+    }
+
+    fn params(&self) -> serde_json::Value {
+        params_json(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tmpfs_sizes() {
+        assert_eq!(super::tmpfs_size("65536k", None), Some(64 << 20));
+        assert_eq!(super::tmpfs_size("50%", Some(1000)), Some(500));
+        assert_eq!(super::tmpfs_size("1g", None), Some(1 << 30));
+    }
+}
