@@ -1,6 +1,8 @@
 //! Facts about this node that several checks need, gathered at most once per
 //! run and only when a check asks for them.
 
+mod infiniband;
+mod interfaces;
 mod launch;
 mod pci;
 
@@ -8,6 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+pub use infiniband::Hca;
+pub use interfaces::Interface;
 pub use launch::Launch;
 pub use pci::{PciDevice, Vendor};
 
@@ -23,6 +27,8 @@ pub struct Facts {
     hostname: OnceLock<String>,
     pci: OnceLock<Vec<PciDevice>>,
     launch: OnceLock<Launch>,
+    interfaces: OnceLock<Vec<Interface>>,
+    hcas: OnceLock<Vec<Hca>>,
 }
 
 impl Facts {
@@ -34,6 +40,8 @@ impl Facts {
             hostname: OnceLock::new(),
             pci: OnceLock::new(),
             launch: OnceLock::new(),
+            interfaces: OnceLock::new(),
+            hcas: OnceLock::new(),
         }
     }
 
@@ -95,5 +103,35 @@ impl Facts {
 
     pub fn launch(&self) -> &Launch {
         self.launch.get_or_init(|| Launch::from_env(&self.env))
+    }
+
+    /// Network interfaces, from sysfs under `--root` and, on the real root,
+    /// the kernel's addresses.
+    pub fn interfaces(&self) -> &[Interface] {
+        self.interfaces.get_or_init(|| {
+            interfaces::scan(
+                &self.host_path("/sys/class/net"),
+                self.root == Path::new("/"),
+            )
+        })
+    }
+
+    pub fn interface(&self, name: &str) -> Option<&Interface> {
+        self.interfaces().iter().find(|i| i.name == name)
+    }
+
+    /// RDMA adapters from /sys/class/infiniband under `--root`.
+    pub fn hcas(&self) -> &[Hca] {
+        self.hcas
+            .get_or_init(|| infiniband::scan(&self.host_path("/sys/class/infiniband")))
+    }
+
+    /// The kernel's ephemeral port range (net.ipv4.ip_local_port_range).
+    pub fn ephemeral_ports(&self) -> Option<(u16, u16)> {
+        let text =
+            std::fs::read_to_string(self.host_path("/proc/sys/net/ipv4/ip_local_port_range"))
+                .ok()?;
+        let mut parts = text.split_whitespace().map(|p| p.parse::<u16>().ok());
+        Some((parts.next()??, parts.next()??))
     }
 }

@@ -5,7 +5,15 @@
 mod command;
 mod env;
 mod file;
+mod ifname_spec;
+mod interface;
 mod kernel_param;
+mod launch_env;
+mod port;
+mod port_holder;
+mod ports;
+mod resolve;
+mod tcp_connect;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -49,7 +57,16 @@ pub struct KindInfo {
     pub parse: fn(&Node, Vec<(&Node, &Node)>) -> Result<Arc<dyn Probe>, YamlError>,
 }
 
-pub const KINDS: &[&KindInfo] = &[&command::KIND, &env::KIND, &file::KIND, &kernel_param::KIND];
+pub const KINDS: &[&KindInfo] = &[
+    &command::KIND,
+    &env::KIND,
+    &file::KIND,
+    &interface::KIND,
+    &kernel_param::KIND,
+    &launch_env::KIND,
+    &port::KIND,
+    &tcp_connect::KIND,
+];
 
 pub fn lookup(name: &str) -> Option<&'static KindInfo> {
     KINDS.iter().copied().find(|k| k.name == name)
