@@ -18,6 +18,15 @@ impl IbPort {
     pub fn is_active(&self) -> bool {
         self.state == "ACTIVE"
     }
+
+    /// `RoCE` or `InfiniBand`, for messages.
+    pub fn kind(&self) -> &'static str {
+        if self.link_layer.eq_ignore_ascii_case("ethernet") {
+            "RoCE"
+        } else {
+            "InfiniBand"
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

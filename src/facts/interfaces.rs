@@ -52,6 +52,11 @@ impl Interface {
         if let Some(speed) = self.speed_mbps {
             parts.push(format!("{speed} Mb/s"));
         }
+        if self.link_type == "infiniband" {
+            if let Some(hw) = &self.hw_address {
+                parts.push(format!("IPoIB {hw}"));
+            }
+        }
         format!("{} ({})", self.name, parts.join(", "))
     }
 }
@@ -178,7 +183,10 @@ mod tests {
         assert_eq!(i.link_type, "infiniband");
         assert_eq!(i.hw_address.as_deref(), Some(hw));
         assert!(i.is_up());
-        assert_eq!(i.describe(), "ib0 (up, carrier, mtu 2044, 200000 Mb/s)");
+        assert_eq!(
+            i.describe(),
+            format!("ib0 (up, carrier, mtu 2044, 200000 Mb/s, IPoIB {hw})")
+        );
     }
 
     #[test]

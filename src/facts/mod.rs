@@ -66,6 +66,11 @@ impl Facts {
         self.env.get(name).map(String::as_str)
     }
 
+    /// Names of the set variables, sorted.
+    pub fn env_names(&self) -> impl Iterator<Item = &str> {
+        self.env.keys().map(String::as_str)
+    }
+
     /// The node's hostname: from /etc/hostname under a fixture root, else
     /// from the kernel.
     pub fn hostname(&self) -> &str {
@@ -114,10 +119,6 @@ impl Facts {
                 self.root == Path::new("/"),
             )
         })
-    }
-
-    pub fn interface(&self, name: &str) -> Option<&Interface> {
-        self.interfaces().iter().find(|i| i.name == name)
     }
 
     /// RDMA adapters from /sys/class/infiniband under `--root`.

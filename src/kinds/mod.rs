@@ -4,6 +4,7 @@
 
 mod command;
 mod env;
+mod env_lint;
 mod file;
 mod ifname_spec;
 mod interface;
@@ -60,6 +61,7 @@ pub struct KindInfo {
 pub const KINDS: &[&KindInfo] = &[
     &command::KIND,
     &env::KIND,
+    &env_lint::KIND,
     &file::KIND,
     &interface::KIND,
     &kernel_param::KIND,
