@@ -10,6 +10,7 @@ mod ifname_spec;
 mod interface;
 mod kernel_param;
 mod launch_env;
+mod ping;
 mod port;
 mod port_holder;
 mod ports;
@@ -66,6 +67,7 @@ pub const KINDS: &[&KindInfo] = &[
     &interface::KIND,
     &kernel_param::KIND,
     &launch_env::KIND,
+    &ping::KIND,
     &port::KIND,
     &tcp_connect::KIND,
 ];
