@@ -6,6 +6,7 @@ mod command;
 mod env;
 mod env_lint;
 mod file;
+mod firewall;
 mod ifname_spec;
 mod interface;
 mod kernel_param;
@@ -64,6 +65,7 @@ pub const KINDS: &[&KindInfo] = &[
     &env::KIND,
     &env_lint::KIND,
     &file::KIND,
+    &firewall::KIND,
     &interface::KIND,
     &kernel_param::KIND,
     &launch_env::KIND,

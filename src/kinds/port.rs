@@ -144,7 +144,7 @@ impl PortCheck {
                 Err(e) => taken.push(format!("{port} (cannot bind: {e})")),
             }
         }
-        let listed = describe_ports(&ports);
+        let listed = super::ports::describe(&ports);
         if taken.is_empty() {
             return Finding::pass(format!("{listed} free on {}", self.address))
                 .measured("free")
@@ -171,30 +171,6 @@ impl PortCheck {
         .var("holder", holder)
         .var("pid", pid)
     }
-}
-
-/// `29500-29510 and 31000` style summary of a port list.
-fn describe_ports(ports: &[u16]) -> String {
-    let mut sorted = ports.to_vec();
-    sorted.sort_unstable();
-    let mut ranges: Vec<(u16, u16)> = Vec::new();
-    for p in sorted {
-        match ranges.last_mut() {
-            Some((_, last)) if *last + 1 == p => *last = p,
-            _ => ranges.push((p, p)),
-        }
-    }
-    let parts: Vec<String> = ranges
-        .iter()
-        .map(|&(a, b)| {
-            if a == b {
-                format!("port {a}")
-            } else {
-                format!("ports {a}-{b}")
-            }
-        })
-        .collect();
-    parts.join(", ")
 }
 
 impl Probe for PortCheck {

@@ -42,10 +42,6 @@ impl PortRange {
     pub fn ports(self) -> impl Iterator<Item = u16> {
         self.first..=self.last
     }
-
-    pub fn contains(self, port: u16) -> bool {
-        (self.first..=self.last).contains(&port)
-    }
 }
 
 impl fmt::Display for PortRange {
@@ -89,6 +85,30 @@ pub fn with_env_port(ranges: &[PortRange], env_port: Option<&str>) -> Vec<u16> {
         }
     }
     ports
+}
+
+/// `29500-29510 and 31000` style summary of a port list.
+pub fn describe(ports: &[u16]) -> String {
+    let mut sorted = ports.to_vec();
+    sorted.sort_unstable();
+    let mut ranges: Vec<(u16, u16)> = Vec::new();
+    for p in sorted {
+        match ranges.last_mut() {
+            Some((_, last)) if *last + 1 == p => *last = p,
+            _ => ranges.push((p, p)),
+        }
+    }
+    let parts: Vec<String> = ranges
+        .iter()
+        .map(|&(a, b)| {
+            if a == b {
+                format!("port {a}")
+            } else {
+                format!("ports {a}-{b}")
+            }
+        })
+        .collect();
+    parts.join(", ")
 }
 
 #[cfg(test)]
