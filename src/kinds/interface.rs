@@ -41,6 +41,12 @@ pub const KIND: KindInfo = KindInfo {
             doc: "Check that this node's hostname resolves, and not to loopback in a multi-node job.",
         },
         ParamDoc {
+            name: "check_route",
+            ty: "bool",
+            default: Some("true"),
+            doc: "Check the route to the target, its interface, and the socket-interface variables.",
+        },
+        ParamDoc {
             name: "min_mtu",
             ty: "integer",
             default: Some("unset"),
@@ -72,6 +78,8 @@ pub struct InterfaceCheck {
     target: Option<String>,
     #[serde(default = "yes")]
     check_hostname: bool,
+    #[serde(default = "yes")]
+    check_route: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     min_mtu: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -92,7 +100,16 @@ fn default_resolve_timeout() -> Span {
     Span(Duration::from_secs(3))
 }
 
-impl Params for InterfaceCheck {}
+impl Params for InterfaceCheck {
+    fn validate(&self) -> Result<(), String> {
+        if !self.check_hostname && !self.check_route {
+            return Err(
+                "`check_hostname` and `check_route` are both false: nothing to check".into(),
+            );
+        }
+        Ok(())
+    }
+}
 
 /// The source address the kernel would use towards `target`: a connected
 /// UDP socket sends nothing but makes the kernel pick route and source.
@@ -168,6 +185,7 @@ impl InterfaceCheck {
                 .map(|v| (v.trim().to_string(), self.target_var.clone())),
         };
         match target {
+            _ if !self.check_route => {}
             None => r
                 .notes
                 .push(format!("{} is not set: no route to check", self.target_var)),

@@ -7,6 +7,7 @@ mod env;
 mod env_lint;
 mod file;
 mod firewall;
+mod http;
 mod ifname_spec;
 mod interface;
 mod kernel_param;
@@ -66,6 +67,7 @@ pub const KINDS: &[&KindInfo] = &[
     &env_lint::KIND,
     &file::KIND,
     &firewall::KIND,
+    &http::KIND,
     &interface::KIND,
     &kernel_param::KIND,
     &launch_env::KIND,
