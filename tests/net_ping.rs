@@ -1,0 +1,65 @@
+//! ping to a namespace peer, through both socket kinds, and to a peer that
+//! drops ICMP.
+
+mod common;
+
+use common::netns::Cluster;
+use common::{BIN, checklist, message, result, status};
+
+#[test]
+fn echo_replies_loss_and_socket_kinds() {
+    let Some(c) = Cluster::new(3) else { return };
+    // Host 2 drops ICMP.
+    c.iptables(2, &["-A", "INPUT", "-p", "icmp", "-j", "DROP"]);
+    let yaml = format!(
+        "checks:
+  - {{id: peer, kind: ping, hosts: [\"{}\"], count: 3, interval: 20ms}}
+  - {{id: master, kind: ping, hosts_var: MASTER_ADDR, count: 2, interval: 20ms}}
+  - {{id: dropped, kind: ping, hosts: [\"{}\"], count: 2, interval: 20ms, reply_timeout: 500ms, hint: \"loss {{loss}} via {{socket}}\"}}
+  - {{id: fast, kind: ping, hosts: [\"{}\"], count: 2, max_rtt: 1ns}}
+",
+        c.addr(1),
+        c.addr(2),
+        c.addr(1)
+    );
+    let (_dir, path) = checklist(&yaml);
+    let path = path.to_string_lossy().to_string();
+    let args = ["check", "--no-shipped", "--checks", path.as_str()];
+    let env = [("MASTER_ADDR", c.hosts[1].addr.to_string())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+    // Raw socket: the namespace's ping_group_range allows no group.
+    c.must(0, &["sysctl", "-qw", "net.ipv4.ping_group_range=1 0"]);
+    let (code, r) = c.preflight(0, BIN, &args, &env);
+    assert_eq!(code, 1);
+    assert_eq!(status(&r, "peer"), "pass", "{}", message(&r, "peer"));
+    assert!(
+        message(&r, "peer").contains("3/3 replies, 0% loss"),
+        "{}",
+        message(&r, "peer")
+    );
+    assert!(message(&r, "peer").ends_with("(via raw socket)"));
+    assert_eq!(status(&r, "master"), "pass", "{}", message(&r, "master"));
+    assert_eq!(status(&r, "dropped"), "fail");
+    assert!(
+        message(&r, "dropped").contains("0/2 replies, 100% loss"),
+        "{}",
+        message(&r, "dropped")
+    );
+    assert_eq!(result(&r, "dropped")["hint"], "loss 100% via raw socket");
+    assert_eq!(status(&r, "fast"), "fail", "{}", message(&r, "fast"));
+
+    // Unprivileged ICMP datagram socket where the group range allows it.
+    c.must(
+        0,
+        &["sysctl", "-qw", "net.ipv4.ping_group_range=0 2147483647"],
+    );
+    let (_, r) = c.preflight(0, BIN, &args, &env);
+    assert_eq!(status(&r, "peer"), "pass", "{}", message(&r, "peer"));
+    assert!(
+        message(&r, "peer").ends_with("(via unprivileged ICMP socket)"),
+        "{}",
+        message(&r, "peer")
+    );
+    assert_eq!(status(&r, "dropped"), "fail");
+}
