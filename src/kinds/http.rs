@@ -127,8 +127,25 @@ fn env_either<'a>(facts: &'a Facts, name: &str) -> Option<&'a str> {
         .filter(|v| !v.trim().is_empty())
 }
 
-/// The proxy the job would use for `url`, per the usual conventions.
+/// The proxy the job would use for `url`, per the usual conventions:
+/// HTTPS_PROXY or HTTP_PROXY by scheme, else ALL_PROXY, unless NO_PROXY
+/// names the host (exactly, as a domain suffix, or `*`).
 fn proxy_for(facts: &Facts, url: &reqwest::Url) -> Option<String> {
+    let host = url
+        .host_str()?
+        .trim_matches(['[', ']'])
+        .to_ascii_lowercase();
+    if let Some(list) = env_either(facts, "NO_PROXY") {
+        let exempt = list.split(',').map(str::trim).any(|entry| {
+            let entry = entry.trim_start_matches("*.").trim_start_matches('.');
+            let entry = entry.to_ascii_lowercase();
+            entry == "*"
+                || (!entry.is_empty() && (host == entry || host.ends_with(&format!(".{entry}"))))
+        });
+        if exempt {
+            return None;
+        }
+    }
     let var = if url.scheme() == "https" {
         "HTTPS_PROXY"
     } else {
@@ -153,7 +170,7 @@ fn causes(e: &dyn std::error::Error) -> String {
 }
 
 impl Http {
-    fn client(&self, facts: &Facts, proxy: Option<&str>) -> Result<reqwest::Client, String> {
+    fn client(&self, proxy: Option<&str>) -> Result<reqwest::Client, String> {
         let mut builder = reqwest::Client::builder()
             .timeout(self.request_timeout.0)
             .connect_timeout(self.request_timeout.0)
@@ -165,10 +182,7 @@ impl Http {
             // HTTP does not need it.
             .tls_built_in_root_certs(self.url.starts_with("https:"));
         if let Some(p) = proxy {
-            let no_proxy = env_either(facts, "NO_PROXY").and_then(reqwest::NoProxy::from_string);
-            let proxy = reqwest::Proxy::all(p)
-                .map_err(|e| format!("invalid proxy `{p}`: {e}"))?
-                .no_proxy(no_proxy);
+            let proxy = reqwest::Proxy::all(p).map_err(|e| format!("invalid proxy `{p}`: {e}"))?;
             builder = builder.proxy(proxy);
         }
         builder
@@ -189,7 +203,7 @@ impl Http {
         let via = proxy
             .as_deref()
             .map_or(String::new(), |p| format!(" via proxy {p}"));
-        let client = match self.client(facts, proxy.as_deref()) {
+        let client = match self.client(proxy.as_deref()) {
             Ok(c) => c,
             Err(e) => return Finding::error(e),
         };
