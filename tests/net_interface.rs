@@ -39,7 +39,7 @@ fn route_interface_and_socket_variables() {
     assert_eq!(status(&r, "route"), "pass", "{}", message(&r, "route"));
     assert_eq!(result(&r, "route")["measured"], "eth0");
     assert!(
-        message(&r, "route").contains(&format!("via eth0 (up, carrier, mtu 1500")),
+        message(&r, "route").contains("via eth0 (up, carrier, mtu 1500"),
         "{}",
         message(&r, "route")
     );

@@ -50,6 +50,9 @@ pub struct ParamDoc {
     pub doc: &'static str,
 }
 
+/// Builds a kind's probe from a check's node and its kind-specific entries.
+pub type ParseFn = fn(&Node, Vec<(&Node, &Node)>) -> Result<Arc<dyn Probe>, YamlError>;
+
 pub struct KindInfo {
     pub name: &'static str,
     /// Where results are grouped in the human report, unless a check says.
@@ -58,7 +61,7 @@ pub struct KindInfo {
     pub params: &'static [ParamDoc],
     /// Placeholders, besides the common ones, that this kind's hints may use.
     pub hint_vars: &'static [&'static str],
-    pub parse: fn(&Node, Vec<(&Node, &Node)>) -> Result<Arc<dyn Probe>, YamlError>,
+    pub parse: ParseFn,
 }
 
 pub const KINDS: &[&KindInfo] = &[

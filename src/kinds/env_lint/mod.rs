@@ -257,7 +257,8 @@ mod tests {
         let dir = fixture();
         // (variables, expected worst level or None for clean, text the
         // message must contain)
-        let table: &[(&[(&str, &str)], Option<Level>, &str)] = &[
+        type Row<'a> = (&'a [(&'a str, &'a str)], Option<Level>, &'a str);
+        let table: &[Row] = &[
             (&[("NCCL_SOCKET_IFNAME", "eth0")], None, ""),
             (&[("NCCL_SOCKET_IFNAME", "eth")], None, ""),
             (&[("NCCL_SOCKET_IFNAME", "^lo,eth1")], None, ""),

@@ -132,10 +132,10 @@ fn eval(cond: &Cond, p: &Packet) -> Tri {
             }
         }
         Cond::Addr(field, nets) => {
-            let remote = match (field, p.hook) {
-                (AddrField::Source, Hook::Input) | (AddrField::Destination, Hook::Output) => true,
-                _ => false,
-            };
+            let remote = matches!(
+                (field, p.hook),
+                (AddrField::Source, Hook::Input) | (AddrField::Destination, Hook::Output)
+            );
             if !remote {
                 // Our own address: we do not know which one the peer uses.
                 return Tri::Maybe;
@@ -342,7 +342,7 @@ mod tests {
                 ),
             ],
         );
-        let b = blocks(&[t.clone()], &input(29500, None));
+        let b = blocks(std::slice::from_ref(&t), &input(29500, None));
         assert_eq!(b.len(), 1);
         assert_eq!(b[0].rule, "tcp dport 29500 drop");
         assert!(!b[0].uncertain);
@@ -362,7 +362,7 @@ mod tests {
                 "ip saddr 10.0.0.0/24 accept",
             )],
         );
-        assert!(blocks(&[t.clone()], &input(29500, Some("10.0.0.7"))).is_empty());
+        assert!(blocks(std::slice::from_ref(&t), &input(29500, Some("10.0.0.7"))).is_empty());
         let b = blocks(&[t], &input(29500, Some("10.9.0.7")));
         assert_eq!(b[0].rule, "policy drop");
     }
@@ -405,7 +405,7 @@ mod tests {
                 "tcp dport != 22 drop",
             )],
         });
-        let b = blocks(&[t.clone()], &input(29500, None));
+        let b = blocks(std::slice::from_ref(&t), &input(29500, None));
         assert_eq!(b[0].chain, "cluster");
         assert!(blocks(&[t], &input(22, None)).is_empty());
     }
