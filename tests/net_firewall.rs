@@ -125,7 +125,7 @@ fn rules_are_read_back_and_quoted() {
     let m = message(&r, "auto");
     assert!(m.starts_with("nft + iptables-save: "), "{m}");
     assert!(m.contains("`-A INPUT -p tcp -m multiport --dports 29508:29509 -j REJECT --reject-with tcp-reset` (iptables table filter, chain INPUT) blocks incoming TCP to ports 29508-29509"), "{m}");
-    assert!(m.contains(&format!("`policy drop` (iptables table filter, chain OUTPUT) blocks outgoing TCP to ports 29500-29510, port 29600 (to {peer})")), "{m}");
+    assert!(m.contains(&format!("`policy drop` (iptables table filter, chain OUTPUT) blocks outgoing TCP to ports 29500-29510, port 29600 and the data ports (ephemeral range, sampled at 32768) (to {peer})")), "{m}");
     let m = message(&r, "ipt");
     assert!(m.starts_with("iptables-save: "), "{m}");
     assert!(m.contains("--dports 29508:29509"), "{m}");
@@ -198,4 +198,64 @@ fn missing_tools_skip_with_the_reason() {
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status(&r, "fw"), "skip");
     assert!(message(&r, "fw").contains("neither nft nor iptables-save is installed"));
+}
+
+#[test]
+fn a_drop_policy_that_opens_only_the_rendezvous_blocks_data_ports() {
+    let Some(c) = Cluster::new(1) else { return };
+    c.nft(0, &["add", "table", "inet", "pf"]);
+    c.nft(
+        0,
+        &[
+            "add",
+            "chain",
+            "inet",
+            "pf",
+            "input",
+            "{ type filter hook input priority 0; policy drop; }",
+        ],
+    );
+    c.nft(
+        0,
+        &[
+            "add",
+            "rule",
+            "inet",
+            "pf",
+            "input",
+            "ct",
+            "state",
+            "established,related",
+            "accept",
+        ],
+    );
+    c.nft(
+        0,
+        &[
+            "add",
+            "rule",
+            "inet",
+            "pf",
+            "input",
+            "tcp",
+            "dport",
+            "29500-29510",
+            "accept",
+        ],
+    );
+    let (_dir, path) = checklist(
+        "checks:\n  - {id: fw, kind: firewall}\n  - {id: rdzv_only, kind: firewall, data_ports: false}\n",
+    );
+    let path = path.to_string_lossy().to_string();
+    let (_, r) = c.preflight(0, BIN, &["check", "--no-shipped", "--checks", &path], &[]);
+    assert_eq!(
+        message(&r, "fw"),
+        "nft: `policy drop` (table inet pf, chain input) blocks incoming TCP to the data ports (ephemeral range, sampled at 32768)"
+    );
+    assert_eq!(
+        status(&r, "rdzv_only"),
+        "pass",
+        "{}",
+        message(&r, "rdzv_only")
+    );
 }

@@ -54,6 +54,12 @@ pub const KIND: KindInfo = KindInfo {
             doc: "Also count the host in this variable as a peer, when set.",
         },
         ParamDoc {
+            name: "data_ports",
+            ty: "bool",
+            default: Some("true"),
+            doc: "Also check a port of the kernel's ephemeral range, where NCCL and Gloo open their data connections between nodes.",
+        },
+        ParamDoc {
             name: "backend",
             ty: "auto|nft|iptables",
             default: Some("auto"),
@@ -90,6 +96,8 @@ pub struct Firewall {
     peers: Vec<String>,
     #[serde(default = "master_addr")]
     peers_var: String,
+    #[serde(default = "yes")]
+    data_ports: bool,
     #[serde(default)]
     backend: Backend,
     #[serde(default = "default_tool_timeout")]
@@ -107,6 +115,9 @@ fn master_port() -> String {
 }
 fn master_addr() -> String {
     "MASTER_ADDR".into()
+}
+fn yes() -> bool {
+    true
 }
 fn default_tool_timeout() -> Span {
     Span(Duration::from_secs(5))
@@ -247,7 +258,31 @@ impl Firewall {
             Err(f) => return f,
         };
         let env_port = facts.env(&self.port_var);
-        let ports = with_env_port(&self.ports, env_port);
+        let mut ports = with_env_port(&self.ports, env_port);
+        // Data connections go to ports the kernel hands out; one sample
+        // stands for the range, since rules rarely split it.
+        let sample = self
+            .data_ports
+            .then(|| facts.ephemeral_ports().map_or(32768, |(lo, _)| lo))
+            .filter(|p| !ports.contains(p));
+        if let Some(p) = sample {
+            ports.push(p);
+        }
+        let describe = |list: &[u16]| {
+            let named: Vec<u16> = list
+                .iter()
+                .copied()
+                .filter(|p| Some(*p) != sample)
+                .collect();
+            match (named.is_empty(), sample.filter(|s| list.contains(s))) {
+                (_, None) => describe(&named),
+                (true, Some(s)) => format!("the data ports (ephemeral range, sampled at {s})"),
+                (false, Some(s)) => format!(
+                    "{} and the data ports (ephemeral range, sampled at {s})",
+                    describe(&named)
+                ),
+            }
+        };
         let mut peer_names = self.peers.clone();
         if let Some(v) = facts
             .env(&self.peers_var)
