@@ -46,3 +46,48 @@ fn hosts_reach_each_other_and_teardown_survives_a_panic() {
     let bridge = names.last().unwrap();
     assert!(!String::from_utf8_lossy(&links.stdout).contains(bridge.as_str()));
 }
+
+#[test]
+fn preflight_runs_on_every_host_at_once() {
+    let Some(c) = Cluster::new(3) else { return };
+    for h in 0..3 {
+        c.listen(h, 29500, &[]);
+    }
+    c.iptables(
+        2,
+        &[
+            "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "29500", "-j", "DROP",
+        ],
+    );
+    let (_dir, path) = common::checklist(
+        "checks:\n  - {id: next, kind: tcp_connect, host_var: NEXT_HOST, port: 29500, connect_timeout: 1s}\n",
+    );
+    let path = path.to_string_lossy().to_string();
+    let children: Vec<_> = (0..3)
+        .map(|h| {
+            let next = c.addr((h + 1) % 3);
+            c.spawn_preflight(
+                h,
+                common::BIN,
+                &[
+                    "check",
+                    "--no-shipped",
+                    "--format",
+                    "json",
+                    "--checks",
+                    &path,
+                ],
+                &[("NEXT_HOST", next.as_str())],
+            )
+        })
+        .collect();
+    let outcomes: Vec<String> = children
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().unwrap();
+            let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            common::measured(&r, "next").to_string()
+        })
+        .collect();
+    assert_eq!(outcomes, ["connected", "timed_out", "connected"]);
+}
