@@ -159,11 +159,18 @@ impl InterfaceCheck {
                         .map(IpAddr::to_string)
                         .collect::<Vec<_>>()
                         .join(", ");
-                    if ips.iter().all(is_loopback) {
+                    // Gloo binds to the first address the hostname
+                    // resolves to, so a loopback first is enough to break it.
+                    if is_loopback(&ips[0]) {
                         let gloo_pinned = facts.env("GLOO_SOCKET_IFNAME").is_some();
                         if multi_node && !gloo_pinned {
+                            let only = if ips.iter().all(is_loopback) {
+                                "only"
+                            } else {
+                                "first"
+                            };
                             r.problems.push(format!(
-                                "hostname {host} resolves only to loopback ({shown}): Gloo binds there and peers get `connect [{}] refused`",
+                                "hostname {host} resolves {only} to loopback ({shown}): Gloo binds there and peers get `connect [{}] refused`",
                                 ips[0]
                             ));
                         } else {

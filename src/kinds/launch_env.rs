@@ -107,6 +107,8 @@ const OTHER_INTEGERS: &[&str] = &["NODE_RANK", "GROUP_RANK", "SLURM_NODEID", "SL
 
 const ALL_VARS: &[&str] = &[
     "MASTER_ADDR",
+    "NNODES",
+    "SLURM_NNODES",
     "MASTER_PORT",
     "RANK",
     "WORLD_SIZE",
@@ -290,6 +292,24 @@ impl LaunchEnv {
         }
         for name in OTHER_INTEGERS {
             integer(facts, name, &mut v);
+        }
+        let nnodes = [
+            "NNODES",
+            "PET_NNODES",
+            "SLURM_NNODES",
+            "SLURM_JOB_NUM_NODES",
+        ]
+        .iter()
+        .find_map(|n| Some((*n, facts.env(n)?.trim().parse::<u64>().ok()?)));
+        if let Some((nn, count)) = nnodes {
+            for name in ["NODE_RANK", "GROUP_RANK", "SLURM_NODEID"] {
+                if let Some(i) = facts.env(name).and_then(|x| x.trim().parse::<u64>().ok()) {
+                    if i >= count {
+                        v.problems
+                            .push(format!("{name}={i} is not below {nn}={count}"));
+                    }
+                }
+            }
         }
         if let (Some(n), Some(g)) = (
             facts
@@ -575,6 +595,17 @@ mod tests {
         ] {
             assert!(f.message.contains(part), "{part}: {}", f.message);
         }
+    }
+
+    #[test]
+    fn node_rank_below_node_count() {
+        let f = run(&[("NODE_RANK", "2"), ("NNODES", "2")], plain());
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.message.contains("NODE_RANK=2 is not below NNODES=2"),
+            "{}",
+            f.message
+        );
     }
 
     #[test]
