@@ -63,3 +63,52 @@ fn echo_replies_loss_and_socket_kinds() {
     );
     assert_eq!(status(&r, "dropped"), "fail");
 }
+
+#[test]
+fn no_permitted_socket_is_an_error_not_a_pass() {
+    let Some(c) = Cluster::new(2) else { return };
+    c.must(0, &["sysctl", "-qw", "net.ipv4.ping_group_range=1 0"]);
+    let yaml = format!(
+        "checks:\n  - {{id: peer, kind: ping, hosts: [\"{}\"], count: 1}}\n  - {{id: fw, kind: firewall}}\n",
+        c.addr(1)
+    );
+    let (dir, path) = checklist(&yaml);
+    // The unprivileged user must be able to read the checklist.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = path.to_string_lossy().to_string();
+    let out = c.exec(
+        0,
+        &[
+            "runuser",
+            "-u",
+            "nobody",
+            "--",
+            BIN,
+            "check",
+            "--no-shipped",
+            "--format",
+            "json",
+            "--checks",
+            &path,
+        ],
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(3), "incomplete: {r:#}");
+    assert_eq!(status(&r, "peer"), "error");
+    let m = message(&r, "peer");
+    assert!(
+        m.contains("unprivileged datagram socket") && m.contains("raw socket"),
+        "{m}"
+    );
+    assert_eq!(status(&r, "fw"), "error");
+    assert!(
+        message(&r, "fw").contains("not permitted"),
+        "{}",
+        message(&r, "fw")
+    );
+}
