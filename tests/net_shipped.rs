@@ -95,3 +95,29 @@ fn shipped_checks_name_what_is_wrong() {
         message(&r, "launch.env")
     );
 }
+
+#[test]
+fn shipped_checks_are_ready_on_a_clean_node_without_a_job() {
+    let Some(c) = Cluster::new(1) else { return };
+    let mut args = vec!["check"];
+    for id in [
+        "net.hostname",
+        "net.master_route",
+        "net.master_port_free",
+        "net.rendezvous_ports_free",
+        "net.firewall",
+        "env.lint",
+        "env.nccl_ib_disable",
+        "launch.env",
+    ] {
+        args.extend(["--only", id]);
+    }
+    let (code, r) = c.preflight(0, BIN, &args, &[]);
+    assert_eq!(code, 0, "{r:#}");
+    for id in ["net.master_route", "net.master_port_free", "launch.env"] {
+        assert_eq!(status(&r, id), "skip", "{id}: {}", message(&r, id));
+    }
+    for id in ["net.rendezvous_ports_free", "net.firewall", "env.lint"] {
+        assert_eq!(status(&r, id), "pass", "{id}: {}", message(&r, id));
+    }
+}
