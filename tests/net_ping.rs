@@ -112,3 +112,62 @@ fn no_permitted_socket_is_an_error_not_a_pass() {
         message(&r, "fw")
     );
 }
+
+#[test]
+fn ipv6_echo_and_dropped_echo() {
+    let Some(c) = Cluster::new(3) else { return };
+    c.add_ipv6();
+    c.must(
+        2,
+        &[
+            "ip6tables",
+            "-w",
+            "-A",
+            "INPUT",
+            "-p",
+            "icmpv6",
+            "--icmpv6-type",
+            "echo-request",
+            "-j",
+            "DROP",
+        ],
+    );
+    let yaml = format!(
+        "checks:
+  - {{id: peer6, kind: ping, hosts: [\"{}\"], count: 2, interval: 20ms}}
+  - {{id: dropped6, kind: ping, hosts: [\"{}\"], count: 2, interval: 20ms, reply_timeout: 500ms}}
+",
+        c.addr6(1),
+        c.addr6(2)
+    );
+    let (_dir, path) = checklist(&yaml);
+    let path = path.to_string_lossy().to_string();
+    let args = ["check", "--no-shipped", "--checks", path.as_str()];
+    for (range, socket) in [
+        ("1 0", "raw socket"),
+        ("0 2147483647", "unprivileged ICMP socket"),
+    ] {
+        c.must(
+            0,
+            &[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv4.ping_group_range={range}"),
+            ],
+        );
+        let (_, r) = c.preflight(0, BIN, &args, &[]);
+        assert_eq!(status(&r, "peer6"), "pass", "{}", message(&r, "peer6"));
+        assert!(
+            message(&r, "peer6").contains("2/2 replies"),
+            "{}",
+            message(&r, "peer6")
+        );
+        assert!(message(&r, "peer6").ends_with(&format!("(via {socket})")));
+        assert_eq!(status(&r, "dropped6"), "fail");
+        assert!(
+            message(&r, "dropped6").contains("0/2 replies, 100% loss"),
+            "{}",
+            message(&r, "dropped6")
+        );
+    }
+}

@@ -3,7 +3,7 @@
 //! this user, a raw socket otherwise (root or CAP_NET_RAW), and reports
 //! `error` with both reasons when neither is permitted: never a silent pass.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ pub const KIND: KindInfo = KindInfo {
             name: "hosts",
             ty: "list of strings",
             default: Some("[]"),
-            doc: "Host names or IPv4 addresses to ping.",
+            doc: "Host names or addresses (IPv4 or IPv6) to ping.",
         },
         ParamDoc {
             name: "hosts_var",
@@ -131,14 +131,20 @@ impl Kind {
     }
 }
 
-/// An ICMP socket, as a std UdpSocket for its safe send/recv API.
-pub fn open() -> Result<(UdpSocket, Kind), String> {
-    let dgram = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::ICMPV4));
+/// An ICMP socket for the target's family, as a std UdpSocket for its safe
+/// send/recv API.
+pub fn open(v6: bool) -> Result<(UdpSocket, Kind), String> {
+    let (domain, protocol) = if v6 {
+        (Domain::IPV6, Protocol::ICMPV6)
+    } else {
+        (Domain::IPV4, Protocol::ICMPV4)
+    };
+    let dgram = Socket::new(domain, Type::DGRAM, Some(protocol));
     let dgram_err = match dgram {
         Ok(s) => return Ok((s.into(), Kind::Datagram)),
         Err(e) => e,
     };
-    match Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4)) {
+    match Socket::new(domain, Type::RAW, Some(protocol)) {
         Ok(s) => Ok((s.into(), Kind::Raw)),
         Err(raw_err) => Err(format!(
             "cannot open an ICMP socket: unprivileged datagram socket: {dgram_err} (net.ipv4.ping_group_range does not include this user's group); raw socket: {raw_err} (needs root or CAP_NET_RAW)"
@@ -158,27 +164,34 @@ fn checksum(data: &[u8]) -> u16 {
     !(sum as u16)
 }
 
-fn echo_request(id: u16, seq: u16, token: &[u8; 8]) -> Vec<u8> {
-    let mut packet = vec![8u8, 0, 0, 0];
+/// Echo request type: 8 for ICMP, 128 for ICMPv6 (whose checksum covers a
+/// pseudo-header, so the kernel fills it in).
+fn echo_request(v6: bool, id: u16, seq: u16, token: &[u8; 8]) -> Vec<u8> {
+    let mut packet = vec![if v6 { 128u8 } else { 8 }, 0, 0, 0];
     packet.extend_from_slice(&id.to_be_bytes());
     packet.extend_from_slice(&seq.to_be_bytes());
     packet.extend_from_slice(token);
     packet.extend_from_slice(&[0x5a; 24]);
-    let sum = checksum(&packet);
-    packet[2..4].copy_from_slice(&sum.to_be_bytes());
+    if !v6 {
+        let sum = checksum(&packet);
+        packet[2..4].copy_from_slice(&sum.to_be_bytes());
+    }
     packet
 }
 
 /// The sequence number of an echo reply carrying our token, if it is one.
-fn parse_reply(buf: &[u8], kind: Kind, token: &[u8; 8]) -> Option<u16> {
+fn parse_reply(buf: &[u8], v6: bool, kind: Kind, token: &[u8; 8]) -> Option<u16> {
     let icmp = match kind {
+        // Raw ICMPv6 sockets, like datagram ones, deliver no IP header.
         Kind::Datagram => buf,
+        Kind::Raw if v6 => buf,
         Kind::Raw => {
             let header = usize::from(buf.first()? & 0x0f) * 4;
             buf.get(header..)?
         }
     };
-    if icmp.len() < 16 || icmp[0] != 0 || icmp[1] != 0 || &icmp[8..16] != token {
+    let reply = if v6 { 129 } else { 0 };
+    if icmp.len() < 16 || icmp[0] != reply || icmp[1] != 0 || &icmp[8..16] != token {
         return None;
     }
     Some(u16::from_be_bytes([icmp[6], icmp[7]]))
@@ -203,8 +216,9 @@ impl Stats {
 }
 
 impl Ping {
-    fn ping_one(&self, target: Ipv4Addr) -> Result<(Stats, Kind), String> {
-        let (socket, kind) = open()?;
+    fn ping_one(&self, target: IpAddr) -> Result<(Stats, Kind), String> {
+        let v6 = target.is_ipv6();
+        let (socket, kind) = open(v6)?;
         let token: [u8; 8] = {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -213,7 +227,7 @@ impl Ping {
             (nanos ^ u64::from(std::process::id()) << 32).to_be_bytes()
         };
         let id = std::process::id() as u16;
-        let destination = SocketAddr::new(IpAddr::V4(target), 0);
+        let destination = SocketAddr::new(target, 0);
         let mut sent_at: Vec<Option<Instant>> = vec![None; self.count as usize];
         let mut stats = Stats {
             sent: 0,
@@ -226,7 +240,7 @@ impl Ping {
         loop {
             let now = Instant::now();
             if usize::from(seq) < sent_at.len() && now >= next_send {
-                let packet = echo_request(id, seq, &token);
+                let packet = echo_request(v6, id, seq, &token);
                 socket
                     .send_to(&packet, destination)
                     .map_err(|e| format!("cannot send to {target}: {e}"))?;
@@ -257,10 +271,10 @@ impl Ping {
                 .map_err(|e| format!("socket timeout: {e}"))?;
             match socket.recv_from(&mut buf) {
                 Ok((n, from)) => {
-                    if kind == Kind::Raw && from.ip() != IpAddr::V4(target) {
+                    if kind == Kind::Raw && from.ip() != target {
                         continue;
                     }
-                    if let Some(s) = parse_reply(&buf[..n], kind, &token) {
+                    if let Some(s) = parse_reply(&buf[..n], v6, kind, &token) {
                         if let Some(Some(at)) = sent_at.get_mut(usize::from(s)).map(Option::take) {
                             stats.rtts.push(at.elapsed());
                         }
@@ -305,15 +319,8 @@ impl Ping {
                     continue;
                 }
             };
-            let Some(target) = ips.iter().find_map(|ip| match ip {
-                IpAddr::V4(v4) => Some(*v4),
-                IpAddr::V6(_) => None,
-            }) else {
-                problems.push(format!(
-                    "{host}: no IPv4 address (IPv6 ping is not supported yet)"
-                ));
-                continue;
-            };
+            // IPv4 first, as the resolver orders them.
+            let target = ips[0];
             let (stats, kind) = match self.ping_one(target) {
                 Ok(r) => r,
                 Err(e) => return Finding::error(e),
@@ -399,17 +406,16 @@ mod tests {
 
     #[test]
     fn echo_request_checksums_to_zero() {
-        let p = echo_request(0x1234, 7, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        let token = [1, 2, 3, 4, 5, 6, 7, 8];
+        let p = echo_request(false, 0x1234, 7, &token);
         assert_eq!(checksum(&p), 0);
         let mut reply = p.clone();
         reply[0] = 0;
-        assert_eq!(
-            parse_reply(&reply, Kind::Datagram, &[1, 2, 3, 4, 5, 6, 7, 8]),
-            Some(7)
-        );
-        assert_eq!(
-            parse_reply(&p, Kind::Datagram, &[1, 2, 3, 4, 5, 6, 7, 8]),
-            None
-        );
+        assert_eq!(parse_reply(&reply, false, Kind::Datagram, &token), Some(7));
+        assert_eq!(parse_reply(&p, false, Kind::Datagram, &token), None);
+        let mut v6 = echo_request(true, 1, 9, &token);
+        assert_eq!(v6[0], 128);
+        v6[0] = 129;
+        assert_eq!(parse_reply(&v6, true, Kind::Raw, &token), Some(9));
     }
 }

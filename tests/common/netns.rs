@@ -188,6 +188,23 @@ impl Cluster {
         self.hosts[host].addr.to_string()
     }
 
+    /// Host `host`'s IPv6 address, once `add_ipv6` has run.
+    pub fn addr6(&self, host: usize) -> String {
+        format!("fd00:231:{:x}::{:x}", self.subnet, host + 1)
+    }
+
+    /// Gives every host an IPv6 address in fd00:231:X::/64 on its eth0
+    /// (no duplicate detection, so it is usable at once).
+    pub fn add_ipv6(&self) {
+        for h in 0..self.hosts.len() {
+            let addr = format!("{}/64", self.addr6(h));
+            self.must(
+                h,
+                &["ip", "-6", "addr", "add", &addr, "dev", "eth0", "nodad"],
+            );
+        }
+    }
+
     /// An address in this test's subnet that no host has.
     pub fn unused_addr(&self) -> String {
         format!("10.231.{}.200", self.subnet)
