@@ -259,3 +259,37 @@ fn a_drop_policy_that_opens_only_the_rendezvous_blocks_data_ports() {
         message(&r, "rdzv_only")
     );
 }
+
+#[test]
+fn legacy_iptables_rules_are_read_next_to_nft() {
+    let Some(c) = Cluster::new(1) else { return };
+    if c.exec(
+        0,
+        &[
+            "iptables-legacy",
+            "-w",
+            "-A",
+            "INPUT",
+            "-p",
+            "tcp",
+            "--dport",
+            "29507",
+            "-j",
+            "DROP",
+        ],
+    )
+    .status
+    .code()
+        != Some(0)
+    {
+        eprintln!("SKIPPED: iptables-legacy is not usable here");
+        return;
+    }
+    let (_dir, path) = checklist("checks:\n  - {id: fw, kind: firewall}\n");
+    let path = path.to_string_lossy().to_string();
+    let (_, r) = c.preflight(0, BIN, &["check", "--no-shipped", "--checks", &path], &[]);
+    assert_eq!(
+        message(&r, "fw"),
+        "nft + iptables-legacy-save: `-A INPUT -p tcp -m tcp --dport 29507 -j DROP` (iptables-legacy table filter, chain INPUT) blocks incoming TCP to port 29507"
+    );
+}

@@ -194,7 +194,7 @@ impl Firewall {
                     // multiport, comment...): read those tables back in
                     // iptables' own terms, where it is installed.
                     if json.contains("\"xt\"") {
-                        if let Ok(legacy) = self.iptables_tables(limit).await {
+                        if let Ok(translated) = self.iptables_tables(limit).await {
                             let mut tables: Vec<Table> = tables
                                 .into_iter()
                                 .filter(|t| {
@@ -204,7 +204,7 @@ impl Firewall {
                                     )
                                 })
                                 .collect();
-                            tables.extend(legacy);
+                            tables.extend(translated);
                             return Ok((tables, "nft + iptables-save"));
                         }
                     }
@@ -226,6 +226,42 @@ impl Firewall {
             )),
             Err(ToolError::Failed(e)) => Err(Finding::error(e)),
         }
+    }
+
+    /// Rules loaded through the legacy (x_tables) backend are invisible to
+    /// nft. The kernel lists their tables in /proc/net/ip{,6}_tables_names
+    /// only when some exist, so most hosts pay nothing for this.
+    async fn legacy_tables(&self, facts: &Facts) -> Result<Vec<Table>, Finding> {
+        let mut tables = Vec::new();
+        for (names, tool, family, label) in [
+            (
+                "/proc/net/ip_tables_names",
+                "iptables-legacy-save",
+                Family::V4,
+                "iptables-legacy",
+            ),
+            (
+                "/proc/net/ip6_tables_names",
+                "ip6tables-legacy-save",
+                Family::V6,
+                "ip6tables-legacy",
+            ),
+        ] {
+            let listed = std::fs::read_to_string(facts.host_path(names)).unwrap_or_default();
+            if !listed.lines().any(|l| l.trim() == "filter") {
+                continue;
+            }
+            match run_tool(tool, &[], self.tool_timeout.0).await {
+                Ok(dump) => tables.extend(iptables::parse(&dump, family, label)),
+                Err(ToolError::Missing) => {
+                    return Err(Finding::error(format!(
+                        "legacy iptables rules are loaded ({names}) but {tool} is not installed to read them"
+                    )));
+                }
+                Err(ToolError::Failed(e)) => return Err(Finding::error(e)),
+            }
+        }
+        Ok(tables)
     }
 
     async fn iptables_tables(&self, limit: Duration) -> Result<Vec<Table>, ToolError> {
@@ -253,10 +289,21 @@ impl Firewall {
     }
 
     async fn run(&self, facts: &Facts) -> Finding {
-        let (tables, tool) = match self.ruleset().await {
+        let (mut tables, tool) = match self.ruleset().await {
             Ok(r) => r,
             Err(f) => return f,
         };
+        let mut tool = tool.to_string();
+        if self.backend == Backend::Auto && tool.starts_with("nft") {
+            match self.legacy_tables(facts).await {
+                Ok(legacy) if !legacy.is_empty() => {
+                    tables.extend(legacy);
+                    tool.push_str(" + iptables-legacy-save");
+                }
+                Ok(_) => {}
+                Err(f) => return f,
+            }
+        }
         let env_port = facts.env(&self.port_var);
         let mut ports = with_env_port(&self.ports, env_port);
         // Data connections go to ports the kernel hands out; one sample
@@ -361,7 +408,7 @@ impl Firewall {
                 "{tool}: {chains} chain(s), nothing drops or rejects TCP {listed}{scope}"
             ))
             .measured("open")
-            .var("tool", tool)
+            .var("tool", tool.clone())
             .var("ports", listed);
         }
         let messages: Vec<String> = found
