@@ -432,6 +432,14 @@ mod tests {
             ),
             (&[("ZE_AFFINITY_MASK", "0,1")], None, ""),
             (&[("NCCL_IB_TIMEOUT", "22")], None, ""),
+            (&[("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")], None, ""),
+            (
+                &[("TORCH_NCCL_ASYNC_ERROR_HANDLING", "yes")],
+                Some(Fail),
+                "not one of",
+            ),
+            (&[("CUDA_DEVICE_ORDER", "PCI_BUS_ID")], None, ""),
+            (&[("CUDA_DEVICE_ORDER", "PCI")], Some(Fail), "not one of"),
             (&[("NCCL_IB_TIMEOUT", "long")], Some(Fail), "not an integer"),
         ];
         for (vars, want, text) in table {
