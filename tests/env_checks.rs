@@ -45,6 +45,7 @@ fn env_lint_reports_typos_values_and_risks() {
         "checks:
   - {id: lint, kind: env_lint, hint: \"fix {variables} ({suggestion})\"}
   - {id: lint_nccl, kind: env_lint, prefixes: [NCCL_], allow_debug: true}
+  - {id: ib, kind: env_lint, variables: [NCCL_IB_DISABLE], hint: \"was {env.NCCL_IB_DISABLE}\"}
 ",
     );
     let (code, r) = check(
@@ -83,6 +84,10 @@ fn env_lint_reports_typos_values_and_risks() {
         "{m}"
     );
     assert!(m.contains("NCCL_SOCKET_IFACE"), "{m}");
+    // One setting alone: the IB warning and nothing else.
+    assert_eq!(status(&r, "ib"), "warn");
+    assert!(message(&r, "ib").starts_with("NCCL_IB_DISABLE=1 while RDMA ports are active"));
+    assert_eq!(result(&r, "ib")["hint"], "was 1");
 
     let (code, r) = check(
         &path,
@@ -91,6 +96,7 @@ fn env_lint_reports_typos_values_and_risks() {
     );
     assert_eq!(code, 0, "{r:#}");
     assert_eq!(message(&r, "lint"), "1 variable(s) checked, all valid");
+    assert_eq!(message(&r, "ib"), "NCCL_IB_DISABLE not set");
 }
 
 #[test]
@@ -143,4 +149,44 @@ fn launch_env_finds_disagreements_and_init_method_mismatch() {
     );
     assert_eq!(code, 0, "{r:#}");
     assert_eq!(status(&r, "launch"), "pass");
+}
+
+#[test]
+fn shipped_ib_check_warns_only_when_the_variable_disables_active_ports() {
+    let root = node();
+    let run = |env: &[(&str, &str)]| {
+        let mut c = std::process::Command::new(common::BIN);
+        c.args([
+            "check",
+            "--only",
+            "env.nccl_ib_disable",
+            "--format",
+            "json",
+            "--root",
+        ])
+        .arg(root.path())
+        .env_clear()
+        .env("PATH", common::netns::PATH);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code(), r)
+    };
+    let (code, r) = run(&[]);
+    assert_eq!(code, Some(0));
+    assert_eq!(status(&r, "env.nccl_ib_disable"), "pass");
+    let (code, r) = run(&[("NCCL_IB_DISABLE", "0")]);
+    assert_eq!(code, Some(0));
+    assert_eq!(status(&r, "env.nccl_ib_disable"), "pass");
+    let (code, r) = run(&[("NCCL_IB_DISABLE", "1")]);
+    assert_eq!(code, Some(0), "a warning keeps the node ready");
+    assert_eq!(status(&r, "env.nccl_ib_disable"), "warn");
+    assert!(
+        result(&r, "env.nccl_ib_disable")["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with("Remove NCCL_IB_DISABLE (it is `1`)")
+    );
 }

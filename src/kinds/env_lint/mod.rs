@@ -44,6 +44,12 @@ pub const KIND: KindInfo = KindInfo {
             doc: "Lint only variables with these prefixes.",
         },
         ParamDoc {
+            name: "variables",
+            ty: "list of strings",
+            default: Some("all set variables"),
+            doc: "Lint only these variables (for a check about one setting, such as NCCL_IB_DISABLE).",
+        },
+        ParamDoc {
             name: "ignore",
             ty: "list of strings",
             default: Some("[]"),
@@ -71,6 +77,8 @@ pub const KIND: KindInfo = KindInfo {
 pub struct EnvLint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     prefixes: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    variables: Option<Vec<String>>,
     #[serde(default)]
     ignore: Vec<String>,
     #[serde(default)]
@@ -117,7 +125,13 @@ impl EnvLint {
             Some(list) => list.iter().map(String::as_str).collect(),
             None => PREFIXES.to_vec(),
         };
-        prefixes.iter().any(|p| name.starts_with(p)) && !self.ignore.iter().any(|i| i == name)
+        let chosen = self
+            .variables
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|v| v == name));
+        chosen
+            && prefixes.iter().any(|p| name.starts_with(p))
+            && !self.ignore.iter().any(|i| i == name)
     }
 
     pub fn lint(&self, facts: &Facts, catalog: &Catalog) -> (usize, Vec<Issue>) {
@@ -172,7 +186,10 @@ impl EnvLint {
             _ => {
                 let notes = shown(Level::Note);
                 if count == 0 {
-                    Finding::pass("no communication or accelerator variables are set")
+                    Finding::pass(match &self.variables {
+                        Some(list) => format!("{} not set", list.join(", ")),
+                        None => "no communication or accelerator variables are set".into(),
+                    })
                 } else if notes.is_empty() {
                     Finding::pass(format!("{count} variable(s) checked, all valid"))
                 } else {
@@ -244,6 +261,7 @@ mod tests {
         let facts = Facts::new(root.to_path_buf(), env, vec![]);
         let check = EnvLint {
             prefixes: None,
+            variables: None,
             ignore: vec!["NCCL_SITE_SPECIFIC".into()],
             allow_debug: false,
             warn_unknown: false,
