@@ -60,6 +60,11 @@ impl Finding {
         Finding::new(Status::Fail, message)
     }
 
+    /// Valid but risky: the job will start, and may be slow or fragile.
+    pub fn warn(message: impl Into<String>) -> Finding {
+        Finding::new(Status::Warn, message)
+    }
+
     pub fn skip(reason: impl Into<String>) -> Finding {
         Finding::new(Status::Skip, reason)
     }

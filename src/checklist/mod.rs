@@ -113,8 +113,18 @@ mod tests {
             let checks = load_text(&source.name, &source.text).unwrap_or_else(|e| panic!("{e}"));
             for check in checks {
                 assert!(ids.insert(check.id.clone()), "{} defined twice", check.id);
-                assert!(check.description.is_some(), "{} ({}) has no description", check.id, check.source);
-                assert!(check.hint.is_some(), "{} ({}) has no hint", check.id, check.source);
+                assert!(
+                    check.description.is_some(),
+                    "{} ({}) has no description",
+                    check.id,
+                    check.source
+                );
+                assert!(
+                    check.hint.is_some(),
+                    "{} ({}) has no hint",
+                    check.id,
+                    check.source
+                );
             }
         }
         assert!(!ids.is_empty());

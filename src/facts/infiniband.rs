@@ -20,6 +20,23 @@ pub struct Port {
     /// "InfiniBand" or "Ethernet" (RoCE).
     pub link_layer: String,
     pub counters: BTreeMap<String, u64>,
+    /// The GID table: `None` for an unpopulated (all-zero) entry.
+    pub gids: Vec<Option<String>>,
+}
+
+impl Port {
+    pub fn is_active(&self) -> bool {
+        self.state == "ACTIVE"
+    }
+
+    /// `RoCE` or `InfiniBand`, for messages.
+    pub fn kind(&self) -> &'static str {
+        if self.link_layer.eq_ignore_ascii_case("ethernet") {
+            "RoCE"
+        } else {
+            "InfiniBand"
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -58,8 +75,24 @@ fn read_port(dir: &Path, number: u32) -> Port {
             }
         }
     }
+    let gid_dir = dir.join("gids");
+    let gid_count = std::fs::read_dir(&gid_dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str()?.parse::<usize>().ok())
+                .max()
+                .map_or(0, |n| n + 1)
+        })
+        .unwrap_or(0);
+    let gids = (0..gid_count)
+        .map(|i| {
+            let gid = read(&gid_dir.join(i.to_string()));
+            is_populated(&gid).then_some(gid)
+        })
+        .collect();
     Port {
         number,
+        gids,
         state: state_name(&read(&dir.join("state"))),
         phys_state: state_name(&read(&dir.join("phys_state"))),
         rate: parse_rate(&rate_text),
@@ -107,12 +140,17 @@ fn natural_key(name: &str) -> (String, u64) {
     (head.to_string(), tail.parse().unwrap_or(0))
 }
 
+/// An all-zero GID is an empty slot of the table.
+fn is_populated(gid: &str) -> bool {
+    !gid.is_empty() && gid.chars().any(|c| c.is_ascii_hexdigit() && c != '0')
+}
+
 /// The GID at an index and its type ("RoCE v2", "IB/RoCE v1"); `None` for
 /// a GID slot that is absent or all zeros (unpopulated).
 pub fn gid(class_dir: &Path, hca: &str, port: u32, index: u32) -> (Option<String>, Option<String>) {
     let dir = class_dir.join(hca).join("ports").join(port.to_string());
     let gid = read(&dir.join("gids").join(index.to_string()));
-    let populated = !gid.is_empty() && gid.chars().any(|c| c.is_ascii_hexdigit() && c != '0');
+    let populated = is_populated(&gid);
     let ty = read(&dir.join("gid_attrs/types").join(index.to_string()));
     (populated.then_some(gid), (!ty.is_empty()).then_some(ty))
 }
@@ -122,6 +160,8 @@ pub fn gid(class_dir: &Path, hca: &str, port: u32, index: u32) -> (Option<String
 pub struct HcaSpec {
     pub name: String,
     pub port: Option<u32>,
+    /// The port as written, kept to report one that is not a number.
+    pub port_text: Option<String>,
 }
 
 /// NCCL_IB_HCA as NCCL reads it: `^` excludes, `=` asks for exact names;
@@ -149,10 +189,12 @@ impl HcaFilter {
                 Some((name, port)) => HcaSpec {
                     name: name.to_string(),
                     port: port.parse().ok(),
+                    port_text: Some(port.to_string()),
                 },
                 None => HcaSpec {
                     name: s.to_string(),
                     port: None,
+                    port_text: None,
                 },
             })
             .collect();
@@ -163,13 +205,17 @@ impl HcaFilter {
         }
     }
 
-    pub fn spec_matches(&self, spec: &HcaSpec, hca: &str, port: u32) -> bool {
-        let name_ok = if self.exact {
+    /// Whether a spec's name covers this HCA: exact, or as a prefix.
+    pub fn names(&self, spec: &HcaSpec, hca: &str) -> bool {
+        if self.exact {
             hca == spec.name
         } else {
             hca.starts_with(&spec.name)
-        };
-        name_ok && spec.port.is_none_or(|p| p == port)
+        }
+    }
+
+    pub fn spec_matches(&self, spec: &HcaSpec, hca: &str, port: u32) -> bool {
+        self.names(spec, hca) && spec.port.is_none_or(|p| p == port)
     }
 
     /// Whether NCCL would use this HCA port.

@@ -6,6 +6,7 @@ pub mod amdgpu;
 pub mod cgroup;
 pub mod gpu_status;
 pub mod infiniband;
+mod interfaces;
 pub mod kmsg;
 mod launch;
 pub mod limits;
@@ -23,6 +24,7 @@ use std::sync::OnceLock;
 pub use accel::Accelerator;
 pub use gpu_status::GpuReport;
 pub use infiniband::Hca;
+pub use interfaces::Interface;
 pub use launch::Launch;
 pub use pci::{PciDevice, Vendor};
 
@@ -43,6 +45,7 @@ pub struct Facts {
     processes: OnceLock<Vec<String>>,
     /// NVML or live nvidia-smi, asked once however many checks need it.
     live_gpus: tokio::sync::OnceCell<Result<GpuReport, String>>,
+    interfaces: OnceLock<Vec<Interface>>,
 }
 
 impl Facts {
@@ -58,6 +61,7 @@ impl Facts {
             hcas: OnceLock::new(),
             processes: OnceLock::new(),
             live_gpus: tokio::sync::OnceCell::new(),
+            interfaces: OnceLock::new(),
         }
     }
 
@@ -80,6 +84,11 @@ impl Facts {
 
     pub fn env(&self, name: &str) -> Option<&str> {
         self.env.get(name).map(String::as_str)
+    }
+
+    /// Names of the set variables, sorted.
+    pub fn env_names(&self) -> impl Iterator<Item = &str> {
+        self.env.keys().map(String::as_str)
     }
 
     /// The node's hostname: from /etc/hostname under a fixture root, else
@@ -195,5 +204,25 @@ impl Facts {
 
     pub fn launch(&self) -> &Launch {
         self.launch.get_or_init(|| Launch::from_env(&self.env))
+    }
+
+    /// Network interfaces, from sysfs under `--root` and, on the real root,
+    /// the kernel's addresses.
+    pub fn interfaces(&self) -> &[Interface] {
+        self.interfaces.get_or_init(|| {
+            interfaces::scan(
+                &self.host_path("/sys/class/net"),
+                self.root == Path::new("/"),
+            )
+        })
+    }
+
+    /// The kernel's ephemeral port range (net.ipv4.ip_local_port_range).
+    pub fn ephemeral_ports(&self) -> Option<(u16, u16)> {
+        let text =
+            std::fs::read_to_string(self.host_path("/proc/sys/net/ipv4/ip_local_port_range"))
+                .ok()?;
+        let mut parts = text.split_whitespace().map(|p| p.parse::<u16>().ok());
+        Some((parts.next()??, parts.next()??))
     }
 }

@@ -8,12 +8,24 @@ mod devices;
 mod disk_free;
 mod driver;
 mod env;
+mod env_lint;
 mod file;
+mod firewall;
 mod gpu_health;
+mod http;
+mod ifname_spec;
 mod infiniband;
+mod interface;
 mod kernel_param;
+mod launch_env;
 mod memory;
 mod pcie_link;
+mod ping;
+mod port;
+mod port_holder;
+mod ports;
+mod resolve;
+mod tcp_connect;
 mod time_sync;
 
 use std::future::Future;
@@ -68,12 +80,20 @@ pub const KINDS: &[&KindInfo] = &[
     &disk_free::KIND,
     &driver::KIND,
     &env::KIND,
+    &env_lint::KIND,
     &file::KIND,
+    &firewall::KIND,
     &gpu_health::KIND,
+    &http::KIND,
     &infiniband::KIND,
+    &interface::KIND,
     &kernel_param::KIND,
+    &launch_env::KIND,
     &memory::KIND,
     &pcie_link::KIND,
+    &ping::KIND,
+    &port::KIND,
+    &tcp_connect::KIND,
     &time_sync::KIND,
 ];
 

@@ -1,0 +1,361 @@
+//! The per-variable rules: name known, value syntax, and value against
+//! this node (interfaces, HCAs and their GID tables, accelerators).
+
+use super::catalog::{Catalog, check_value};
+use super::{Issue, Level};
+use crate::facts::infiniband::HcaFilter;
+use crate::facts::{Facts, Hca, Vendor};
+use crate::kinds::ifname_spec;
+use crate::suggest::did_you_mean;
+
+fn push(issues: &mut Vec<Issue>, level: Level, variable: &str, message: String) {
+    issues.push(Issue {
+        level,
+        variable: variable.to_string(),
+        message,
+        suggestion: None,
+    });
+}
+
+fn suggest(issues: &mut Vec<Issue>, level: Level, variable: &str, message: String, fix: String) {
+    issues.push(Issue {
+        level,
+        variable: variable.to_string(),
+        message,
+        suggestion: Some(fix),
+    });
+}
+
+fn is_true(value: &str) -> bool {
+    matches!(value.trim(), "1" | "true" | "TRUE" | "True" | "yes" | "on")
+}
+
+pub fn lint_one(
+    name: &str,
+    value: &str,
+    facts: &Facts,
+    catalog: &Catalog,
+    allow_debug: bool,
+    issues: &mut Vec<Issue>,
+) {
+    if let Some(new) = catalog.deprecated.get(name) {
+        let mut message = format!("{name} is deprecated: PyTorch reads {new} now");
+        match facts.env(new) {
+            Some(v) if v != value => {
+                message.push_str(&format!(" (also set, to `{v}`, which wins)"));
+            }
+            Some(_) => message.push_str(" (also set, to the same value: drop the old name)"),
+            None => message.push_str(&format!(": rename it to {new}")),
+        }
+        suggest(issues, Level::Warn, name, message, new.clone());
+        return;
+    }
+    if catalog.source_of(name).is_none() {
+        let known = catalog
+            .names()
+            .chain(catalog.deprecated.keys().map(String::as_str));
+        match did_you_mean(name, known) {
+            Some(s) => {
+                let doc = catalog
+                    .source_of(s)
+                    .map(|src| format!(" ({}: {})", src.id, src.doc))
+                    .unwrap_or_default();
+                suggest(
+                    issues,
+                    Level::Fail,
+                    name,
+                    format!(
+                        "{name} is not a variable any library reads (ignored); did you mean {s}?{doc}"
+                    ),
+                    s.to_string(),
+                )
+            }
+            None => push(
+                issues,
+                Level::Warn,
+                name,
+                format!("{name} is not in the catalog (unknown to preflight; check its spelling)"),
+            ),
+        }
+        return;
+    }
+
+    if let Some(rule) = catalog.values.get(name) {
+        if name == "CCL_LOG_LEVEL" && value.trim().eq_ignore_ascii_case("fatal") {
+            suggest(
+                issues,
+                Level::Fail,
+                name,
+                "CCL_LOG_LEVEL=fatal is not a valid level: oneCCL hangs at initialisation instead of reporting it; use error".into(),
+                "error".into(),
+            );
+            return;
+        }
+        if let Err(e) = check_value(name, value, rule) {
+            push(issues, Level::Fail, name, e);
+            return;
+        }
+    }
+    if catalog.integers.iter().any(|n| n == name) && value.trim().parse::<i64>().is_err() {
+        push(
+            issues,
+            Level::Fail,
+            name,
+            format!("{name}=`{value}` is not an integer"),
+        );
+        return;
+    }
+
+    if ifname_spec::Syntax::of(name).is_some() {
+        if let Err(e) = ifname_spec::check(name, value, facts.interfaces()) {
+            push(issues, Level::Fail, name, e);
+        }
+        return;
+    }
+
+    match name {
+        "NCCL_IB_HCA" => ib_hca(value, facts.hcas(), facts, issues),
+        "NCCL_IB_GID_INDEX" => gid_index(value, facts, issues),
+        "NCCL_IB_DISABLE" if is_true(value) => {
+            let active: Vec<String> = facts
+                .hcas()
+                .iter()
+                .flat_map(|h| {
+                    h.ports
+                        .iter()
+                        .filter(|p| p.is_active())
+                        .map(move |p| format!("{}:{}", h.name, p.number))
+                })
+                .collect();
+            if !active.is_empty() {
+                push(
+                    issues,
+                    Level::Warn,
+                    name,
+                    format!(
+                        "NCCL_IB_DISABLE=1 while RDMA ports are active ({}): NCCL falls back to TCP sockets, many times slower. A stray variable from a debugging session?",
+                        active.join(", ")
+                    ),
+                );
+            }
+        }
+        "NCCL_P2P_DISABLE" if is_true(value) => push(
+            issues,
+            Level::Warn,
+            name,
+            "NCCL_P2P_DISABLE=1 turns off NVLink/PCIe peer-to-peer: intra-node traffic goes through host memory, much slower".into(),
+        ),
+        "NCCL_SHM_DISABLE" if is_true(value) => push(
+            issues,
+            Level::Warn,
+            name,
+            "NCCL_SHM_DISABLE=1 turns off shared-memory transport between processes on this node".into(),
+        ),
+        "NCCL_DEBUG" if !allow_debug => {
+            let v = value.trim().to_ascii_uppercase();
+            if v == "INFO" || v == "TRACE" {
+                push(
+                    issues,
+                    Level::Warn,
+                    name,
+                    format!("NCCL_DEBUG={value} logs every connection and slows start-up; use WARN in production"),
+                );
+            }
+        }
+        "TORCH_DISTRIBUTED_BACKEND" => backend_device(value, facts, issues),
+        "CUDA_VISIBLE_DEVICES" | "HIP_VISIBLE_DEVICES" | "ROCR_VISIBLE_DEVICES" => {
+            visible_devices(name, value, issues)
+        }
+        _ => {}
+    }
+}
+
+/// NCCL_IB_HCA: `[^][=]name[:port],...`, names as prefixes unless `=`,
+/// parsed as the infiniband check parses it.
+fn ib_hca(value: &str, hcas: &[Hca], facts: &Facts, issues: &mut Vec<Issue>) {
+    let name = "NCCL_IB_HCA";
+    let filter = HcaFilter::parse(value);
+    let ib_off = facts.env("NCCL_IB_DISABLE").is_some_and(is_true);
+    if hcas.is_empty() {
+        if !filter.exclude && !ib_off {
+            push(
+                issues,
+                Level::Fail,
+                name,
+                format!(
+                    "NCCL_IB_HCA=`{value}` but this node has no RDMA devices (/sys/class/infiniband is empty or missing)"
+                ),
+            );
+        }
+        return;
+    }
+    let have = hcas
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    for spec in &filter.specs {
+        let device = &spec.name;
+        let matching: Vec<&Hca> = hcas
+            .iter()
+            .filter(|h| filter.names(spec, &h.name))
+            .collect();
+        if matching.is_empty() {
+            let mut message = format!(
+                "NCCL_IB_HCA=`{value}`: no HCA {} `{device}` (have: {have})",
+                if filter.exact { "named" } else { "matching" }
+            );
+            if let Some(s) = did_you_mean(device, hcas.iter().map(|h| h.name.as_str())) {
+                message.push_str(&format!("; did you mean `{s}`?"));
+            }
+            let level = if filter.exclude {
+                Level::Warn
+            } else {
+                Level::Fail
+            };
+            push(issues, level, name, message);
+            continue;
+        }
+        let Some(port) = &spec.port_text else {
+            continue;
+        };
+        let Some(number) = spec.port else {
+            push(
+                issues,
+                Level::Fail,
+                name,
+                format!("NCCL_IB_HCA=`{value}`: port `{port}` of {device} is not a number"),
+            );
+            continue;
+        };
+        for hca in matching {
+            match hca.ports.iter().find(|p| p.number == number) {
+                None => push(
+                    issues,
+                    Level::Fail,
+                    name,
+                    format!(
+                        "NCCL_IB_HCA=`{value}`: {} has no port {number} (ports: {})",
+                        hca.name,
+                        hca.ports
+                            .iter()
+                            .map(|p| p.number.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ),
+                Some(p) if !filter.exclude && !p.is_active() => push(
+                    issues,
+                    Level::Fail,
+                    name,
+                    format!(
+                        "NCCL_IB_HCA=`{value}`: {}:{number} is {}, not ACTIVE",
+                        hca.name, p.state
+                    ),
+                ),
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+/// NCCL_IB_GID_INDEX must name a populated entry of each active port's GID
+/// table; an empty entry makes RoCE connections fail at setup.
+fn gid_index(value: &str, facts: &Facts, issues: &mut Vec<Issue>) {
+    let name = "NCCL_IB_GID_INDEX";
+    let Ok(index) = value.trim().parse::<usize>() else {
+        push(
+            issues,
+            Level::Fail,
+            name,
+            format!("{name}=`{value}` is not a non-negative integer"),
+        );
+        return;
+    };
+    let mut bad = Vec::new();
+    for hca in facts.hcas() {
+        for port in hca.ports.iter().filter(|p| p.is_active()) {
+            match port.gids.get(index) {
+                Some(Some(_)) => {}
+                Some(None) => bad.push(format!(
+                    "{}:{} ({}, entry {index} is empty)",
+                    hca.name,
+                    port.number,
+                    port.kind()
+                )),
+                None => bad.push(format!(
+                    "{}:{} ({}, table has {} entries)",
+                    hca.name,
+                    port.number,
+                    port.kind(),
+                    port.gids.len()
+                )),
+            }
+        }
+    }
+    if !bad.is_empty() {
+        push(
+            issues,
+            Level::Fail,
+            name,
+            format!(
+                "{name}={index} is not a valid GID on {}: see `show_gids` for the RoCE v2 index",
+                bad.join(", ")
+            ),
+        );
+    }
+}
+
+fn backend_device(value: &str, facts: &Facts, issues: &mut Vec<Issue>) {
+    let backend = value.trim().to_ascii_lowercase();
+    let needs: &[Vendor] = match backend.as_str() {
+        "nccl" => &[Vendor::Nvidia, Vendor::Amd],
+        "xccl" | "ccl" => &[Vendor::Intel],
+        "hccl" => &[Vendor::Habana],
+        _ => return,
+    };
+    let present = facts.accelerator_vendors();
+    if !needs.iter().any(|v| present.contains(v)) {
+        push(
+            issues,
+            Level::Warn,
+            "TORCH_DISTRIBUTED_BACKEND",
+            format!(
+                "TORCH_DISTRIBUTED_BACKEND={value} needs a {} device, and this node has none",
+                needs
+                    .iter()
+                    .map(|v| v.name())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ),
+        );
+    }
+}
+
+fn visible_devices(name: &str, value: &str, issues: &mut Vec<Issue>) {
+    let v = value.trim();
+    if v.is_empty() {
+        push(
+            issues,
+            Level::Warn,
+            name,
+            format!("{name} is set but empty: the job sees no GPU"),
+        );
+        return;
+    }
+    for entry in v.split(',').map(str::trim) {
+        let ok = entry.parse::<u32>().is_ok()
+            || entry.starts_with("GPU-")
+            || entry.starts_with("MIG-")
+            || (entry == "-1" || entry == "NoDevFiles");
+        if !ok {
+            push(
+                issues,
+                Level::Fail,
+                name,
+                format!("{name}=`{value}`: `{entry}` is not a device index or GPU-/MIG- UUID"),
+            );
+            return;
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! `port`: the rendezvous ports can be bound on this node. When one is
+//! taken, names the process that holds it: a leftover rank of a crashed
+//! job is the usual culprit, and "address already in use" on rank 0 is all
+//! the job itself says.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use socket2::{Domain, Socket, Type};
+
+use super::ports::{PortRange, with_env_port};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params};
+use crate::facts::Facts;
+use crate::result::Finding;
+
+pub const KIND: KindInfo = KindInfo {
+    name: "port",
+    area: "network",
+    summary: "TCP ports (MASTER_PORT, rendezvous ranges) can be bound on this node; a taken port names its holder's pid and command line.",
+    params: &[
+        ParamDoc {
+            name: "ports",
+            ty: "list of ports or ranges",
+            default: Some("[]"),
+            doc: "Ports to bind, e.g. [29500, \"29500-29510\"].",
+        },
+        ParamDoc {
+            name: "port_var",
+            ty: "string",
+            default: Some("unset"),
+            doc: "Also bind the port in this environment variable (e.g. MASTER_PORT), when set.",
+        },
+        ParamDoc {
+            name: "address",
+            ty: "IP address",
+            default: Some("0.0.0.0"),
+            doc: "The address to bind, as the job would (PyTorch's TCPStore binds every address).",
+        },
+    ],
+    hint_vars: &["ports", "holder", "pid"],
+    parse: parse_params::<PortCheck>,
+};
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortCheck {
+    #[serde(default)]
+    ports: Vec<PortRange>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    port_var: Option<String>,
+    #[serde(default = "any_address")]
+    address: IpAddr,
+}
+
+fn any_address() -> IpAddr {
+    IpAddr::from([0, 0, 0, 0])
+}
+
+impl Params for PortCheck {
+    fn validate(&self) -> Result<(), String> {
+        if self.ports.is_empty() && self.port_var.is_none() {
+            return Err("give `ports`, `port_var`, or both".into());
+        }
+        let count: usize = self
+            .ports
+            .iter()
+            .map(|r| r.last as usize - r.first as usize + 1)
+            .sum();
+        if count > 4096 {
+            return Err(format!(
+                "{count} ports is too many to probe; list at most 4096"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Binds like the job's listener: SO_REUSEADDR set, as PyTorch's TCPStore
+/// does, so a port only in TIME_WAIT is free, as it is for the job.
+fn try_bind(address: SocketAddr) -> std::io::Result<()> {
+    let domain = if address.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let socket = Socket::new(domain, Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(1)?;
+    Ok(())
+}
+
+impl PortCheck {
+    fn check(&self, facts: &Facts) -> Finding {
+        let env_value = self.port_var.as_deref().and_then(|v| facts.env(v));
+        if let (Some(var), Some(value)) = (&self.port_var, env_value) {
+            if !matches!(value.trim().parse::<u16>(), Ok(p) if p > 0) {
+                return Finding::fail(format!("{var}=`{value}` is not a port number (1-65535)"))
+                    .var("ports", value.to_string());
+            }
+        }
+        let ports = with_env_port(&self.ports, env_value);
+        if ports.is_empty() {
+            return Finding::skip(format!(
+                "{} is not set and no ports are listed",
+                self.port_var.as_deref().unwrap_or("the port variable")
+            ));
+        }
+        let mut taken = Vec::new();
+        let mut first_holder: Option<(String, String)> = None;
+        for &port in &ports {
+            let address = SocketAddr::new(self.address, port);
+            match try_bind(address) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    let who = match super::port_holder::holders(facts, port) {
+                        Ok(list) if list.is_empty() => {
+                            "held by a socket not visible in /proc/net/tcp (another network namespace?)".to_string()
+                        }
+                        Ok(list) => {
+                            if first_holder.is_none() {
+                                first_holder = Some((list[0].describe(), list[0].pid.to_string()));
+                            }
+                            format!(
+                                "held by {}",
+                                list.iter()
+                                    .map(|h| h.describe())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )
+                        }
+                        Err(reason) => reason,
+                    };
+                    taken.push(format!("{port} ({who})"));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
+                    return Finding::fail(format!(
+                        "cannot bind {address}: {} is not an address of this node",
+                        self.address
+                    ))
+                    .var("ports", port.to_string());
+                }
+                Err(e) => taken.push(format!("{port} (cannot bind: {e})")),
+            }
+        }
+        let listed = super::ports::describe(&ports);
+        if taken.is_empty() {
+            return Finding::pass(format!("{listed} free on {}", self.address))
+                .measured("free")
+                .var("ports", listed);
+        }
+        let (holder, pid) = first_holder.unwrap_or_else(|| ("unknown".into(), "unknown".into()));
+        Finding::fail(format!(
+            "{} of {} port(s) on {} taken: {}",
+            taken.len(),
+            ports.len(),
+            self.address,
+            taken.join("; ")
+        ))
+        .measured(format!("{} taken", taken.len()))
+        .expected("free")
+        .var(
+            "ports",
+            taken
+                .iter()
+                .map(|t| t.split(' ').next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+        .var("holder", holder)
+        .var("pid", pid)
+    }
+}
+
+impl Probe for PortCheck {
+    fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
+        blocking(move || self.check(&facts))
+    }
+
+    fn params(&self) -> serde_json::Value {
+        params_json(self)
+    }
+}

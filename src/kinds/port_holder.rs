@@ -1,0 +1,176 @@
+//! Who holds a TCP port: the socket's inode from /proc/net/tcp{,6}, then the
+//! process whose /proc/PID/fd links to `socket:[inode]`, all under `--root`.
+
+use std::path::Path;
+
+use crate::facts::Facts;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: u32,
+    pub cmdline: String,
+}
+
+impl Holder {
+    /// What kind of program it is, when that tells the operator something.
+    pub fn role(&self) -> Option<&'static str> {
+        let argv0 = self.cmdline.split(' ').next().unwrap_or("");
+        let program = argv0.rsplit('/').next().unwrap_or(argv0);
+        if program == "preflight" {
+            return Some("another preflight");
+        }
+        let torch = [
+            "torchrun",
+            "torch.distributed",
+            "torch/distributed",
+            "deepspeed",
+            "accelerate launch",
+        ];
+        if torch.iter().any(|t| self.cmdline.contains(t)) {
+            return Some("a PyTorch job");
+        }
+        None
+    }
+
+    pub fn describe(&self) -> String {
+        let flat = self
+            .cmdline
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut cmd: String = flat.chars().take(120).collect();
+        if cmd.len() < flat.len() {
+            cmd.push('…');
+        }
+        match self.role() {
+            Some(role) => format!("pid {} `{cmd}` ({role})", self.pid),
+            None => format!("pid {} `{cmd}`", self.pid),
+        }
+    }
+}
+
+/// Socket inodes bound to `port` (any state, any local address).
+fn inodes(facts: &Facts, port: u16) -> Vec<u64> {
+    let mut found = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(facts.host_path(table)) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let (Some(local), Some(inode)) = (fields.get(1), fields.get(9)) else {
+                continue;
+            };
+            let Some(local_port) = local
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+            else {
+                continue;
+            };
+            if local_port == port {
+                if let Ok(inode) = inode.parse::<u64>() {
+                    if inode != 0 && !found.contains(&inode) {
+                        found.push(inode);
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+fn cmdline(proc_dir: &Path) -> String {
+    let raw = std::fs::read(proc_dir.join("cmdline")).unwrap_or_default();
+    let text = String::from_utf8_lossy(&raw)
+        .split('\0')
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if text.is_empty() {
+        std::fs::read_to_string(proc_dir.join("comm"))
+            .map(|c| format!("[{}]", c.trim()))
+            .unwrap_or_default()
+    } else {
+        text
+    }
+}
+
+/// The processes holding `port`, or `Err` when the socket exists but its
+/// owner cannot be seen (another user's process and we are not root).
+pub fn holders(facts: &Facts, port: u16) -> Result<Vec<Holder>, String> {
+    let wanted = inodes(facts, port);
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let targets: Vec<String> = wanted.iter().map(|i| format!("socket:[{i}]")).collect();
+    let proc_root = facts.host_path("/proc");
+    let Ok(entries) = std::fs::read_dir(&proc_root) else {
+        return Err(format!("cannot list {}", proc_root.display()));
+    };
+    let mut found: Vec<Holder> = Vec::new();
+    let mut unreadable = 0usize;
+    for entry in entries.filter_map(Result::ok) {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let dir = entry.path();
+        let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
+            unreadable += 1;
+            continue;
+        };
+        let holds = fds.filter_map(Result::ok).any(|fd| {
+            std::fs::read_link(fd.path())
+                .map(|t| targets.iter().any(|s| t.as_os_str() == s.as_str()))
+                .unwrap_or(false)
+        });
+        if holds && !found.iter().any(|h| h.pid == pid) {
+            found.push(Holder {
+                pid,
+                cmdline: cmdline(&dir),
+            });
+        }
+    }
+    if found.is_empty() {
+        return Err(if unreadable > 0 {
+            format!(
+                "a socket holds it, but its process is among {unreadable} this user cannot inspect (run as root to name it)"
+            )
+        } else {
+            "a socket holds it, but no process owns it (it may be closing, or in another PID namespace)".into()
+        });
+    }
+    found.sort_by_key(|h| h.pid);
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_are_recognised() {
+        let h = |c: &str| Holder {
+            pid: 1,
+            cmdline: c.into(),
+        };
+        assert_eq!(
+            h("/usr/bin/python3 -m torch.distributed.run --nproc_per_node 8 train.py").role(),
+            Some("a PyTorch job")
+        );
+        assert_eq!(
+            h("/usr/local/bin/torchrun train.py").role(),
+            Some("a PyTorch job")
+        );
+        assert_eq!(
+            h("/opt/bin/preflight run").role(),
+            Some("another preflight")
+        );
+        assert_eq!(h("nginx: master process").role(), None);
+    }
+}
