@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::{IfMissing, KindInfo, ParamDoc, Params, Probe, ProbeFuture, params_json, parse_params};
+use super::{IfMissing, KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::checklist::values::Pattern;
 use crate::facts::Facts;
 use crate::result::Finding;
@@ -210,10 +210,6 @@ impl CommandCheck {
 impl Probe for CommandCheck {
     fn evaluate(self: Arc<Self>, _facts: Arc<Facts>) -> ProbeFuture {
         Box::pin(async move { self.run().await })
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, blocking, params_json,
-    parse_params, problems_finding, vendors_to_check,
+    KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, blocking, parse_params,
+    problems_finding, vendors_to_check,
 };
 use crate::facts::visible::{self, Entry};
 use crate::facts::{Accelerator, Facts, Vendor};
@@ -390,9 +390,5 @@ impl Devices {
 impl Probe for Devices {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         blocking(move || self.check(&facts))
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params,
-    problems_finding,
+    KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params, problems_finding,
 };
 use crate::checklist::values::{Bytes, format_bytes};
 use crate::facts::Facts;
@@ -103,9 +102,5 @@ impl DiskFree {
 impl Probe for DiskFree {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         blocking(move || self.check(&facts))
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }

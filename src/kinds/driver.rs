@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, params_json, parse_params,
-    problems_finding, vendors_to_check,
+    KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, parse_params, problems_finding,
+    vendors_to_check,
 };
 use crate::facts::nvidia::{self, compare_versions, valid_version};
 use crate::facts::{Facts, GpuReport, Vendor};
@@ -382,9 +382,5 @@ impl Probe for Driver {
                 .await
                 .unwrap_or_else(|e| Finding::error(format!("probe crashed: {e}")))
         })
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }

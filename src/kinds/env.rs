@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, params_json, parse_params, redact};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params, redact};
 use crate::checklist::values::Pattern;
 use crate::facts::Facts;
 use crate::result::Finding;
@@ -105,9 +105,5 @@ impl EnvCheck {
 impl Probe for EnvCheck {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         Box::pin(async move { self.check(&facts) })
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
 use crate::checklist::values::Pattern;
 use crate::facts::Facts;
 use crate::result::Finding;
@@ -228,9 +228,5 @@ impl FileCheck {
 impl Probe for FileCheck {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         blocking(move || self.check(&facts))
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }

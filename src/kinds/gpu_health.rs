@@ -10,8 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, params_json, parse_params,
-    problems_finding,
+    KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, parse_params, problems_finding,
 };
 use crate::checklist::values::{Bytes, format_bytes};
 use crate::facts::gpu_status::GpuStatus;
@@ -432,9 +431,5 @@ impl Probe for GpuHealth {
                 .await
                 .unwrap_or_else(|e| Finding::error(format!("probe crashed: {e}")))
         })
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }

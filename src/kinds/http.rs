@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, params_json, parse_params};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::checklist::values::{Pattern, Span, format_duration};
 use crate::facts::Facts;
 use crate::result::Finding;
@@ -308,9 +308,5 @@ async fn read_body(mut response: reqwest::Response, limit: Duration) -> Result<S
 impl Probe for Http {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         Box::pin(async move { self.run(&facts).await })
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }

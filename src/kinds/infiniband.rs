@@ -8,8 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params,
-    problems_finding,
+    KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params, problems_finding,
 };
 use crate::checklist::values::{Bytes, format_bytes};
 use crate::facts::infiniband::{self, HcaFilter, Port};
@@ -426,9 +425,5 @@ fn or_unknown(text: &str) -> &str {
 impl Probe for Infiniband {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         blocking(move || self.check(&facts).unwrap_or_else(Finding::error))
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ifname_spec::{Spec, Syntax};
 use super::resolve::resolve_on_node;
-use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
 use crate::checklist::values::Span;
 use crate::facts::{Facts, Interface};
 use crate::result::Finding;
@@ -346,9 +346,5 @@ fn agree(
 impl Probe for InterfaceCheck {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         blocking(move || self.check(&facts))
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }

@@ -4,9 +4,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    IfMissing, KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params,
-};
+use super::{IfMissing, KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
 use crate::checklist::values::Pattern;
 use crate::facts::Facts;
 use crate::result::Finding;
@@ -207,9 +205,5 @@ impl KernelParam {
 impl Probe for KernelParam {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         blocking(move || self.check(&facts))
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::resolve::resolve_blocking;
-use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
 use crate::facts::Facts;
 use crate::result::Finding;
 
@@ -491,10 +491,6 @@ impl LaunchEnv {
 impl Probe for LaunchEnv {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         blocking(move || self.check(&facts))
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }
 

@@ -42,11 +42,20 @@ use crate::result::Finding;
 pub type ProbeFuture = Pin<Box<dyn Future<Output = Finding> + Send>>;
 
 /// A configured check kind, ready to evaluate on this node.
-pub trait Probe: Send + Sync {
+pub trait Probe: Send + Sync + ParamsJson {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture;
+}
 
-    /// The parameters as configured, for `explain` and `list --format json`.
+/// The parameters as configured, for `explain` and `list --format json`:
+/// every kind's parameters serialize, so no kind writes this itself.
+pub trait ParamsJson {
     fn params(&self) -> serde_json::Value;
+}
+
+impl<T: Serialize> ParamsJson for T {
+    fn params(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
 }
 
 /// One parameter, as `explain` documents it.
@@ -132,11 +141,6 @@ pub fn blocking(f: impl FnOnce() -> Finding + Send + 'static) -> ProbeFuture {
             .await
             .unwrap_or_else(|e| Finding::error(format!("probe crashed: {e}")))
     })
-}
-
-/// The `params()` of every kind: its configuration as JSON.
-pub fn params_json(params: &impl Serialize) -> serde_json::Value {
-    serde_json::to_value(params).unwrap_or(serde_json::Value::Null)
 }
 
 /// What to report when the thing a check reads does not exist at all.

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params,
-    problems_finding,
+    KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params, problems_finding,
 };
 use crate::facts::Facts;
 use crate::facts::pci::{PciDevice, format_speed};
@@ -167,9 +166,5 @@ impl PcieLink {
 impl Probe for PcieLink {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         blocking(move || self.check(&facts))
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }

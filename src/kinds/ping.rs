@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::resolve::resolve_blocking;
-use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
 use crate::checklist::values::{Span, format_duration};
 use crate::facts::Facts;
 use crate::result::Finding;
@@ -393,10 +393,6 @@ fn format_rtt(d: Duration) -> String {
 impl Probe for Ping {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         blocking(move || self.check(&facts))
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }
 

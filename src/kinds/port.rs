@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use socket2::{Domain, Socket, Type};
 
 use super::ports::{PortRange, with_env_port};
-use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
 use crate::facts::Facts;
 use crate::result::Finding;
 
@@ -176,9 +176,5 @@ impl PortCheck {
 impl Probe for PortCheck {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         blocking(move || self.check(&facts))
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }

@@ -15,9 +15,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    KindInfo, ParamDoc, Params, Probe, ProbeFuture, params_json, parse_params, problems_finding,
-};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params, problems_finding};
 use crate::checklist::values::{Span, format_duration};
 use crate::facts::Facts;
 use crate::result::Finding;
@@ -240,10 +238,6 @@ impl Probe for TimeSync {
                 Err(e) => Finding::error(e),
             }
         })
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, params_json, parse_params};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
 use crate::facts::Facts;
 use crate::result::Finding;
 use catalog::Catalog;
@@ -208,10 +208,6 @@ impl EnvLint {
 impl Probe for EnvLint {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         blocking(move || self.check(&facts))
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }
 

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ports::{PortRange, describe, with_env_port};
 use super::resolve::resolve;
-use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, params_json, parse_params};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::checklist::values::Span;
 use crate::facts::Facts;
 use crate::result::Finding;
@@ -454,9 +454,5 @@ impl Firewall {
 impl Probe for Firewall {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         Box::pin(async move { self.run(&facts).await })
-    }
-
-    fn params(&self) -> serde_json::Value {
-        params_json(self)
     }
 }
