@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 use crate::checklist::Check;
-use crate::checklist::values::format_duration;
+use crate::checklist::values::{Span, format_duration};
 use crate::facts::Facts;
 use crate::result::{CheckResult, Finding, Status};
 
@@ -31,7 +31,9 @@ pub async fn run(
     run_timeout: Duration,
     mut progress: impl FnMut(Progress<'_>),
 ) -> Vec<CheckResult> {
-    let deadline = tokio::time::Instant::now() + run_timeout;
+    let now = tokio::time::Instant::now();
+    // Durations are capped when parsed; this only guards the arithmetic.
+    let deadline = now.checked_add(run_timeout).unwrap_or(now + Span::LONGEST);
     let total = checks.len();
     let mut results: Vec<Option<CheckResult>> = vec![None; total];
     let mut done = 0;

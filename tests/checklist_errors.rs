@@ -170,3 +170,69 @@ fn the_top_level_must_be_a_checks_list() {
         out.stderr
     );
 }
+
+#[test]
+fn a_zero_timeout_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("zero.yaml");
+    std::fs::write(
+        &file,
+        "checks:\n  - id: a\n    kind: env\n    name: X\n    timeout: 0s\n",
+    )
+    .unwrap();
+    let out = run(preflight().arg("validate").arg(&file));
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.contains(
+            "zero.yaml:5:14: checks[0].timeout: a check's timeout must be longer than zero"
+        ),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn validation_errors_point_at_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mode.yaml");
+    std::fs::write(
+        &file,
+        "checks:\n  - id: a\n    kind: file\n    path: /x\n    mode: \"99\"\n",
+    )
+    .unwrap();
+    let out = run(preflight().arg("validate").arg(&file));
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("mode.yaml:5:11: checks[0].mode: `mode` `99` is not octal permission bits"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn yaml_merge_keys_are_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("merge.yaml");
+    std::fs::write(
+        &file,
+        "base: &b\n  kind: env\nchecks:\n  - id: a\n    <<: *b\n    name: X\n",
+    )
+    .unwrap();
+    let out = run(preflight().arg("validate").arg(&file));
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("merge.yaml:1:1: unknown key `base` at the top level"),
+        "{}",
+        out.stderr
+    );
+    std::fs::write(
+        &file,
+        "checks:\n  - &b {id: a, kind: env, name: X}\n  - id: c\n    <<: *b\n",
+    )
+    .unwrap();
+    let out = run(preflight().arg("validate").arg(&file));
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("merge.yaml:4:5: checks[1]: YAML merge keys (`<<`) are not supported: write the keys out"), "{}", out.stderr);
+}

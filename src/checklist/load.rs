@@ -151,12 +151,26 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
                 })?);
             }
             "severity" => severity = field("severity", value)?,
-            "timeout" => timeout = field::<Span>("timeout", value)?.0,
+            "timeout" => {
+                timeout = field::<Span>("timeout", value)?.0;
+                if timeout.is_zero() {
+                    return Err(
+                        YamlError::at("a check's timeout must be longer than zero", value)
+                            .under(Segment::Key("timeout".into())),
+                    );
+                }
+            }
             "tags" => tags = field("tags", value)?,
             "area" => area = Some(field::<String>("area", value)?),
             "when" => when = field("when", value)?,
             "description" => description = Some(field::<String>("description", value)?),
             "hint" => hint_node = Some(value),
+            "<<" => {
+                return Err(YamlError::at(
+                    "YAML merge keys (`<<`) are not supported: write the keys out",
+                    key,
+                ));
+            }
             _ => params.push((key, value)),
         }
     }

@@ -11,6 +11,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 pub struct Span(pub Duration);
 
 impl Span {
+    /// A day: any longer deadline is a typo, and would overflow clocks.
+    pub const LONGEST: Duration = Duration::from_secs(24 * 3600);
+
     pub fn parse(text: &str) -> Result<Span, String> {
         let trimmed = text.trim();
         if !trimmed.is_empty() && trimmed.chars().all(|c| c.is_ascii_digit() || c == '.') {
@@ -18,9 +21,16 @@ impl Span {
                 "invalid duration `{text}`: a duration needs a unit, e.g. `{trimmed}s` or `{trimmed}ms`"
             ));
         }
-        humantime::parse_duration(trimmed)
+        let span = humantime::parse_duration(trimmed)
             .map(Span)
-            .map_err(|e| format!("invalid duration `{text}`: {e} (examples: 500ms, 5s, 2m, 1h)"))
+            .map_err(|e| format!("invalid duration `{text}`: {e} (examples: 500ms, 5s, 2m, 1h)"))?;
+        if span.0 > Span::LONGEST {
+            return Err(format!(
+                "duration `{text}` is longer than {}: no preflight wait should be",
+                format_duration(Span::LONGEST)
+            ));
+        }
+        Ok(span)
     }
 }
 

@@ -120,7 +120,7 @@ fn plain_types(message: &str) -> String {
         ("expected i32", "expected an integer"),
         ("expected u64", "expected a whole number"),
         ("expected u32", "expected a whole number"),
-        ("expected u16", "expected a whole number"),
+        ("expected u16", "expected a whole number below 65536"),
         ("expected u8", "expected a whole number"),
         ("expected usize", "expected a whole number"),
         ("expected f64", "expected a number"),

@@ -22,7 +22,7 @@ const EXCERPT_CHARS: usize = 600;
 pub const KIND: KindInfo = KindInfo {
     name: "command",
     area: "system",
-    summary: "Runs a program directly (no shell) and checks its exit code and output. Runs on the real machine even under --root.",
+    summary: "Runs a program directly (no shell) and checks its exit code and output. Skipped under --root: it would run on this machine, not the tree.",
     params: &[
         ParamDoc {
             name: "argv",
@@ -208,8 +208,17 @@ impl CommandCheck {
 }
 
 impl Probe for CommandCheck {
-    fn evaluate(self: Arc<Self>, _facts: Arc<Facts>) -> ProbeFuture {
-        Box::pin(async move { self.run().await })
+    fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
+        Box::pin(async move {
+            // A program of this machine says nothing about a fixture tree.
+            if facts.root != std::path::Path::new("/") {
+                return Finding::skip(format!(
+                    "runs a program of this machine; skipped under --root {}",
+                    facts.root.display()
+                ));
+            }
+            self.run().await
+        })
     }
 }
 

@@ -95,7 +95,7 @@ impl Params for Driver {
         if let Some(v) = &self.min_version {
             if !valid_version(v) {
                 return Err(format!(
-                    "min_version `{v}` is not a dotted version such as \"535.104.05\""
+                    "`min_version` `{v}` is not a dotted version such as \"535.104.05\""
                 ));
             }
         }

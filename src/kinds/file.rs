@@ -102,7 +102,7 @@ impl Params for FileCheck {
         if let Some(mode) = &self.mode {
             if parse_mode(mode).is_none() {
                 return Err(format!(
-                    "invalid mode `{mode}`: write octal permission bits such as \"0644\""
+                    "`mode` `{mode}` is not octal permission bits such as \"0644\""
                 ));
             }
         }

@@ -126,7 +126,7 @@ impl Params for GpuHealth {
         }
         if let Some(r) = self.min_free_ratio {
             if !(r > 0.0 && r <= 1.0) {
-                return Err(format!("min_free_ratio must be in (0, 1], found {r}"));
+                return Err(format!("`min_free_ratio` must be in (0, 1], found {r}"));
             }
         }
         if !self.persistence

@@ -101,10 +101,10 @@ fn yes() -> bool {
 impl Params for Http {
     fn validate(&self) -> Result<(), String> {
         let url = reqwest::Url::parse(&self.url)
-            .map_err(|e| format!("invalid url `{}`: {e}", self.url))?;
+            .map_err(|e| format!("`url` `{}` is not a URL: {e}", self.url))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(format!(
-                "url `{}`: only http:// and https:// are supported",
+                "`url` `{}`: only http:// and https:// are supported",
                 self.url
             ));
         }

@@ -132,12 +132,12 @@ fn memlock_want(text: &str) -> Result<Option<u64>, String> {
 impl Params for Infiniband {
     fn validate(&self) -> Result<(), String> {
         if let Some(m) = &self.min_memlock {
-            memlock_want(m).map_err(|e| format!("min_memlock: {e}"))?;
+            memlock_want(m).map_err(|e| format!("`min_memlock`: {e}"))?;
         }
         if let Some(l) = &self.link_layer {
             if l != "InfiniBand" && l != "Ethernet" {
                 return Err(format!(
-                    "link_layer must be InfiniBand or Ethernet, found `{l}`"
+                    "`link_layer` must be InfiniBand or Ethernet, found `{l}`"
                 ));
             }
         }

@@ -96,7 +96,7 @@ impl Params for KernelParam {
         }
         if let (Some(min), Some(max)) = (self.min, self.max) {
             if min > max {
-                return Err(format!("min ({min}) is greater than max ({max})"));
+                return Err(format!("`min` ({min}) is greater than `max` ({max})"));
             }
         }
         Ok(())

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::checklist::yaml::{self, Node, YamlError};
+use crate::checklist::yaml::{self, Node, Segment, YamlError};
 use crate::facts::Facts;
 use crate::result::Finding;
 
@@ -116,7 +116,9 @@ pub fn names() -> Vec<&'static str> {
 
 /// Parameters a kind checks beyond their types, once deserialized.
 pub trait Params: DeserializeOwned + Serialize + Probe + 'static {
-    /// An error message about the check as a whole.
+    /// What is wrong with the parameters together. A message that starts
+    /// with a key in backticks ("`port` must be 1-65535") is reported at
+    /// that key's value, with its path; any other at the check.
     fn validate(&self) -> Result<(), String> {
         Ok(())
     }
@@ -127,9 +129,28 @@ pub fn parse_params<P: Params>(
     check: &Node,
     entries: Vec<(&Node, &Node)>,
 ) -> Result<Arc<dyn Probe>, YamlError> {
-    let params: P = yaml::from_entries(check, entries)?;
-    params.validate().map_err(|m| YamlError::at(m, check))?;
+    let params: P = yaml::from_entries(check, entries.clone())?;
+    params
+        .validate()
+        .map_err(|message| locate_validation(message, check, &entries))?;
     Ok(Arc::new(params))
+}
+
+fn locate_validation(message: String, check: &Node, entries: &[(&Node, &Node)]) -> YamlError {
+    let key = message
+        .strip_prefix('`')
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(key, _)| key);
+    let found = key.and_then(|key| {
+        entries
+            .iter()
+            .find(|(k, _)| yaml::scalar_text(k).as_deref() == Some(key))
+            .map(|(_, value)| (key.to_string(), *value))
+    });
+    match found {
+        Some((key, value)) => YamlError::at(message, value).under(Segment::Key(key)),
+        None => YamlError::at(message, check),
+    }
 }
 
 /// Runs a probe that does blocking I/O off the async workers, so its

@@ -69,7 +69,7 @@ impl Params for PortCheck {
             .sum();
         if count > 4096 {
             return Err(format!(
-                "{count} ports is too many to probe; list at most 4096"
+                "`ports`: {count} ports is too many to probe; list at most 4096"
             ));
         }
         Ok(())

@@ -131,7 +131,9 @@ impl Params for Firewall {
             .map(|r| r.last as usize - r.first as usize + 1)
             .sum();
         if count > 4096 {
-            return Err(format!("{count} ports is too many; list at most 4096"));
+            return Err(format!(
+                "`ports`: {count} ports is too many; list at most 4096"
+            ));
         }
         Ok(())
     }
