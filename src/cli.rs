@@ -69,6 +69,11 @@ pub struct ChecklistArgs {
     /// oneccl, or auto for all.
     #[arg(long, value_name = "LIST", default_value = "auto", value_parser = parse_backends)]
     pub backends: BackendList,
+    /// The init method the job passes to init_process_group (e.g.
+    /// tcp://10.0.0.1:29500): launch_env fails when its host or port differs
+    /// from MASTER_ADDR/MASTER_PORT.
+    #[arg(long, value_name = "URL")]
+    pub init_method: Option<String>,
 }
 
 #[derive(Debug, Clone)]

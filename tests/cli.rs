@@ -281,3 +281,32 @@ fn backends_flag_drives_backend_conditions() {
         bad.stderr
     );
 }
+
+#[test]
+fn init_method_flag_catches_the_hard_coded_port() {
+    // The field story: init_method hard-coded to port 29500 while the
+    // launcher set MASTER_PORT to another; every rank but 0 hung.
+    let out = run(preflight()
+        .args([
+            "check",
+            "--only",
+            "launch.env",
+            "--format",
+            "json",
+            "--init-method",
+            "tcp://127.0.0.1:29500",
+        ])
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", "29400")
+        .env("RANK", "1")
+        .env("WORLD_SIZE", "2"));
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    let launch = support::check(&json(&out), "launch.env").clone();
+    assert_eq!(launch["status"], "fail");
+    assert!(
+        launch["message"].as_str().unwrap().contains(
+            "--init-method `tcp://127.0.0.1:29500` uses port 29500 but MASTER_PORT=29400"
+        ),
+        "{launch}"
+    );
+}

@@ -282,7 +282,7 @@ fn legacy_iptables_rules_are_read_next_to_nft() {
     .code()
         != Some(0)
     {
-        eprintln!("SKIPPED: iptables-legacy is not usable here");
+        common::netns::skip_or_panic("iptables-legacy is not usable here");
         return;
     }
     let (_dir, path) = checklist("checks:\n  - {id: fw, kind: firewall}\n");

@@ -151,8 +151,8 @@ pub fn facts(args: &ChecklistArgs) -> Result<Facts, Failure> {
             args.root.display()
         )));
     }
-    Ok(Facts::from_process(
-        args.root.clone(),
-        args.backends.0.clone(),
-    ))
+    Ok(
+        Facts::from_process(args.root.clone(), args.backends.0.clone())
+            .with_init_method(args.init_method.clone()),
+    )
 }

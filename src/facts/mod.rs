@@ -37,6 +37,9 @@ pub struct Facts {
     env: BTreeMap<String, String>,
     /// Collective backends the operator asked for (`--backends`).
     pub backends: Vec<Backend>,
+    /// The init method the job passes to init_process_group
+    /// (`--init-method`), to compare with MASTER_ADDR/MASTER_PORT.
+    pub init_method: Option<String>,
     hostname: OnceLock<String>,
     pci: OnceLock<Vec<PciDevice>>,
     launch: OnceLock<Launch>,
@@ -54,6 +57,7 @@ impl Facts {
             root,
             env,
             backends,
+            init_method: None,
             hostname: OnceLock::new(),
             pci: OnceLock::new(),
             launch: OnceLock::new(),
@@ -63,6 +67,11 @@ impl Facts {
             live_gpus: tokio::sync::OnceCell::new(),
             interfaces: OnceLock::new(),
         }
+    }
+
+    pub fn with_init_method(mut self, init_method: Option<String>) -> Facts {
+        self.init_method = init_method;
+        self
     }
 
     /// Facts about the real process: its environment, read once.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::resolve::resolve_blocking;
+use super::resolve::resolve_on_node;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
 use crate::facts::Facts;
 use crate::result::Finding;
@@ -212,20 +212,17 @@ pub fn parse_tcp(url: &str) -> Result<Option<TcpInit>, String> {
 }
 
 /// Whether two host names mean the same machine: equal, both loopback, or
-/// resolving to a common address.
-fn same_host(a: &str, b: &str) -> bool {
+/// resolving to a common address. A name that does not resolve is itself
+/// the problem: every rank but 0 would hang connecting to it.
+fn same_host(facts: &Facts, a: &str, b: &str) -> Result<bool, String> {
     if a.eq_ignore_ascii_case(b) {
-        return true;
+        return Ok(true);
     }
     let limit = Duration::from_secs(2);
-    match (resolve_blocking(a, limit), resolve_blocking(b, limit)) {
-        (Ok(x), Ok(y)) => {
-            x.iter().any(|ip| y.contains(ip))
-                || (x.iter().all(|i| i.is_loopback()) && y.iter().all(|i| i.is_loopback()))
-        }
-        // Cannot tell: the interface check reports names that do not resolve.
-        _ => true,
-    }
+    let x = resolve_on_node(facts, a, limit).map_err(|e| e.to_string())?;
+    let y = resolve_on_node(facts, b, limit).map_err(|e| e.to_string())?;
+    Ok(x.iter().any(|ip| y.contains(ip))
+        || (x.iter().all(|i| i.is_loopback()) && y.iter().all(|i| i.is_loopback())))
 }
 
 impl LaunchEnv {
@@ -235,7 +232,7 @@ impl LaunchEnv {
             .copied()
             .filter(|n| facts.env(n).is_some())
             .collect();
-        if present.is_empty() && self.init_method.is_none() {
+        if present.is_empty() && self.init_method.is_none() && facts.init_method.is_none() {
             return Finding::skip("no launcher variables are set (not inside a job)");
         }
         let mut v = Verdicts::default();
@@ -443,16 +440,20 @@ impl LaunchEnv {
     }
 
     fn check_init_method(&self, facts: &Facts, v: &mut Verdicts) {
-        let (text, origin) = match (&self.init_method, &self.init_method_var) {
-            (Some(m), _) => (m.clone(), "init method".to_string()),
-            (None, Some(var)) => match facts.env(var) {
-                Some(value) => match find_init_method(value) {
-                    Some(m) => (m, format!("init method in {var}")),
-                    None => return,
-                },
-                None => return,
-            },
-            (None, None) => return,
+        // The check's own URL, else the one given on the command line, else
+        // the variable that holds the job's arguments.
+        let from_var = || {
+            let var = self.init_method_var.as_ref()?;
+            let method = find_init_method(facts.env(var)?)?;
+            Some((method, format!("init method in {var}")))
+        };
+        let found = match (&self.init_method, &facts.init_method) {
+            (Some(m), _) => Some((m.clone(), "init method".to_string())),
+            (None, Some(m)) => Some((m.clone(), "--init-method".to_string())),
+            (None, None) => from_var(),
+        };
+        let Some((text, origin)) = found else {
+            return;
         };
         let tcp = match parse_tcp(&text) {
             Ok(Some(tcp)) => tcp,
@@ -478,11 +479,16 @@ impl LaunchEnv {
             .map(str::trim)
             .filter(|a| !a.is_empty())
         {
-            if !same_host(&tcp.host, addr) {
-                v.problems.push(format!(
+            match same_host(facts, &tcp.host, addr) {
+                Ok(true) => {}
+                Ok(false) => v.problems.push(format!(
                     "{origin} `{text}` names host {} but MASTER_ADDR={addr}",
                     tcp.host
-                ));
+                )),
+                Err(e) => v.problems.push(format!(
+                    "{origin} `{text}` names host {}, which cannot be compared with MASTER_ADDR={addr}: {e}",
+                    tcp.host
+                )),
             }
         }
     }
@@ -514,6 +520,33 @@ mod tests {
             init_method_var: None,
             require_master: false,
         }
+    }
+
+    #[test]
+    fn an_init_method_host_that_does_not_resolve_fails() {
+        // Names resolve from the tree's /etc/hosts under a fixture root, so
+        // no DNS query leaves the machine.
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("etc")).unwrap();
+        std::fs::write(root.path().join("etc/hosts"), "127.0.0.1 localhost\n").unwrap();
+        let env = [
+            ("MASTER_ADDR", "localhost"),
+            ("MASTER_PORT", "29500"),
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let facts = Facts::new(root.path().to_path_buf(), env, vec![])
+            .with_init_method(Some("tcp://oldmaster:29500".into()));
+        let f = plain().check(&facts);
+        assert_eq!(f.status, Status::Fail, "{}", f.message);
+        assert!(
+            f.message.contains("--init-method `tcp://oldmaster:29500` names host oldmaster, which cannot be compared with MASTER_ADDR=localhost: `oldmaster` is not in"),
+            "{}",
+            f.message
+        );
     }
 
     #[test]
