@@ -760,10 +760,10 @@ fn malformed_sysfs_is_an_error_naming_the_file_not_a_panic() {
         r.message("pcie"),
         "unreadable link attributes: /sys/bus/pci/devices/0000:18:00.0/current_link_width: `sixteen`"
     );
-    assert_eq!(r.status("ib"), "fail");
+    assert_eq!(r.status("ib"), "error");
     assert_eq!(
         r.message("ib"),
-        "mlx5_0 port 1: state unknown, phys_state unknown"
+        "unreadable or empty: /sys/class/infiniband/mlx5_0/ports/1/state, /sys/class/infiniband/mlx5_0/ports/1/phys_state"
     );
     assert!(
         r.message("drv")

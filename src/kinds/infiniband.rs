@@ -278,6 +278,22 @@ impl Infiniband {
         }
         let gid_index = self.gid_index(facts)?;
         let class_dir = facts.host_path("/sys/class/infiniband");
+        // An attribute that cannot be read is not a down port: the check
+        // cannot say, and says which file.
+        let unreadable: Vec<String> = all
+            .iter()
+            .flat_map(|(h, p)| {
+                [("state", &p.state), ("phys_state", &p.phys_state)]
+                    .into_iter()
+                    .filter(|(_, value)| value.is_empty())
+                    .map(move |(file, _)| {
+                        format!("/sys/class/infiniband/{}/ports/{}/{file}", h.name, p.number)
+                    })
+            })
+            .collect();
+        if self.state && !unreadable.is_empty() {
+            return Err(format!("unreadable or empty: {}", unreadable.join(", ")));
+        }
         let mut active = Vec::new();
         // A down port or a failing link is the node's problem whether or
         // not this job's NCCL_IB_HCA selects it; only a port an operator
