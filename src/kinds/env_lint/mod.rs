@@ -444,6 +444,11 @@ mod tests {
                 Some(Fail),
                 "not a device index",
             ),
+            (
+                &[("CUDA_VISIBLE_DEVICES", "0,1,-2,3")],
+                Some(Warn),
+                "only the first 2 entries count",
+            ),
             (&[("ZE_AFFINITY_MASK", "0,1")], None, ""),
             (&[("NCCL_IB_TIMEOUT", "22")], None, ""),
             (&[("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")], None, ""),

@@ -4,6 +4,7 @@
 use super::catalog::{Catalog, check_value};
 use super::{Issue, Level};
 use crate::facts::infiniband::HcaFilter;
+use crate::facts::visible::{self, Entry};
 use crate::facts::{Facts, Hca, Vendor};
 use crate::kinds::ifname_spec;
 use crate::suggest::did_you_mean;
@@ -332,9 +333,11 @@ fn backend_device(value: &str, facts: &Facts, issues: &mut Vec<Issue>) {
     }
 }
 
+/// Visibility masks, read as the device checks read them (facts::visible):
+/// only the syntax is judged here; whether the devices exist is the
+/// `devices` kind's question.
 fn visible_devices(name: &str, value: &str, issues: &mut Vec<Issue>) {
-    let v = value.trim();
-    if v.is_empty() {
+    if value.trim().is_empty() {
         push(
             issues,
             Level::Warn,
@@ -343,19 +346,42 @@ fn visible_devices(name: &str, value: &str, issues: &mut Vec<Issue>) {
         );
         return;
     }
-    for entry in v.split(',').map(str::trim) {
-        let ok = entry.parse::<u32>().is_ok()
-            || entry.starts_with("GPU-")
-            || entry.starts_with("MIG-")
-            || (entry == "-1" || entry == "NoDevFiles");
-        if !ok {
-            push(
-                issues,
-                Level::Fail,
-                name,
-                format!("{name}=`{value}`: `{entry}` is not a device index or GPU-/MIG- UUID"),
-            );
-            return;
+    let Some(variable) = [
+        "CUDA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+    ]
+    .into_iter()
+    .find(|v| *v == name) else {
+        return;
+    };
+    let Some(mask) = visible::parse(variable, value) else {
+        return;
+    };
+    for entry in &mask.entries {
+        if let Entry::Opaque(text) = entry {
+            if !text.starts_with("MIG-") && text != "NoDevFiles" {
+                push(
+                    issues,
+                    Level::Fail,
+                    name,
+                    format!("{name}=`{value}`: `{text}` is not a device index or GPU-/MIG- UUID"),
+                );
+                return;
+            }
         }
+    }
+    let written = value.split(',').filter(|e| !e.trim().is_empty()).count();
+    if mask.entries.len() < written && !mask.entries.is_empty() {
+        push(
+            issues,
+            Level::Warn,
+            name,
+            format!(
+                "{name}=`{value}`: the runtime stops at the negative index, so only the first {} entr{} count",
+                mask.entries.len(),
+                if mask.entries.len() == 1 { "y" } else { "ies" }
+            ),
+        );
     }
 }
