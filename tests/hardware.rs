@@ -99,7 +99,7 @@ checks:
   - {id: devices, kind: devices}
   - {id: driver, kind: driver, peermem: true, min_version: "535.104.05", nvidia_smi_xml: "{fixture}/nvidia-smi-q.xml"}
   - {id: ecc, kind: gpu_health, max_uncorrectable_ecc: 0, remapped_rows: true, nvidia_smi_xml: "{fixture}/nvidia-smi-q.xml"}
-  - {id: xid, kind: gpu_health, xid: true, kernel_log: "{fixture}/kmsg.log"}
+  - {id: xid, kind: gpu_health, xid: true}
   - {id: persistence, kind: gpu_health, persistence: true, nvidia_smi_xml: "{fixture}/nvidia-smi-q.xml"}
   - {id: in_use, kind: gpu_health, max_used: 1GiB, nvidia_smi_xml: "{fixture}/nvidia-smi-q.xml"}
   - {id: balance, kind: gpu_health, min_free_ratio: 0.9, nvidia_smi_xml: "{fixture}/nvidia-smi-q.xml"}
