@@ -1,13 +1,12 @@
 //! `time_sync`: the kernel clock is disciplined (adjtimex: STA_UNSYNC
 //! clear, maxerror and esterror small) and a time daemon runs.
 //!
-//! This crate has no `unsafe`, and neither nix nor rustix wraps
-//! adjtimex(2) safely, so the kernel's state is read from what already
-//! asks it: `adjtimex --print` (the adjtimex package prints the struct
-//! verbatim), `timedatectl show` (systemd derives NTPSynchronized from
-//! STA_UNSYNC) or `chronyc tracking` (Leap status), run on the real
-//! machine; a recording of any of them via
-//! `clock_state`; or /run/systemd/timesync/synchronized, which
+//! On the real machine the state comes from adjtimex(2) itself, through
+//! the `adjtimex-sys` crate (this crate has no `unsafe`); where a sandbox
+//! refuses the call, from what else asks the kernel: `adjtimex --print`,
+//! `timedatectl show` (systemd derives NTPSynchronized from STA_UNSYNC) or
+//! `chronyc tracking` (Leap status). Under `--root`, a recording of any of
+//! them via `clock_state`, or /run/systemd/timesync/synchronized, which
 //! systemd-timesyncd creates once it has set the clock.
 
 use std::path::PathBuf;
@@ -138,6 +137,15 @@ impl TimeSync {
             return Ok(Some(parse_clock_state(&path.display().to_string(), &text)));
         }
         if facts.is_live() {
+            // A sandbox may refuse the call; the tools below may still know.
+            if let Ok(kernel) = adjtimex_sys::read() {
+                return Ok(Some(ClockState {
+                    source: "adjtimex(2)".into(),
+                    synchronized: Some(kernel.synchronized()),
+                    maxerror: u64::try_from(kernel.maxerror_us).ok(),
+                    esterror: u64::try_from(kernel.esterror_us).ok(),
+                }));
+            }
             if let Some(text) = run("adjtimex", &["--print"]).await {
                 return Ok(Some(parse_clock_state("adjtimex --print", &text)));
             }
