@@ -323,7 +323,7 @@ fn broken_h100_reports_every_fault_by_device() {
         r.message("ib"),
         "NCCL_IB_HCA=mlx5_0,mlx5_1,mlx5_9 names mlx5_9, which is not present (present: mlx5_0, mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7); \
          mlx5_3 port 1 (0000:5e:00.0, not selected by NCCL_IB_HCA): state DOWN, phys_state Polling; \
-         2 active ports, expected at least 8 (one per accelerator: 8 on the bus); IPoIB interface ib3 is down"
+         2 active ports, expected at least 8 (one per accelerator: 8 on the bus); IPoIB interface ib3 is down, no carrier"
     );
     // 6. Error counters on mlx5_5.
     assert_eq!(
@@ -348,7 +348,7 @@ fn broken_h100_without_nccl_ib_hca_checks_every_port() {
     );
     assert_eq!(
         r.message("ib"),
-        "mlx5_3 port 1 (0000:5e:00.0): state DOWN, phys_state Polling; 7 active ports, expected at least 8 (one per accelerator: 8 on the bus); IPoIB interface ib3 is down"
+        "mlx5_3 port 1 (0000:5e:00.0): state DOWN, phys_state Polling; 7 active ports, expected at least 8 (one per accelerator: 8 on the bus); IPoIB interface ib3 is down, no carrier"
     );
     // NCCL_IB_HCA=mlx5, as in the field notes: a prefix selecting all eight.
     let prefix = run_env("h100-ib-broken", ALL_KINDS, &[("NCCL_IB_HCA", "mlx5")]);

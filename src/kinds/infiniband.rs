@@ -120,7 +120,6 @@ pub struct Infiniband {
 }
 
 /// ARPHRD_INFINIBAND: the `type` of an IPoIB net device.
-const ARPHRD_INFINIBAND: &str = "32";
 
 fn memlock_want(text: &str) -> Result<Option<u64>, String> {
     if text.trim() == "unlimited" {
@@ -193,32 +192,29 @@ impl Infiniband {
         Ok(())
     }
 
+    /// IPoIB interfaces from the node's interface facts: up, with carrier.
     fn ipoib(&self, facts: &Facts, problems: &mut Vec<String>) -> usize {
-        let dir = facts.host_path("/sys/class/net");
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .map(|rd| {
-                rd.filter_map(Result::ok)
-                    .filter(|e| {
-                        std::fs::read_to_string(e.path().join("type"))
-                            .is_ok_and(|t| t.trim() == ARPHRD_INFINIBAND)
-                    })
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
-        if names.is_empty() {
+        let ipoib: Vec<_> = facts
+            .interfaces()
+            .iter()
+            .filter(|i| i.link_type == "infiniband")
+            .collect();
+        if ipoib.is_empty() {
             problems.push("no IPoIB interface (no net device of type 32 in /sys/class/net)".into());
         }
-        for name in &names {
-            let state = std::fs::read_to_string(dir.join(name).join("operstate"))
-                .map(|s| s.trim().to_string())
-                .unwrap_or_else(|_| "unknown".into());
-            if state != "up" {
-                problems.push(format!("IPoIB interface {name} is {state}"));
+        for interface in &ipoib {
+            if !interface.is_up() {
+                let carrier = match interface.carrier {
+                    Some(false) => ", no carrier",
+                    _ => "",
+                };
+                problems.push(format!(
+                    "IPoIB interface {} is {}{carrier}",
+                    interface.name, interface.operstate
+                ));
             }
         }
-        names.len()
+        ipoib.len()
     }
 
     fn check(&self, facts: &Facts) -> Result<Finding, String> {
