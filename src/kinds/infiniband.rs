@@ -119,8 +119,6 @@ pub struct Infiniband {
     min_memlock: Option<String>,
 }
 
-/// ARPHRD_INFINIBAND: the `type` of an IPoIB net device.
-
 fn memlock_want(text: &str) -> Result<Option<u64>, String> {
     if text.trim() == "unlimited" {
         return Ok(None);
