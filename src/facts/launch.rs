@@ -14,61 +14,85 @@ pub struct Launch {
     pub local_rank: Option<u64>,
 }
 
+/// One launcher's view of the job: the variables it sets for each rank.
+#[derive(Debug)]
+pub struct Launcher {
+    pub name: &'static str,
+    pub rank: &'static str,
+    pub size: &'static str,
+    pub local_rank: Option<&'static str>,
+    pub local_size: Option<&'static str>,
+}
+
+/// The launchers we know, in order of precedence: the first that sets a
+/// value wins. The `launch_env` check compares them with each other.
+pub const LAUNCHERS: &[Launcher] = &[
+    Launcher {
+        name: "torchrun",
+        rank: "RANK",
+        size: "WORLD_SIZE",
+        local_rank: Some("LOCAL_RANK"),
+        local_size: Some("LOCAL_WORLD_SIZE"),
+    },
+    Launcher {
+        name: "Slurm",
+        rank: "SLURM_PROCID",
+        size: "SLURM_NTASKS",
+        local_rank: Some("SLURM_LOCALID"),
+        local_size: None,
+    },
+    Launcher {
+        name: "Open MPI",
+        rank: "OMPI_COMM_WORLD_RANK",
+        size: "OMPI_COMM_WORLD_SIZE",
+        local_rank: Some("OMPI_COMM_WORLD_LOCAL_RANK"),
+        local_size: Some("OMPI_COMM_WORLD_LOCAL_SIZE"),
+    },
+    Launcher {
+        name: "PMI",
+        rank: "PMI_RANK",
+        size: "PMI_SIZE",
+        local_rank: None,
+        local_size: None,
+    },
+];
+
+/// Node counts, as the launchers name them.
+pub const NNODES_VARS: &[&str] = &[
+    "NNODES",
+    "PET_NNODES",
+    "SLURM_NNODES",
+    "SLURM_JOB_NUM_NODES",
+];
+
 /// First variable of the list that is set, parsed as an integer.
-fn first(env: &BTreeMap<String, String>, names: &[&str]) -> Option<u64> {
+fn first<'a>(
+    env: &BTreeMap<String, String>,
+    names: impl IntoIterator<Item = &'a str>,
+) -> Option<u64> {
     names
-        .iter()
-        .find_map(|name| env.get(*name).and_then(|v| v.trim().parse().ok()))
+        .into_iter()
+        .find_map(|name| env.get(name).and_then(|v| v.trim().parse().ok()))
 }
 
 impl Launch {
     pub fn from_env(env: &BTreeMap<String, String>) -> Launch {
+        // PMIx sets a rank but no size; Intel MPI (Hydra) a local rank only.
+        let ranks = LAUNCHERS.iter().map(|l| l.rank).chain(["PMIX_RANK"]);
+        let local_ranks = LAUNCHERS
+            .iter()
+            .filter_map(|l| l.local_rank)
+            .chain(["MPI_LOCALRANKID"]);
+        let local_sizes = LAUNCHERS
+            .iter()
+            .filter_map(|l| l.local_size)
+            .chain(["SLURM_NTASKS_PER_NODE"]);
         Launch {
-            rank: first(
-                env,
-                &[
-                    "RANK",
-                    "SLURM_PROCID",
-                    "OMPI_COMM_WORLD_RANK",
-                    "PMI_RANK",
-                    "PMIX_RANK",
-                ],
-            ),
-            world_size: first(
-                env,
-                &[
-                    "WORLD_SIZE",
-                    "SLURM_NTASKS",
-                    "OMPI_COMM_WORLD_SIZE",
-                    "PMI_SIZE",
-                ],
-            ),
-            local_world_size: first(
-                env,
-                &[
-                    "LOCAL_WORLD_SIZE",
-                    "SLURM_NTASKS_PER_NODE",
-                    "OMPI_COMM_WORLD_LOCAL_SIZE",
-                ],
-            ),
-            local_rank: first(
-                env,
-                &[
-                    "LOCAL_RANK",
-                    "SLURM_LOCALID",
-                    "OMPI_COMM_WORLD_LOCAL_RANK",
-                    "MPI_LOCALRANKID",
-                ],
-            ),
-            nnodes: first(
-                env,
-                &[
-                    "NNODES",
-                    "PET_NNODES",
-                    "SLURM_NNODES",
-                    "SLURM_JOB_NUM_NODES",
-                ],
-            ),
+            rank: first(env, ranks),
+            world_size: first(env, LAUNCHERS.iter().map(|l| l.size)),
+            local_world_size: first(env, local_sizes),
+            local_rank: first(env, local_ranks),
+            nnodes: first(env, NNODES_VARS.iter().copied()),
         }
     }
 

@@ -25,7 +25,7 @@ pub use accel::Accelerator;
 pub use gpu_status::GpuReport;
 pub use infiniband::Hca;
 pub use interfaces::Interface;
-pub use launch::Launch;
+pub use launch::{LAUNCHERS, Launch, Launcher, NNODES_VARS};
 pub use pci::{PciDevice, Vendor};
 
 use crate::checklist::when::Backend;

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::resolve::resolve_on_node;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
-use crate::facts::Facts;
+use crate::facts::{Facts, LAUNCHERS, Launcher, NNODES_VARS};
 use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
@@ -61,46 +61,6 @@ impl Params for LaunchEnv {
         Ok(())
     }
 }
-
-/// One launcher's view of the job.
-struct Source {
-    name: &'static str,
-    rank: &'static str,
-    size: &'static str,
-    local_rank: Option<&'static str>,
-    local_size: Option<&'static str>,
-}
-
-const SOURCES: &[Source] = &[
-    Source {
-        name: "torchrun",
-        rank: "RANK",
-        size: "WORLD_SIZE",
-        local_rank: Some("LOCAL_RANK"),
-        local_size: Some("LOCAL_WORLD_SIZE"),
-    },
-    Source {
-        name: "Slurm",
-        rank: "SLURM_PROCID",
-        size: "SLURM_NTASKS",
-        local_rank: Some("SLURM_LOCALID"),
-        local_size: None,
-    },
-    Source {
-        name: "Open MPI",
-        rank: "OMPI_COMM_WORLD_RANK",
-        size: "OMPI_COMM_WORLD_SIZE",
-        local_rank: Some("OMPI_COMM_WORLD_LOCAL_RANK"),
-        local_size: Some("OMPI_COMM_WORLD_LOCAL_SIZE"),
-    },
-    Source {
-        name: "PMI",
-        rank: "PMI_RANK",
-        size: "PMI_SIZE",
-        local_rank: None,
-        local_size: None,
-    },
-];
 
 /// Integer-valued variables, beyond the sources' own.
 const OTHER_INTEGERS: &[&str] = &["NODE_RANK", "GROUP_RANK", "SLURM_NODEID", "SLURM_JOB_ID"];
@@ -241,13 +201,13 @@ impl LaunchEnv {
 
         // Each launcher's own rank, size, local rank and local size.
         struct View {
-            source: &'static Source,
+            source: &'static Launcher,
             rank: Option<u64>,
             size: Option<u64>,
             local_rank: Option<u64>,
         }
         let mut views = Vec::new();
-        for source in SOURCES {
+        for source in LAUNCHERS {
             let rank = integer(facts, source.rank, &mut v);
             let size = integer(facts, source.size, &mut v);
             let local_rank = source.local_rank.and_then(|n| integer(facts, n, &mut v));
@@ -290,14 +250,9 @@ impl LaunchEnv {
         for name in OTHER_INTEGERS {
             integer(facts, name, &mut v);
         }
-        let nnodes = [
-            "NNODES",
-            "PET_NNODES",
-            "SLURM_NNODES",
-            "SLURM_JOB_NUM_NODES",
-        ]
-        .iter()
-        .find_map(|n| Some((*n, facts.env(n)?.trim().parse::<u64>().ok()?)));
+        let nnodes = NNODES_VARS
+            .iter()
+            .find_map(|n| Some((*n, facts.env(n)?.trim().parse::<u64>().ok()?)));
         if let Some((nn, count)) = nnodes {
             for name in ["NODE_RANK", "GROUP_RANK", "SLURM_NODEID"] {
                 if let Some(i) = facts.env(name).and_then(|x| x.trim().parse::<u64>().ok()) {
