@@ -42,16 +42,19 @@
 //! [`Nccl::init_rank_nonblocking`] calls ncclCommInitRankConfig with
 //! `blocking = 0`, then [`Comm::wait_ready`] polls ncclCommGetAsyncError
 //! until a deadline, after which the caller calls [`Comm::abort`]. The
-//! `ncclConfig_t` we pass is the layout of a fixed header version, not of the
-//! loaded library: NCCL reads `size` and `version` from the struct and, since
-//! 2.17, copies only `min(size, its own sizeof)` bytes over its own
-//! NCCL_CONFIG_INITIALIZER defaults and resets fields newer than `version`.
-//! So for NCCL >= 2.17 we pass the 2.17 layout (size, magic 0xcafebeef,
-//! version 21700, blocking, cgaClusterSize, minCTAs, maxCTAs, netName) with
-//! every field but `blocking` left "undefined" (INT_MIN / NULL) exactly as the
-//! initializer does; for 2.14 to 2.16 the 2.14 layout (size, magic, version,
-//! blocking); before 2.14 there is no ncclCommInitRankConfig and init is
-//! blocking ([`Nccl::supports_nonblocking`] says which).
+//! `ncclConfig_t` we pass has the layout of a fixed header version, not of
+//! the loaded library: NCCL (since the config appeared in 2.14) reads `size`
+//! from the struct, copies only `min(size, its own sizeof)` bytes over its own
+//! NCCL_CONFIG_INITIALIZER defaults, and resets fields newer than the
+//! struct's `version`. So for NCCL >= 2.17 we pass the 2.17 layout (size,
+//! magic 0xcafebeef, version 21700, blocking, cgaClusterSize, minCTAs,
+//! maxCTAs, netName) with every field but `blocking` "undefined" (INT_MIN /
+//! NULL) as the initializer leaves them, and NCCL fills in its defaults for
+//! everything it added later; for 2.14 to 2.16 the 2.14 layout (size, magic,
+//! version, blocking); before 2.14 there is no ncclCommInitRankConfig and
+//! init is blocking ([`Nccl::supports_nonblocking`] says which). A
+//! non-blocking call that returns ncclInProgress is polled to ncclSuccess
+//! before the next call, as NCCL requires.
 //!
 //! # Threads
 //! A CUDA context is current per thread: make the [`Device`] current

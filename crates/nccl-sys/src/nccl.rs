@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::fmt;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::cuda::{DeviceBuffer, Stream};
 use crate::search::{LoadReport, NcclSearch};
@@ -409,6 +409,7 @@ impl Nccl {
             rank,
             nranks,
             gone: false,
+            enqueue_timeout: Duration::from_secs(300),
         })
     }
 
@@ -469,13 +470,16 @@ pub enum CommState {
 }
 
 /// One rank's communicator. Dropped: destroyed when healthy, aborted
-/// otherwise (ncclCommDestroy would wait on a peer that is gone).
+/// otherwise (ncclCommDestroy would wait on a peer that is gone). Keep the
+/// [`crate::Device`] whose context was current at init alive until the
+/// communicator is gone: NCCL's resources live in that context.
 pub struct Comm<'a> {
     nccl: &'a Nccl,
     raw: CommPtr,
     rank: usize,
     nranks: usize,
     gone: bool,
+    enqueue_timeout: Duration,
 }
 
 impl fmt::Debug for Comm<'_> {
@@ -522,7 +526,7 @@ impl Comm<'_> {
                     ),
                 });
             }
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -531,8 +535,9 @@ impl Comm<'_> {
     /// error), or `deadline` passes ([`Error::Timeout`]; then abort).
     pub fn wait(&self, stream: &Stream<'_>, deadline: Instant) -> Result<(), Error> {
         loop {
-            self.state()?;
-            if stream.is_done()? {
+            // Ready first: with a non-blocking communicator an operation may
+            // still be being enqueued, and an empty stream looks done.
+            if self.state()? == CommState::Ready && stream.is_done()? {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -593,7 +598,7 @@ impl Comm<'_> {
                 stream.raw(),
             )
         };
-        self.nccl.check("ncclAllReduce", rc, self.raw)
+        self.settle("ncclAllReduce", rc)
     }
 
     /// In place: `buf` is input and output.
@@ -616,7 +621,7 @@ impl Comm<'_> {
                 stream.raw(),
             )
         };
-        self.nccl.check("ncclAllReduce", rc, self.raw)
+        self.settle("ncclAllReduce", rc)
     }
 
     /// In place: every rank's `buf` ends equal to `root`'s.
@@ -640,7 +645,7 @@ impl Comm<'_> {
                 stream.raw(),
             )
         };
-        self.nccl.check("ncclBroadcast", rc, self.raw)
+        self.settle("ncclBroadcast", rc)
     }
 
     /// `recv` is every rank's `send` in rank order (`nranks * send.len()`).
@@ -670,7 +675,7 @@ impl Comm<'_> {
                 stream.raw(),
             )
         };
-        self.nccl.check("ncclAllGather", rc, self.raw)
+        self.settle("ncclAllGather", rc)
     }
 
     /// Point to point; put both sides' send and recv in [`Nccl::group`].
@@ -686,7 +691,7 @@ impl Comm<'_> {
         let rc = unsafe {
             (self.nccl.fns.send)(buf.raw(), buf.len(), T::CODE, peer, self.raw, stream.raw())
         };
-        self.nccl.check("ncclSend", rc, self.raw)
+        self.settle("ncclSend", rc)
     }
 
     pub fn recv<T: DataType>(
@@ -701,7 +706,36 @@ impl Comm<'_> {
         let rc = unsafe {
             (self.nccl.fns.recv)(buf.raw(), buf.len(), T::CODE, peer, self.raw, stream.raw())
         };
-        self.nccl.check("ncclRecv", rc, self.raw)
+        self.settle("ncclRecv", rc)
+    }
+
+    /// How long an operation that returned ncclInProgress (non-blocking
+    /// communicators: enqueueing can wait for a connection to a peer) may
+    /// take to be enqueued before the call gives up with [`Error::Timeout`].
+    pub fn set_enqueue_timeout(&mut self, timeout: Duration) {
+        self.enqueue_timeout = timeout;
+    }
+
+    /// NCCL requires a non-blocking communicator to leave ncclInProgress
+    /// before the next call on it.
+    fn settle(&self, func: &'static str, rc: c_int) -> Result<(), Error> {
+        self.nccl.check(func, rc, self.raw)?;
+        if rc != NCCL_IN_PROGRESS {
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.enqueue_timeout;
+        while self.state()? == CommState::InProgress {
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "{func} on rank {} of {} still being enqueued",
+                        self.rank, self.nranks
+                    ),
+                });
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
     }
 
     fn peer(&self, what: &str, peer: usize, self_ok: bool) -> Result<c_int, Error> {
