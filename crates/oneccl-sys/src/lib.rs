@@ -31,12 +31,24 @@
 //! - **Few cores**: set `CCL_YIELD=sched_yield` when it is unset. oneCCL's
 //!   default busy polling starves a 2-core node: a 4-float allreduce took 17
 //!   to 80 ms instead of 0.13 to 0.5 ms.
-//! - **Init can block for minutes.** When rank 0 is gone, the other ranks
-//!   wait in `onecclCommInitRank` for `CCL_KVS_CONNECTION_TIMEOUT` (120 s by
-//!   default) and there is no way to interrupt it. Run init under your own
-//!   deadline: in a thread you can abandon, or better a child process you can
-//!   kill. `CCL_LOG_LEVEL=fatal` is not a valid level: GetUniqueId then fails
-//!   and waiting ranks hang forever.
+//! - **Init can block for minutes, or longer.** When rank 0 is gone, the
+//!   other ranks wait in `onecclCommInitRank` for `CCL_KVS_CONNECTION_TIMEOUT`
+//!   (120 s by default), and there is no way to interrupt the call. Measured
+//!   here with oneCCL 2022.2.0: a rank whose rank 0 had exited was still
+//!   blocked after 50 s with `CCL_KVS_CONNECTION_TIMEOUT=5`. So run init
+//!   under your own deadline, in a child process you can kill (a thread you
+//!   abandon keeps its sockets and CPU). `CCL_LOG_LEVEL=fatal` is not a valid
+//!   level: GetUniqueId then fails and waiting ranks hang forever.
+//! - **Stale ranks and ports**: rank 0's key-value store takes port 4096 or
+//!   the next free one, so a stale rank still waiting from an earlier run can
+//!   reach a new rank 0 on the same port and wreck its init. Kill the ranks
+//!   of a failed run before starting the next.
+//! - **One oneCCL per process**: the 2022 CPU plugin needs the 2022
+//!   `libccl.so.1`; a 2021 `libccl.so.1` (same soname) already loaded in the
+//!   process, even one this crate refused as unsupported, makes it fail with
+//!   "Could not load any plugin". C++ libraries are not unloaded, so probe
+//!   an unknown library in a child process when the same process will use
+//!   another oneCCL afterwards.
 //! - **Errors**: failures come back as code 11 (`onecclPluginException`),
 //!   whose `onecclGetErrorString` text is useless; [`Error::Call`] carries
 //!   `onecclGetLastError` instead.
