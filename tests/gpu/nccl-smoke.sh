@@ -12,6 +12,7 @@
 # has it. Exit 0: all passed; 2: no usable GPU or NCCL here (the probe line
 # says which); 1: a failure. The log is also written to
 # ${NCCL_SMOKE_LOG:-target/nccl-smoke.log} for bench/RESULTS.md.
+# Env: NCCL_SMOKE_BIN (prebuilt binary), PREFLIGHT_NCCL_LIB, NCCL_DEBUG.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -23,7 +24,13 @@ fi
 # NCCL's own warnings are worth keeping in the log; INFO is too long here.
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
-cargo build --release -q -p nccl-sys --example smoke
+# NCCL_SMOKE_BIN: a prebuilt smoke binary (it links neither CUDA nor NCCL),
+# for GPU machines without cargo or without access to crates.io.
+bin=${NCCL_SMOKE_BIN:-}
+if [ -z "$bin" ]; then
+    cargo build --release -q -p nccl-sys --example smoke
+    bin=target/release/examples/smoke
+fi
 log=${NCCL_SMOKE_LOG:-target/nccl-smoke.log}
 mkdir -p "$(dirname "$log")"
 {
@@ -34,7 +41,7 @@ mkdir -p "$(dirname "$log")"
     fi
 } | tee "$log"
 set +e
-target/release/examples/smoke "$@" 2>&1 | tee -a "$log"
+"$bin" "$@" 2>&1 | tee -a "$log"
 rc=${PIPESTATUS[0]}
 set -e
 echo "exit: $rc (log: $log)"
