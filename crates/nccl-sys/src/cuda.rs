@@ -352,7 +352,8 @@ impl<T: DataType> DeviceBuffer<'_, T> {
         self.device.ordinal
     }
 
-    /// Synchronous host-to-device copy of exactly `len` elements.
+    /// Host-to-device copy of exactly `len` elements, complete on the
+    /// device when this returns.
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<(), Error> {
         self.same_len(src.len())?;
         self.device.make_current()?;
@@ -360,7 +361,11 @@ impl<T: DataType> DeviceBuffer<'_, T> {
         let rc = unsafe {
             (self.device.cuda.fns.memcpy_htod)(self.ptr, src.as_ptr().cast(), size_of_val(src))
         };
-        self.device.cuda.check("cuMemcpyHtoD", rc)
+        self.device.cuda.check("cuMemcpyHtoD", rc)?;
+        // From pageable memory cuMemcpyHtoD may return before the DMA has
+        // landed, and our streams do not wait for the legacy stream it
+        // uses: without this an NCCL kernel could read the old contents.
+        self.device.synchronize()
     }
 
     /// Synchronous device-to-host copy of exactly `len` elements.
