@@ -231,6 +231,39 @@ fn oneccl_2021_is_an_unsupported_version_named() {
     assert!(text.contains("without the C API"), "{text}");
 }
 
+/// The oneAPI layout: `$CCL_ROOT/lib/intel64/` after `$CCL_ROOT/lib/`.
+/// All three files are linked: libccl.so.2 finds its CPU plugin next to
+/// itself.
+#[test]
+fn found_under_ccl_root_lib_intel64() {
+    let Some(lib) = test_lib("PREFLIGHT_TEST_ONECCL_LIB", "oneccl/lib/libccl.so.2") else {
+        return;
+    };
+    let root = tempfile_dir("cclroot");
+    let dir = root.join("lib/intel64");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["libccl.so.2", "libccl.so.1", "libccl_legacy_cpu.so"] {
+        std::os::unix::fs::symlink(lib.with_file_name(f), dir.join(f)).unwrap();
+    }
+    let search = oneccl_sys::Search {
+        ccl_root: Some(root.clone()),
+        ..Default::default()
+    };
+    let l = Library::search(&search).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(l.path(), dir.join("libccl.so.2").display().to_string());
+    let report = l.report().to_string();
+    // lib/ was tried first and said why it did not load.
+    assert!(
+        report.starts_with(&format!("{}/lib/libccl.so.2 (CCL_ROOT): ", root.display())),
+        "{report}"
+    );
+    assert_eq!(
+        l.report().attempts.last().unwrap().source,
+        oneccl_sys::Source::CclRoot
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[test]
 fn a_missing_file_is_reported_with_where_it_looked() {
     let err = Library::open_path(Path::new("/nonexistent/dir/libccl.so.2")).unwrap_err();
