@@ -201,8 +201,8 @@ impl Cuda {
         let mut p: *const c_char = std::ptr::null();
         // SAFETY: cuGetErrorString stores a pointer to a static string.
         let ok = unsafe { (self.fns.get_error_string)(rc, &mut p) } == CUDA_SUCCESS;
-        // SAFETY: NULL or a static NUL-terminated string from the driver.
         let text = if ok {
+            // SAFETY: NULL or a static NUL-terminated string from the driver.
             unsafe { c_text(p) }
         } else {
             String::new()

@@ -57,6 +57,9 @@
 //! - Loopback test environment: `CCL_KVS_IFACE=lo FI_PROVIDER=tcp
 //!   FI_TCP_IFACE=lo CCL_ATL_SHM=1` (`FI_PROVIDER=shm` alone aborts).
 
+// Every unsafe block says why it is sound; clippy holds us to it.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod search;
 
 pub use search::{Attempt, LoadReport, SONAMES, Search, Source, embedded_version};
