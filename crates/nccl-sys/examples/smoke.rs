@@ -293,7 +293,10 @@ fn rank_main() -> Result<(), Failure> {
         }
     }
 
-    let comm = nccl.init_rank_nonblocking(n, &id, rank).map_err(fail)?;
+    let mut comm = nccl.init_rank_nonblocking(n, &id, rank).map_err(fail)?;
+    // Connections are made lazily at the first operations, which may then
+    // sit in ncclInProgress: the smoke deadline bounds that too.
+    comm.set_enqueue_timeout(Duration::from_secs(deadline_s));
     let t = Instant::now();
     if let Err(e) = comm.wait_ready(deadline) {
         let _ = comm.abort();
