@@ -1,0 +1,215 @@
+//! NCCL (or RCCL) and the CUDA driver API, loaded at run time.
+//!
+//! `preflight` ships one binary to every node, GPU or not, so neither
+//! library is linked at build time: both are opened with `libloading`, every
+//! `unsafe` call stays inside this crate, and a missing library or device is
+//! an error value that says what was tried.
+//!
+//! # Search order for NCCL ([`NcclSearch::from_env`])
+//! 1. the caller's explicit path (the CLI passes `--nccl-lib`); if it fails
+//!    the search stops there;
+//! 2. `PREFLIGHT_NCCL_LIB`, same rule;
+//! 3. the system loader by soname: `libnccl.so.2`, then `librccl.so.1` (AMD,
+//!    same API and symbol names);
+//! 4. `nvidia/nccl/lib/libnccl.so.2` under the Python site-packages dirs,
+//!    where pip-installed PyTorch keeps NCCL: first those `python3` reports
+//!    (site dirs, user site, sys.path; 5 s deadline), then the common ones.
+//!
+//! The [`LoadReport`] lists every attempt and why it failed; [`Nccl::path`]
+//! and [`Nccl::version`] say what was loaded.
+//!
+//! # The CUDA side ([`Cuda`])
+//! The driver API from `libcuda.so.1` (explicit path, `PREFLIGHT_CUDA_LIB`,
+//! the loader, then the usual driver directories), not the CUDA runtime:
+//! the driver library is what the NVIDIA driver installs on every GPU node,
+//! while the runtime would be one more library to find. NCCL takes a
+//! driver-API stream as its `cudaStream_t` (they are the same handle) and
+//! uses the context the driver API made current. Bound: cuInit,
+//! cuDriverGetVersion, cuDeviceGetCount, cuDeviceGet, cuDeviceGetName,
+//! cuDevicePrimaryCtxRetain/Release, cuCtxSetCurrent, cuCtxSynchronize,
+//! cuMemAlloc, cuMemFree, cuMemcpyHtoD, cuMemcpyDtoH, cuMemGetInfo,
+//! cuStreamCreate, cuStreamQuery, cuStreamDestroy, cuGetErrorString.
+//!
+//! # No GPU
+//! [`probe`] answers before any collective call: "no CUDA device
+//! (libcuda.so.1 not found)", "CUDA driver present but 0 devices", or
+//! "available: N devices, driver X, NCCL 2.x.y at PATH". It matters because
+//! libnccl.so.2 loads fine without a driver, and ncclGetVersion and
+//! ncclGetUniqueId succeed; only ncclCommInitRank fails (ncclUnhandledCudaError,
+//! "CUDA driver version is insufficient for CUDA runtime version", at once).
+//!
+//! # Non-blocking init and the config struct
+//! [`Nccl::init_rank_nonblocking`] calls ncclCommInitRankConfig with
+//! `blocking = 0`, then [`Comm::wait_ready`] polls ncclCommGetAsyncError
+//! until a deadline, after which the caller calls [`Comm::abort`]. The
+//! `ncclConfig_t` we pass has the layout of a fixed header version, not of
+//! the loaded library: NCCL (since the config appeared in 2.14) reads `size`
+//! from the struct, copies only `min(size, its own sizeof)` bytes over its own
+//! NCCL_CONFIG_INITIALIZER defaults, and resets fields newer than the
+//! struct's `version`. So for NCCL >= 2.17 we pass the 2.17 layout (size,
+//! magic 0xcafebeef, version 21700, blocking, cgaClusterSize, minCTAs,
+//! maxCTAs, netName) with every field but `blocking` "undefined" (INT_MIN /
+//! NULL) as the initializer leaves them, and NCCL fills in its defaults for
+//! everything it added later; for 2.14 to 2.16 the 2.14 layout (size, magic,
+//! version, blocking); before 2.14 there is no ncclCommInitRankConfig and
+//! init is blocking ([`Nccl::supports_nonblocking`] says which). A
+//! non-blocking call that returns ncclInProgress is polled to ncclSuccess
+//! before the next call, as NCCL requires.
+//!
+//! # Threads
+//! A CUDA context is current per thread: make the [`Device`] current
+//! ([`Device::make_current`]) on the thread that calls NCCL.
+
+// Every unsafe block says why it is sound; clippy holds us to it.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod cuda;
+mod nccl;
+mod probe;
+mod search;
+
+pub use cuda::{Cuda, Device, DeviceBuffer, Stream};
+pub use nccl::{Comm, CommState, DataType, Nccl, NcclVersion, RedOp, UNIQUE_ID_BYTES, UniqueId};
+pub use probe::{CudaStatus, NcclFound, Probe, probe};
+pub use search::{
+    Attempt, CudaSearch, LoadReport, NCCL_SONAMES, NcclSearch, SITE_PACKAGES_NCCL, Source,
+    common_site_dirs, python_site_dirs,
+};
+
+use std::fmt;
+
+/// Everything that can go wrong, as values with the text to act on.
+#[derive(Debug, Clone)]
+pub enum Error {
+    /// No candidate opened; the report says what was tried and why.
+    NotFound {
+        what: &'static str,
+        report: LoadReport,
+    },
+    /// The library opened but a required symbol is missing (too old, or
+    /// not the library it claims to be).
+    MissingSymbol { path: String, symbol: &'static str },
+    /// An NCCL call failed: the code, ncclGetErrorString and
+    /// ncclGetLastError.
+    Nccl {
+        func: &'static str,
+        code: i32,
+        name: String,
+        last: String,
+    },
+    /// A CUDA driver call failed, with cuGetErrorString's text.
+    Cuda {
+        func: &'static str,
+        code: i32,
+        text: String,
+    },
+    /// A deadline passed while waiting (init or an operation); the
+    /// communicator is still alive and should be aborted.
+    Timeout { what: String },
+    /// The arguments cannot be right; nothing was called.
+    InvalidArgument(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotFound { what, report } => write!(f, "{what} not found: {report}"),
+            Error::MissingSymbol { path, symbol } => write!(f, "{path} lacks {symbol}"),
+            Error::Nccl {
+                func,
+                code,
+                name,
+                last,
+            } => {
+                write!(f, "{func} failed: {name} (ncclResult {code})")?;
+                if !last.is_empty() {
+                    write!(f, ": {last}")?;
+                }
+                Ok(())
+            }
+            Error::Cuda { func, code, text } => {
+                write!(f, "{func} failed: {text} (CUresult {code})")
+            }
+            Error::Timeout { what } => write!(f, "deadline passed: {what}"),
+            Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Opens the first candidate that loads, recording every attempt.
+pub(crate) fn open_first(
+    candidates: Vec<(Source, String, bool)>,
+    report: &mut LoadReport,
+) -> Option<(libloading::Library, String)> {
+    for (source, candidate, final_if_failed) in candidates {
+        // SAFETY: loading runs the library's initialisers; NCCL's and the
+        // CUDA driver's are what any program using them runs. The caller
+        // chose the search.
+        match unsafe { libloading::Library::new(&candidate) } {
+            Ok(lib) => {
+                let path = loaded_path(&candidate);
+                report.attempts.push(Attempt {
+                    source,
+                    candidate,
+                    failure: None,
+                });
+                return Some((lib, path));
+            }
+            Err(e) => {
+                report.attempts.push(Attempt {
+                    source,
+                    candidate,
+                    failure: Some(loader_message(&e)),
+                });
+                if final_if_failed {
+                    return None;
+                }
+            }
+        }
+    }
+    None
+}
+
+fn loader_message(e: &libloading::Error) -> String {
+    // libloading's Display is only "dlopen failed"; dlerror()'s text, which
+    // names the missing file or dependency, is its source.
+    match std::error::Error::source(e) {
+        Some(src) => src.to_string(),
+        None => e.to_string(),
+    }
+}
+
+/// A bare soname is reported as the file the loader picked, from
+/// /proc/self/maps (the report should name a file an operator can check).
+fn loaded_path(candidate: &str) -> String {
+    if candidate.contains('/') {
+        return candidate.to_string();
+    }
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return candidate.to_string();
+    };
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        // libnccl.so.2 is often a symlink to libnccl.so.2.21.5: maps names the target.
+        .find(|p| {
+            std::path::Path::new(p)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(candidate))
+        })
+        .map_or_else(|| candidate.to_string(), str::to_string)
+}
+
+/// SAFETY (for callers): `p` is NULL or a NUL-terminated string valid for
+/// the duration of the call.
+pub(crate) unsafe fn c_text(p: *const std::ffi::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: per this function's contract.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}

@@ -1,0 +1,409 @@
+//! Where libnccl.so.2 (or librccl.so.1) and libcuda.so.1 are looked for, and
+//! the record of what was tried.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// NCCL sonames in the order tried: NVIDIA's first, then AMD's RCCL, which
+/// exports the same API under the same symbol names.
+pub const NCCL_SONAMES: [&str; 2] = ["libnccl.so.2", "librccl.so.1"];
+
+/// Where pip-installed PyTorch keeps NCCL, under each site-packages dir.
+pub const SITE_PACKAGES_NCCL: &str = "nvidia/nccl/lib/libnccl.so.2";
+
+/// Where a candidate came from, named in the report so an operator knows
+/// which setting to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The caller's explicit path (the CLI's `--nccl-lib`).
+    Explicit,
+    /// `PREFLIGHT_NCCL_LIB` or `PREFLIGHT_CUDA_LIB`.
+    EnvVar(&'static str),
+    /// The dynamic loader by soname (LD_LIBRARY_PATH, ld.so.cache, RUNPATH).
+    Loader,
+    /// A Python site-packages directory (`nvidia/nccl/lib/`).
+    SitePackages,
+    /// A well-known driver directory (libcuda.so.1 only).
+    CommonDir,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Explicit => f.write_str("explicit path"),
+            Source::EnvVar(v) => f.write_str(v),
+            Source::Loader => f.write_str("system loader"),
+            Source::SitePackages => f.write_str("python site-packages"),
+            Source::CommonDir => f.write_str("driver directory"),
+        }
+    }
+}
+
+/// One library the search tried to open.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub source: Source,
+    /// A path, or a bare soname handed to the loader.
+    pub candidate: String,
+    /// `None` when it opened; otherwise why not (the loader's message).
+    pub failure: Option<String>,
+}
+
+/// Everything the search tried, in order, plus notes (for example that the
+/// Python interpreter could not be asked).
+#[derive(Debug, Clone, Default)]
+pub struct LoadReport {
+    pub attempts: Vec<Attempt>,
+    pub notes: Vec<String>,
+}
+
+impl LoadReport {
+    /// The attempt that opened, if any.
+    pub fn loaded(&self) -> Option<&Attempt> {
+        self.attempts.iter().find(|a| a.failure.is_none())
+    }
+}
+
+impl fmt::Display for LoadReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.attempts.is_empty() {
+            f.write_str("nothing tried")?;
+        }
+        for (i, a) in self.attempts.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            match &a.failure {
+                None => write!(f, "{} ({}): loaded", a.candidate, a.source)?,
+                Some(why) => write!(f, "{} ({}): {}", a.candidate, a.source, why)?,
+            }
+        }
+        for n in &self.notes {
+            write!(f, "; {n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// How to find NCCL. [`NcclSearch::from_env`] gives the documented order;
+/// tests build it field by field instead of mutating the environment.
+#[derive(Debug, Clone)]
+pub struct NcclSearch {
+    /// Tried first; when it fails the search stops: an operator who names a
+    /// library wants that one, not a silent substitute.
+    pub explicit: Option<PathBuf>,
+    /// `PREFLIGHT_NCCL_LIB`, same rule.
+    pub env_path: Option<PathBuf>,
+    /// Ask the system loader for [`NCCL_SONAMES`].
+    pub loader: bool,
+    /// Interpreter asked for its site-packages dirs (None: don't ask).
+    pub python: Option<OsString>,
+    /// How long the interpreter may take; a broken Python must not stall
+    /// the probe.
+    pub python_deadline: Duration,
+    /// Site-packages dirs searched after the interpreter's own, in order.
+    pub site_dirs: Vec<PathBuf>,
+}
+
+impl Default for NcclSearch {
+    fn default() -> Self {
+        NcclSearch {
+            explicit: None,
+            env_path: None,
+            loader: false,
+            python: None,
+            python_deadline: Duration::from_secs(5),
+            site_dirs: Vec::new(),
+        }
+    }
+}
+
+impl NcclSearch {
+    /// The documented order: `explicit`, `PREFLIGHT_NCCL_LIB`, the loader
+    /// (libnccl.so.2, librccl.so.1), then `nvidia/nccl/lib/libnccl.so.2`
+    /// under the site-packages dirs that `python3` reports (5 s deadline)
+    /// and the common ones (/usr/local/lib/python3*/dist-packages,
+    /// /usr/lib/python3/dist-packages, ~/.local/lib/python3*/site-packages).
+    pub fn from_env(explicit: Option<&Path>) -> NcclSearch {
+        NcclSearch {
+            explicit: explicit.map(Path::to_path_buf),
+            env_path: env_path("PREFLIGHT_NCCL_LIB"),
+            loader: true,
+            python: Some("python3".into()),
+            python_deadline: Duration::from_secs(5),
+            site_dirs: common_site_dirs(),
+        }
+    }
+
+    /// Candidates in order, with whether a failure ends the search. Asking
+    /// Python happens here, lazily, only when the earlier ones were
+    /// exhausted: `open` calls this in stages.
+    pub(crate) fn early(&self) -> Vec<(Source, String, bool)> {
+        if let Some(p) = &self.explicit {
+            return vec![(Source::Explicit, p.display().to_string(), true)];
+        }
+        if let Some(p) = &self.env_path {
+            return vec![(
+                Source::EnvVar("PREFLIGHT_NCCL_LIB"),
+                p.display().to_string(),
+                true,
+            )];
+        }
+        if self.loader {
+            return NCCL_SONAMES
+                .iter()
+                .map(|s| (Source::Loader, s.to_string(), false))
+                .collect();
+        }
+        Vec::new()
+    }
+
+    /// Site-packages candidates that exist (a missing dir is not worth a
+    /// line in the report), the interpreter's dirs first.
+    pub(crate) fn site_candidates(&self, report: &mut LoadReport) -> Vec<(Source, String, bool)> {
+        if self.explicit.is_some() || self.env_path.is_some() {
+            return Vec::new();
+        }
+        let mut dirs = Vec::new();
+        if let Some(py) = &self.python {
+            match python_site_dirs(py, self.python_deadline) {
+                Ok(found) => dirs.extend(found),
+                Err(why) => report.notes.push(why),
+            }
+        }
+        dirs.extend(self.site_dirs.iter().cloned());
+        let mut out: Vec<(Source, String, bool)> = Vec::new();
+        for d in dirs {
+            let p = d.join(SITE_PACKAGES_NCCL);
+            let s = p.display().to_string();
+            if p.exists() && !out.iter().any(|(_, c, _)| *c == s) {
+                out.push((Source::SitePackages, s, false));
+            }
+        }
+        if out.is_empty() {
+            report.notes.push(format!(
+                "no {SITE_PACKAGES_NCCL} under any python site-packages"
+            ));
+        }
+        out
+    }
+}
+
+/// How to find the CUDA driver library.
+#[derive(Debug, Clone, Default)]
+pub struct CudaSearch {
+    pub explicit: Option<PathBuf>,
+    /// `PREFLIGHT_CUDA_LIB`.
+    pub env_path: Option<PathBuf>,
+    pub loader: bool,
+    /// Driver directories tried after the loader.
+    pub dirs: Vec<PathBuf>,
+}
+
+impl CudaSearch {
+    /// `explicit`, `PREFLIGHT_CUDA_LIB`, the loader (`libcuda.so.1`), then
+    /// the directories drivers install into when ld.so.cache is stale.
+    pub fn from_env(explicit: Option<&Path>) -> CudaSearch {
+        CudaSearch {
+            explicit: explicit.map(Path::to_path_buf),
+            env_path: env_path("PREFLIGHT_CUDA_LIB"),
+            loader: true,
+            dirs: [
+                "/usr/lib/x86_64-linux-gnu",
+                "/usr/lib64",
+                "/usr/lib/aarch64-linux-gnu",
+                "/usr/lib/wsl/lib",
+            ]
+            .into_iter()
+            .map(PathBuf::from)
+            .collect(),
+        }
+    }
+
+    pub(crate) fn candidates(&self) -> Vec<(Source, String, bool)> {
+        if let Some(p) = &self.explicit {
+            return vec![(Source::Explicit, p.display().to_string(), true)];
+        }
+        if let Some(p) = &self.env_path {
+            return vec![(
+                Source::EnvVar("PREFLIGHT_CUDA_LIB"),
+                p.display().to_string(),
+                true,
+            )];
+        }
+        let mut out = Vec::new();
+        if self.loader {
+            out.push((Source::Loader, "libcuda.so.1".to_string(), false));
+        }
+        for d in &self.dirs {
+            let p = d.join("libcuda.so.1");
+            if p.exists() {
+                out.push((Source::CommonDir, p.display().to_string(), false));
+            }
+        }
+        out
+    }
+}
+
+fn env_path(k: &str) -> Option<PathBuf> {
+    std::env::var_os(k)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Site-packages dirs that exist without asking an interpreter: a node may
+/// have torch installed for a Python that is not `python3` on PATH.
+pub fn common_site_dirs() -> Vec<PathBuf> {
+    let mut parents = vec![PathBuf::from("/usr/local/lib"), PathBuf::from("/usr/lib")];
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        parents.push(PathBuf::from(home).join(".local/lib"));
+    }
+    let mut out = Vec::new();
+    for parent in parents {
+        let Ok(entries) = std::fs::read_dir(&parent) else {
+            continue;
+        };
+        let mut names: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("python3"))
+            })
+            .collect();
+        names.sort();
+        for p in names {
+            for sub in ["site-packages", "dist-packages"] {
+                let d = p.join(sub);
+                if d.is_dir() {
+                    out.push(d);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Asks the interpreter for site.getsitepackages(), the user site and
+/// sys.path (which carries PYTHONPATH and virtualenvs), under a deadline.
+pub fn python_site_dirs(python: &OsString, deadline: Duration) -> Result<Vec<PathBuf>, String> {
+    const SCRIPT: &str = "import site,sys\n\
+        d=[]\n\
+        try: d+=site.getsitepackages()\n\
+        except Exception: pass\n\
+        try: d.append(site.getusersitepackages())\n\
+        except Exception: pass\n\
+        d+=sys.path\n\
+        print('\\n'.join(x for x in d if x))";
+    let name = Path::new(python).display().to_string();
+    let mut child = Command::new(python)
+        .args(["-c", SCRIPT])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{name} not run for site-packages: {e}"))?;
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => break,
+            Ok(Some(status)) => {
+                return Err(format!("{name} for site-packages exited with {status}"));
+            }
+            Ok(None) if start.elapsed() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{name} for site-packages did not answer within {deadline:?}"
+                ));
+            }
+            Err(e) => return Err(format!("{name} for site-packages: {e}")),
+        }
+    }
+    let mut out = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_string(&mut out);
+    }
+    Ok(out
+        .lines()
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_then_env_stop_the_search() {
+        let s = NcclSearch {
+            explicit: Some("/a".into()),
+            env_path: Some("/b".into()),
+            loader: true,
+            ..Default::default()
+        };
+        assert_eq!(s.early(), vec![(Source::Explicit, "/a".to_string(), true)]);
+        let s = NcclSearch {
+            env_path: Some("/b".into()),
+            loader: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            s.early(),
+            vec![(Source::EnvVar("PREFLIGHT_NCCL_LIB"), "/b".to_string(), true)]
+        );
+    }
+
+    #[test]
+    fn loader_tries_nccl_before_rccl() {
+        let s = NcclSearch {
+            loader: true,
+            ..Default::default()
+        };
+        let names: Vec<String> = s.early().into_iter().map(|c| c.1).collect();
+        assert_eq!(names, ["libnccl.so.2", "librccl.so.1"]);
+    }
+
+    #[test]
+    fn a_missing_interpreter_is_a_note_not_a_failure() {
+        let s = NcclSearch {
+            python: Some("/nonexistent/python3".into()),
+            ..Default::default()
+        };
+        let mut report = LoadReport::default();
+        assert!(s.site_candidates(&mut report).is_empty());
+        assert!(
+            report
+                .notes
+                .iter()
+                .any(|n| n.contains("/nonexistent/python3 not run")),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn a_hanging_interpreter_is_cut_at_the_deadline() {
+        let dir = std::env::temp_dir().join(format!("nccl-sys-slowpy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let py = dir.join("python3");
+        std::fs::write(&py, "#!/bin/sh\nexec sleep 30\n").unwrap();
+        std::process::Command::new("chmod")
+            .arg("+x")
+            .arg(&py)
+            .status()
+            .unwrap();
+        let start = Instant::now();
+        let err =
+            python_site_dirs(&py.clone().into_os_string(), Duration::from_millis(300)).unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert!(err.contains("did not answer"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
