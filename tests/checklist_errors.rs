@@ -8,12 +8,23 @@ use support::{preflight, run};
 /// Runs `validate` and `check` on the fixture; both must name the spot.
 fn rejects(name: &str, expected: &str) {
     let file = format!("fixtures/checklists/invalid/{name}");
-    for args in [vec!["validate", file.as_str()], vec!["check", "--no-shipped", "--checks", file.as_str()]] {
+    for args in [
+        vec!["validate", file.as_str()],
+        vec!["check", "--no-shipped", "--checks", file.as_str()],
+    ] {
         let out = run(preflight().args(&args));
         assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
         let want = format!("error: {file}:{expected}");
-        assert!(out.stderr.contains(&want), "{args:?}\nwant: {want}\ngot:  {}", out.stderr);
-        assert!(out.stdout.is_empty(), "no report for an invalid checklist: {}", out.stdout);
+        assert!(
+            out.stderr.contains(&want),
+            "{args:?}\nwant: {want}\ngot:  {}",
+            out.stderr
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "no report for an invalid checklist: {}",
+            out.stdout
+        );
     }
 }
 
@@ -27,12 +38,18 @@ fn unknown_key() {
 
 #[test]
 fn unknown_kind() {
-    rejects("unknown-kind.yaml", "3:11: checks[0].kind: unknown kind `comand` (did you mean `command`?); valid kinds: command,");
+    rejects(
+        "unknown-kind.yaml",
+        "3:11: checks[0].kind: unknown kind `comand` (did you mean `command`?); valid kinds: command,",
+    );
 }
 
 #[test]
 fn wrong_type() {
-    rejects("wrong-type.yaml", "5:10: checks[0].min: invalid type: string \"lots\", expected an integer");
+    rejects(
+        "wrong-type.yaml",
+        "5:10: checks[0].min: invalid type: string \"lots\", expected an integer",
+    );
 }
 
 #[test]
@@ -45,22 +62,34 @@ fn duplicate_id() {
 
 #[test]
 fn bad_duration() {
-    rejects("bad-duration.yaml", "5:14: checks[0].timeout: invalid duration `5 sex`: unknown time unit \"sex\"");
+    rejects(
+        "bad-duration.yaml",
+        "5:14: checks[0].timeout: invalid duration `5 sex`: unknown time unit \"sex\"",
+    );
 }
 
 #[test]
 fn bad_regex() {
-    rejects("bad-regex.yaml", "5:15: checks[0].contains: invalid regex `^127\\.0\\.1\\.1[\\s`: unclosed character class");
+    rejects(
+        "bad-regex.yaml",
+        "5:15: checks[0].contains: invalid regex `^127\\.0\\.1\\.1[\\s`: unclosed character class",
+    );
 }
 
 #[test]
 fn bad_severity_lists_the_choices() {
-    rejects("bad-severity.yaml", "5:15: checks[0].severity: unknown variant `fatal`, expected `fail` or `warn`");
+    rejects(
+        "bad-severity.yaml",
+        "5:15: checks[0].severity: unknown variant `fatal`, expected `fail` or `warn`",
+    );
 }
 
 #[test]
 fn bad_hint_placeholder() {
-    rejects("bad-hint.yaml", "5:11: checks[0].hint: unknown placeholder `{paht}` in hint; valid: {measured}, {expected}, {id}, {host}, {path}, {env.NAME}");
+    rejects(
+        "bad-hint.yaml",
+        "5:11: checks[0].hint: unknown placeholder `{paht}` in hint; valid: {measured}, {expected}, {id}, {host}, {path}, {env.NAME}",
+    );
 }
 
 #[test]
@@ -73,17 +102,26 @@ fn bad_when_condition() {
 
 #[test]
 fn missing_kind() {
-    rejects("missing-kind.yaml", "2:5: checks[0]: check `shm` is missing key `kind`; valid kinds:");
+    rejects(
+        "missing-kind.yaml",
+        "2:5: checks[0]: check `shm` is missing key `kind`; valid kinds:",
+    );
 }
 
 #[test]
 fn missing_required_parameter() {
-    rejects("missing-param.yaml", "2:5: checks[0]: missing key `path`, required by kind `file`");
+    rejects(
+        "missing-param.yaml",
+        "2:5: checks[0]: missing key `path`, required by kind `file`",
+    );
 }
 
 #[test]
 fn invalid_yaml_syntax() {
-    rejects("not-yaml.yaml", "4:10: invalid YAML: mapping values are not allowed in this context");
+    rejects(
+        "not-yaml.yaml",
+        "4:10: invalid YAML: mapping values are not allowed in this context",
+    );
 }
 
 #[test]
@@ -98,14 +136,24 @@ fn every_error_in_a_file_is_reported_at_once() {
     let out = run(preflight().arg("validate").arg(&file));
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("two.yaml:5:14: checks[0].timeout: invalid duration `5`: a duration needs a unit, e.g. `5s`"), "{}", out.stderr);
-    assert!(out.stderr.contains("two.yaml:7:11: checks[1].kind: unknown kind `envv` (did you mean `env`?)"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("two.yaml:7:11: checks[1].kind: unknown kind `envv` (did you mean `env`?)"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
 fn a_missing_checklist_file_is_named() {
     let out = run(preflight().args(["check", "--checks", "fixtures/checklists/nope.yaml"]));
     assert_eq!(out.code, 2);
-    assert!(out.stderr.contains("checklist path fixtures/checklists/nope.yaml: No such file or directory"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("checklist path fixtures/checklists/nope.yaml: No such file or directory"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -115,5 +163,10 @@ fn the_top_level_must_be_a_checks_list() {
     std::fs::write(&file, "check:\n  - id: a\n").unwrap();
     let out = run(preflight().arg("validate").arg(&file));
     assert_eq!(out.code, 2);
-    assert!(out.stderr.contains("top.yaml:1:1: unknown key `check` at the top level; valid keys: checks"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("top.yaml:1:1: unknown key `check` at the top level; valid keys: checks"),
+        "{}",
+        out.stderr
+    );
 }

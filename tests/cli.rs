@@ -28,7 +28,10 @@ fn check_reports_the_shipped_checks_with_skip_reasons() {
     for c in checks {
         assert_ne!(c["status"], "error", "{c}");
         if c["status"] == "skip" {
-            assert!(!c["message"].as_str().unwrap().is_empty(), "a skip says why: {c}");
+            assert!(
+                !c["message"].as_str().unwrap().is_empty(),
+                "a skip says why: {c}"
+            );
         }
     }
 }
@@ -42,20 +45,43 @@ fn the_shipped_checklists_validate() {
 
 #[test]
 fn list_says_whether_each_check_applies_and_why_not() {
-    let out = run(preflight().args(["list", "--no-shipped", "--checks", MIXED, "--root", "fixtures/minimal-root"]));
+    let out = run(preflight().args([
+        "list",
+        "--no-shipped",
+        "--checks",
+        MIXED,
+        "--root",
+        "fixtures/minimal-root",
+    ]));
     assert_eq!(out.code, 0);
-    let line = out.stdout.lines().find(|l| l.starts_with("needs.master")).unwrap();
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("needs.master"))
+        .unwrap();
     assert!(line.ends_with("no: this is the master rank"), "{line}");
     let header = out.stdout.lines().next().unwrap();
     for column in ["ID", "KIND", "SEVERITY", "TAGS", "APPLIES"] {
         assert!(header.contains(column), "{header}");
     }
     let listed = run(preflight()
-        .args(["list", "--no-shipped", "--checks", MIXED, "--format", "json"])
+        .args([
+            "list",
+            "--no-shipped",
+            "--checks",
+            MIXED,
+            "--format",
+            "json",
+        ])
         .env("RANK", "2")
         .env("WORLD_SIZE", "4"));
     let entries: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
-    let master = entries.as_array().unwrap().iter().find(|e| e["id"] == "needs.master").unwrap();
+    let master = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == "needs.master")
+        .unwrap();
     assert_eq!(master["applies"], true);
     assert_eq!(master["params"]["name"], "HOME");
 }
@@ -75,7 +101,11 @@ fn explain_covers_what_why_and_how_to_fix() {
         "min         integer (optional)",
         "if_missing  error|fail|skip (default error)",
     ] {
-        assert!(out.stdout.contains(part), "missing `{part}` in:\n{}", out.stdout);
+        assert!(
+            out.stdout.contains(part),
+            "missing `{part}` in:\n{}",
+            out.stdout
+        );
     }
 }
 
@@ -86,14 +116,31 @@ fn explain_a_kind_or_an_unknown_name() {
     assert!(kind.stdout.contains("argv"));
     let unknown = run(preflight().args(["explain", "kernel.somaxcon"]));
     assert_eq!(unknown.code, 2);
-    assert!(unknown.stderr.contains("(did you mean `kernel.somaxconn`?)"), "{}", unknown.stderr);
+    assert!(
+        unknown
+            .stderr
+            .contains("(did you mean `kernel.somaxconn`?)"),
+        "{}",
+        unknown.stderr
+    );
 }
 
 #[test]
 fn colour_follows_the_flag_and_no_color() {
-    let args = ["check", "--no-shipped", "--checks", MIXED, "--only", "shell.true"];
+    let args = [
+        "check",
+        "--no-shipped",
+        "--checks",
+        MIXED,
+        "--only",
+        "shell.true",
+    ];
     let always = run(preflight().args(args).args(["--color", "always"]));
-    assert!(always.stdout.contains("\x1b[32mPASS\x1b[0m"), "{}", always.stdout);
+    assert!(
+        always.stdout.contains("\x1b[32mPASS\x1b[0m"),
+        "{}",
+        always.stdout
+    );
     let never = run(preflight().args(args).args(["--color", "never"]));
     assert!(!never.stdout.contains('\x1b'));
     // auto: not a terminal here, and NO_COLOR set: plain either way.
@@ -103,13 +150,30 @@ fn colour_follows_the_flag_and_no_color() {
 
 #[test]
 fn quiet_and_verbose() {
-    let base = ["check", "--no-shipped", "--checks", MIXED, "--root", "fixtures/minimal-root"];
-    let quiet = run(preflight().args(base).arg("-q").env("PREFLIGHT_FIXTURE_MODE", "safe").env("PREFLIGHT_FIXTURE_TOKEN", "x"));
+    let base = [
+        "check",
+        "--no-shipped",
+        "--checks",
+        MIXED,
+        "--root",
+        "fixtures/minimal-root",
+    ];
+    let quiet = run(preflight()
+        .args(base)
+        .arg("-q")
+        .env("PREFLIGHT_FIXTURE_MODE", "safe")
+        .env("PREFLIGHT_FIXTURE_TOKEN", "x"));
     assert!(!quiet.stdout.contains("PASS"), "{}", quiet.stdout);
     assert!(quiet.stdout.contains("Problems"));
     assert!(quiet.stdout.trim_end().ends_with(')'));
     let verbose = run(preflight().args(base).arg("-v"));
-    assert!(verbose.stdout.contains("measured: 32768 60999   expected: = 32768 60999"), "{}", verbose.stdout);
+    assert!(
+        verbose
+            .stdout
+            .contains("measured: 32768 60999   expected: = 32768 60999"),
+        "{}",
+        verbose.stdout
+    );
 }
 
 #[test]
@@ -122,7 +186,12 @@ fn a_closed_stdout_is_not_a_crash() {
         .unwrap();
     drop(child.stdout.take());
     let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     let status = child.wait().unwrap();
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(status.code(), Some(0), "{stderr}");
@@ -132,11 +201,30 @@ fn a_closed_stdout_is_not_a_crash() {
 fn help_documents_the_commands_and_exit_codes() {
     let out = run(preflight().arg("--help"));
     assert_eq!(out.code, 0);
-    for word in ["run", "check", "list", "explain", "validate", "3  incomplete"] {
+    for word in [
+        "run",
+        "check",
+        "list",
+        "explain",
+        "validate",
+        "3  incomplete",
+    ] {
         assert!(out.stdout.contains(word), "{word}:\n{}", out.stdout);
     }
     let check = run(preflight().args(["check", "--help"]));
-    for flag in ["--checks", "--only", "--skip", "--format", "--output", "--timeout", "--strict", "--root", "--quiet", "--verbose", "--color"] {
+    for flag in [
+        "--checks",
+        "--only",
+        "--skip",
+        "--format",
+        "--output",
+        "--timeout",
+        "--strict",
+        "--root",
+        "--quiet",
+        "--verbose",
+        "--color",
+    ] {
         assert!(check.stdout.contains(flag), "{flag}");
     }
 }
@@ -145,7 +233,11 @@ fn help_documents_the_commands_and_exit_codes() {
 fn bad_timeout_values_are_usage_errors() {
     let out = run(preflight().args(["check", "--timeout", "10"]));
     assert_eq!(out.code, 2);
-    assert!(out.stderr.contains("a duration needs a unit"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("a duration needs a unit"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -153,12 +245,39 @@ fn backends_flag_drives_backend_conditions() {
     let dir = tempfile::tempdir().unwrap();
     let list = dir.path().join("b.yaml");
     std::fs::write(&list, "checks:\n  - id: nccl.only\n    kind: env\n    name: PATH\n    when:\n      backend: nccl\n").unwrap();
-    let skipped = json(&run(preflight().args(["check", "--no-shipped", "--format", "json", "--backends", "tcp", "--checks"]).arg(&list)));
+    let skipped = json(&run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--format",
+            "json",
+            "--backends",
+            "tcp",
+            "--checks",
+        ])
+        .arg(&list)));
     assert_eq!(skipped["checks"][0]["status"], "skip");
-    assert_eq!(skipped["checks"][0]["message"], "backend nccl not requested");
-    let ran = json(&run(preflight().args(["check", "--no-shipped", "--format", "json", "--backends", "tcp,nccl", "--checks"]).arg(&list)));
+    assert_eq!(
+        skipped["checks"][0]["message"],
+        "backend nccl not requested"
+    );
+    let ran = json(&run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--format",
+            "json",
+            "--backends",
+            "tcp,nccl",
+            "--checks",
+        ])
+        .arg(&list)));
     assert_eq!(ran["checks"][0]["status"], "pass");
     let bad = run(preflight().args(["check", "--backends", "mpi"]));
     assert_eq!(bad.code, 2);
-    assert!(bad.stderr.contains("unknown backend `mpi`"), "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("unknown backend `mpi`"),
+        "{}",
+        bad.stderr
+    );
 }

@@ -30,6 +30,16 @@ pub enum Severity {
     Warn,
 }
 
+/// Where a check is evaluated: on each node, or by rank 0 across the
+/// cluster (`scope: cluster`, only for `cluster_*` kinds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    #[default]
+    Node,
+    Cluster,
+}
+
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One check, ready to run.
@@ -38,6 +48,7 @@ pub struct Check {
     pub kind: &'static KindInfo,
     pub probe: Arc<dyn Probe>,
     pub severity: Severity,
+    pub scope: Scope,
     pub timeout: Duration,
     pub tags: Vec<String>,
     pub area: String,
@@ -113,8 +124,18 @@ mod tests {
             let checks = load_text(&source.name, &source.text).unwrap_or_else(|e| panic!("{e}"));
             for check in checks {
                 assert!(ids.insert(check.id.clone()), "{} defined twice", check.id);
-                assert!(check.description.is_some(), "{} ({}) has no description", check.id, check.source);
-                assert!(check.hint.is_some(), "{} ({}) has no hint", check.id, check.source);
+                assert!(
+                    check.description.is_some(),
+                    "{} ({}) has no description",
+                    check.id,
+                    check.source
+                );
+                assert!(
+                    check.hint.is_some(),
+                    "{} ({}) has no hint",
+                    check.id,
+                    check.source
+                );
             }
         }
         assert!(!ids.is_empty());

@@ -78,6 +78,12 @@ impl Facts {
         }
     }
 
+    /// Every variable of the job's environment, for the cluster stage's
+    /// identity resolution and launch-variable fingerprint.
+    pub fn env_vars(&self) -> &BTreeMap<String, String> {
+        &self.env
+    }
+
     pub fn env(&self, name: &str) -> Option<&str> {
         self.env.get(name).map(String::as_str)
     }

@@ -35,6 +35,12 @@ pub trait Probe: Send + Sync {
 
     /// The parameters as configured, for `explain` and `list --format json`.
     fn params(&self) -> serde_json::Value;
+
+    /// Kinds with `scope: cluster` are evaluated by rank 0 over every
+    /// node's check-in instead of on the node.
+    fn cluster(&self) -> Option<&dyn crate::cluster::compare::ClusterProbe> {
+        None
+    }
 }
 
 /// One parameter, as `explain` documents it.
@@ -75,6 +81,13 @@ pub const KINDS: &[&KindInfo] = &[
     &memory::KIND,
     &pcie_link::KIND,
     &time_sync::KIND,
+    &crate::cluster::compare::ADDRESSES,
+    &crate::cluster::compare::CLOCK,
+    &crate::cluster::compare::DEVICES,
+    &crate::cluster::compare::ENV,
+    &crate::cluster::compare::NODE_CHECKS,
+    &crate::cluster::compare::REACHABILITY,
+    &crate::cluster::compare::VERSIONS,
 ];
 
 pub fn lookup(name: &str) -> Option<&'static KindInfo> {

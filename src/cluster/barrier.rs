@@ -1,0 +1,267 @@
+//! The barrier's bookkeeping on rank 0: who checked in, who is missing and
+//! where they were expected, who claimed a rank twice, who disagrees about
+//! the world size, who went away. Pure state: the deadline is enforced by
+//! the server loop that feeds it (`--timeout`, default 60 s).
+
+use std::collections::BTreeMap;
+
+use super::checkin::CheckIn;
+use super::report::{Barrier, Duplicate, Lost, Mismatch, Missing};
+use crate::result::{CheckResult, Status};
+
+pub type ConnId = u64;
+
+pub struct BarrierState {
+    pub world_size: u32,
+    local_world_size: u32,
+    nodelist: Vec<String>,
+    /// The first check-in of each rank.
+    pub arrivals: BTreeMap<u32, (ConnId, CheckIn)>,
+    /// Later claimants of a rank that had already checked in.
+    pub duplicates: Vec<(ConnId, CheckIn)>,
+    pub out_of_range: Vec<(ConnId, CheckIn)>,
+    lost: Vec<(u32, String, String)>,
+    pub other_job_clients: Vec<String>,
+    pub dropped: Vec<String>,
+}
+
+pub enum Arrival {
+    Accepted,
+    Duplicate,
+    OutOfRange,
+}
+
+fn who(c: &CheckIn) -> String {
+    format!("{} ({}) pid {}", c.hostname, c.addr, c.pid)
+}
+
+impl BarrierState {
+    pub fn new(world_size: u32, local_world_size: u32, nodelist: Vec<String>) -> BarrierState {
+        BarrierState {
+            world_size,
+            local_world_size,
+            nodelist,
+            arrivals: BTreeMap::new(),
+            duplicates: Vec::new(),
+            out_of_range: Vec::new(),
+            lost: Vec::new(),
+            other_job_clients: Vec::new(),
+            dropped: Vec::new(),
+        }
+    }
+
+    pub fn arrive(&mut self, conn: ConnId, checkin: CheckIn) -> Arrival {
+        let rank = checkin.identity.rank;
+        if rank >= self.world_size {
+            self.out_of_range.push((conn, checkin));
+            return Arrival::OutOfRange;
+        }
+        if self.arrivals.contains_key(&rank) {
+            self.duplicates.push((conn, checkin));
+            return Arrival::Duplicate;
+        }
+        self.arrivals.insert(rank, (conn, checkin));
+        Arrival::Accepted
+    }
+
+    /// A connection closed before the verdict.
+    pub fn lose(&mut self, conn: ConnId, reason: &str) {
+        let found = self
+            .arrivals
+            .iter()
+            .find(|(_, (c, _))| *c == conn)
+            .map(|(r, (_, ci))| (*r, ci.hostname.clone()));
+        if let Some((rank, host)) = found {
+            self.arrivals.remove(&rank);
+            self.lost.push((rank, host, reason.to_string()));
+        }
+    }
+
+    pub fn complete(&self) -> bool {
+        self.arrivals.len() as u32 == self.world_size
+    }
+
+    pub fn missing(&self) -> Vec<u32> {
+        (0..self.world_size)
+            .filter(|r| !self.arrivals.contains_key(r))
+            .filter(|r| !self.lost.iter().any(|l| l.0 == *r))
+            .collect()
+    }
+
+    /// Where a rank was expected: the nodelist's host for its node, else a
+    /// host where another rank of the same node checked in, else its node
+    /// rank.
+    fn expected_on(&self, rank: u32) -> Option<String> {
+        let per = self.local_world_size.max(1);
+        let node = rank / per;
+        if let Some(h) = self.nodelist.get(node as usize) {
+            return Some(h.clone());
+        }
+        if let Some((_, c)) = self
+            .arrivals
+            .values()
+            .find(|(_, c)| c.identity.rank / per == node && self.local_world_size > 1)
+        {
+            return Some(format!("{} ({})", c.hostname, c.addr));
+        }
+        if self.local_world_size > 1 || self.nodelist.is_empty() {
+            return Some(format!("node rank {node}"));
+        }
+        None
+    }
+
+    pub fn summary(&self, waited_ms: u64) -> Barrier {
+        let mut dups: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for (_, c) in &self.duplicates {
+            let rank = c.identity.rank;
+            let entry = dups.entry(rank).or_insert_with(|| {
+                self.arrivals
+                    .get(&rank)
+                    .map(|(_, first)| vec![who(first)])
+                    .unwrap_or_default()
+            });
+            entry.push(who(c));
+        }
+        let mismatch = self
+            .arrivals
+            .values()
+            .map(|(_, c)| c)
+            .chain(self.duplicates.iter().map(|(_, c)| c))
+            .filter(|c| c.identity.world_size != self.world_size)
+            .map(|c| Mismatch {
+                rank: c.identity.rank,
+                node: who(c),
+                world_size: c.identity.world_size,
+            })
+            .collect();
+        Barrier {
+            complete: self.complete() && self.duplicates.is_empty(),
+            waited_ms,
+            missing: self
+                .missing()
+                .into_iter()
+                .map(|rank| Missing {
+                    rank,
+                    expected_on: self.expected_on(rank),
+                })
+                .collect(),
+            duplicates: dups
+                .into_iter()
+                .map(|(rank, claimants)| Duplicate { rank, claimants })
+                .collect(),
+            world_size_mismatch: mismatch,
+            out_of_range: self
+                .out_of_range
+                .iter()
+                .map(|(_, c)| Mismatch {
+                    rank: c.identity.rank,
+                    node: who(c),
+                    world_size: c.identity.world_size,
+                })
+                .collect(),
+            lost: self
+                .lost
+                .iter()
+                .map(|(rank, node, reason)| Lost {
+                    rank: *rank,
+                    node: node.clone(),
+                    reason: reason.clone(),
+                })
+                .collect(),
+            other_job_clients: self.other_job_clients.clone(),
+            dropped: self.dropped.clone(),
+        }
+    }
+}
+
+/// The barrier as a check result: what went wrong, every culprit named.
+pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
+    let mut problems = Vec::new();
+    if !b.missing.is_empty() {
+        let list: Vec<String> = b
+            .missing
+            .iter()
+            .map(|m| match &m.expected_on {
+                Some(h) => format!("rank {} (expected on {h})", m.rank),
+                None => format!("rank {}", m.rank),
+            })
+            .collect();
+        problems.push(format!(
+            "{} of {world_size} ranks never checked in within {timeout_text}: {}",
+            b.missing.len(),
+            list.join(", ")
+        ));
+    }
+    for d in &b.duplicates {
+        problems.push(format!(
+            "rank {} claimed by {} processes: {}",
+            d.rank,
+            d.claimants.len(),
+            d.claimants.join(" and ")
+        ));
+    }
+    for m in &b.world_size_mismatch {
+        problems.push(format!(
+            "rank {} on {} says WORLD_SIZE={}, rank 0 says {world_size}",
+            m.rank, m.node, m.world_size
+        ));
+    }
+    for m in &b.out_of_range {
+        problems.push(format!(
+            "a process on {} claims rank {}, outside the world of {world_size}",
+            m.node, m.rank
+        ));
+    }
+    for l in &b.lost {
+        problems.push(format!(
+            "rank {} on {} checked in, then went away before the verdict ({})",
+            l.rank, l.node, l.reason
+        ));
+    }
+    let (status, message, hint) = if problems.is_empty() {
+        (
+            Status::Pass,
+            format!("all {world_size} ranks checked in ({} ms)", b.waited_ms),
+            None,
+        )
+    } else {
+        (
+            Status::Fail,
+            problems.join("; "),
+            Some(
+                "Start the missing ranks (is the node up, did the launcher reach it?); give every process a distinct RANK and the same WORLD_SIZE."
+                    .to_string(),
+            ),
+        )
+    };
+    let mut r = synthetic("cluster.barrier", "barrier", status, message, hint);
+    r.measured = Some(format!(
+        "{} of {world_size} checked in",
+        world_size as usize - b.missing.len() - b.lost.len()
+    ));
+    r
+}
+
+/// A result that no checklist entry produced: the rendezvous and barrier.
+pub fn synthetic(
+    id: &str,
+    kind: &str,
+    status: Status,
+    message: String,
+    hint: Option<String>,
+) -> CheckResult {
+    CheckResult {
+        id: id.into(),
+        kind: kind.into(),
+        area: "cluster".into(),
+        severity: crate::checklist::Severity::Fail,
+        tags: vec!["cluster".into()],
+        status,
+        measured: None,
+        expected: None,
+        message,
+        hint,
+        duration: std::time::Duration::ZERO,
+        source: "built-in".into(),
+    }
+}

@@ -1,0 +1,233 @@
+//! The cluster stage of `preflight run`: every rank meets the others at
+//! rank 0, the nodes are compared with each other, every node proves it
+//! reaches every other, and every rank leaves with the same verdict.
+//!
+//! One concept per module: `identity` (who am I), `hostlist` (Slurm
+//! nodelists), `protocol` (frames), `auth` (job token), `rendezvous`
+//! (serving and connecting), `checkin` (what a rank reports), `barrier`
+//! (who is missing), `compare` (cluster-scope kinds), `reachability`
+//! (probe matrix), `store` (key-value store for the collective stages),
+//! `report` (the cluster section), `node` (node mode: an agent that
+//! starts its local ranks).
+
+pub mod auth;
+pub mod barrier;
+pub mod checkin;
+pub mod compare;
+pub mod hostlist;
+pub mod identity;
+pub mod node;
+pub mod protocol;
+pub mod reachability;
+pub mod rendezvous;
+pub mod report;
+pub mod store;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::checklist::Check;
+use crate::facts::Facts;
+use crate::result::{CheckResult, Status, Verdict};
+use auth::Token;
+use identity::Identity;
+use report::ClusterReport;
+
+/// Everything a rank brings to the cluster stage.
+pub struct RankInput {
+    pub identity: Identity,
+    pub facts: Arc<Facts>,
+    pub local: Vec<CheckResult>,
+    pub local_verdict: Verdict,
+    pub checklist_hash: String,
+    pub cluster_checks: Vec<Arc<Check>>,
+    pub timeout: Duration,
+    pub strict: bool,
+    /// When this process started: the barrier's deadline counts from here.
+    pub started: Instant,
+}
+
+pub fn clock_offset(facts: &Facts) -> i64 {
+    facts
+        .env(rendezvous::TEST_CLOCK_OFFSET)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+pub fn master_label(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// The verdict of a rank that could not take part: it names why.
+pub fn failure(world_size: u32, master: String, token: &Token, message: String) -> ClusterReport {
+    let hint = "Compare MASTER_ADDR and MASTER_PORT on every rank; check that rank 0 started and that no firewall on its host blocks the port (`iptables -S`, `nft list ruleset`).";
+    let check = barrier::synthetic(
+        "cluster.rendezvous",
+        "rendezvous",
+        Status::Fail,
+        message,
+        Some(hint.into()),
+    );
+    ClusterReport {
+        verdict: Verdict::NotReady,
+        exit_code: Verdict::NotReady.exit_code().code(),
+        world_size,
+        master,
+        token: format!("{} ({})", token.source, token.fingerprint()),
+        duration_ms: 0,
+        nodes: Vec::new(),
+        barrier: report::Barrier::default(),
+        checks: vec![check],
+        reachability: report::Matrix::default(),
+        warnings: Vec::new(),
+    }
+}
+
+/// Rank 0 of a launcher-started job serves the rendezvous itself.
+fn serves(identity: &Identity) -> bool {
+    identity.rank == 0 && identity.source != "node"
+}
+
+/// One rank's cluster stage: serve (rank 0 of a launcher-started job),
+/// connect, check in, probe, and return the verdict rank 0 sent.
+pub async fn rank_stage(input: RankInput) -> ClusterReport {
+    let id = &input.identity;
+    let facts = &input.facts;
+    let token = Token::resolve(facts.env_vars());
+    let offset = clock_offset(facts);
+    let master = master_label(&id.master_addr, id.master_port);
+    let deadline = input.started + input.timeout;
+
+    let server = if serves(id) {
+        match rendezvous::bind(&id.master_addr, id.master_port).await {
+            Ok(listener) => Some(tokio::spawn(rendezvous::serve(
+                listener,
+                rendezvous::ServerConfig {
+                    world_size: id.world_size,
+                    local_world_size: id.local_world_size,
+                    nodelist: id.nodelist.clone(),
+                    master: master.clone(),
+                    token: token.clone(),
+                    started: input.started,
+                    deadline,
+                    timeout: input.timeout,
+                    strict: input.strict,
+                    clock_offset_ms: offset,
+                    checks: input.cluster_checks.clone(),
+                    facts: Arc::clone(facts),
+                },
+            ))),
+            Err(e) => {
+                let why = node::bind_failure(&id.master_addr, id.master_port, &e, &token).await;
+                return failure(id.world_size, master, &token, why);
+            }
+        }
+    } else {
+        None
+    };
+
+    let cfg = rendezvous::ClientConfig {
+        master_addr: id.master_addr.clone(),
+        master_port: id.master_port,
+        token: token.clone(),
+        deadline,
+        verdict_deadline: deadline + Duration::from_secs(3),
+        timeout: input.timeout,
+        clock_offset_ms: offset,
+    };
+    let result = session(&cfg, &input).await;
+    if let Some(server) = server {
+        // Rank 0's own verdict may arrive before the others' are written:
+        // stay until the server has sent them all.
+        let _ = tokio::time::timeout_at(cfg.verdict_deadline, server).await;
+    }
+    match result {
+        Ok(report) => report,
+        Err(message) => failure(id.world_size, master, &token, message),
+    }
+}
+
+async fn session(
+    cfg: &rendezvous::ClientConfig,
+    input: &RankInput,
+) -> Result<ClusterReport, String> {
+    let mut stream = rendezvous::connect(cfg).await?;
+    let local_ip = stream
+        .local_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
+    // The probe listener lives on the address this rank reaches the master
+    // from: the one its peers will have to reach.
+    let probe_listener = tokio::net::TcpListener::bind((local_ip.as_str(), 0))
+        .await
+        .ok();
+    let probe_addr = probe_listener
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .map(|a| a.to_string());
+    let probe_task = probe_listener.map(|l| tokio::spawn(reachability::serve(l)));
+
+    let clock_deadline = (Instant::now() + Duration::from_secs(2)).min(cfg.deadline);
+    let clock = rendezvous::sample_clock(&mut stream, cfg.clock_offset_ms, clock_deadline).await;
+
+    let facts = Arc::clone(&input.facts);
+    let ip = local_ip.clone();
+    let gathered = tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio::task::spawn_blocking(move || {
+            let hostname = facts.hostname().to_string();
+            let names = facts.env_vars().keys().cloned().collect::<Vec<_>>();
+            (
+                checkin::resolve_hostname(&hostname),
+                checkin::interface_of(&ip),
+                checkin::versions(&facts),
+                checkin::devices(&facts),
+                checkin::launch_env(&facts, names.into_iter()),
+                hostname,
+            )
+        }),
+    )
+    .await;
+    let Ok(Ok((hostname_addrs, interface, versions, devices, env, hostname))) = gathered else {
+        return Err("gathering this node's versions and addresses took longer than 3 s".into());
+    };
+    let facts = &input.facts;
+    let checkin = checkin::CheckIn {
+        identity: input.identity.clone(),
+        hostname,
+        addr: local_ip,
+        pid: std::process::id(),
+        tool_version: facts
+            .env(checkin::TEST_VERSION)
+            .unwrap_or(crate::report::TOOL.version)
+            .to_string(),
+        checklist_hash: input.checklist_hash.clone(),
+        local_verdict: input.local_verdict.name().to_string(),
+        failed: checkin::failed_checks(&input.local),
+        versions,
+        env,
+        devices,
+        clock,
+        hostname_addrs,
+        probe_addr,
+        interface,
+    };
+    protocol::write(
+        &mut stream,
+        &protocol::Msg::CheckIn(Box::new(checkin)),
+        cfg.verdict_deadline,
+    )
+    .await
+    .map_err(|e| format!("cannot check in with the master: {e}"))?;
+    let verdict = rendezvous::await_verdict(&mut stream, cfg.verdict_deadline).await;
+    if let Some(t) = probe_task {
+        t.abort();
+    }
+    verdict
+}
