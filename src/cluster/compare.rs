@@ -495,9 +495,12 @@ impl ClusterProbe for Addresses {
                     a.parse::<std::net::IpAddr>()
                         .is_ok_and(|ip| ip.is_loopback())
                 });
-            if multi && loopback {
+            // Gloo advertises the address the hostname resolves to unless
+            // GLOO_SOCKET_IFNAME names an interface; NCCL picks interfaces
+            // itself, so only the former matters here.
+            if multi && loopback && !n.env.contains_key("GLOO_SOCKET_IFNAME") {
                 problems.push(format!(
-                    "{}: hostname `{}` resolves to {} (loopback): Gloo and NCCL advertise that address and peers on other nodes connect to themselves",
+                    "{}: hostname `{}` resolves to {} (loopback) and GLOO_SOCKET_IFNAME is unset: Gloo advertises that address and peers on other nodes connect to themselves",
                     n.name,
                     n.hostname,
                     n.hostname_addrs.join(", ")

@@ -1,0 +1,65 @@
+//! Helpers shared by the integration tests: running the real binary with an
+//! explicit environment, and reading its JSON report.
+
+#![allow(dead_code)]
+
+pub mod netns;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_preflight");
+
+/// Runs `preflight check --no-shipped --checks FILE --format json` with
+/// exactly `env` (plus PATH) and returns the exit code and report.
+pub fn check(checklist: &Path, extra: &[&str], env: &[(&str, &str)]) -> (i32, Value) {
+    let mut c = Command::new(BIN);
+    c.args(["check", "--no-shipped", "--checks"])
+        .arg(checklist)
+        .args(extra)
+        .args(["--format", "json"])
+        .env_clear()
+        .env("PATH", netns::PATH);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("run preflight");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {text}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), json)
+}
+
+/// The result of check `id` in a report.
+pub fn result<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["checks"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["id"] == id))
+        .unwrap_or_else(|| panic!("no check `{id}` in {report:#}"))
+}
+
+pub fn status<'a>(report: &'a Value, id: &str) -> &'a str {
+    result(report, id)["status"].as_str().unwrap_or("")
+}
+
+pub fn message<'a>(report: &'a Value, id: &str) -> &'a str {
+    result(report, id)["message"].as_str().unwrap_or("")
+}
+
+pub fn measured<'a>(report: &'a Value, id: &str) -> &'a str {
+    result(report, id)["measured"].as_str().unwrap_or("")
+}
+
+/// Writes a checklist into a temporary directory.
+pub fn checklist(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("checks.yaml");
+    std::fs::write(&path, yaml).expect("write checklist");
+    (dir, path)
+}
