@@ -265,3 +265,79 @@ pub fn synthetic(
         source: "built-in".into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::checkin::{CheckIn, Devices};
+    use crate::cluster::identity::Identity;
+
+    fn checkin(rank: u32, world: u32, host: &str) -> CheckIn {
+        CheckIn {
+            identity: Identity {
+                rank,
+                world_size: world,
+                local_rank: 0,
+                local_world_size: 1,
+                node_rank: rank,
+                nnodes: None,
+                master_addr: "h0".into(),
+                master_port: 29500,
+                job_id: None,
+                source: "torchrun".into(),
+                nodelist: Vec::new(),
+            },
+            hostname: host.into(),
+            addr: "10.0.0.1".into(),
+            pid: 100 + rank,
+            tool_version: "1".into(),
+            checklist_hash: "x".into(),
+            local_verdict: "ready".into(),
+            failed: Vec::new(),
+            versions: Default::default(),
+            env: Default::default(),
+            devices: Devices::default(),
+            clock: None,
+            hostname_addrs: Vec::new(),
+            probe_addr: None,
+            interface: None,
+        }
+    }
+
+    #[test]
+    fn missing_duplicate_mismatch_lost_and_out_of_range_are_all_named() {
+        let nodes = ["h0", "h1", "h2", "h3", "h4"].map(String::from).to_vec();
+        let mut b = BarrierState::new(5, 1, nodes);
+        b.arrive(1, checkin(0, 5, "h0"));
+        b.arrive(2, checkin(1, 5, "h1"));
+        b.arrive(3, checkin(1, 5, "h9"));
+        b.arrive(4, checkin(2, 6, "h2"));
+        b.arrive(5, checkin(7, 5, "h7"));
+        b.arrive(6, checkin(3, 5, "h3"));
+        b.lose(6, "the peer closed the connection");
+        assert!(!b.complete());
+        let r = result(&b.summary(10), 5, "1s");
+        assert_eq!(r.status, Status::Fail);
+        for want in [
+            "rank 4 (expected on h4)",
+            "rank 1 claimed by 2 processes: h1",
+            "h9",
+            "WORLD_SIZE=6, rank 0 says 5",
+            "claims rank 7",
+            "rank 3 on h3 checked in, then went away",
+        ] {
+            assert!(r.message.contains(want), "{want}: {}", r.message);
+        }
+        // A lost rank is not also reported missing.
+        assert!(!r.message.contains("rank 3 (expected"), "{}", r.message);
+    }
+
+    #[test]
+    fn all_present_is_a_pass() {
+        let mut b = BarrierState::new(2, 1, Vec::new());
+        b.arrive(1, checkin(0, 2, "a"));
+        b.arrive(2, checkin(1, 2, "b"));
+        assert!(b.complete());
+        assert_eq!(result(&b.summary(5), 2, "1s").status, Status::Pass);
+    }
+}

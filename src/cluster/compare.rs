@@ -543,6 +543,87 @@ impl ClusterProbe for Addresses {
 mod tests {
     use super::*;
 
+    fn node(name: &str, nccl: &str, tool: &str, offset: f64) -> NodeView {
+        NodeView {
+            name: name.into(),
+            hostname: name.into(),
+            addr: "10.0.0.1".into(),
+            ranks: vec![0],
+            tool_version: tool.into(),
+            checklist_hash: "h".into(),
+            versions: [("nccl".to_string(), nccl.to_string())].into(),
+            env: [("NCCL_IB_HCA".to_string(), nccl.to_string())].into(),
+            devices: Default::default(),
+            clock: Some(crate::cluster::checkin::Clock {
+                offset_ms: offset,
+                rtt_ms: 0.4,
+            }),
+            interface: Some("eth0".into()),
+            hostname_addrs: vec!["10.0.0.1".into()],
+            local_verdict: "ready".into(),
+            failed: Vec::new(),
+        }
+    }
+
+    fn eval(probe: &dyn ClusterProbe, nodes: &[NodeView]) -> Finding {
+        probe.evaluate_cluster(&View {
+            nodes,
+            probes: &[],
+            findings: &[],
+        })
+    }
+
+    #[test]
+    fn odd_nodes_are_named_by_value() {
+        let nodes = [
+            node("a", "2.18", "1", 0.0),
+            node("b", "2.19", "1", 3.0),
+            node("c", "2.18", "2", -250.0),
+        ];
+        let v = eval(
+            &Versions {
+                fields: default_fields(),
+            },
+            &nodes,
+        );
+        assert_eq!(v.status, Status::Fail);
+        assert!(
+            v.message.contains("nccl: 2.18 on a, c; 2.19 on b (odd: b)"),
+            "{}",
+            v.message
+        );
+        assert!(
+            v.message.contains("tool: 1 on a, b; 2 on c (odd: c)"),
+            "{}",
+            v.message
+        );
+        let e = eval(
+            &EnvSame {
+                prefixes: default_prefixes(),
+                ignore: Vec::new(),
+            },
+            &nodes,
+        );
+        assert!(e.message.contains("NCCL_IB_HCA=2.19 on b"), "{}", e.message);
+        let ignored = EnvSame {
+            prefixes: default_prefixes(),
+            ignore: vec!["NCCL_IB_HCA".into()],
+        };
+        assert_eq!(eval(&ignored, &nodes).status, Status::Pass);
+        let c = eval(
+            &ClockSame {
+                max_offset: default_offset(),
+            },
+            &nodes,
+        );
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.message.contains("c is -250.0 ms") && !c.message.contains("b is"),
+            "{}",
+            c.message
+        );
+    }
+
     #[test]
     fn nccl_interface_selectors() {
         assert!(nccl_picks("eth", "eth0"));

@@ -136,8 +136,8 @@ pub fn render(report: &ClusterReport, s: &Style) -> String {
         .max(4);
     let _ = writeln!(
         out,
-        "  {:<width$}  {:<9}  {:<10}  {:<8}  {:>7}  {:>11}  reach",
-        "node", "ranks", "checks", "version", "devices", "clock"
+        "  {:<width$}  {:<9}  {:<10}  {:<8}  {:>7}  {:>11}  {:<8}  reach",
+        "node", "ranks", "checks", "version", "devices", "clock", "iface"
     );
     for (i, n) in report.nodes.iter().enumerate() {
         let ranks = rank_ranges(&n.ranks);
@@ -161,8 +161,15 @@ pub fn render(report: &ClusterReport, s: &Style) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<width$}  {:<9}  {:<10}  {:<8}  {:>7}  {:>11}  {}",
-            n.name, ranks, n.local_verdict, n.tool_version, n.devices.count, clock, reach
+            "  {:<width$}  {:<9}  {:<10}  {:<8}  {:>7}  {:>11}  {:<8}  {}",
+            n.name,
+            ranks,
+            n.local_verdict,
+            n.tool_version,
+            n.devices.count,
+            clock,
+            n.interface.as_deref().unwrap_or("-"),
+            reach
         );
     }
     for m in &report.barrier.missing {
