@@ -377,3 +377,28 @@ fn a_host_whose_firewall_drops_probes_is_named_in_the_matrix() {
     let msg = out[0].message("cluster.reachability");
     assert!(msg.contains("h2 drops incoming connections"), "{msg}");
 }
+
+#[test]
+fn a_master_whose_hostname_resolves_to_127_0_1_1_is_explained() {
+    // MASTER_ADDR=h0 everywhere; on h0 itself the name resolves to
+    // 127.0.1.1 (Debian's default), so rank 0 listens where nobody else
+    // can reach it: the torch failure "connect [127.0.1.1] refused".
+    let Some(job) = job(3, Some(0)) else { return };
+    let out = job.all(
+        "3s",
+        &[
+            (0, &[("MASTER_ADDR", "h0")]),
+            (1, &[("MASTER_ADDR", "h0")]),
+            (2, &[("MASTER_ADDR", "h0")]),
+        ],
+    );
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.barrier");
+    assert!(msg.contains("rank 1 (expected on h1)"), "{msg}");
+    assert!(
+        msg.contains("rank 0 serves on 127.0.1.1:29500, a loopback address"),
+        "{msg}"
+    );
+    let msg = out[1].message("cluster.rendezvous");
+    assert!(msg.contains("h0:29500") && msg.contains("refused"), "{msg}");
+}

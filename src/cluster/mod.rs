@@ -107,8 +107,8 @@ pub async fn rank_stage(input: RankInput) -> ClusterReport {
     let server = if serves(id) {
         match rendezvous::bind(&id.master_addr, id.master_port).await {
             Ok(listener) => Some(tokio::spawn(rendezvous::serve(
-                listener,
                 rendezvous::ServerConfig {
+                    bound: listener.local_addr().ok(),
                     world_size: id.world_size,
                     local_world_size: id.local_world_size,
                     nodelist: id.nodelist.clone(),
@@ -122,6 +122,7 @@ pub async fn rank_stage(input: RankInput) -> ClusterReport {
                     checks: input.cluster_checks.clone(),
                     facts: Arc::clone(facts),
                 },
+                listener,
             ))),
             Err(e) => {
                 let why = node::bind_failure(&id.master_addr, id.master_port, &e, &token).await;

@@ -85,8 +85,8 @@ pub fn agent(
                     port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
                     let master = master_label(&plan.master_addr, port);
                     Some(tokio::spawn(rendezvous::serve(
-                        listener,
                         ServerConfig {
+                            bound: listener.local_addr().ok(),
                             world_size: world,
                             local_world_size: nproc,
                             nodelist: plan.nodelist.clone(),
@@ -100,6 +100,7 @@ pub fn agent(
                             checks: cluster_checks,
                             facts: Arc::clone(&facts),
                         },
+                        listener,
                     )))
                 }
                 Err(e) => {

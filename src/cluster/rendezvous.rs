@@ -41,6 +41,10 @@ const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
 /// for minutes otherwise.
 const CONNECT_LIMIT: Duration = Duration::from_secs(2);
 const CLOCK_SAMPLES: usize = 5;
+/// Connections still authenticating at once; beyond this a flood of
+/// junk connections is closed at accept and cannot exhaust memory or
+/// descriptors, while the job's ranks (thousands at most) fit.
+const MAX_PENDING: usize = 4096;
 
 /// Test hook: milliseconds added to this process's wall clock readings, so
 /// a test stages a skewed node without touching the machine's clock.
@@ -90,6 +94,9 @@ pub struct ServerConfig {
     pub timeout: Duration,
     pub strict: bool,
     pub clock_offset_ms: i64,
+    /// Where the listener is bound: a loopback address cannot be reached
+    /// from other nodes (MASTER_ADDR resolving to 127.0.1.1 here).
+    pub bound: Option<SocketAddr>,
     /// The cluster-scope checks.
     pub checks: Vec<Arc<Check>>,
     pub facts: Arc<Facts>,
@@ -119,7 +126,7 @@ pub async fn bind(addr: &str, port: u16) -> Result<TcpListener, std::io::Error> 
     }
 }
 
-pub async fn serve(listener: TcpListener, cfg: ServerConfig) -> ClusterReport {
+pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let store = Arc::new(Store::default());
     // Connection tasks live until the verdict has gone out, and no longer.
@@ -335,11 +342,19 @@ fn assemble(
         Vec::new()
     };
     let barrier = state.summary(waited.as_millis() as u64);
-    let mut checks = vec![barrier::result(
-        &barrier,
-        cfg.world_size,
-        &format_duration(cfg.timeout),
-    )];
+    let mut barrier_result =
+        barrier::result(&barrier, cfg.world_size, &format_duration(cfg.timeout));
+    if let Some(bound) = cfg.bound
+        && bound.ip().is_loopback()
+        && !barrier.missing.is_empty()
+        && cfg.local_world_size < cfg.world_size
+    {
+        barrier_result.message.push_str(&format!(
+            "; rank 0 serves on {bound}, a loopback address, because {} resolves to it there: ranks on other nodes cannot reach it",
+            cfg.master
+        ));
+    }
+    let mut checks = vec![barrier_result];
     let view = View {
         nodes: &nodes,
         probes: &probes,
@@ -401,10 +416,15 @@ async fn accept_loop(
     offset_ms: i64,
 ) {
     static NEXT: AtomicU64 = AtomicU64::new(1);
+    let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING));
     loop {
         let Ok((stream, peer)) = listener.accept().await else {
             // Out of descriptors or similar: do not spin.
             tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let Ok(permit) = Arc::clone(&pending).try_acquire_owned() else {
+            drop(stream);
             continue;
         };
         let conn = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -412,7 +432,7 @@ async fn accept_loop(
         let tx = tx.clone();
         let store = Arc::clone(&store);
         tokio::spawn(async move {
-            connection(stream, peer, conn, token, tx, store, end, offset_ms).await;
+            connection(stream, peer, conn, token, tx, store, end, offset_ms, permit).await;
         });
     }
 }
@@ -427,6 +447,7 @@ async fn connection(
     store: Arc<Store>,
     end: Instant,
     offset_ms: i64,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let _ = stream.set_nodelay(true);
     let peer = peer.ip().to_string();
@@ -445,6 +466,7 @@ async fn connection(
             return;
         }
     }
+    drop(permit);
     let (mut rd, wr): (OwnedReadHalf, OwnedWriteHalf) = stream.into_split();
     let writer: Writer = Arc::new(Mutex::new(wr));
     let mut checked_in = false;
@@ -598,7 +620,9 @@ pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
         }
         let left = cfg.deadline.saturating_duration_since(Instant::now());
         tokio::time::sleep(backoff.min(left)).await;
-        backoff = (backoff * 2).min(Duration::from_millis(500));
+        // Short at most: rank 0 usually comes up within milliseconds of
+        // the others, and a long sleep would add to every healthy run.
+        backoff = (backoff * 2).min(Duration::from_millis(250));
     }
     let waited = format_duration(cfg.timeout);
     Err(match last {
