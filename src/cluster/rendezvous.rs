@@ -710,3 +710,69 @@ pub async fn await_verdict(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::store;
+
+    /// The store API the collective stages will use, over real
+    /// authenticated connections to a real server, before check-in.
+    #[test]
+    fn ranks_exchange_values_through_the_store() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let token = Token::new(b"store-test", "test");
+            let start = Instant::now();
+            let cfg = ServerConfig {
+                world_size: 2,
+                local_world_size: 2,
+                nodelist: Vec::new(),
+                master: format!("127.0.0.1:{port}"),
+                token: token.clone(),
+                started: start,
+                deadline: start + Duration::from_secs(2),
+                timeout: Duration::from_secs(2),
+                strict: false,
+                clock_offset_ms: 0,
+                bound: None,
+                checks: Vec::new(),
+                facts: Arc::new(Facts::new("/".into(), Default::default(), Vec::new())),
+            };
+            let server = tokio::spawn(serve(cfg, listener));
+            let client = ClientConfig {
+                master_addr: "127.0.0.1".into(),
+                master_port: port,
+                token,
+                deadline: start + Duration::from_secs(2),
+                verdict_deadline: start + Duration::from_secs(5),
+                timeout: Duration::from_secs(2),
+                clock_offset_ms: 0,
+            };
+            let mut a = connect(&client).await.unwrap();
+            let mut b = connect(&client).await.unwrap();
+            let deadline = start + Duration::from_secs(2);
+            let waiter = async {
+                store::get(&mut b, "nccl-unique-id", Duration::from_secs(1), deadline).await
+            };
+            let setter = async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                store::set(&mut a, "nccl-unique-id", "00ff", deadline).await
+            };
+            let (got, set) = tokio::join!(waiter, setter);
+            set.unwrap();
+            assert_eq!(got.unwrap().as_deref(), Some("00ff"));
+            let none = store::get(&mut a, "absent", Duration::from_millis(20), deadline).await;
+            assert_eq!(none.unwrap(), None);
+            // Nobody checks in: the barrier ends at its deadline, naming both.
+            let report = server.await.unwrap();
+            assert_eq!(report.barrier.missing.len(), 2);
+            assert!(start.elapsed() < Duration::from_secs(4));
+        });
+    }
+}

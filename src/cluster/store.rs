@@ -76,7 +76,7 @@ impl Store {
 }
 
 /// Client side: store `value` under `key`.
-// The collective stages (next issues) are the callers; the tests use it now.
+// The collective stages (next issues) are the callers; tests use it now.
 #[allow(dead_code)]
 pub async fn set<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut S,
