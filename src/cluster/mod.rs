@@ -42,9 +42,7 @@ pub struct RankInput {
     pub local: Vec<CheckResult>,
     pub local_verdict: Verdict,
     pub checklist_hash: String,
-    pub cluster_checks: Vec<Arc<Check>>,
     pub timeout: Duration,
-    pub strict: bool,
     /// When this process started: the barrier's deadline counts from here.
     pub started: Instant,
 }
@@ -96,41 +94,64 @@ fn serves(identity: &Identity) -> bool {
 
 /// One rank's cluster stage: serve (rank 0 of a launcher-started job),
 /// connect, check in, probe, and return the verdict rank 0 sent.
-pub async fn rank_stage(input: RankInput) -> ClusterReport {
+/// The rendezvous server of a launcher-started rank 0, or `None` for the
+/// other ranks. Started before the checklist runs, so that the other ranks
+/// find the port open as early as possible; `Err` is the verdict when the
+/// port cannot be bound.
+pub type Server = Result<Option<tokio::task::JoinHandle<ClusterReport>>, Box<ClusterReport>>;
+
+pub struct ServerInput<'a> {
+    pub identity: &'a Identity,
+    pub facts: &'a Arc<Facts>,
+    pub cluster_checks: Vec<Arc<Check>>,
+    pub timeout: Duration,
+    pub strict: bool,
+    pub started: Instant,
+}
+
+pub async fn start_server(input: ServerInput<'_>) -> Server {
+    let id = input.identity;
+    if !serves(id) {
+        return Ok(None);
+    }
+    let token = Token::resolve(input.facts.env_vars());
+    let master = master_label(&id.master_addr, id.master_port);
+    match rendezvous::bind(&id.master_addr, id.master_port).await {
+        Ok(listener) => Ok(Some(tokio::spawn(rendezvous::serve(
+            rendezvous::ServerConfig {
+                bound: listener.local_addr().ok(),
+                world_size: id.world_size,
+                local_world_size: id.local_world_size,
+                nodelist: id.nodelist.clone(),
+                master,
+                token,
+                started: input.started,
+                deadline: input.started + input.timeout,
+                timeout: input.timeout,
+                strict: input.strict,
+                clock_offset_ms: clock_offset(input.facts),
+                checks: input.cluster_checks,
+                facts: Arc::clone(input.facts),
+            },
+            listener,
+        )))),
+        Err(e) => {
+            let why = node::bind_failure(&id.master_addr, id.master_port, &e, &token).await;
+            Err(Box::new(failure(id.world_size, master, &token, why)))
+        }
+    }
+}
+
+pub async fn rank_stage(input: RankInput, server: Server) -> ClusterReport {
     let id = &input.identity;
     let facts = &input.facts;
     let token = Token::resolve(facts.env_vars());
     let offset = clock_offset(facts);
-    let master = master_label(&id.master_addr, id.master_port);
     let deadline = input.started + input.timeout;
-
-    let server = if serves(id) {
-        match rendezvous::bind(&id.master_addr, id.master_port).await {
-            Ok(listener) => Some(tokio::spawn(rendezvous::serve(
-                rendezvous::ServerConfig {
-                    bound: listener.local_addr().ok(),
-                    world_size: id.world_size,
-                    local_world_size: id.local_world_size,
-                    nodelist: id.nodelist.clone(),
-                    master: master.clone(),
-                    token: token.clone(),
-                    started: input.started,
-                    deadline,
-                    timeout: input.timeout,
-                    strict: input.strict,
-                    clock_offset_ms: offset,
-                    checks: input.cluster_checks.clone(),
-                    facts: Arc::clone(facts),
-                },
-                listener,
-            ))),
-            Err(e) => {
-                let why = node::bind_failure(&id.master_addr, id.master_port, &e, &token).await;
-                return failure(id.world_size, master, &token, why);
-            }
-        }
-    } else {
-        None
+    let master = master_label(&id.master_addr, id.master_port);
+    let server = match server {
+        Ok(s) => s,
+        Err(report) => return *report,
     };
 
     let cfg = rendezvous::ClientConfig {

@@ -69,6 +69,16 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::Usage(format!("cannot start the async runtime: {e}")))?;
+    let server = identity.as_ref().map(|id| {
+        runtime.block_on(cluster::start_server(cluster::ServerInput {
+            identity: id,
+            facts: &facts,
+            cluster_checks,
+            timeout: args.timeout.0,
+            strict: args.strict,
+            started: process_start,
+        }))
+    });
     let results = runtime.block_on(engine::run(&node_checks, &facts, args.timeout.0, |event| {
         if let (
             true,
@@ -85,7 +95,7 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
     if show_progress {
         eprint!("\r\x1b[K");
     }
-    let cluster = identity.map(|identity| {
+    let cluster = identity.zip(server).map(|(identity, server)| {
         let rank = identity.rank;
         let local_verdict = Verdict::of(&results, args.strict);
         let input = RankInput {
@@ -94,12 +104,10 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
             local: results.clone(),
             local_verdict,
             checklist_hash,
-            cluster_checks,
             timeout: args.timeout.0,
-            strict: args.strict,
             started: process_start,
         };
-        (runtime.block_on(cluster::rank_stage(input)), rank)
+        (runtime.block_on(cluster::rank_stage(input, server)), rank)
     });
     // Probes stuck in blocking reads past their timeout must not hold the
     // process open: the verdict is already known.
