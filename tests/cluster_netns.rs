@@ -396,7 +396,9 @@ fn a_master_whose_hostname_resolves_to_127_0_1_1_is_explained() {
     let msg = out[0].message("cluster.barrier");
     assert!(msg.contains("rank 1 (expected on h1)"), "{msg}");
     assert!(
-        msg.contains("rank 0 serves on 127.0.1.1:29500, a loopback address"),
+        msg.contains(
+            "rank 0 serves on 127.0.1.1:29500, a loopback address, because `h0` resolves to it"
+        ),
         "{msg}"
     );
     let msg = out[1].message("cluster.rendezvous");

@@ -119,7 +119,7 @@ pub async fn start_server(input: ServerInput<'_>) -> Server {
     match rendezvous::bind(&id.master_addr, id.master_port).await {
         Ok(listener) => Ok(Some(tokio::spawn(rendezvous::serve(
             rendezvous::ServerConfig {
-                bound: listener.local_addr().ok(),
+                bound: rendezvous::bound_name(&id.master_addr, &listener),
                 world_size: id.world_size,
                 local_world_size: id.local_world_size,
                 nodelist: id.nodelist.clone(),

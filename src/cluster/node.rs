@@ -86,7 +86,7 @@ pub fn agent(
                     let master = master_label(&plan.master_addr, port);
                     Some(tokio::spawn(rendezvous::serve(
                         ServerConfig {
-                            bound: listener.local_addr().ok(),
+                            bound: rendezvous::bound_name(&plan.master_addr, &listener),
                             world_size: world,
                             local_world_size: nproc,
                             nodelist: plan.nodelist.clone(),

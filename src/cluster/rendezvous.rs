@@ -94,9 +94,10 @@ pub struct ServerConfig {
     pub timeout: Duration,
     pub strict: bool,
     pub clock_offset_ms: i64,
-    /// Where the listener is bound: a loopback address cannot be reached
-    /// from other nodes (MASTER_ADDR resolving to 127.0.1.1 here).
-    pub bound: Option<SocketAddr>,
+    /// Where the listener is bound, when MASTER_ADDR is a name: a name
+    /// that resolves to loopback here (Debian's 127.0.1.1) cannot be
+    /// reached from other nodes. `None` for an address given as such.
+    pub bound: Option<(String, SocketAddr)>,
     /// The cluster-scope checks.
     pub checks: Vec<Arc<Check>>,
     pub facts: Arc<Facts>,
@@ -104,6 +105,14 @@ pub struct ServerConfig {
 
 /// Binds the rendezvous port: MASTER_ADDR's address where it is local,
 /// else every address (the master may be named by an alias).
+/// What `ServerConfig::bound` should hold for a listener on `addr`.
+pub fn bound_name(addr: &str, listener: &TcpListener) -> Option<(String, SocketAddr)> {
+    if addr.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    Some((addr.to_string(), listener.local_addr().ok()?))
+}
+
 pub async fn bind(addr: &str, port: u16) -> Result<TcpListener, std::io::Error> {
     let resolved: Vec<SocketAddr> = tokio::time::timeout(
         Duration::from_secs(5),
@@ -344,14 +353,13 @@ fn assemble(
     let barrier = state.summary(waited.as_millis() as u64);
     let mut barrier_result =
         barrier::result(&barrier, cfg.world_size, &format_duration(cfg.timeout));
-    if let Some(bound) = cfg.bound
+    if let Some((name, bound)) = &cfg.bound
         && bound.ip().is_loopback()
         && !barrier.missing.is_empty()
         && cfg.local_world_size < cfg.world_size
     {
         barrier_result.message.push_str(&format!(
-            "; rank 0 serves on {bound}, a loopback address, because {} resolves to it there: ranks on other nodes cannot reach it",
-            cfg.master
+            "; rank 0 serves on {bound}, a loopback address, because `{name}` resolves to it there: ranks on other nodes cannot reach it"
         ));
     }
     let mut checks = vec![barrier_result];
