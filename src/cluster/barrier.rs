@@ -237,7 +237,9 @@ pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
     let mut r = synthetic("cluster.barrier", "barrier", status, message, hint);
     r.measured = Some(format!(
         "{} of {world_size} checked in",
-        world_size as usize - b.missing.len() - b.lost.len()
+        (world_size as usize)
+            .saturating_sub(b.missing.len())
+            .saturating_sub(b.lost.len())
     ));
     r
 }

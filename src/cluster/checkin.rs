@@ -84,6 +84,9 @@ impl Clock {
     /// One sample from the four timestamps (µs): t0 client send, t1 server
     /// receive, t2 server send, t3 client receive.
     pub fn sample(t0: i64, t1: i64, t2: i64, t3: i64) -> Clock {
+        // In i128: the server's timestamps are a peer's input and must not
+        // overflow the arithmetic, however wrong they are.
+        let (t0, t1, t2, t3) = (t0 as i128, t1 as i128, t2 as i128, t3 as i128);
         let server_minus_client = ((t1 - t0) + (t2 - t3)) as f64 / 2.0;
         let rtt = ((t3 - t0) - (t2 - t1)).max(0) as f64;
         Clock {
@@ -268,6 +271,12 @@ pub fn checklist_hash(checks: &[std::sync::Arc<crate::checklist::Check>]) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_timestamps_do_not_overflow() {
+        let c = Clock::sample(i64::MIN, i64::MAX, i64::MIN, i64::MAX);
+        assert!(c.offset_ms.is_finite() && c.rtt_ms.is_finite());
+    }
 
     #[test]
     fn clock_sample_is_ntp_style() {

@@ -24,6 +24,9 @@ use serde::{Deserialize, Serialize};
 use super::hostlist;
 
 pub const DEFAULT_PORT: u16 = 29500;
+/// Far above any real job; a typo beyond it is an error, not a barrier
+/// that waits for millions of ranks.
+pub const MAX_WORLD: u32 = 1 << 20;
 
 /// Set by a node agent in its children's environment: "you are a rank,
 /// read your identity from the variables I gave you".
@@ -191,8 +194,8 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
             .node_rank
             .or_else(|| first(env, NODE_RANK).map(|(v, _)| v))
             .unwrap_or(0);
-        if nnodes == 0 {
-            return Err("--nnodes must be at least 1".into());
+        if nnodes == 0 || nnodes > MAX_WORLD {
+            return Err(format!("--nnodes must be 1 to {MAX_WORLD}"));
         }
         if node_rank >= nnodes {
             return Err(format!(
@@ -232,6 +235,11 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
         }));
     };
     let world_size = first(env, WORLD).map(|(v, _)| v).unwrap_or(1);
+    if world_size == 0 || world_size > MAX_WORLD {
+        return Err(format!(
+            "world size {world_size} is out of range (1 to {MAX_WORLD})"
+        ));
+    }
     let local_world_size = first(env, LOCAL_WORLD).map(|(v, _)| v).unwrap_or(1);
     let local_rank = first(env, LOCAL_RANK).map(|(v, _)| v).unwrap_or(0);
     let node_rank = first(env, NODE_RANK)
@@ -364,6 +372,20 @@ mod tests {
     #[test]
     fn bad_values_are_errors() {
         assert!(resolve(&Flags::default(), &env(&[("RANK", "x")])).is_err());
+        assert!(
+            resolve(
+                &Flags::default(),
+                &env(&[("RANK", "0"), ("WORLD_SIZE", "0")])
+            )
+            .is_err()
+        );
+        assert!(
+            resolve(
+                &Flags::default(),
+                &env(&[("RANK", "0"), ("WORLD_SIZE", "99999999")])
+            )
+            .is_err()
+        );
         assert!(
             resolve(
                 &Flags::default(),

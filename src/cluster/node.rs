@@ -66,7 +66,17 @@ pub fn agent(
         .nproc
         .unwrap_or_else(|| facts.accelerators().len().max(1) as u32)
         .max(1);
-    let world = plan.nnodes * nproc;
+    let world = plan
+        .nnodes
+        .checked_mul(nproc)
+        .filter(|w| *w <= super::identity::MAX_WORLD)
+        .ok_or_else(|| {
+            Failure::Usage(format!(
+                "--nnodes {} × --nproc-per-node {nproc} is more ranks than {}",
+                plan.nnodes,
+                super::identity::MAX_WORLD
+            ))
+        })?;
     let timeout = args.timeout.0;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

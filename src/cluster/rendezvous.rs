@@ -345,6 +345,13 @@ fn assemble(
 ) -> ClusterReport {
     let nodes: Vec<NodeView> = nodes.into_iter().map(|(v, _)| v).collect();
     let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    // Probe results are a peer's input: indices outside the plan are
+    // dropped, and a pair reported twice counts once.
+    let n = nodes.len();
+    let mut probes = probes;
+    probes.retain(|p| p.from < n && p.to < n && p.from != p.to);
+    probes.sort_by_key(|p| (p.from, p.to));
+    probes.dedup_by_key(|p| (p.from, p.to));
     let findings = if probes.iter().any(|p| p.status != "ok") {
         reachability::culprits(nodes.len(), &probes, &names)
     } else {
