@@ -507,7 +507,19 @@ impl ClusterProbe for Addresses {
                 ));
             }
             let Some(iface) = &n.interface else { continue };
-            notes.push(format!("{} via {iface}", n.name));
+            let nccl = match n.env.get("NCCL_SOCKET_IFNAME") {
+                Some(sel) if nccl_picks(sel, iface) => format!("NCCL_SOCKET_IFNAME={sel} picks it"),
+                Some(sel) => format!("NCCL_SOCKET_IFNAME={sel} does not pick it"),
+                None => "NCCL_SOCKET_IFNAME unset".to_string(),
+            };
+            let gloo = match n.env.get("GLOO_SOCKET_IFNAME") {
+                Some(sel) if sel.split(',').any(|s| s.trim() == iface) => {
+                    format!("GLOO_SOCKET_IFNAME={sel} picks it")
+                }
+                Some(sel) => format!("GLOO_SOCKET_IFNAME={sel} does not pick it"),
+                None => "GLOO_SOCKET_IFNAME unset".to_string(),
+            };
+            notes.push(format!("{} via {iface} ({nccl}, {gloo})", n.name));
             if let Some(sel) = n.env.get("NCCL_SOCKET_IFNAME")
                 && multi
                 && !nccl_picks(sel, iface)
@@ -622,6 +634,32 @@ mod tests {
             "{}",
             c.message
         );
+    }
+
+    #[test]
+    fn interface_selectors_that_miss_the_peers_interface_are_named() {
+        let mut a = node("a", "2.18", "1", 0.0);
+        let mut b = node("b", "2.18", "1", 0.0);
+        a.env.insert("NCCL_SOCKET_IFNAME".into(), "ib".into());
+        b.env.insert("NCCL_SOCKET_IFNAME".into(), "eth".into());
+        b.env.insert("GLOO_SOCKET_IFNAME".into(), "eth1".into());
+        let f = eval(&Addresses {}, &[a.clone(), b]);
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.message
+                .contains("a: NCCL_SOCKET_IFNAME=ib would not pick eth0"),
+            "{}",
+            f.message
+        );
+        assert!(
+            f.message
+                .contains("b: GLOO_SOCKET_IFNAME=eth1 would not pick eth0"),
+            "{}",
+            f.message
+        );
+        assert!(!f.message.contains("b: NCCL"), "{}", f.message);
+        // One node: nothing to reach, nothing to fail.
+        assert_eq!(eval(&Addresses {}, &[a]).status, Status::Pass);
     }
 
     #[test]
