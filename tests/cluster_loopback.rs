@@ -248,3 +248,23 @@ fn check_never_does_a_rendezvous() {
     );
     assert!(out.elapsed < Duration::from_secs(3), "{:?}", out.elapsed);
 }
+
+#[test]
+fn a_master_killed_during_the_rendezvous_is_reported_at_once() {
+    let port = cluster::free_port().to_string();
+    let args = run_args("20s");
+    let r0 = local("rank0", &args, &env("0", "3", &port));
+    let r1 = local("rank1", &args, &env("1", "3", &port));
+    // Rank 1 has checked in; rank 2 never comes, so the barrier is open.
+    std::thread::sleep(Duration::from_millis(1500));
+    r0.kill();
+    let out = r1.finish(MARGIN);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let msg = out.message("cluster.rendezvous");
+    assert!(
+        msg.contains("the master went away before the verdict"),
+        "{msg}"
+    );
+    // Not at its 20 s deadline: the closed connection is the answer.
+    assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+}
