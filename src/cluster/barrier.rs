@@ -221,7 +221,11 @@ pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
     let (status, message, hint) = if problems.is_empty() {
         (
             Status::Pass,
-            format!("all {world_size} ranks checked in ({} ms)", b.waited_ms),
+            format!(
+                "all {} checked in ({} ms)",
+                super::report::count(world_size as usize, "rank"),
+                b.waited_ms
+            ),
             None,
         )
     } else {

@@ -159,9 +159,9 @@ impl ClusterProbe for Versions {
         }
         if differences.is_empty() {
             Finding::pass(format!(
-                "{} versions agree on {} nodes",
-                self.fields.len(),
-                view.nodes.len()
+                "{} agree on {}",
+                super::report::count(self.fields.len(), "version"),
+                super::report::count(view.nodes.len(), "node")
             ))
         } else {
             Finding::fail(differences.join("; "))
@@ -239,9 +239,9 @@ impl ClusterProbe for EnvSame {
         }
         if differences.is_empty() {
             Finding::pass(format!(
-                "{} launch variables agree on {} nodes",
-                names.len(),
-                view.nodes.len()
+                "{} agree on {}",
+                super::report::count(names.len(), "launch variable"),
+                super::report::count(view.nodes.len(), "node")
             ))
         } else {
             Finding::fail(differences.join("; "))
@@ -275,9 +275,9 @@ impl ClusterProbe for DevicesSame {
             Finding::fail(describe("device count", &g))
         } else {
             Finding::pass(format!(
-                "{} on each of {} nodes",
+                "{} on each of {}",
                 g.first().map(|x| x.0.as_str()).unwrap_or("0 devices"),
-                view.nodes.len()
+                super::report::count(view.nodes.len(), "node")
             ))
         }
     }
@@ -391,8 +391,8 @@ impl ClusterProbe for NodeChecks {
             Finding::error(incomplete.join("; "))
         } else {
             Finding::pass(format!(
-                "every node's checklist passed ({} nodes)",
-                view.nodes.len()
+                "every node's checklist passed ({})",
+                super::report::count(view.nodes.len(), "node")
             ))
         }
     }

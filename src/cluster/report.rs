@@ -120,10 +120,10 @@ pub fn render(report: &ClusterReport, s: &Style) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n{}  {} nodes · {} ranks · master {} · token {}",
+        "\n{}  {} · {} · master {} · token {}",
         s.bold("Cluster"),
-        report.nodes.len(),
-        report.world_size,
+        count(report.nodes.len(), "node"),
+        count(report.world_size as usize, "rank"),
         report.master,
         report.token
     );
@@ -227,6 +227,15 @@ pub fn render(report: &ClusterReport, s: &Style) -> String {
     out
 }
 
+/// "1 node", "3 nodes".
+pub fn count(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
 /// `0-3,8`
 fn rank_ranges(ranks: &[u32]) -> String {
     let mut out: Vec<String> = Vec::new();
@@ -262,10 +271,10 @@ pub fn one_line(report: &ClusterReport, rank: u32, s: &Style) -> String {
     }
     let problems: Vec<&str> = report.problems().iter().map(|c| c.id.as_str()).collect();
     let mut line = format!(
-        "{}  rank {rank} of {} · {} nodes",
+        "{}  rank {rank} of {} · {}",
         s.verdict(report.verdict),
         report.world_size,
-        report.nodes.len()
+        count(report.nodes.len(), "node")
     );
     if !problems.is_empty() {
         let _ = write!(line, " · problems: {}", problems.join(", "));
