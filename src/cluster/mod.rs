@@ -193,7 +193,8 @@ async fn session(
         .as_ref()
         .and_then(|l| l.local_addr().ok())
         .map(|a| a.to_string());
-    let probe_task = probe_listener.map(|l| tokio::spawn(reachability::serve(l)));
+    // Serves peers' probes until this session ends, whichever way it ends.
+    let _probe_task = probe_listener.map(|l| AbortOnDrop(tokio::spawn(reachability::serve(l))));
 
     let clock_deadline = (Instant::now() + Duration::from_secs(2)).min(cfg.deadline);
     let clock = rendezvous::sample_clock(&mut stream, cfg.clock_offset_ms, clock_deadline).await;
@@ -247,9 +248,13 @@ async fn session(
     )
     .await
     .map_err(|e| format!("cannot check in with the master: {e}"))?;
-    let verdict = rendezvous::await_verdict(&mut stream, cfg.verdict_deadline).await;
-    if let Some(t) = probe_task {
-        t.abort();
+    rendezvous::await_verdict(&mut stream, cfg.verdict_deadline).await
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
-    verdict
 }
