@@ -109,12 +109,28 @@ pub fn failed_checks(results: &[CheckResult]) -> Vec<FailedCheck> {
         .collect()
 }
 
+/// Variables that legitimately differ between ranks or nodes: a rank's own
+/// index, its devices, and the launcher's internal per-process runtime
+/// (OpenMPI's ess/orte/pmix settings carry vpids, daemon URIs and session
+/// directories). Comparing them across nodes would only be noise.
+pub fn per_process(name: &str) -> bool {
+    const LAUNCHER_INTERNAL: &[&str] = &[
+        "OMPI_MCA_ess",
+        "OMPI_MCA_orte_",
+        "OMPI_MCA_pmix",
+        "OMPI_MCA_initial_wdir",
+        "OMPI_MCA_shmem_",
+    ];
+    name.ends_with("_VISIBLE_DEVICES")
+        || name.ends_with("RANK")
+        || name.contains("_VPID")
+        || LAUNCHER_INTERNAL.iter().any(|p| name.starts_with(p))
+}
+
 pub fn launch_env(facts: &Facts, names: impl Iterator<Item = String>) -> BTreeMap<String, String> {
     names
         .filter(|n| LAUNCH_PREFIXES.iter().any(|p| n.starts_with(p)))
-        // Ports and addresses of the master are the same for every rank by
-        // construction; per-rank values would be noise.
-        .filter(|n| !n.ends_with("_VISIBLE_DEVICES"))
+        .filter(|n| !per_process(n))
         .filter_map(|n| {
             let v = facts.env(&n)?.to_string();
             Some((n.clone(), crate::kinds::redact(&n, &v)))
@@ -271,6 +287,27 @@ pub fn checklist_hash(checks: &[std::sync::Arc<crate::checklist::Check>]) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_process_variables_are_not_compared() {
+        for name in [
+            "CUDA_VISIBLE_DEVICES",
+            "CCL_LOCAL_RANK",
+            "OMPI_MCA_ess_base_vpid",
+            "OMPI_MCA_orte_local_daemon_uri",
+            "OMPI_MCA_orte_ess_node_rank",
+        ] {
+            assert!(per_process(name), "{name}");
+        }
+        for name in [
+            "NCCL_IB_HCA",
+            "OMPI_MCA_btl_tcp_if_include",
+            "MASTER_PORT",
+            "CCL_WORKER_COUNT",
+        ] {
+            assert!(!per_process(name), "{name}");
+        }
+    }
 
     #[test]
     fn absurd_timestamps_do_not_overflow() {
