@@ -25,12 +25,6 @@ pub struct BarrierState {
     pub dropped: Vec<String>,
 }
 
-pub enum Arrival {
-    Accepted,
-    Duplicate,
-    OutOfRange,
-}
-
 fn who(c: &CheckIn) -> String {
     format!("{} ({}) pid {}", c.hostname, c.addr, c.pid)
 }
@@ -50,18 +44,22 @@ impl BarrierState {
         }
     }
 
-    pub fn arrive(&mut self, conn: ConnId, checkin: CheckIn) -> Arrival {
+    /// Records a check-in: the first of its rank, a later claimant of a
+    /// rank already here, or a rank outside the world.
+    pub fn arrive(&mut self, conn: ConnId, checkin: CheckIn) {
         let rank = checkin.identity.rank;
         if rank >= self.world_size {
             self.out_of_range.push((conn, checkin));
-            return Arrival::OutOfRange;
+            return;
         }
-        if self.arrivals.contains_key(&rank) {
-            self.duplicates.push((conn, checkin));
-            return Arrival::Duplicate;
+        match self.arrivals.entry(rank) {
+            std::collections::btree_map::Entry::Occupied(_) => {
+                self.duplicates.push((conn, checkin))
+            }
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert((conn, checkin));
+            }
         }
-        self.arrivals.insert(rank, (conn, checkin));
-        Arrival::Accepted
     }
 
     /// A connection closed before the verdict.

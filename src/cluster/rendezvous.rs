@@ -22,7 +22,7 @@ use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
 use super::auth::{self, AuthError, OTHER_JOB, Token};
-use super::barrier::{self, Arrival, BarrierState, ConnId};
+use super::barrier::{self, BarrierState, ConnId};
 use super::checkin::{CheckIn, Clock};
 use super::compare::{self, View};
 use super::protocol::{self, FrameError, Msg};
@@ -182,9 +182,8 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
             let targets: Vec<Target> = reachability::partners(i, n)
                 .into_iter()
                 .filter_map(|j| {
-                    let (view, rep_j) = &nodes[j];
-                    let addr = state.arrivals.get(rep_j)?.1.probe_addr.clone()?;
-                    let _ = view;
+                    let rep_j = nodes[j].1;
+                    let addr = state.arrivals.get(&rep_j)?.1.probe_addr.clone()?;
                     Some(Target { node: j, addr })
                 })
                 .collect();
@@ -243,10 +242,10 @@ fn handle(
             checkin,
             writer,
         } => {
+            // Duplicates and ranks outside the world are recorded by the
+            // barrier and still get the verdict, so they exit with it too.
             writers.insert(conn, writer);
-            match state.arrive(conn, *checkin) {
-                Arrival::Accepted | Arrival::Duplicate | Arrival::OutOfRange => {}
-            }
+            state.arrive(conn, *checkin);
         }
         Event::Lost { conn, reason } => {
             writers.remove(&conn);
