@@ -133,6 +133,57 @@ pub struct RunArgs {
     /// checks make it incomplete.
     #[arg(long)]
     pub strict: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Node mode and the rendezvous address (`preflight run` only; these win
+/// over the launcher's variables).
+#[derive(Debug, Args, Clone)]
+pub struct ClusterArgs {
+    /// Node mode: the number of nodes; this process starts its node's ranks.
+    #[arg(long, value_name = "N")]
+    pub nnodes: Option<u32>,
+    /// Node mode: this node's index, 0 to N-1; node 0 serves the rendezvous.
+    #[arg(long, value_name = "K")]
+    pub node_rank: Option<u32>,
+    /// Node mode: ranks to start on this node, or auto (one per local
+    /// accelerator, else one).
+    #[arg(long, value_name = "M|auto", value_parser = parse_nproc)]
+    pub nproc_per_node: Option<Nproc>,
+    /// Where rank 0 serves the rendezvous (default: MASTER_ADDR, else the
+    /// first host of SLURM_JOB_NODELIST, else 127.0.0.1).
+    #[arg(long, value_name = "HOST")]
+    pub master_addr: Option<String>,
+    /// The rendezvous port (default: MASTER_PORT, else 29500; a one-node
+    /// job without either picks a free port).
+    #[arg(long, value_name = "PORT")]
+    pub master_port: Option<u16>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Nproc(pub Option<u32>);
+
+fn parse_nproc(text: &str) -> Result<Nproc, String> {
+    if text.trim() == "auto" {
+        return Ok(Nproc(None));
+    }
+    match text.trim().parse::<u32>() {
+        Ok(n) if n > 0 => Ok(Nproc(Some(n))),
+        _ => Err("a number of ranks (1 or more), or auto".into()),
+    }
+}
+
+impl ClusterArgs {
+    pub fn flags(&self) -> crate::cluster::identity::Flags {
+        crate::cluster::identity::Flags {
+            nnodes: self.nnodes,
+            node_rank: self.node_rank,
+            nproc_per_node: self.nproc_per_node.map(|n| n.0),
+            master_addr: self.master_addr.clone(),
+            master_port: self.master_port,
+        }
+    }
 }
 
 fn parse_span(text: &str) -> Result<Span, String> {

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use crate::checklist::Check;
 use crate::checklist::values::{Span, format_duration};
+use crate::checklist::{Check, Scope};
 use crate::facts::Facts;
 use crate::result::{CheckResult, Finding, Status};
 
@@ -42,7 +42,12 @@ pub async fn run(
     let mut tasks = JoinSet::new();
     let run_start = Instant::now();
     for (index, check) in checks.iter().enumerate() {
-        if let Some(reason) = check.when.unmet(facts) {
+        let unmet = if check.scope == Scope::Cluster {
+            Some(crate::cluster::compare::NOT_HERE.to_string())
+        } else {
+            check.when.unmet(facts)
+        };
+        if let Some(reason) = unmet {
             let result = complete(check, Finding::skip(reason), Duration::ZERO, facts);
             done += 1;
             progress(Progress::Finished {
@@ -118,7 +123,12 @@ pub async fn run(
         .collect()
 }
 
-fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Facts) -> CheckResult {
+pub(crate) fn complete(
+    check: &Check,
+    finding: Finding,
+    duration: Duration,
+    facts: &Facts,
+) -> CheckResult {
     let finding = finding.with_severity(check.severity);
     let hint = match finding.status {
         Status::Fail | Status::Warn | Status::Error => check

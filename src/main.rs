@@ -5,6 +5,7 @@
 
 mod checklist;
 mod cli;
+mod cluster;
 mod commands;
 mod engine;
 mod exit;

@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::checklist::Severity;
 use crate::exit::ExitCode;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Pass,
@@ -98,8 +98,9 @@ impl Finding {
     }
 }
 
-/// One check's line in the report.
-#[derive(Debug, Clone, Serialize)]
+/// One check's line in the report. Deserializable because rank 0 sends
+/// the cluster checks' results to every rank.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckResult {
     pub id: String,
     pub kind: String,
@@ -111,17 +112,26 @@ pub struct CheckResult {
     pub expected: Option<String>,
     pub message: String,
     pub hint: Option<String>,
-    #[serde(serialize_with = "serialize_millis", rename = "duration_ms")]
+    #[serde(
+        serialize_with = "serialize_millis",
+        deserialize_with = "deserialize_millis",
+        rename = "duration_ms"
+    )]
     pub duration: Duration,
     /// Where the check is defined, `file:line`.
     pub source: String,
+}
+
+fn deserialize_millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let ms = <f64 as Deserialize>::deserialize(d)?;
+    Ok(Duration::from_secs_f64((ms / 1e3).clamp(0.0, 1e9)))
 }
 
 fn serialize_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64((d.as_secs_f64() * 1e6).round() / 1e3)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Ready,

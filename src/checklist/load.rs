@@ -8,7 +8,7 @@ use super::hint::Hint;
 use super::values::Span;
 use super::when::When;
 use super::yaml::{self, Location, Node, Segment, YamlError};
-use super::{Check, DEFAULT_TIMEOUT, Severity};
+use super::{Check, DEFAULT_TIMEOUT, Scope, Severity};
 use crate::kinds::{self, KindInfo};
 use crate::suggest::did_you_mean;
 
@@ -17,6 +17,7 @@ pub const COMMON_KEYS: &[&str] = &[
     "id",
     "kind",
     "severity",
+    "scope",
     "timeout",
     "tags",
     "area",
@@ -126,6 +127,7 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
     let mut id: Option<(String, &Node)> = None;
     let mut kind: Option<&'static KindInfo> = None;
     let mut severity = Severity::default();
+    let mut scope: Option<(Scope, &Node)> = None;
     let mut timeout = DEFAULT_TIMEOUT;
     let mut tags = Vec::new();
     let mut area = None;
@@ -151,6 +153,7 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
                 })?);
             }
             "severity" => severity = field("severity", value)?,
+            "scope" => scope = Some((field("scope", value)?, value)),
             "timeout" => {
                 timeout = field::<Span>("timeout", value)?.0;
                 if timeout.is_zero() {
@@ -198,11 +201,33 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
         None => None,
     };
     let probe = (kind.parse)(node, params).map_err(|e| explain_unknown_key(e, kind))?;
+    let kind_scope = if probe.cluster().is_some() {
+        Scope::Cluster
+    } else {
+        Scope::Node
+    };
+    if let Some((said, value)) = scope
+        && said != kind_scope
+    {
+        let message = match said {
+            Scope::Cluster => format!(
+                "`scope: cluster` needs a cluster kind (cluster_versions, cluster_env, ...); `{}` is evaluated on each node",
+                kind.name
+            ),
+            Scope::Node => format!(
+                "kind `{}` compares nodes with each other: its scope is cluster",
+                kind.name
+            ),
+        };
+        return Err(YamlError::at(message, value).under(Segment::Key("scope".into())));
+    }
+    let scope = kind_scope;
     Ok(Check {
         id,
         kind,
         probe,
         severity,
+        scope,
         timeout,
         tags,
         area: area.unwrap_or_else(|| kind.area.to_string()),

@@ -30,6 +30,16 @@ pub enum Severity {
     Warn,
 }
 
+/// Where a check is evaluated: on each node, or by rank 0 across the
+/// cluster (`scope: cluster`, only for `cluster_*` kinds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    #[default]
+    Node,
+    Cluster,
+}
+
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One check, ready to run.
@@ -38,6 +48,7 @@ pub struct Check {
     pub kind: &'static KindInfo,
     pub probe: Arc<dyn Probe>,
     pub severity: Severity,
+    pub scope: Scope,
     pub timeout: Duration,
     pub tags: Vec<String>,
     pub area: String,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 pub use explain::explain;
 pub use list::list;
-pub use run::{Stage, run};
+pub use run::{Stage, emit_cluster_only, run};
 pub use validate::validate;
 
 use crate::checklist::{self, Check, ChecklistError, ChecklistErrors};

@@ -1,18 +1,23 @@
-//! `preflight run` and `preflight check`: run the checklist stage and report.
-//! `run` is the full preflight; the cluster and collective stages slot in
-//! after the checklist as `Stage` grows, and `check` never leaves this node.
+//! `preflight run` and `preflight check`: run the checklist stage, then (for
+//! `run`) the cluster stage, and report. `check` never leaves this node.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{Failure, all_checks, facts, select};
+use crate::checklist::{Check, Scope};
 use crate::cli::RunArgs;
+use crate::cluster::identity::{self, Role};
+use crate::cluster::report::ClusterReport;
+use crate::cluster::{self, RankInput};
 use crate::engine::{self, Progress};
 use crate::exit::ExitCode;
+use crate::facts::Facts;
 use crate::report::human::Detail;
 use crate::report::style::Style;
 use crate::report::{self, Destination, Format, Human, Node, Report};
+use crate::result::{CheckResult, Verdict};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
@@ -32,20 +37,49 @@ impl Stage {
 }
 
 pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
+    let process_start = tokio::time::Instant::now();
     let checks = select(all_checks(&args.checklist)?, &args.checklist)?;
     let facts = Arc::new(facts(&args.checklist)?);
+    let checklist_hash = cluster::checkin::checklist_hash(&checks);
+    let (node_checks, cluster_checks): (Vec<Arc<Check>>, Vec<Arc<Check>>) = match stage {
+        Stage::Full => checks.into_iter().partition(|c| c.scope == Scope::Node),
+        // `check` lists the cluster checks as skipped, with the reason.
+        Stage::Checklist => (checks, Vec::new()),
+    };
+    let identity = match stage {
+        Stage::Checklist => None,
+        Stage::Full => match identity::resolve(&args.cluster.flags(), facts.env_vars())
+            .map_err(Failure::Usage)?
+        {
+            Role::Node(plan) => {
+                return cluster::node::agent(plan, args, facts, cluster_checks, process_start);
+            }
+            Role::Rank(id) => Some(id),
+        },
+    };
     let started_at = SystemTime::now();
     let start = Instant::now();
 
     let show_progress = args.format == Format::Human
         && !args.display.quiet
         && args.output.is_none()
+        && identity.as_ref().is_none_or(|id| id.rank == 0)
         && std::io::stderr().is_terminal();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::Usage(format!("cannot start the async runtime: {e}")))?;
-    let results = runtime.block_on(engine::run(&checks, &facts, args.timeout.0, |event| {
+    let server = identity.as_ref().map(|id| {
+        runtime.block_on(cluster::start_server(cluster::ServerInput {
+            identity: id,
+            facts: &facts,
+            cluster_checks,
+            timeout: args.timeout.0,
+            strict: args.strict,
+            started: process_start,
+        }))
+    });
+    let results = runtime.block_on(engine::run(&node_checks, &facts, args.timeout.0, |event| {
         if let (
             true,
             Progress::Finished {
@@ -58,27 +92,88 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
             eprint!("{}", report::progress_line(done, total, result));
         }
     }));
-    // Probes stuck in blocking reads past their timeout must not hold the
-    // process open: the verdict is already known.
-    runtime.shutdown_background();
     if show_progress {
         eprint!("\r\x1b[K");
     }
+    let cluster = identity.zip(server).map(|(identity, server)| {
+        let rank = identity.rank;
+        let local_verdict = Verdict::of(&results, args.strict);
+        let input = RankInput {
+            identity,
+            facts: Arc::clone(&facts),
+            local: results.clone(),
+            local_verdict,
+            checklist_hash,
+            timeout: args.timeout.0,
+            started: process_start,
+        };
+        (runtime.block_on(cluster::rank_stage(input, server)), rank)
+    });
+    // Probes stuck in blocking reads past their timeout must not hold the
+    // process open: the verdict is already known.
+    runtime.shutdown_background();
+    emit(
+        args,
+        stage,
+        &facts,
+        results,
+        cluster,
+        started_at,
+        start.elapsed(),
+    )
+}
 
+/// A node agent that could not start its ranks still reports, in the
+/// format asked for, why.
+pub fn emit_cluster_only(
+    args: &RunArgs,
+    facts: &Facts,
+    cluster: ClusterReport,
+) -> Result<ExitCode, Failure> {
+    emit(
+        args,
+        Stage::Full,
+        facts,
+        Vec::new(),
+        Some((cluster, 0)),
+        SystemTime::now(),
+        Duration::ZERO,
+    )
+}
+
+fn emit(
+    args: &RunArgs,
+    stage: Stage,
+    facts: &Facts,
+    results: Vec<CheckResult>,
+    cluster: Option<(ClusterReport, u32)>,
+    started_at: SystemTime,
+    elapsed: Duration,
+) -> Result<ExitCode, Failure> {
     let node = Node {
         hostname: facts.hostname().to_string(),
         root: args.checklist.root.display().to_string(),
         pid: std::process::id(),
     };
-    let report = Report::new(
+    let mut report = Report::new(
         stage.command(),
         node,
         started_at,
-        start.elapsed(),
+        elapsed,
         results,
         args.strict,
     );
+    let mut rank = 0;
+    if let Some((c, r)) = cluster {
+        report = report.with_cluster(c);
+        rank = r;
+    }
     let human = |style: Style| {
+        if rank != 0 {
+            if let Some(c) = &report.cluster {
+                return format!("{}\n", cluster::report::one_line(c, rank, &style));
+            }
+        }
         let detail = if args.display.quiet {
             Detail::Quiet
         } else if args.display.verbose {
@@ -86,7 +181,14 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
         } else {
             Detail::Normal
         };
-        Human { style, detail }.render(&report)
+        let mut text = Human { style, detail }.render(&report);
+        if let (Some(c), false) = (&report.cluster, args.display.quiet) {
+            // The cluster view goes right before the verdict line.
+            let view = cluster::report::render(c, &style);
+            let at = text.trim_end().rfind('\n').unwrap_or(0);
+            text.insert_str(at, &format!("{}\n", view.trim_end_matches('\n')));
+        }
+        text
     };
     let text = match args.format {
         Format::Json => report.json(),
@@ -94,9 +196,13 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
         Format::Human if args.output.is_some() => human(Style { color: false }),
         Format::Human => human(Style::for_stdout(args.display.color)),
     };
-    match &args.output {
-        None => report::write_report(&Destination::Stdout, &text),
-        Some(path) => {
+    // A node agent's other local ranks: nobody reads them, and they must
+    // not overwrite the first rank's report file.
+    let muted = facts.env(cluster::node::SPEAKER) == Some("0");
+    match (&args.output, muted) {
+        (_, true) => Ok(()),
+        (None, false) => report::write_report(&Destination::Stdout, &text),
+        (Some(path), false) => {
             report::write_report(&Destination::File(path.clone()), &text).map_err(|e| {
                 Failure::Usage(format!(
                     "cannot write the report to {}: {e}",

@@ -65,6 +65,38 @@ pub const NNODES_VARS: &[&str] = &[
     "SLURM_JOB_NUM_NODES",
 ];
 
+/// Variables that give this process's rank, in order of precedence. PMIx
+/// sets a rank but no size; it comes last.
+pub fn rank_vars() -> Vec<&'static str> {
+    LAUNCHERS
+        .iter()
+        .map(|l| l.rank)
+        .chain(["PMIX_RANK"])
+        .collect()
+}
+
+pub fn size_vars() -> Vec<&'static str> {
+    LAUNCHERS.iter().map(|l| l.size).collect()
+}
+
+/// Intel MPI (Hydra) sets a local rank only.
+pub fn local_rank_vars() -> Vec<&'static str> {
+    LAUNCHERS
+        .iter()
+        .filter_map(|l| l.local_rank)
+        .chain(["MPI_LOCALRANKID"])
+        .collect()
+}
+
+/// Slurm's tasks per node may read "2(x3)"; readers take the count first.
+pub fn local_size_vars() -> Vec<&'static str> {
+    LAUNCHERS
+        .iter()
+        .filter_map(|l| l.local_size)
+        .chain(["SLURM_NTASKS_PER_NODE"])
+        .collect()
+}
+
 /// First variable of the list that is set, parsed as an integer.
 fn first<'a>(
     env: &BTreeMap<String, String>,
@@ -77,21 +109,11 @@ fn first<'a>(
 
 impl Launch {
     pub fn from_env(env: &BTreeMap<String, String>) -> Launch {
-        // PMIx sets a rank but no size; Intel MPI (Hydra) a local rank only.
-        let ranks = LAUNCHERS.iter().map(|l| l.rank).chain(["PMIX_RANK"]);
-        let local_ranks = LAUNCHERS
-            .iter()
-            .filter_map(|l| l.local_rank)
-            .chain(["MPI_LOCALRANKID"]);
-        let local_sizes = LAUNCHERS
-            .iter()
-            .filter_map(|l| l.local_size)
-            .chain(["SLURM_NTASKS_PER_NODE"]);
         Launch {
-            rank: first(env, ranks),
-            world_size: first(env, LAUNCHERS.iter().map(|l| l.size)),
-            local_world_size: first(env, local_sizes),
-            local_rank: first(env, local_ranks),
+            rank: first(env, rank_vars()),
+            world_size: first(env, size_vars()),
+            local_world_size: first(env, local_size_vars()),
+            local_rank: first(env, local_rank_vars()),
             nnodes: first(env, NNODES_VARS.iter().copied()),
         }
     }

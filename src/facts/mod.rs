@@ -8,7 +8,7 @@ pub mod gpu_status;
 pub mod infiniband;
 mod interfaces;
 pub mod kmsg;
-mod launch;
+pub mod launch;
 pub mod limits;
 pub mod meminfo;
 pub mod nvidia;
@@ -89,6 +89,12 @@ impl Facts {
             Ok(relative) => self.root.join(relative),
             Err(_) => self.root.join(path),
         }
+    }
+
+    /// Every variable of the job's environment, for the cluster stage's
+    /// identity resolution and launch-variable fingerprint.
+    pub fn env_vars(&self) -> &BTreeMap<String, String> {
+        &self.env
     }
 
     pub fn env(&self, name: &str) -> Option<&str> {

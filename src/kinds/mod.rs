@@ -44,6 +44,12 @@ pub type ProbeFuture = Pin<Box<dyn Future<Output = Finding> + Send>>;
 /// A configured check kind, ready to evaluate on this node.
 pub trait Probe: Send + Sync + ParamsJson {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture;
+
+    /// Kinds with `scope: cluster` are evaluated by rank 0 over every
+    /// node's check-in instead of on the node.
+    fn cluster(&self) -> Option<&dyn crate::cluster::compare::ClusterProbe> {
+        None
+    }
 }
 
 /// The parameters as configured, for `explain` and `list --format json`:
@@ -104,6 +110,13 @@ pub const KINDS: &[&KindInfo] = &[
     &port::KIND,
     &tcp_connect::KIND,
     &time_sync::KIND,
+    &crate::cluster::compare::ADDRESSES,
+    &crate::cluster::compare::CLOCK,
+    &crate::cluster::compare::DEVICES,
+    &crate::cluster::compare::ENV,
+    &crate::cluster::compare::NODE_CHECKS,
+    &crate::cluster::compare::REACHABILITY,
+    &crate::cluster::compare::VERSIONS,
 ];
 
 pub fn lookup(name: &str) -> Option<&'static KindInfo> {

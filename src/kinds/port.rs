@@ -118,6 +118,15 @@ impl PortCheck {
                         Ok(list) if list.is_empty() => {
                             "held by a socket not visible in /proc/net/tcp (another network namespace?)".to_string()
                         }
+                        // This preflight's own rendezvous (rank 0, or the
+                        // node agent that started this rank) holds the job's
+                        // port by design: that is the port working.
+                        Ok(list)
+                            if facts.is_live()
+                                && list.iter().all(super::port_holder::is_this_job) =>
+                        {
+                            continue;
+                        }
                         Ok(list) => {
                             if first_holder.is_none() {
                                 first_holder = Some((list[0].describe(), list[0].pid.to_string()));

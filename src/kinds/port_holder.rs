@@ -99,6 +99,14 @@ fn cmdline(proc_dir: &Path) -> String {
 
 /// The processes holding `port`, or `Err` when the socket exists but its
 /// owner cannot be seen (another user's process and we are not root).
+/// Whether the holder is this process or the preflight node agent that
+/// started it. Only meaningful on the real root, where pids are ours.
+pub fn is_this_job(holder: &Holder) -> bool {
+    holder.pid == std::process::id()
+        || (holder.pid == std::os::unix::process::parent_id()
+            && holder.role() == Some("another preflight"))
+}
+
 pub fn holders(facts: &Facts, port: u16) -> Result<Vec<Holder>, String> {
     let wanted = inodes(facts, port);
     if wanted.is_empty() {

@@ -58,6 +58,9 @@ pub struct Report {
     pub duration_ms: u64,
     pub summary: Summary,
     pub checks: Vec<CheckResult>,
+    /// `preflight run`'s cluster stage, as rank 0 sent it to every rank.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::cluster::report::ClusterReport>,
 }
 
 impl Report {
@@ -82,7 +85,19 @@ impl Report {
             duration_ms: duration.as_millis() as u64,
             summary: Summary::of(&checks),
             checks,
+            cluster: None,
         }
+    }
+
+    /// Adds the cluster stage: its checks join this node's, and its verdict,
+    /// the same on every rank, becomes this rank's.
+    pub fn with_cluster(mut self, cluster: crate::cluster::report::ClusterReport) -> Report {
+        self.checks.extend(cluster.checks.iter().cloned());
+        self.summary = Summary::of(&self.checks);
+        self.verdict = cluster.verdict;
+        self.exit_code = cluster.exit_code;
+        self.cluster = Some(cluster);
+        self
     }
 
     pub fn json(&self) -> String {

@@ -138,6 +138,20 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// dlopen with RTLD_NODELETE: NCCL and the CUDA runtime start threads and
+/// register exit handlers, so unmapping them when a `Library` is dropped
+/// crashes the process later (seen as a SIGSEGV at test exit). The library
+/// stays mapped for the life of the process, as a linked one would.
+///
+/// # Safety
+/// As `libloading::Library::new`: the library's initialisers run.
+pub(crate) unsafe fn open_resident(path: &str) -> Result<libloading::Library, libloading::Error> {
+    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+    const RTLD_NODELETE: std::os::raw::c_int = 0x1000;
+    // SAFETY: forwarded to the caller.
+    unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) }.map(Into::into)
+}
+
 /// Opens the first candidate that loads, recording every attempt.
 pub(crate) fn open_first(
     candidates: Vec<(Source, String, bool)>,
@@ -147,7 +161,7 @@ pub(crate) fn open_first(
         // SAFETY: loading runs the library's initialisers; NCCL's and the
         // CUDA driver's are what any program using them runs. The caller
         // chose the search.
-        match unsafe { libloading::Library::new(&candidate) } {
+        match unsafe { open_resident(&candidate) } {
             Ok(lib) => {
                 let path = loaded_path(&candidate);
                 report.attempts.push(Attempt {

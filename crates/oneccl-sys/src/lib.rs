@@ -331,7 +331,7 @@ impl Library {
             // SAFETY: loading runs the library's initialisers. oneCCL's are
             // plain C++ static constructors; that is the trust any dlopen of
             // the collective library needs, and the caller chose this search.
-            let opened = unsafe { libloading::Library::new(&candidate) };
+            let opened = unsafe { open_resident(&candidate) };
             let lib = match opened {
                 Ok(lib) => lib,
                 Err(e) => {
@@ -700,6 +700,19 @@ fn resolve_in_maps(soname: &str) -> Option<String> {
         .filter_map(|l| l.split_whitespace().nth(5))
         .find(|p| Path::new(p).file_name().is_some_and(|n| n == soname))
         .map(|p| PathBuf::from(p).display().to_string())
+}
+
+/// dlopen with RTLD_NODELETE: oneCCL starts worker threads and registers
+/// exit handlers, so unmapping it when a `Library` is dropped can crash the
+/// process later. It stays mapped for the life of the process.
+///
+/// # Safety
+/// As `libloading::Library::new`: the library's initialisers run.
+unsafe fn open_resident(path: &str) -> Result<libloading::Library, libloading::Error> {
+    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+    const RTLD_NODELETE: std::os::raw::c_int = 0x1000;
+    // SAFETY: forwarded to the caller.
+    unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) }.map(Into::into)
 }
 
 #[cfg(test)]

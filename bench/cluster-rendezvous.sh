@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 5: the cluster stage side by side with PyTorch's Gloo rendezvous, in
+# one run, on loopback.
+#  1. healthy: 4 ranks of `preflight run` (shipped checklist, release build)
+#     versus 4 Python processes doing init_process_group("gloo") and one
+#     allreduce; wall time from start to the last rank's exit.
+#  2. one rank missing: 3 of 4 ranks, `--timeout 10s` versus timeout=10 s;
+#     time to the verdict, and what each names.
+# Installs Debian's python3-torch when it is missing (about 90 s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=/usr/bin/python3
+if ! $PY -c 'import torch' 2>/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch >/dev/null
+fi
+cargo build --release --quiet
+bin=$PWD/target/release/preflight
+runs=${RUNS:-10}
+torch_runs=${TORCH_RUNS:-3}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+median() { sort -n | awk '{t[NR]=$1} END {m=(NR%2)?t[(NR+1)/2]:(t[NR/2]+t[NR/2+1])/2; printf "%d %d %d\n", m, t[1], t[NR]}'; }
+
+# $1: command (preflight|torch), $2: ranks to start (e.g. "0 1 2 3"), $3: world size
+job() {
+    local kind=$1 ranks=$2 world=$3 port pids=() r
+    port=$(free_port)
+    for r in $ranks; do
+        if [[ $kind == preflight ]]; then
+            env -i PATH="$PATH" RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+                PREFLIGHT_TOKEN=bench SLURM_JOB_NODELIST="node[1-4]" LOCAL_WORLD_SIZE=1 \
+                "$bin" run --timeout "${TIMEOUT:-60s}" >"$out/$kind.$r" 2>&1 &
+        else
+            env -i PATH="$PATH" RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+                BENCH_TIMEOUT_S="${TIMEOUT_S:-1800}" $PY bench/torch_gloo.py >"$out/$kind.$r" 2>&1 &
+        fi
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || true; done
+}
+
+timed() { local s e; s=$(now_ms); "$@"; e=$(now_ms); echo $((e - s)); }
+
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), $(date -u +%Y-%m-%d)"
+echo "torch: $($PY -c 'import torch; print(torch.__version__)')"
+
+"$bin" check >/dev/null 2>&1 || true  # warm the page cache
+for ((i = 0; i < runs; i++)); do timed job preflight "0 1 2 3" 4; done | median >"$out/p"
+read -r p_med p_min p_max <"$out/p"
+echo "healthy, preflight run, 4 ranks, $runs runs: median ${p_med} ms (min ${p_min}, max ${p_max}); rank 0: $(tail -1 "$out/preflight.0")"
+for ((i = 0; i < torch_runs; i++)); do timed job torch "0 1 2 3" 4; done | median >"$out/t"
+read -r t_med t_min t_max <"$out/t"
+echo "healthy, torch gloo init + allreduce, 4 ranks, $torch_runs runs: median ${t_med} ms (min ${t_min}, max ${t_max}); rank 0: $(cat "$out/torch.0")"
+echo "speedup: $(awk -v a="$t_med" -v b="$p_med" 'BEGIN {printf "%.1f", a / b}')x"
+
+ms=$(TIMEOUT=10s timed job preflight "0 1 2" 4)
+echo "rank 3 missing, preflight --timeout 10s: verdict after ${ms} ms on every rank"
+grep -h "cluster.barrier:" "$out/preflight.0" | head -1 | sed 's/^ */  rank 0 says: /'
+echo "  rank 1 says: $(tail -1 "$out/preflight.1")"
+ms=$(TIMEOUT_S=10 timed job torch "0 1 2" 4)
+echo "rank 3 missing, torch timeout=10 s: exit after ${ms} ms"
+for r in 0 1 2; do echo "  $(cat "$out/torch.$r")"; done

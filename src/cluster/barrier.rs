@@ -1,0 +1,347 @@
+//! The barrier's bookkeeping on rank 0: who checked in, who is missing and
+//! where they were expected, who claimed a rank twice, who disagrees about
+//! the world size, who went away. Pure state: the deadline is enforced by
+//! the server loop that feeds it (`--timeout`, default 60 s).
+
+use std::collections::BTreeMap;
+
+use super::checkin::CheckIn;
+use super::report::{Barrier, Duplicate, Lost, Mismatch, Missing};
+use crate::result::{CheckResult, Status};
+
+pub type ConnId = u64;
+
+pub struct BarrierState {
+    pub world_size: u32,
+    local_world_size: u32,
+    nodelist: Vec<String>,
+    /// The first check-in of each rank.
+    pub arrivals: BTreeMap<u32, (ConnId, CheckIn)>,
+    /// Later claimants of a rank that had already checked in.
+    pub duplicates: Vec<(ConnId, CheckIn)>,
+    pub out_of_range: Vec<(ConnId, CheckIn)>,
+    lost: Vec<(u32, String, String)>,
+    pub other_job_clients: Vec<String>,
+    pub dropped: Vec<String>,
+}
+
+fn who(c: &CheckIn) -> String {
+    format!("{} ({}) pid {}", c.hostname, c.addr, c.pid)
+}
+
+impl BarrierState {
+    pub fn new(world_size: u32, local_world_size: u32, nodelist: Vec<String>) -> BarrierState {
+        BarrierState {
+            world_size,
+            local_world_size,
+            nodelist,
+            arrivals: BTreeMap::new(),
+            duplicates: Vec::new(),
+            out_of_range: Vec::new(),
+            lost: Vec::new(),
+            other_job_clients: Vec::new(),
+            dropped: Vec::new(),
+        }
+    }
+
+    /// Records a check-in: the first of its rank, a later claimant of a
+    /// rank already here, or a rank outside the world.
+    pub fn arrive(&mut self, conn: ConnId, checkin: CheckIn) {
+        let rank = checkin.identity.rank;
+        if rank >= self.world_size {
+            self.out_of_range.push((conn, checkin));
+            return;
+        }
+        match self.arrivals.entry(rank) {
+            std::collections::btree_map::Entry::Occupied(_) => {
+                self.duplicates.push((conn, checkin))
+            }
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert((conn, checkin));
+            }
+        }
+    }
+
+    /// A connection closed before the verdict.
+    pub fn lose(&mut self, conn: ConnId, reason: &str) {
+        let found = self
+            .arrivals
+            .iter()
+            .find(|(_, (c, _))| *c == conn)
+            .map(|(r, (_, ci))| (*r, ci.hostname.clone()));
+        if let Some((rank, host)) = found {
+            self.arrivals.remove(&rank);
+            self.lost.push((rank, host, reason.to_string()));
+        }
+    }
+
+    pub fn complete(&self) -> bool {
+        self.arrivals.len() as u32 == self.world_size
+    }
+
+    pub fn missing(&self) -> Vec<u32> {
+        (0..self.world_size)
+            .filter(|r| !self.arrivals.contains_key(r))
+            .filter(|r| !self.lost.iter().any(|l| l.0 == *r))
+            .collect()
+    }
+
+    /// Where a rank was expected: the nodelist's host for its node, else a
+    /// host where another rank of the same node checked in, else its node
+    /// rank.
+    fn expected_on(&self, rank: u32) -> Option<String> {
+        let per = self.local_world_size.max(1);
+        let node = rank / per;
+        if let Some(h) = self.nodelist.get(node as usize) {
+            return Some(h.clone());
+        }
+        if let Some((_, c)) = self
+            .arrivals
+            .values()
+            .find(|(_, c)| c.identity.rank / per == node && self.local_world_size > 1)
+        {
+            return Some(format!("{} ({})", c.hostname, c.addr));
+        }
+        if self.local_world_size > 1 || self.nodelist.is_empty() {
+            return Some(format!("node rank {node}"));
+        }
+        None
+    }
+
+    pub fn summary(&self, waited_ms: u64) -> Barrier {
+        let mut dups: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for (_, c) in &self.duplicates {
+            let rank = c.identity.rank;
+            let entry = dups.entry(rank).or_insert_with(|| {
+                self.arrivals
+                    .get(&rank)
+                    .map(|(_, first)| vec![who(first)])
+                    .unwrap_or_default()
+            });
+            entry.push(who(c));
+        }
+        let mismatch = self
+            .arrivals
+            .values()
+            .map(|(_, c)| c)
+            .chain(self.duplicates.iter().map(|(_, c)| c))
+            .filter(|c| c.identity.world_size != self.world_size)
+            .map(|c| Mismatch {
+                rank: c.identity.rank,
+                node: who(c),
+                world_size: c.identity.world_size,
+            })
+            .collect();
+        Barrier {
+            complete: self.complete() && self.duplicates.is_empty(),
+            waited_ms,
+            missing: self
+                .missing()
+                .into_iter()
+                .map(|rank| Missing {
+                    rank,
+                    expected_on: self.expected_on(rank),
+                })
+                .collect(),
+            duplicates: dups
+                .into_iter()
+                .map(|(rank, claimants)| Duplicate { rank, claimants })
+                .collect(),
+            world_size_mismatch: mismatch,
+            out_of_range: self
+                .out_of_range
+                .iter()
+                .map(|(_, c)| Mismatch {
+                    rank: c.identity.rank,
+                    node: who(c),
+                    world_size: c.identity.world_size,
+                })
+                .collect(),
+            lost: self
+                .lost
+                .iter()
+                .map(|(rank, node, reason)| Lost {
+                    rank: *rank,
+                    node: node.clone(),
+                    reason: reason.clone(),
+                })
+                .collect(),
+            other_job_clients: self.other_job_clients.clone(),
+            dropped: self.dropped.clone(),
+        }
+    }
+}
+
+/// The barrier as a check result: what went wrong, every culprit named.
+pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
+    let mut problems = Vec::new();
+    if !b.missing.is_empty() {
+        let list: Vec<String> = b
+            .missing
+            .iter()
+            .map(|m| match &m.expected_on {
+                Some(h) => format!("rank {} (expected on {h})", m.rank),
+                None => format!("rank {}", m.rank),
+            })
+            .collect();
+        problems.push(format!(
+            "{} of {world_size} ranks never checked in within {timeout_text}: {}",
+            b.missing.len(),
+            list.join(", ")
+        ));
+    }
+    for d in &b.duplicates {
+        problems.push(format!(
+            "rank {} claimed by {} processes: {}",
+            d.rank,
+            d.claimants.len(),
+            d.claimants.join(" and ")
+        ));
+    }
+    for m in &b.world_size_mismatch {
+        problems.push(format!(
+            "rank {} on {} says WORLD_SIZE={}, rank 0 says {world_size}",
+            m.rank, m.node, m.world_size
+        ));
+    }
+    for m in &b.out_of_range {
+        problems.push(format!(
+            "a process on {} claims rank {}, outside the world of {world_size}",
+            m.node, m.rank
+        ));
+    }
+    for l in &b.lost {
+        problems.push(format!(
+            "rank {} on {} checked in, then went away before the verdict ({})",
+            l.rank, l.node, l.reason
+        ));
+    }
+    let (status, message, hint) = if problems.is_empty() {
+        (
+            Status::Pass,
+            format!(
+                "all {} checked in ({} ms)",
+                super::report::count(world_size as usize, "rank"),
+                b.waited_ms
+            ),
+            None,
+        )
+    } else {
+        (
+            Status::Fail,
+            problems.join("; "),
+            Some(
+                "Start the missing ranks (is the node up, did the launcher reach it?); give every process a distinct RANK and the same WORLD_SIZE."
+                    .to_string(),
+            ),
+        )
+    };
+    let mut r = synthetic("cluster.barrier", "barrier", status, message, hint);
+    r.measured = Some(format!(
+        "{} of {world_size} checked in",
+        (world_size as usize)
+            .saturating_sub(b.missing.len())
+            .saturating_sub(b.lost.len())
+    ));
+    r
+}
+
+/// A result that no checklist entry produced: the rendezvous and barrier.
+pub fn synthetic(
+    id: &str,
+    kind: &str,
+    status: Status,
+    message: String,
+    hint: Option<String>,
+) -> CheckResult {
+    CheckResult {
+        id: id.into(),
+        kind: kind.into(),
+        area: "cluster".into(),
+        severity: crate::checklist::Severity::Fail,
+        tags: vec!["cluster".into()],
+        status,
+        measured: None,
+        expected: None,
+        message,
+        hint,
+        duration: std::time::Duration::ZERO,
+        source: "built-in".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::checkin::{CheckIn, Devices};
+    use crate::cluster::identity::Identity;
+
+    fn checkin(rank: u32, world: u32, host: &str) -> CheckIn {
+        CheckIn {
+            identity: Identity {
+                rank,
+                world_size: world,
+                local_rank: 0,
+                local_world_size: 1,
+                node_rank: rank,
+                nnodes: None,
+                master_addr: "h0".into(),
+                master_port: 29500,
+                job_id: None,
+                source: "torchrun".into(),
+                nodelist: Vec::new(),
+            },
+            hostname: host.into(),
+            addr: "10.0.0.1".into(),
+            pid: 100 + rank,
+            tool_version: "1".into(),
+            checklist_hash: "x".into(),
+            local_verdict: "ready".into(),
+            failed: Vec::new(),
+            versions: Default::default(),
+            env: Default::default(),
+            devices: Devices::default(),
+            clock: None,
+            hostname_addrs: Vec::new(),
+            probe_addr: None,
+            interface: None,
+        }
+    }
+
+    #[test]
+    fn missing_duplicate_mismatch_lost_and_out_of_range_are_all_named() {
+        let nodes = ["h0", "h1", "h2", "h3", "h4"].map(String::from).to_vec();
+        let mut b = BarrierState::new(5, 1, nodes);
+        b.arrive(1, checkin(0, 5, "h0"));
+        b.arrive(2, checkin(1, 5, "h1"));
+        b.arrive(3, checkin(1, 5, "h9"));
+        b.arrive(4, checkin(2, 6, "h2"));
+        b.arrive(5, checkin(7, 5, "h7"));
+        b.arrive(6, checkin(3, 5, "h3"));
+        b.lose(6, "the peer closed the connection");
+        assert!(!b.complete());
+        let r = result(&b.summary(10), 5, "1s");
+        assert_eq!(r.status, Status::Fail);
+        for want in [
+            "rank 4 (expected on h4)",
+            "rank 1 claimed by 2 processes: h1",
+            "h9",
+            "WORLD_SIZE=6, rank 0 says 5",
+            "claims rank 7",
+            "rank 3 on h3 checked in, then went away",
+        ] {
+            assert!(r.message.contains(want), "{want}: {}", r.message);
+        }
+        // A lost rank is not also reported missing.
+        assert!(!r.message.contains("rank 3 (expected"), "{}", r.message);
+    }
+
+    #[test]
+    fn all_present_is_a_pass() {
+        let mut b = BarrierState::new(2, 1, Vec::new());
+        b.arrive(1, checkin(0, 2, "a"));
+        b.arrive(2, checkin(1, 2, "b"));
+        assert!(b.complete());
+        assert_eq!(result(&b.summary(5), 2, "1s").status, Status::Pass);
+    }
+}

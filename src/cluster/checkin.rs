@@ -1,0 +1,325 @@
+//! What each rank tells the master about itself: identity, versions,
+//! launch variables, devices, clock, its checklist's outcome, and where its
+//! peers can reach it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::identity::Identity;
+use crate::facts::Facts;
+use crate::result::{CheckResult, Status};
+
+/// Test hook: report this tool version instead of the real one, so a test
+/// can stage "one node runs another preflight" without building two.
+pub const TEST_VERSION: &str = "PREFLIGHT_TEST_VERSION";
+
+/// Variables whose values must agree across the job: launcher, rendezvous
+/// and collective-library settings.
+pub const LAUNCH_PREFIXES: &[&str] = &[
+    "NCCL_",
+    "GLOO_",
+    "CCL_",
+    "MASTER_",
+    "TORCH_",
+    "FI_",
+    "UCX_",
+    "I_MPI_",
+    "OMPI_MCA_",
+    "PYTORCH_",
+    "RCCL_",
+    "HCCL_",
+];
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckIn {
+    pub identity: Identity,
+    pub hostname: String,
+    /// The address this rank reaches the master from: the one peers use.
+    pub addr: String,
+    pub pid: u32,
+    pub tool_version: String,
+    pub checklist_hash: String,
+    /// This rank's own checklist verdict: ready, not_ready, incomplete.
+    pub local_verdict: String,
+    pub failed: Vec<FailedCheck>,
+    pub versions: BTreeMap<String, String>,
+    /// Launch variables (LAUNCH_PREFIXES), secrets redacted.
+    pub env: BTreeMap<String, String>,
+    pub devices: Devices,
+    pub clock: Option<Clock>,
+    /// What this node's hostname resolves to here (getaddrinfo).
+    pub hostname_addrs: Vec<String>,
+    /// Where the reachability probes of peers should connect.
+    pub probe_addr: Option<String>,
+    /// The interface that holds `addr`.
+    pub interface: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FailedCheck {
+    pub id: String,
+    pub status: Status,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Devices {
+    pub count: usize,
+    /// "NVIDIA H100 80GB HBM3" x8, ...: model names in PCI order.
+    pub models: Vec<String>,
+}
+
+/// The best of several NTP-style samples: the one with the smallest
+/// round trip bounds the offset most tightly.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Clock {
+    /// This node's clock minus the master's, in milliseconds.
+    pub offset_ms: f64,
+    pub rtt_ms: f64,
+}
+
+impl Clock {
+    /// One sample from the four timestamps (µs): t0 client send, t1 server
+    /// receive, t2 server send, t3 client receive.
+    pub fn sample(t0: i64, t1: i64, t2: i64, t3: i64) -> Clock {
+        // In i128: the server's timestamps are a peer's input and must not
+        // overflow the arithmetic, however wrong they are.
+        let (t0, t1, t2, t3) = (t0 as i128, t1 as i128, t2 as i128, t3 as i128);
+        let server_minus_client = ((t1 - t0) + (t2 - t3)) as f64 / 2.0;
+        let rtt = ((t3 - t0) - (t2 - t1)).max(0) as f64;
+        Clock {
+            offset_ms: -server_minus_client / 1000.0,
+            rtt_ms: rtt / 1000.0,
+        }
+    }
+}
+
+pub fn failed_checks(results: &[CheckResult]) -> Vec<FailedCheck> {
+    results
+        .iter()
+        .filter(|r| matches!(r.status, Status::Fail | Status::Warn | Status::Error))
+        .map(|r| FailedCheck {
+            id: r.id.clone(),
+            status: r.status,
+            message: r.message.clone(),
+            hint: r.hint.clone(),
+        })
+        .collect()
+}
+
+/// Variables that legitimately differ between ranks or nodes: a rank's own
+/// index, its devices, and the launcher's internal per-process runtime
+/// (OpenMPI's ess/orte/pmix settings carry vpids, daemon URIs and session
+/// directories). Comparing them across nodes would only be noise.
+pub fn per_process(name: &str) -> bool {
+    const LAUNCHER_INTERNAL: &[&str] = &[
+        "OMPI_MCA_ess",
+        "OMPI_MCA_orte_",
+        "OMPI_MCA_pmix",
+        "OMPI_MCA_initial_wdir",
+        "OMPI_MCA_shmem_",
+    ];
+    name.ends_with("_VISIBLE_DEVICES")
+        || name.ends_with("RANK")
+        || name.contains("_VPID")
+        || LAUNCHER_INTERNAL.iter().any(|p| name.starts_with(p))
+}
+
+pub fn launch_env(facts: &Facts, names: impl Iterator<Item = String>) -> BTreeMap<String, String> {
+    names
+        .filter(|n| LAUNCH_PREFIXES.iter().any(|p| n.starts_with(p)))
+        .filter(|n| !per_process(n))
+        .filter_map(|n| {
+            let v = facts.env(&n)?.to_string();
+            Some((n.clone(), crate::kinds::redact(&n, &v)))
+        })
+        .collect()
+}
+
+pub fn devices(facts: &Facts) -> Devices {
+    let accels = facts.accelerators();
+    Devices {
+        count: accels.len(),
+        models: accels
+            .iter()
+            .map(|a| {
+                a.model
+                    .clone()
+                    .unwrap_or_else(|| a.vendor.name().to_string())
+            })
+            .collect(),
+    }
+}
+
+/// Versions as far as the node's files tell, without loading any library:
+/// kernel, accelerator driver, CUDA, NCCL, oneCCL, libc. A missing one is
+/// "not found" so that "installed on some nodes only" is a difference.
+pub fn versions(facts: &Facts) -> BTreeMap<String, String> {
+    let mut v = BTreeMap::new();
+    let read = |p: &str| std::fs::read_to_string(facts.host_path(p)).ok();
+    let kernel = read("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string());
+    v.insert("kernel".into(), kernel.unwrap_or_else(not_found));
+    let driver = read("/sys/module/nvidia/version")
+        .map(|s| s.trim().to_string())
+        .or_else(|| {
+            read("/proc/driver/nvidia/version").and_then(|t| crate::facts::nvidia::proc_version(&t))
+        })
+        .or_else(|| read("/sys/module/amdgpu/version").map(|s| format!("amdgpu {}", s.trim())));
+    v.insert("driver".into(), driver.unwrap_or_else(not_found));
+    let cuda = read("/usr/local/cuda/version.json")
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|j| j["cuda"]["version"].as_str().map(String::from))
+        .or_else(|| library_version(facts, "libcudart.so."));
+    v.insert("cuda".into(), cuda.unwrap_or_else(not_found));
+    v.insert(
+        "nccl".into(),
+        library_version(facts, "libnccl.so.").unwrap_or_else(not_found),
+    );
+    v.insert(
+        "oneccl".into(),
+        library_version(facts, "libccl.so.").unwrap_or_else(not_found),
+    );
+    v.insert("libc".into(), libc_version(facts).unwrap_or_else(not_found));
+    v
+}
+
+fn not_found() -> String {
+    "not found".into()
+}
+
+const LIB_DIRS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/lib",
+    "/usr/local/cuda/lib64",
+    "/opt/intel/oneapi/ccl/latest/lib",
+];
+
+/// The longest versioned file name `PREFIX<version>` in the usual library
+/// directories: libnccl.so.2.18.5 says 2.18.5.
+fn library_version(facts: &Facts, prefix: &str) -> Option<String> {
+    let mut best: Option<String> = None;
+    for dir in LIB_DIRS {
+        let Ok(entries) = std::fs::read_dir(facts.host_path(dir)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(version) = name.strip_prefix(prefix)
+                && !version.is_empty()
+                && best.as_ref().is_none_or(|b| version.len() > b.len())
+            {
+                best = Some(version.to_string());
+            }
+        }
+    }
+    best
+}
+
+/// glibc's version from the name of its loader's directory entries
+/// (`libc.so.6` does not carry it); else from the ld.so file name.
+fn libc_version(facts: &Facts) -> Option<String> {
+    if !facts.is_live() {
+        return None;
+    }
+    let out = std::process::Command::new("getconf")
+        .arg("GNU_LIBC_VERSION")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().nth(1).map(String::from)
+}
+
+/// What the hostname resolves to: the answer Gloo and NCCL get when they
+/// advertise this node by name.
+pub fn resolve_hostname(hostname: &str) -> Vec<String> {
+    use std::net::ToSocketAddrs;
+    let mut addrs: Vec<String> = (hostname, 0)
+        .to_socket_addrs()
+        .map(|it| it.map(|a| a.ip().to_string()).collect())
+        .unwrap_or_default();
+    addrs.sort();
+    addrs.dedup();
+    addrs
+}
+
+/// The interface holding `ip`, from the kernel's address list.
+pub fn interface_of(ip: &str) -> Option<String> {
+    let ip: std::net::IpAddr = ip.parse().ok()?;
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for a in addrs {
+        let Some(sa) = a.address else { continue };
+        let matches = match ip {
+            std::net::IpAddr::V4(v4) => sa.as_sockaddr_in().is_some_and(|s| s.ip() == v4),
+            std::net::IpAddr::V6(v6) => sa.as_sockaddr_in6().is_some_and(|s| s.ip() == v6),
+        };
+        if matches {
+            return Some(a.interface_name);
+        }
+    }
+    None
+}
+
+/// A stable hash of the checklist as configured: ids, kinds, severities and
+/// parameters, so two nodes running different checklists are told apart.
+pub fn checklist_hash(checks: &[std::sync::Arc<crate::checklist::Check>]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for c in checks {
+        h.update(c.id.as_bytes());
+        h.update(b"|");
+        h.update(c.kind.name.as_bytes());
+        h.update(b"|");
+        h.update(format!("{:?}", c.severity).as_bytes());
+        h.update(b"|");
+        h.update(c.probe.params().to_string().as_bytes());
+        h.update(b"\n");
+    }
+    super::auth::hex(&h.finalize()[..6])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_process_variables_are_not_compared() {
+        for name in [
+            "CUDA_VISIBLE_DEVICES",
+            "CCL_LOCAL_RANK",
+            "OMPI_MCA_ess_base_vpid",
+            "OMPI_MCA_orte_local_daemon_uri",
+            "OMPI_MCA_orte_ess_node_rank",
+        ] {
+            assert!(per_process(name), "{name}");
+        }
+        for name in [
+            "NCCL_IB_HCA",
+            "OMPI_MCA_btl_tcp_if_include",
+            "MASTER_PORT",
+            "CCL_WORKER_COUNT",
+        ] {
+            assert!(!per_process(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn absurd_timestamps_do_not_overflow() {
+        let c = Clock::sample(i64::MIN, i64::MAX, i64::MIN, i64::MAX);
+        assert!(c.offset_ms.is_finite() && c.rtt_ms.is_finite());
+    }
+
+    #[test]
+    fn clock_sample_is_ntp_style() {
+        // Client 50 ms ahead of the server, 2 ms each way, 1 ms in server.
+        let c = Clock::sample(1_050_000, 1_002_000, 1_003_000, 1_055_000);
+        assert!((c.offset_ms - 50.0).abs() < 0.01, "{c:?}");
+        assert!((c.rtt_ms - 4.0).abs() < 0.01, "{c:?}");
+    }
+}

@@ -1,0 +1,672 @@
+//! Cross-node comparison, as checklist kinds with `scope: cluster`: rank 0
+//! evaluates them over every node's check-in, so operators tune their
+//! thresholds and severities in YAML like any other check.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::reachability::Probe as ReachProbe;
+use super::report::NodeView;
+use crate::checklist::Check;
+use crate::checklist::values::Span;
+use crate::facts::Facts;
+use crate::kinds::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
+use crate::result::{CheckResult, Finding, Status};
+
+/// What cluster kinds look at.
+pub struct View<'a> {
+    pub nodes: &'a [NodeView],
+    pub probes: &'a [ReachProbe],
+    pub findings: &'a [String],
+}
+
+pub trait ClusterProbe: Send + Sync {
+    fn evaluate_cluster(&self, view: &View<'_>) -> Finding;
+}
+
+/// Evaluates the cluster-scope checks on rank 0.
+pub fn evaluate(checks: &[Arc<Check>], view: &View<'_>, facts: &Facts) -> Vec<CheckResult> {
+    checks
+        .iter()
+        .filter_map(|c| {
+            let probe = c.probe.cluster()?;
+            let start = std::time::Instant::now();
+            let finding = if let Some(reason) = c.when.unmet(facts) {
+                Finding::skip(reason)
+            } else {
+                probe.evaluate_cluster(view)
+            };
+            Some(crate::engine::complete(c, finding, start.elapsed(), facts))
+        })
+        .collect()
+}
+
+/// The skip reason a cluster check gets where it is not evaluated.
+pub const NOT_HERE: &str = "scope: cluster: compared across nodes by rank 0 during `preflight run`";
+
+fn local_skip() -> ProbeFuture {
+    Box::pin(async { Finding::skip(NOT_HERE) })
+}
+
+/// Groups nodes by a value: value -> node names, largest group first.
+fn groups(nodes: &[NodeView], value: impl Fn(&NodeView) -> String) -> Vec<(String, Vec<String>)> {
+    let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for n in nodes {
+        map.entry(value(n)).or_default().push(n.name.clone());
+    }
+    let mut list: Vec<(String, Vec<String>)> = map.into_iter().collect();
+    list.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+    list
+}
+
+fn describe(what: &str, groups: &[(String, Vec<String>)]) -> String {
+    let parts: Vec<String> = groups
+        .iter()
+        .map(|(v, nodes)| format!("{v} on {}", nodes.join(", ")))
+        .collect();
+    let odd: Vec<String> = groups[1..].iter().flat_map(|g| g.1.clone()).collect();
+    format!("{what}: {} (odd: {})", parts.join("; "), odd.join(", "))
+}
+
+macro_rules! cluster_kind {
+    ($ty:ty) => {
+        impl Probe for $ty {
+            fn evaluate(self: Arc<Self>, _facts: Arc<Facts>) -> ProbeFuture {
+                local_skip()
+            }
+            fn cluster(&self) -> Option<&dyn ClusterProbe> {
+                Some(self)
+            }
+        }
+    };
+}
+
+// ---- cluster_versions ------------------------------------------------------
+
+pub const VERSIONS: KindInfo = KindInfo {
+    name: "cluster_versions",
+    area: "cluster",
+    summary: "Every node runs the same versions: tool, checklist, kernel, driver, CUDA, NCCL, oneCCL, libc. Groups nodes by value and names the odd ones.",
+    params: &[ParamDoc {
+        name: "fields",
+        ty: "list of strings",
+        default: Some("[tool, checklist, kernel, driver, cuda, nccl, oneccl, libc]"),
+        doc: "Which versions must agree.",
+    }],
+    hint_vars: &[],
+    parse: parse_params::<Versions>,
+};
+
+const VERSION_FIELDS: &[&str] = &[
+    "tool",
+    "checklist",
+    "kernel",
+    "driver",
+    "cuda",
+    "nccl",
+    "oneccl",
+    "libc",
+];
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Versions {
+    #[serde(default = "default_fields")]
+    fields: Vec<String>,
+}
+
+fn default_fields() -> Vec<String> {
+    VERSION_FIELDS.iter().map(|s| s.to_string()).collect()
+}
+
+impl Params for Versions {
+    fn validate(&self) -> Result<(), String> {
+        for f in &self.fields {
+            if !VERSION_FIELDS.contains(&f.as_str()) {
+                return Err(format!(
+                    "unknown version field `{f}`; valid: {}",
+                    VERSION_FIELDS.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+cluster_kind!(Versions);
+
+impl ClusterProbe for Versions {
+    fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
+        let mut differences = Vec::new();
+        for field in &self.fields {
+            let g = groups(view.nodes, |n| match field.as_str() {
+                "tool" => n.tool_version.clone(),
+                "checklist" => n.checklist_hash.clone(),
+                other => n
+                    .versions
+                    .get(other)
+                    .cloned()
+                    .unwrap_or_else(|| "not found".into()),
+            });
+            if g.len() > 1 {
+                differences.push(describe(field, &g));
+            }
+        }
+        if differences.is_empty() {
+            Finding::pass(format!(
+                "{} agree on {}",
+                super::report::count(self.fields.len(), "version"),
+                super::report::count(view.nodes.len(), "node")
+            ))
+        } else {
+            Finding::fail(differences.join("; "))
+        }
+    }
+}
+
+// ---- cluster_env -----------------------------------------------------------
+
+pub const ENV: KindInfo = KindInfo {
+    name: "cluster_env",
+    area: "cluster",
+    summary: "Every node's launch variables (NCCL_*, GLOO_*, CCL_*, MASTER_*, ...) have the same values; names the differing variables and nodes.",
+    params: &[
+        ParamDoc {
+            name: "prefixes",
+            ty: "list of strings",
+            default: Some(
+                "[NCCL_, GLOO_, CCL_, MASTER_, TORCH_, FI_, UCX_, I_MPI_, OMPI_MCA_, PYTORCH_, RCCL_, HCCL_]",
+            ),
+            doc: "Variables with these prefixes are compared.",
+        },
+        ParamDoc {
+            name: "ignore",
+            ty: "list of strings",
+            default: Some("[]"),
+            doc: "Variables that may differ (e.g. NCCL_DEBUG_FILE).",
+        },
+    ],
+    hint_vars: &[],
+    parse: parse_params::<EnvSame>,
+};
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvSame {
+    #[serde(default = "default_prefixes")]
+    prefixes: Vec<String>,
+    #[serde(default)]
+    ignore: Vec<String>,
+}
+
+fn default_prefixes() -> Vec<String> {
+    super::checkin::LAUNCH_PREFIXES
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+impl Params for EnvSame {}
+cluster_kind!(EnvSame);
+
+impl ClusterProbe for EnvSame {
+    fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
+        let mut names: Vec<&String> = view
+            .nodes
+            .iter()
+            .flat_map(|n| n.env.keys())
+            .filter(|k| self.prefixes.iter().any(|p| k.starts_with(p.as_str())))
+            .filter(|k| !self.ignore.contains(k))
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut differences = Vec::new();
+        for name in &names {
+            let g = groups(view.nodes, |n| {
+                n.env
+                    .get(*name)
+                    .map(|v| format!("{name}={v}"))
+                    .unwrap_or_else(|| format!("{name} unset"))
+            });
+            if g.len() > 1 {
+                differences.push(describe(name, &g));
+            }
+        }
+        if differences.is_empty() {
+            Finding::pass(format!(
+                "{} agree on {}",
+                super::report::count(names.len(), "launch variable"),
+                super::report::count(view.nodes.len(), "node")
+            ))
+        } else {
+            Finding::fail(differences.join("; "))
+                .measured(format!("{} variables differ", differences.len()))
+        }
+    }
+}
+
+// ---- cluster_devices -------------------------------------------------------
+
+pub const DEVICES: KindInfo = KindInfo {
+    name: "cluster_devices",
+    area: "cluster",
+    summary: "Every node has the same number of accelerators.",
+    params: &[],
+    hint_vars: &[],
+    parse: parse_params::<DevicesSame>,
+};
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevicesSame {}
+
+impl Params for DevicesSame {}
+cluster_kind!(DevicesSame);
+
+impl ClusterProbe for DevicesSame {
+    fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
+        let g = groups(view.nodes, |n| format!("{} devices", n.devices.count));
+        if g.len() > 1 {
+            Finding::fail(describe("device count", &g))
+        } else {
+            Finding::pass(format!(
+                "{} on each of {}",
+                g.first().map(|x| x.0.as_str()).unwrap_or("0 devices"),
+                super::report::count(view.nodes.len(), "node")
+            ))
+        }
+    }
+}
+
+// ---- cluster_clock ---------------------------------------------------------
+
+pub const CLOCK: KindInfo = KindInfo {
+    name: "cluster_clock",
+    area: "cluster",
+    summary: "Every node's clock is within a threshold of rank 0's, measured NTP-style over the rendezvous connection (offset ± RTT/2).",
+    params: &[ParamDoc {
+        name: "max_offset",
+        ty: "duration",
+        default: Some("100ms"),
+        doc: "Fail when a node's offset is certainly larger: |offset| - RTT/2 > max_offset.",
+    }],
+    hint_vars: &[],
+    parse: parse_params::<ClockSame>,
+};
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockSame {
+    #[serde(default = "default_offset")]
+    max_offset: Span,
+}
+
+fn default_offset() -> Span {
+    Span(Duration::from_millis(100))
+}
+
+impl Params for ClockSame {}
+cluster_kind!(ClockSame);
+
+impl ClusterProbe for ClockSame {
+    fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
+        let limit = self.max_offset.0.as_secs_f64() * 1000.0;
+        let mut bad = Vec::new();
+        let mut worst: f64 = 0.0;
+        let mut unmeasured = Vec::new();
+        for n in view.nodes {
+            let Some(c) = n.clock else {
+                unmeasured.push(n.name.clone());
+                continue;
+            };
+            worst = worst.max(c.offset_ms.abs());
+            if c.offset_ms.abs() - c.rtt_ms / 2.0 > limit {
+                bad.push(format!(
+                    "{} is {:+.1} ms ± {:.1} ms from rank 0's clock",
+                    n.name,
+                    c.offset_ms,
+                    c.rtt_ms / 2.0
+                ));
+            }
+        }
+        let expected = format!("within {limit:.0} ms");
+        if !bad.is_empty() {
+            Finding::fail(bad.join("; "))
+                .measured(format!("{worst:.1} ms"))
+                .expected(expected)
+        } else if !unmeasured.is_empty() {
+            Finding::error(format!("no clock sample from {}", unmeasured.join(", ")))
+        } else {
+            Finding::pass(format!("largest offset {worst:.1} ms"))
+                .measured(format!("{worst:.1} ms"))
+                .expected(expected)
+        }
+    }
+}
+
+// ---- cluster_node_checks ---------------------------------------------------
+
+pub const NODE_CHECKS: KindInfo = KindInfo {
+    name: "cluster_node_checks",
+    area: "cluster",
+    summary: "No node's own checklist failed: any node's failed local checks make the cluster not ready, listed by node.",
+    params: &[],
+    hint_vars: &[],
+    parse: parse_params::<NodeChecks>,
+};
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeChecks {}
+
+impl Params for NodeChecks {}
+cluster_kind!(NodeChecks);
+
+impl ClusterProbe for NodeChecks {
+    fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
+        let mut failed = Vec::new();
+        let mut incomplete = Vec::new();
+        for n in view.nodes {
+            let list: Vec<String> = n
+                .failed
+                .iter()
+                .filter(|f| f.status != Status::Warn)
+                .map(|f| format!("{} ({}: {})", f.id, f.status.name(), f.message))
+                .collect();
+            match n.local_verdict.as_str() {
+                "not_ready" => failed.push(format!("{}: {}", n.name, list.join(", "))),
+                "incomplete" => incomplete.push(format!("{}: {}", n.name, list.join(", "))),
+                _ => {}
+            }
+        }
+        if !failed.is_empty() {
+            failed.extend(incomplete);
+            Finding::fail(failed.join("; "))
+        } else if !incomplete.is_empty() {
+            Finding::error(incomplete.join("; "))
+        } else {
+            Finding::pass(format!(
+                "every node's checklist passed ({})",
+                super::report::count(view.nodes.len(), "node")
+            ))
+        }
+    }
+}
+
+// ---- cluster_reachability --------------------------------------------------
+
+pub const REACHABILITY: KindInfo = KindInfo {
+    name: "cluster_reachability",
+    area: "cluster",
+    summary: "Every node reaches every other node's probe listener (TCP connect and echo); names the node whose firewall drops or rejects.",
+    params: &[],
+    hint_vars: &[],
+    parse: parse_params::<Reach>,
+};
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reach {}
+
+impl Params for Reach {}
+cluster_kind!(Reach);
+
+impl ClusterProbe for Reach {
+    fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
+        if view.nodes.len() < 2 {
+            return Finding::pass("one node: no peers to probe");
+        }
+        let bad = view.probes.iter().filter(|p| p.status != "ok").count();
+        let worst = view
+            .probes
+            .iter()
+            .filter_map(|p| p.rtt_ms)
+            .fold(0.0f64, f64::max);
+        if bad == 0 && !view.probes.is_empty() {
+            Finding::pass(format!(
+                "{} probes ok, slowest {worst:.1} ms",
+                view.probes.len()
+            ))
+        } else if view.probes.is_empty() {
+            Finding::error("no probe results arrived before the deadline")
+        } else {
+            Finding::fail(view.findings.join("; "))
+                .measured(format!("{bad} of {} probes failed", view.probes.len()))
+        }
+    }
+}
+
+// ---- cluster_addresses -----------------------------------------------------
+
+pub const ADDRESSES: KindInfo = KindInfo {
+    name: "cluster_addresses",
+    area: "cluster",
+    summary: "Each node's hostname resolves to an address its peers can reach (not loopback), and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME, when set, select the interface the peers are reached on.",
+    params: &[],
+    hint_vars: &[],
+    parse: parse_params::<Addresses>,
+};
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Addresses {}
+
+impl Params for Addresses {}
+cluster_kind!(Addresses);
+
+/// Whether NCCL's interface selector picks `iface`: a comma list of
+/// prefixes, `=` for exact names, a leading `^` to exclude.
+pub fn nccl_picks(selector: &str, iface: &str) -> bool {
+    let (exclude, rest) = match selector.strip_prefix('^') {
+        Some(r) => (true, r),
+        None => (false, selector),
+    };
+    let (exact, rest) = match rest.strip_prefix('=') {
+        Some(r) => (true, r),
+        None => (false, rest),
+    };
+    let hit = rest
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .any(|p| {
+            if exact {
+                iface == p
+            } else {
+                iface.starts_with(p)
+            }
+        });
+    hit != exclude
+}
+
+impl ClusterProbe for Addresses {
+    fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
+        let multi = view.nodes.len() > 1;
+        let mut problems = Vec::new();
+        let mut notes = Vec::new();
+        for n in view.nodes {
+            let loopback = !n.hostname_addrs.is_empty()
+                && n.hostname_addrs.iter().all(|a| {
+                    a.parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback())
+                });
+            // Gloo advertises the address the hostname resolves to unless
+            // GLOO_SOCKET_IFNAME names an interface; NCCL picks interfaces
+            // itself, so only the former matters here.
+            if multi && loopback && !n.env.contains_key("GLOO_SOCKET_IFNAME") {
+                problems.push(format!(
+                    "{}: hostname `{}` resolves to {} (loopback) and GLOO_SOCKET_IFNAME is unset: Gloo advertises that address and peers on other nodes connect to themselves",
+                    n.name,
+                    n.hostname,
+                    n.hostname_addrs.join(", ")
+                ));
+            }
+            let Some(iface) = &n.interface else { continue };
+            let nccl = match n.env.get("NCCL_SOCKET_IFNAME") {
+                Some(sel) if nccl_picks(sel, iface) => format!("NCCL_SOCKET_IFNAME={sel} picks it"),
+                Some(sel) => format!("NCCL_SOCKET_IFNAME={sel} does not pick it"),
+                None => "NCCL_SOCKET_IFNAME unset".to_string(),
+            };
+            let gloo = match n.env.get("GLOO_SOCKET_IFNAME") {
+                Some(sel) if sel.split(',').any(|s| s.trim() == iface) => {
+                    format!("GLOO_SOCKET_IFNAME={sel} picks it")
+                }
+                Some(sel) => format!("GLOO_SOCKET_IFNAME={sel} does not pick it"),
+                None => "GLOO_SOCKET_IFNAME unset".to_string(),
+            };
+            notes.push(format!("{} via {iface} ({nccl}, {gloo})", n.name));
+            if let Some(sel) = n.env.get("NCCL_SOCKET_IFNAME")
+                && multi
+                && !nccl_picks(sel, iface)
+            {
+                problems.push(format!(
+                    "{}: NCCL_SOCKET_IFNAME={sel} would not pick {iface}, the interface its peers reach it on",
+                    n.name
+                ));
+            }
+            if let Some(sel) = n.env.get("GLOO_SOCKET_IFNAME")
+                && multi
+                && !sel.split(',').any(|s| s.trim() == iface)
+            {
+                problems.push(format!(
+                    "{}: GLOO_SOCKET_IFNAME={sel} would not pick {iface}, the interface its peers reach it on",
+                    n.name
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Finding::pass(if notes.is_empty() {
+                "addresses usable".to_string()
+            } else {
+                notes.join(", ")
+            })
+        } else {
+            Finding::fail(problems.join("; "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, nccl: &str, tool: &str, offset: f64) -> NodeView {
+        NodeView {
+            name: name.into(),
+            hostname: name.into(),
+            addr: "10.0.0.1".into(),
+            ranks: vec![0],
+            tool_version: tool.into(),
+            checklist_hash: "h".into(),
+            versions: [("nccl".to_string(), nccl.to_string())].into(),
+            env: [("NCCL_IB_HCA".to_string(), nccl.to_string())].into(),
+            devices: Default::default(),
+            clock: Some(crate::cluster::checkin::Clock {
+                offset_ms: offset,
+                rtt_ms: 0.4,
+            }),
+            interface: Some("eth0".into()),
+            hostname_addrs: vec!["10.0.0.1".into()],
+            local_verdict: "ready".into(),
+            failed: Vec::new(),
+        }
+    }
+
+    fn eval(probe: &dyn ClusterProbe, nodes: &[NodeView]) -> Finding {
+        probe.evaluate_cluster(&View {
+            nodes,
+            probes: &[],
+            findings: &[],
+        })
+    }
+
+    #[test]
+    fn odd_nodes_are_named_by_value() {
+        let nodes = [
+            node("a", "2.18", "1", 0.0),
+            node("b", "2.19", "1", 3.0),
+            node("c", "2.18", "2", -250.0),
+        ];
+        let v = eval(
+            &Versions {
+                fields: default_fields(),
+            },
+            &nodes,
+        );
+        assert_eq!(v.status, Status::Fail);
+        assert!(
+            v.message.contains("nccl: 2.18 on a, c; 2.19 on b (odd: b)"),
+            "{}",
+            v.message
+        );
+        assert!(
+            v.message.contains("tool: 1 on a, b; 2 on c (odd: c)"),
+            "{}",
+            v.message
+        );
+        let e = eval(
+            &EnvSame {
+                prefixes: default_prefixes(),
+                ignore: Vec::new(),
+            },
+            &nodes,
+        );
+        assert!(e.message.contains("NCCL_IB_HCA=2.19 on b"), "{}", e.message);
+        let ignored = EnvSame {
+            prefixes: default_prefixes(),
+            ignore: vec!["NCCL_IB_HCA".into()],
+        };
+        assert_eq!(eval(&ignored, &nodes).status, Status::Pass);
+        let c = eval(
+            &ClockSame {
+                max_offset: default_offset(),
+            },
+            &nodes,
+        );
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.message.contains("c is -250.0 ms") && !c.message.contains("b is"),
+            "{}",
+            c.message
+        );
+    }
+
+    #[test]
+    fn interface_selectors_that_miss_the_peers_interface_are_named() {
+        let mut a = node("a", "2.18", "1", 0.0);
+        let mut b = node("b", "2.18", "1", 0.0);
+        a.env.insert("NCCL_SOCKET_IFNAME".into(), "ib".into());
+        b.env.insert("NCCL_SOCKET_IFNAME".into(), "eth".into());
+        b.env.insert("GLOO_SOCKET_IFNAME".into(), "eth1".into());
+        let f = eval(&Addresses {}, &[a.clone(), b]);
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.message
+                .contains("a: NCCL_SOCKET_IFNAME=ib would not pick eth0"),
+            "{}",
+            f.message
+        );
+        assert!(
+            f.message
+                .contains("b: GLOO_SOCKET_IFNAME=eth1 would not pick eth0"),
+            "{}",
+            f.message
+        );
+        assert!(!f.message.contains("b: NCCL"), "{}", f.message);
+        // One node: nothing to reach, nothing to fail.
+        assert_eq!(eval(&Addresses {}, &[a]).status, Status::Pass);
+    }
+
+    #[test]
+    fn nccl_interface_selectors() {
+        assert!(nccl_picks("eth", "eth0"));
+        assert!(!nccl_picks("ib", "eth0"));
+        assert!(nccl_picks("^docker,lo", "eth0"));
+        assert!(!nccl_picks("^eth", "eth0"));
+        assert!(nccl_picks("=eth0", "eth0"));
+        assert!(!nccl_picks("=eth", "eth0"));
+        assert!(nccl_picks("ib,eth", "eth1"));
+    }
+}

@@ -1,0 +1,389 @@
+//! Who am I: this process's place in the job.
+//!
+//! Each field is taken from the first source that sets it, in this order:
+//!
+//! 1. command-line flags (`--nnodes`, `--node-rank`, `--nproc-per-node`,
+//!    `--master-addr`, `--master-port`);
+//! 2. torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+//!    MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID;
+//! 3. Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE,
+//!    SLURM_NODEID, SLURM_NNODES, SLURM_JOB_NODELIST (the master is its first
+//!    host when MASTER_ADDR is unset), SLURM_JOB_ID;
+//! 4. OpenMPI: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _NODE_RANK;
+//! 5. PMI/PMIx: PMI_RANK, PMI_SIZE, PMIX_RANK.
+//!
+//! Any node-mode flag makes this process a node agent that starts its local
+//! ranks itself, as torchrun does. Without flags and without any rank
+//! variable, it is a node agent of a one-node job whose ranks meet on
+//! loopback.
+
+use crate::facts::launch;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::hostlist;
+
+pub const DEFAULT_PORT: u16 = 29500;
+/// Far above any real job; a typo beyond it is an error, not a barrier
+/// that waits for millions of ranks.
+pub const MAX_WORLD: u32 = 1 << 20;
+
+/// Set by a node agent in its children's environment: "you are a rank,
+/// read your identity from the variables I gave you".
+pub const CHILD_MARKER: &str = "PREFLIGHT_NODE_CHILD";
+
+/// The cluster flags of `preflight run`.
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    pub nnodes: Option<u32>,
+    pub node_rank: Option<u32>,
+    /// `None`: not given; `Some(None)`: `auto`.
+    pub nproc_per_node: Option<Option<u32>>,
+    pub master_addr: Option<String>,
+    pub master_port: Option<u16>,
+}
+
+impl Flags {
+    fn node_mode(&self) -> bool {
+        self.nnodes.is_some() || self.node_rank.is_some() || self.nproc_per_node.is_some()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Identity {
+    pub rank: u32,
+    pub world_size: u32,
+    pub local_rank: u32,
+    pub local_world_size: u32,
+    pub node_rank: u32,
+    pub nnodes: Option<u32>,
+    pub master_addr: String,
+    /// 0 only inside a one-node job whose agent picks a free port.
+    pub master_port: u16,
+    pub job_id: Option<String>,
+    /// Which launcher's variables gave the rank: flags, torchrun, slurm,
+    /// openmpi, pmi, node (a preflight node agent), or none.
+    pub source: String,
+    /// Slurm's expanded nodelist, to say where a missing rank was expected.
+    pub nodelist: Vec<String>,
+}
+
+/// What this process is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// One rank of the job.
+    Rank(Identity),
+    /// A node agent: starts `nproc` local ranks; node rank 0 also serves.
+    Node(NodePlan),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePlan {
+    pub nnodes: u32,
+    pub node_rank: u32,
+    /// `None`: one per local accelerator, else one.
+    pub nproc: Option<u32>,
+    pub master_addr: String,
+    pub master_port: u16,
+    pub job_id: Option<String>,
+    pub nodelist: Vec<String>,
+}
+
+type Env = BTreeMap<String, String>;
+
+/// The first variable of `names` that is set and parses, with its name.
+fn first<T: std::str::FromStr>(env: &Env, names: &[&'static str]) -> Option<(T, &'static str)> {
+    names.iter().find_map(|name| {
+        let value = env.get(*name)?;
+        // SLURM_NTASKS_PER_NODE may read "2(x3)": the count comes first.
+        let head = value.trim().split('(').next().unwrap_or_default();
+        head.parse().ok().map(|v| (v, *name))
+    })
+}
+
+fn text(env: &Env, names: &[&str]) -> Option<String> {
+    names
+        .iter()
+        .find_map(|n| env.get(*n).map(|v| v.trim().to_string()))
+        .filter(|v| !v.is_empty())
+}
+
+const NODE_RANK: &[&str] = &["GROUP_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_NODE_RANK"];
+const NNODES: &[&str] = &["SLURM_NNODES", "SLURM_JOB_NUM_NODES"];
+const JOB_ID: &[&str] = &["TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
+
+fn source_of(var: &str) -> &'static str {
+    if var.starts_with("SLURM_") {
+        "slurm"
+    } else if var.starts_with("OMPI_") {
+        "openmpi"
+    } else if var.starts_with("PMI") {
+        "pmi"
+    } else {
+        "torchrun"
+    }
+}
+
+fn nodelist(env: &Env) -> Result<Vec<String>, String> {
+    match text(env, &["SLURM_JOB_NODELIST", "SLURM_NODELIST"]) {
+        Some(list) => hostlist::expand(&list).map_err(|e| format!("SLURM_JOB_NODELIST: {e}")),
+        None => Ok(Vec::new()),
+    }
+}
+
+fn master_addr(flags: &Flags, env: &Env, nodes: &[String]) -> String {
+    flags
+        .master_addr
+        .clone()
+        .or_else(|| text(env, &["MASTER_ADDR"]))
+        .or_else(|| nodes.first().cloned())
+        .unwrap_or_else(|| "127.0.0.1".to_string())
+}
+
+fn master_port(flags: &Flags, env: &Env, default: u16) -> Result<u16, String> {
+    if let Some(p) = flags.master_port {
+        return Ok(p);
+    }
+    match env.get("MASTER_PORT") {
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("MASTER_PORT=`{v}` is not a port number")),
+        None => Ok(default),
+    }
+}
+
+pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
+    let nodes = nodelist(env)?;
+    let job_id = text(env, JOB_ID);
+    let child = env.get(CHILD_MARKER).is_some_and(|v| v == "1");
+    // A node agent's children take what the agent resolved (the port it
+    // actually bound, for one) from the environment it gave them.
+    let none = Flags::default();
+    let flags = if child { &none } else { flags };
+    if flags.node_mode() && !child {
+        let nnodes = flags
+            .nnodes
+            .or_else(|| first(env, NNODES).map(|(v, _)| v))
+            .unwrap_or(1);
+        let node_rank = flags
+            .node_rank
+            .or_else(|| first(env, NODE_RANK).map(|(v, _)| v))
+            .unwrap_or(0);
+        if nnodes == 0 || nnodes > MAX_WORLD {
+            return Err(format!("--nnodes must be 1 to {MAX_WORLD}"));
+        }
+        if node_rank >= nnodes {
+            return Err(format!(
+                "--node-rank {node_rank} is out of range for --nnodes {nnodes}"
+            ));
+        }
+        let single = nnodes == 1;
+        return Ok(Role::Node(NodePlan {
+            nnodes,
+            node_rank,
+            nproc: flags.nproc_per_node.flatten(),
+            master_addr: master_addr(flags, env, &nodes),
+            master_port: master_port(flags, env, if single { 0 } else { DEFAULT_PORT })?,
+            job_id,
+            nodelist: nodes,
+        }));
+    }
+    let Some((rank, rank_var)) = first::<u32>(env, &launch::rank_vars()) else {
+        if let Some(name) = launch::rank_vars()
+            .into_iter()
+            .find(|n| env.contains_key(*n))
+        {
+            return Err(format!(
+                "{name}=`{}` is not a rank number",
+                env.get(name).map(String::as_str).unwrap_or_default()
+            ));
+        }
+        // Nothing set: a one-node job of this machine's ranks.
+        return Ok(Role::Node(NodePlan {
+            nnodes: 1,
+            node_rank: 0,
+            nproc: flags.nproc_per_node.flatten(),
+            master_addr: flags
+                .master_addr
+                .clone()
+                .unwrap_or_else(|| "127.0.0.1".into()),
+            master_port: master_port(flags, env, 0)?,
+            job_id,
+            nodelist: nodes,
+        }));
+    };
+    let world_size = first(env, &launch::size_vars())
+        .map(|(v, _)| v)
+        .unwrap_or(1);
+    if world_size == 0 || world_size > MAX_WORLD {
+        return Err(format!(
+            "world size {world_size} is out of range (1 to {MAX_WORLD})"
+        ));
+    }
+    let local_world_size = first(env, &launch::local_size_vars())
+        .map(|(v, _)| v)
+        .unwrap_or(1);
+    let local_rank = first(env, &launch::local_rank_vars())
+        .map(|(v, _)| v)
+        .unwrap_or(0);
+    let node_rank = first(env, NODE_RANK)
+        .map(|(v, _)| v)
+        .unwrap_or(rank / local_world_size.max(1));
+    let source = if child { "node" } else { source_of(rank_var) };
+    Ok(Role::Rank(Identity {
+        rank,
+        world_size,
+        local_rank,
+        local_world_size,
+        node_rank,
+        nnodes: first(env, NNODES).map(|(v, _)| v),
+        master_addr: master_addr(flags, env, &nodes),
+        master_port: master_port(flags, env, DEFAULT_PORT)?,
+        job_id,
+        source: source.to_string(),
+        nodelist: nodes,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Env {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn rank(flags: &Flags, pairs: &[(&str, &str)]) -> Identity {
+        match resolve(flags, &env(pairs)).unwrap() {
+            Role::Rank(id) => id,
+            other => panic!("expected a rank, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn torchrun_beats_slurm_beats_openmpi_beats_pmi() {
+        let all = [
+            ("RANK", "1"),
+            ("SLURM_PROCID", "2"),
+            ("OMPI_COMM_WORLD_RANK", "3"),
+            ("PMI_RANK", "4"),
+        ];
+        assert_eq!(rank(&Flags::default(), &all).rank, 1);
+        assert_eq!(rank(&Flags::default(), &all[1..]).rank, 2);
+        assert_eq!(rank(&Flags::default(), &all[2..]).rank, 3);
+        let id = rank(&Flags::default(), &all[3..]);
+        assert_eq!((id.rank, id.source.as_str()), (4, "pmi"));
+        assert_eq!(rank(&Flags::default(), &[("PMIX_RANK", "5")]).rank, 5);
+    }
+
+    #[test]
+    fn slurm_nodelist_gives_the_master_when_master_addr_is_unset() {
+        let vars = [
+            ("SLURM_PROCID", "5"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_NTASKS_PER_NODE", "2(x4)"),
+            ("SLURM_JOB_NODELIST", "gpu[001-004]"),
+            ("SLURM_JOB_ID", "77"),
+        ];
+        let id = rank(&Flags::default(), &vars);
+        assert_eq!(id.master_addr, "gpu001");
+        assert_eq!(id.master_port, DEFAULT_PORT);
+        assert_eq!(id.local_world_size, 2);
+        assert_eq!(id.node_rank, 2);
+        assert_eq!(id.job_id.as_deref(), Some("77"));
+        assert_eq!(id.nodelist.len(), 4);
+        let mut with_master = vars.to_vec();
+        with_master.push(("MASTER_ADDR", "10.0.0.9"));
+        assert_eq!(
+            rank(&Flags::default(), &with_master).master_addr,
+            "10.0.0.9"
+        );
+    }
+
+    #[test]
+    fn flags_beat_the_environment() {
+        let flags = Flags {
+            master_addr: Some("flaghost".into()),
+            master_port: Some(1234),
+            ..Flags::default()
+        };
+        let id = rank(
+            &flags,
+            &[
+                ("RANK", "0"),
+                ("MASTER_ADDR", "envhost"),
+                ("MASTER_PORT", "99"),
+            ],
+        );
+        assert_eq!(
+            (id.master_addr.as_str(), id.master_port),
+            ("flaghost", 1234)
+        );
+    }
+
+    #[test]
+    fn node_mode_flags_make_an_agent() {
+        let flags = Flags {
+            nnodes: Some(4),
+            node_rank: Some(2),
+            nproc_per_node: Some(Some(2)),
+            master_addr: Some("h0".into()),
+            master_port: None,
+        };
+        let Role::Node(plan) = resolve(&flags, &env(&[("RANK", "9")])).unwrap() else {
+            panic!("node mode");
+        };
+        assert_eq!((plan.nnodes, plan.node_rank, plan.nproc), (4, 2, Some(2)));
+        assert_eq!(plan.master_port, DEFAULT_PORT);
+        // The agent's children read their identity from the environment.
+        let child = rank(&flags, &[("RANK", "5"), (CHILD_MARKER, "1")]);
+        assert_eq!((child.rank, child.source.as_str()), (5, "node"));
+    }
+
+    #[test]
+    fn nothing_set_is_a_one_node_job_on_loopback() {
+        let Role::Node(plan) = resolve(&Flags::default(), &Env::new()).unwrap() else {
+            panic!("node mode");
+        };
+        assert_eq!(plan.nnodes, 1);
+        assert_eq!(plan.master_addr, "127.0.0.1");
+        assert_eq!(plan.master_port, 0);
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        assert!(resolve(&Flags::default(), &env(&[("RANK", "x")])).is_err());
+        assert!(
+            resolve(
+                &Flags::default(),
+                &env(&[("RANK", "0"), ("WORLD_SIZE", "0")])
+            )
+            .is_err()
+        );
+        assert!(
+            resolve(
+                &Flags::default(),
+                &env(&[("RANK", "0"), ("WORLD_SIZE", "99999999")])
+            )
+            .is_err()
+        );
+        assert!(
+            resolve(
+                &Flags::default(),
+                &env(&[("RANK", "0"), ("MASTER_PORT", "http")])
+            )
+            .is_err()
+        );
+        let flags = Flags {
+            nnodes: Some(2),
+            node_rank: Some(2),
+            ..Flags::default()
+        };
+        assert!(resolve(&flags, &Env::new()).is_err());
+    }
+}

@@ -1,0 +1,260 @@
+//! The cluster stage of `preflight run`: every rank meets the others at
+//! rank 0, the nodes are compared with each other, every node proves it
+//! reaches every other, and every rank leaves with the same verdict.
+//!
+//! One concept per module: `identity` (who am I), `hostlist` (Slurm
+//! nodelists), `protocol` (frames), `auth` (job token), `rendezvous`
+//! (serving and connecting), `checkin` (what a rank reports), `barrier`
+//! (who is missing), `compare` (cluster-scope kinds), `reachability`
+//! (probe matrix), `store` (key-value store for the collective stages),
+//! `report` (the cluster section), `node` (node mode: an agent that
+//! starts its local ranks).
+
+pub mod auth;
+pub mod barrier;
+pub mod checkin;
+pub mod compare;
+pub mod hostlist;
+pub mod identity;
+pub mod node;
+pub mod protocol;
+pub mod reachability;
+pub mod rendezvous;
+pub mod report;
+pub mod store;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::checklist::Check;
+use crate::facts::Facts;
+use crate::result::{CheckResult, Status, Verdict};
+use auth::Token;
+use identity::Identity;
+use report::ClusterReport;
+
+/// Everything a rank brings to the cluster stage.
+pub struct RankInput {
+    pub identity: Identity,
+    pub facts: Arc<Facts>,
+    pub local: Vec<CheckResult>,
+    pub local_verdict: Verdict,
+    pub checklist_hash: String,
+    pub timeout: Duration,
+    /// When this process started: the barrier's deadline counts from here.
+    pub started: Instant,
+}
+
+pub fn clock_offset(facts: &Facts) -> i64 {
+    facts
+        .env(rendezvous::TEST_CLOCK_OFFSET)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+pub fn master_label(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// The verdict of a rank that could not take part: it names why.
+pub fn failure(world_size: u32, master: String, token: &Token, message: String) -> ClusterReport {
+    let hint = "Compare MASTER_ADDR and MASTER_PORT on every rank; check that rank 0 started and that no firewall on its host blocks the port (`iptables -S`, `nft list ruleset`).";
+    let check = barrier::synthetic(
+        "cluster.rendezvous",
+        "rendezvous",
+        Status::Fail,
+        message,
+        Some(hint.into()),
+    );
+    ClusterReport {
+        verdict: Verdict::NotReady,
+        exit_code: Verdict::NotReady.exit_code().code(),
+        world_size,
+        master,
+        token: format!("{} ({})", token.source, token.fingerprint()),
+        duration_ms: 0,
+        nodes: Vec::new(),
+        barrier: report::Barrier::default(),
+        checks: vec![check],
+        reachability: report::Matrix::default(),
+        warnings: Vec::new(),
+    }
+}
+
+/// Rank 0 of a launcher-started job serves the rendezvous itself.
+fn serves(identity: &Identity) -> bool {
+    identity.rank == 0 && identity.source != "node"
+}
+
+/// One rank's cluster stage: serve (rank 0 of a launcher-started job),
+/// connect, check in, probe, and return the verdict rank 0 sent.
+/// The rendezvous server of a launcher-started rank 0, or `None` for the
+/// other ranks. Started before the checklist runs, so that the other ranks
+/// find the port open as early as possible; `Err` is the verdict when the
+/// port cannot be bound.
+pub type Server = Result<Option<tokio::task::JoinHandle<ClusterReport>>, Box<ClusterReport>>;
+
+pub struct ServerInput<'a> {
+    pub identity: &'a Identity,
+    pub facts: &'a Arc<Facts>,
+    pub cluster_checks: Vec<Arc<Check>>,
+    pub timeout: Duration,
+    pub strict: bool,
+    pub started: Instant,
+}
+
+pub async fn start_server(input: ServerInput<'_>) -> Server {
+    let id = input.identity;
+    if !serves(id) {
+        return Ok(None);
+    }
+    let token = Token::resolve(input.facts.env_vars());
+    let master = master_label(&id.master_addr, id.master_port);
+    match rendezvous::bind(&id.master_addr, id.master_port).await {
+        Ok(listener) => Ok(Some(tokio::spawn(rendezvous::serve(
+            rendezvous::ServerConfig {
+                bound: rendezvous::bound_name(&id.master_addr, &listener),
+                world_size: id.world_size,
+                local_world_size: id.local_world_size,
+                nodelist: id.nodelist.clone(),
+                master,
+                token,
+                started: input.started,
+                deadline: input.started + input.timeout,
+                timeout: input.timeout,
+                strict: input.strict,
+                clock_offset_ms: clock_offset(input.facts),
+                checks: input.cluster_checks,
+                facts: Arc::clone(input.facts),
+            },
+            listener,
+        )))),
+        Err(e) => {
+            let why = node::bind_failure(&id.master_addr, id.master_port, &e, &token).await;
+            Err(Box::new(failure(id.world_size, master, &token, why)))
+        }
+    }
+}
+
+pub async fn rank_stage(input: RankInput, server: Server) -> ClusterReport {
+    let id = &input.identity;
+    let facts = &input.facts;
+    let token = Token::resolve(facts.env_vars());
+    let offset = clock_offset(facts);
+    let deadline = input.started + input.timeout;
+    let master = master_label(&id.master_addr, id.master_port);
+    let server = match server {
+        Ok(s) => s,
+        Err(report) => return *report,
+    };
+
+    let cfg = rendezvous::ClientConfig {
+        master_addr: id.master_addr.clone(),
+        master_port: id.master_port,
+        token: token.clone(),
+        deadline,
+        verdict_deadline: deadline + Duration::from_secs(3),
+        timeout: input.timeout,
+        clock_offset_ms: offset,
+    };
+    let result = session(&cfg, &input).await;
+    if let Some(server) = server {
+        // Rank 0's own verdict may arrive before the others' are written:
+        // stay until the server has sent them all.
+        let _ = tokio::time::timeout_at(cfg.verdict_deadline, server).await;
+    }
+    match result {
+        Ok(report) => report,
+        Err(message) => failure(id.world_size, master, &token, message),
+    }
+}
+
+async fn session(
+    cfg: &rendezvous::ClientConfig,
+    input: &RankInput,
+) -> Result<ClusterReport, String> {
+    let mut stream = rendezvous::connect(cfg).await?;
+    let local_ip = stream
+        .local_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
+    // The probe listener lives on the address this rank reaches the master
+    // from: the one its peers will have to reach.
+    let probe_listener = tokio::net::TcpListener::bind((local_ip.as_str(), 0))
+        .await
+        .ok();
+    let probe_addr = probe_listener
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .map(|a| a.to_string());
+    // Serves peers' probes until this session ends, whichever way it ends.
+    let _probe_task = probe_listener.map(|l| AbortOnDrop(tokio::spawn(reachability::serve(l))));
+
+    let clock_deadline = (Instant::now() + Duration::from_secs(2)).min(cfg.deadline);
+    let clock = rendezvous::sample_clock(&mut stream, cfg.clock_offset_ms, clock_deadline).await;
+
+    let facts = Arc::clone(&input.facts);
+    let ip = local_ip.clone();
+    let gathered = tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio::task::spawn_blocking(move || {
+            let hostname = facts.hostname().to_string();
+            let names = facts.env_vars().keys().cloned().collect::<Vec<_>>();
+            (
+                checkin::resolve_hostname(&hostname),
+                checkin::interface_of(&ip),
+                checkin::versions(&facts),
+                checkin::devices(&facts),
+                checkin::launch_env(&facts, names.into_iter()),
+                hostname,
+            )
+        }),
+    )
+    .await;
+    let Ok(Ok((hostname_addrs, interface, versions, devices, env, hostname))) = gathered else {
+        return Err("gathering this node's versions and addresses took longer than 3 s".into());
+    };
+    let facts = &input.facts;
+    let checkin = checkin::CheckIn {
+        identity: input.identity.clone(),
+        hostname,
+        addr: local_ip,
+        pid: std::process::id(),
+        tool_version: facts
+            .env(checkin::TEST_VERSION)
+            .unwrap_or(crate::report::TOOL.version)
+            .to_string(),
+        checklist_hash: input.checklist_hash.clone(),
+        local_verdict: input.local_verdict.name().to_string(),
+        failed: checkin::failed_checks(&input.local),
+        versions,
+        env,
+        devices,
+        clock,
+        hostname_addrs,
+        probe_addr,
+        interface,
+    };
+    protocol::write(
+        &mut stream,
+        &protocol::Msg::CheckIn(Box::new(checkin)),
+        cfg.verdict_deadline,
+    )
+    .await
+    .map_err(|e| format!("cannot check in with the master: {e}"))?;
+    rendezvous::await_verdict(&mut stream, cfg.verdict_deadline).await
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,251 @@
+//! All-pairs reachability: every node connects to every other node's probe
+//! listener and exchanges a short echo. TCP tells the failures apart: a
+//! reset is `refused` (nothing listens, or a firewall REJECTs), silence is
+//! `timed_out` (a firewall DROPs), an ICMP error is `unreachable`.
+//!
+//! Up to `ALL_PAIRS_MAX` nodes every ordered pair is probed (N×(N-1)
+//! connects, in parallel per node). Above it each node probes its ring
+//! neighbours and its hypercube partners (i XOR 2^k), O(N log N) in all,
+//! which still crosses every switch boundary of a typical fabric.
+
+use std::io::ErrorKind;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+
+pub const ALL_PAIRS_MAX: usize = 64;
+const ECHO: &[u8; 8] = b"pfprobe\n";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Target {
+    pub node: usize,
+    pub addr: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Probe {
+    pub from: usize,
+    pub to: usize,
+    /// ok, refused, timed_out, unreachable, error
+    pub status: String,
+    pub rtt_ms: Option<f64>,
+    pub detail: Option<String>,
+}
+
+/// Which nodes node `i` of `n` probes.
+pub fn partners(i: usize, n: usize) -> Vec<usize> {
+    if n <= ALL_PAIRS_MAX {
+        return (0..n).filter(|&j| j != i).collect();
+    }
+    let mut out = vec![(i + 1) % n, (i + n - 1) % n];
+    let mut bit = 1;
+    while bit < n {
+        let j = i ^ bit;
+        if j < n {
+            out.push(j);
+        }
+        bit <<= 1;
+    }
+    out.sort_unstable();
+    out.dedup();
+    out.retain(|&j| j != i);
+    out
+}
+
+/// Serves echoes until the task is dropped. Each connection gets one
+/// second: a peer that connects and says nothing costs nothing else.
+pub async fn serve(listener: TcpListener) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                let mut buf = [0u8; 8];
+                stream.read_exact(&mut buf).await?;
+                stream.write_all(&buf).await
+            })
+            .await;
+        });
+    }
+}
+
+pub async fn probe(from: usize, target: &Target, timeout: Duration) -> Probe {
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let mut result = Probe {
+        from,
+        to: target.node,
+        status: "ok".into(),
+        rtt_ms: None,
+        detail: None,
+    };
+    let connect = tokio::time::timeout_at(deadline, TcpStream::connect(&target.addr)).await;
+    let mut stream = match connect {
+        Err(_) => {
+            result.status = "timed_out".into();
+            result.detail = Some(format!(
+                "no answer within {} ms (packets dropped)",
+                timeout.as_millis()
+            ));
+            return result;
+        }
+        Ok(Err(e)) => {
+            result.status = classify(&e).into();
+            result.detail = Some(e.to_string());
+            return result;
+        }
+        Ok(Ok(s)) => s,
+    };
+    let echo = tokio::time::timeout_at(deadline, async {
+        stream.write_all(ECHO).await?;
+        let mut buf = [0u8; 8];
+        stream.read_exact(&mut buf).await?;
+        Ok::<bool, std::io::Error>(&buf == ECHO)
+    })
+    .await;
+    match echo {
+        Ok(Ok(true)) => result.rtt_ms = Some(start.elapsed().as_secs_f64() * 1000.0),
+        Ok(Ok(false)) => {
+            result.status = "error".into();
+            result.detail = Some("connected, but the echo came back wrong".into());
+        }
+        Ok(Err(e)) => {
+            result.status = "error".into();
+            result.detail = Some(format!("connected, but the echo failed: {e}"));
+        }
+        Err(_) => {
+            result.status = "timed_out".into();
+            result.detail = Some("connected, but no echo before the deadline".into());
+        }
+    }
+    result
+}
+
+pub fn classify(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset => "refused",
+        ErrorKind::TimedOut => "timed_out",
+        ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => "unreachable",
+        _ => match e.raw_os_error() {
+            Some(libc::EHOSTUNREACH | libc::ENETUNREACH) => "unreachable",
+            _ => "error",
+        },
+    }
+}
+
+/// The probes of one node, all at once.
+pub async fn probe_all(from: usize, targets: &[Target], timeout: Duration) -> Vec<Probe> {
+    let mut set = tokio::task::JoinSet::new();
+    for t in targets {
+        let t = t.clone();
+        set.spawn(async move { probe(from, &t, timeout).await });
+    }
+    let mut out = Vec::new();
+    while let Some(r) = set.join_next().await {
+        if let Ok(p) = r {
+            out.push(p);
+        }
+    }
+    out.sort_by_key(|p| p.to);
+    out
+}
+
+/// Reads the matrix for patterns: a node that every peer fails to reach
+/// while it reaches them is the one whose firewall (or listener) is at
+/// fault; a node that reaches nobody has a fault on its own side.
+pub fn culprits(n: usize, probes: &[Probe], names: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (x, name) in names.iter().enumerate().take(n) {
+        let inbound: Vec<&Probe> = probes.iter().filter(|p| p.to == x).collect();
+        let outbound: Vec<&Probe> = probes.iter().filter(|p| p.from == x).collect();
+        let in_failed = inbound.iter().filter(|p| p.status != "ok").count();
+        let out_ok = outbound.iter().filter(|p| p.status == "ok").count();
+        if !inbound.is_empty() && in_failed == inbound.len() && out_ok > 0 {
+            let kind = &inbound[0].status;
+            let how = match kind.as_str() {
+                "timed_out" => "drops incoming connections (a firewall DROP rule?)",
+                "refused" => "refuses incoming connections (a firewall REJECT rule?)",
+                _ => "cannot be reached",
+            };
+            out.push(format!(
+                "{name} {how}: every peer failed to reach it ({kind}) while it reached {out_ok} of {}",
+                outbound.len()
+            ));
+        } else if !outbound.is_empty() && out_ok == 0 && in_failed < inbound.len() {
+            out.push(format!(
+                "{name} reaches none of its peers while they reach it: its outgoing traffic is blocked"
+            ));
+        }
+    }
+    if out.is_empty() {
+        for p in probes.iter().filter(|p| p.status != "ok") {
+            out.push(format!(
+                "{} -> {}: {}",
+                names[p.from], names[p.to], p.status
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_clusters_probe_all_pairs_large_ones_a_subset() {
+        assert_eq!(partners(1, 4), vec![0, 2, 3]);
+        let n = 1000;
+        let p = partners(5, n);
+        assert!(p.contains(&4) && p.contains(&6) && p.contains(&(5 ^ 512)));
+        assert!(p.len() <= 2 + 10, "{p:?}");
+        assert_eq!(partners(0, 1), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_node_everyone_fails_to_reach_is_named() {
+        let names: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let mut probes = Vec::new();
+        for from in 0..3 {
+            for to in 0..3 {
+                if from != to {
+                    probes.push(Probe {
+                        from,
+                        to,
+                        status: if to == 2 { "timed_out" } else { "ok" }.into(),
+                        rtt_ms: None,
+                        detail: None,
+                    });
+                }
+            }
+        }
+        let c = culprits(3, &probes, &names);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(c[0].starts_with("c drops"), "{c:?}");
+    }
+
+    #[test]
+    fn refused_and_dropped_are_told_apart() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // A port that was just free: nothing listens, the kernel resets.
+            let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = free.local_addr().unwrap().to_string();
+            drop(free);
+            let p = probe(0, &Target { node: 1, addr }, Duration::from_secs(1)).await;
+            assert_eq!(p.status, "refused", "{p:?}");
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap().to_string();
+            tokio::spawn(serve(l));
+            let p = probe(0, &Target { node: 1, addr }, Duration::from_secs(1)).await;
+            assert_eq!(p.status, "ok", "{p:?}");
+        });
+    }
+}

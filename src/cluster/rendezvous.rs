@@ -1,0 +1,792 @@
+//! The rendezvous: rank 0 (the node-rank-0 agent in node mode) serves on
+//! MASTER_ADDR:MASTER_PORT; every rank connects with backoff until its
+//! deadline, authenticates, samples the clock, checks in, runs the probes
+//! it is told to, and waits for the verdict.
+//!
+//! Each connection is its own task with its own deadlines, so garbage, an
+//! oversized frame, a half-open or a slow connection is dropped (and
+//! counted in the report) without disturbing the others. Nothing waits
+//! without a deadline: the barrier ends at `--timeout` after rank 0
+//! started, the probes at most 0.8 s later, and the verdict goes out
+//! right after.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Mutex, mpsc};
+use tokio::time::Instant;
+
+use super::auth::{self, AuthError, OTHER_JOB, Token};
+use super::barrier::{self, BarrierState, ConnId};
+use super::checkin::{CheckIn, Clock};
+use super::compare::{self, View};
+use super::protocol::{self, FrameError, Msg};
+use super::reachability::{self, Probe, Target};
+use super::report::{ClusterReport, Matrix, NodeView};
+use super::store::Store;
+use crate::checklist::Check;
+use crate::checklist::values::format_duration;
+use crate::facts::Facts;
+use crate::result::Verdict;
+
+/// A client that has not authenticated by then is dropped: slowloris and
+/// half-open connections cost one task for this long at most.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
+/// Each connect attempt's limit; a DROPped SYN is retried by the kernel
+/// for minutes otherwise.
+const CONNECT_LIMIT: Duration = Duration::from_secs(2);
+const CLOCK_SAMPLES: usize = 5;
+/// Connections still authenticating at once; beyond this a flood of
+/// junk connections is closed at accept and cannot exhaust memory or
+/// descriptors, while the job's ranks (thousands at most) fit.
+const MAX_PENDING: usize = 4096;
+
+/// Test hook: milliseconds added to this process's wall clock readings, so
+/// a test stages a skewed node without touching the machine's clock.
+pub const TEST_CLOCK_OFFSET: &str = "PREFLIGHT_TEST_CLOCK_OFFSET_MS";
+
+pub fn now_us(offset_ms: i64) -> i64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    t.as_micros() as i64 + offset_ms * 1000
+}
+
+type Writer = Arc<Mutex<OwnedWriteHalf>>;
+
+enum Event {
+    Arrived {
+        conn: ConnId,
+        checkin: Box<CheckIn>,
+        writer: Writer,
+    },
+    Lost {
+        conn: ConnId,
+        reason: String,
+    },
+    OtherJob {
+        peer: String,
+    },
+    Dropped {
+        peer: String,
+        reason: String,
+    },
+    Probes {
+        results: Vec<Probe>,
+    },
+}
+
+pub struct ServerConfig {
+    pub world_size: u32,
+    pub local_world_size: u32,
+    pub nodelist: Vec<String>,
+    /// host:port, as ranks were told.
+    pub master: String,
+    pub token: Token,
+    pub started: Instant,
+    /// The barrier's deadline.
+    pub deadline: Instant,
+    pub timeout: Duration,
+    pub strict: bool,
+    pub clock_offset_ms: i64,
+    /// Where the listener is bound, when MASTER_ADDR is a name: a name
+    /// that resolves to loopback here (Debian's 127.0.1.1) cannot be
+    /// reached from other nodes. `None` for an address given as such.
+    pub bound: Option<(String, SocketAddr)>,
+    /// The cluster-scope checks.
+    pub checks: Vec<Arc<Check>>,
+    pub facts: Arc<Facts>,
+}
+
+/// Binds the rendezvous port: MASTER_ADDR's address where it is local,
+/// else every address (the master may be named by an alias).
+/// What `ServerConfig::bound` should hold for a listener on `addr`.
+pub fn bound_name(addr: &str, listener: &TcpListener) -> Option<(String, SocketAddr)> {
+    if addr.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    Some((addr.to_string(), listener.local_addr().ok()?))
+}
+
+pub async fn bind(addr: &str, port: u16) -> Result<TcpListener, std::io::Error> {
+    let resolved: Vec<SocketAddr> = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::lookup_host((addr, port)),
+    )
+    .await
+    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "resolving timed out"))??
+    .collect();
+    let mut last = None;
+    for a in &resolved {
+        match TcpListener::bind(a).await {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    match TcpListener::bind(("0.0.0.0", port)).await {
+        Ok(l) => Ok(l),
+        Err(e) => Err(last.unwrap_or(e)),
+    }
+}
+
+pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let store = Arc::new(Store::default());
+    // Connection tasks live until the verdict has gone out, and no longer.
+    let end = cfg.deadline + Duration::from_secs(3);
+    let accept = tokio::spawn(accept_loop(
+        listener,
+        cfg.token.clone(),
+        tx.clone(),
+        store,
+        end,
+        cfg.clock_offset_ms,
+    ));
+    drop(tx);
+    let mut state = BarrierState::new(cfg.world_size, cfg.local_world_size, cfg.nodelist.clone());
+    let mut writers: HashMap<ConnId, Writer> = HashMap::new();
+    let mut probes: Vec<Probe> = Vec::new();
+    let mut replies = 0usize;
+
+    while !state.complete() {
+        match tokio::time::timeout_at(cfg.deadline, rx.recv()).await {
+            Ok(Some(ev)) => handle(ev, &mut state, &mut writers, &mut probes, &mut replies),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    let waited = cfg.started.elapsed();
+
+    // Reachability among the nodes that are here.
+    let nodes = build_nodes(&state);
+    let n = nodes.len();
+    let now = Instant::now();
+    let probe_deadline = (now + Duration::from_secs(2))
+        .min((cfg.deadline + Duration::from_millis(800)).max(now + Duration::from_millis(300)));
+    let probe_timeout = probe_deadline
+        .saturating_duration_since(now)
+        .saturating_sub(Duration::from_millis(150))
+        .min(Duration::from_secs(1))
+        .max(Duration::from_millis(100));
+    let mut expected_replies = 0;
+    if n > 1 {
+        for (i, (_, rep)) in nodes.iter().enumerate() {
+            let Some((conn, _)) = state.arrivals.get(rep) else {
+                continue;
+            };
+            let targets: Vec<Target> = reachability::partners(i, n)
+                .into_iter()
+                .filter_map(|j| {
+                    let rep_j = nodes[j].1;
+                    let addr = state.arrivals.get(&rep_j)?.1.probe_addr.clone()?;
+                    Some(Target { node: j, addr })
+                })
+                .collect();
+            if let Some(w) = writers.get(conn) {
+                let msg = Msg::ProbePlan {
+                    node: i,
+                    targets,
+                    timeout_ms: probe_timeout.as_millis() as u64,
+                };
+                if protocol::write(&mut *w.lock().await, &msg, probe_deadline)
+                    .await
+                    .is_ok()
+                {
+                    expected_replies += 1;
+                }
+            }
+        }
+        replies = 0;
+        while replies < expected_replies {
+            match tokio::time::timeout_at(probe_deadline, rx.recv()).await {
+                Ok(Some(ev)) => handle(ev, &mut state, &mut writers, &mut probes, &mut replies),
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+    // Late arrivals (a second claimant of a rank) and losses still count.
+    while let Ok(ev) = rx.try_recv() {
+        handle(ev, &mut state, &mut writers, &mut probes, &mut replies);
+    }
+
+    let report = assemble(&cfg, &state, nodes, probes, waited);
+    let verdict = Msg::Verdict(Box::new(report.clone()));
+    let frame_deadline = Instant::now() + Duration::from_millis(500);
+    let mut sends = tokio::task::JoinSet::new();
+    for w in writers.into_values() {
+        let msg = verdict.clone();
+        sends.spawn(async move {
+            let _ = protocol::write(&mut *w.lock().await, &msg, frame_deadline).await;
+        });
+    }
+    while sends.join_next().await.is_some() {}
+    accept.abort();
+    report
+}
+
+fn handle(
+    ev: Event,
+    state: &mut BarrierState,
+    writers: &mut HashMap<ConnId, Writer>,
+    probes: &mut Vec<Probe>,
+    replies: &mut usize,
+) {
+    match ev {
+        Event::Arrived {
+            conn,
+            checkin,
+            writer,
+        } => {
+            // Duplicates and ranks outside the world are recorded by the
+            // barrier and still get the verdict, so they exit with it too.
+            writers.insert(conn, writer);
+            state.arrive(conn, *checkin);
+        }
+        Event::Lost { conn, reason } => {
+            writers.remove(&conn);
+            state.lose(conn, &reason);
+        }
+        Event::OtherJob { peer } => state.other_job_clients.push(peer),
+        Event::Dropped { peer, reason } => {
+            // A flood of junk must not grow the report without bound.
+            if state.dropped.len() < 32 {
+                state.dropped.push(format!("{peer}: {reason}"));
+            }
+        }
+        Event::Probes { results } => {
+            probes.extend(results);
+            *replies += 1;
+        }
+    }
+}
+
+/// Nodes in order of their lowest rank, with that rank (the node's
+/// representative for probes).
+fn build_nodes(state: &BarrierState) -> Vec<(NodeView, u32)> {
+    let mut order: Vec<(String, String)> = Vec::new();
+    let mut members: HashMap<(String, String), Vec<&CheckIn>> = HashMap::new();
+    for (_, c) in state.arrivals.values() {
+        let key = (c.hostname.clone(), c.addr.clone());
+        if !members.contains_key(&key) {
+            order.push(key.clone());
+        }
+        members.entry(key).or_default().push(c);
+    }
+    let unique_hostnames = {
+        let mut h: Vec<&String> = order.iter().map(|k| &k.0).collect();
+        h.sort();
+        h.dedup();
+        h.len() == order.len()
+    };
+    order
+        .into_iter()
+        .map(|key| {
+            let list = &members[&key];
+            let first = list[0];
+            let mut failed = Vec::new();
+            for c in list {
+                for f in &c.failed {
+                    if !failed
+                        .iter()
+                        .any(|x: &super::checkin::FailedCheck| x.id == f.id)
+                    {
+                        failed.push(f.clone());
+                    }
+                }
+            }
+            let worst = |v: &str| match v {
+                "not_ready" => 2,
+                "incomplete" => 1,
+                _ => 0,
+            };
+            let local_verdict = list
+                .iter()
+                .map(|c| c.local_verdict.as_str())
+                .max_by_key(|v| worst(v))
+                .unwrap_or("ready")
+                .to_string();
+            let view = NodeView {
+                name: if unique_hostnames {
+                    key.0.clone()
+                } else {
+                    key.1.clone()
+                },
+                hostname: key.0.clone(),
+                addr: key.1.clone(),
+                ranks: list.iter().map(|c| c.identity.rank).collect(),
+                tool_version: first.tool_version.clone(),
+                checklist_hash: first.checklist_hash.clone(),
+                versions: first.versions.clone(),
+                env: first.env.clone(),
+                devices: first.devices.clone(),
+                clock: first.clock,
+                interface: first.interface.clone(),
+                hostname_addrs: first.hostname_addrs.clone(),
+                local_verdict,
+                failed,
+            };
+            (view, first.identity.rank)
+        })
+        .collect()
+}
+
+fn assemble(
+    cfg: &ServerConfig,
+    state: &BarrierState,
+    nodes: Vec<(NodeView, u32)>,
+    probes: Vec<Probe>,
+    waited: Duration,
+) -> ClusterReport {
+    let nodes: Vec<NodeView> = nodes.into_iter().map(|(v, _)| v).collect();
+    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    // Probe results are a peer's input: indices outside the plan are
+    // dropped, and a pair reported twice counts once.
+    let n = nodes.len();
+    let mut probes = probes;
+    probes.retain(|p| p.from < n && p.to < n && p.from != p.to);
+    probes.sort_by_key(|p| (p.from, p.to));
+    probes.dedup_by_key(|p| (p.from, p.to));
+    let findings = if probes.iter().any(|p| p.status != "ok") {
+        reachability::culprits(nodes.len(), &probes, &names)
+    } else {
+        Vec::new()
+    };
+    let barrier = state.summary(waited.as_millis() as u64);
+    let mut barrier_result =
+        barrier::result(&barrier, cfg.world_size, &format_duration(cfg.timeout));
+    if let Some((name, bound)) = &cfg.bound
+        && bound.ip().is_loopback()
+        && !barrier.missing.is_empty()
+        && cfg.local_world_size < cfg.world_size
+    {
+        barrier_result.message.push_str(&format!(
+            "; rank 0 serves on {bound}, a loopback address, because `{name}` resolves to it there: ranks on other nodes cannot reach it"
+        ));
+    }
+    let mut checks = vec![barrier_result];
+    let view = View {
+        nodes: &nodes,
+        probes: &probes,
+        findings: &findings,
+    };
+    checks.extend(compare::evaluate(&cfg.checks, &view, &cfg.facts));
+    let mut warnings = Vec::new();
+    if cfg.token.is_none() {
+        warnings.push(
+            "no job token (PREFLIGHT_TOKEN, SLURM_JOB_ID and TORCHELASTIC_RUN_ID are unset): any preflight that reaches this port is accepted into this job"
+                .to_string(),
+        );
+    }
+    for peer in &barrier.other_job_clients {
+        warnings.push(format!(
+            "a preflight of another job (another token) connected from {peer} and was rejected: it is using this job's master port {}",
+            cfg.master
+        ));
+    }
+    if !barrier.dropped.is_empty() {
+        warnings.push(format!(
+            "dropped {} connections that were not this job's preflight: {}",
+            barrier.dropped.len(),
+            barrier.dropped.join("; ")
+        ));
+    }
+    let verdict = Verdict::of(&checks, cfg.strict);
+    let mode = if nodes.len() > reachability::ALL_PAIRS_MAX {
+        "ring + hypercube"
+    } else {
+        "all pairs"
+    };
+    ClusterReport {
+        verdict,
+        exit_code: verdict.exit_code().code(),
+        world_size: cfg.world_size,
+        master: cfg.master.clone(),
+        token: format!("{} ({})", cfg.token.source, cfg.token.fingerprint()),
+        duration_ms: cfg.started.elapsed().as_millis() as u64,
+        reachability: Matrix {
+            mode: mode.into(),
+            nodes: names,
+            probes,
+            findings,
+        },
+        nodes,
+        barrier,
+        checks,
+        warnings,
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    token: Token,
+    tx: mpsc::UnboundedSender<Event>,
+    store: Arc<Store>,
+    end: Instant,
+    offset_ms: i64,
+) {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING));
+    loop {
+        let Ok((stream, peer)) = listener.accept().await else {
+            // Out of descriptors or similar: do not spin.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let Ok(permit) = Arc::clone(&pending).try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let conn = NEXT.fetch_add(1, Ordering::Relaxed);
+        let token = token.clone();
+        let tx = tx.clone();
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            connection(stream, peer, conn, token, tx, store, end, offset_ms, permit).await;
+        });
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    conn: ConnId,
+    token: Token,
+    tx: mpsc::UnboundedSender<Event>,
+    store: Arc<Store>,
+    end: Instant,
+    offset_ms: i64,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let _ = stream.set_nodelay(true);
+    let peer = peer.ip().to_string();
+    let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(end);
+    match auth::server(&mut stream, &token, handshake).await {
+        Ok(()) => {}
+        Err(AuthError::OtherJob) => {
+            let _ = tx.send(Event::OtherJob { peer });
+            return;
+        }
+        Err(e) => {
+            let _ = tx.send(Event::Dropped {
+                peer,
+                reason: e.to_string(),
+            });
+            return;
+        }
+    }
+    drop(permit);
+    let (mut rd, wr): (OwnedReadHalf, OwnedWriteHalf) = stream.into_split();
+    let writer: Writer = Arc::new(Mutex::new(wr));
+    let mut checked_in = false;
+    loop {
+        let msg = match protocol::read(&mut rd, end).await {
+            Ok(m) => m,
+            Err(FrameError::Timeout) => return,
+            Err(e) => {
+                if checked_in {
+                    let _ = tx.send(Event::Lost {
+                        conn,
+                        reason: e.to_string(),
+                    });
+                }
+                return;
+            }
+        };
+        match msg {
+            Msg::TimeRequest { t0 } => {
+                let t1 = now_us(offset_ms);
+                let reply = Msg::TimeReply {
+                    t0,
+                    t1,
+                    t2: now_us(offset_ms),
+                };
+                let deadline = (Instant::now() + Duration::from_secs(1)).min(end);
+                if protocol::write(&mut *writer.lock().await, &reply, deadline)
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Msg::CheckIn(c) if !checked_in => {
+                checked_in = true;
+                let _ = tx.send(Event::Arrived {
+                    conn,
+                    checkin: c,
+                    writer: Arc::clone(&writer),
+                });
+            }
+            Msg::ProbeResults { results } => {
+                let _ = tx.send(Event::Probes { results });
+            }
+            Msg::StoreSet { key, value } => {
+                let reply = match store.set(key.clone(), value) {
+                    Ok(()) => Msg::StoreValue { key, value: None },
+                    Err(reason) => Msg::Rejected { reason },
+                };
+                let deadline = (Instant::now() + Duration::from_secs(1)).min(end);
+                let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
+            }
+            Msg::StoreGet { key, wait_ms } => {
+                // Answered from its own task so the reader keeps reading.
+                let store = Arc::clone(&store);
+                let writer = Arc::clone(&writer);
+                tokio::spawn(async move {
+                    let wait = (Instant::now() + Duration::from_millis(wait_ms)).min(end);
+                    let value = store.get(&key, wait).await;
+                    let deadline = (Instant::now() + Duration::from_secs(1)).min(end);
+                    let reply = Msg::StoreValue { key, value };
+                    let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
+                });
+            }
+            // Anything else from a rank is out of turn: ignore it.
+            _ => {}
+        }
+    }
+}
+
+// ---- the rank's side -------------------------------------------------------
+
+pub struct ClientConfig {
+    pub master_addr: String,
+    pub master_port: u16,
+    pub token: Token,
+    /// Until when to keep trying to connect and check in.
+    pub deadline: Instant,
+    /// Until when to wait for the verdict after checking in.
+    pub verdict_deadline: Instant,
+    pub timeout: Duration,
+    pub clock_offset_ms: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LastError {
+    None,
+    TimedOut,
+    Refused,
+    Unreachable,
+    Other,
+}
+
+/// Connects and authenticates, retrying with backoff until the deadline.
+/// The error says what the last attempts saw, in words that tell a DROP
+/// from a REJECT from another job on the port.
+pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
+    let mut backoff = Duration::from_millis(25);
+    let mut last = LastError::None;
+    let mut last_text = String::new();
+    let mut attempts = 0u32;
+    let host = &cfg.master_addr;
+    let port = cfg.master_port;
+    loop {
+        let now = Instant::now();
+        if now >= cfg.deadline {
+            break;
+        }
+        attempts += 1;
+        let attempt = (now + CONNECT_LIMIT).min(cfg.deadline);
+        match tokio::time::timeout_at(attempt, TcpStream::connect((host.as_str(), port))).await {
+            Err(_) => {
+                last = LastError::TimedOut;
+                last_text = "connection attempt timed out".into();
+            }
+            Ok(Err(e)) => {
+                last = match reachability::classify(&e) {
+                    "refused" => LastError::Refused,
+                    "unreachable" => LastError::Unreachable,
+                    "timed_out" => LastError::TimedOut,
+                    _ => LastError::Other,
+                };
+                last_text = e.to_string();
+            }
+            Ok(Ok(mut stream)) => {
+                let _ = stream.set_nodelay(true);
+                let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(cfg.deadline);
+                match auth::client(&mut stream, &cfg.token, handshake).await {
+                    Ok(()) => return Ok(stream),
+                    Err(AuthError::OtherJob) => {
+                        return Err(format!(
+                            "port {port} on {host} is in use by another job: the preflight there proves another job token (PREFLIGHT_TOKEN / SLURM_JOB_ID / TORCHELASTIC_RUN_ID), so this job's master is not there"
+                        ));
+                    }
+                    Err(AuthError::RejectedByPeer(r)) if r == OTHER_JOB => {
+                        return Err(format!(
+                            "port {port} on {host} is in use by another job: it rejected this job's token"
+                        ));
+                    }
+                    Err(AuthError::Frame(e @ (FrameError::Garbage | FrameError::Version(_)))) => {
+                        return Err(format!(
+                            "port {port} on {host} is in use by something that is not this job's preflight ({e})"
+                        ));
+                    }
+                    Err(e) => {
+                        last = LastError::Other;
+                        last_text = format!("connected, but the handshake failed: {e}");
+                    }
+                }
+            }
+        }
+        let left = cfg.deadline.saturating_duration_since(Instant::now());
+        tokio::time::sleep(backoff.min(left)).await;
+        // Short at most: rank 0 usually comes up within milliseconds of
+        // the others, and a long sleep would add to every healthy run.
+        backoff = (backoff * 2).min(Duration::from_millis(250));
+    }
+    let waited = format_duration(cfg.timeout);
+    Err(match last {
+        LastError::TimedOut => format!(
+            "cannot reach the master {host}:{port} (rank 0): every connection attempt timed out for {waited} ({attempts} attempts): packets to port {port} are dropped, by a firewall DROP rule on {host} or on the way"
+        ),
+        LastError::Refused => format!(
+            "cannot reach the master {host}:{port} (rank 0): connection refused for {waited} ({attempts} attempts): nothing listens on port {port} on {host} (rank 0 never started, or MASTER_PORT differs), or a firewall REJECTs it"
+        ),
+        LastError::Unreachable => format!(
+            "cannot reach the master {host}:{port} (rank 0): {last_text}: no route to {host} from here"
+        ),
+        LastError::Other | LastError::None => format!(
+            "cannot reach the master {host}:{port} (rank 0) within {waited}: {}",
+            if last_text.is_empty() {
+                "no attempt completed"
+            } else {
+                &last_text
+            }
+        ),
+    })
+}
+
+/// NTP-style: the sample with the smallest round trip.
+pub async fn sample_clock(
+    stream: &mut TcpStream,
+    offset_ms: i64,
+    deadline: Instant,
+) -> Option<Clock> {
+    let mut best: Option<Clock> = None;
+    for _ in 0..CLOCK_SAMPLES {
+        let t0 = now_us(offset_ms);
+        protocol::write(stream, &Msg::TimeRequest { t0 }, deadline)
+            .await
+            .ok()?;
+        let Ok(Msg::TimeReply { t0: echoed, t1, t2 }) = protocol::read(stream, deadline).await
+        else {
+            return best;
+        };
+        let t3 = now_us(offset_ms);
+        if echoed != t0 {
+            continue;
+        }
+        let c = Clock::sample(t0, t1, t2, t3);
+        if best.is_none_or(|b| c.rtt_ms < b.rtt_ms) {
+            best = Some(c);
+        }
+    }
+    best
+}
+
+/// After checking in: answer a probe plan, then return the verdict.
+pub async fn await_verdict(
+    stream: &mut TcpStream,
+    deadline: Instant,
+) -> Result<ClusterReport, String> {
+    loop {
+        match protocol::read(stream, deadline).await {
+            Ok(Msg::Verdict(report)) => return Ok(*report),
+            Ok(Msg::ProbePlan {
+                node,
+                targets,
+                timeout_ms,
+            }) => {
+                let timeout = Duration::from_millis(timeout_ms.clamp(50, 5000));
+                let results = reachability::probe_all(node, &targets, timeout).await;
+                protocol::write(stream, &Msg::ProbeResults { results }, deadline)
+                    .await
+                    .map_err(|e| format!("cannot send the probe results to the master: {e}"))?;
+            }
+            Ok(Msg::Rejected { reason }) => {
+                return Err(format!("the master rejected this rank: {reason}"));
+            }
+            Ok(_) => {}
+            Err(FrameError::Timeout) => {
+                return Err(
+                    "checked in, but no verdict came from the master before the deadline".into(),
+                );
+            }
+            Err(e) => {
+                return Err(format!(
+                    "checked in, but the master went away before the verdict: {e}"
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::store;
+
+    /// The store API the collective stages will use, over real
+    /// authenticated connections to a real server, before check-in.
+    #[test]
+    fn ranks_exchange_values_through_the_store() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let token = Token::new(b"store-test", "test");
+            let start = Instant::now();
+            let cfg = ServerConfig {
+                world_size: 2,
+                local_world_size: 2,
+                nodelist: Vec::new(),
+                master: format!("127.0.0.1:{port}"),
+                token: token.clone(),
+                started: start,
+                deadline: start + Duration::from_secs(2),
+                timeout: Duration::from_secs(2),
+                strict: false,
+                clock_offset_ms: 0,
+                bound: None,
+                checks: Vec::new(),
+                facts: Arc::new(Facts::new("/".into(), Default::default(), Vec::new())),
+            };
+            let server = tokio::spawn(serve(cfg, listener));
+            let client = ClientConfig {
+                master_addr: "127.0.0.1".into(),
+                master_port: port,
+                token,
+                deadline: start + Duration::from_secs(2),
+                verdict_deadline: start + Duration::from_secs(5),
+                timeout: Duration::from_secs(2),
+                clock_offset_ms: 0,
+            };
+            let mut a = connect(&client).await.unwrap();
+            let mut b = connect(&client).await.unwrap();
+            let deadline = start + Duration::from_secs(2);
+            let waiter = async {
+                store::get(&mut b, "nccl-unique-id", Duration::from_secs(1), deadline).await
+            };
+            let setter = async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                store::set(&mut a, "nccl-unique-id", "00ff", deadline).await
+            };
+            let (got, set) = tokio::join!(waiter, setter);
+            set.unwrap();
+            assert_eq!(got.unwrap().as_deref(), Some("00ff"));
+            let none = store::get(&mut a, "absent", Duration::from_millis(20), deadline).await;
+            assert_eq!(none.unwrap(), None);
+            // Nobody checks in: the barrier ends at its deadline, naming both.
+            let report = server.await.unwrap();
+            assert_eq!(report.barrier.missing.len(), 2);
+            assert!(start.elapsed() < Duration::from_secs(4));
+        });
+    }
+}

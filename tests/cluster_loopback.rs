@@ -1,0 +1,270 @@
+//! The cluster stage with ranks as plain processes on loopback: runs on any
+//! machine, no namespaces needed.
+
+#[path = "common/cluster.rs"]
+mod cluster;
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use cluster::{Outcome, local, run_args};
+
+/// Every bound in these tests is generous: the real figures are measured
+/// in bench/, not asserted here.
+const MARGIN: Duration = Duration::from_secs(15);
+
+fn env<'a>(rank: &'a str, world: &'a str, port: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("RANK", rank),
+        ("WORLD_SIZE", world),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", port),
+        ("PREFLIGHT_TOKEN", "loopback-test"),
+    ]
+}
+
+fn all_exit(outcomes: &[Outcome], code: i32) {
+    for o in outcomes {
+        assert_eq!(o.code, code, "{}: {}\n{}", o.label, o.stdout, o.stderr);
+    }
+}
+
+#[test]
+fn four_healthy_ranks_are_ready_everywhere() {
+    let port = cluster::free_port().to_string();
+    let args = run_args("20s");
+    let procs: Vec<_> = (0..4)
+        .map(|r| {
+            let rank = r.to_string();
+            local(&format!("rank{r}"), &args, &env(&rank, "4", &port))
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 0);
+    let report = out[0].json();
+    assert_eq!(report["verdict"], "ready");
+    assert_eq!(report["cluster"]["world_size"], 4);
+    assert_eq!(report["cluster"]["barrier"]["complete"], true);
+    assert!(
+        report["cluster"]["token"]
+            .as_str()
+            .unwrap()
+            .starts_with("PREFLIGHT_TOKEN")
+    );
+    // Every rank got the same verdict from rank 0.
+    for o in &out[1..] {
+        assert_eq!(o.json()["cluster"]["verdict"], "ready");
+    }
+}
+
+#[test]
+fn a_missing_rank_is_named_with_its_host_by_the_deadline() {
+    let port = cluster::free_port().to_string();
+    let args = run_args("2s");
+    let mut procs = Vec::new();
+    for r in 0..3 {
+        let rank = r.to_string();
+        let mut e = env(&rank, "4", &port);
+        e.push(("SLURM_JOB_NODELIST", "gpu[001-004]"));
+        procs.push(local(&format!("rank{r}"), &args, &e));
+    }
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.barrier");
+    assert!(msg.starts_with("fail"), "{msg}");
+    assert!(msg.contains("rank 3 (expected on gpu004)"), "{msg}");
+    assert!(out[1].message("cluster.barrier").contains("rank 3"));
+    // The verdict arrives within the deadline plus one second; the bound
+    // here also allows for process start on a loaded machine.
+    assert!(
+        out[0].elapsed < Duration::from_secs(8),
+        "{:?}",
+        out[0].elapsed
+    );
+}
+
+#[test]
+fn node_mode_on_one_machine_starts_its_ranks() {
+    let out = local(
+        "agent",
+        &[run_args("20s"), vec!["--nproc-per-node".into(), "3".into()]].concat(),
+        &[("PREFLIGHT_TOKEN", "x")],
+    )
+    .finish(MARGIN);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let report = out.json();
+    assert_eq!(report["cluster"]["world_size"], 3);
+    assert_eq!(
+        report["cluster"]["nodes"][0]["ranks"],
+        serde_json::json!([0, 1, 2])
+    );
+}
+
+#[test]
+fn a_rank_without_a_master_says_refused_and_names_the_address() {
+    let port = cluster::free_port().to_string();
+    let out = local("rank1", &run_args("1s"), &env("1", "2", &port)).finish(MARGIN);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let msg = out.message("cluster.rendezvous");
+    assert!(msg.contains("connection refused"), "{msg}");
+    assert!(msg.contains(&format!("127.0.0.1:{port}")), "{msg}");
+}
+
+#[test]
+fn two_processes_claiming_one_rank_are_both_named() {
+    let port = cluster::free_port().to_string();
+    let args = run_args("3s");
+    let r0 = local("rank0", &args, &env("0", "3", &port));
+    let a = local("rank1a", &args, &env("1", "3", &port));
+    let b = local("rank1b", &args, &env("1", "3", &port));
+    std::thread::sleep(Duration::from_millis(800));
+    let r2 = local("rank2", &args, &env("2", "3", &port));
+    let out: Vec<Outcome> = [r0, a, b, r2]
+        .into_iter()
+        .map(|p| p.finish(MARGIN))
+        .collect();
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.barrier");
+    assert!(msg.contains("rank 1 claimed by 2 processes"), "{msg}");
+}
+
+#[test]
+fn a_world_size_disagreement_is_named() {
+    let port = cluster::free_port().to_string();
+    let args = run_args("3s");
+    let r0 = local("rank0", &args, &env("0", "2", &port));
+    let r1 = local("rank1", &args, &env("1", "3", &port));
+    let out = [r0.finish(MARGIN), r1.finish(MARGIN)];
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.barrier");
+    assert!(
+        msg.contains("rank 1") && msg.contains("WORLD_SIZE=3, rank 0 says 2"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
+    let port = cluster::free_port().to_string();
+    let args = run_args("4s");
+    let r0 = local("jobA-rank0", &args, &env("0", "2", &port));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut other = env("1", "2", &port);
+    other.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
+    other.push(("PREFLIGHT_TOKEN", "job-b"));
+    let intruder = local("jobB-rank1", &args, &other).finish(MARGIN);
+    assert_eq!(intruder.code, 1, "{}", intruder.stderr);
+    let msg = intruder.message("cluster.rendezvous");
+    assert!(
+        msg.contains(&format!(
+            "port {port} on 127.0.0.1 is in use by another job"
+        )),
+        "{msg}"
+    );
+    // It knew at once, not at the deadline.
+    assert!(
+        intruder.elapsed < Duration::from_secs(3),
+        "{:?}",
+        intruder.elapsed
+    );
+    let r1 = local("jobA-rank1", &args, &env("1", "2", &port));
+    let a0 = r0.finish(MARGIN);
+    let a1 = r1.finish(MARGIN);
+    all_exit(&[a0.clone_outcome(), a1], 0);
+    let warnings = a0.json()["cluster"]["warnings"].to_string();
+    assert!(warnings.contains("another job"), "{warnings}");
+}
+
+trait CloneOutcome {
+    fn clone_outcome(&self) -> Outcome;
+}
+
+impl CloneOutcome for Outcome {
+    fn clone_outcome(&self) -> Outcome {
+        Outcome {
+            label: self.label.clone(),
+            code: self.code,
+            stdout: self.stdout.clone(),
+            stderr: self.stderr.clone(),
+            elapsed: self.elapsed,
+        }
+    }
+}
+
+#[test]
+fn garbage_oversized_and_silent_clients_do_not_disturb_the_rendezvous() {
+    let port = cluster::free_port().to_string();
+    let args = run_args("10s");
+    let r0 = local("rank0", &args, &env("0", "2", &port));
+    let addr = format!("127.0.0.1:{port}");
+    let mut connected = None;
+    for _ in 0..100 {
+        if let Ok(s) = TcpStream::connect(&addr) {
+            connected = Some(s);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A silent (half-open) client, kept open for the whole test.
+    let _silent = connected.expect("rank 0 listens");
+    let mut garbage = TcpStream::connect(&addr).unwrap();
+    garbage
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut oversized = TcpStream::connect(&addr).unwrap();
+    oversized.write_all(b"PFL\x01\xff\xff\xff\xff").unwrap();
+    let mut slow = TcpStream::connect(&addr).unwrap();
+    slow.write_all(b"P").unwrap();
+    // The server closes the junk connections.
+    garbage
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(garbage.read(&mut buf).unwrap_or(0), 0);
+    let r1 = local("rank1", &args, &env("1", "2", &port));
+    let out = [r0.finish(MARGIN), r1.finish(MARGIN)];
+    all_exit(&out, 0);
+    let warnings = out[0].json()["cluster"]["warnings"].to_string();
+    assert!(warnings.contains("bad magic"), "{warnings}");
+    assert!(warnings.contains("bytes"), "{warnings}");
+}
+
+#[test]
+fn check_never_does_a_rendezvous() {
+    // A rank 1 with no master: `check` must not try to reach it.
+    let port = cluster::free_port().to_string();
+    let mut a = run_args("5s");
+    a[0] = "check".into();
+    let out = local("check", &a, &env("1", "2", &port)).finish(Duration::from_secs(4));
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let report = out.json();
+    assert!(report.get("cluster").is_none());
+    let msg = out.message("cluster.versions");
+    assert!(
+        msg.starts_with("skip") && msg.contains("scope: cluster"),
+        "{msg}"
+    );
+    assert!(out.elapsed < Duration::from_secs(3), "{:?}", out.elapsed);
+}
+
+#[test]
+fn a_master_killed_during_the_rendezvous_is_reported_at_once() {
+    let port = cluster::free_port().to_string();
+    let args = run_args("20s");
+    let r0 = local("rank0", &args, &env("0", "3", &port));
+    let r1 = local("rank1", &args, &env("1", "3", &port));
+    // Rank 1 has checked in; rank 2 never comes, so the barrier is open.
+    std::thread::sleep(Duration::from_millis(1500));
+    r0.kill();
+    let out = r1.finish(MARGIN);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let msg = out.message("cluster.rendezvous");
+    assert!(
+        msg.contains("the master went away before the verdict"),
+        "{msg}"
+    );
+    // Not at its 20 s deadline: the closed connection is the answer.
+    assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+}

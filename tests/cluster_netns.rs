@@ -1,0 +1,406 @@
+//! The cluster stage across real hosts: network namespaces on a bridge
+//! (tests/common/netns.rs), each host with its own hostname and
+//! /etc/hosts, preflight started on each as a real process with the
+//! variables a launcher gives, and faults injected: firewalls, missing,
+//! killed and duplicate ranks, another job, a loopback hostname, a skewed
+//! clock, different NCCL variables and tool versions.
+//!
+//! Skipped with a reason where namespaces cannot be made (not root);
+//! PREFLIGHT_REQUIRE_NETNS=1 turns the skip into a failure.
+
+#[path = "common/cluster.rs"]
+mod cluster;
+mod common;
+
+use std::time::Duration;
+
+use cluster::{HostFiles, Outcome, Proc, host_files, launcher_env, on_host, pairs, run_args};
+use common::netns::Cluster;
+
+/// Generous: process start in a namespace on a loaded 2-core machine. The
+/// real figures are in bench/RESULTS.md.
+const MARGIN: Duration = Duration::from_secs(20);
+
+struct Job {
+    cluster: Cluster,
+    files: HostFiles,
+}
+
+fn job(n: usize, loopback_host: Option<usize>) -> Option<Job> {
+    let cluster = Cluster::new(n)?;
+    let files = host_files(&cluster, loopback_host.map(|h| (h, "127.0.1.1")));
+    Some(Job { cluster, files })
+}
+
+impl Job {
+    /// Rank `rank` on host `host` with the launcher's variables, changed
+    /// by `extra` (same name replaces, new name adds).
+    fn rank(
+        &self,
+        host: usize,
+        rank: u32,
+        world: u32,
+        timeout: &str,
+        extra: &[(&str, &str)],
+    ) -> Proc {
+        let mut env = launcher_env(&self.cluster, rank, world);
+        for (k, v) in extra {
+            env.retain(|(name, _)| name != k);
+            if !v.is_empty() {
+                env.push((k.to_string(), v.to_string()));
+            }
+        }
+        on_host(
+            &self.cluster,
+            &self.files,
+            host,
+            &run_args(timeout),
+            &pairs(&env),
+        )
+    }
+
+    /// One rank per host, ranks 0..n on hosts 0..n, with per-host extras.
+    fn all(&self, timeout: &str, extra: &[(usize, &[(&str, &str)])]) -> Vec<Outcome> {
+        let n = self.cluster.hosts.len() as u32;
+        let procs: Vec<Proc> = (0..n)
+            .map(|h| {
+                let e: Vec<(&str, &str)> = extra
+                    .iter()
+                    .filter(|(host, _)| *host == h as usize)
+                    .flat_map(|(_, e)| e.iter().copied())
+                    .collect();
+                self.rank(h as usize, h, n, timeout, &e)
+            })
+            .collect();
+        procs.into_iter().map(|p| p.finish(MARGIN)).collect()
+    }
+}
+
+fn all_exit(outcomes: &[Outcome], code: i32) {
+    for o in outcomes {
+        assert_eq!(o.code, code, "{}: {}\n{}", o.label, o.stdout, o.stderr);
+    }
+}
+
+#[test]
+fn three_healthy_hosts_are_ready_and_reach_each_other() {
+    let Some(job) = job(3, None) else { return };
+    let out = job.all("15s", &[]);
+    all_exit(&out, 0);
+    let report = out[0].json();
+    let c = &report["cluster"];
+    assert_eq!(c["nodes"].as_array().unwrap().len(), 3);
+    let probes = c["reachability"]["probes"].as_array().unwrap();
+    assert_eq!(probes.len(), 6, "all ordered pairs: {probes:#?}");
+    assert!(probes.iter().all(|p| p["status"] == "ok"), "{probes:#?}");
+    assert_eq!(c["nodes"][1]["name"], "h1");
+    assert_eq!(c["nodes"][1]["interface"], "eth0");
+}
+
+#[test]
+fn node_mode_across_hosts() {
+    let Some(job) = job(2, None) else { return };
+    let master = job.cluster.addr(0);
+    let procs: Vec<Proc> = (0..2)
+        .map(|k| {
+            let mut args = run_args("15s");
+            args.extend(
+                [
+                    "--nnodes",
+                    "2",
+                    "--node-rank",
+                    &k.to_string(),
+                    "--master-addr",
+                    &master,
+                    "--nproc-per-node",
+                    "2",
+                ]
+                .iter()
+                .map(|s| s.to_string()),
+            );
+            on_host(
+                &job.cluster,
+                &job.files,
+                k,
+                &args,
+                &[
+                    ("PREFLIGHT_TOKEN", "node-mode"),
+                    ("GLOO_SOCKET_IFNAME", "eth0"),
+                ],
+            )
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 0);
+    let c = &out[0].json()["cluster"];
+    assert_eq!(c["world_size"], 4);
+    assert_eq!(c["nodes"][1]["ranks"], serde_json::json!([2, 3]));
+    // Node 1's agent prints its first rank's report: the same verdict.
+    assert_eq!(out[1].json()["cluster"]["verdict"], "ready");
+}
+
+/// The master's port blocked on host 0's eth0 (its own ranks still reach
+/// it on the same host): the others say dropped or refused, host 0 names
+/// them missing where they were expected.
+fn blocked_master(target: &[&str]) -> (Vec<Outcome>, String) {
+    let Some(job) = job(3, None) else {
+        return (Vec::new(), String::new());
+    };
+    let mut rule = vec![
+        "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "29500", "-j",
+    ];
+    rule.extend_from_slice(target);
+    job.cluster.iptables(0, &rule);
+    let out = job.all("4s", &[]);
+    (out, job.cluster.addr(0))
+}
+
+#[test]
+fn master_port_dropped_by_a_firewall() {
+    let (out, master) = blocked_master(&["DROP"]);
+    if out.is_empty() {
+        return;
+    }
+    all_exit(&out, 1);
+    for o in &out[1..] {
+        let msg = o.message("cluster.rendezvous");
+        assert!(
+            msg.contains("timed out") && msg.contains("dropped"),
+            "{msg}"
+        );
+        assert!(msg.contains(&format!("{master}:29500")), "{msg}");
+        assert!(o.elapsed < Duration::from_secs(4 + 10), "{:?}", o.elapsed);
+    }
+    let msg = out[0].message("cluster.barrier");
+    assert!(
+        msg.contains("rank 1 (expected on h1)") && msg.contains("rank 2 (expected on h2)"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn master_port_rejected_by_a_firewall_is_told_apart_from_dropped() {
+    let (out, master) = blocked_master(&["REJECT", "--reject-with", "tcp-reset"]);
+    if out.is_empty() {
+        return;
+    }
+    all_exit(&out, 1);
+    for o in &out[1..] {
+        let msg = o.message("cluster.rendezvous");
+        assert!(msg.contains("refused") && !msg.contains("dropped"), "{msg}");
+        assert!(msg.contains(&format!("{master}:29500")), "{msg}");
+    }
+    assert!(
+        out[0]
+            .message("cluster.barrier")
+            .contains("rank 1 (expected on h1)")
+    );
+}
+
+#[test]
+fn a_rank_that_never_starts_is_named_with_its_host() {
+    let Some(job) = job(3, None) else { return };
+    let a = job.rank(0, 0, 3, "3s", &[]);
+    let b = job.rank(1, 1, 3, "3s", &[]);
+    let out = [a.finish(MARGIN), b.finish(MARGIN)];
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.barrier");
+    assert!(msg.contains("rank 2 (expected on h2)"), "{msg}");
+    assert!(
+        out[1]
+            .message("cluster.barrier")
+            .contains("rank 2 (expected on h2)")
+    );
+}
+
+#[test]
+fn a_master_that_never_starts_is_reported_by_every_rank() {
+    let Some(job) = job(3, None) else { return };
+    let a = job.rank(1, 1, 3, "3s", &[]);
+    let b = job.rank(2, 2, 3, "3s", &[]);
+    let out = [a.finish(MARGIN), b.finish(MARGIN)];
+    all_exit(&out, 1);
+    for o in &out {
+        let msg = o.message("cluster.rendezvous");
+        assert!(
+            msg.contains("refused") && msg.contains("rank 0 never started"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_killed_during_the_rendezvous_is_named() {
+    let Some(job) = job(3, None) else { return };
+    let a = job.rank(0, 0, 3, "5s", &[]);
+    let b = job.rank(1, 1, 3, "5s", &[]);
+    // Rank 1 has checked in (it takes milliseconds) while rank 2 is late.
+    std::thread::sleep(Duration::from_millis(1500));
+    b.kill();
+    let c = job.rank(2, 2, 3, "5s", &[]);
+    let out = [a.finish(MARGIN), c.finish(MARGIN)];
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.barrier");
+    assert!(
+        msg.contains("rank 1 on h1 checked in, then went away"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn two_processes_claiming_one_rank() {
+    let Some(job) = job(3, None) else { return };
+    let a = job.rank(0, 0, 3, "3s", &[]);
+    let b = job.rank(1, 1, 3, "3s", &[]);
+    let c = job.rank(2, 1, 3, "3s", &[]);
+    let out = [a.finish(MARGIN), b.finish(MARGIN), c.finish(MARGIN)];
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.barrier");
+    assert!(msg.contains("rank 1 claimed by 2 processes"), "{msg}");
+    assert!(msg.contains("h1") && msg.contains("h2"), "{msg}");
+}
+
+#[test]
+fn world_size_disagreeing() {
+    let Some(job) = job(3, None) else { return };
+    let out = job.all("4s", &[(2, &[("WORLD_SIZE", "4")])]);
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.barrier");
+    assert!(
+        msg.contains("rank 2 on h2") && msg.contains("WORLD_SIZE=4, rank 0 says 3"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn another_jobs_preflight_on_the_same_port() {
+    let Some(job) = job(3, None) else { return };
+    let a0 = job.rank(0, 0, 2, "6s", &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    let intruder = job
+        .rank(1, 1, 2, "6s", &[("PREFLIGHT_TOKEN", "job-b")])
+        .finish(MARGIN);
+    assert_eq!(intruder.code, 1, "{}", intruder.stdout);
+    let msg = intruder.message("cluster.rendezvous");
+    let master = job.cluster.addr(0);
+    assert!(
+        msg.contains(&format!("port 29500 on {master} is in use by another job")),
+        "{msg}"
+    );
+    let a1 = job.rank(2, 1, 2, "6s", &[]);
+    let out = [a0.finish(MARGIN), a1.finish(MARGIN)];
+    all_exit(&out, 0);
+    let warnings = out[0].json()["cluster"]["warnings"].to_string();
+    assert!(
+        warnings.contains("another job") && warnings.contains(&job.cluster.addr(1)),
+        "{warnings}"
+    );
+}
+
+#[test]
+fn a_hostname_resolving_to_127_0_1_1_is_named() {
+    let Some(job) = job(3, Some(1)) else { return };
+    let out = job.all(
+        "15s",
+        &[
+            (0, &[("GLOO_SOCKET_IFNAME", "")]),
+            (1, &[("GLOO_SOCKET_IFNAME", "")]),
+            (2, &[("GLOO_SOCKET_IFNAME", "")]),
+        ],
+    );
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.addresses");
+    assert!(
+        msg.contains("h1: hostname `h1` resolves to 127.0.1.1"),
+        "{msg}"
+    );
+    assert!(!msg.contains("h0:") && !msg.contains("h2:"), "{msg}");
+}
+
+#[test]
+fn a_skewed_clock_is_named() {
+    let Some(job) = job(3, None) else { return };
+    let out = job.all("15s", &[(2, &[("PREFLIGHT_TEST_CLOCK_OFFSET_MS", "750")])]);
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.clock");
+    assert!(
+        msg.starts_with("fail") && msg.contains("h2 is +75"),
+        "{msg}"
+    );
+    assert!(!msg.contains("h1 is"), "{msg}");
+}
+
+#[test]
+fn different_nccl_variables_are_named() {
+    let Some(job) = job(3, None) else { return };
+    let out = job.all(
+        "15s",
+        &[
+            (0, &[("NCCL_IB_HCA", "mlx5_0")]),
+            (1, &[("NCCL_IB_HCA", "mlx5_1")]),
+            (2, &[("NCCL_IB_HCA", "mlx5_0")]),
+        ],
+    );
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.env");
+    assert!(
+        msg.contains("NCCL_IB_HCA") && msg.contains("(odd: h1)"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_different_tool_version_is_named() {
+    let Some(job) = job(3, None) else { return };
+    let out = job.all("15s", &[(2, &[("PREFLIGHT_TEST_VERSION", "0.0.9")])]);
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.versions");
+    assert!(
+        msg.contains("tool: ") && msg.contains("0.0.9 on h2") && msg.contains("(odd: h2)"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_host_whose_firewall_drops_probes_is_named_in_the_matrix() {
+    let Some(job) = job(3, None) else { return };
+    // New connections into host 2 dropped: it connects out to the master
+    // and checks in, but its peers cannot reach its probe listener.
+    job.cluster.iptables(
+        2,
+        &[
+            "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--syn", "-j", "DROP",
+        ],
+    );
+    let out = job.all("15s", &[]);
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.reachability");
+    assert!(msg.contains("h2 drops incoming connections"), "{msg}");
+}
+
+#[test]
+fn a_master_whose_hostname_resolves_to_127_0_1_1_is_explained() {
+    // MASTER_ADDR=h0 everywhere; on h0 itself the name resolves to
+    // 127.0.1.1 (Debian's default), so rank 0 listens where nobody else
+    // can reach it: the torch failure "connect [127.0.1.1] refused".
+    let Some(job) = job(3, Some(0)) else { return };
+    let out = job.all(
+        "3s",
+        &[
+            (0, &[("MASTER_ADDR", "h0")]),
+            (1, &[("MASTER_ADDR", "h0")]),
+            (2, &[("MASTER_ADDR", "h0")]),
+        ],
+    );
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.barrier");
+    assert!(msg.contains("rank 1 (expected on h1)"), "{msg}");
+    assert!(
+        msg.contains(
+            "rank 0 serves on 127.0.1.1:29500, a loopback address, because `h0` resolves to it"
+        ),
+        "{msg}"
+    );
+    let msg = out[1].message("cluster.rendezvous");
+    assert!(msg.contains("h0:29500") && msg.contains("refused"), "{msg}");
+}

@@ -1,0 +1,239 @@
+//! Cluster-stage helpers shared by the loopback and namespace tests: start
+//! ranks as real processes, collect every rank's exit code and report with
+//! a bound on how long each may take, and give namespace hosts their own
+//! hostname and /etc/hosts (a UTS and a mount namespace inside the network
+//! namespace), wrapping the netns harness rather than changing it.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::netns::Cluster;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_preflight");
+
+pub fn checks() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("checks/cluster.yaml")
+        .display()
+        .to_string()
+}
+
+/// `run` with only the cluster checks, JSON out.
+pub fn run_args(timeout: &str) -> Vec<String> {
+    [
+        "run",
+        "--no-shipped",
+        "--checks",
+        &checks(),
+        "--timeout",
+        timeout,
+        "--format",
+        "json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+pub struct Outcome {
+    pub label: String,
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Outcome {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{}: not JSON ({e}):\n{}\nstderr: {}",
+                self.label, self.stdout, self.stderr
+            )
+        })
+    }
+
+    /// The message of check `id`, from the merged checks list.
+    pub fn message(&self, id: &str) -> String {
+        let j = self.json();
+        j["checks"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["id"] == id))
+            .map(|c| {
+                format!(
+                    "{} {}",
+                    c["status"].as_str().unwrap_or(""),
+                    c["message"].as_str().unwrap_or("")
+                )
+            })
+            .unwrap_or_else(|| panic!("{}: no check {id} in {j:#}", self.label))
+    }
+
+    pub fn status(&self, id: &str) -> String {
+        self.message(id).split(' ').next().unwrap_or("").to_string()
+    }
+}
+
+/// A started rank; killed at drop if it is still running.
+pub struct Proc {
+    pub label: String,
+    pub pid: u32,
+    started: Instant,
+    done: bool,
+    rx: mpsc::Receiver<std::io::Result<std::process::Output>>,
+}
+
+impl Proc {
+    pub fn new(label: &str, child: Child) -> Proc {
+        let pid = child.id();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        Proc {
+            label: label.to_string(),
+            pid,
+            started: Instant::now(),
+            done: false,
+            rx,
+        }
+    }
+
+    /// Waits at most `limit` from its start; a process still running then
+    /// is a test failure (it waited without a deadline).
+    pub fn finish(mut self, limit: Duration) -> Outcome {
+        let left = limit.saturating_sub(self.started.elapsed());
+        let result = self.rx.recv_timeout(left);
+        // Reaped: its pid may belong to another process from now on.
+        self.done = result.is_ok();
+        match result {
+            Ok(Ok(out)) => Outcome {
+                label: self.label.clone(),
+                code: out.status.code().unwrap_or(-1),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                elapsed: self.started.elapsed(),
+            },
+            Ok(Err(e)) => panic!("{}: {e}", self.label),
+            Err(_) => panic!(
+                "{} still running after {limit:?}: something waited without a deadline",
+                self.label
+            ),
+        }
+    }
+
+    /// SIGKILL, while it is still running (not yet reaped).
+    pub fn kill(&self) {
+        if self.done {
+            return;
+        }
+        let _ = Command::new("kill")
+            .args(["-9", &self.pid.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if !self.done && self.rx.try_recv().is_err() {
+            self.kill();
+        }
+    }
+}
+
+/// A rank on loopback with exactly `env` (plus PATH).
+pub fn local(label: &str, args: &[String], env: &[(&str, &str)]) -> Proc {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    Proc::new(label, c.spawn().expect("start preflight"))
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Per-host /etc/hosts files: host i is `h{i}` at its namespace address,
+/// unless `override_addr` says otherwise for one host.
+pub struct HostFiles {
+    _dir: tempfile::TempDir,
+    pub paths: Vec<PathBuf>,
+}
+
+pub fn host_files(cluster: &Cluster, override_addr: Option<(usize, &str)>) -> HostFiles {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut paths = Vec::new();
+    for me in 0..cluster.hosts.len() {
+        let mut text = String::from("127.0.0.1 localhost\n");
+        for h in 0..cluster.hosts.len() {
+            let addr = match override_addr {
+                Some((o, a)) if o == h && h == me => a.to_string(),
+                _ => cluster.addr(h),
+            };
+            text.push_str(&format!("{addr} h{h}\n"));
+        }
+        let p = dir.path().join(format!("hosts{me}"));
+        std::fs::write(&p, text).expect("write hosts");
+        paths.push(p);
+    }
+    HostFiles { _dir: dir, paths }
+}
+
+/// preflight on namespace host `host`, with hostname `h{host}` and its own
+/// /etc/hosts, as a real process with exactly `env`.
+pub fn on_host(
+    cluster: &Cluster,
+    files: &HostFiles,
+    host: usize,
+    args: &[String],
+    env: &[(&str, &str)],
+) -> Proc {
+    let script = "hostname \"$1\" && mount --bind \"$2\" /etc/hosts && shift 2 && exec \"$@\"";
+    let hostname = format!("h{host}");
+    let hosts = files.paths[host].display().to_string();
+    let mut all: Vec<&str> = vec![
+        "--uts", "--mount", "sh", "-c", script, "sh", &hostname, &hosts, BIN,
+    ];
+    all.extend(args.iter().map(String::as_str));
+    let child = cluster.spawn_preflight(host, "unshare", &all, env);
+    Proc::new(&format!("h{host}"), child)
+}
+
+/// The launcher's variables for rank `rank` of `world`, master on host 0.
+pub fn launcher_env(cluster: &Cluster, rank: u32, world: u32) -> Vec<(String, String)> {
+    vec![
+        ("RANK".into(), rank.to_string()),
+        ("WORLD_SIZE".into(), world.to_string()),
+        ("LOCAL_RANK".into(), "0".into()),
+        ("LOCAL_WORLD_SIZE".into(), "1".into()),
+        ("MASTER_ADDR".into(), cluster.addr(0)),
+        ("MASTER_PORT".into(), "29500".into()),
+        (
+            "SLURM_JOB_NODELIST".into(),
+            format!("h[0-{}]", cluster.hosts.len() - 1),
+        ),
+        ("PREFLIGHT_TOKEN".into(), "job-a".into()),
+        ("GLOO_SOCKET_IFNAME".into(), "eth0".into()),
+    ]
+}
+
+pub fn pairs(v: &[(String, String)]) -> Vec<(&str, &str)> {
+    v.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect()
+}
