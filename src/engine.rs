@@ -1,5 +1,5 @@
 //! The checklist engine: runs the applicable checks concurrently, each under
-//! its own timeout and all under the run's deadline, and returns results in
+//! its own timeout and all under the checklist's deadline, and returns results in
 //! checklist order whatever order they finish in.
 
 use std::sync::Arc;
@@ -114,7 +114,7 @@ pub async fn run(
             result.unwrap_or_else(|| {
                 let check = &checks[index];
                 let finding = Finding::fail(format!(
-                    "timed out: the run's deadline ({}) passed before this check finished",
+                    "timed out: the checklist's deadline ({}) passed before this check finished",
                     format_duration(run_timeout)
                 ));
                 complete(check, finding, run_start.elapsed(), facts)

@@ -160,6 +160,29 @@ impl Verdict {
         }
     }
 
+    /// The worse of two verdicts: not_ready, then incomplete, then ready.
+    pub fn worst(self, other: Verdict) -> Verdict {
+        let rank = |v: Verdict| match v {
+            Verdict::NotReady => 2,
+            Verdict::Incomplete => 1,
+            Verdict::Ready => 0,
+        };
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+
+    /// The verdict a peer reported by name; anything unknown is not ready.
+    pub fn from_name(name: &str) -> Verdict {
+        match name {
+            "ready" => Verdict::Ready,
+            "incomplete" => Verdict::Incomplete,
+            _ => Verdict::NotReady,
+        }
+    }
+
     pub fn exit_code(self) -> ExitCode {
         match self {
             Verdict::Ready => ExitCode::Ready,

@@ -76,10 +76,11 @@ fn a_missing_rank_is_named_with_its_host_by_the_deadline() {
     assert!(msg.starts_with("fail"), "{msg}");
     assert!(msg.contains("rank 3 (expected on gpu004)"), "{msg}");
     assert!(out[1].message("cluster.barrier").contains("rank 3"));
-    // The verdict arrives within the deadline plus one second; the bound
-    // here also allows for process start on a loaded machine.
+    // The verdict arrives within the deadline plus one second (measured in
+    // bench/); the bound here is the generous margin for a loaded
+    // machine.
     assert!(
-        out[0].elapsed < Duration::from_secs(8),
+        out[0].elapsed < Duration::from_secs(2) + MARGIN,
         "{:?}",
         out[0].elapsed
     );
@@ -148,7 +149,7 @@ fn a_world_size_disagreement_is_named() {
 #[test]
 fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
     let port = cluster::free_port().to_string();
-    let args = run_args("4s");
+    let args = run_args("60s");
     let r0 = local("jobA-rank0", &args, &env("0", "2", &port));
     std::thread::sleep(Duration::from_millis(300));
     let mut other = env("1", "2", &port);
@@ -163,9 +164,9 @@ fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
         )),
         "{msg}"
     );
-    // It knew at once, not at the deadline.
+    // It knew at once, not at the 60 s deadline.
     assert!(
-        intruder.elapsed < Duration::from_secs(3),
+        intruder.elapsed < Duration::from_secs(30),
         "{:?}",
         intruder.elapsed
     );
@@ -246,13 +247,12 @@ fn check_never_does_a_rendezvous() {
         msg.starts_with("skip") && msg.contains("scope: cluster"),
         "{msg}"
     );
-    assert!(out.elapsed < Duration::from_secs(3), "{:?}", out.elapsed);
 }
 
 #[test]
 fn a_master_killed_during_the_rendezvous_is_reported_at_once() {
     let port = cluster::free_port().to_string();
-    let args = run_args("20s");
+    let args = run_args("60s");
     let r0 = local("rank0", &args, &env("0", "3", &port));
     let r1 = local("rank1", &args, &env("1", "3", &port));
     // Rank 1 has checked in; rank 2 never comes, so the barrier is open.
@@ -265,6 +265,66 @@ fn a_master_killed_during_the_rendezvous_is_reported_at_once() {
         msg.contains("the master went away before the verdict"),
         "{msg}"
     );
-    // Not at its 20 s deadline: the closed connection is the answer.
-    assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+    // Not at its 60 s deadline: the closed connection is the answer.
+    assert!(out.elapsed < Duration::from_secs(30), "{:?}", out.elapsed);
+}
+
+#[test]
+fn a_failing_local_check_makes_every_rank_not_ready_even_without_node_checks() {
+    // The node's own verdict counts whatever cluster checks are selected.
+    let dir = tempfile::tempdir().unwrap();
+    let failing = dir.path().join("fail.yaml");
+    std::fs::write(
+        &failing,
+        "checks:\n  - id: site.must_fail\n    kind: env\n    name: PREFLIGHT_TEST_NOT_SET\n",
+    )
+    .unwrap();
+    let port = cluster::free_port().to_string();
+    let mut args = run_args("20s");
+    args.extend(["--checks".to_string(), failing.display().to_string()]);
+    args.extend(["--skip".to_string(), "cluster.node_checks".to_string()]);
+    let procs: Vec<_> = (0..2)
+        .map(|r| {
+            let rank = r.to_string();
+            local(&format!("rank{r}"), &args, &env(&rank, "2", &port))
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 1);
+    assert_eq!(out[0].json()["verdict"], "not_ready");
+    assert_eq!(out[1].json()["cluster"]["verdict"], "not_ready");
+}
+
+#[test]
+fn a_check_that_runs_to_the_deadline_does_not_cost_the_rendezvous() {
+    // The checklist gets a share of --timeout; the rest is the rendezvous's,
+    // so a slow warn-severity check leaves the node ready, not unreachable.
+    let dir = tempfile::tempdir().unwrap();
+    let slow = dir.path().join("slow.yaml");
+    std::fs::write(
+        &slow,
+        "checks:\n  - id: site.slow\n    kind: command\n    argv: [sleep, \"60\"]\n    timeout: 60s\n    severity: warn\n",
+    )
+    .unwrap();
+    let port = cluster::free_port().to_string();
+    let mut args = run_args("4s");
+    args.extend(["--checks".to_string(), slow.display().to_string()]);
+    let procs: Vec<_> = (0..2)
+        .map(|r| {
+            let rank = r.to_string();
+            local(&format!("rank{r}"), &args, &env(&rank, "2", &port))
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 0);
+    assert!(
+        out[0]
+            .message("cluster.barrier")
+            .starts_with("pass all 2 ranks checked in")
+    );
+    assert!(
+        out[0].message("site.slow").starts_with("warn"),
+        "{}",
+        out[0].message("site.slow")
+    );
 }

@@ -285,7 +285,7 @@ fn the_run_deadline_ends_checks_still_running() {
         long["message"]
             .as_str()
             .unwrap()
-            .contains("the run's deadline (500ms) passed"),
+            .contains("the checklist's deadline (500ms) passed"),
         "{long}"
     );
 }

@@ -54,7 +54,7 @@ pub fn now_us(offset_ms: i64) -> i64 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    t.as_micros() as i64 + offset_ms * 1000
+    (t.as_micros() as i64).saturating_add(offset_ms.saturating_mul(1000))
 }
 
 type Writer = Arc<Mutex<OwnedWriteHalf>>;
@@ -395,7 +395,13 @@ fn assemble(
             barrier.dropped.join("; ")
         ));
     }
-    let verdict = Verdict::of(&checks, cfg.strict);
+    // Every node's own verdict counts whether or not `cluster.node_checks`
+    // was selected: a node whose checklist failed is not ready, and the
+    // cluster with it.
+    let verdict = nodes
+        .iter()
+        .map(|n| Verdict::from_name(&n.local_verdict))
+        .fold(Verdict::of(&checks, cfg.strict), Verdict::worst);
     let mode = if nodes.len() > reachability::ALL_PAIRS_MAX {
         "ring + hypercube"
     } else {

@@ -79,19 +79,31 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
             started: process_start,
         }))
     });
-    let results = runtime.block_on(engine::run(&node_checks, &facts, args.timeout.0, |event| {
-        if let (
-            true,
-            Progress::Finished {
-                done,
-                total,
-                result,
-            },
-        ) = (show_progress, event)
-        {
-            eprint!("{}", report::progress_line(done, total, result));
-        }
-    }));
+    // With a rendezvous ahead, the checklist may not use the whole deadline:
+    // a rank whose slow check ran to the end would never check in, and the
+    // cluster would blame the wrong node.
+    let checklist_deadline = match identity {
+        Some(_) => checklist_share(args.timeout.0),
+        None => args.timeout.0,
+    };
+    let results = runtime.block_on(engine::run(
+        &node_checks,
+        &facts,
+        checklist_deadline,
+        |event| {
+            if let (
+                true,
+                Progress::Finished {
+                    done,
+                    total,
+                    result,
+                },
+            ) = (show_progress, event)
+            {
+                eprint!("{}", report::progress_line(done, total, result));
+            }
+        },
+    ));
     if show_progress {
         eprint!("\r\x1b[K");
     }
@@ -222,4 +234,34 @@ fn emit(
     }
     .map_err(|e| Failure::Usage(format!("cannot write the report: {e}")))?;
     Ok(report.verdict.exit_code())
+}
+
+/// The part of `--timeout` the checklist may use in `run`: all but a
+/// reserve for the rendezvous, the barrier and the verdict (10 %, at least
+/// 2 s, and never less than half of the whole).
+fn checklist_share(timeout: std::time::Duration) -> std::time::Duration {
+    let reserve = (timeout / 10).max(std::time::Duration::from_secs(2));
+    timeout.saturating_sub(reserve).max(timeout / 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::checklist_share;
+    use std::time::Duration;
+
+    #[test]
+    fn the_checklist_leaves_time_for_the_rendezvous() {
+        assert_eq!(
+            checklist_share(Duration::from_secs(60)),
+            Duration::from_secs(54)
+        );
+        assert_eq!(
+            checklist_share(Duration::from_secs(10)),
+            Duration::from_secs(8)
+        );
+        assert_eq!(
+            checklist_share(Duration::from_secs(3)),
+            Duration::from_millis(1500)
+        );
+    }
 }

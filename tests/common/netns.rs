@@ -46,9 +46,23 @@ fn unavailable() -> Option<String> {
         return Some("not root: network namespaces need root".into());
     }
     match Command::new("ip").arg("-V").output() {
-        Ok(o) if o.status.success() => None,
-        _ => Some("`ip` (iproute2) is not installed".into()),
+        Ok(o) if o.status.success() => {}
+        _ => return Some("`ip` (iproute2) is not installed".into()),
     }
+    // Root in a container may still lack CAP_NET_ADMIN: try one namespace.
+    let probe = format!("ptprobe{}", std::process::id());
+    let added = Command::new("ip")
+        .args(["netns", "add", &probe])
+        .output()
+        .ok()?;
+    if !added.status.success() {
+        return Some(format!(
+            "cannot create a network namespace: {}",
+            String::from_utf8_lossy(&added.stderr).trim()
+        ));
+    }
+    let _ = Command::new("ip").args(["netns", "del", &probe]).output();
+    None
 }
 
 /// Returns `None` after printing the reason, or panics when CI requires
