@@ -22,7 +22,10 @@ pub struct BarrierState {
     pub out_of_range: Vec<(ConnId, CheckIn)>,
     lost: Vec<(u32, String, String)>,
     pub other_job_clients: Vec<String>,
+    /// The first few dropped connections, for the report.
     pub dropped: Vec<String>,
+    /// All of them, however many.
+    pub dropped_total: usize,
 }
 
 fn who(c: &CheckIn) -> String {
@@ -41,6 +44,7 @@ impl BarrierState {
             lost: Vec::new(),
             other_job_clients: Vec::new(),
             dropped: Vec::new(),
+            dropped_total: 0,
         }
     }
 
@@ -168,6 +172,7 @@ impl BarrierState {
                 .collect(),
             other_job_clients: self.other_job_clients.clone(),
             dropped: self.dropped.clone(),
+            dropped_total: self.dropped_total,
         }
     }
 }

@@ -254,6 +254,7 @@ fn handle(
         Event::OtherJob { peer } => state.other_job_clients.push(peer),
         Event::Dropped { peer, reason } => {
             // A flood of junk must not grow the report without bound.
+            state.dropped_total += 1;
             if state.dropped.len() < 32 {
                 state.dropped.push(format!("{peer}: {reason}"));
             }
@@ -390,9 +391,14 @@ fn assemble(
     }
     if !barrier.dropped.is_empty() {
         warnings.push(format!(
-            "dropped {} connections that were not this job's preflight: {}",
-            barrier.dropped.len(),
-            barrier.dropped.join("; ")
+            "dropped {} connections that were not this job's preflight: {}{}",
+            barrier.dropped_total,
+            barrier.dropped.join("; "),
+            if barrier.dropped_total > barrier.dropped.len() {
+                "; ..."
+            } else {
+                ""
+            }
         ));
     }
     // Every node's own verdict counts whether or not `cluster.node_checks`

@@ -66,6 +66,8 @@ pub struct Barrier {
     /// Connections dropped before authenticating: garbage, oversized
     /// frames, silence.
     pub dropped: Vec<String>,
+    /// How many were dropped in all; `dropped` lists the first few.
+    pub dropped_total: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
