@@ -136,13 +136,16 @@ impl BarrierState {
                 world_size: c.identity.world_size,
             })
             .collect();
+        let missing = self.missing();
         Barrier {
             complete: self.complete() && self.duplicates.is_empty(),
             waited_ms,
-            missing: self
-                .missing()
-                .into_iter()
-                .map(|rank| Missing {
+            missing_count: missing.len(),
+            missing_ranks: super::report::rank_ranges(&missing),
+            missing: missing
+                .iter()
+                .take(MISSING_LISTED)
+                .map(|&rank| Missing {
                     rank,
                     expected_on: self.expected_on(rank),
                 })
@@ -177,21 +180,30 @@ impl BarrierState {
     }
 }
 
+/// Missing ranks kept with their hosts in the report, and named one by one
+/// in the message; the rest are given as ranges.
+pub const MISSING_LISTED: usize = 256;
+const MISSING_NAMED: usize = 16;
+
 /// The barrier as a check result: what went wrong, every culprit named.
 pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
     let mut problems = Vec::new();
-    if !b.missing.is_empty() {
-        let list: Vec<String> = b
+    if b.missing_count > 0 {
+        let mut list: Vec<String> = b
             .missing
             .iter()
+            .take(MISSING_NAMED)
             .map(|m| match &m.expected_on {
                 Some(h) => format!("rank {} (expected on {h})", m.rank),
                 None => format!("rank {}", m.rank),
             })
             .collect();
+        if b.missing_count > list.len() {
+            list.push(format!("... (all missing: ranks {})", b.missing_ranks));
+        }
         problems.push(format!(
             "{} of {world_size} ranks never checked in within {timeout_text}: {}",
-            b.missing.len(),
+            b.missing_count,
             list.join(", ")
         ));
     }
@@ -245,7 +257,7 @@ pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
     r.measured = Some(format!(
         "{} of {world_size} checked in",
         (world_size as usize)
-            .saturating_sub(b.missing.len())
+            .saturating_sub(b.missing_count)
             .saturating_sub(b.lost.len())
     ));
     r
@@ -311,6 +323,25 @@ mod tests {
             probe_addr: None,
             interface: None,
         }
+    }
+
+    #[test]
+    fn a_huge_missing_list_stays_small() {
+        // The verdict travels in one frame to every rank: it must fit at any
+        // world size.
+        let mut b = BarrierState::new(1_000_000, 1, Vec::new());
+        b.arrive(1, checkin(0, 1_000_000, "h0"));
+        let summary = b.summary(10);
+        assert_eq!(summary.missing_count, 999_999);
+        assert_eq!(summary.missing.len(), MISSING_LISTED);
+        assert_eq!(summary.missing_ranks, "1-999999");
+        let r = result(&summary, 1_000_000, "1s");
+        assert!(
+            r.message.ends_with("... (all missing: ranks 1-999999)"),
+            "{}",
+            r.message
+        );
+        assert!(r.message.len() < 2000, "{}", r.message.len());
     }
 
     #[test]

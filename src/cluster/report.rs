@@ -55,7 +55,12 @@ pub struct NodeView {
 pub struct Barrier {
     pub complete: bool,
     pub waited_ms: u64,
+    /// The first missing ranks with their expected hosts (at most
+    /// `MISSING_LISTED`, so the verdict frame stays small at any scale).
     pub missing: Vec<Missing>,
+    /// How many ranks are missing, and all of them as ranges ("3,8-1023").
+    pub missing_count: usize,
+    pub missing_ranks: String,
     pub duplicates: Vec<Duplicate>,
     pub world_size_mismatch: Vec<Mismatch>,
     pub out_of_range: Vec<Mismatch>,
@@ -239,7 +244,7 @@ pub fn count(n: usize, word: &str) -> String {
 }
 
 /// `0-3,8`
-fn rank_ranges(ranks: &[u32]) -> String {
+pub fn rank_ranges(ranks: &[u32]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
     while i < ranks.len() {
