@@ -120,9 +120,9 @@ fn two_processes_claiming_one_rank_are_both_named() {
     let r0 = local("rank0", &args, &env("0", "3", &port));
     let a = local("rank1a", &args, &env("1", "3", &port));
     let b = local("rank1b", &args, &env("1", "3", &port));
-    std::thread::sleep(Duration::from_millis(800));
-    let r2 = local("rank2", &args, &env("2", "3", &port));
-    let out: Vec<Outcome> = [r0, a, b, r2]
+    // Rank 2 never starts, so the barrier stays open until its deadline and
+    // both claimants have surely checked in: no race with a fast barrier.
+    let out: Vec<Outcome> = [r0, a, b]
         .into_iter()
         .map(|p| p.finish(MARGIN))
         .collect();
