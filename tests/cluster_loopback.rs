@@ -122,10 +122,7 @@ fn two_processes_claiming_one_rank_are_both_named() {
     let b = local("rank1b", &args, &env("1", "3", &port));
     // Rank 2 never starts, so the barrier stays open until its deadline and
     // both claimants have surely checked in: no race with a fast barrier.
-    let out: Vec<Outcome> = [r0, a, b]
-        .into_iter()
-        .map(|p| p.finish(MARGIN))
-        .collect();
+    let out: Vec<Outcome> = [r0, a, b].into_iter().map(|p| p.finish(MARGIN)).collect();
     all_exit(&out, 1);
     let msg = out[0].message("cluster.barrier");
     assert!(msg.contains("rank 1 claimed by 2 processes"), "{msg}");

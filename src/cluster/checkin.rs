@@ -237,33 +237,26 @@ fn libc_version(facts: &Facts) -> Option<String> {
 }
 
 /// What the hostname resolves to: the answer Gloo and NCCL get when they
-/// advertise this node by name.
-pub fn resolve_hostname(hostname: &str) -> Vec<String> {
-    use std::net::ToSocketAddrs;
-    let mut addrs: Vec<String> = (hostname, 0)
-        .to_socket_addrs()
-        .map(|it| it.map(|a| a.ip().to_string()).collect())
+/// advertise this node by name (the same resolution the interface check
+/// uses, under its deadline).
+pub fn resolve_hostname(facts: &Facts, hostname: &str) -> Vec<String> {
+    let limit = std::time::Duration::from_secs(2);
+    let mut addrs: Vec<String> = crate::kinds::resolve::resolve_on_node(facts, hostname, limit)
+        .map(|ips| ips.iter().map(ToString::to_string).collect())
         .unwrap_or_default();
     addrs.sort();
     addrs.dedup();
     addrs
 }
 
-/// The interface holding `ip`, from the kernel's address list.
-pub fn interface_of(ip: &str) -> Option<String> {
+/// The interface holding `ip`, from the node's interface facts.
+pub fn interface_of(facts: &Facts, ip: &str) -> Option<String> {
     let ip: std::net::IpAddr = ip.parse().ok()?;
-    let addrs = nix::ifaddrs::getifaddrs().ok()?;
-    for a in addrs {
-        let Some(sa) = a.address else { continue };
-        let matches = match ip {
-            std::net::IpAddr::V4(v4) => sa.as_sockaddr_in().is_some_and(|s| s.ip() == v4),
-            std::net::IpAddr::V6(v6) => sa.as_sockaddr_in6().is_some_and(|s| s.ip() == v6),
-        };
-        if matches {
-            return Some(a.interface_name);
-        }
-    }
-    None
+    facts
+        .interfaces()
+        .iter()
+        .find(|i| i.addresses.contains(&ip))
+        .map(|i| i.name.clone())
 }
 
 /// A stable hash of the checklist as configured: ids, kinds, severities and

@@ -211,8 +211,8 @@ async fn session(
             let hostname = facts.hostname().to_string();
             let names = facts.env_vars().keys().cloned().collect::<Vec<_>>();
             (
-                checkin::resolve_hostname(&hostname),
-                checkin::interface_of(&ip),
+                checkin::resolve_hostname(&facts, &hostname),
+                checkin::interface_of(&facts, &ip),
                 checkin::versions(&facts),
                 checkin::devices(&facts),
                 checkin::launch_env(&facts, names.into_iter()),

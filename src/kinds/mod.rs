@@ -24,7 +24,7 @@ mod ping;
 mod port;
 mod port_holder;
 mod ports;
-mod resolve;
+pub mod resolve;
 mod tcp_connect;
 mod time_sync;
 

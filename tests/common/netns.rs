@@ -50,7 +50,10 @@ fn unavailable() -> Option<String> {
         _ => return Some("`ip` (iproute2) is not installed".into()),
     }
     // Root in a container may still lack CAP_NET_ADMIN: try one namespace.
-    let probe = format!("ptprobe{}", std::process::id());
+    // Tests of one binary probe in parallel threads: one name each.
+    static PROBES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = format!("ptprobe{}x{n}", std::process::id());
     let added = Command::new("ip")
         .args(["netns", "add", &probe])
         .output()
