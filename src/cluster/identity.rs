@@ -9,7 +9,7 @@
 //! 3. Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE,
 //!    SLURM_NODEID, SLURM_NNODES, SLURM_JOB_NODELIST (the master is its first
 //!    host when MASTER_ADDR is unset), SLURM_JOB_ID;
-//! 4. OpenMPI: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _NODE_RANK;
+//! 4. OpenMPI: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE;
 //! 5. PMI/PMIx: PMI_RANK, PMI_SIZE, PMIX_RANK.
 //!
 //! Any node-mode flag makes this process a node agent that starts its local
@@ -109,7 +109,9 @@ fn text(env: &Env, names: &[&str]) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-const NODE_RANK: &[&str] = &["GROUP_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_NODE_RANK"];
+/// OMPI_COMM_WORLD_NODE_RANK is not here: it is a process's rank among the
+/// processes on its node, not the node's index.
+const NODE_RANK: &[&str] = &["GROUP_RANK", "SLURM_NODEID"];
 const NNODES: &[&str] = &["SLURM_NNODES", "SLURM_JOB_NUM_NODES"];
 const JOB_ID: &[&str] = &["TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
 
@@ -167,10 +169,19 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
             .nnodes
             .or_else(|| first(env, NNODES).map(|(v, _)| v))
             .unwrap_or(1);
-        let node_rank = flags
+        let node_rank = match flags
             .node_rank
             .or_else(|| first(env, NODE_RANK).map(|(v, _)| v))
-            .unwrap_or(0);
+        {
+            Some(k) => k,
+            // Every node would call itself node 0 and serve as master.
+            None if nnodes > 1 => {
+                return Err(format!(
+                    "--nnodes {nnodes} needs --node-rank (or GROUP_RANK / SLURM_NODEID) to tell the nodes apart"
+                ));
+            }
+            None => 0,
+        };
         if nnodes == 0 || nnodes > MAX_WORLD {
             return Err(format!("--nnodes must be 1 to {MAX_WORLD}"));
         }
@@ -385,5 +396,12 @@ mod tests {
             ..Flags::default()
         };
         assert!(resolve(&flags, &Env::new()).is_err());
+        // Several nodes and nothing to tell them apart: each would be node 0.
+        let flags = Flags {
+            nnodes: Some(2),
+            ..Flags::default()
+        };
+        let e = resolve(&flags, &env(&[("OMPI_COMM_WORLD_NODE_RANK", "1")])).unwrap_err();
+        assert!(e.contains("needs --node-rank"), "{e}");
     }
 }
