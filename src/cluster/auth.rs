@@ -179,11 +179,12 @@ pub async fn client<S: AsyncRead + AsyncWrite + Unpin>(
         deadline,
     )
     .await?;
-    let (theirs, proof) = match protocol::read(stream, deadline).await? {
-        Msg::Challenge { nonce, proof } => (nonce, proof),
-        Msg::Rejected { reason } => return Err(AuthError::RejectedByPeer(reason)),
-        other => return Err(unexpected("a challenge", &other)),
-    };
+    let (theirs, proof) =
+        match protocol::read_limited(stream, deadline, protocol::MAX_HANDSHAKE_FRAME).await? {
+            Msg::Challenge { nonce, proof } => (nonce, proof),
+            Msg::Rejected { reason } => return Err(AuthError::RejectedByPeer(reason)),
+            other => return Err(unexpected("a challenge", &other)),
+        };
     if !token.verify("server", &mine, &theirs, &proof) {
         let _ = protocol::write(
             stream,
@@ -197,7 +198,7 @@ pub async fn client<S: AsyncRead + AsyncWrite + Unpin>(
     }
     let proof = token.proof("client", &mine, &theirs);
     protocol::write(stream, &Msg::Proof { proof }, deadline).await?;
-    match protocol::read(stream, deadline).await? {
+    match protocol::read_limited(stream, deadline, protocol::MAX_HANDSHAKE_FRAME).await? {
         Msg::Welcome => Ok(()),
         Msg::Rejected { reason } => Err(AuthError::RejectedByPeer(reason)),
         other => Err(unexpected("a welcome", &other)),
@@ -209,10 +210,11 @@ pub async fn server<S: AsyncRead + AsyncWrite + Unpin>(
     token: &Token,
     deadline: Instant,
 ) -> Result<(), AuthError> {
-    let theirs = match protocol::read(stream, deadline).await? {
-        Msg::Hello { nonce, .. } if nonce.len() <= 128 => nonce,
-        other => return Err(unexpected("a hello", &other)),
-    };
+    let theirs =
+        match protocol::read_limited(stream, deadline, protocol::MAX_HANDSHAKE_FRAME).await? {
+            Msg::Hello { nonce, .. } if nonce.len() <= 128 => nonce,
+            other => return Err(unexpected("a hello", &other)),
+        };
     let mine = nonce();
     let proof = token.proof("server", &theirs, &mine);
     protocol::write(
@@ -224,7 +226,7 @@ pub async fn server<S: AsyncRead + AsyncWrite + Unpin>(
         deadline,
     )
     .await?;
-    match protocol::read(stream, deadline).await? {
+    match protocol::read_limited(stream, deadline, protocol::MAX_HANDSHAKE_FRAME).await? {
         Msg::Proof { proof } if token.verify("client", &theirs, &mine, &proof) => {
             protocol::write(stream, &Msg::Welcome, deadline).await?;
             Ok(())

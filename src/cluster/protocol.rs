@@ -90,7 +90,8 @@ pub enum FrameError {
     Garbage,
     /// A preflight frame of another protocol version.
     Version(u8),
-    TooLarge(u32),
+    /// The frame's length and the limit it broke.
+    TooLarge(u32, u32),
     Timeout,
     /// A frame whose body is not a message of this version.
     Body(String),
@@ -107,8 +108,8 @@ impl fmt::Display for FrameError {
                 f,
                 "a preflight peer speaking protocol version {v} (this one speaks {VERSION})"
             ),
-            FrameError::TooLarge(n) => {
-                write!(f, "a frame of {n} bytes, more than the {MAX_FRAME} allowed")
+            FrameError::TooLarge(n, max) => {
+                write!(f, "a frame of {n} bytes, more than the {max} allowed")
             }
             FrameError::Timeout => write!(f, "the peer sent nothing before the deadline"),
             FrameError::Body(e) => write!(f, "a malformed message: {e}"),
@@ -146,15 +147,29 @@ pub async fn write<W: AsyncWrite + Unpin>(
     }
 }
 
+/// The largest frame a peer may send before it has authenticated: the
+/// handshake's messages are small, and a stranger must not make rank 0
+/// allocate megabytes per pending connection.
+pub const MAX_HANDSHAKE_FRAME: u32 = 4096;
+
 /// Reads one frame; the whole frame must arrive before `deadline`.
 pub async fn read<R: AsyncRead + Unpin>(r: &mut R, deadline: Instant) -> Result<Msg, FrameError> {
-    match tokio::time::timeout_at(deadline, read_inner(r)).await {
+    read_limited(r, deadline, MAX_FRAME).await
+}
+
+/// `read` with a smaller size limit, for the handshake.
+pub async fn read_limited<R: AsyncRead + Unpin>(
+    r: &mut R,
+    deadline: Instant,
+    max: u32,
+) -> Result<Msg, FrameError> {
+    match tokio::time::timeout_at(deadline, read_inner(r, max)).await {
         Ok(result) => result,
         Err(_) => Err(FrameError::Timeout),
     }
 }
 
-async fn read_inner<R: AsyncRead + Unpin>(r: &mut R) -> Result<Msg, FrameError> {
+async fn read_inner<R: AsyncRead + Unpin>(r: &mut R, max: u32) -> Result<Msg, FrameError> {
     let mut header = [0u8; HEADER];
     let mut got = 0;
     while got < HEADER {
@@ -177,8 +192,8 @@ async fn read_inner<R: AsyncRead + Unpin>(r: &mut R) -> Result<Msg, FrameError> 
         return Err(FrameError::Version(header[3]));
     }
     let len = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
-    if len > MAX_FRAME {
-        return Err(FrameError::TooLarge(len));
+    if len > max {
+        return Err(FrameError::TooLarge(len, max));
     }
     let mut body = vec![0u8; len as usize];
     r.read_exact(&mut body).await.map_err(|e| {
@@ -243,7 +258,28 @@ mod tests {
         let mut frame = MAGIC.to_vec();
         frame.push(VERSION);
         frame.extend_from_slice(&u32::MAX.to_be_bytes());
-        assert!(matches!(read_bytes(frame), Err(FrameError::TooLarge(_))));
+        assert!(matches!(read_bytes(frame), Err(FrameError::TooLarge(..))));
+    }
+
+    #[test]
+    fn handshake_frames_are_small() {
+        let frame = encode(&Msg::Hello {
+            nonce: "x".repeat(5000),
+            version: "1".into(),
+        });
+        let limited = rt().block_on(async move {
+            let mut slice = frame.as_slice();
+            read_limited(
+                &mut slice,
+                after(Duration::from_secs(1)),
+                MAX_HANDSHAKE_FRAME,
+            )
+            .await
+        });
+        assert!(matches!(
+            limited,
+            Err(FrameError::TooLarge(_, MAX_HANDSHAKE_FRAME))
+        ));
     }
 
     #[test]
