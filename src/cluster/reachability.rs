@@ -60,6 +60,9 @@ pub fn partners(i: usize, n: usize) -> Vec<usize> {
 pub async fn serve(listener: TcpListener) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
+            // Out of file descriptors and the like: back off instead of
+            // spinning on the error.
+            tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         tokio::spawn(async move {
