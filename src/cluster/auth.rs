@@ -51,7 +51,9 @@ impl Token {
         if let Some(id) = get("SLURM_JOB_ID") {
             return Token::new(format!("slurm-job:{id}").as_bytes(), "SLURM_JOB_ID");
         }
-        if let Some(id) = get("TORCHELASTIC_RUN_ID") {
+        // torchrun sets the run id to "none" unless --rdzv-id is given: every
+        // such job would share it, which is no token at all.
+        if let Some(id) = get("TORCHELASTIC_RUN_ID").filter(|id| *id != "none") {
             return Token::new(
                 format!("torchelastic:{id}").as_bytes(),
                 "TORCHELASTIC_RUN_ID",
@@ -295,6 +297,8 @@ mod tests {
             "TORCHELASTIC_RUN_ID"
         );
         assert!(Token::resolve(&env(&[])).is_none());
+        // torchrun's default run id is shared by every job: not a token.
+        assert!(Token::resolve(&env(&[("TORCHELASTIC_RUN_ID", "none")])).is_none());
     }
 
     #[test]
