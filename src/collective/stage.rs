@@ -187,20 +187,48 @@ pub async fn run(cfg: &Config, info: RankInfo<'_>) -> CollectiveReport {
     .await;
     if info.rank == 0 {
         let gather_end = Instant::now() + margin;
-        let mut all = vec![Some(result)];
-        for r in 1..info.world {
-            let wait = gather_end.saturating_duration_since(Instant::now());
-            let got = store::get(
-                info.conn,
-                &format!("coll/result/{r}"),
-                wait,
-                gather_end + Duration::from_secs(2),
-            )
-            .await
-            .ok()
-            .flatten()
-            .and_then(|v| serde_json::from_str::<RankResult>(&v).ok());
-            all.push(got);
+        let mut all: Vec<Option<RankResult>> = (0..info.world).map(|_| None).collect();
+        all[0] = Some(result);
+        // Poll rather than wait on one rank at a time: a rank whose sockets
+        // every peer saw close is gone, and waiting out the margin for its
+        // result would only delay the verdict.
+        loop {
+            for r in 1..info.world {
+                if all[r as usize].is_some() {
+                    continue;
+                }
+                all[r as usize] = store::get(
+                    info.conn,
+                    &format!("coll/result/{r}"),
+                    Duration::ZERO,
+                    Instant::now() + Duration::from_secs(2),
+                )
+                .await
+                .ok()
+                .flatten()
+                .and_then(|v| serde_json::from_str::<RankResult>(&v).ok());
+            }
+            let absent: Vec<u32> = (0..info.world)
+                .filter(|r| all[*r as usize].is_none())
+                .collect();
+            if absent.is_empty() || Instant::now() >= gather_end {
+                break;
+            }
+            let gone = |r: u32| {
+                all.iter().flatten().any(|x| {
+                    x.backends.iter().any(|b| {
+                        matches!(
+                            b.failure.as_ref().and_then(|f| f.error.as_ref()),
+                            Some(OpError::Closed { peer, .. }) if *peer == r
+                        )
+                    })
+                })
+            };
+            // Everyone else has reported and every absent rank is gone.
+            if absent.iter().all(|r| gone(*r)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let report = assemble(cfg, info.world, &all);
         let text = serde_json::to_string(&report).unwrap_or_default();
@@ -580,7 +608,7 @@ fn explain(
             host(culprit)
         ),
         Some(e) => format!(
-            "{} failed at {}: rank {culprit}{}{gone}; rank {victim} saw: {e}",
+            "{} failed at {}: rank {culprit}{} broke off{gone}; rank {victim} saw: {e}",
             f.op.name(),
             human_bytes(f.bytes),
             host(culprit)
