@@ -125,15 +125,16 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
 
 /// `ended` for a step that timed out, e.g. "timed out at 64 KiB: rank 3
 /// stopped sending to rank 0".
-pub fn timed_out(op: &str, bytes: usize, culprit: u32, victim: u32, sending: bool) -> String {
+/// `culprit` is "rank 3" or "rank 3 (host)".
+pub fn timed_out(op: &str, bytes: usize, culprit: &str, victim: u32, sending: bool) -> String {
     if sending {
         format!(
-            "{op} timed out at {}: rank {culprit} stopped sending to rank {victim}",
+            "{op} timed out at {}: {culprit} stopped sending to rank {victim}",
             human_bytes(bytes)
         )
     } else {
         format!(
-            "{op} timed out at {}: rank {culprit} stopped receiving from rank {victim}",
+            "{op} timed out at {}: {culprit} stopped receiving from rank {victim}",
             human_bytes(bytes)
         )
     }

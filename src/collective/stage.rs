@@ -116,6 +116,9 @@ pub struct RankInfo<'a> {
     pub route_ip: String,
     pub gloo_ifname: Option<String>,
     pub hooks: Hooks,
+    /// Each rank's node as the cluster report names it, for ranks whose
+    /// own result never arrives.
+    pub hosts: Vec<String>,
     pub conn: &'a mut TcpStream,
 }
 
@@ -230,7 +233,7 @@ pub async fn run(cfg: &Config, info: RankInfo<'_>) -> CollectiveReport {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let report = assemble(cfg, info.world, &all);
+        let report = assemble(cfg, info.world, &all, &info.hosts);
         let text = serde_json::to_string(&report).unwrap_or_default();
         let _ = store::set(
             info.conn,
@@ -277,17 +280,17 @@ pub async fn run(cfg: &Config, info: RankInfo<'_>) -> CollectiveReport {
         match got {
             Ok(Some(v)) => match serde_json::from_str(&v) {
                 Ok(r) => r,
-                Err(e) => alone(cfg, info.world, result, format!("rank 0's report: {e}")),
+                Err(e) => alone(cfg, &info.hosts, result, format!("rank 0's report: {e}")),
             },
             Ok(None) => alone(
                 cfg,
-                info.world,
+                &info.hosts,
                 result,
                 "rank 0 sent no collective report in time".into(),
             ),
             Err(e) => alone(
                 cfg,
-                info.world,
+                &info.hosts,
                 result,
                 format!("rank 0 is gone (the rendezvous connection failed: {e})"),
             ),
@@ -340,13 +343,14 @@ async fn exercise<B: Backend>(b: &mut B, cfg: &Config, hooks: &Hooks, rb: &mut R
 }
 
 /// A rank without rank 0's report: its own result only.
-fn alone(cfg: &Config, world: u32, own: RankResult, why: String) -> CollectiveReport {
+fn alone(cfg: &Config, hosts: &[String], own: RankResult, why: String) -> CollectiveReport {
+    let world = hosts.len() as u32;
     let rank = own.rank;
     let mut all: Vec<Option<RankResult>> = (0..world).map(|_| None).collect();
     if let Some(slot) = all.get_mut(rank as usize) {
         *slot = Some(own);
     }
-    let mut r = assemble(cfg, world, &all);
+    let mut r = assemble(cfg, world, &all, hosts);
     r.missing.clear();
     for b in r.backends.iter_mut().filter(|b| b.available) {
         b.verdict = "fail".into();
@@ -359,7 +363,12 @@ fn alone(cfg: &Config, world: u32, own: RankResult, why: String) -> CollectiveRe
 }
 
 /// Rank 0: one report from every rank's result.
-pub fn assemble(cfg: &Config, world: u32, all: &[Option<RankResult>]) -> CollectiveReport {
+pub fn assemble(
+    cfg: &Config,
+    world: u32,
+    all: &[Option<RankResult>],
+    hosts: &[String],
+) -> CollectiveReport {
     let present: Vec<&RankResult> = all.iter().flatten().collect();
     let missing: Vec<u32> = (0..world)
         .filter(|r| all.get(*r as usize).is_none_or(Option::is_none))
@@ -369,6 +378,7 @@ pub fn assemble(cfg: &Config, world: u32, all: &[Option<RankResult>]) -> Collect
             .iter()
             .find(|x| x.rank == r)
             .map(|x| format!(" ({})", x.host))
+            .or_else(|| hosts.get(r as usize).map(|h| format!(" ({h})")))
             .unwrap_or_default()
     };
     let mut backends = Vec::new();
@@ -598,14 +608,24 @@ fn explain(
     };
     match &f.error {
         Some(OpError::RecvTimeout { .. }) => format!(
-            "{}{}{gone}",
-            timed_out(f.op.name(), f.bytes, culprit, victim, true),
-            host(culprit)
+            "{}{gone}",
+            timed_out(
+                f.op.name(),
+                f.bytes,
+                &format!("rank {culprit}{}", host(culprit)),
+                victim,
+                true
+            ),
         ),
         Some(OpError::SendTimeout { .. }) => format!(
-            "{}{}{gone}",
-            timed_out(f.op.name(), f.bytes, culprit, victim, false),
-            host(culprit)
+            "{}{gone}",
+            timed_out(
+                f.op.name(),
+                f.bytes,
+                &format!("rank {culprit}{}", host(culprit)),
+                victim,
+                false
+            ),
         ),
         Some(e) => format!(
             "{} failed at {}: rank {culprit}{} broke off{gone}; rank {victim} saw: {e}",

@@ -180,6 +180,16 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
                 route_ip: link.local_ip.clone(),
                 gloo_ifname: facts.env("GLOO_SOCKET_IFNAME").map(str::to_string),
                 hooks: Hooks::from_env(|k| facts.env(k).map(str::to_string), rank),
+                hosts: (0..report.world_size)
+                    .map(|r| {
+                        report
+                            .nodes
+                            .iter()
+                            .find(|n| n.ranks.contains(&r))
+                            .map(|n| n.name.clone())
+                            .unwrap_or_default()
+                    })
+                    .collect(),
                 conn: &mut link.stream,
             };
             let c = runtime.block_on(coll::run(&coll_cfg, info));
