@@ -234,3 +234,45 @@ fn a_rank_killed_mid_stage_is_named_by_every_other_rank() {
     let msg = out[0].message("collective.tcp");
     assert!(msg.contains("gave no result (gone)"), "{msg}");
 }
+
+#[test]
+fn busbw_thresholds_from_the_checklist_pass_fail_and_warn() {
+    let _serial = serial();
+    let (_dir, path) = common::checklist(
+        r#"
+checks:
+  - id: coll.reachable
+    kind: collective_busbw
+    scope: cluster
+    backend: tcp
+    size: 64KiB
+    min_busbw: 0.000001
+  - id: coll.impossible
+    kind: collective_busbw
+    scope: cluster
+    min_busbw: 100000
+  - id: coll.impossible_warn
+    kind: collective_busbw
+    scope: cluster
+    op: allgather
+    size: 1MiB
+    min_busbw: 100000
+    severity: warn
+"#,
+    );
+    let path = path.display().to_string();
+    let out = ranks(3, &["--checks", &path], &[]);
+    all_exit(&out, 1);
+    for o in &out {
+        assert_eq!(
+            o.status("coll.reachable"),
+            "pass",
+            "{}",
+            o.message("coll.reachable")
+        );
+        let fail = o.message("coll.impossible");
+        assert!(fail.starts_with("fail"), "{fail}");
+        assert!(fail.contains("tcp allreduce 1 MiB busbw"), "{fail}");
+        assert_eq!(o.status("coll.impossible_warn"), "warn");
+    }
+}

@@ -12,6 +12,7 @@ pub mod stage;
 pub mod straggler;
 pub mod sweep;
 pub mod tcp;
+pub mod threshold;
 pub mod verify;
 
 use std::fmt;

@@ -95,6 +95,12 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
         // `check` lists the cluster checks as skipped, with the reason.
         Stage::Checklist => (checks, Vec::new()),
     };
+    // Busbw thresholds: every rank evaluates them over the same report.
+    let thresholds: Vec<Arc<Check>> = cluster_checks
+        .iter()
+        .filter(|c| c.probe.collective().is_some())
+        .cloned()
+        .collect();
     let identity = match stage {
         Stage::Checklist => None,
         Stage::Full | Stage::Bench => {
@@ -194,6 +200,17 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
             };
             let c = runtime.block_on(coll::run(&coll_cfg, info));
             report.checks.extend(coll::checks(&c));
+            for check in &thresholds {
+                if let Some(probe) = check.probe.collective() {
+                    let finding = probe.evaluate_collective(&c);
+                    report.checks.push(crate::engine::complete(
+                        check,
+                        finding,
+                        Duration::ZERO,
+                        &facts,
+                    ));
+                }
+            }
             report.verdict = Verdict::of(&report.checks, args.strict);
             report.exit_code = report.verdict.exit_code().code();
             report.collective = Some(c);
