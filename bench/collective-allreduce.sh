@@ -11,12 +11,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
+# Debian's python3-torch lives with the system Python, not a pyenv shim's.
+py=/usr/bin/python3
 n=4
 bytes=$((64 << 20))
 need=()
 command -v mpicc >/dev/null || need+=(openmpi-bin libopenmpi-dev)
 command -v iperf3 >/dev/null || need+=(iperf3)
-python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
+$py -c 'import torch' 2>/dev/null || need+=(python3-torch)
 if [ ${#need[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y "${need[@]}" >/dev/null
 fi
@@ -64,7 +66,7 @@ gloo_round() {
     local port=$((29800 + RANDOM % 100)) pids=()
     for r in $(seq 0 $((n - 1))); do
         RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=lo \
-            python3 "$work/gloo.py" >"$work/g$r.out" 2>/dev/null &
+            $py "$work/gloo.py" >"$work/g$r.out" 2>/dev/null &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" || true; done

@@ -172,6 +172,7 @@ async fn one<B: Backend>(
             verify::fill(&mut buf, rank, dtype);
             spoil(&mut buf);
             let input = check.then(|| buf.clone());
+            align(b, deadline).await?;
             let t = Instant::now();
             b.allreduce(&mut buf, dtype, deadline)
                 .await
@@ -199,6 +200,7 @@ async fn one<B: Backend>(
                 verify::fill(&mut buf, rank, dtype);
                 spoil(&mut buf);
             }
+            align(b, deadline).await?;
             let t = Instant::now();
             b.broadcast(&mut buf, root, deadline)
                 .await
@@ -215,6 +217,7 @@ async fn one<B: Backend>(
             verify::fill(&mut input, rank, dtype);
             spoil(&mut input);
             let mut out = vec![0u8; per * 4 * world as usize];
+            align(b, deadline).await?;
             let t = Instant::now();
             b.allgather(&input, &mut out, deadline)
                 .await
@@ -232,6 +235,7 @@ async fn one<B: Backend>(
             verify::fill(&mut send, rank, dtype);
             spoil(&mut send);
             let mut recv = vec![0u8; count * 4];
+            align(b, deadline).await?;
             let t = Instant::now();
             b.sendrecv(&send, to, &mut recv, from, deadline)
                 .await
@@ -250,6 +254,13 @@ async fn one<B: Backend>(
             Ok(t.elapsed())
         }
     }
+}
+
+/// A barrier before each timed operation, so that a peer still filling
+/// its buffer does not count in this rank's time (the others would wait
+/// for it inside the operation).
+async fn align<B: Backend>(b: &mut B, deadline: Instant) -> Result<(), StepError> {
+    b.barrier(deadline).await.map_err(|e| (Some(e), None, None))
 }
 
 /// "64 KiB", "8 B", "1 MiB".
