@@ -64,7 +64,11 @@ impl Op {
     /// nccl-tests' bus bandwidth factor: what each link carries relative
     /// to the algorithm bandwidth, so figures compare across world sizes.
     pub fn bus_factor(self, n: u32) -> f64 {
-        let n = f64::from(n.max(1));
+        // One rank moves nothing over any bus.
+        if n <= 1 {
+            return 0.0;
+        }
+        let n = f64::from(n);
         match self {
             Op::Allreduce => 2.0 * (n - 1.0) / n,
             Op::Allgather => (n - 1.0) / n,
@@ -174,7 +178,9 @@ pub fn probe(name: &str) -> Availability {
         // the backends over them are issue 7.
         other => Availability {
             available: false,
-            reason: format!("backend not built yet: {other} runs in a later version"),
+            reason: format!(
+                "backend not built yet: the {other} backend comes in a later version (its library loader is crates/{other}-sys)"
+            ),
         },
     }
 }

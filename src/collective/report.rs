@@ -52,10 +52,11 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n{}  {} · {} ranks",
+        "\n{}  {} · {} rank{}",
         s.bold("Collective"),
         r.mode,
-        r.world_size
+        r.world_size,
+        if r.world_size == 1 { "" } else { "s" }
     );
     for b in &r.backends {
         if !b.available {

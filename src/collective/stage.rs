@@ -389,10 +389,18 @@ pub fn assemble(
             .collect();
         let avail = super::probe(name);
         let available = per.iter().all(|(_, b)| b.available) && avail.available;
+        // A reason that differs from this build's probe is a node's own
+        // (a library missing there): name the rank.
         let reason = per
             .iter()
             .find(|(_, b)| !b.available)
-            .map(|(r, b)| format!("{} (rank {r})", b.reason))
+            .map(|(r, b)| {
+                if b.reason == avail.reason {
+                    b.reason.clone()
+                } else {
+                    format!("{} (rank {r})", b.reason)
+                }
+            })
             .unwrap_or(avail.reason);
         if !available {
             backends.push(BackendReport {
