@@ -41,6 +41,9 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Lint checklist files without running them.
     Validate(ValidateArgs),
+    /// The rendezvous and the collective stage's full sweep (default up to
+    /// 64 MiB), no checklist: an nccl-tests replacement that needs no MPI.
+    Bench(RunArgs),
 }
 
 /// Which checks: the shipped checklist, added files, and selection.
@@ -135,6 +138,69 @@ pub struct RunArgs {
     pub strict: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub collective: CollectiveArgs,
+}
+
+/// The collective stage (`preflight run` and `preflight bench`).
+#[derive(Debug, Args, Clone)]
+pub struct CollectiveArgs {
+    /// off; short (run's default: every operation verified, a few sizes);
+    /// full (the size sweep; bench's default).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub collective: Option<CollectiveMode>,
+    /// Largest sweep size, e.g. 64MiB (default: 1MiB for run, 64MiB for
+    /// bench).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub max_size: Option<usize>,
+    /// Sweep sizes grow by this factor: 2 or 4.
+    #[arg(long, value_name = "2|4", default_value = "2", value_parser = parse_factor)]
+    pub step_factor: usize,
+    /// Untimed iterations per sweep step.
+    #[arg(long, value_name = "N", default_value = "2")]
+    pub warmup: u32,
+    /// Timed iterations per sweep step.
+    #[arg(long, value_name = "N", default_value = "5")]
+    pub iters: u32,
+    /// Deadline of each step (all its iterations): a hang at one size ends
+    /// that backend's sweep, named, and the run goes on.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_span)]
+    pub step_timeout: Span,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CollectiveMode {
+    Off,
+    Short,
+    Full,
+}
+
+fn parse_factor(text: &str) -> Result<usize, String> {
+    match text.trim() {
+        "2" => Ok(2),
+        "4" => Ok(4),
+        _ => Err("2 or 4".into()),
+    }
+}
+
+/// "65536", "64K", "64KiB", "1M", "1MiB", "1G".
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("`{text}`: a size such as 65536, 64KiB or 64MiB"))?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("`{text}`: unknown unit (B, KiB, MiB, GiB)")),
+    };
+    n.checked_mul(mult)
+        .filter(|s| *s <= 4 << 30)
+        .ok_or_else(|| format!("`{text}`: at most 4 GiB"))
 }
 
 /// Node mode and the rendezvous address (`preflight run` only; these win

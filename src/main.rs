@@ -6,6 +6,7 @@
 mod checklist;
 mod cli;
 mod cluster;
+mod collective;
 mod commands;
 mod engine;
 mod exit;
@@ -25,6 +26,7 @@ fn main() {
     let outcome = match &cli.command {
         Command::Run(args) => commands::run(args, Stage::Full),
         Command::Check(args) => commands::run(args, Stage::Checklist),
+        Command::Bench(args) => commands::run(args, Stage::Bench),
         Command::List(args) => commands::list(args),
         Command::Explain(args) => commands::explain(args),
         Command::Validate(args) => commands::validate(args),

@@ -88,6 +88,7 @@ pub fn failure(world_size: u32, master: String, token: &Token, message: String) 
         checks: vec![check],
         reachability: report::Matrix::default(),
         warnings: Vec::new(),
+        collective: None,
     }
 }
 
@@ -111,6 +112,9 @@ pub struct ServerInput<'a> {
     pub timeout: Duration,
     pub strict: bool,
     pub started: Instant,
+    /// The collective stage's budget: how long the store stays up after
+    /// the verdict.
+    pub linger: Duration,
 }
 
 pub async fn start_server(input: ServerInput<'_>) -> Server {
@@ -136,6 +140,7 @@ pub async fn start_server(input: ServerInput<'_>) -> Server {
                 clock_offset_ms: clock_offset(input.facts),
                 checks: input.cluster_checks,
                 facts: Arc::clone(input.facts),
+                linger: input.linger,
             },
             listener,
         )))),
@@ -146,7 +151,15 @@ pub async fn start_server(input: ServerInput<'_>) -> Server {
     }
 }
 
-pub async fn rank_stage(input: RankInput, server: Server) -> ClusterReport {
+/// The rendezvous connection, kept open after the verdict for the
+/// collective stage's store, and the address it left from (the route's
+/// choice of interface).
+pub struct Link {
+    pub stream: tokio::net::TcpStream,
+    pub local_ip: String,
+}
+
+pub async fn rank_stage(input: RankInput, server: Server) -> (ClusterReport, Option<Link>) {
     let id = &input.identity;
     let facts = &input.facts;
     let token = Token::resolve(facts.env_vars());
@@ -155,7 +168,7 @@ pub async fn rank_stage(input: RankInput, server: Server) -> ClusterReport {
     let master = master_label(&id.master_addr, id.master_port);
     let server = match server {
         Ok(s) => s,
-        Err(report) => return *report,
+        Err(report) => return (*report, None),
     };
 
     let cfg = rendezvous::ClientConfig {
@@ -174,15 +187,15 @@ pub async fn rank_stage(input: RankInput, server: Server) -> ClusterReport {
         let _ = tokio::time::timeout_at(cfg.verdict_deadline, server).await;
     }
     match result {
-        Ok(report) => report,
-        Err(message) => failure(id.world_size, master, &token, message),
+        Ok((report, link)) => (report, Some(link)),
+        Err(message) => (failure(id.world_size, master, &token, message), None),
     }
 }
 
 async fn session(
     cfg: &rendezvous::ClientConfig,
     input: &RankInput,
-) -> Result<ClusterReport, String> {
+) -> Result<(ClusterReport, Link), String> {
     let mut stream = rendezvous::connect(cfg).await?;
     let local_ip = stream
         .local_addr()
@@ -225,6 +238,7 @@ async fn session(
         return Err("gathering this node's versions and addresses took longer than 3 s".into());
     };
     let facts = &input.facts;
+    let link_ip = local_ip.clone();
     let checkin = checkin::CheckIn {
         identity: input.identity.clone(),
         hostname,
@@ -252,7 +266,14 @@ async fn session(
     )
     .await
     .map_err(|e| format!("cannot check in with the master: {e}"))?;
-    rendezvous::await_verdict(&mut stream, cfg.verdict_deadline).await
+    let report = rendezvous::await_verdict(&mut stream, cfg.verdict_deadline).await?;
+    Ok((
+        report,
+        Link {
+            stream,
+            local_ip: link_ip,
+        },
+    ))
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

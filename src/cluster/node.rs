@@ -61,6 +61,7 @@ pub fn agent(
     facts: Arc<Facts>,
     cluster_checks: Vec<Arc<Check>>,
     started: Instant,
+    linger: Duration,
 ) -> Result<ExitCode, Failure> {
     let nproc = plan
         .nproc
@@ -114,6 +115,7 @@ pub fn agent(
                             clock_offset_ms: clock_offset(&facts),
                             checks: cluster_checks,
                             facts: Arc::clone(&facts),
+                            linger,
                         },
                         listener,
                     )))
@@ -162,7 +164,8 @@ pub fn agent(
                 }
             }
         }
-        let end = started + timeout + GRACE;
+        // The ranks run the collective stage after the verdict.
+        let end = started + timeout + GRACE + linger;
         let mut speaker = None;
         let mut codes = Vec::new();
         for (i, child) in children.into_iter().enumerate() {

@@ -101,6 +101,9 @@ pub struct ServerConfig {
     /// The cluster-scope checks.
     pub checks: Vec<Arc<Check>>,
     pub facts: Arc<Facts>,
+    /// How long after the verdict the ranks' connections stay open, for
+    /// the collective stage's use of the store.
+    pub linger: Duration,
 }
 
 /// Binds the rendezvous port: MASTER_ADDR's address where it is local,
@@ -140,12 +143,15 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     let store = Arc::new(Store::default());
     // Connection tasks live until the verdict has gone out, and no longer.
     let end = cfg.deadline + Duration::from_secs(3);
+    // The store outlives the verdict by the collective stage's budget; each
+    // connection still ends as soon as its rank closes it.
+    let store_end = end + cfg.linger;
     let accept = tokio::spawn(accept_loop(
         listener,
         cfg.token.clone(),
         tx.clone(),
         store,
-        end,
+        (end, store_end),
         cfg.clock_offset_ms,
     ));
     drop(tx);
@@ -430,6 +436,7 @@ fn assemble(
         barrier,
         checks,
         warnings,
+        collective: None,
     }
 }
 
@@ -438,7 +445,7 @@ async fn accept_loop(
     token: Token,
     tx: mpsc::UnboundedSender<Event>,
     store: Arc<Store>,
-    end: Instant,
+    (end, store_end): (Instant, Instant),
     offset_ms: i64,
 ) {
     static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -458,7 +465,18 @@ async fn accept_loop(
         let tx = tx.clone();
         let store = Arc::clone(&store);
         tokio::spawn(async move {
-            connection(stream, peer, conn, token, tx, store, end, offset_ms, permit).await;
+            connection(
+                stream,
+                peer,
+                conn,
+                token,
+                tx,
+                store,
+                (end, store_end),
+                offset_ms,
+                permit,
+            )
+            .await;
         });
     }
 }
@@ -471,7 +489,7 @@ async fn connection(
     token: Token,
     tx: mpsc::UnboundedSender<Event>,
     store: Arc<Store>,
-    end: Instant,
+    (end, store_end): (Instant, Instant),
     offset_ms: i64,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
@@ -497,7 +515,10 @@ async fn connection(
     let writer: Writer = Arc::new(Mutex::new(wr));
     let mut checked_in = false;
     loop {
-        let msg = match protocol::read(&mut rd, end).await {
+        // After check-in only the store is served: until the collective
+        // stage's end.
+        let until = if checked_in { store_end } else { end };
+        let msg = match protocol::read(&mut rd, until).await {
             Ok(m) => m,
             Err(FrameError::Timeout) => return,
             Err(e) => {
@@ -542,7 +563,7 @@ async fn connection(
                     Ok(()) => Msg::StoreValue { key, value: None },
                     Err(reason) => Msg::Rejected { reason },
                 };
-                let deadline = (Instant::now() + Duration::from_secs(1)).min(end);
+                let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
                 let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
             }
             Msg::StoreGet { key, wait_ms } => {
@@ -550,9 +571,9 @@ async fn connection(
                 let store = Arc::clone(&store);
                 let writer = Arc::clone(&writer);
                 tokio::spawn(async move {
-                    let wait = (Instant::now() + Duration::from_millis(wait_ms)).min(end);
+                    let wait = (Instant::now() + Duration::from_millis(wait_ms)).min(store_end);
                     let value = store.get(&key, wait).await;
-                    let deadline = (Instant::now() + Duration::from_secs(1)).min(end);
+                    let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
                     let reply = Msg::StoreValue { key, value };
                     let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
                 });
@@ -769,6 +790,7 @@ mod tests {
                 bound: None,
                 checks: Vec::new(),
                 facts: Arc::new(Facts::new("/".into(), Default::default(), Vec::new())),
+                linger: Duration::ZERO,
             };
             let server = tokio::spawn(serve(cfg, listener));
             let client = ClientConfig {

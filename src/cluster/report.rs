@@ -29,6 +29,10 @@ pub struct ClusterReport {
     pub checks: Vec<CheckResult>,
     pub reachability: Matrix,
     pub warnings: Vec<String>,
+    /// The collective stage, run after the verdict; the report moves it to
+    /// its own top-level `collective` section.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective: Option<crate::collective::report::CollectiveReport>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -7,10 +7,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::{Failure, all_checks, facts, select};
 use crate::checklist::{Check, Scope};
+use crate::cli::CollectiveMode;
 use crate::cli::RunArgs;
 use crate::cluster::identity::{self, Role};
 use crate::cluster::report::ClusterReport;
 use crate::cluster::{self, RankInput};
+use crate::collective::stage as coll;
+use crate::collective::sweep::Hooks;
 use crate::engine::{self, Progress};
 use crate::exit::ExitCode;
 use crate::facts::Facts;
@@ -25,6 +28,9 @@ pub enum Stage {
     Checklist,
     /// `preflight run`: everything that applies.
     Full,
+    /// `preflight bench`: the rendezvous and the collective stage's full
+    /// sweep, no checklist.
+    Bench,
 }
 
 impl Stage {
@@ -32,30 +38,88 @@ impl Stage {
         match self {
             Stage::Checklist => "check",
             Stage::Full => "run",
+            Stage::Bench => "bench",
         }
+    }
+}
+
+/// The collective stage's settings for this command.
+pub fn collective_config(args: &RunArgs, stage: Stage) -> coll::Config {
+    let c = &args.collective;
+    let mode = match (c.collective, stage) {
+        (_, Stage::Checklist) => coll::Mode::Off,
+        (Some(CollectiveMode::Off), _) => coll::Mode::Off,
+        (Some(CollectiveMode::Short), _) => coll::Mode::Short,
+        (Some(CollectiveMode::Full), _) | (None, Stage::Bench) => coll::Mode::Full,
+        (None, Stage::Full) => coll::Mode::Short,
+    };
+    let default_max = if stage == Stage::Bench {
+        64 << 20
+    } else {
+        1 << 20
+    };
+    coll::Config {
+        mode,
+        backends: args
+            .checklist
+            .backends
+            .0
+            .iter()
+            .map(|b| b.name().to_string())
+            .collect(),
+        max_size: c.max_size.unwrap_or(default_max),
+        step_factor: c.step_factor,
+        warmup: c.warmup,
+        iters: c.iters,
+        step_timeout: c.step_timeout.0,
     }
 }
 
 pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
     let process_start = tokio::time::Instant::now();
-    let checks = select(all_checks(&args.checklist)?, &args.checklist)?;
+    let coll_cfg = collective_config(args, stage);
+    let linger = if coll_cfg.mode == coll::Mode::Off {
+        Duration::ZERO
+    } else {
+        coll_cfg.budget()
+    };
+    let checks = match stage {
+        // bench: no checklist at all.
+        Stage::Bench => Vec::new(),
+        _ => select(all_checks(&args.checklist)?, &args.checklist)?,
+    };
     let facts = Arc::new(facts(&args.checklist)?);
     let checklist_hash = cluster::checkin::checklist_hash(&checks);
     let (node_checks, cluster_checks): (Vec<Arc<Check>>, Vec<Arc<Check>>) = match stage {
-        Stage::Full => checks.into_iter().partition(|c| c.scope == Scope::Node),
+        Stage::Full | Stage::Bench => checks.into_iter().partition(|c| c.scope == Scope::Node),
         // `check` lists the cluster checks as skipped, with the reason.
         Stage::Checklist => (checks, Vec::new()),
     };
+    // Busbw thresholds: every rank evaluates them over the same report.
+    let thresholds: Vec<Arc<Check>> = cluster_checks
+        .iter()
+        .filter(|c| c.probe.collective().is_some())
+        .cloned()
+        .collect();
     let identity = match stage {
         Stage::Checklist => None,
-        Stage::Full => match identity::resolve(&args.cluster.flags(), facts.env_vars())
-            .map_err(Failure::Usage)?
-        {
-            Role::Node(plan) => {
-                return cluster::node::agent(plan, args, facts, cluster_checks, process_start);
+        Stage::Full | Stage::Bench => {
+            match identity::resolve(&args.cluster.flags(), facts.env_vars())
+                .map_err(Failure::Usage)?
+            {
+                Role::Node(plan) => {
+                    return cluster::node::agent(
+                        plan,
+                        args,
+                        facts,
+                        cluster_checks,
+                        process_start,
+                        linger,
+                    );
+                }
+                Role::Rank(id) => Some(id),
             }
-            Role::Rank(id) => Some(id),
-        },
+        }
     };
     let started_at = SystemTime::now();
     let start = Instant::now();
@@ -77,6 +141,7 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
             timeout: args.timeout.0,
             strict: args.strict,
             started: process_start,
+            linger,
         }))
     });
     // With a rendezvous ahead, the checklist may not use the whole deadline:
@@ -119,7 +184,50 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
             timeout: args.timeout.0,
             started: process_start,
         };
-        (runtime.block_on(cluster::rank_stage(input, server)), rank)
+        let (mut report, link) = runtime.block_on(cluster::rank_stage(input, server));
+        // Only when every rank is here: all ranks see the same barrier in
+        // the same verdict, so all of them run the stage or none.
+        if let (Some(mut link), true) = (
+            link,
+            report.barrier.complete && coll_cfg.mode != coll::Mode::Off,
+        ) {
+            let info = coll::RankInfo {
+                rank,
+                world: report.world_size,
+                host: format!("{} {}", facts.hostname(), link.local_ip),
+                route_ip: link.local_ip.clone(),
+                gloo_ifname: facts.env("GLOO_SOCKET_IFNAME").map(str::to_string),
+                hooks: Hooks::from_env(|k| facts.env(k).map(str::to_string), rank),
+                hosts: (0..report.world_size)
+                    .map(|r| {
+                        report
+                            .nodes
+                            .iter()
+                            .find(|n| n.ranks.contains(&r))
+                            .map(|n| n.name.clone())
+                            .unwrap_or_default()
+                    })
+                    .collect(),
+                conn: &mut link.stream,
+            };
+            let c = runtime.block_on(coll::run(&coll_cfg, info));
+            report.checks.extend(coll::checks(&c));
+            for check in &thresholds {
+                if let Some(probe) = check.probe.collective() {
+                    let finding = probe.evaluate_collective(&c);
+                    report.checks.push(crate::engine::complete(
+                        check,
+                        finding,
+                        Duration::ZERO,
+                        &facts,
+                    ));
+                }
+            }
+            report.verdict = Verdict::of(&report.checks, args.strict);
+            report.exit_code = report.verdict.exit_code().code();
+            report.collective = Some(c);
+        }
+        (report, rank)
     });
     // Probes stuck in blocking reads past their timeout must not hold the
     // process open: the verdict is already known.
@@ -196,7 +304,10 @@ fn emit(
         let mut text = Human { style, detail }.render(&report);
         if let (Some(c), false) = (&report.cluster, args.display.quiet) {
             // The cluster view goes right before the verdict line.
-            let view = cluster::report::render(c, &style);
+            let mut view = cluster::report::render(c, &style);
+            if let Some(coll) = &report.collective {
+                view.push_str(&crate::collective::report::render(coll, &style));
+            }
             let at = text.trim_end().rfind('\n').unwrap_or(0);
             text.insert_str(at, &format!("{}\n", view.trim_end_matches('\n')));
         }

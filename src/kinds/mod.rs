@@ -50,6 +50,12 @@ pub trait Probe: Send + Sync + ParamsJson {
     fn cluster(&self) -> Option<&dyn crate::cluster::compare::ClusterProbe> {
         None
     }
+
+    /// Kinds evaluated over the collective stage's report (thresholds on
+    /// its bandwidth), after the stage, by every rank alike.
+    fn collective(&self) -> Option<&dyn crate::collective::threshold::CollectiveProbe> {
+        None
+    }
 }
 
 /// The parameters as configured, for `explain` and `list --format json`:
@@ -117,6 +123,7 @@ pub const KINDS: &[&KindInfo] = &[
     &crate::cluster::compare::NODE_CHECKS,
     &crate::cluster::compare::REACHABILITY,
     &crate::cluster::compare::VERSIONS,
+    &crate::collective::threshold::KIND,
 ];
 
 pub fn lookup(name: &str) -> Option<&'static KindInfo> {

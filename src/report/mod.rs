@@ -61,6 +61,9 @@ pub struct Report {
     /// `preflight run`'s cluster stage, as rank 0 sent it to every rank.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<crate::cluster::report::ClusterReport>,
+    /// The collective stage, as rank 0 assembled it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub collective: Option<crate::collective::report::CollectiveReport>,
 }
 
 impl Report {
@@ -86,12 +89,14 @@ impl Report {
             summary: Summary::of(&checks),
             checks,
             cluster: None,
+            collective: None,
         }
     }
 
     /// Adds the cluster stage: its checks join this node's, and its verdict,
     /// the same on every rank, becomes this rank's.
-    pub fn with_cluster(mut self, cluster: crate::cluster::report::ClusterReport) -> Report {
+    pub fn with_cluster(mut self, mut cluster: crate::cluster::report::ClusterReport) -> Report {
+        self.collective = cluster.collective.take();
         self.checks.extend(cluster.checks.iter().cloned());
         self.summary = Summary::of(&self.checks);
         self.verdict = cluster.verdict;

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# 64 MiB allreduce busbw with 4 ranks on loopback, side by side in one run:
+# preflight bench (the TCP backend), PyTorch Gloo (Debian python3-torch),
+# OpenMPI MPI_Allreduce (Debian openmpi-bin, a tiny C program compiled
+# here) and iperf3's single stream (the path's limit). Figures go into
+# bench/RESULTS.md under issue 6.
+#
+#   bench/collective-allreduce.sh [ROUNDS]     (default 3 rounds of each)
+#
+# Installs what is missing with apt (python3-torch takes about 90 s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+# Debian's python3-torch lives with the system Python, not a pyenv shim's.
+py=/usr/bin/python3
+n=4
+bytes=$((64 << 20))
+need=()
+command -v mpicc >/dev/null || need+=(openmpi-bin libopenmpi-dev)
+command -v iperf3 >/dev/null || need+=(iperf3)
+$py -c 'import torch' 2>/dev/null || need+=(python3-torch)
+if [ ${#need[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${need[@]}" >/dev/null
+fi
+cargo build --release -q
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
+    "$(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r); $(date -u +%Y-%m-%d)"
+
+busbw() { awk -v b="$bytes" -v n="$n" -v s="$1" 'BEGIN { printf "%.3f", b / s / 1e9 * 2 * (n - 1) / n }'; }
+
+preflight_round() {
+    local port=$((29600 + RANDOM % 200)) pids=()
+    for r in $(seq 0 $((n - 1))); do
+        RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PREFLIGHT_TOKEN=bench \
+            target/release/preflight bench --backends tcp --max-size 64MiB --iters 5 \
+            --format json >"$work/p$r.json" 2>/dev/null &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || true; done
+    python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+rows = [x for b in r["collective"]["backends"] if b["name"] == "tcp" for x in b["sweep"]
+        if x["op"] == "allreduce" and x["bytes"] == 64 << 20]
+print("%.3f" % rows[0]["busbw"] if rows else "failed")' "$work/p0.json"
+}
+
+cat >"$work/gloo.py" <<'PY'
+import os, time, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://")
+x = torch.ones((64 << 20) // 4)
+for _ in range(2):
+    dist.all_reduce(x)
+times = []
+for _ in range(5):
+    dist.barrier()
+    t = time.perf_counter(); dist.all_reduce(x); times.append(time.perf_counter() - t)
+if dist.get_rank() == 0:
+    print(sum(times) / len(times))
+dist.destroy_process_group()
+PY
+gloo_round() {
+    local port=$((29800 + RANDOM % 100)) pids=()
+    for r in $(seq 0 $((n - 1))); do
+        RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=lo \
+            $py "$work/gloo.py" >"$work/g$r.out" 2>/dev/null &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || true; done
+    busbw "$(cat "$work/g0.out")"
+}
+
+cat >"$work/mpi.c" <<'C'
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank; MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    size_t count = (64u << 20) / 4;
+    float *in = malloc(count * 4), *out = malloc(count * 4);
+    for (size_t i = 0; i < count; i++) in[i] = 1.0f;
+    for (int i = 0; i < 2; i++) MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double total = 0;
+    for (int i = 0; i < 5; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t = MPI_Wtime();
+        MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        total += MPI_Wtime() - t;
+    }
+    if (rank == 0) printf("%f\n", total / 5);
+    MPI_Finalize();
+    return 0;
+}
+C
+mpicc -O2 -o "$work/mpi" "$work/mpi.c"
+mpi_round() {
+    # TCP between the ranks, as the others: shared memory (vader) would
+    # measure memcpy, not the network path.
+    busbw "$(mpirun --allow-run-as-root --oversubscribe -np $n --mca btl tcp,self \
+        --mca btl_tcp_if_include lo "$work/mpi" 2>/dev/null | tail -1)"
+}
+
+iperf_round() {
+    iperf3 -s -1 -p 5299 -B 127.0.0.1 >/dev/null 2>&1 &
+    sleep 0.3
+    iperf3 -c 127.0.0.1 -p 5299 -t 3 -J 2>/dev/null |
+        python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e9))'
+}
+
+printf "%-28s" "preflight bench (tcp)"; for _ in $(seq "$rounds"); do printf " %s" "$(preflight_round)"; done; echo " GB/s busbw"
+printf "%-28s" "PyTorch Gloo"; for _ in $(seq "$rounds"); do printf " %s" "$(gloo_round)"; done; echo " GB/s busbw"
+printf "%-28s" "OpenMPI MPI_Allreduce (tcp)"; for _ in $(seq "$rounds"); do printf " %s" "$(mpi_round)"; done; echo " GB/s busbw"
+printf "%-28s" "iperf3 single stream"; for _ in $(seq "$rounds"); do printf " %s" "$(iperf_round)"; done; echo " GB/s"

@@ -1,0 +1,186 @@
+//! The collective stage: after the cluster stage, every rank moves real
+//! data through each selected backend, verifies every element, measures a
+//! size sweep, and looks for a straggler; rank 0 assembles one report.
+//!
+//! One concept per module: `tcp` (the built-in TCP backend), `verify`
+//! (known buffers and their checks), `sweep` (sizes, timing, the table),
+//! `straggler` (pairwise round), `stage` (what a rank runs and how rank 0
+//! assembles the verdict), `report` (the `collective` section).
+
+pub mod report;
+pub mod stage;
+pub mod straggler;
+pub mod sweep;
+pub mod tcp;
+pub mod threshold;
+pub mod verify;
+
+use std::fmt;
+
+use tokio::time::Instant;
+
+/// Element types the operations move. Both are 4 bytes, little endian on
+/// the wire, so one byte buffer serves both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dtype {
+    F32,
+    I32,
+}
+
+impl Dtype {
+    pub const SIZE: usize = 4;
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "float",
+            Dtype::I32 => "int32",
+        }
+    }
+}
+
+/// The five operations every backend implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    Allreduce,
+    Broadcast,
+    Allgather,
+    Sendrecv,
+    Barrier,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Allreduce => "allreduce",
+            Op::Broadcast => "broadcast",
+            Op::Allgather => "allgather",
+            Op::Sendrecv => "sendrecv",
+            Op::Barrier => "barrier",
+        }
+    }
+
+    /// nccl-tests' bus bandwidth factor: what each link carries relative
+    /// to the algorithm bandwidth, so figures compare across world sizes.
+    pub fn bus_factor(self, n: u32) -> f64 {
+        // One rank moves nothing over any bus.
+        if n <= 1 {
+            return 0.0;
+        }
+        let n = f64::from(n);
+        match self {
+            Op::Allreduce => 2.0 * (n - 1.0) / n,
+            Op::Allgather => (n - 1.0) / n,
+            Op::Broadcast | Op::Sendrecv | Op::Barrier => 1.0,
+        }
+    }
+}
+
+/// Why an operation did not complete. Each names the peer when one is to
+/// blame, so rank 0 can name the rank that stalled or went away.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OpError {
+    /// Nothing (more) arrived from `from` before the deadline.
+    RecvTimeout { from: u32 },
+    /// `to` stopped taking our data before the deadline.
+    SendTimeout { to: u32 },
+    /// The connection to `peer` closed or failed.
+    Closed { peer: u32, detail: String },
+    /// A test hook held this rank (never in a release run).
+    Held,
+    /// Any other failure, in words.
+    Other { detail: String },
+}
+
+impl OpError {
+    /// The peer this rank blames, if any.
+    pub fn blames(&self) -> Option<u32> {
+        match self {
+            OpError::RecvTimeout { from } => Some(*from),
+            OpError::SendTimeout { to } => Some(*to),
+            OpError::Closed { peer, .. } => Some(*peer),
+            OpError::Held | OpError::Other { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for OpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpError::RecvTimeout { from } => write!(f, "nothing arrived from rank {from}"),
+            OpError::SendTimeout { to } => write!(f, "rank {to} stopped receiving"),
+            OpError::Closed { peer, detail } => {
+                write!(f, "the connection to rank {peer} closed ({detail})")
+            }
+            OpError::Held => write!(f, "held by the test hook"),
+            OpError::Other { detail } => write!(f, "{detail}"),
+        }
+    }
+}
+
+/// One collective backend. Every call has a deadline; `abort` closes every
+/// connection so that peers blocked on this rank learn at once.
+pub trait Backend {
+    fn name(&self) -> &'static str;
+    fn rank(&self) -> u32;
+    fn world(&self) -> u32;
+    /// Sum of every rank's `buf`, in place.
+    async fn allreduce(
+        &mut self,
+        buf: &mut [u8],
+        dtype: Dtype,
+        deadline: Instant,
+    ) -> Result<(), OpError>;
+    /// `root`'s `buf` into every rank's `buf`.
+    async fn broadcast(
+        &mut self,
+        buf: &mut [u8],
+        root: u32,
+        deadline: Instant,
+    ) -> Result<(), OpError>;
+    /// Every rank's `input` into `out`, block r from rank r.
+    async fn allgather(
+        &mut self,
+        input: &[u8],
+        out: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(), OpError>;
+    /// Sends `send` to `to` while receiving `recv` from `from`.
+    async fn sendrecv(
+        &mut self,
+        send: &[u8],
+        to: u32,
+        recv: &mut [u8],
+        from: u32,
+        deadline: Instant,
+    ) -> Result<(), OpError>;
+    async fn barrier(&mut self, deadline: Instant) -> Result<(), OpError>;
+    fn abort(&mut self);
+}
+
+/// Where a backend stands on this node before anything runs.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Availability {
+    pub available: bool,
+    pub reason: String,
+}
+
+/// The availability probe of each backend name, in words.
+pub fn probe(name: &str) -> Availability {
+    match name {
+        "tcp" => Availability {
+            available: true,
+            reason: "built in (CPU, TCP sockets)".into(),
+        },
+        // The library crates exist (crates/nccl-sys, crates/oneccl-sys);
+        // the backends over them are issue 7.
+        other => Availability {
+            available: false,
+            reason: format!(
+                "backend not built yet: the {other} backend comes in a later version (its library loader is crates/{other}-sys)"
+            ),
+        },
+    }
+}

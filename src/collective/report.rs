@@ -1,0 +1,142 @@
+//! The `collective` section: per backend, available or why not, init
+//! time, each operation verified or failed, the sweep table (nccl-tests'
+//! columns), where the sweep ended and why, the verdict; and the pairwise
+//! round with the straggler it names.
+
+use std::fmt::Write;
+
+use serde::{Deserialize, Serialize};
+
+use super::straggler::PairRate;
+use super::sweep::{Row, human_bytes};
+use crate::report::style::Style;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CollectiveReport {
+    /// `short` (run's default) or `full` (`--collective full`, `bench`).
+    pub mode: String,
+    pub world_size: u32,
+    pub backends: Vec<BackendReport>,
+    pub pairs: Vec<PairRate>,
+    /// Ranks slow in every pair they are in, with their hosts.
+    pub stragglers: Vec<String>,
+    /// Ranks whose result never reached rank 0.
+    pub missing: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackendReport {
+    pub name: String,
+    pub available: bool,
+    pub reason: String,
+    /// The slowest rank's init, ms.
+    pub init_ms: Option<u64>,
+    pub ops: Vec<OpStatus>,
+    /// Verified steps only: a wrong result never gets a bandwidth.
+    pub sweep: Vec<Row>,
+    /// Why the sweep ended early, in words.
+    pub ended: Option<String>,
+    /// pass, fail or skip.
+    pub verdict: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpStatus {
+    pub op: String,
+    /// verified, failed or not_run.
+    pub status: String,
+    pub detail: Option<String>,
+}
+
+pub fn render(r: &CollectiveReport, s: &Style) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n{}  {} · {} rank{}",
+        s.bold("Collective"),
+        r.mode,
+        r.world_size,
+        if r.world_size == 1 { "" } else { "s" }
+    );
+    for b in &r.backends {
+        if !b.available {
+            let _ = writeln!(out, "  {:<7} skip: {}", b.name, b.reason);
+            continue;
+        }
+        let ops: Vec<String> = b
+            .ops
+            .iter()
+            .map(|o| format!("{} {}", o.op, o.status))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {:<7} {} · init {} ms · {}",
+            b.name,
+            b.verdict,
+            b.init_ms.map_or("-".into(), |m| m.to_string()),
+            ops.join(", ")
+        );
+        for o in b.ops.iter().filter(|o| o.status == "failed") {
+            if let Some(d) = &o.detail {
+                let _ = writeln!(out, "          {}: {d}", o.op);
+            }
+        }
+        if !b.sweep.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {:>10} {:>12} {:>10} {:>6} {:>12} {:>9} {:>9}",
+                "op", "size", "count", "type", "time(us)", "algbw", "busbw"
+            );
+            for row in &b.sweep {
+                let _ = writeln!(
+                    out,
+                    "  {:>10} {:>12} {:>10} {:>6} {:>12.1} {:>9.3} {:>9.3}",
+                    row.op.name(),
+                    row.bytes,
+                    row.count,
+                    row.dtype.name(),
+                    row.time_us,
+                    row.algbw,
+                    row.busbw
+                );
+            }
+            let _ = writeln!(
+                out,
+                "  (GB/s; busbw as nccl-tests: allreduce ×2(n−1)/n, allgather ×(n−1)/n)"
+            );
+        }
+        if let Some(e) = &b.ended {
+            let _ = writeln!(out, "  {:<7} {e}", "");
+        }
+    }
+    if !r.pairs.is_empty() {
+        let mut rates: Vec<String> = r
+            .pairs
+            .iter()
+            .map(|p| format!("{}↔{} {:.2}", p.a, p.b, p.gbps))
+            .collect();
+        rates.truncate(16);
+        let _ = writeln!(out, "  pairs (GB/s each way): {}", rates.join("  "));
+    }
+    for st in &r.stragglers {
+        let _ = writeln!(out, "  straggler: {st}");
+    }
+    out
+}
+
+/// `ended` for a step that timed out, e.g. "timed out at 64 KiB: rank 3
+/// stopped sending to rank 0".
+/// `culprit` is "rank 3" or "rank 3 (host)".
+pub fn timed_out(op: &str, bytes: usize, culprit: &str, victim: u32, sending: bool) -> String {
+    if sending {
+        format!(
+            "{op} timed out at {}: {culprit} stopped sending to rank {victim}",
+            human_bytes(bytes)
+        )
+    } else {
+        format!(
+            "{op} timed out at {}: {culprit} stopped receiving from rank {victim}",
+            human_bytes(bytes)
+        )
+    }
+}

@@ -1,0 +1,145 @@
+//! Stragglers: a pairwise round. Ranks are paired by the circle method
+//! (round-robin tournament): N−1 rounds of disjoint pairs for even N, N
+//! rounds with one rank idle for odd N, so every pair meets once. Above
+//! `MAX_ROUNDS` rounds only the first `MAX_ROUNDS` are run: a documented
+//! sample in which every rank still meets `MAX_ROUNDS` distinct partners
+//! (bounding the round at O(MAX_ROUNDS) exchanges whatever N).
+//!
+//! In each pair both ranks send `bytes` at once (full duplex) after a
+//! one-byte handshake (so a late partner's delay is not counted); the pair's
+//! rate is bytes / time. A rank is named as the straggler when every pair
+//! it is in runs below a third of the fastest pair while some pair without
+//! it does not: slow in every pair it is in, so the fault is its own.
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use super::{Backend, OpError};
+
+pub const MAX_ROUNDS: usize = 8;
+/// A pair slower than this fraction of the fastest pair is slow.
+const SLOW: f64 = 1.0 / 3.0;
+
+/// Rounds of disjoint pairs (a < b).
+pub fn schedule(n: u32, max_rounds: usize) -> Vec<Vec<(u32, u32)>> {
+    if n < 2 {
+        return Vec::new();
+    }
+    // Odd N: a phantom rank n sits out one real rank per round.
+    let m = if n % 2 == 0 { n } else { n + 1 };
+    let rounds = (m - 1) as usize;
+    let mut out = Vec::new();
+    for round in 0..rounds.min(max_rounds) {
+        let mut pairs = Vec::new();
+        // Rank m-1 is fixed; the others rotate.
+        let rot = |i: u32| (i + round as u32) % (m - 1);
+        let mut add = |a: u32, b: u32| {
+            if a < n && b < n {
+                pairs.push((a.min(b), a.max(b)));
+            }
+        };
+        add(m - 1, rot(0));
+        for k in 1..m / 2 {
+            add(rot(k), rot(m - 1 - k));
+        }
+        out.push(pairs);
+    }
+    out
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PairRate {
+    pub a: u32,
+    pub b: u32,
+    /// GB/s each way.
+    pub gbps: f64,
+}
+
+/// This rank's part of the round; the lower rank of each pair reports it.
+pub async fn round<B: Backend>(
+    b: &mut B,
+    bytes: usize,
+    timeout: std::time::Duration,
+) -> Result<Vec<PairRate>, OpError> {
+    let me = b.rank();
+    let mut out = Vec::new();
+    for pairs in schedule(b.world(), MAX_ROUNDS) {
+        let Some(&(x, y)) = pairs.iter().find(|(x, y)| *x == me || *y == me) else {
+            continue;
+        };
+        let peer = if x == me { y } else { x };
+        let deadline = Instant::now() + timeout;
+        let mut one = [0u8; 1];
+        b.sendrecv(&[1], peer, &mut one, peer, deadline).await?;
+        let send = vec![0x5au8; bytes];
+        let mut recv = vec![0u8; bytes];
+        let t = Instant::now();
+        b.sendrecv(&send, peer, &mut recv, peer, deadline).await?;
+        let secs = t.elapsed().as_secs_f64().max(1e-9);
+        if me == x {
+            out.push(PairRate {
+                a: x,
+                b: y,
+                gbps: bytes as f64 / secs / 1e9,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Ranks slow in every pair they are in, while some pair without them is
+/// fast.
+pub fn stragglers(n: u32, rates: &[PairRate]) -> Vec<u32> {
+    let best = rates.iter().map(|p| p.gbps).fold(0.0, f64::max);
+    if best <= 0.0 {
+        return Vec::new();
+    }
+    let slow = |p: &PairRate| p.gbps < best * SLOW;
+    (0..n)
+        .filter(|&r| {
+            let mine: Vec<&PairRate> = rates.iter().filter(|p| p.a == r || p.b == r).collect();
+            !mine.is_empty()
+                && mine.iter().all(|p| slow(p))
+                && rates.iter().any(|p| p.a != r && p.b != r && !slow(p))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pair_meets_once_and_pairs_are_disjoint() {
+        for n in 2..12u32 {
+            let rounds = schedule(n, usize::MAX);
+            let mut seen = std::collections::HashSet::new();
+            for pairs in &rounds {
+                let mut used = std::collections::HashSet::new();
+                for &(a, b) in pairs {
+                    assert!(a < b && b < n);
+                    assert!(used.insert(a) && used.insert(b), "n={n}: not disjoint");
+                    assert!(seen.insert((a, b)), "n={n}: pair twice");
+                }
+            }
+            assert_eq!(seen.len() as u32, n * (n - 1) / 2, "n={n}");
+        }
+        assert_eq!(schedule(100, MAX_ROUNDS).len(), MAX_ROUNDS);
+    }
+
+    #[test]
+    fn the_node_slow_in_every_pair_is_named() {
+        let p = |a, b, gbps| PairRate { a, b, gbps };
+        let rates = [
+            p(0, 1, 3.0),
+            p(0, 2, 0.01),
+            p(1, 2, 0.012),
+            p(0, 3, 2.5),
+            p(1, 3, 2.8),
+            p(2, 3, 0.01),
+        ];
+        assert_eq!(stragglers(4, &rates), vec![2]);
+        // Two ranks: no pair without either, nobody can be blamed.
+        assert!(stragglers(2, &[p(0, 1, 0.001)]).is_empty());
+    }
+}

@@ -1,0 +1,313 @@
+//! The size sweep: sizes from 8 B up to a maximum (×2 or ×4), warm-up and
+//! timed iterations, a deadline per step, every step verified. Rows read
+//! like nccl-tests' all_reduce_perf: size, count, type, time, algbw, busbw.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use super::verify::{self, Mismatch};
+use super::{Backend, Dtype, Op, OpError};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Row {
+    pub op: Op,
+    /// nccl-tests' size: the buffer (allgather: the whole output).
+    pub bytes: usize,
+    pub count: usize,
+    pub dtype: Dtype,
+    /// Mean time per operation, microseconds (rank 0's table: the slowest
+    /// rank's).
+    pub time_us: f64,
+    /// GB/s (10^9 bytes per second).
+    pub algbw: f64,
+    pub busbw: f64,
+}
+
+impl Row {
+    pub fn new(op: Op, bytes: usize, dtype: Dtype, time_us: f64, world: u32) -> Row {
+        let algbw = if time_us > 0.0 {
+            bytes as f64 / (time_us * 1e3)
+        } else {
+            0.0
+        };
+        Row {
+            op,
+            bytes,
+            count: bytes / Dtype::SIZE,
+            dtype,
+            time_us,
+            algbw,
+            busbw: algbw * op.bus_factor(world),
+        }
+    }
+}
+
+/// Sizes from 8 B to `max` (inclusive when reached), multiplying by
+/// `factor` (2 or 4); always at least 8 B.
+pub fn sizes(max: usize, factor: usize) -> Vec<usize> {
+    let factor = factor.max(2);
+    let mut out = Vec::new();
+    let mut s = 8usize;
+    while s <= max.max(8) {
+        out.push(s);
+        s = match s.checked_mul(factor) {
+            Some(n) => n,
+            None => break,
+        };
+    }
+    out
+}
+
+/// A step that did not give a verified result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Failure {
+    pub op: Op,
+    pub bytes: usize,
+    pub error: Option<OpError>,
+    pub mismatch: Option<Mismatch>,
+    /// This rank's own contribution at the mismatching element, when it
+    /// differs from what it should have sent (the data names the culprit).
+    pub own_contribution_wrong: Option<String>,
+}
+
+/// Test-only fault hooks, inert unless their variables are set.
+#[derive(Debug, Clone, Default)]
+pub struct Hooks {
+    /// This rank stops taking part in steps above this many bytes.
+    pub hang_above: Option<usize>,
+    /// This rank corrupts one value of its contribution from this size on.
+    pub corrupt_from: Option<usize>,
+}
+
+pub const TEST_HANG: &str = "PREFLIGHT_TEST_COLL_HANG";
+pub const TEST_CORRUPT: &str = "PREFLIGHT_TEST_COLL_CORRUPT";
+
+impl Hooks {
+    /// `RANK:BYTES` for each variable; anything else is ignored.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>, rank: u32) -> Hooks {
+        let parse = |v: Option<String>| -> Option<usize> {
+            let v = v?;
+            let (r, b) = v.split_once(':')?;
+            (r.trim().parse::<u32>().ok()? == rank).then_some(())?;
+            b.trim().parse().ok()
+        };
+        Hooks {
+            hang_above: parse(get(TEST_HANG)),
+            corrupt_from: parse(get(TEST_CORRUPT)),
+        }
+    }
+}
+
+pub struct Step<'a> {
+    pub op: Op,
+    pub bytes: usize,
+    pub dtype: Dtype,
+    pub warmup: u32,
+    pub iters: u32,
+    pub timeout: Duration,
+    pub hooks: &'a Hooks,
+}
+
+/// Runs one step: the first and last timed iterations are verified in
+/// full; the row is only returned for a verified result.
+pub async fn step<B: Backend>(b: &mut B, s: &Step<'_>) -> Result<Row, Failure> {
+    let deadline = Instant::now() + s.timeout;
+    let fail = |error: Option<OpError>, mismatch: Option<Mismatch>, own: Option<String>| Failure {
+        op: s.op,
+        bytes: s.bytes,
+        error,
+        mismatch,
+        own_contribution_wrong: own,
+    };
+    if s.hooks.hang_above.is_some_and(|h| s.bytes > h) {
+        // Stays silent past every peer's deadline, connections open, as a
+        // rank stuck in a driver would.
+        tokio::time::sleep_until(deadline + Duration::from_secs(2)).await;
+        return Err(fail(Some(OpError::Held), None, None));
+    }
+    let world = b.world();
+    let rank = b.rank();
+    let corrupt = s.hooks.corrupt_from.is_some_and(|c| s.bytes >= c);
+    let total = s.warmup + s.iters.max(1);
+    let mut spent = Duration::ZERO;
+    for it in 0..total {
+        let check = it == 0 || it + 1 == total;
+        let outcome = one(b, s, world, rank, corrupt, check, deadline).await;
+        match outcome {
+            Ok(t) if it >= s.warmup => spent += t,
+            Ok(_) => {}
+            Err((e, m, own)) => return Err(fail(e, m, own)),
+        }
+    }
+    let us = spent.as_secs_f64() * 1e6 / f64::from(s.iters.max(1));
+    Ok(Row::new(s.op, s.bytes, s.dtype, us, world))
+}
+
+type StepError = (Option<OpError>, Option<Mismatch>, Option<String>);
+
+/// One operation: fill, time, and (when `check`) verify.
+async fn one<B: Backend>(
+    b: &mut B,
+    s: &Step<'_>,
+    world: u32,
+    rank: u32,
+    corrupt: bool,
+    check: bool,
+    deadline: Instant,
+) -> Result<Duration, StepError> {
+    let count = (s.bytes / Dtype::SIZE).max(1);
+    let dtype = s.dtype;
+    let spoil = |buf: &mut [u8]| {
+        if corrupt {
+            let i = buf.len() / 8;
+            let v = verify::value(rank, i, dtype) + 1;
+            buf[i * 4..i * 4 + 4].copy_from_slice(&verify::encode(v, dtype));
+        }
+    };
+    match s.op {
+        Op::Allreduce => {
+            let mut buf = vec![0u8; count * 4];
+            verify::fill(&mut buf, rank, dtype);
+            spoil(&mut buf);
+            let input = check.then(|| buf.clone());
+            align(b, deadline).await?;
+            let t = Instant::now();
+            b.allreduce(&mut buf, dtype, deadline)
+                .await
+                .map_err(|e| (Some(e), None, None))?;
+            let spent = t.elapsed();
+            if let Some(input) = input
+                && let Some(m) = verify::allreduce(&buf, world, dtype)
+            {
+                let mine = verify::decode(&input[m.index * 4..m.index * 4 + 4], dtype);
+                let should = verify::value(rank, m.index, dtype) as f64;
+                let own = (mine != should).then(|| {
+                    format!(
+                        "rank {rank} contributed {mine} at element {} instead of {should}",
+                        m.index
+                    )
+                });
+                return Err((None, Some(m), own));
+            }
+            Ok(spent)
+        }
+        Op::Broadcast => {
+            let root = 0;
+            let mut buf = vec![0u8; count * 4];
+            if rank == root {
+                verify::fill(&mut buf, rank, dtype);
+                spoil(&mut buf);
+            }
+            align(b, deadline).await?;
+            let t = Instant::now();
+            b.broadcast(&mut buf, root, deadline)
+                .await
+                .map_err(|e| (Some(e), None, None))?;
+            let spent = t.elapsed();
+            if check && let Some(m) = verify::broadcast(&buf, root, dtype) {
+                return Err((None, Some(m), None));
+            }
+            Ok(spent)
+        }
+        Op::Allgather => {
+            let per = (count / world as usize).max(1);
+            let mut input = vec![0u8; per * 4];
+            verify::fill(&mut input, rank, dtype);
+            spoil(&mut input);
+            let mut out = vec![0u8; per * 4 * world as usize];
+            align(b, deadline).await?;
+            let t = Instant::now();
+            b.allgather(&input, &mut out, deadline)
+                .await
+                .map_err(|e| (Some(e), None, None))?;
+            let spent = t.elapsed();
+            if check && let Some(m) = verify::allgather(&out, world, per * 4, dtype) {
+                return Err((None, Some(m), None));
+            }
+            Ok(spent)
+        }
+        Op::Sendrecv => {
+            let to = (rank + 1) % world;
+            let from = (rank + world - 1) % world;
+            let mut send = vec![0u8; count * 4];
+            verify::fill(&mut send, rank, dtype);
+            spoil(&mut send);
+            let mut recv = vec![0u8; count * 4];
+            align(b, deadline).await?;
+            let t = Instant::now();
+            b.sendrecv(&send, to, &mut recv, from, deadline)
+                .await
+                .map_err(|e| (Some(e), None, None))?;
+            let spent = t.elapsed();
+            if check && let Some(m) = verify::received(&recv, from, dtype) {
+                return Err((None, Some(m), None));
+            }
+            Ok(spent)
+        }
+        Op::Barrier => {
+            let t = Instant::now();
+            b.barrier(deadline)
+                .await
+                .map_err(|e| (Some(e), None, None))?;
+            Ok(t.elapsed())
+        }
+    }
+}
+
+/// A barrier before each timed operation, so that a peer still filling
+/// its buffer does not count in this rank's time (the others would wait
+/// for it inside the operation).
+async fn align<B: Backend>(b: &mut B, deadline: Instant) -> Result<(), StepError> {
+    b.barrier(deadline).await.map_err(|e| (Some(e), None, None))
+}
+
+/// "64 KiB", "8 B", "1 MiB".
+pub fn human_bytes(n: usize) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_double_or_quadruple() {
+        assert_eq!(sizes(64, 2), vec![8, 16, 32, 64]);
+        assert_eq!(sizes(100, 4), vec![8, 32]);
+        assert_eq!(sizes(0, 2), vec![8]);
+        assert_eq!(sizes(64 << 20, 2).len(), 24);
+    }
+
+    #[test]
+    fn busbw_follows_nccl_tests() {
+        let r = Row::new(Op::Allreduce, 1_000_000, Dtype::F32, 1000.0, 4);
+        assert!((r.algbw - 1.0).abs() < 1e-9);
+        assert!((r.busbw - 1.5).abs() < 1e-9);
+        let g = Row::new(Op::Allgather, 1_000_000, Dtype::F32, 1000.0, 4);
+        assert!((g.busbw - 0.75).abs() < 1e-9);
+        let b = Row::new(Op::Broadcast, 1_000_000, Dtype::F32, 1000.0, 4);
+        assert!((b.busbw - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn hooks_apply_to_their_rank_only() {
+        let env = |k: &str| (k == TEST_HANG).then(|| "2:65536".to_string());
+        assert_eq!(Hooks::from_env(env, 2).hang_above, Some(65536));
+        assert_eq!(Hooks::from_env(env, 1).hang_above, None);
+        assert_eq!(human_bytes(65536), "64 KiB");
+        assert_eq!(human_bytes(8), "8 B");
+    }
+}

@@ -1,0 +1,278 @@
+//! The collective stage with ranks as plain processes on loopback: every
+//! operation verified for 1 to 5 ranks, and the fault hooks (a rank held
+//! at one size, a corrupted contribution, a rank killed mid-stage). No
+//! wall-clock assertions: bounds only say that nothing waited forever.
+
+#[path = "common/cluster.rs"]
+mod cluster;
+mod common;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// One test at a time: each starts several ranks, and on a 2-core machine
+/// parallel tests would measure each other (the straggler test compares
+/// bandwidths).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+use cluster::{Outcome, Proc, local, run_args};
+use serde_json::Value;
+
+const MARGIN: Duration = Duration::from_secs(60);
+
+fn env<'a>(rank: &'a str, world: &'a str, port: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("RANK", rank),
+        ("WORLD_SIZE", world),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", port),
+        ("PREFLIGHT_TOKEN", "collective-test"),
+    ]
+}
+
+/// Starts `world` ranks with `extra` arguments and `hook` variables on
+/// every rank; returns every rank's outcome.
+fn ranks(world: u32, extra: &[&str], hook: &[(&str, &str)]) -> Vec<Outcome> {
+    let port = cluster::free_port().to_string();
+    let mut args = run_args("20s");
+    args.extend(["--backends", "tcp"].iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let w = world.to_string();
+    let procs: Vec<Proc> = (0..world)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut e = env(&rank, &w, &port);
+            e.extend_from_slice(hook);
+            local(&format!("rank{r}"), &args, &e)
+        })
+        .collect();
+    procs.into_iter().map(|p| p.finish(MARGIN)).collect()
+}
+
+fn tcp(report: &Value) -> &Value {
+    report["collective"]["backends"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["name"] == "tcp"))
+        .unwrap_or_else(|| panic!("no tcp backend in {report:#}"))
+}
+
+fn all_exit(out: &[Outcome], code: i32) {
+    for o in out {
+        assert_eq!(o.code, code, "{}: {}\n{}", o.label, o.stdout, o.stderr);
+    }
+}
+
+#[test]
+fn every_operation_is_verified_for_one_to_five_ranks() {
+    let _serial = serial();
+    for world in 1..=5u32 {
+        let out = ranks(world, &[], &[]);
+        all_exit(&out, 0);
+        for o in &out {
+            let report = o.json();
+            let b = tcp(&report);
+            assert_eq!(b["verdict"], "pass", "world {world}: {b:#}");
+            for op in b["ops"].as_array().unwrap() {
+                assert_eq!(op["status"], "verified", "world {world}: {op:#}");
+            }
+            // run's short sweep: 8 B, 64 KiB and 1 MiB, three operations.
+            assert_eq!(b["sweep"].as_array().unwrap().len(), 9, "{b:#}");
+            assert_eq!(o.status("collective.tcp"), "pass");
+        }
+    }
+}
+
+#[test]
+fn a_full_sweep_with_factor_four_reports_busbw_as_nccl_tests() {
+    let _serial = serial();
+    let out = ranks(
+        3,
+        &[
+            "--collective",
+            "full",
+            "--max-size",
+            "256KiB",
+            "--step-factor",
+            "4",
+            "--iters",
+            "2",
+        ],
+        &[],
+    );
+    all_exit(&out, 0);
+    let report = out[0].json();
+    let sweep = tcp(&report)["sweep"].as_array().unwrap().clone();
+    let sizes: Vec<u64> = sweep
+        .iter()
+        .filter(|r| r["op"] == "allreduce")
+        .map(|r| r["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, vec![8, 32, 128, 512, 2048, 8192, 32768, 131072]);
+    for r in &sweep {
+        let algbw = r["algbw"].as_f64().unwrap();
+        let busbw = r["busbw"].as_f64().unwrap();
+        let factor = match r["op"].as_str().unwrap() {
+            "allreduce" => 2.0 * 2.0 / 3.0,
+            "allgather" => 2.0 / 3.0,
+            _ => 1.0,
+        };
+        assert!((busbw - algbw * factor).abs() < 1e-9, "{r:#}");
+    }
+    // Three ranks: pairs over three rounds, every pair once.
+    assert_eq!(report["collective"]["pairs"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn a_rank_held_above_a_size_is_named_and_the_run_goes_on() {
+    let _serial = serial();
+    let out = ranks(
+        3,
+        &[
+            "--collective",
+            "full",
+            "--max-size",
+            "1MiB",
+            "--step-timeout",
+            "2s",
+        ],
+        &[("PREFLIGHT_TEST_COLL_HANG", "1:65536")],
+    );
+    all_exit(&out, 1);
+    for o in &out {
+        let msg = o.message("collective.tcp");
+        assert!(msg.starts_with("fail"), "{msg}");
+        assert!(
+            msg.contains("timed out at 128 KiB: rank 1 (")
+                && msg.contains("stopped sending to rank 2"),
+            "{}: {msg}",
+            o.label
+        );
+    }
+    // Steps below the hang were measured and kept.
+    let report = out[0].json();
+    let b = tcp(&report);
+    assert!(
+        b["sweep"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["bytes"] == 65536)
+    );
+    assert!(
+        b["sweep"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["bytes"].as_u64() <= Some(65536))
+    );
+}
+
+#[test]
+fn a_corrupted_contribution_is_detected_and_its_rank_named() {
+    let _serial = serial();
+    let out = ranks(4, &[], &[("PREFLIGHT_TEST_COLL_CORRUPT", "2:1028")]);
+    all_exit(&out, 1);
+    let msg = out[0].message("collective.tcp");
+    assert!(msg.contains("gave a wrong result"), "{msg}");
+    assert!(msg.contains("element 128"), "{msg}");
+    assert!(msg.contains("rank 2 contributed"), "{msg}");
+    // A wrong result never gets a bandwidth.
+    let report = out[0].json();
+    assert!(tcp(&report)["sweep"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn a_rank_killed_mid_stage_is_named_by_every_other_rank() {
+    let _serial = serial();
+    let port = cluster::free_port().to_string();
+    let mut args = run_args("20s");
+    args.extend(
+        [
+            "--backends",
+            "tcp",
+            "--collective",
+            "full",
+            "--max-size",
+            "1MiB",
+            "--step-timeout",
+            "30s",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let procs: Vec<Proc> = (0..4u32)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut e = env(&rank, "4", &port);
+            // Rank 3 stops at 128 KiB (inside an allreduce), then is killed.
+            e.push(("PREFLIGHT_TEST_COLL_HANG", "3:65536"));
+            local(&format!("rank{r}"), &args, &e)
+        })
+        .collect();
+    // Wherever rank 3 is when the kill lands, the others see its sockets
+    // close and name it long before the 30 s step deadline.
+    std::thread::sleep(Duration::from_secs(4));
+    procs[3].kill();
+    let mut procs = procs;
+    let _killed = procs.pop();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 1);
+    for o in &out {
+        let msg = o.message("collective.tcp");
+        assert!(msg.contains("rank 3"), "{}: {msg}", o.label);
+        assert!(
+            o.elapsed < Duration::from_secs(30),
+            "{}: {:?}",
+            o.label,
+            o.elapsed
+        );
+    }
+    let msg = out[0].message("collective.tcp");
+    assert!(msg.contains("gave no result (gone)"), "{msg}");
+}
+
+#[test]
+fn busbw_thresholds_from_the_checklist_pass_fail_and_warn() {
+    let _serial = serial();
+    let (_dir, path) = common::checklist(
+        r#"
+checks:
+  - id: coll.reachable
+    kind: collective_busbw
+    scope: cluster
+    backend: tcp
+    size: 64KiB
+    min_busbw: 0.000001
+  - id: coll.impossible
+    kind: collective_busbw
+    scope: cluster
+    min_busbw: 100000
+  - id: coll.impossible_warn
+    kind: collective_busbw
+    scope: cluster
+    op: allgather
+    size: 1MiB
+    min_busbw: 100000
+    severity: warn
+"#,
+    );
+    let path = path.display().to_string();
+    let out = ranks(3, &["--checks", &path], &[]);
+    all_exit(&out, 1);
+    for o in &out {
+        assert_eq!(
+            o.status("coll.reachable"),
+            "pass",
+            "{}",
+            o.message("coll.reachable")
+        );
+        let fail = o.message("coll.impossible");
+        assert!(fail.starts_with("fail"), "{fail}");
+        assert!(fail.contains("tcp allreduce 1 MiB busbw"), "{fail}");
+        assert_eq!(o.status("coll.impossible_warn"), "warn");
+    }
+}

@@ -1,0 +1,183 @@
+//! The collective stage across namespace hosts (tests/common/netns.rs,
+//! with per-host hostnames from tests/common/cluster.rs): a rank killed in
+//! the middle of an allreduce, a tbf-throttled host named as the
+//! straggler, a rank held at one size by the test hook, and a corrupted
+//! contribution. Skipped with a reason without root; PREFLIGHT_REQUIRE_NETNS=1
+//! makes the skip a failure.
+
+#[path = "common/cluster.rs"]
+mod cluster;
+mod common;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// One test at a time: each starts several ranks, and on a 2-core machine
+/// parallel tests would measure each other (the straggler test compares
+/// bandwidths).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+use cluster::{HostFiles, Outcome, Proc, host_files, launcher_env, on_host, pairs, run_args};
+use common::netns::Cluster;
+
+/// Generous: namespace process start on a loaded 2-core machine.
+const MARGIN: Duration = Duration::from_secs(60);
+
+struct Job {
+    cluster: Cluster,
+    files: HostFiles,
+}
+
+fn job(n: usize) -> Option<Job> {
+    let cluster = Cluster::new(n)?;
+    let files = host_files(&cluster, None);
+    Some(Job { cluster, files })
+}
+
+impl Job {
+    /// Rank h on host h for every host, with collective flags `extra` and
+    /// per-host variables.
+    fn start(&self, extra: &[&str], vars: &[(usize, &[(&str, &str)])]) -> Vec<Proc> {
+        let n = self.cluster.hosts.len() as u32;
+        let mut args = run_args("20s");
+        args.extend(["--backends", "tcp"].iter().map(|s| s.to_string()));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        (0..n)
+            .map(|h| {
+                let mut env = launcher_env(&self.cluster, h, n);
+                for (host, e) in vars {
+                    if *host == h as usize {
+                        env.extend(e.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+                    }
+                }
+                on_host(&self.cluster, &self.files, h as usize, &args, &pairs(&env))
+            })
+            .collect()
+    }
+}
+
+fn finish(procs: Vec<Proc>) -> Vec<Outcome> {
+    procs.into_iter().map(|p| p.finish(MARGIN)).collect()
+}
+
+fn all_exit(out: &[Outcome], code: i32) {
+    for o in out {
+        assert_eq!(o.code, code, "{}: {}\n{}", o.label, o.stdout, o.stderr);
+    }
+}
+
+#[test]
+fn a_rank_killed_in_an_allreduce_is_named_by_the_others_within_the_deadline() {
+    let _serial = serial();
+    let Some(job) = job(4) else { return };
+    // Host 3 stops inside the 128 KiB allreduce and is killed there; the
+    // step deadline (30 s) is far from the time the others need.
+    let hold: &[(&str, &str)] = &[("PREFLIGHT_TEST_COLL_HANG", "3:65536")];
+    let mut procs = job.start(
+        &[
+            "--collective",
+            "full",
+            "--max-size",
+            "1MiB",
+            "--step-timeout",
+            "30s",
+        ],
+        &[(3, hold)],
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    let victim = procs.pop().expect("four ranks");
+    victim.kill();
+    let out = finish(procs);
+    all_exit(&out, 1);
+    for o in &out {
+        let msg = o.message("collective.tcp");
+        assert!(msg.contains("rank 3"), "{}: {msg}", o.label);
+        assert!(
+            o.elapsed < Duration::from_secs(30),
+            "{}: {:?}",
+            o.label,
+            o.elapsed
+        );
+    }
+    let msg = out[0].message("collective.tcp");
+    assert!(msg.contains("h3"), "{msg}");
+    assert!(msg.contains("gave no result (gone)"), "{msg}");
+}
+
+#[test]
+fn a_throttled_host_is_named_as_the_straggler() {
+    let _serial = serial();
+    let Some(job) = job(4) else { return };
+    job.cluster.must(
+        2,
+        &[
+            "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "100mbit", "burst",
+            "256kb", "latency", "50ms",
+        ],
+    );
+    let out = finish(job.start(&["--step-timeout", "30s"], &[]));
+    // A straggler is a warning: the job can run, slowly.
+    all_exit(&out, 0);
+    let pairs = out[0].json()["collective"]["pairs"].clone();
+    assert!(
+        out[0].json()["checks"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["id"] == "collective.stragglers")),
+        "no straggler named; pairs: {pairs}"
+    );
+    let msg = out[0].message("collective.stragglers");
+    assert!(msg.starts_with("warn"), "{msg}");
+    assert!(msg.contains("rank 2 (h2"), "{msg}");
+    assert!(
+        !msg.contains("rank 0 ") && !msg.contains("rank 1 ") && !msg.contains("rank 3 "),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_hang_at_one_size_is_reported_at_that_size_and_the_run_goes_on() {
+    let _serial = serial();
+    let Some(job) = job(3) else { return };
+    let hold: &[(&str, &str)] = &[("PREFLIGHT_TEST_COLL_HANG", "1:65536")];
+    let out = finish(job.start(
+        &[
+            "--collective",
+            "full",
+            "--max-size",
+            "1MiB",
+            "--step-timeout",
+            "3s",
+        ],
+        &[(1, hold)],
+    ));
+    all_exit(&out, 1);
+    for o in &out {
+        let msg = o.message("collective.tcp");
+        assert!(
+            msg.contains("timed out at 128 KiB: rank 1 (h1"),
+            "{}: {msg}",
+            o.label
+        );
+        assert!(msg.contains("stopped sending to rank 2"), "{msg}");
+        // The report still came: the cluster stage's checks are there.
+        assert_eq!(o.status("cluster.barrier"), "pass");
+    }
+}
+
+#[test]
+fn a_corrupted_contribution_is_detected_on_every_rank() {
+    let _serial = serial();
+    let Some(job) = job(3) else { return };
+    let flip: &[(&str, &str)] = &[("PREFLIGHT_TEST_COLL_CORRUPT", "2:1028")];
+    let out = finish(job.start(&[], &[(2, flip)]));
+    all_exit(&out, 1);
+    for o in &out {
+        let msg = o.message("collective.tcp");
+        assert!(msg.contains("wrong result"), "{}: {msg}", o.label);
+        assert!(msg.contains("rank 2 contributed"), "{}: {msg}", o.label);
+    }
+}
