@@ -48,20 +48,7 @@ rows = [x for b in r["collective"]["backends"] if b["name"] == "tcp" for x in b[
 print("%.3f" % rows[0]["busbw"] if rows else "failed")' "$work/p0.json"
 }
 
-cat >"$work/gloo.py" <<'PY'
-import os, time, torch, torch.distributed as dist
-dist.init_process_group("gloo", init_method="env://")
-x = torch.ones((64 << 20) // 4)
-for _ in range(2):
-    dist.all_reduce(x)
-times = []
-for _ in range(5):
-    dist.barrier()
-    t = time.perf_counter(); dist.all_reduce(x); times.append(time.perf_counter() - t)
-if dist.get_rank() == 0:
-    print(sum(times) / len(times))
-dist.destroy_process_group()
-PY
+cp bench/gloo_allreduce.py "$work/gloo.py"
 gloo_round() {
     local port=$((29800 + RANDOM % 100)) pids=()
     for r in $(seq 0 $((n - 1))); do
