@@ -223,7 +223,11 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
                     ));
                 }
             }
-            report.verdict = Verdict::of(&report.checks, args.strict);
+            // The collective results can only add to the cluster's verdict,
+            // which already holds every node's own.
+            report.verdict = report
+                .verdict
+                .worst(Verdict::of(&report.checks, args.strict));
             report.exit_code = report.verdict.exit_code().code();
             report.collective = Some(c);
         }
