@@ -85,6 +85,23 @@ fn run_with(name: &str, checklist: &str, extra_env: &[(&str, &str)], shipped: bo
     }
 }
 
+/// The binary over a temporary root the test built, with only `env`.
+fn run_on_root(root: &Path, checklist: &Path, env: &[(&str, &str)]) -> Run {
+    let out = Command::new(BIN)
+        .env_clear()
+        .envs(env.iter().copied())
+        .args(["check", "--no-shipped", "--format", "json", "--checks"])
+        .arg(checklist)
+        .arg("--root")
+        .arg(root)
+        .output()
+        .unwrap();
+    Run {
+        report: serde_json::from_slice(&out.stdout).unwrap(),
+        code: out.status.code().unwrap(),
+    }
+}
+
 fn run(name: &str, checklist: &str) -> Run {
     run_with(name, checklist, &[], false)
 }
@@ -547,18 +564,7 @@ fn amd_health_from_amdgpu_files_names_the_gpu() {
         "checks:\n  - {id: h, kind: gpu_health, max_uncorrectable_ecc: 0, min_free_ratio: 0.9}\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .env_clear()
-        .args(["check", "--no-shipped", "--format", "json", "--checks"])
-        .arg(&checklist)
-        .arg("--root")
-        .arg(root)
-        .output()
-        .unwrap();
-    let r = Run {
-        report: serde_json::from_slice(&out.stdout).unwrap(),
-        code: out.status.code().unwrap(),
-    };
+    let r = run_on_root(root, &checklist, &[]);
     assert_eq!(
         r.message("h"),
         "0000:05:00.0: 2 uncorrectable ECC errors (at most 0); free memory is unbalanced: 0000:26:00.0 has 96 GiB free against 191 GiB on 0000:05:00.0 (below 90% of it); SGLang refuses to start (\"The memory capacity is unbalanced. Some GPUs may be occupied by other processes.\")"
@@ -732,19 +738,7 @@ fn malformed_sysfs_is_an_error_naming_the_file_not_a_panic() {
         "checks:\n  - {id: cpu, kind: cpu, min_cpus: 1}\n  - {id: mem, kind: memory, min_available: 1G}\n  - {id: nofile, kind: memory, min_nofile: 10}\n  - {id: pcie, kind: pcie_link}\n  - {id: ib, kind: infiniband}\n  - {id: drv, kind: driver, vendor: nvidia}\n  - {id: dev, kind: devices}\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .env_clear()
-        .args(["check", "--no-shipped", "--format", "json", "--checks"])
-        .arg(&checklist)
-        .arg("--root")
-        .arg(root)
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let r = Run {
-        report,
-        code: out.status.code().unwrap(),
-    };
+    let r = run_on_root(root, &checklist, &[]);
     assert_eq!(r.status("cpu"), "error");
     assert_eq!(
         r.message("cpu"),
@@ -900,18 +894,7 @@ fn time_sync_from_a_recorded_adjtimex() {
     std::fs::write(empty.path().join("proc/1/comm"), "systemd\n").unwrap();
     let file = empty.path().join("c.yaml");
     std::fs::write(&file, "checks:\n  - {id: t, kind: time_sync}\n").unwrap();
-    let out = Command::new(BIN)
-        .env_clear()
-        .args(["check", "--no-shipped", "--format", "json", "--checks"])
-        .arg(&file)
-        .arg("--root")
-        .arg(empty.path())
-        .output()
-        .unwrap();
-    let r = Run {
-        report: serde_json::from_slice(&out.stdout).unwrap(),
-        code: out.status.code().unwrap(),
-    };
+    let r = run_on_root(empty.path(), &file, &[]);
     assert_eq!(
         r.message("t"),
         "no time daemon is running (chronyd, ntpd, systemd-timesyncd, ptp4l)"
@@ -944,19 +927,7 @@ fn cgroup_v2_quota_and_memory_limit_along_the_path() {
         "checks:\n  - {id: c, kind: cpu, min_cpus: 64, cpus_per_rank: 1, min_cgroup_memory: 16GiB}\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .env_clear()
-        .env("LOCAL_WORLD_SIZE", "4")
-        .args(["check", "--no-shipped", "--format", "json", "--checks"])
-        .arg(&file)
-        .arg("--root")
-        .arg(root)
-        .output()
-        .unwrap();
-    let r = Run {
-        report: serde_json::from_slice(&out.stdout).unwrap(),
-        code: out.status.code().unwrap(),
-    };
+    let r = run_on_root(root, &file, &[("LOCAL_WORLD_SIZE", "4")]);
     assert_eq!(
         r.message("c"),
         "the cgroup CPU quota is 2.0 CPUs, expected at least 4.0 (1 per rank x 4 local ranks); the cgroup memory limit is 8 GiB, expected at least 16 GiB"
@@ -1029,19 +1000,7 @@ fn intel_driver_split_tiles_and_missing_loader() {
         "checks:\n  - {id: dev, kind: devices}\n  - {id: drv, kind: driver, vendor: intel}\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .env_clear()
-        .env("ZE_AFFINITY_MASK", "0,1,2,3")
-        .args(["check", "--no-shipped", "--format", "json", "--checks"])
-        .arg(&file)
-        .arg("--root")
-        .arg(root)
-        .output()
-        .unwrap();
-    let r = Run {
-        report: serde_json::from_slice(&out.stdout).unwrap(),
-        code: out.status.code().unwrap(),
-    };
+    let r = run_on_root(root, &file, &[("ZE_AFFINITY_MASK", "0,1,2,3")]);
     // The xe card lacks its render node, so only the i915 card's 2 tiles
     // are usable and ZE_AFFINITY_MASK's third entry does not exist.
     assert_eq!(
@@ -1110,19 +1069,7 @@ fn habana_accel_nodes_and_mask() {
         "checks:\n  - {id: dev, kind: devices}\n  - {id: drv, kind: driver}\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .env_clear()
-        .env("HABANA_VISIBLE_DEVICES", "0,1")
-        .args(["check", "--no-shipped", "--format", "json", "--checks"])
-        .arg(&file)
-        .arg("--root")
-        .arg(root)
-        .output()
-        .unwrap();
-    let r = Run {
-        report: serde_json::from_slice(&out.stdout).unwrap(),
-        code: out.status.code().unwrap(),
-    };
+    let r = run_on_root(root, &file, &[("HABANA_VISIBLE_DEVICES", "0,1")]);
     assert_eq!(
         r.message("dev"),
         "Habana: 2 on PCI, 2 in the driver, 1 with device nodes; 0000:9a:00.0 has no /dev/accel/accel1; \
