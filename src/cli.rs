@@ -44,6 +44,10 @@ pub enum Command {
     /// The rendezvous and the collective stage's full sweep (default up to
     /// 64 MiB), no checklist: an nccl-tests replacement that needs no MPI.
     Bench(RunArgs),
+    /// Internal: one library backend of one rank, started by `run` and
+    /// `bench` (see src/collective/worker.rs).
+    #[command(hide = true)]
+    CollectiveWorker,
 }
 
 /// Which checks: the shipped checklist, added files, and selection.
@@ -79,12 +83,15 @@ pub struct ChecklistArgs {
     pub init_method: Option<String>,
 }
 
+/// The backends selected; `explicit` when named rather than `auto`: a
+/// backend named on the command line is required (missing: not ready),
+/// while `auto` skips the ones a node lacks.
 #[derive(Debug, Clone)]
-pub struct BackendList(pub Vec<Backend>);
+pub struct BackendList(pub Vec<Backend>, pub bool);
 
 fn parse_backends(text: &str) -> Result<BackendList, String> {
     if text.trim() == "auto" {
-        return Ok(BackendList(Backend::ALL.to_vec()));
+        return Ok(BackendList(Backend::ALL.to_vec(), false));
     }
     let mut list = Vec::new();
     for name in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -99,7 +106,7 @@ fn parse_backends(text: &str) -> Result<BackendList, String> {
     if list.is_empty() {
         return Err("name at least one backend, or auto".into());
     }
-    Ok(BackendList(list))
+    Ok(BackendList(list, true))
 }
 
 #[derive(Debug, Args, Clone)]
@@ -166,6 +173,16 @@ pub struct CollectiveArgs {
     /// that backend's sweep, named, and the run goes on.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_span)]
     pub step_timeout: Span,
+    /// The NCCL (or RCCL) library for the nccl backend, instead of the
+    /// search: PREFLIGHT_NCCL_LIB, then libnccl.so.2 and librccl.so.1 by
+    /// the loader, then Python's site-packages (nvidia/nccl/lib).
+    #[arg(long, value_name = "PATH")]
+    pub nccl_lib: Option<PathBuf>,
+    /// The oneCCL C library (libccl.so.2, oneCCL 2022 or later) for the
+    /// oneccl backend, instead of the search: PREFLIGHT_ONECCL_LIB, then
+    /// the loader, then $CCL_ROOT/lib.
+    #[arg(long, value_name = "PATH")]
+    pub oneccl_lib: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

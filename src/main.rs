@@ -30,6 +30,7 @@ fn main() {
         Command::List(args) => commands::list(args),
         Command::Explain(args) => commands::explain(args),
         Command::Validate(args) => commands::validate(args),
+        Command::CollectiveWorker => std::process::exit(collective::worker::main()),
     };
     let code = match outcome {
         Ok(code) => code,

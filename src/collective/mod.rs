@@ -5,17 +5,25 @@
 //! One concept per module: `tcp` (the built-in TCP backend), `verify`
 //! (known buffers and their checks), `sweep` (sizes, timing, the table),
 //! `straggler` (pairwise round), `stage` (what a rank runs and how rank 0
-//! assembles the verdict), `report` (the `collective` section).
+//! assembles the verdict), `report` (the `collective` section); the
+//! library backends run in a child process each: `worker` (the child),
+//! `supervisor` (the parent's side: deadlines, the id exchange, the log),
+//! `oneccl` and `nccl` (the backends over our -sys crates).
 
+pub mod nccl;
+pub mod oneccl;
 pub mod report;
 pub mod stage;
 pub mod straggler;
+pub mod supervisor;
 pub mod sweep;
 pub mod tcp;
 pub mod threshold;
 pub mod verify;
+pub mod worker;
 
 use std::fmt;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -90,6 +98,9 @@ pub enum OpError {
     Closed { peer: u32, detail: String },
     /// A test hook held this rank (never in a release run).
     Held,
+    /// The operation did not complete by its deadline, and the library
+    /// does not say which peer it waits for (NCCL, oneCCL).
+    Stalled { detail: String },
     /// Any other failure, in words.
     Other { detail: String },
 }
@@ -101,7 +112,7 @@ impl OpError {
             OpError::RecvTimeout { from } => Some(*from),
             OpError::SendTimeout { to } => Some(*to),
             OpError::Closed { peer, .. } => Some(*peer),
-            OpError::Held | OpError::Other { .. } => None,
+            OpError::Held | OpError::Stalled { .. } | OpError::Other { .. } => None,
         }
     }
 }
@@ -115,6 +126,7 @@ impl fmt::Display for OpError {
                 write!(f, "the connection to rank {peer} closed ({detail})")
             }
             OpError::Held => write!(f, "held by the test hook"),
+            OpError::Stalled { detail } => write!(f, "{detail}"),
             OpError::Other { detail } => write!(f, "{detail}"),
         }
     }
@@ -158,6 +170,13 @@ pub trait Backend {
     ) -> Result<(), OpError>;
     async fn barrier(&mut self, deadline: Instant) -> Result<(), OpError>;
     fn abort(&mut self);
+    /// The last operation's own time when the backend measures it better
+    /// than the caller's clock can (a device backend leaves out the copies
+    /// between host and device that verification needs); `None`: time the
+    /// call.
+    fn last_op_time(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Where a backend stands on this node before anything runs.
@@ -167,20 +186,12 @@ pub struct Availability {
     pub reason: String,
 }
 
-/// The availability probe of each backend name, in words.
-pub fn probe(name: &str) -> Availability {
-    match name {
-        "tcp" => Availability {
-            available: true,
-            reason: "built in (CPU, TCP sockets)".into(),
-        },
-        // The library crates exist (crates/nccl-sys, crates/oneccl-sys);
-        // the backends over them are issue 7.
-        other => Availability {
-            available: false,
-            reason: format!(
-                "backend not built yet: the {other} backend comes in a later version (its library loader is crates/{other}-sys)"
-            ),
-        },
-    }
+/// The built-in backend's availability; the library backends answer from
+/// their worker (see `supervisor`), since only loading the library there
+/// can tell.
+pub fn builtin(name: &str) -> Option<Availability> {
+    (name == "tcp").then(|| Availability {
+        available: true,
+        reason: "built in (CPU, TCP sockets)".into(),
+    })
 }

@@ -29,11 +29,26 @@ pub struct BackendReport {
     pub name: String,
     pub available: bool,
     pub reason: String,
+    /// The library loaded ("NCCL 2.21.5 at /usr/lib/…"), for library
+    /// backends.
+    #[serde(default)]
+    pub library: Option<String>,
+    /// Library settings preflight added where the job left them unset.
+    #[serde(default)]
+    pub env_set: Vec<String>,
     /// The slowest rank's init, ms.
     pub init_ms: Option<u64>,
     pub ops: Vec<OpStatus>,
     /// Verified steps only: a wrong result never gets a bandwidth.
     pub sweep: Vec<Row>,
+    /// What ranks said about the backend (the transport chosen, a
+    /// fallback), "warning: " first when it is one.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// The library's own output from the rank that failed (or the first
+    /// rank with any), for the operator to read.
+    #[serde(default)]
+    pub log: Vec<String>,
     /// Why the sweep ended early, in words.
     pub ended: Option<String>,
     /// pass, fail or skip.
@@ -48,6 +63,10 @@ pub struct OpStatus {
     pub detail: Option<String>,
 }
 
+/// Lines of a failed library backend's log in the human view (JSON has
+/// all that were kept).
+const LOG_SHOWN: usize = 12;
+
 pub fn render(r: &CollectiveReport, s: &Style) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -61,6 +80,9 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
     for b in &r.backends {
         if !b.available {
             let _ = writeln!(out, "  {:<7} skip: {}", b.name, b.reason);
+            if let Some(lib) = &b.library {
+                let _ = writeln!(out, "  {:<7} library: {lib}", "");
+            }
             continue;
         }
         let ops: Vec<String> = b
@@ -76,6 +98,15 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
             b.init_ms.map_or("-".into(), |m| m.to_string()),
             ops.join(", ")
         );
+        if let Some(lib) = &b.library {
+            let _ = writeln!(out, "  {:<7} library: {lib}", "");
+        }
+        if !b.env_set.is_empty() {
+            let _ = writeln!(out, "  {:<7} set where unset: {}", "", b.env_set.join(" "));
+        }
+        for n in &b.notes {
+            let _ = writeln!(out, "  {:<7} {n}", "");
+        }
         for o in b.ops.iter().filter(|o| o.status == "failed") {
             if let Some(d) = &o.detail {
                 let _ = writeln!(out, "          {}: {d}", o.op);
@@ -107,6 +138,20 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
         }
         if let Some(e) = &b.ended {
             let _ = writeln!(out, "  {:<7} {e}", "");
+            // The library's own words, last lines first to go.
+            let skip = b.log.len().saturating_sub(LOG_SHOWN);
+            if !b.log.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  {:<7} its log ({} lines, last {}):",
+                    "",
+                    b.log.len(),
+                    b.log.len() - skip
+                );
+            }
+            for line in &b.log[skip..] {
+                let _ = writeln!(out, "  {:<7}   {line}", "");
+            }
         }
     }
     if !r.pairs.is_empty() {

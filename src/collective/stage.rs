@@ -18,8 +18,10 @@ use tokio::time::Instant;
 
 use super::report::{BackendReport, CollectiveReport, OpStatus, timed_out};
 use super::straggler::{self, PairRate};
+use super::supervisor::{self, Libraries};
 use super::sweep::{self, Failure, Hooks, Row, Step, human_bytes};
 use super::tcp::{self, Tcp};
+use super::worker::Found;
 use super::{Backend, Dtype, Op, OpError};
 use crate::cluster::store;
 use crate::result::{CheckResult, Status};
@@ -45,6 +47,9 @@ impl Mode {
 pub struct Config {
     pub mode: Mode,
     pub backends: Vec<String>,
+    /// Backends whose absence makes the node not ready (named on the
+    /// command line; the checklist's `collective_backend` adds its own).
+    pub required: Vec<String>,
     pub max_size: usize,
     pub step_factor: usize,
     pub warmup: u32,
@@ -101,16 +106,51 @@ pub struct RankBackend {
     pub name: String,
     pub available: bool,
     pub reason: String,
+    /// The library a worker loaded, and its version.
+    #[serde(default)]
+    pub found: Option<Found>,
+    /// Library settings this rank added to the worker's environment.
+    #[serde(default)]
+    pub env_set: Vec<String>,
     pub init_ms: Option<u64>,
     pub init_error: Option<String>,
     pub verified: Vec<Op>,
     pub rows: Vec<Row>,
     pub failure: Option<Failure>,
+    /// What the backend said about itself (warning?, text): the transport
+    /// chosen, a fallback and why.
+    #[serde(default)]
+    pub notes: Vec<(bool, String)>,
+    /// The worker's last output lines, kept when something went wrong.
+    #[serde(default)]
+    pub log: Vec<String>,
+}
+
+impl RankBackend {
+    pub fn new(name: &str, available: bool, reason: String) -> RankBackend {
+        RankBackend {
+            name: name.into(),
+            available,
+            reason,
+            found: None,
+            env_set: Vec::new(),
+            init_ms: None,
+            init_error: None,
+            verified: Vec::new(),
+            rows: Vec::new(),
+            failure: None,
+            notes: Vec::new(),
+            log: Vec::new(),
+        }
+    }
 }
 
 pub struct RankInfo<'a> {
     pub rank: u32,
     pub world: u32,
+    pub local_rank: u32,
+    pub local_world: u32,
+    pub libraries: Libraries,
     pub host: String,
     /// The address this rank reached the master from: the route's choice.
     pub route_ip: String,
@@ -124,7 +164,7 @@ pub struct RankInfo<'a> {
 
 /// One rank's whole stage; every rank returns the same report (or, when
 /// rank 0 is gone, its own view).
-pub async fn run(cfg: &Config, info: RankInfo<'_>) -> CollectiveReport {
+pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
     let mut result = RankResult {
         rank: info.rank,
         host: info.host.clone(),
@@ -134,18 +174,8 @@ pub async fn run(cfg: &Config, info: RankInfo<'_>) -> CollectiveReport {
     };
     let mut mesh: Option<Tcp> = None;
     for name in &cfg.backends {
-        let avail = super::probe(name);
-        let mut rb = RankBackend {
-            name: name.clone(),
-            available: avail.available,
-            reason: avail.reason,
-            init_ms: None,
-            init_error: None,
-            verified: Vec::new(),
-            rows: Vec::new(),
-            failure: None,
-        };
-        if rb.available && name == "tcp" {
+        if let Some(avail) = super::builtin(name) {
+            let mut rb = RankBackend::new(name, avail.available, avail.reason);
             let t = Instant::now();
             let init = async {
                 let ip = tcp::listen_ip(info.gloo_ifname.as_deref(), &info.route_ip)?;
@@ -155,7 +185,7 @@ pub async fn run(cfg: &Config, info: RankInfo<'_>) -> CollectiveReport {
             match init.await {
                 Ok(mut b) => {
                     rb.init_ms = Some(t.elapsed().as_millis() as u64);
-                    exercise(&mut b, cfg, &info.hooks, &mut rb).await;
+                    exercise(&mut b, cfg, &info.hooks, &mut rb, &mut |_, _| {}).await;
                     if rb.failure.is_some() {
                         b.abort();
                     } else {
@@ -164,8 +194,11 @@ pub async fn run(cfg: &Config, info: RankInfo<'_>) -> CollectiveReport {
                 }
                 Err(e) => rb.init_error = Some(e),
             }
+            result.backends.push(rb);
+        } else {
+            let rb = supervisor::run(name, cfg, &mut info).await;
+            result.backends.push(rb);
         }
-        result.backends.push(rb);
     }
     if let Some(b) = mesh.as_mut()
         && info.world >= 2
@@ -298,8 +331,16 @@ pub async fn run(cfg: &Config, info: RankInfo<'_>) -> CollectiveReport {
     }
 }
 
-/// The verification pass, then the sweep, recording into `rb`.
-async fn exercise<B: Backend>(b: &mut B, cfg: &Config, hooks: &Hooks, rb: &mut RankBackend) {
+/// The verification pass, then the sweep, recording into `rb`;
+/// `on_step` hears of each step before it starts (a worker tells its
+/// parent, which holds the step's deadline).
+pub async fn exercise<B: Backend>(
+    b: &mut B,
+    cfg: &Config,
+    hooks: &Hooks,
+    rb: &mut RankBackend,
+    on_step: &mut dyn FnMut(Op, usize),
+) {
     debug_assert_eq!(b.name(), rb.name);
     let mut plan: Vec<(Op, usize, Dtype, u32, u32, bool)> = Vec::new();
     for dtype in [Dtype::F32, Dtype::I32] {
@@ -325,6 +366,7 @@ async fn exercise<B: Backend>(b: &mut B, cfg: &Config, hooks: &Hooks, rb: &mut R
             timeout: cfg.step_timeout,
             hooks,
         };
+        on_step(op, bytes);
         match sweep::step(b, &step).await {
             Ok(row) => {
                 if !rb.verified.contains(&op) {
@@ -387,29 +429,45 @@ pub fn assemble(
             .iter()
             .filter_map(|x| x.backends.get(bi).map(|b| (x.rank, b)))
             .collect();
-        let avail = super::probe(name);
-        let available = per.iter().all(|(_, b)| b.available) && avail.available;
-        // A reason that differs from this build's probe is a node's own
-        // (a library missing there): name the rank.
-        let reason = per
+        let available = !per.is_empty() && per.iter().all(|(_, b)| b.available);
+        let reason = availability_reason(&per, &host);
+        let found = per.iter().find_map(|(_, b)| b.found.clone());
+        let library = found.map(|f| format!("{} at {}", f.version, f.path));
+        let mut notes: Vec<String> = Vec::new();
+        for (r, b) in &per {
+            for (warning, text) in &b.notes {
+                let line = format!(
+                    "{}rank {r}{}: {text}",
+                    if *warning { "warning: " } else { "" },
+                    host(*r)
+                );
+                notes.push(line);
+            }
+        }
+        let env_set = per
+            .first()
+            .map(|(_, b)| b.env_set.clone())
+            .unwrap_or_default();
+        let log = per
             .iter()
-            .find(|(_, b)| !b.available)
-            .map(|(r, b)| {
-                if b.reason == avail.reason {
-                    b.reason.clone()
-                } else {
-                    format!("{} (rank {r})", b.reason)
-                }
+            .find(|(_, b)| {
+                !b.log.is_empty() && (b.failure.is_some() || b.init_error.is_some() || !b.available)
             })
-            .unwrap_or(avail.reason);
+            .or_else(|| per.iter().find(|(_, b)| !b.log.is_empty()))
+            .map(|(r, b)| b.log.iter().map(|l| format!("rank {r}: {l}")).collect())
+            .unwrap_or_default();
         if !available {
             backends.push(BackendReport {
                 name: name.clone(),
                 available,
                 reason,
+                library,
+                env_set,
                 init_ms: None,
                 ops: Vec::new(),
                 sweep: Vec::new(),
+                notes,
+                log,
                 ended: None,
                 verdict: "skip".into(),
             });
@@ -491,9 +549,13 @@ pub fn assemble(
             name: name.clone(),
             available,
             reason,
+            library,
+            env_set,
             init_ms,
             ops,
             sweep,
+            notes,
+            log,
             ended,
             verdict: verdict.into(),
         });
@@ -523,6 +585,36 @@ pub fn assemble(
         stragglers,
         missing,
     }
+}
+
+/// Why a backend cannot run, naming the ranks that lack it when not all
+/// do. A rank that can run it but heard rank 0's "no" carries rank 0's
+/// words, which already name the rank ("… (rank 2, host)").
+fn availability_reason(per: &[(u32, &RankBackend)], host: &dyn Fn(u32) -> String) -> String {
+    let lacking: Vec<(u32, &RankBackend)> = per
+        .iter()
+        .filter(|(_, b)| !b.available && !b.reason.contains("(rank "))
+        .copied()
+        .collect();
+    if let Some((_, first)) = lacking.first() {
+        let same = lacking.iter().all(|(_, b)| b.reason == first.reason);
+        if lacking.len() == per.len() && same {
+            return first.reason.clone();
+        }
+        let ranks: Vec<u32> = lacking.iter().map(|(r, _)| *r).collect();
+        let hosts: Vec<String> = ranks.iter().map(|r| host(*r)).collect();
+        return format!(
+            "{} on {}{}",
+            first.reason,
+            rank_list(&ranks),
+            hosts.concat()
+        );
+    }
+    per.iter()
+        .find(|(_, b)| !b.available)
+        .or(per.first())
+        .map(|(_, b)| b.reason.clone())
+        .unwrap_or_else(|| "no rank reported".into())
 }
 
 fn rank_list(ranks: &[u32]) -> String {
@@ -588,6 +680,40 @@ fn explain(
             }
         }
     }
+    // A library backend cannot say whom it waits for: the rank a test hook
+    // held, or one that gave no result, is the one the others waited on.
+    if best.is_none() {
+        let held: Vec<u32> = failures
+            .iter()
+            .filter(|(_, f)| matches!(f.error, Some(OpError::Held)))
+            .map(|(r, _)| *r)
+            .collect();
+        let culprits: Vec<u32> = held.iter().chain(missing).copied().collect();
+        let waiting: Vec<u32> = failures
+            .iter()
+            .filter(|(_, f)| matches!(f.error, Some(OpError::Stalled { .. })))
+            .map(|(r, _)| *r)
+            .collect();
+        if let (Some(&c), Some((_, f))) = (
+            culprits.first(),
+            failures
+                .iter()
+                .find(|(_, f)| matches!(f.error, Some(OpError::Stalled { .. }))),
+        ) {
+            let gone = if missing.contains(&c) {
+                " (gone: no result)"
+            } else {
+                ""
+            };
+            return format!(
+                "{} timed out at {} on {}: rank {c}{} stopped taking part{gone}",
+                f.op.name(),
+                human_bytes(f.bytes),
+                rank_list(&waiting),
+                host(c)
+            );
+        }
+    }
     let (victim, culprit, f) = match best {
         Some(b) => b,
         None => {
@@ -646,11 +772,15 @@ fn explain(
 }
 
 /// The checks this stage adds to the report.
-pub fn checks(r: &CollectiveReport) -> Vec<CheckResult> {
+pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
     let mut out = Vec::new();
     for b in &r.backends {
         let id = format!("collective.{}", b.name);
         let (status, message) = match b.verdict.as_str() {
+            "skip" if required.contains(&b.name) => (
+                Status::Fail,
+                format!("{}: required, but not available: {}", b.name, b.reason),
+            ),
             "skip" => (Status::Skip, format!("{}: {}", b.name, b.reason)),
             "pass" => {
                 let best = b

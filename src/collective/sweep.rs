@@ -177,7 +177,7 @@ async fn one<B: Backend>(
             b.allreduce(&mut buf, dtype, deadline)
                 .await
                 .map_err(|e| (Some(e), None, None))?;
-            let spent = t.elapsed();
+            let spent = b.last_op_time().unwrap_or_else(|| t.elapsed());
             if let Some(input) = input
                 && let Some(m) = verify::allreduce(&buf, world, dtype)
             {
@@ -205,7 +205,7 @@ async fn one<B: Backend>(
             b.broadcast(&mut buf, root, deadline)
                 .await
                 .map_err(|e| (Some(e), None, None))?;
-            let spent = t.elapsed();
+            let spent = b.last_op_time().unwrap_or_else(|| t.elapsed());
             if check && let Some(m) = verify::broadcast(&buf, root, dtype) {
                 return Err((None, Some(m), None));
             }
@@ -222,7 +222,7 @@ async fn one<B: Backend>(
             b.allgather(&input, &mut out, deadline)
                 .await
                 .map_err(|e| (Some(e), None, None))?;
-            let spent = t.elapsed();
+            let spent = b.last_op_time().unwrap_or_else(|| t.elapsed());
             if check && let Some(m) = verify::allgather(&out, world, per * 4, dtype) {
                 return Err((None, Some(m), None));
             }
@@ -240,7 +240,7 @@ async fn one<B: Backend>(
             b.sendrecv(&send, to, &mut recv, from, deadline)
                 .await
                 .map_err(|e| (Some(e), None, None))?;
-            let spent = t.elapsed();
+            let spent = b.last_op_time().unwrap_or_else(|| t.elapsed());
             if check && let Some(m) = verify::received(&recv, from, dtype) {
                 return Err((None, Some(m), None));
             }

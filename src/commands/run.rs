@@ -13,6 +13,7 @@ use crate::cluster::identity::{self, Role};
 use crate::cluster::report::ClusterReport;
 use crate::cluster::{self, RankInput};
 use crate::collective::stage as coll;
+use crate::collective::supervisor::Libraries;
 use crate::collective::sweep::Hooks;
 use crate::engine::{self, Progress};
 use crate::exit::ExitCode;
@@ -67,6 +68,16 @@ pub fn collective_config(args: &RunArgs, stage: Stage) -> coll::Config {
             .iter()
             .map(|b| b.name().to_string())
             .collect(),
+        required: if args.checklist.backends.1 {
+            args.checklist
+                .backends
+                .0
+                .iter()
+                .map(|b| b.name().to_string())
+                .collect()
+        } else {
+            Vec::new()
+        },
         max_size: c.max_size.unwrap_or(default_max),
         step_factor: c.step_factor,
         warmup: c.warmup,
@@ -174,6 +185,7 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
     }
     let cluster = identity.zip(server).map(|(identity, server)| {
         let rank = identity.rank;
+        let (local_rank, local_world) = (identity.local_rank, identity.local_world_size);
         let local_verdict = Verdict::of(&results, args.strict);
         let input = RankInput {
             identity,
@@ -194,6 +206,12 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
             let info = coll::RankInfo {
                 rank,
                 world: report.world_size,
+                local_rank,
+                local_world,
+                libraries: Libraries {
+                    nccl: args.collective.nccl_lib.clone(),
+                    oneccl: args.collective.oneccl_lib.clone(),
+                },
                 host: format!("{} {}", facts.hostname(), link.local_ip),
                 route_ip: link.local_ip.clone(),
                 gloo_ifname: facts.env("GLOO_SOCKET_IFNAME").map(str::to_string),
@@ -211,7 +229,7 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
                 conn: &mut link.stream,
             };
             let c = runtime.block_on(coll::run(&coll_cfg, info));
-            report.checks.extend(coll::checks(&c));
+            report.checks.extend(coll::checks(&c, &coll_cfg.required));
             for check in &thresholds {
                 if let Some(probe) = check.probe.collective() {
                     let finding = probe.evaluate_collective(&c);

@@ -101,6 +101,14 @@ fn from_sysfs(dir: &Path, name: &str) -> Interface {
     }
 }
 
+/// The interface that holds this address, if any.
+pub fn interface_of(ip: IpAddr) -> Option<String> {
+    kernel_addresses()
+        .into_iter()
+        .find(|(_, addrs)| addrs.contains(&ip))
+        .map(|(name, _)| name)
+}
+
 /// The kernel's addresses per interface name. Empty when getifaddrs fails:
 /// a check that needs addresses then says it found none.
 fn kernel_addresses() -> BTreeMap<String, Vec<IpAddr>> {

@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 pub use accel::Accelerator;
 pub use gpu_status::GpuReport;
 pub use infiniband::Hca;
-pub use interfaces::Interface;
+pub use interfaces::{Interface, interface_of};
 pub use launch::{LAUNCHERS, Launch, Launcher, NNODES_VARS};
 pub use pci::{PciDevice, Vendor};
 

@@ -1,0 +1,307 @@
+//! The NCCL (or RCCL) backend over crates/nccl-sys, run inside a worker
+//! process: one rank per GPU, the rank's GPU being `local_rank` modulo the
+//! devices it sees (node mode and torchrun start one process per GPU;
+//! CUDA_VISIBLE_DEVICES narrows what it sees).
+//!
+//! Init is non-blocking where NCCL has it (2.14 and later) and polled to
+//! the deadline; every operation is queued on the rank's stream and
+//! polled with ncclCommGetAsyncError, so a hang ends in ncclCommAbort at
+//! the step's deadline with this rank saying so, before the parent would
+//! kill the worker. Buffers are copied between host and device for
+//! verification; the time reported is the operation's alone.
+//!
+//! The probe comes first and calls no collective: without a driver,
+//! libnccl loads and ncclCommInitRank fails at once with
+//! ncclUnhandledCudaError, so "no CUDA device (libcuda.so.1 not found)" is
+//! the answer, with the NCCL found named.
+
+use std::time::Duration;
+
+use nccl_sys::{
+    Comm, CudaSearch, DataType, Device, DeviceBuffer, Nccl, NcclSearch, RedOp, Stream, UniqueId,
+};
+use tokio::time::Instant;
+
+use super::worker::{Found, Job, Link, ToParent};
+use super::{Backend, Dtype, OpError};
+
+pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
+    let probe = nccl_sys::probe(
+        &CudaSearch::from_env(None),
+        &NcclSearch::from_env(job.lib.as_deref()),
+    );
+    let found = probe.nccl.as_ref().ok().map(|n| Found {
+        path: n.path.clone(),
+        version: format!("{} {}", flavour(&n.path), n.version),
+    });
+    if !probe.available() {
+        return link.send(&ToParent::Probe {
+            available: false,
+            reason: probe.to_string(),
+            found,
+        });
+    }
+    let cuda = nccl_sys::Cuda::open(None).map_err(|e| e.to_string())?;
+    let nccl = Nccl::open(job.lib.as_deref()).map_err(|e| e.to_string())?;
+    let count = cuda.init().map_err(|e| e.to_string())?;
+    let ordinal = job.local_rank as usize % count.max(1);
+    let dev = match cuda.device(ordinal) {
+        Ok(d) => d,
+        Err(e) => {
+            return link.send(&ToParent::Probe {
+                available: false,
+                reason: format!("CUDA device {ordinal}: {e}"),
+                found,
+            });
+        }
+    };
+    let name = dev.name().unwrap_or_default();
+    link.send(&ToParent::Probe {
+        available: true,
+        reason: format!("{probe}; rank {} on GPU {ordinal} {name}", job.rank),
+        found,
+    })?;
+    let id = link.exchange_id(|| {
+        nccl.unique_id()
+            .map(|u| u.as_bytes().to_vec())
+            .map_err(|e| e.to_string())
+    })?;
+    let Some(id) = id else {
+        return Ok(());
+    };
+    let id = UniqueId::from_bytes(&id).map_err(|e| e.to_string())?;
+    dev.make_current().map_err(|e| e.to_string())?;
+    let t = std::time::Instant::now();
+    let deadline = std::time::Instant::now() + Duration::from_millis(job.init_timeout_ms);
+    let comm = nccl
+        .init_rank_nonblocking(job.world as usize, &id, job.rank as usize)
+        .and_then(|c| match c.wait_ready(deadline) {
+            Ok(()) => Ok(c),
+            Err(e) => {
+                let _ = c.abort();
+                Err(e)
+            }
+        });
+    let comm = match comm {
+        Ok(c) => c,
+        Err(e) => {
+            return link.send(&ToParent::InitFailed {
+                error: e.to_string(),
+            });
+        }
+    };
+    link.send(&ToParent::Init {
+        ms: t.elapsed().as_millis() as u64,
+    })?;
+    let stream = dev.stream().map_err(|e| e.to_string())?;
+    let mut backend = NcclBackend {
+        nccl: &nccl,
+        dev: &dev,
+        stream,
+        comm: Some(comm),
+        rank: job.rank,
+        world: job.world,
+        last: None,
+    };
+    link.exercise(&mut backend, job)
+}
+
+/// RCCL is NCCL's API under another name: say which one was loaded.
+fn flavour(path: &str) -> &'static str {
+    if path.contains("rccl") {
+        "RCCL"
+    } else {
+        "NCCL"
+    }
+}
+
+struct NcclBackend<'a> {
+    nccl: &'a Nccl,
+    dev: &'a Device<'a>,
+    stream: Stream<'a>,
+    /// `None` once aborted.
+    comm: Option<Comm<'a>>,
+    rank: u32,
+    world: u32,
+    last: Option<Duration>,
+}
+
+fn words<T: Default + Copy>(bytes: &[u8], read: fn([u8; 4]) -> T) -> Vec<T> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| read([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn failed(e: nccl_sys::Error) -> OpError {
+    match e {
+        nccl_sys::Error::Timeout { what } => OpError::Stalled {
+            detail: format!("{what} by the deadline; aborted with ncclCommAbort"),
+        },
+        other => OpError::Other {
+            detail: other.to_string(),
+        },
+    }
+}
+
+impl<'a> NcclBackend<'a> {
+    fn comm(&self) -> Result<&Comm<'a>, OpError> {
+        self.comm.as_ref().ok_or_else(|| OpError::Other {
+            detail: "the communicator was aborted".into(),
+        })
+    }
+
+    fn upload<T: DataType>(&self, host: &[T]) -> Result<DeviceBuffer<'a, T>, OpError> {
+        let mut d = self.dev.alloc::<T>(host.len()).map_err(failed)?;
+        d.copy_from_host(host).map_err(failed)?;
+        Ok(d)
+    }
+
+    fn alloc<T: DataType>(&self, len: usize) -> Result<DeviceBuffer<'a, T>, OpError> {
+        self.dev.alloc::<T>(len).map_err(failed)
+    }
+
+    /// Queues with `enqueue`, then waits for the stream under the deadline;
+    /// the time is the operation's alone. A timeout aborts the
+    /// communicator, so peers blocked on us learn at once.
+    fn run(
+        &mut self,
+        deadline: Instant,
+        enqueue: impl FnOnce(&Self) -> Result<(), nccl_sys::Error>,
+    ) -> Result<(), OpError> {
+        let t = std::time::Instant::now();
+        let queued = enqueue(self);
+        let done = queued.and_then(|()| {
+            self.comm()
+                .map_err(|_| nccl_sys::Error::InvalidArgument("aborted".into()))?
+                .wait(&self.stream, deadline.into_std())
+        });
+        match done {
+            Ok(()) => {
+                self.last = Some(t.elapsed());
+                Ok(())
+            }
+            Err(e) => {
+                self.abort();
+                Err(failed(e))
+            }
+        }
+    }
+
+    fn allreduce_as<T: DataType>(
+        &mut self,
+        buf: &mut [u8],
+        read: fn([u8; 4]) -> T,
+        write: fn(T) -> [u8; 4],
+        deadline: Instant,
+    ) -> Result<(), OpError> {
+        let host = words(buf, read);
+        let mut d = self.upload(&host)?;
+        self.run(deadline, |s| {
+            let comm = s.comm().map_err(|_| aborted())?;
+            comm.all_reduce_in_place(&mut d, RedOp::Sum, &s.stream)
+        })?;
+        let mut out = vec![T::default(); host.len()];
+        d.copy_to_host(&mut out).map_err(failed)?;
+        for (v, b) in out.into_iter().zip(buf.chunks_exact_mut(4)) {
+            b.copy_from_slice(&write(v));
+        }
+        Ok(())
+    }
+}
+
+fn aborted() -> nccl_sys::Error {
+    nccl_sys::Error::InvalidArgument("the communicator was aborted".into())
+}
+
+impl Backend for NcclBackend<'_> {
+    fn name(&self) -> &'static str {
+        "nccl"
+    }
+
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn world(&self) -> u32 {
+        self.world
+    }
+
+    async fn allreduce(
+        &mut self,
+        buf: &mut [u8],
+        dtype: Dtype,
+        deadline: Instant,
+    ) -> Result<(), OpError> {
+        match dtype {
+            Dtype::F32 => self.allreduce_as(buf, f32::from_le_bytes, f32::to_le_bytes, deadline),
+            Dtype::I32 => self.allreduce_as(buf, i32::from_le_bytes, i32::to_le_bytes, deadline),
+        }
+    }
+
+    async fn broadcast(
+        &mut self,
+        buf: &mut [u8],
+        root: u32,
+        deadline: Instant,
+    ) -> Result<(), OpError> {
+        // A broadcast moves bytes unchanged, whatever they encode.
+        let mut d = self.upload::<u8>(buf)?;
+        self.run(deadline, |s| {
+            let comm = s.comm().map_err(|_| aborted())?;
+            comm.broadcast(&mut d, root as usize, &s.stream)
+        })?;
+        d.copy_to_host(buf).map_err(failed)
+    }
+
+    async fn allgather(
+        &mut self,
+        input: &[u8],
+        out: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(), OpError> {
+        let d_in = self.upload::<u8>(input)?;
+        let mut d_out = self.alloc::<u8>(out.len())?;
+        self.run(deadline, |s| {
+            let comm = s.comm().map_err(|_| aborted())?;
+            comm.all_gather(&d_in, &mut d_out, &s.stream)
+        })?;
+        d_out.copy_to_host(out).map_err(failed)
+    }
+
+    async fn sendrecv(
+        &mut self,
+        send: &[u8],
+        to: u32,
+        recv: &mut [u8],
+        from: u32,
+        deadline: Instant,
+    ) -> Result<(), OpError> {
+        let d_send = self.upload::<u8>(send)?;
+        let mut d_recv = self.alloc::<u8>(recv.len())?;
+        self.run(deadline, |s| {
+            let comm = s.comm().map_err(|_| aborted())?;
+            s.nccl.group(|| {
+                comm.send(&d_send, to as usize, &s.stream)?;
+                comm.recv(&mut d_recv, from as usize, &s.stream)
+            })
+        })?;
+        d_recv.copy_to_host(recv).map_err(failed)
+    }
+
+    async fn barrier(&mut self, deadline: Instant) -> Result<(), OpError> {
+        // NCCL has no barrier: a one-element allreduce is one.
+        let mut one = [0u8; 4];
+        self.allreduce_as(&mut one, i32::from_le_bytes, i32::to_le_bytes, deadline)
+    }
+
+    fn abort(&mut self) {
+        if let Some(c) = self.comm.take() {
+            let _ = c.abort();
+        }
+    }
+
+    fn last_op_time(&self) -> Option<Duration> {
+        self.last
+    }
+}

@@ -1,0 +1,624 @@
+//! The rank's side of a library backend: starts the worker process (see
+//! `worker`), agrees through the rendezvous store whether every rank can
+//! run the backend, carries the unique id from rank 0's worker to every
+//! other worker, and holds each phase to a deadline, killing the worker
+//! when one passes. The worker's stdout and stderr (oneCCL and NCCL log
+//! there) are kept as the backend's log.
+//!
+//! Store keys, per backend B: `coll/B/avail/R` (rank R's probe),
+//! `coll/B/plan` (rank 0's decision: go with the id, or why not).
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::net::UnixListener;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use super::stage::{Config, RankBackend, RankInfo};
+use super::sweep::Failure;
+use super::worker::{Job, JobConfig, SOCKET_ENV, ToParent, ToWorker};
+use super::{Op, OpError};
+use crate::cluster::store;
+
+/// Lines of the worker's output kept for the report.
+const LOG_LINES: usize = 40;
+
+/// Beyond a step's own deadline: the worker's library (NCCL) aborts at the
+/// deadline itself and reports; only a worker stuck past this is killed.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Loading a library and probing the devices.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where each library backend finds its library when the flag is absent.
+#[derive(Debug, Clone, Default)]
+pub struct Libraries {
+    pub nccl: Option<PathBuf>,
+    pub oneccl: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Avail {
+    available: bool,
+    reason: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Plan {
+    go: bool,
+    /// The unique id, hex, when go.
+    id: String,
+    /// Why not, naming the rank.
+    reason: String,
+}
+
+/// Runs backend `name` on this rank; every failure is recorded in the
+/// result, never returned.
+pub async fn run(name: &str, cfg: &Config, info: &mut RankInfo<'_>) -> RankBackend {
+    let mut rb = RankBackend::new(name, false, String::new());
+    let init_timeout = (cfg.step_timeout * 2).max(Duration::from_secs(30));
+    let started = match Worker::start(name, cfg, info, init_timeout) {
+        Ok(s) => Worker::connect(s).await,
+        Err(e) => Err((e, Vec::new())),
+    };
+    let mut worker = match started {
+        Ok(w) => w,
+        Err((e, log)) => {
+            rb.reason = format!("cannot start the worker process: {e}");
+            rb.log = log;
+            publish_avail(info, name, &rb).await;
+            let _ = plan(info, name, &rb, None, init_timeout).await;
+            return rb;
+        }
+    };
+    // Probe.
+    match worker.recv(Instant::now() + PROBE_TIMEOUT).await {
+        Ok(ToParent::Probe {
+            available,
+            reason,
+            found,
+        }) => {
+            rb.available = available;
+            rb.reason = reason;
+            rb.found = found;
+        }
+        Ok(other) => rb.reason = format!("the worker answered {other:?} to the probe"),
+        Err(e) => rb.reason = format!("the probe {e}"),
+    }
+    rb.env_set = worker.env_set.clone();
+    publish_avail(info, name, &rb).await;
+    let go = plan(info, name, &rb, Some(&mut worker), init_timeout).await;
+    let id = match go {
+        Ok(id) => id,
+        Err(reason) => {
+            // Skip, on every rank alike; this rank's own reason stays when
+            // it is the one that cannot.
+            if rb.available {
+                rb.available = false;
+                rb.reason = reason;
+            }
+            worker.stop().await;
+            rb.log = worker.log_tail();
+            return rb;
+        }
+    };
+    // Init.
+    let t = std::time::Instant::now();
+    if let Err(e) = worker.send(&ToWorker::Id { hex: id }).await {
+        rb.init_error = Some(e);
+        worker.kill().await;
+        rb.log = worker.log_tail();
+        return rb;
+    }
+    loop {
+        match worker.recv(Instant::now() + init_timeout).await {
+            Ok(ToParent::Init { ms }) => {
+                rb.init_ms = Some(ms.max(t.elapsed().as_millis() as u64));
+                break;
+            }
+            Ok(ToParent::InitFailed { error }) => {
+                rb.init_error = Some(error);
+                break;
+            }
+            Ok(ToParent::Note { warning, text }) => rb.notes.push((warning, text)),
+            Ok(other) => {
+                rb.init_error = Some(format!("the worker answered {other:?} during init"));
+                break;
+            }
+            Err(e) => {
+                rb.init_error = Some(match e.as_str() {
+                    TIMED_OUT => format!(
+                        "init did not finish within {}s (a rank that never reached init, or a network the library cannot use)",
+                        init_timeout.as_secs()
+                    ),
+                    _ => format!("the worker {e}"),
+                });
+                break;
+            }
+        }
+    }
+    if rb.init_error.is_some() {
+        worker.kill().await;
+        rb.log = worker.log_tail();
+        return rb;
+    }
+    // Steps.
+    let mut current: Option<(Op, usize)> = None;
+    let mut deadline = Instant::now() + cfg.step_timeout + GRACE;
+    loop {
+        match worker.recv(deadline).await {
+            Ok(ToParent::Step { op, bytes }) => {
+                current = Some((op, bytes));
+                deadline = Instant::now() + cfg.step_timeout + GRACE;
+            }
+            Ok(ToParent::Note { warning, text }) => rb.notes.push((warning, text)),
+            Ok(ToParent::Done {
+                verified,
+                rows,
+                failure,
+            }) => {
+                rb.verified = verified;
+                rb.rows = rows;
+                rb.failure = failure;
+                break;
+            }
+            Ok(other) => {
+                rb.failure = Some(stalled(current, format!("the worker said {other:?}")));
+                break;
+            }
+            Err(e) => {
+                let what = match e.as_str() {
+                    TIMED_OUT => format!(
+                        "did not complete within {}s; killed (the library does not say which peer it waits for)",
+                        (cfg.step_timeout + GRACE).as_secs()
+                    ),
+                    _ => format!("the worker {e}"),
+                };
+                rb.failure = Some(stalled(current, what));
+                break;
+            }
+        }
+    }
+    if rb.failure.is_some() {
+        worker.kill().await;
+        rb.log = worker.log_tail();
+    } else {
+        worker.finish().await;
+        if rb.notes.iter().any(|(w, _)| *w) {
+            rb.log = worker.log_tail();
+        }
+    }
+    rb
+}
+
+fn stalled(current: Option<(Op, usize)>, detail: String) -> Failure {
+    let (op, bytes) = current.unwrap_or((Op::Barrier, 0));
+    Failure {
+        op,
+        bytes,
+        error: Some(OpError::Stalled { detail }),
+        mismatch: None,
+        own_contribution_wrong: None,
+    }
+}
+
+async fn publish_avail(info: &mut RankInfo<'_>, name: &str, rb: &RankBackend) {
+    let a = Avail {
+        available: rb.available,
+        reason: rb.reason.clone(),
+    };
+    let _ = store::set(
+        info.conn,
+        &format!("coll/{name}/avail/{}", info.rank),
+        &serde_json::to_string(&a).unwrap_or_default(),
+        Instant::now() + Duration::from_secs(5),
+    )
+    .await;
+}
+
+/// Rank 0 decides from every rank's probe and, when all can, has its
+/// worker make the id; every rank learns the plan. `Err` is why not.
+async fn plan(
+    info: &mut RankInfo<'_>,
+    name: &str,
+    rb: &RankBackend,
+    worker: Option<&mut Worker>,
+    wait: Duration,
+) -> Result<String, String> {
+    let key = format!("coll/{name}/plan");
+    if info.rank != 0 {
+        let got = store::get(
+            info.conn,
+            &key,
+            wait,
+            Instant::now() + wait + Duration::from_secs(2),
+        )
+        .await;
+        return match got {
+            Ok(Some(v)) => match serde_json::from_str::<Plan>(&v) {
+                Ok(p) if p.go => Ok(p.id),
+                Ok(p) => Err(p.reason),
+                Err(e) => Err(format!("rank 0's plan: {e}")),
+            },
+            Ok(None) => Err(format!(
+                "rank 0 did not say within {}s whether every rank can run {name}",
+                wait.as_secs()
+            )),
+            Err(e) => Err(format!("rank 0 is gone: {e}")),
+        };
+    }
+    let mut why_not: Option<String> = None;
+    if !rb.available {
+        why_not = Some(format!("{} (rank 0{})", rb.reason, host(info, 0)));
+    }
+    let end = Instant::now() + wait;
+    for r in 1..info.world {
+        if why_not.is_some() {
+            break;
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        let got = store::get(
+            info.conn,
+            &format!("coll/{name}/avail/{r}"),
+            left,
+            end + Duration::from_secs(2),
+        )
+        .await;
+        match got
+            .ok()
+            .flatten()
+            .map(|v| serde_json::from_str::<Avail>(&v))
+        {
+            Some(Ok(a)) if a.available => {}
+            Some(Ok(a)) => why_not = Some(format!("{} (rank {r}{})", a.reason, host(info, r))),
+            _ => {
+                why_not = Some(format!(
+                    "rank {r}{} did not say whether it can run {name}",
+                    host(info, r)
+                ))
+            }
+        }
+    }
+    let mut id = String::new();
+    if why_not.is_none() {
+        match worker {
+            Some(w) => match make_id(w).await {
+                Ok(hex) => id = hex,
+                Err(e) => why_not = Some(format!("rank 0 could not make the unique id: {e}")),
+            },
+            None => why_not = Some("rank 0 has no worker".into()),
+        }
+    }
+    let p = Plan {
+        go: why_not.is_none(),
+        id: id.clone(),
+        reason: why_not.clone().unwrap_or_default(),
+    };
+    let _ = store::set(
+        info.conn,
+        &key,
+        &serde_json::to_string(&p).unwrap_or_default(),
+        Instant::now() + Duration::from_secs(5),
+    )
+    .await;
+    match why_not {
+        None => Ok(id),
+        Some(w) => Err(w),
+    }
+}
+
+async fn make_id(w: &mut Worker) -> Result<String, String> {
+    w.send(&ToWorker::MakeId).await?;
+    match w.recv(Instant::now() + PROBE_TIMEOUT).await? {
+        ToParent::Id { hex } => Ok(hex),
+        other => Err(format!("the worker answered {other:?}")),
+    }
+}
+
+fn host(info: &RankInfo<'_>, r: u32) -> String {
+    info.hosts
+        .get(r as usize)
+        .filter(|h| !h.is_empty())
+        .map(|h| format!(", {h}"))
+        .unwrap_or_default()
+}
+
+const TIMED_OUT: &str = "timed out";
+
+struct Worker {
+    child: Child,
+    reader: tokio::io::Lines<BufReader<OwnedReadHalf>>,
+    writer: OwnedWriteHalf,
+    log: Arc<Mutex<VecDeque<String>>>,
+    /// The library settings this rank added to the worker's environment.
+    env_set: Vec<String>,
+    // Last: removed after the child is gone.
+    _scratch: tempfile::TempDir,
+}
+
+impl Worker {
+    fn start(
+        name: &str,
+        cfg: &Config,
+        info: &RankInfo<'_>,
+        init_timeout: Duration,
+    ) -> Result<StartingWorker, String> {
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("preflight-{name}-{}-", info.rank))
+            .tempdir()
+            .map_err(|e| format!("cannot make a scratch directory: {e}"))?;
+        let sock = scratch.path().join("worker.sock");
+        let listener = UnixListener::bind(&sock)
+            .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?;
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find our own binary: {e}"))?;
+        let env_set = library_env(name, info, init_timeout, scratch.path());
+        let mut cmd = Command::new(exe);
+        cmd.arg("collective-worker")
+            .env(SOCKET_ENV, &sock)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in &env_set {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start `preflight collective-worker`: {e}"))?;
+        let log = Arc::new(Mutex::new(VecDeque::new()));
+        if let Some(out) = child.stdout.take() {
+            tokio::spawn(keep_lines(out, Arc::clone(&log)));
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(keep_lines(err, Arc::clone(&log)));
+        }
+        let job = Job {
+            backend: name.into(),
+            rank: info.rank,
+            world: info.world,
+            local_rank: info.local_rank,
+            local_world: info.local_world,
+            lib: match name {
+                "nccl" => info.libraries.nccl.clone(),
+                "oneccl" => info.libraries.oneccl.clone(),
+                _ => None,
+            },
+            config: JobConfig::from_config(cfg),
+            hang_above: info.hooks.hang_above,
+            corrupt_from: info.hooks.corrupt_from,
+            init_timeout_ms: init_timeout.as_millis() as u64,
+            scratch: scratch.path().to_path_buf(),
+        };
+        Ok(StartingWorker {
+            child,
+            listener,
+            log,
+            job,
+            env_set: env_set.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            scratch,
+        })
+    }
+
+    async fn send(&mut self, msg: &ToWorker) -> Result<(), String> {
+        let mut line = serde_json::to_string(msg).map_err(|e| e.to_string())?;
+        line.push('\n');
+        self.writer
+            .write_all(line.as_bytes())
+            .await
+            .map_err(|e| format!("the worker is gone: {e}"))
+    }
+
+    async fn recv(&mut self, deadline: Instant) -> Result<ToParent, String> {
+        match tokio::time::timeout_at(deadline, self.reader.next_line()).await {
+            Err(_) => Err(TIMED_OUT.into()),
+            Ok(Ok(Some(line))) => {
+                serde_json::from_str(&line).map_err(|e| format!("sent a bad message: {e}"))
+            }
+            Ok(Ok(None)) | Ok(Err(_)) => Err(self.exit_words().await),
+        }
+    }
+
+    /// The worker closed its socket: how it ended, with its last words.
+    async fn exit_words(&mut self) -> String {
+        let status = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+        let how = match status {
+            Ok(Ok(s)) => describe_exit(s),
+            _ => "closed its connection".into(),
+        };
+        let last = self
+            .log
+            .lock()
+            .ok()
+            .and_then(|l| l.back().cloned())
+            .map(|l| format!(": {l}"))
+            .unwrap_or_default();
+        format!("{how}{last}")
+    }
+
+    async fn stop(&mut self) {
+        let _ = self.send(&ToWorker::Stop).await;
+        self.finish().await;
+    }
+
+    /// A worker that is done exits by itself; one that does not within a
+    /// few seconds (a library's exit handler waiting on a peer) is killed.
+    async fn finish(&mut self) {
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+            .await
+            .is_err()
+        {
+            self.kill().await;
+        }
+        // Let the readers drain what the child wrote last.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    async fn kill(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    fn log_tail(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|l| l.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Between spawning and the worker's connection.
+struct StartingWorker {
+    child: Child,
+    listener: UnixListener,
+    log: Arc<Mutex<VecDeque<String>>>,
+    job: Job,
+    env_set: Vec<String>,
+    scratch: tempfile::TempDir,
+}
+
+impl Worker {
+    async fn connect(s: StartingWorker) -> Result<Worker, (String, Vec<String>)> {
+        let StartingWorker {
+            mut child,
+            listener,
+            log,
+            job,
+            env_set,
+            scratch,
+        } = s;
+        let tail = |log: &Arc<Mutex<VecDeque<String>>>| -> Vec<String> {
+            log.lock()
+                .map(|l| l.iter().cloned().collect())
+                .unwrap_or_default()
+        };
+        let accepted = tokio::select! {
+            a = tokio::time::timeout(PROBE_TIMEOUT, listener.accept()) => a,
+            status = child.wait() => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let how = status.map(describe_exit).unwrap_or_else(|e| e.to_string());
+                return Err((format!("the worker {how} before it connected"), tail(&log)));
+            }
+        };
+        let stream = match accepted {
+            Ok(Ok((stream, _))) => stream,
+            Ok(Err(e)) => return Err((format!("the worker did not connect: {e}"), tail(&log))),
+            Err(_) => {
+                let _ = child.start_kill();
+                return Err((
+                    format!(
+                        "the worker did not connect within {}s",
+                        PROBE_TIMEOUT.as_secs()
+                    ),
+                    tail(&log),
+                ));
+            }
+        };
+        let (read, write) = stream.into_split();
+        let mut w = Worker {
+            child,
+            reader: BufReader::new(read).lines(),
+            writer: write,
+            log,
+            env_set,
+            _scratch: scratch,
+        };
+        if let Err(e) = w.send(&ToWorker::Job(job)).await {
+            return Err((e, w.log_tail()));
+        }
+        Ok(w)
+    }
+}
+
+fn describe_exit(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        _ => "ended".into(),
+    }
+}
+
+async fn keep_lines<R: AsyncRead + Unpin>(r: R, log: Arc<Mutex<VecDeque<String>>>) {
+    let mut lines = BufReader::new(r).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Ok(mut l) = log.lock() {
+            if l.len() == LOG_LINES {
+                l.pop_front();
+            }
+            l.push_back(line);
+        }
+    }
+}
+
+/// The settings a library needs to work here, added to the worker's
+/// environment only where the job left them unset (an operator's own value
+/// always wins), and reported.
+///
+/// oneCCL: `CCL_YIELD=sched_yield` when the node has fewer than two cores
+/// per local rank (busy polling starves the others: 17 to 80 ms per tiny
+/// allreduce on 2 cores against 0.1 to 0.5 ms); `CCL_KVS_IFACE` and, for
+/// libfabric's tcp provider, `FI_TCP_IFACE` set to the interface this rank
+/// reached the master from (the default takes the first non-loopback
+/// interface, which need not be the one the peers can reach);
+/// `CCL_KVS_CONNECTION_TIMEOUT` to our init deadline, so oneCCL gives up
+/// near the time we would kill it.
+///
+/// NCCL: `NCCL_DEBUG=INFO` with `NCCL_DEBUG_FILE` in the worker's scratch
+/// directory, so the transport NCCL chose can be read back (see `nccl`),
+/// unless the job sets NCCL_DEBUG itself.
+fn library_env(
+    name: &str,
+    info: &RankInfo<'_>,
+    init_timeout: Duration,
+    scratch: &std::path::Path,
+) -> Vec<(String, String)> {
+    let unset = |k: &str| std::env::var_os(k).is_none();
+    let mut out: Vec<(String, String)> = Vec::new();
+    match name {
+        "oneccl" => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            if unset("CCL_YIELD") && cores < 2 * info.local_world.max(1) as usize {
+                out.push(("CCL_YIELD".into(), "sched_yield".into()));
+            }
+            if let Some(ifname) = info
+                .route_ip
+                .parse::<IpAddr>()
+                .ok()
+                .and_then(crate::facts::interface_of)
+            {
+                if unset("CCL_KVS_IFACE") {
+                    out.push(("CCL_KVS_IFACE".into(), ifname.clone()));
+                }
+                let tcp_provider = std::env::var("FI_PROVIDER").is_ok_and(|p| p == "tcp");
+                if tcp_provider && unset("FI_TCP_IFACE") {
+                    out.push(("FI_TCP_IFACE".into(), ifname));
+                }
+            }
+            if unset("CCL_KVS_CONNECTION_TIMEOUT") {
+                out.push((
+                    "CCL_KVS_CONNECTION_TIMEOUT".into(),
+                    init_timeout.as_secs().max(1).to_string(),
+                ));
+            }
+        }
+        "nccl" if unset("NCCL_DEBUG") => {
+            out.push(("NCCL_DEBUG".into(), "INFO".into()));
+            out.push((
+                "NCCL_DEBUG_FILE".into(),
+                scratch.join("nccl.%h.%p.log").display().to_string(),
+            ));
+        }
+        _ => {}
+    }
+    out
+}

@@ -1,0 +1,324 @@
+//! The child process that runs one library backend (NCCL or oneCCL) for
+//! one rank: `preflight collective-worker`, started by `supervisor`.
+//!
+//! Why a process of its own: oneCCL's init and operations cannot be
+//! interrupted (a rank whose rank 0 is gone blocks in init for minutes),
+//! a GPU driver can stall a call, both libraries start threads and exit
+//! handlers that outlive any handle we drop, and oneCCL writes its logs on
+//! stdout. A child can be killed at a deadline, leaves nothing behind in
+//! the rank's own process, and its stdout and stderr become the backend's
+//! log instead of mixing with our report.
+//!
+//! The conversation, one JSON object per line over a Unix socket whose
+//! path the parent passes in [`SOCKET_ENV`]:
+//! parent `Job` → child `Probe` → (parent `MakeId` → child `Id`) →
+//! parent `Id` → child `Init` → child `Step`… → child `Done`. The parent
+//! may say `Stop` instead of `Id` (a rank lacks the library: nobody
+//! inits). Every wait on the parent's side has a deadline; the child has
+//! none of its own beyond the library's, because the parent kills it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::stage::{self, Config, RankBackend};
+use super::sweep::{Failure, Hooks, Row};
+use super::{Backend, Op};
+
+/// The variable that carries the socket path to the child.
+pub const SOCKET_ENV: &str = "PREFLIGHT_WORKER_SOCKET";
+
+/// What the child needs to know; everything else comes from its
+/// environment, which is the rank's own plus the library settings the
+/// parent adds (see `supervisor::library_env`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    pub backend: String,
+    pub rank: u32,
+    pub world: u32,
+    pub local_rank: u32,
+    pub local_world: u32,
+    /// `--nccl-lib` / `--oneccl-lib`.
+    pub lib: Option<PathBuf>,
+    pub config: JobConfig,
+    pub hang_above: Option<usize>,
+    pub corrupt_from: Option<usize>,
+    /// How long init may take; the library's own timeout is set near it.
+    pub init_timeout_ms: u64,
+    /// A directory private to this child (NCCL's debug file goes there).
+    pub scratch: PathBuf,
+}
+
+/// The sweep settings of [`Config`], as they travel.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobConfig {
+    pub mode: String,
+    pub max_size: usize,
+    pub step_factor: usize,
+    pub warmup: u32,
+    pub iters: u32,
+    pub step_timeout_ms: u64,
+}
+
+impl JobConfig {
+    pub fn from_config(c: &Config) -> JobConfig {
+        JobConfig {
+            mode: c.mode.name().into(),
+            max_size: c.max_size,
+            step_factor: c.step_factor,
+            warmup: c.warmup,
+            iters: c.iters,
+            step_timeout_ms: c.step_timeout.as_millis() as u64,
+        }
+    }
+
+    pub fn to_config(&self, backend: &str) -> Config {
+        Config {
+            mode: match self.mode.as_str() {
+                "full" => stage::Mode::Full,
+                "off" => stage::Mode::Off,
+                _ => stage::Mode::Short,
+            },
+            backends: vec![backend.to_string()],
+            required: Vec::new(),
+            max_size: self.max_size,
+            step_factor: self.step_factor,
+            warmup: self.warmup,
+            iters: self.iters,
+            step_timeout: Duration::from_millis(self.step_timeout_ms),
+        }
+    }
+}
+
+/// The library a probe found.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Found {
+    /// The file loaded.
+    pub path: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum ToWorker {
+    Job(Job),
+    /// Rank 0 only: make the unique id.
+    MakeId,
+    /// Every rank: the unique id (hex) to init with.
+    Id {
+        hex: String,
+    },
+    /// Do not init: another rank cannot.
+    Stop,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum ToParent {
+    Probe {
+        available: bool,
+        /// Why not, or what was found, in words.
+        reason: String,
+        found: Option<Found>,
+    },
+    Id {
+        hex: String,
+    },
+    Init {
+        ms: u64,
+    },
+    InitFailed {
+        error: String,
+    },
+    /// A step begins; the parent's deadline for it starts now.
+    Step {
+        op: Op,
+        bytes: usize,
+    },
+    /// Something the report should say about this rank's backend (the
+    /// transport NCCL chose, a fallback and why).
+    Note {
+        warning: bool,
+        text: String,
+    },
+    Done {
+        verified: Vec<Op>,
+        rows: Vec<Row>,
+        failure: Option<Failure>,
+    },
+}
+
+/// The child's end of the conversation.
+pub struct Link {
+    out: UnixStream,
+    input: BufReader<UnixStream>,
+}
+
+impl Link {
+    fn connect() -> Result<Link, String> {
+        let path = std::env::var_os(SOCKET_ENV).ok_or_else(|| {
+            format!("{SOCKET_ENV} is not set: this command is started by preflight itself")
+        })?;
+        let out = UnixStream::connect(&path)
+            .map_err(|e| format!("cannot connect to {}: {e}", PathBuf::from(&path).display()))?;
+        let input = BufReader::new(out.try_clone().map_err(|e| e.to_string())?);
+        Ok(Link { out, input })
+    }
+
+    pub fn send(&mut self, msg: &ToParent) -> Result<(), String> {
+        let mut line = serde_json::to_string(msg).map_err(|e| e.to_string())?;
+        line.push('\n');
+        self.out
+            .write_all(line.as_bytes())
+            .map_err(|e| format!("the parent is gone: {e}"))
+    }
+
+    /// Blocks until the parent speaks; the parent kills us rather than
+    /// leave us waiting past its deadline.
+    pub fn recv(&mut self) -> Result<ToWorker, String> {
+        let mut line = String::new();
+        match self.input.read_line(&mut line) {
+            Ok(0) => Err("the parent closed the connection".into()),
+            Ok(_) => serde_json::from_str(&line).map_err(|e| format!("bad message: {e}")),
+            Err(e) => Err(format!("the parent is gone: {e}")),
+        }
+    }
+
+    /// After a successful probe: the id for init, made here when asked
+    /// (`make` gives the library's unique id), or `None` when the parent
+    /// says stop.
+    pub fn exchange_id(
+        &mut self,
+        make: impl FnOnce() -> Result<Vec<u8>, String>,
+    ) -> Result<Option<Vec<u8>>, String> {
+        let mut make = Some(make);
+        loop {
+            match self.recv()? {
+                ToWorker::MakeId => {
+                    let f = make.take().ok_or("asked twice for an id")?;
+                    let hex = to_hex(&f()?);
+                    self.send(&ToParent::Id { hex })?;
+                }
+                ToWorker::Id { hex } => return from_hex(&hex).map(Some),
+                ToWorker::Stop => return Ok(None),
+                ToWorker::Job(_) => return Err("a second job".into()),
+            }
+        }
+    }
+
+    /// The verification pass and the sweep, each step announced so the
+    /// parent can time it; ends with `Done`.
+    pub fn exercise<B: Backend>(&mut self, b: &mut B, job: &Job) -> Result<(), String> {
+        let cfg = job.config.to_config(&job.backend);
+        let hooks = Hooks {
+            hang_above: job.hang_above,
+            corrupt_from: job.corrupt_from,
+        };
+        let mut rb = RankBackend::new(&job.backend, true, String::new());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut lost: Option<String> = None;
+        runtime.block_on(stage::exercise(
+            b,
+            &cfg,
+            &hooks,
+            &mut rb,
+            &mut |op, bytes| {
+                if lost.is_none()
+                    && let Err(e) = self.send(&ToParent::Step { op, bytes })
+                {
+                    lost = Some(e);
+                }
+            },
+        ));
+        if let Some(e) = lost {
+            return Err(e);
+        }
+        if rb.failure.is_some() {
+            b.abort();
+        }
+        self.send(&ToParent::Done {
+            verified: rb.verified,
+            rows: rb.rows,
+            failure: rb.failure,
+        })
+    }
+}
+
+/// `preflight collective-worker`: exit 0 when the conversation ended as
+/// it should (including "not available here"), 2 otherwise.
+pub fn main() -> i32 {
+    let mut link = match Link::connect() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("preflight collective-worker: {e}");
+            return 2;
+        }
+    };
+    let job = match link.recv() {
+        Ok(ToWorker::Job(j)) => j,
+        Ok(other) => {
+            eprintln!("preflight collective-worker: expected a job, got {other:?}");
+            return 2;
+        }
+        Err(e) => {
+            eprintln!("preflight collective-worker: {e}");
+            return 2;
+        }
+    };
+    let outcome = match job.backend.as_str() {
+        "oneccl" => super::oneccl::work(&job, &mut link),
+        "nccl" => super::nccl::work(&job, &mut link),
+        other => Err(format!("no library backend named {other}")),
+    };
+    match outcome {
+        Ok(()) => 0,
+        Err(e) => {
+            // The parent reads this from our stderr into the backend's log.
+            eprintln!("preflight collective-worker: {e}");
+            2
+        }
+    }
+}
+
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn from_hex(hex: &str) -> Result<Vec<u8>, String> {
+    if hex.len() % 2 != 0 {
+        return Err("odd-length hex id".into());
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|_| "a non-hex id".to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips() {
+        let id: Vec<u8> = (0..=255).collect();
+        assert_eq!(from_hex(&to_hex(&id)).unwrap(), id);
+        assert!(from_hex("abc").is_err());
+        assert!(from_hex("zz").is_err());
+    }
+
+    #[test]
+    fn messages_are_tagged_lines() {
+        let m = serde_json::to_string(&ToParent::Step {
+            op: Op::Allreduce,
+            bytes: 8,
+        })
+        .unwrap();
+        assert_eq!(m, r#"{"msg":"step","op":"allreduce","bytes":8}"#);
+    }
+}
