@@ -13,6 +13,7 @@
 pub mod nccl;
 pub mod oneccl;
 pub mod report;
+pub mod requirement;
 pub mod stage;
 pub mod straggler;
 pub mod supervisor;

@@ -185,7 +185,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             match init.await {
                 Ok(mut b) => {
                     rb.init_ms = Some(t.elapsed().as_millis() as u64);
-                    exercise(&mut b, cfg, &info.hooks, &mut rb, &mut |_, _| {}).await;
+                    exercise(&mut b, cfg, &info.hooks, &mut rb, &mut |_| {}).await;
                     if rb.failure.is_some() {
                         b.abort();
                     } else {
@@ -331,15 +331,21 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
     }
 }
 
-/// The verification pass, then the sweep, recording into `rb`;
-/// `on_step` hears of each step before it starts (a worker tells its
-/// parent, which holds the step's deadline).
+/// What `exercise` tells its caller as it goes: a worker passes it on to
+/// its parent, which holds each step's deadline and keeps the steps that
+/// passed should the worker have to be killed later.
+pub enum Progress<'a> {
+    Begin { op: Op, bytes: usize },
+    Passed { op: Op, row: Option<&'a Row> },
+}
+
+/// The verification pass, then the sweep, recording into `rb`.
 pub async fn exercise<B: Backend>(
     b: &mut B,
     cfg: &Config,
     hooks: &Hooks,
     rb: &mut RankBackend,
-    on_step: &mut dyn FnMut(Op, usize),
+    progress: &mut dyn FnMut(Progress<'_>),
 ) {
     debug_assert_eq!(b.name(), rb.name);
     let mut plan: Vec<(Op, usize, Dtype, u32, u32, bool)> = Vec::new();
@@ -366,9 +372,13 @@ pub async fn exercise<B: Backend>(
             timeout: cfg.step_timeout,
             hooks,
         };
-        on_step(op, bytes);
+        progress(Progress::Begin { op, bytes });
         match sweep::step(b, &step).await {
             Ok(row) => {
+                progress(Progress::Passed {
+                    op,
+                    row: timed.then_some(&row),
+                });
                 if !rb.verified.contains(&op) {
                     rb.verified.push(op);
                 }
@@ -776,12 +786,25 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
     let mut out = Vec::new();
     for b in &r.backends {
         let id = format!("collective.{}", b.name);
-        let (status, message) = match b.verdict.as_str() {
+        let library = b
+            .library
+            .as_deref()
+            .map(|l| format!(" ({l})"))
+            .unwrap_or_default();
+        let (status, message, hint) = match b.verdict.as_str() {
             "skip" if required.contains(&b.name) => (
                 Status::Fail,
-                format!("{}: required, but not available: {}", b.name, b.reason),
+                format!(
+                    "{}: required, but not available: {}{library}",
+                    b.name, b.reason
+                ),
+                Some(missing_hint(&b.name)),
             ),
-            "skip" => (Status::Skip, format!("{}: {}", b.name, b.reason)),
+            "skip" => (
+                Status::Skip,
+                format!("{}: {}{library}", b.name, b.reason),
+                None,
+            ),
             "pass" => {
                 let best = b
                     .sweep
@@ -797,13 +820,24 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
                         )
                     })
                     .unwrap_or_default();
-                (
-                    Status::Pass,
-                    format!(
-                        "{}: 5 operations verified on {} ranks{figure}",
-                        b.name, r.world_size
-                    ),
-                )
+                let warnings: Vec<&str> = b
+                    .notes
+                    .iter()
+                    .filter_map(|n| n.strip_prefix("warning: "))
+                    .collect();
+                let text = format!(
+                    "{}: 5 operations verified on {} ranks{figure}",
+                    b.name, r.world_size
+                );
+                if warnings.is_empty() {
+                    (Status::Pass, text, None)
+                } else {
+                    (
+                        Status::Warn,
+                        format!("{text}; {}", warnings.join("; ")),
+                        Some("The backend works, but not as the node is built to: read the warning, then NCCL_DEBUG=INFO output on the rank named.".into()),
+                    )
+                }
             }
             _ => (
                 Status::Fail,
@@ -812,26 +846,39 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
                     b.name,
                     b.ended.clone().unwrap_or_else(|| "failed".into())
                 ),
+                Some(if b.name == "tcp" {
+                    "Run `preflight bench` on the nodes named; check the NIC, MTU, GLOO_SOCKET_IFNAME and firewall between them.".into()
+                } else {
+                    format!(
+                        "Run `preflight bench --backends {}` on the nodes named and read the library's log in the collective section (JSON: collective.backends[].log); check the network settings it names.",
+                        b.name
+                    )
+                }),
             ),
         };
-        out.push(synthetic(&id, status, message));
+        out.push(synthetic(&id, status, message, hint));
     }
     if !r.stragglers.is_empty() {
         out.push(synthetic(
             "collective.stragglers",
             Status::Warn,
             r.stragglers.join("; "),
+            Some("Compare the named node's link speed, MTU and qdisc (`tc qdisc show`) with the others'.".into()),
         ));
     }
     out
 }
 
-fn synthetic(id: &str, status: Status, message: String) -> CheckResult {
-    let hint = match status {
-        Status::Fail => Some("Run `preflight bench` on the nodes named; check the NIC, MTU, GLOO_SOCKET_IFNAME and firewall between them.".into()),
-        Status::Warn => Some("Compare the named node's link speed, MTU and qdisc (`tc qdisc show`) with the others'.".into()),
-        _ => None,
-    };
+/// What to do when a required backend is missing on a node.
+pub fn missing_hint(backend: &str) -> String {
+    match backend {
+        "nccl" => "Install NCCL (or RCCL) where the job can load it, or point --nccl-lib / PREFLIGHT_NCCL_LIB at libnccl.so.2; on a node without a GPU or driver, check nvidia-smi first. Leave nccl out of --backends on CPU-only nodes.".into(),
+        "oneccl" => "Install oneCCL 2022 or later (libccl.so.2), source its setvars.sh (CCL_ROOT), or point --oneccl-lib / PREFLIGHT_ONECCL_LIB at it.".into(),
+        other => format!("Check that the {other} backend can run on the node named."),
+    }
+}
+
+fn synthetic(id: &str, status: Status, message: String, hint: Option<String>) -> CheckResult {
     let mut c = crate::cluster::barrier::synthetic(id, "collective", status, message, hint);
     c.area = "collective".into();
     c.tags = vec!["collective".into()];

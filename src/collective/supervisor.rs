@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::stage::{Config, RankBackend, RankInfo};
 use super::sweep::Failure;
-use super::worker::{Job, JobConfig, SOCKET_ENV, ToParent, ToWorker};
+use super::worker::{Job, JobConfig, PARENT_ENV, SOCKET_ENV, ToParent, ToWorker};
 use super::{Op, OpError};
 use crate::cluster::store;
 
@@ -159,12 +159,19 @@ pub async fn run(name: &str, cfg: &Config, info: &mut RankInfo<'_>) -> RankBacke
                 current = Some((op, bytes));
                 deadline = Instant::now() + cfg.step_timeout + GRACE;
             }
+            Ok(ToParent::Passed { op, row }) => {
+                if !rb.verified.contains(&op) {
+                    rb.verified.push(op);
+                }
+                rb.rows.extend(row);
+            }
             Ok(ToParent::Note { warning, text }) => rb.notes.push((warning, text)),
             Ok(ToParent::Done {
                 verified,
                 rows,
                 failure,
             }) => {
+                // The worker's own account is the whole one.
                 rb.verified = verified;
                 rb.rows = rows;
                 rb.failure = failure;
@@ -364,6 +371,7 @@ impl Worker {
         let mut cmd = Command::new(exe);
         cmd.arg("collective-worker")
             .env(SOCKET_ENV, &sock)
+            .env(PARENT_ENV, std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -603,6 +611,18 @@ fn library_env(
                 if tcp_provider && unset("FI_TCP_IFACE") {
                     out.push(("FI_TCP_IFACE".into(), ifname));
                 }
+            }
+            // Without them oneCCL asks its transport, and says so in a
+            // warning on every run; only a launcher's own values are passed
+            // on (a guess would mislead oneCCL's intra-node transport).
+            let launcher_says = |vars: Vec<&str>| vars.into_iter().any(|v| !unset(v));
+            if unset("CCL_LOCAL_RANK")
+                && unset("CCL_LOCAL_SIZE")
+                && launcher_says(crate::facts::launch::local_rank_vars())
+                && launcher_says(crate::facts::launch::local_size_vars())
+            {
+                out.push(("CCL_LOCAL_RANK".into(), info.local_rank.to_string()));
+                out.push(("CCL_LOCAL_SIZE".into(), info.local_world.max(1).to_string()));
             }
             if unset("CCL_KVS_CONNECTION_TIMEOUT") {
                 out.push((

@@ -24,12 +24,29 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::stage::{self, Config, RankBackend};
+use super::stage::{self, Config, Progress, RankBackend};
 use super::sweep::{Failure, Hooks, Row};
 use super::{Backend, Op};
 
 /// The variable that carries the socket path to the child.
 pub const SOCKET_ENV: &str = "PREFLIGHT_WORKER_SOCKET";
+/// The parent's pid: a worker whose parent is already gone exits.
+pub const PARENT_ENV: &str = "PREFLIGHT_WORKER_PARENT";
+
+/// A worker blocked inside a library call outlives a rank that was killed
+/// (SIGKILL runs no destructor): the kernel kills it with its parent.
+fn die_with_parent() -> Result<(), String> {
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    // The parent may have died before the line above took effect.
+    let expected = std::env::var(PARENT_ENV)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok());
+    if expected.is_some_and(|p| nix::unistd::getppid().as_raw() != p) {
+        return Err("the rank that started this worker is gone".into());
+    }
+    Ok(())
+}
 
 /// What the child needs to know; everything else comes from its
 /// environment, which is the rank's own plus the library settings the
@@ -138,6 +155,11 @@ pub enum ToParent {
         op: Op,
         bytes: usize,
     },
+    /// The step passed verification (a sweep step: with its row).
+    Passed {
+        op: Op,
+        row: Option<Row>,
+    },
     /// Something the report should say about this rank's backend (the
     /// transport NCCL chose, a fallback and why).
     Note {
@@ -223,19 +245,20 @@ impl Link {
             .build()
             .map_err(|e| e.to_string())?;
         let mut lost: Option<String> = None;
-        runtime.block_on(stage::exercise(
-            b,
-            &cfg,
-            &hooks,
-            &mut rb,
-            &mut |op, bytes| {
-                if lost.is_none()
-                    && let Err(e) = self.send(&ToParent::Step { op, bytes })
-                {
-                    lost = Some(e);
-                }
-            },
-        ));
+        runtime.block_on(stage::exercise(b, &cfg, &hooks, &mut rb, &mut |p| {
+            let msg = match p {
+                Progress::Begin { op, bytes } => ToParent::Step { op, bytes },
+                Progress::Passed { op, row } => ToParent::Passed {
+                    op,
+                    row: row.cloned(),
+                },
+            };
+            if lost.is_none()
+                && let Err(e) = self.send(&msg)
+            {
+                lost = Some(e);
+            }
+        }));
         if let Some(e) = lost {
             return Err(e);
         }
@@ -253,6 +276,10 @@ impl Link {
 /// `preflight collective-worker`: exit 0 when the conversation ended as
 /// it should (including "not available here"), 2 otherwise.
 pub fn main() -> i32 {
+    if let Err(e) = die_with_parent() {
+        eprintln!("preflight collective-worker: {e}");
+        return 2;
+    }
     let mut link = match Link::connect() {
         Ok(l) => l,
         Err(e) => {

@@ -124,6 +124,7 @@ pub const KINDS: &[&KindInfo] = &[
     &crate::cluster::compare::REACHABILITY,
     &crate::cluster::compare::VERSIONS,
     &crate::collective::threshold::KIND,
+    &crate::collective::requirement::KIND,
 ];
 
 pub fn lookup(name: &str) -> Option<&'static KindInfo> {

@@ -1,0 +1,99 @@
+//! `collective_backend`: the checklist requires a collective backend. A
+//! backend the operator only selected is `skip` when a node lacks it; one
+//! the checklist requires makes the node not ready (the check's severity:
+//! fail, or warn). Evaluated like `collective_busbw`, over the collective
+//! report every rank holds after the stage.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::report::CollectiveReport;
+use super::threshold::{CollectiveProbe, LATER};
+use crate::cluster::compare::{ClusterProbe, View};
+use crate::facts::Facts;
+use crate::kinds::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
+use crate::result::Finding;
+
+pub const KIND: KindInfo = KindInfo {
+    name: "collective_backend",
+    area: "collective",
+    summary: "A collective backend is available on every rank and passed the collective stage (all five operations verified).",
+    params: &[ParamDoc {
+        name: "backend",
+        ty: "string",
+        default: None,
+        doc: "tcp, nccl or oneccl: the backend the job needs.",
+    }],
+    hint_vars: &[],
+    parse: parse_params::<Required>,
+};
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Required {
+    backend: String,
+}
+
+impl Params for Required {
+    fn validate(&self) -> Result<(), String> {
+        if !["tcp", "nccl", "oneccl"].contains(&self.backend.as_str()) {
+            return Err("`backend` must be tcp, nccl or oneccl".into());
+        }
+        Ok(())
+    }
+}
+
+impl Probe for Required {
+    fn evaluate(self: Arc<Self>, _facts: Arc<Facts>) -> ProbeFuture {
+        Box::pin(async { Finding::skip(crate::cluster::compare::NOT_HERE) })
+    }
+    fn cluster(&self) -> Option<&dyn ClusterProbe> {
+        Some(self)
+    }
+    fn collective(&self) -> Option<&dyn CollectiveProbe> {
+        Some(self)
+    }
+}
+
+impl ClusterProbe for Required {
+    fn evaluate_cluster(&self, _view: &View<'_>) -> Finding {
+        Finding::skip(LATER)
+    }
+}
+
+impl CollectiveProbe for Required {
+    fn evaluate_collective(&self, report: &CollectiveReport) -> Finding {
+        let name = &self.backend;
+        let Some(b) = report.backends.iter().find(|b| &b.name == name) else {
+            // Required, yet not run: nobody knows whether it works.
+            return Finding::error(format!(
+                "{name} is required but the collective stage did not run it (add it to --backends)"
+            ));
+        };
+        let expected = "available on every rank, five operations verified".to_string();
+        let library = b
+            .library
+            .as_deref()
+            .map(|l| format!(" ({l})"))
+            .unwrap_or_default();
+        let f = match b.verdict.as_str() {
+            "pass" => Finding::pass(format!(
+                "{name}: available and verified on {} ranks{library}",
+                report.world_size
+            ))
+            .measured("verified"),
+            "skip" => Finding::fail(format!(
+                "{name} is required but not available: {}{library}",
+                b.reason
+            ))
+            .measured("not available"),
+            _ => Finding::fail(format!(
+                "{name} is required and failed: {}",
+                b.ended.as_deref().unwrap_or("see the collective section")
+            ))
+            .measured("failed"),
+        };
+        f.expected(expected)
+    }
+}

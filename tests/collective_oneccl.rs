@@ -1,0 +1,265 @@
+//! The oneCCL backend for real: oneCCL 2022's C API on CPU (the PyPI
+//! wheels tests/setup/collective-libs.sh caches), ranks as plain processes
+//! on loopback, each running oneCCL in its worker process. Also the 2021
+//! library (C++ API only) reported as unsupported, a missing library as
+//! optional or required, and a rank that stops mid-sweep named while the
+//! others' workers are killed at the deadline.
+//!
+//! Skips with a reason when the libraries are absent, unless
+//! PREFLIGHT_REQUIRE_LIBS=1 (CI), which makes that a failure.
+
+#[path = "common/cluster.rs"]
+mod cluster;
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use cluster::{Outcome, Proc, local, run_args};
+use serde_json::Value;
+
+/// oneCCL's init and busy threads on 2 cores: one test at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const MARGIN: Duration = Duration::from_secs(120);
+
+fn cache_dir() -> PathBuf {
+    std::env::var_os("PREFLIGHT_LIB_CACHE")
+        .filter(|v| !v.is_empty())
+        .map_or_else(
+            || PathBuf::from("/var/cache/preflight-test-libs"),
+            PathBuf::from,
+        )
+}
+
+/// A cached library, or `None` after saying why (a failure under
+/// PREFLIGHT_REQUIRE_LIBS=1).
+fn lib(relative: &str) -> Option<String> {
+    let path = cache_dir().join(relative);
+    if path.exists() {
+        return Some(path.display().to_string());
+    }
+    let why = format!(
+        "{} not found (run tests/setup/collective-libs.sh)",
+        path.display()
+    );
+    if std::env::var("PREFLIGHT_REQUIRE_LIBS").as_deref() == Ok("1") {
+        panic!("PREFLIGHT_REQUIRE_LIBS=1: {why}");
+    }
+    eprintln!("skipped: {why}");
+    None
+}
+
+fn oneccl_2022() -> Option<String> {
+    lib("oneccl/lib/libccl.so.2")
+}
+
+/// Starts `world` ranks on loopback; `extra` arguments and `env` on every
+/// rank; `per_rank` adds variables to one rank.
+fn ranks(world: u32, extra: &[String], env: &[(&str, &str)]) -> Vec<Outcome> {
+    let port = cluster::free_port().to_string();
+    let mut args = run_args("60s");
+    args.extend(extra.iter().cloned());
+    let w = world.to_string();
+    let procs: Vec<Proc> = (0..world)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut e = vec![
+                ("RANK", rank.as_str()),
+                ("WORLD_SIZE", w.as_str()),
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", port.as_str()),
+                ("PREFLIGHT_TOKEN", "oneccl-test"),
+            ];
+            e.extend_from_slice(env);
+            local(&format!("rank{r}"), &args, &e)
+        })
+        .collect();
+    procs.into_iter().map(|p| p.finish(MARGIN)).collect()
+}
+
+fn backend<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["collective"]["backends"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["name"] == name))
+        .unwrap_or_else(|| panic!("no {name} backend in {report:#}"))
+}
+
+fn all_exit(out: &[Outcome], code: i32) {
+    for o in out {
+        assert_eq!(o.code, code, "{}: {}\n{}", o.label, o.stdout, o.stderr);
+    }
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn two_and_four_ranks_verify_every_operation() {
+    let Some(lib) = oneccl_2022() else { return };
+    let _serial = serial();
+    for world in [2u32, 4] {
+        let out = ranks(
+            world,
+            &args(&["--backends", "tcp,oneccl", "--oneccl-lib", &lib]),
+            &[],
+        );
+        all_exit(&out, 0);
+        for o in &out {
+            let report = o.json();
+            let b = backend(&report, "oneccl");
+            assert_eq!(b["verdict"], "pass", "world {world}: {b:#}");
+            assert_eq!(b["available"], true);
+            let ops = b["ops"].as_array().unwrap();
+            assert_eq!(ops.len(), 5);
+            for op in ops {
+                assert_eq!(op["status"], "verified", "world {world}: {op:#}");
+            }
+            let library = b["library"].as_str().unwrap_or_default();
+            assert!(
+                library.starts_with("oneCCL 2022") && library.ends_with("libccl.so.2"),
+                "{library}"
+            );
+            // The loopback interface the ranks met on, for oneCCL's store.
+            let set: Vec<&str> = b["env_set"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            assert!(set.contains(&"CCL_KVS_IFACE=lo"), "{set:?}");
+            assert!(!b["sweep"].as_array().unwrap().is_empty(), "{b:#}");
+            assert_eq!(common::status(&report, "collective.oneccl"), "pass");
+        }
+    }
+}
+
+/// oneCCL cannot be interrupted: the ranks waiting on the held one are
+/// killed at the step's deadline by their own rank, which names the rank
+/// that stopped taking part.
+#[test]
+fn a_rank_that_stops_mid_sweep_is_named_and_nothing_hangs() {
+    let Some(lib) = oneccl_2022() else { return };
+    let _serial = serial();
+    let out = ranks(
+        3,
+        &args(&[
+            "--backends",
+            "oneccl",
+            "--oneccl-lib",
+            &lib,
+            "--collective",
+            "full",
+            "--max-size",
+            "256KiB",
+            "--step-factor",
+            "4",
+            "--warmup",
+            "0",
+            "--iters",
+            "1",
+            "--step-timeout",
+            "3s",
+        ]),
+        &[("PREFLIGHT_TEST_COLL_HANG", "2:65536")],
+    );
+    all_exit(&out, 1);
+    for o in &out {
+        let report = o.json();
+        let b = backend(&report, "oneccl");
+        assert_eq!(b["verdict"], "fail", "{b:#}");
+        let ended = b["ended"].as_str().unwrap_or_default();
+        assert!(
+            ended.contains("rank 2") && ended.contains("128 KiB"),
+            "{}: {ended}",
+            o.label
+        );
+        // Steps below the hang kept their verified rows.
+        assert!(
+            b["sweep"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["bytes"] == 65536),
+            "{b:#}"
+        );
+    }
+}
+
+#[test]
+fn the_2021_library_is_an_unsupported_version() {
+    let Some(old) = lib("oneccl-2021/lib/libccl.so.1") else {
+        return;
+    };
+    let _serial = serial();
+    // Named on the command line: required, so not ready.
+    let out = ranks(
+        2,
+        &args(&["--backends", "tcp,oneccl", "--oneccl-lib", &old]),
+        &[],
+    );
+    all_exit(&out, 1);
+    let report = out[0].json();
+    let b = backend(&report, "oneccl");
+    assert_eq!(b["verdict"], "skip");
+    let reason = b["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("unsupported oneCCL version") && reason.contains("2021.16"),
+        "{reason}"
+    );
+    let msg = common::message(&report, "collective.oneccl");
+    assert!(msg.contains("required, but not available"), "{msg}");
+}
+
+#[test]
+fn a_missing_library_is_optional_unless_the_checklist_requires_it() {
+    let _serial = serial();
+    let missing = "/nonexistent/libccl.so.2";
+    // auto: skipped with what was tried; ready.
+    let out = ranks(
+        2,
+        &args(&["--backends", "auto"]),
+        &[("PREFLIGHT_ONECCL_LIB", missing)],
+    );
+    all_exit(&out, 0);
+    let report = out[1].json();
+    let b = backend(&report, "oneccl");
+    assert_eq!(b["verdict"], "skip");
+    assert!(
+        b["reason"].as_str().unwrap().contains(missing),
+        "{:#}",
+        b["reason"]
+    );
+    assert_eq!(common::status(&report, "collective.oneccl"), "skip");
+
+    // The checklist requires it: not ready, on every rank, with the reason.
+    let (_dir, path) = common::checklist(
+        "checks:\n  - id: job.needs_oneccl\n    kind: collective_backend\n    backend: oneccl\n",
+    );
+    let out = ranks(
+        2,
+        &args(&[
+            "--backends",
+            "auto",
+            "--checks",
+            &path.display().to_string(),
+        ]),
+        &[("PREFLIGHT_ONECCL_LIB", missing)],
+    );
+    all_exit(&out, 1);
+    for o in &out {
+        let report = o.json();
+        assert_eq!(common::status(&report, "job.needs_oneccl"), "fail");
+        let msg = common::message(&report, "job.needs_oneccl");
+        assert!(
+            msg.contains("oneccl is required but not available") && msg.contains(missing),
+            "{msg}"
+        );
+    }
+}
