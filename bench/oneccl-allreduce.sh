@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
-# oneCCL CPU allreduce busbw through oneccl-sys: N ranks as N processes on
-# loopback (default 4 ranks; sizes 4 KiB to 64 MiB), the table that goes into
-# bench/RESULTS.md under issue 7.
+# oneCCL against the built-in TCP backend, side by side in one run: `preflight
+# bench --backends tcp,oneccl` with 4 ranks on loopback (node mode), the
+# allreduce sweep of both backends (×4 from 8 B to 64 MiB), verified element
+# by element as every run is. Prints both tables and the busbw per size.
 #
-#   bench/oneccl-allreduce.sh [--ranks N] [--sizes 4K,64K,1M,16M,64M]
+#   bench/oneccl-allreduce.sh [--ranks N] [--max-size 64MiB] [--runs 3]
 #
 # The library: PREFLIGHT_ONECCL_LIB, else the test cache that
 # tests/setup/collective-libs.sh fills (run it first; it is idempotent).
-# The TCP backend's figures join this run when the collective stage lands.
+# preflight adds CCL_YIELD=sched_yield (few cores) and CCL_KVS_IFACE=lo itself
+# and reports them; nothing else is set here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+ranks=4
+max=64MiB
+runs=3
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --ranks) ranks=$2; shift 2 ;;
+        --max-size) max=$2; shift 2 ;;
+        --runs) runs=$2; shift 2 ;;
+        *) echo "unknown argument $1" >&2; exit 2 ;;
+    esac
+done
 
 cache=${PREFLIGHT_LIB_CACHE:-/var/cache/preflight-test-libs}
 lib=${PREFLIGHT_ONECCL_LIB:-$cache/oneccl/lib/libccl.so.2}
@@ -18,8 +32,45 @@ if [ ! -e "$lib" ]; then
     exit 1
 fi
 
-cargo build --release -q -p oneccl-sys --example allreduce_bench
+cargo build --release -q
+bin=target/release/preflight
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
     "$(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r); $(date -u +%Y-%m-%d)"
-echo "env: CCL_KVS_IFACE=lo FI_PROVIDER=tcp FI_TCP_IFACE=lo CCL_YIELD=sched_yield CCL_ATL_SHM=1 (unless set)"
-exec target/release/examples/allreduce_bench --lib "$lib" "$@"
+echo "preflight bench --backends tcp,oneccl --nproc-per-node $ranks --max-size $max --step-factor 4 --oneccl-lib $lib"
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for i in $(seq 1 "$runs"); do
+    "$bin" bench --backends tcp,oneccl --oneccl-lib "$lib" --nproc-per-node "$ranks" \
+        --max-size "$max" --step-factor 4 --step-timeout 60s --timeout 120s \
+        --format json >"$out/run$i.json" || true
+done
+
+python3 - "$out" "$runs" <<'EOF'
+import json, sys, statistics
+out, runs = sys.argv[1], int(sys.argv[2])
+table = {}  # (backend, bytes) -> [busbw...]
+init = {}
+for i in range(1, runs + 1):
+    with open(f"{out}/run{i}.json") as f:
+        r = json.load(f)
+    c = r.get("collective") or {}
+    for b in c.get("backends", []):
+        if b["verdict"] != "pass":
+            print(f"run {i}: {b['name']} {b['verdict']}: {b.get('ended') or b.get('reason')}")
+            continue
+        init.setdefault(b["name"], []).append(b["init_ms"])
+        for row in b["sweep"]:
+            if row["op"] == "allreduce":
+                table.setdefault((b["name"], row["bytes"]), []).append(row["busbw"])
+sizes = sorted({s for (_, s) in table})
+print(f"\nallreduce busbw GB/s, median of {runs} runs (init ms: " +
+      ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in init.items()) + ")")
+print(f"{'size':>10} {'tcp':>8} {'oneccl':>8} {'oneccl/tcp':>11}")
+for s in sizes:
+    t = table.get(("tcp", s)); o = table.get(("oneccl", s))
+    tm = statistics.median(t) if t else float("nan")
+    om = statistics.median(o) if o else float("nan")
+    ratio = om / tm if t and o and tm > 0 else float("nan")
+    print(f"{s:>10} {tm:>8.3f} {om:>8.3f} {ratio:>11.2f}")
+EOF

@@ -173,6 +173,13 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         pair_error: None,
     };
     let mut mesh: Option<Tcp> = None;
+    // The library workers load and probe while the TCP backend runs.
+    let mut starting: Vec<(String, Result<supervisor::StartingWorker, String>)> = cfg
+        .backends
+        .iter()
+        .filter(|n| super::builtin(n).is_none())
+        .map(|n| (n.clone(), supervisor::start(n, cfg, &info)))
+        .collect();
     for name in &cfg.backends {
         if let Some(avail) = super::builtin(name) {
             let mut rb = RankBackend::new(name, avail.available, avail.reason);
@@ -196,7 +203,12 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             }
             result.backends.push(rb);
         } else {
-            let rb = supervisor::run(name, cfg, &mut info).await;
+            let i = starting.iter().position(|(n, _)| n == name);
+            let started = match i {
+                Some(i) => starting.swap_remove(i).1,
+                None => Err("no worker was started".into()),
+            };
+            let rb = supervisor::run(name, started, cfg, &mut info).await;
             result.backends.push(rb);
         }
     }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::stage::{Config, RankBackend, RankInfo};
 use super::sweep::Failure;
-use super::worker::{Job, JobConfig, PARENT_ENV, SOCKET_ENV, ToParent, ToWorker};
+use super::worker::{JOB_ENV, Job, JobConfig, PARENT_ENV, SOCKET_ENV, ToParent, ToWorker};
 use super::{Op, OpError};
 use crate::cluster::store;
 
@@ -60,12 +60,28 @@ struct Plan {
     reason: String,
 }
 
-/// Runs backend `name` on this rank; every failure is recorded in the
-/// result, never returned.
-pub async fn run(name: &str, cfg: &Config, info: &mut RankInfo<'_>) -> RankBackend {
+/// How long init may take: NCCL and oneCCL set up their own connections.
+fn init_timeout(cfg: &Config) -> Duration {
+    (cfg.step_timeout * 2).max(Duration::from_secs(30))
+}
+
+/// Starts backend `name`'s worker, which loads and probes its library at
+/// once: started before the TCP backend runs, the probe costs no time.
+pub fn start(name: &str, cfg: &Config, info: &RankInfo<'_>) -> Result<StartingWorker, String> {
+    Worker::start(name, cfg, info, init_timeout(cfg))
+}
+
+/// Runs backend `name` on this rank with the worker `start` gave; every
+/// failure is recorded in the result, never returned.
+pub async fn run(
+    name: &str,
+    started: Result<StartingWorker, String>,
+    cfg: &Config,
+    info: &mut RankInfo<'_>,
+) -> RankBackend {
     let mut rb = RankBackend::new(name, false, String::new());
-    let init_timeout = (cfg.step_timeout * 2).max(Duration::from_secs(30));
-    let started = match Worker::start(name, cfg, info, init_timeout) {
+    let init_timeout = init_timeout(cfg);
+    let started = match started {
         Ok(s) => Worker::connect(s).await,
         Err(e) => Err((e, Vec::new())),
     };
@@ -368,9 +384,28 @@ impl Worker {
         let exe =
             std::env::current_exe().map_err(|e| format!("cannot find our own binary: {e}"))?;
         let env_set = library_env(name, info, init_timeout, scratch.path());
+        let job = Job {
+            backend: name.into(),
+            rank: info.rank,
+            world: info.world,
+            local_rank: info.local_rank,
+            local_world: info.local_world,
+            lib: match name {
+                "nccl" => info.libraries.nccl.clone(),
+                "oneccl" => info.libraries.oneccl.clone(),
+                _ => None,
+            },
+            config: JobConfig::from_config(cfg),
+            hang_above: info.hooks.hang_above,
+            corrupt_from: info.hooks.corrupt_from,
+            init_timeout_ms: init_timeout.as_millis() as u64,
+            scratch: scratch.path().to_path_buf(),
+        };
+        let job = serde_json::to_string(&job).map_err(|e| e.to_string())?;
         let mut cmd = Command::new(exe);
         cmd.arg("collective-worker")
             .env(SOCKET_ENV, &sock)
+            .env(JOB_ENV, job)
             .env(PARENT_ENV, std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -389,28 +424,10 @@ impl Worker {
         if let Some(err) = child.stderr.take() {
             tokio::spawn(keep_lines(err, Arc::clone(&log)));
         }
-        let job = Job {
-            backend: name.into(),
-            rank: info.rank,
-            world: info.world,
-            local_rank: info.local_rank,
-            local_world: info.local_world,
-            lib: match name {
-                "nccl" => info.libraries.nccl.clone(),
-                "oneccl" => info.libraries.oneccl.clone(),
-                _ => None,
-            },
-            config: JobConfig::from_config(cfg),
-            hang_above: info.hooks.hang_above,
-            corrupt_from: info.hooks.corrupt_from,
-            init_timeout_ms: init_timeout.as_millis() as u64,
-            scratch: scratch.path().to_path_buf(),
-        };
         Ok(StartingWorker {
             child,
             listener,
             log,
-            job,
             env_set: env_set.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             scratch,
         })
@@ -485,11 +502,10 @@ impl Worker {
 }
 
 /// Between spawning and the worker's connection.
-struct StartingWorker {
+pub struct StartingWorker {
     child: Child,
     listener: UnixListener,
     log: Arc<Mutex<VecDeque<String>>>,
-    job: Job,
     env_set: Vec<String>,
     scratch: tempfile::TempDir,
 }
@@ -500,7 +516,6 @@ impl Worker {
             mut child,
             listener,
             log,
-            job,
             env_set,
             scratch,
         } = s;
@@ -532,7 +547,7 @@ impl Worker {
             }
         };
         let (read, write) = stream.into_split();
-        let mut w = Worker {
+        let w = Worker {
             child,
             reader: BufReader::new(read).lines(),
             writer: write,
@@ -540,9 +555,6 @@ impl Worker {
             env_set,
             _scratch: scratch,
         };
-        if let Err(e) = w.send(&ToWorker::Job(job)).await {
-            return Err((e, w.log_tail()));
-        }
         Ok(w)
     }
 }

@@ -9,9 +9,9 @@
 //! the rank's own process, and its stdout and stderr become the backend's
 //! log instead of mixing with our report.
 //!
-//! The conversation, one JSON object per line over a Unix socket whose
-//! path the parent passes in [`SOCKET_ENV`]:
-//! parent `Job` → child `Probe` → (parent `MakeId` → child `Id`) →
+//! The job comes in [`JOB_ENV`]; the conversation, one JSON object per
+//! line over a Unix socket whose path the parent passes in [`SOCKET_ENV`]:
+//! child `Probe` → (parent `MakeId` → child `Id`) →
 //! parent `Id` → child `Init` → child `Step`… → child `Done`. The parent
 //! may say `Stop` instead of `Id` (a rank lacks the library: nobody
 //! inits). Every wait on the parent's side has a deadline; the child has
@@ -30,6 +30,9 @@ use super::{Backend, Op};
 
 /// The variable that carries the socket path to the child.
 pub const SOCKET_ENV: &str = "PREFLIGHT_WORKER_SOCKET";
+/// The job, as JSON: in the environment so the worker can probe before
+/// its parent is ready to talk.
+pub const JOB_ENV: &str = "PREFLIGHT_WORKER_JOB";
 /// The parent's pid: a worker whose parent is already gone exits.
 pub const PARENT_ENV: &str = "PREFLIGHT_WORKER_PARENT";
 
@@ -121,7 +124,6 @@ pub struct Found {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "snake_case")]
 pub enum ToWorker {
-    Job(Job),
     /// Rank 0 only: make the unique id.
     MakeId,
     /// Every rank: the unique id (hex) to init with.
@@ -226,7 +228,6 @@ impl Link {
                 }
                 ToWorker::Id { hex } => return from_hex(&hex).map(Some),
                 ToWorker::Stop => return Ok(None),
-                ToWorker::Job(_) => return Err("a second job".into()),
             }
         }
     }
@@ -287,12 +288,11 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    let job = match link.recv() {
-        Ok(ToWorker::Job(j)) => j,
-        Ok(other) => {
-            eprintln!("preflight collective-worker: expected a job, got {other:?}");
-            return 2;
-        }
+    let job: Job = match std::env::var(JOB_ENV)
+        .map_err(|e| format!("{JOB_ENV}: {e}"))
+        .and_then(|j| serde_json::from_str(&j).map_err(|e| format!("{JOB_ENV}: {e}")))
+    {
+        Ok(j) => j,
         Err(e) => {
             eprintln!("preflight collective-worker: {e}");
             return 2;
