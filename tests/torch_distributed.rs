@@ -98,6 +98,33 @@ fn a_one_process_world_passes_with_gloo_on_cpu() {
 }
 
 #[test]
+fn gloo_told_to_use_a_missing_interface_is_named() {
+    let Some(python) = torch_python() else {
+        return;
+    };
+    let (_dir, path) = checklist(
+        "checks:
+  - {id: torch, kind: torch_distributed, timeout: 60s, hint: \"{advice}\"}
+",
+    );
+    let (code, r) = check(
+        &path,
+        &[],
+        &[
+            ("PREFLIGHT_PYTHON", &python),
+            ("GLOO_SOCKET_IFNAME", "nosuch0"),
+        ],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(
+        message(&r, "torch"),
+        "init_process_group failed: Gloo found no address for interface nosuch0"
+    );
+    let hint = result(&r, "torch")["hint"].as_str().unwrap_or("");
+    assert!(hint.contains("names `nosuch0`, which is missing"), "{hint}");
+}
+
+#[test]
 fn the_job_port_held_by_another_process_is_named() {
     let Some(python) = torch_python() else {
         return;
