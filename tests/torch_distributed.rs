@@ -257,6 +257,30 @@ fn a_missing_interpreter_or_torch_skips_unless_required() {
         "{msg}"
     );
     assert_eq!(measured(&r, "default"), "no torch");
+
+    // A torch that is there but does not import is the job's failure too.
+    let shadow = dir.path().join("site/torch");
+    std::fs::create_dir_all(&shadow).unwrap();
+    std::fs::write(
+        shadow.join("__init__.py"),
+        "raise ImportError('libtorch_cuda.so: cannot open shared object file')\n",
+    )
+    .unwrap();
+    let site = dir.path().join("site").to_string_lossy().to_string();
+    let (code, r) = check(
+        &path,
+        &["--only", "default"],
+        &[
+            ("PREFLIGHT_PYTHON", "/usr/bin/python3"),
+            ("PYTHONPATH", &site),
+        ],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(
+        message(&r, "default"),
+        "import failed: ImportError: libtorch_cuda.so: cannot open shared object file"
+    );
+    assert_eq!(measured(&r, "default"), "torch (version unknown)");
 }
 
 #[test]

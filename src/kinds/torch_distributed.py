@@ -95,8 +95,14 @@ def main(cfg):
     try:
         import torch
     except ModuleNotFoundError as e:
-        say(missing=e.name or "torch", text=str(e))
-        return 3
+        if e.name == "torch":
+            say(missing="torch", text=str(e))
+            return 3
+        say(error=str(e), type=type(e).__name__, step=step)
+        return 1
+    except Exception as e:  # a broken install: a missing shared library, an ABI clash
+        say(error=str(e), type=type(e).__name__, step=step)
+        return 1
     import torch.distributed as dist
 
     say(step=step, torch=torch.__version__)

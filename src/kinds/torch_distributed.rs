@@ -249,7 +249,7 @@ impl Report {
     fn measured(&self) -> String {
         let mut parts = vec![match &self.torch {
             Some(v) => format!("torch {v}"),
-            None => "torch ?".to_string(),
+            None => "torch (version unknown)".to_string(),
         }];
         if let Some(b) = &self.backend {
             parts.push(match &self.device {
@@ -654,6 +654,11 @@ impl TorchDistributed {
             );
         };
         let mut d = diagnose(kind, text, ctx);
+        if step == "import" {
+            d.advice = format!(
+                "torch is installed for {python_shown} but does not import: a missing shared library (LD_LIBRARY_PATH, the CUDA/oneAPI runtime the wheel expects) or a broken install. Run `{python} -c 'import torch'` in the job's environment and reinstall torch if needed."
+            );
+        }
         if let Some(port) = d.port {
             if let Ok(list) = super::port_holder::holders(facts, port) {
                 if let Some(h) = list.first() {
