@@ -190,3 +190,158 @@ fn shipped_ib_check_warns_only_when_the_variable_disables_active_ports() {
             .starts_with("Remove NCCL_IB_DISABLE (it is `1`)")
     );
 }
+
+/// The shipped checks `--only` these ids, over a fixture root, with
+/// exactly `env`.
+fn shipped(root: &Path, only: &[&str], env: &[(&str, &str)]) -> (Option<i32>, serde_json::Value) {
+    let mut c = std::process::Command::new(common::BIN);
+    c.args(["check", "--format", "json", "--root"])
+        .arg(root)
+        .env_clear()
+        .env("PATH", common::netns::PATH);
+    for id in only {
+        c.args(["--only", id]);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), r)
+}
+
+fn intel_node() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/intel-max-xpu/root")
+}
+
+#[test]
+fn ze_affinity_mask_syntax_and_devices() {
+    let id = "xpu.affinity_mask";
+    let xpu = intel_node();
+    // Four GPU Max cards, two tiles each: 8 devices in the FLAT hierarchy.
+    let (code, r) = shipped(&xpu, &[id], &[("ZE_AFFINITY_MASK", "0,7")]);
+    assert_eq!(code, Some(0), "{r:#}");
+    assert_eq!(status(&r, id), "pass");
+    let (code, r) = shipped(&xpu, &[id], &[("ZE_AFFINITY_MASK", "0,8")]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        message(&r, id),
+        "ZE_AFFINITY_MASK=`0,8` names device 8, but this node has 8 Intel GPU devices (0-7) in the FLAT hierarchy, Level Zero's default (one device per tile)"
+    );
+    assert!(
+        result(&r, id)["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with("Fix ZE_AFFINITY_MASK (`0,8`)")
+    );
+    // COMPOSITE: cards are devices, tiles their sub-devices.
+    let composite = ("ZE_FLAT_DEVICE_HIERARCHY", "COMPOSITE");
+    let (code, r) = shipped(&xpu, &[id], &[("ZE_AFFINITY_MASK", "3.1"), composite]);
+    assert_eq!(code, Some(0), "{r:#}");
+    let (code, r) = shipped(&xpu, &[id], &[("ZE_AFFINITY_MASK", "0,4.0"), composite]);
+    assert_eq!(code, Some(1));
+    assert!(message(&r, id).contains("names device 4 (in `4.0`), but this node has 4 Intel GPU devices (0-3) in the COMPOSITE hierarchy"));
+    let (code, r) = shipped(&xpu, &[id], &[("ZE_AFFINITY_MASK", "1.2"), composite]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        message(&r, id),
+        "ZE_AFFINITY_MASK=`1.2` names sub-device 2 of card 1, which has 2 tiles"
+    );
+    // Syntax alone where no Intel GPU is seen.
+    let bare = tempfile::tempdir().unwrap();
+    let (code, r) = shipped(bare.path(), &[id], &[("ZE_AFFINITY_MASK", "0-3")]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        message(&r, id),
+        "ZE_AFFINITY_MASK=`0-3`: `0-3` is not an entry Level Zero reads (ranges are not part of the syntax: list every device (0,1,2,3))"
+    );
+    let (code, r) = shipped(bare.path(), &[id], &[("ZE_AFFINITY_MASK", "12")]);
+    assert_eq!(code, Some(0));
+    assert_eq!(status(&r, id), "pass");
+    let (_, r) = shipped(bare.path(), &[id], &[]);
+    assert_eq!(message(&r, id), "ZE_AFFINITY_MASK is not set");
+    // The general lint leaves the variable to its own check.
+    let (_, r) = shipped(&xpu, &["env.lint"], &[("ZE_AFFINITY_MASK", "0,8")]);
+    assert_eq!(status(&r, "env.lint"), "pass", "{r:#}");
+}
+
+#[test]
+fn ccl_atl_transport_and_the_silent_switch_to_ofi() {
+    let id = "oneccl.atl_transport";
+    let xpu = intel_node();
+    let bare = tempfile::tempdir().unwrap();
+    let hint = |r: &serde_json::Value| result(r, id)["hint"].as_str().unwrap_or("").to_string();
+
+    // An Intel GPU, torchrun's variables only: oneCCL leaves mpi for ofi.
+    let torchrun = [("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")];
+    let (code, r) = shipped(&xpu, &[id], &torchrun);
+    assert_eq!(code, Some(0), "a warning keeps the node ready");
+    assert_eq!(status(&r, id), "warn");
+    assert!(
+        message(&r, id).starts_with(
+            "CCL_ATL_TRANSPORT is unset and no MPI launcher variable oneCCL looks for (MPI_LOCALRANKID, MPI_LOCALNRANKS, PMI_RANK, PMI_SIZE, PMIX_RANK) is set: oneCCL switches from its default, mpi, to ofi"
+        ),
+        "{r:#}"
+    );
+    assert!(
+        hint(&r).starts_with("Set CCL_ATL_TRANSPORT explicitly in the job script (suggested: ofi)")
+    );
+
+    // Started by Intel MPI's hydra: the default mpi holds.
+    let (code, r) = shipped(
+        &xpu,
+        &[id],
+        &[
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "2"),
+            ("MPI_LOCALRANKID", "0"),
+        ],
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(status(&r, id), "pass");
+    assert_eq!(
+        message(&r, id),
+        "CCL_ATL_TRANSPORT is unset: oneCCL keeps its default, mpi (MPI_LOCALRANKID is set by the MPI launcher)"
+    );
+
+    // Open MPI without PMIx: an MPI launcher oneCCL does not recognise.
+    let (_, r) = shipped(
+        &xpu,
+        &[id],
+        &[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")],
+    );
+    assert_eq!(status(&r, id), "warn");
+    assert!(message(&r, id).contains(
+        "started by Open MPI (OMPI_COMM_WORLD_RANK), whose variables oneCCL does not look for"
+    ));
+    assert!(hint(&r).contains("(suggested: mpi)"));
+
+    // Asked for mpi under torchrun: MPI has no launcher to join.
+    let mut env = torchrun.to_vec();
+    env.push(("CCL_ATL_TRANSPORT", "mpi"));
+    let (_, r) = shipped(&xpu, &[id], &env);
+    assert_eq!(status(&r, id), "warn");
+    assert!(
+        message(&r, id)
+            .starts_with("CCL_ATL_TRANSPORT=mpi, but no MPI launcher started this process")
+    );
+    env.pop();
+    env.push(("CCL_ATL_TRANSPORT", "ofi"));
+    let (code, r) = shipped(&xpu, &[id], &env);
+    assert_eq!(code, Some(0));
+    assert_eq!(status(&r, id), "pass");
+    // A value oneCCL rejects outright fails.
+    let (code, r) = shipped(bare.path(), &[id], &[("CCL_ATL_TRANSPORT", "tcp")]);
+    assert_eq!(code, Some(1));
+    assert!(message(&r, id).contains("`tcp` is not one of ofi, mpi"));
+
+    // No Intel GPU and no oneCCL settings: nothing to say.
+    let (code, r) = shipped(bare.path(), &[id], &torchrun);
+    assert_eq!(code, Some(0));
+    assert_eq!(status(&r, id), "pass");
+    assert!(message(&r, id).contains("oneCCL does not seem to be in use here"));
+    // ... but a CCL_ setting on a CPU node brings oneCCL into play.
+    let (_, r) = shipped(bare.path(), &[id], &[("CCL_WORKER_COUNT", "1")]);
+    assert_eq!(status(&r, id), "warn");
+}

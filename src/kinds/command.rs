@@ -83,7 +83,7 @@ impl Params for CommandCheck {
     }
 }
 
-async fn read_capped(mut stream: impl AsyncRead + Unpin) -> Vec<u8> {
+pub(super) async fn read_capped(mut stream: impl AsyncRead + Unpin) -> Vec<u8> {
     let mut kept = Vec::new();
     let mut buf = [0u8; 8192];
     loop {

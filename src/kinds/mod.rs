@@ -27,6 +27,7 @@ mod ports;
 pub mod resolve;
 mod tcp_connect;
 mod time_sync;
+mod torch_distributed;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -116,6 +117,7 @@ pub const KINDS: &[&KindInfo] = &[
     &port::KIND,
     &tcp_connect::KIND,
     &time_sync::KIND,
+    &torch_distributed::KIND,
     &crate::cluster::compare::ADDRESSES,
     &crate::cluster::compare::CLOCK,
     &crate::cluster::compare::DEVICES,

@@ -145,6 +145,11 @@ impl EnvLint {
             let value = facts.env(name).unwrap_or("");
             rules::lint_one(name, value, facts, catalog, self.allow_debug, &mut issues);
         }
+        for name in self.variables.iter().flatten() {
+            if facts.env(name).is_none() && self.linted(name) {
+                rules::lint_unset(name, facts, &mut issues);
+            }
+        }
         if !self.warn_unknown {
             for issue in &mut issues {
                 if issue.level == Level::Warn && issue.message.contains("not in the catalog") {
@@ -186,10 +191,14 @@ impl EnvLint {
             _ => {
                 let notes = shown(Level::Note);
                 if count == 0 {
-                    Finding::pass(match &self.variables {
+                    let mut message = match &self.variables {
                         Some(list) => format!("{} not set", list.join(", ")),
                         None => "no communication or accelerator variables are set".into(),
-                    })
+                    };
+                    if !notes.is_empty() {
+                        message = notes.join("; ");
+                    }
+                    Finding::pass(message)
                 } else if notes.is_empty() {
                     Finding::pass(format!("{count} variable(s) checked, all valid"))
                 } else {
@@ -352,7 +361,33 @@ mod tests {
             (&[("NCCL_ALGO", "allreduce:tree;broadcast:ring")], None, ""),
             (&[("NCCL_ALGO", "Rings")], Some(Fail), "not one of"),
             (&[("CCL_ATL_TRANSPORT", "ofi")], None, ""),
-            (&[("CCL_ATL_TRANSPORT", "mpi")], None, ""),
+            (
+                &[("CCL_ATL_TRANSPORT", "mpi")],
+                Some(Warn),
+                "no MPI launcher started this process",
+            ),
+            (&[("CCL_ATL_TRANSPORT", "mpi"), ("PMI_RANK", "0")], None, ""),
+            (
+                &[("CCL_ATL_TRANSPORT", "mpi"), ("OMPI_COMM_WORLD_RANK", "0")],
+                None,
+                "",
+            ),
+            (&[("ZE_AFFINITY_MASK", "0.1,2")], None, ""),
+            (
+                &[("ZE_AFFINITY_MASK", "0-3")],
+                Some(Fail),
+                "ranges are not part of the syntax",
+            ),
+            (
+                &[("ZE_AFFINITY_MASK", "gpu0")],
+                Some(Fail),
+                "expected a device index N or a sub-device N.M",
+            ),
+            (
+                &[("ZE_AFFINITY_MASK", "1,0,1")],
+                Some(Warn),
+                "names `1` twice",
+            ),
             (
                 &[("CCL_ATL_TRANSPORT", "tcp")],
                 Some(Fail),

@@ -164,6 +164,8 @@ pub fn lint_one(
             }
         }
         "TORCH_DISTRIBUTED_BACKEND" => backend_device(value, facts, issues),
+        "ZE_AFFINITY_MASK" => ze_affinity_mask(value, facts, issues),
+        "CCL_ATL_TRANSPORT" => ccl_transport(value, facts, issues),
         "CUDA_VISIBLE_DEVICES" | "HIP_VISIBLE_DEVICES" | "ROCR_VISIBLE_DEVICES" => {
             visible_devices(name, value, issues)
         }
@@ -383,5 +385,195 @@ fn visible_devices(name: &str, value: &str, issues: &mut Vec<Issue>) {
                 if mask.entries.len() == 1 { "y" } else { "ies" }
             ),
         );
+    }
+}
+
+/// The variables oneCCL reads to decide it was started by an MPI launcher
+/// (env_parser.cpp, is_run_with_mpi; PMIX_RANK in recent releases). With
+/// none of them and CCL_ATL_TRANSPORT unset it switches from its default,
+/// mpi, to ofi, and says so only in a log line.
+pub const ONECCL_MPI_VARS: &[&str] = &[
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMIX_RANK",
+];
+
+/// Open MPI's own rank variables, which oneCCL does not read.
+const OPEN_MPI_VARS: &[&str] = &["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"];
+
+fn first_set<'a>(facts: &Facts, names: &[&'a str]) -> Option<&'a str> {
+    names.iter().copied().find(|n| facts.env(n).is_some())
+}
+
+/// CCL_ATL_TRANSPORT=mpi needs the process started by an MPI launcher;
+/// under torchrun or a plain srun MPI makes each rank a world of its own.
+fn ccl_transport(value: &str, facts: &Facts, issues: &mut Vec<Issue>) {
+    let name = "CCL_ATL_TRANSPORT";
+    if !value.trim().eq_ignore_ascii_case("mpi") {
+        return;
+    }
+    let launched = first_set(facts, ONECCL_MPI_VARS).or(first_set(facts, OPEN_MPI_VARS));
+    if launched.is_none() {
+        suggest(
+            issues,
+            Level::Warn,
+            name,
+            format!(
+                "CCL_ATL_TRANSPORT=mpi, but no MPI launcher started this process (none of {} or Open MPI's OMPI_COMM_WORLD_RANK is set): under torchrun or a plain srun, MPI makes each rank a world of its own. Launch with mpiexec/mpirun (or srun --mpi=pmi2/pmix), or set CCL_ATL_TRANSPORT=ofi",
+                ONECCL_MPI_VARS.join(", ")
+            ),
+            "ofi".into(),
+        );
+    }
+}
+
+/// Checks that apply to a variable a check lists in `variables:` while it
+/// is unset: leaving it to the library can itself be the problem.
+pub fn lint_unset(name: &str, facts: &Facts, issues: &mut Vec<Issue>) {
+    if name != "CCL_ATL_TRANSPORT" {
+        return;
+    }
+    let intel_gpu = facts.accelerator_vendors().contains(&Vendor::Intel);
+    let ccl_configured = facts
+        .env_names()
+        .any(|n| n.starts_with("CCL_") || n.starts_with("I_MPI_"));
+    if !intel_gpu && !ccl_configured {
+        push(
+            issues,
+            Level::Note,
+            name,
+            "CCL_ATL_TRANSPORT is unset; oneCCL does not seem to be in use here (no Intel GPU, no CCL_ or I_MPI_ variable)".into(),
+        );
+        return;
+    }
+    if let Some(var) = first_set(facts, ONECCL_MPI_VARS) {
+        push(
+            issues,
+            Level::Note,
+            name,
+            format!(
+                "CCL_ATL_TRANSPORT is unset: oneCCL keeps its default, mpi ({var} is set by the MPI launcher)"
+            ),
+        );
+        return;
+    }
+    let message = match first_set(facts, OPEN_MPI_VARS) {
+        Some(var) => format!(
+            "CCL_ATL_TRANSPORT is unset and this process was started by Open MPI ({var}), whose variables oneCCL does not look for ({}): it switches from mpi to ofi, saying so only in a log line (\"did not find MPI-launcher specific variables, switch to ATL/OFI\"). Set CCL_ATL_TRANSPORT explicitly",
+            ONECCL_MPI_VARS.join(", ")
+        ),
+        None => format!(
+            "CCL_ATL_TRANSPORT is unset and no MPI launcher variable oneCCL looks for ({}) is set: oneCCL switches from its default, mpi, to ofi, saying so only in a log line (\"did not find MPI-launcher specific variables, switch to ATL/OFI\"), so ranks started differently use different transports. Set CCL_ATL_TRANSPORT=ofi (or mpi under mpiexec) explicitly",
+            ONECCL_MPI_VARS.join(", ")
+        ),
+    };
+    let fix = if first_set(facts, OPEN_MPI_VARS).is_some() {
+        "mpi"
+    } else {
+        "ofi"
+    };
+    suggest(issues, Level::Warn, name, message, fix.into());
+}
+
+/// ZE_AFFINITY_MASK: a comma-separated list of devices (`N`) or
+/// sub-devices (`N.M`); when the node's Intel GPUs are known, each must
+/// exist in the hierarchy Level Zero presents (FLAT, its default: every
+/// tile a device; COMPOSITE: cards, with tiles as sub-devices).
+fn ze_affinity_mask(value: &str, facts: &Facts, issues: &mut Vec<Issue>) {
+    let name = "ZE_AFFINITY_MASK";
+    let mut entries: Vec<(usize, Option<usize>, &str)> = Vec::new();
+    for raw in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let numbers: Option<Vec<usize>> = raw.split('.').map(|p| p.parse().ok()).collect();
+        match numbers.as_deref() {
+            Some(&[device]) => entries.push((device, None, raw)),
+            Some(&[device, sub]) => entries.push((device, Some(sub), raw)),
+            _ => {
+                let why = if raw.contains('-') || raw.contains(':') {
+                    "ranges are not part of the syntax: list every device (0,1,2,3)"
+                } else {
+                    "expected a device index N or a sub-device N.M"
+                };
+                push(
+                    issues,
+                    Level::Fail,
+                    name,
+                    format!(
+                        "ZE_AFFINITY_MASK=`{value}`: `{raw}` is not an entry Level Zero reads ({why})"
+                    ),
+                );
+                return;
+            }
+        }
+        if entries[..entries.len() - 1].iter().any(|e| e.2 == raw) {
+            push(
+                issues,
+                Level::Warn,
+                name,
+                format!("ZE_AFFINITY_MASK=`{value}` names `{raw}` twice"),
+            );
+        }
+    }
+    let cards: Vec<usize> = facts
+        .accelerators()
+        .iter()
+        .filter(|a| a.vendor == Vendor::Intel && a.in_driver)
+        .map(|a| a.tiles.max(1))
+        .collect();
+    if cards.is_empty() {
+        // No Intel GPU seen (a container without sysfs, another vendor):
+        // only the syntax can be judged.
+        return;
+    }
+    let composite = facts
+        .env("ZE_FLAT_DEVICE_HIERARCHY")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("COMPOSITE"));
+    let (count, hierarchy) = if composite {
+        (cards.len(), "COMPOSITE hierarchy (one device per card)")
+    } else {
+        (
+            cards.iter().sum(),
+            "FLAT hierarchy, Level Zero's default (one device per tile)",
+        )
+    };
+    let range = if count == 1 {
+        "0".to_string()
+    } else {
+        format!("0-{}", count - 1)
+    };
+    for (device, sub, raw) in entries {
+        if device >= count {
+            push(
+                issues,
+                Level::Fail,
+                name,
+                format!(
+                    "ZE_AFFINITY_MASK=`{value}` names device {device}{}, but this node has {count} Intel GPU device{} ({range}) in the {hierarchy}",
+                    if sub.is_some() {
+                        format!(" (in `{raw}`)")
+                    } else {
+                        String::new()
+                    },
+                    if count == 1 { "" } else { "s" }
+                ),
+            );
+            return;
+        }
+        if let (true, Some(sub)) = (composite, sub) {
+            let tiles = cards[device];
+            if sub >= tiles {
+                push(
+                    issues,
+                    Level::Fail,
+                    name,
+                    format!(
+                        "ZE_AFFINITY_MASK=`{value}` names sub-device {sub} of card {device}, which has {tiles} tile{}",
+                        if tiles == 1 { "" } else { "s" }
+                    ),
+                );
+                return;
+            }
+        }
     }
 }
