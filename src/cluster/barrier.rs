@@ -307,6 +307,7 @@ mod tests {
                 job_id: None,
                 source: "torchrun".into(),
                 nodelist: Vec::new(),
+                probe_ports: None,
             },
             hostname: host.into(),
             addr: "10.0.0.1".into(),
@@ -321,6 +322,7 @@ mod tests {
             clock: None,
             hostname_addrs: Vec::new(),
             probe_addr: None,
+            probe_error: None,
             interface: None,
         }
     }

@@ -52,6 +52,9 @@ pub struct CheckIn {
     pub hostname_addrs: Vec<String>,
     /// Where the reachability probes of peers should connect.
     pub probe_addr: Option<String>,
+    /// Why there is no probe listener (the probe port range exhausted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_error: Option<String>,
     /// The interface that holds `addr`.
     pub interface: Option<String>,
 }

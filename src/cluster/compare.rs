@@ -572,6 +572,7 @@ mod tests {
                 rtt_ms: 0.4,
             }),
             interface: Some("eth0".into()),
+            probe_addr: None,
             hostname_addrs: vec!["10.0.0.1".into()],
             local_verdict: "ready".into(),
             failed: Vec::new(),

@@ -23,6 +23,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::hostlist;
+use crate::kinds::ports::PortRange;
+
+/// The probe listener's port range when `--probe-ports` is not given.
+pub const PROBE_PORTS_VAR: &str = "PREFLIGHT_PROBE_PORTS";
 
 pub const DEFAULT_PORT: u16 = 29500;
 /// Far above any real job; a typo beyond it is an error, not a barrier
@@ -42,6 +46,8 @@ pub struct Flags {
     pub nproc_per_node: Option<Option<u32>>,
     pub master_addr: Option<String>,
     pub master_port: Option<u16>,
+    /// `--probe-ports`: where the reachability probe listener may listen.
+    pub probe_ports: Option<PortRange>,
 }
 
 impl Flags {
@@ -67,6 +73,10 @@ pub struct Identity {
     pub source: String,
     /// Slurm's expanded nodelist, to say where a missing rank was expected.
     pub nodelist: Vec<String>,
+    /// The ports the reachability probe listener may take (`--probe-ports`,
+    /// else PREFLIGHT_PROBE_PORTS); `None`: an ephemeral port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_ports: Option<PortRange>,
 }
 
 /// What this process is.
@@ -156,8 +166,23 @@ fn master_port(flags: &Flags, env: &Env, default: u16) -> Result<u16, String> {
     }
 }
 
+fn probe_ports(flags: &Flags, env: &Env) -> Result<Option<PortRange>, String> {
+    if let Some(r) = flags.probe_ports {
+        return Ok(Some(r));
+    }
+    match text(env, &[PROBE_PORTS_VAR]) {
+        Some(v) => PortRange::parse(&v)
+            .map(Some)
+            .map_err(|e| format!("{PROBE_PORTS_VAR}=`{v}`: {e}")),
+        None => Ok(None),
+    }
+}
+
 pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
     let nodes = nodelist(env)?;
+    // A node agent's children get its command line, so the flag counts for
+    // them too.
+    let probe_ports = probe_ports(flags, env)?;
     let job_id = text(env, JOB_ID);
     let child = env.get(CHILD_MARKER).is_some_and(|v| v == "1");
     // A node agent's children take what the agent resolved (the port it
@@ -255,6 +280,7 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
         job_id,
         source: source.to_string(),
         nodelist: nodes,
+        probe_ports,
     }))
 }
 
@@ -345,6 +371,7 @@ mod tests {
             nproc_per_node: Some(Some(2)),
             master_addr: Some("h0".into()),
             master_port: None,
+            probe_ports: None,
         };
         let Role::Node(plan) = resolve(&flags, &env(&[("RANK", "9")])).unwrap() else {
             panic!("node mode");
@@ -364,6 +391,32 @@ mod tests {
         assert_eq!(plan.nnodes, 1);
         assert_eq!(plan.master_addr, "127.0.0.1");
         assert_eq!(plan.master_port, 0);
+    }
+
+    #[test]
+    fn probe_ports_come_from_the_flag_else_the_variable() {
+        let range = PortRange::parse("29600-29699").unwrap();
+        assert_eq!(rank(&Flags::default(), &[("RANK", "0")]).probe_ports, None);
+        let id = rank(
+            &Flags::default(),
+            &[("RANK", "0"), (PROBE_PORTS_VAR, "29600-29699")],
+        );
+        assert_eq!(id.probe_ports, Some(range));
+        let flags = Flags {
+            probe_ports: Some(PortRange::parse("30000-30001").unwrap()),
+            ..Flags::default()
+        };
+        let id = rank(&flags, &[("RANK", "0"), (PROBE_PORTS_VAR, "29600-29699")]);
+        assert_eq!(id.probe_ports.map(|r| r.first), Some(30000));
+        // A node agent's children get the agent's command line.
+        let child = rank(&flags, &[("RANK", "1"), (CHILD_MARKER, "1")]);
+        assert_eq!(child.probe_ports.map(|r| r.first), Some(30000));
+        let e = resolve(
+            &Flags::default(),
+            &env(&[("RANK", "0"), (PROBE_PORTS_VAR, "29699-29600")]),
+        )
+        .unwrap_err();
+        assert!(e.starts_with("PREFLIGHT_PROBE_PORTS=`29699-29600`"), "{e}");
     }
 
     #[test]

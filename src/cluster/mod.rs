@@ -203,9 +203,11 @@ async fn session(
         .unwrap_or_default();
     // The probe listener lives on the address this rank reaches the master
     // from: the one its peers will have to reach.
-    let probe_listener = tokio::net::TcpListener::bind((local_ip.as_str(), 0))
-        .await
-        .ok();
+    let (probe_listener, probe_error) =
+        match reachability::listen(&local_ip, input.identity.probe_ports).await {
+            Ok(l) => (Some(l), None),
+            Err(e) => (None, Some(e)),
+        };
     let probe_addr = probe_listener
         .as_ref()
         .and_then(|l| l.local_addr().ok())
@@ -257,6 +259,7 @@ async fn session(
         clock,
         hostname_addrs,
         probe_addr,
+        probe_error,
         interface,
     };
     protocol::write(

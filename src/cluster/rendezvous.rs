@@ -219,8 +219,26 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     while let Ok(ev) = rx.try_recv() {
         handle(ev, &mut state, &mut writers, &mut probes, &mut replies);
     }
+    // A node that opened no probe listener cannot be probed: its peers'
+    // probes to it are errors that carry its reason.
+    let deaf = deaf_nodes(&state, &nodes);
+    if n > 1 {
+        for i in 0..n {
+            for j in reachability::partners(i, n) {
+                if let Some((_, why)) = deaf.iter().find(|(d, _)| *d == j) {
+                    probes.push(Probe {
+                        from: i,
+                        to: j,
+                        status: "error".into(),
+                        rtt_ms: None,
+                        detail: Some(why.clone()),
+                    });
+                }
+            }
+        }
+    }
 
-    let report = assemble(&cfg, &state, nodes, probes, waited);
+    let report = assemble(&cfg, &state, nodes, probes, &deaf, waited);
     let verdict = Msg::Verdict(Box::new(report.clone()));
     let frame_deadline = Instant::now() + Duration::from_millis(500);
     let mut sends = tokio::task::JoinSet::new();
@@ -272,8 +290,29 @@ fn handle(
     }
 }
 
-/// Nodes in order of their lowest rank, with that rank (the node's
-/// representative for probes).
+/// The nodes whose representative opened no probe listener, with why.
+fn deaf_nodes(state: &BarrierState, nodes: &[(NodeView, u32)]) -> Vec<(usize, String)> {
+    nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(j, (_, rep))| {
+            let c = &state.arrivals.get(rep)?.1;
+            if c.probe_addr.is_some() {
+                return None;
+            }
+            Some((
+                j,
+                c.probe_error
+                    .clone()
+                    .unwrap_or_else(|| "no probe listener".into()),
+            ))
+        })
+        .collect()
+}
+
+/// Nodes in order of their lowest rank, with the rank that probes for the
+/// node: the lowest one that has a probe listener (local ranks share a
+/// probe port range, so the lowest may have found it taken by another).
 fn build_nodes(state: &BarrierState) -> Vec<(NodeView, u32)> {
     let mut order: Vec<(String, String)> = Vec::new();
     let mut members: HashMap<(String, String), Vec<&CheckIn>> = HashMap::new();
@@ -317,6 +356,10 @@ fn build_nodes(state: &BarrierState) -> Vec<(NodeView, u32)> {
                 .max_by_key(|v| worst(v))
                 .unwrap_or("ready")
                 .to_string();
+            let prober = list
+                .iter()
+                .find(|c| c.probe_addr.is_some())
+                .unwrap_or(&first);
             let view = NodeView {
                 name: if unique_hostnames {
                     key.0.clone()
@@ -333,11 +376,12 @@ fn build_nodes(state: &BarrierState) -> Vec<(NodeView, u32)> {
                 devices: first.devices.clone(),
                 clock: first.clock,
                 interface: first.interface.clone(),
+                probe_addr: prober.probe_addr.clone(),
                 hostname_addrs: first.hostname_addrs.clone(),
                 local_verdict,
                 failed,
             };
-            (view, first.identity.rank)
+            (view, prober.identity.rank)
         })
         .collect()
 }
@@ -347,6 +391,7 @@ fn assemble(
     state: &BarrierState,
     nodes: Vec<(NodeView, u32)>,
     probes: Vec<Probe>,
+    deaf: &[(usize, String)],
     waited: Duration,
 ) -> ClusterReport {
     let nodes: Vec<NodeView> = nodes.into_iter().map(|(v, _)| v).collect();
@@ -358,11 +403,18 @@ fn assemble(
     probes.retain(|p| p.from < n && p.to < n && p.from != p.to);
     probes.sort_by_key(|p| (p.from, p.to));
     probes.dedup_by_key(|p| (p.from, p.to));
-    let findings = if probes.iter().any(|p| p.status != "ok") {
-        reachability::culprits(nodes.len(), &probes, &names)
-    } else {
-        Vec::new()
-    };
+    let mut findings: Vec<String> = deaf
+        .iter()
+        .map(|(j, why)| format!("{}: {why}", names[*j]))
+        .collect();
+    let heard: Vec<Probe> = probes
+        .iter()
+        .filter(|p| !deaf.iter().any(|(j, _)| *j == p.to))
+        .cloned()
+        .collect();
+    if heard.iter().any(|p| p.status != "ok") {
+        findings.extend(reachability::culprits(nodes.len(), &heard, &names));
+    }
     let barrier = state.summary(waited.as_millis() as u64);
     let mut barrier_result =
         barrier::result(&barrier, cfg.world_size, &format_duration(cfg.timeout));

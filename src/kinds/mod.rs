@@ -23,7 +23,7 @@ mod pcie_link;
 mod ping;
 mod port;
 mod port_holder;
-mod ports;
+pub mod ports;
 pub mod resolve;
 mod tcp_connect;
 mod time_sync;
