@@ -28,7 +28,7 @@ pub struct BarrierState {
     pub dropped_total: usize,
 }
 
-fn who(c: &CheckIn) -> String {
+pub fn who(c: &CheckIn) -> String {
     format!("{} ({}) pid {}", c.hostname, c.addr, c.pid)
 }
 
@@ -290,41 +290,10 @@ pub fn synthetic(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::checkin::{CheckIn, Devices};
-    use crate::cluster::identity::Identity;
+    use crate::cluster::checkin::CheckIn;
 
     fn checkin(rank: u32, world: u32, host: &str) -> CheckIn {
-        CheckIn {
-            identity: Identity {
-                rank,
-                world_size: world,
-                local_rank: 0,
-                local_world_size: 1,
-                node_rank: rank,
-                nnodes: None,
-                master_addr: "h0".into(),
-                master_port: 29500,
-                job_id: None,
-                source: "torchrun".into(),
-                nodelist: Vec::new(),
-                probe_ports: None,
-            },
-            hostname: host.into(),
-            addr: "10.0.0.1".into(),
-            pid: 100 + rank,
-            tool_version: "1".into(),
-            checklist_hash: "x".into(),
-            local_verdict: "ready".into(),
-            failed: Vec::new(),
-            versions: Default::default(),
-            env: Default::default(),
-            devices: Devices::default(),
-            clock: None,
-            hostname_addrs: Vec::new(),
-            probe_addr: None,
-            probe_error: None,
-            interface: None,
-        }
+        crate::cluster::checkin::sample(rank, world, host)
     }
 
     #[test]

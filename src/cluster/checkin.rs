@@ -280,6 +280,42 @@ pub fn checklist_hash(checks: &[std::sync::Arc<crate::checklist::Check>]) -> Str
     super::auth::hex(&h.finalize()[..6])
 }
 
+/// A check-in as a rank on `host` would send it, for tests.
+#[cfg(test)]
+pub fn sample(rank: u32, world: u32, host: &str) -> CheckIn {
+    CheckIn {
+        identity: super::identity::Identity {
+            rank,
+            world_size: world,
+            local_rank: 0,
+            local_world_size: 1,
+            node_rank: rank,
+            nnodes: None,
+            master_addr: "h0".into(),
+            master_port: 29500,
+            job_id: None,
+            source: "torchrun".into(),
+            nodelist: Vec::new(),
+            probe_ports: None,
+        },
+        hostname: host.into(),
+        addr: "10.0.0.1".into(),
+        pid: 100 + rank,
+        tool_version: "1".into(),
+        checklist_hash: "x".into(),
+        local_verdict: "ready".into(),
+        failed: Vec::new(),
+        versions: Default::default(),
+        env: Default::default(),
+        devices: Devices::default(),
+        clock: None,
+        hostname_addrs: Vec::new(),
+        probe_addr: None,
+        probe_error: None,
+        interface: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -141,17 +141,16 @@ pub async fn bind(addr: &str, port: u16) -> Result<TcpListener, std::io::Error> 
 pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let store = Arc::new(Store::default());
-    // Connection tasks live until the verdict has gone out, and no longer.
-    let end = cfg.deadline + Duration::from_secs(3);
-    // The store outlives the verdict by the collective stage's budget; each
-    // connection still ends as soon as its rank closes it.
-    let store_end = end + cfg.linger;
+    // Connection tasks live until the verdict has gone out, and then as
+    // long as the store: the collective stage's budget; each connection
+    // still ends as soon as its rank closes it.
+    let store_end = cfg.deadline + Duration::from_secs(3) + cfg.linger;
     let accept = tokio::spawn(accept_loop(
         listener,
         cfg.token.clone(),
         tx.clone(),
         store,
-        (end, store_end),
+        store_end,
         cfg.clock_offset_ms,
     ));
     drop(tx);
@@ -249,8 +248,71 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         });
     }
     while sends.join_next().await.is_some() {}
-    accept.abort();
+    // The barrier has closed. A process that checks in from now on (a
+    // second claimant of a rank, a rank that started late) is not in this
+    // verdict and cannot change it: it is told so, and exits not ready,
+    // while the ranks in the verdict exit with its code. This lasts as long
+    // as the store (this process serves the collective stage meanwhile).
+    let closed = Closed {
+        verdict: format!(
+            "{}: {} of {} ranks checked in",
+            report.verdict.name(),
+            state.arrivals.len(),
+            cfg.world_size
+        ),
+        world_size: cfg.world_size,
+        held: state
+            .arrivals
+            .iter()
+            .map(|(rank, (_, c))| (*rank, barrier::who(c)))
+            .collect(),
+    };
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout_at(store_end, closed.answer(&mut rx)).await;
+        accept.abort();
+    });
     report
+}
+
+/// What a process that checks in after the verdict is told.
+struct Closed {
+    verdict: String,
+    world_size: u32,
+    held: HashMap<u32, String>,
+}
+
+impl Closed {
+    async fn answer(&self, rx: &mut mpsc::UnboundedReceiver<Event>) {
+        while let Some(ev) = rx.recv().await {
+            if let Event::Arrived {
+                checkin, writer, ..
+            } = ev
+            {
+                let reason = self.too_late(&checkin);
+                let deadline = Instant::now() + Duration::from_secs(1);
+                let msg = Msg::Rejected { reason };
+                let _ = protocol::write(&mut *writer.lock().await, &msg, deadline).await;
+            }
+        }
+    }
+
+    fn too_late(&self, c: &CheckIn) -> String {
+        let rank = c.identity.rank;
+        let why = match self.held.get(&rank) {
+            Some(holder) => format!(
+                "rank {rank} had checked in from {holder}: this process is a second claimant of rank {rank}"
+            ),
+            None if rank >= self.world_size => format!(
+                "rank {rank} is outside the world of {} ranks",
+                self.world_size
+            ),
+            None => format!("rank {rank} was reported missing"),
+        };
+        format!(
+            "too late: rank 0 had already sent the verdict ({}) when this process checked in; {why}, and this process is not part of the job's verdict",
+            self.verdict
+        )
+    }
 }
 
 fn handle(
@@ -497,7 +559,7 @@ async fn accept_loop(
     token: Token,
     tx: mpsc::UnboundedSender<Event>,
     store: Arc<Store>,
-    (end, store_end): (Instant, Instant),
+    store_end: Instant,
     offset_ms: i64,
 ) {
     static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -518,15 +580,7 @@ async fn accept_loop(
         let store = Arc::clone(&store);
         tokio::spawn(async move {
             connection(
-                stream,
-                peer,
-                conn,
-                token,
-                tx,
-                store,
-                (end, store_end),
-                offset_ms,
-                permit,
+                stream, peer, conn, token, tx, store, store_end, offset_ms, permit,
             )
             .await;
         });
@@ -541,13 +595,15 @@ async fn connection(
     token: Token,
     tx: mpsc::UnboundedSender<Event>,
     store: Arc<Store>,
-    (end, store_end): (Instant, Instant),
+    store_end: Instant,
     offset_ms: i64,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let _ = stream.set_nodelay(true);
     let peer = peer.ip().to_string();
-    let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(end);
+    // Until the store's end: a process that comes after the verdict is
+    // still told that it came too late.
+    let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(store_end);
     match auth::server(&mut stream, &token, handshake).await {
         Ok(()) => {}
         Err(AuthError::OtherJob) => {
@@ -567,10 +623,7 @@ async fn connection(
     let writer: Writer = Arc::new(Mutex::new(wr));
     let mut checked_in = false;
     loop {
-        // After check-in only the store is served: until the collective
-        // stage's end.
-        let until = if checked_in { store_end } else { end };
-        let msg = match protocol::read(&mut rd, until).await {
+        let msg = match protocol::read(&mut rd, store_end).await {
             Ok(m) => m,
             Err(FrameError::Timeout) => return,
             Err(e) => {
@@ -591,7 +644,7 @@ async fn connection(
                     t1,
                     t2: now_us(offset_ms),
                 };
-                let deadline = (Instant::now() + Duration::from_secs(1)).min(end);
+                let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
                 if protocol::write(&mut *writer.lock().await, &reply, deadline)
                     .await
                     .is_err()
@@ -729,7 +782,7 @@ pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
             "cannot reach the master {host}:{port} (rank 0): every connection attempt timed out for {waited} ({attempts} attempts): packets to port {port} are dropped, by a firewall DROP rule on {host} or on the way"
         ),
         LastError::Refused => format!(
-            "cannot reach the master {host}:{port} (rank 0): connection refused for {waited} ({attempts} attempts): nothing listens on port {port} on {host} (rank 0 never started, or MASTER_PORT differs), or a firewall REJECTs it"
+            "cannot reach the master {host}:{port} (rank 0): connection refused for {waited} ({attempts} attempts): nothing listens on port {port} on {host} (rank 0 never started, or already finished with the job's other ranks, or MASTER_PORT differs), or a firewall REJECTs it"
         ),
         LastError::Unreachable => format!(
             "cannot reach the master {host}:{port} (rank 0): {last_text}: no route to {host} from here"
@@ -814,6 +867,81 @@ pub async fn await_verdict(
 mod tests {
     use super::*;
     use crate::cluster::store;
+    use crate::result::Verdict;
+
+    /// A process that checks in after the verdict went out is told it came
+    /// too late and who held its rank, instead of waiting for a verdict
+    /// that never comes.
+    #[test]
+    fn a_check_in_after_the_verdict_is_told_it_is_too_late() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let token = Token::new(b"late-test", "test");
+            let start = Instant::now();
+            let cfg = ServerConfig {
+                world_size: 1,
+                local_world_size: 1,
+                nodelist: Vec::new(),
+                master: format!("127.0.0.1:{port}"),
+                token: token.clone(),
+                started: start,
+                deadline: start + Duration::from_secs(5),
+                timeout: Duration::from_secs(5),
+                strict: false,
+                clock_offset_ms: 0,
+                bound: None,
+                checks: Vec::new(),
+                facts: Arc::new(Facts::new("/".into(), Default::default(), Vec::new())),
+                linger: Duration::ZERO,
+            };
+            let server = tokio::spawn(serve(cfg, listener));
+            let client = ClientConfig {
+                master_addr: "127.0.0.1".into(),
+                master_port: port,
+                token,
+                deadline: start + Duration::from_secs(5),
+                verdict_deadline: start + Duration::from_secs(8),
+                timeout: Duration::from_secs(5),
+                clock_offset_ms: 0,
+            };
+            let check_in = |c: CheckIn| Msg::CheckIn(Box::new(c));
+            let mut first = connect(&client).await.unwrap();
+            let sample = crate::cluster::checkin::sample;
+            protocol::write(&mut first, &check_in(sample(0, 1, "h0")), client.deadline)
+                .await
+                .unwrap();
+            let report = await_verdict(&mut first, client.verdict_deadline)
+                .await
+                .unwrap();
+            assert_eq!(report.verdict, Verdict::Ready);
+            assert!(server.await.unwrap().barrier.complete);
+            // The barrier has closed: a second claimant of rank 0, then a
+            // rank outside the world.
+            for (rank, why) in [
+                (0, "rank 0 had checked in from h0 (10.0.0.1) pid 100: this process is a second claimant of rank 0"),
+                (3, "rank 3 is outside the world of 1 ranks"),
+            ] {
+                let mut late = connect(&client).await.unwrap();
+                protocol::write(&mut late, &check_in(sample(rank, 1, "h9")), client.deadline)
+                    .await
+                    .unwrap();
+                let e = await_verdict(&mut late, client.verdict_deadline)
+                    .await
+                    .unwrap_err();
+                assert!(
+                    e.contains("too late: rank 0 had already sent the verdict (ready: 1 of 1 ranks checked in)")
+                        && e.contains(why),
+                    "{e}"
+                );
+            }
+            assert!(start.elapsed() < Duration::from_secs(5));
+        });
+    }
 
     /// The store API the collective stages will use, over real
     /// authenticated connections to a real server, before check-in.
