@@ -8,7 +8,9 @@
 //!    MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID;
 //! 3. Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE,
 //!    SLURM_NODEID, SLURM_NNODES, SLURM_JOB_NODELIST (the master is its first
-//!    host when MASTER_ADDR is unset), SLURM_JOB_ID;
+//!    host when MASTER_ADDR is unset), SLURM_STEP_TASKS_PER_NODE /
+//!    SLURM_TASKS_PER_NODE (`2(x3),1`: which node each rank runs on),
+//!    SLURM_JOB_ID;
 //! 4. OpenMPI: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE;
 //! 5. PMI/PMIx: PMI_RANK, PMI_SIZE, PMIX_RANK.
 //!
@@ -77,6 +79,11 @@ pub struct Identity {
     /// else PREFLIGHT_PROBE_PORTS); `None`: an ephemeral port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_ports: Option<PortRange>,
+    /// Slurm's ranks per node, in nodelist order (SLURM_STEP_TASKS_PER_NODE,
+    /// else SLURM_TASKS_PER_NODE, expanded): where each rank runs when
+    /// nodes hold different numbers of tasks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks_per_node: Vec<u32>,
 }
 
 /// What this process is.
@@ -142,6 +149,17 @@ fn nodelist(env: &Env) -> Result<Vec<String>, String> {
         Some(list) => hostlist::expand(&list).map_err(|e| format!("SLURM_JOB_NODELIST: {e}")),
         None => Ok(Vec::new()),
     }
+}
+
+const TASKS_PER_NODE: &[&str] = &["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"];
+
+fn tasks_per_node(env: &Env) -> Result<Vec<u32>, String> {
+    for name in TASKS_PER_NODE {
+        if let Some(v) = text(env, &[name]) {
+            return hostlist::counts(&v).map_err(|e| format!("{name}={e}"));
+        }
+    }
+    Ok(Vec::new())
 }
 
 fn master_addr(flags: &Flags, env: &Env, nodes: &[String]) -> String {
@@ -258,15 +276,17 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
             "world size {world_size} is out of range (1 to {MAX_WORLD})"
         ));
     }
+    let tasks_per_node = tasks_per_node(env)?;
+    let node_var = first::<u32>(env, NODE_RANK).map(|(v, _)| v);
+    // Without a local size, Slurm's count for this node (uneven nodes).
     let local_world_size = first(env, &launch::local_size_vars())
         .map(|(v, _)| v)
+        .or_else(|| tasks_per_node.get(node_var? as usize).copied())
         .unwrap_or(1);
     let local_rank = first(env, &launch::local_rank_vars())
         .map(|(v, _)| v)
         .unwrap_or(0);
-    let node_rank = first(env, NODE_RANK)
-        .map(|(v, _)| v)
-        .unwrap_or(rank / local_world_size.max(1));
+    let node_rank = node_var.unwrap_or(rank / local_world_size.max(1));
     let source = if child { "node" } else { source_of(rank_var) };
     Ok(Role::Rank(Identity {
         rank,
@@ -281,6 +301,7 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
         source: source.to_string(),
         nodelist: nodes,
         probe_ports,
+        tasks_per_node,
     }))
 }
 
@@ -340,6 +361,29 @@ mod tests {
             rank(&Flags::default(), &with_master).master_addr,
             "10.0.0.9"
         );
+    }
+
+    #[test]
+    fn slurm_tasks_per_node_are_expanded() {
+        let vars = [
+            ("SLURM_PROCID", "6"),
+            ("SLURM_NTASKS", "7"),
+            ("SLURM_NODEID", "3"),
+            ("SLURM_TASKS_PER_NODE", "2(x3),1"),
+            ("SLURM_JOB_NODELIST", "gpu[001-004]"),
+        ];
+        let id = rank(&Flags::default(), &vars);
+        assert_eq!(id.tasks_per_node, vec![2, 2, 2, 1]);
+        // This node's count is the local world size.
+        assert_eq!((id.node_rank, id.local_world_size), (3, 1));
+        // The step's counts win over the job's.
+        let mut step = vars.to_vec();
+        step.push(("SLURM_STEP_TASKS_PER_NODE", "3,4"));
+        assert_eq!(rank(&Flags::default(), &step).tasks_per_node, vec![3, 4]);
+        let mut bad = vars.to_vec();
+        bad[3] = ("SLURM_TASKS_PER_NODE", "2(x)");
+        let e = resolve(&Flags::default(), &env(&bad)).unwrap_err();
+        assert!(e.starts_with("SLURM_TASKS_PER_NODE=`2(x)`"), "{e}");
     }
 
     #[test]

@@ -129,8 +129,12 @@ pub async fn start_server(input: ServerInput<'_>) -> Server {
             rendezvous::ServerConfig {
                 bound: rendezvous::bound_name(&id.master_addr, &listener),
                 world_size: id.world_size,
-                local_world_size: id.local_world_size,
-                nodelist: id.nodelist.clone(),
+                placement: barrier::Placement {
+                    nodelist: id.nodelist.clone(),
+                    tasks_per_node: id.tasks_per_node.clone(),
+                    local_world_size: id.local_world_size,
+                    master_host: Some(id.master_addr.clone()),
+                },
                 master,
                 token,
                 started: input.started,

@@ -22,7 +22,7 @@ use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
 use super::auth::{self, AuthError, OTHER_JOB, Token};
-use super::barrier::{self, BarrierState, ConnId};
+use super::barrier::{self, BarrierState, ConnId, Placement};
 use super::checkin::{CheckIn, Clock};
 use super::compare::{self, View};
 use super::protocol::{self, FrameError, Msg};
@@ -83,8 +83,8 @@ enum Event {
 
 pub struct ServerConfig {
     pub world_size: u32,
-    pub local_world_size: u32,
-    pub nodelist: Vec<String>,
+    /// Where each rank should run: names the host of a missing one.
+    pub placement: Placement,
     /// host:port, as ranks were told.
     pub master: String,
     pub token: Token,
@@ -154,7 +154,7 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         cfg.clock_offset_ms,
     ));
     drop(tx);
-    let mut state = BarrierState::new(cfg.world_size, cfg.local_world_size, cfg.nodelist.clone());
+    let mut state = BarrierState::new(cfg.world_size, cfg.placement.clone());
     let mut writers: HashMap<ConnId, Writer> = HashMap::new();
     let mut probes: Vec<Probe> = Vec::new();
     let mut replies = 0usize;
@@ -483,7 +483,7 @@ fn assemble(
     if let Some((name, bound)) = &cfg.bound
         && bound.ip().is_loopback()
         && !barrier.missing.is_empty()
-        && cfg.local_world_size < cfg.world_size
+        && cfg.placement.local_world_size < cfg.world_size
     {
         barrier_result.message.push_str(&format!(
             "; rank 0 serves on {bound}, a loopback address, because `{name}` resolves to it there: ranks on other nodes cannot reach it"
@@ -885,8 +885,7 @@ mod tests {
             let start = Instant::now();
             let cfg = ServerConfig {
                 world_size: 1,
-                local_world_size: 1,
-                nodelist: Vec::new(),
+                placement: Placement::default(),
                 master: format!("127.0.0.1:{port}"),
                 token: token.clone(),
                 started: start,
@@ -958,8 +957,7 @@ mod tests {
             let start = Instant::now();
             let cfg = ServerConfig {
                 world_size: 2,
-                local_world_size: 2,
-                nodelist: Vec::new(),
+                placement: Placement::default(),
                 master: format!("127.0.0.1:{port}"),
                 token: token.clone(),
                 started: start,
