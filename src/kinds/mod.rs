@@ -13,7 +13,7 @@ mod file;
 mod firewall;
 mod gpu_health;
 mod http;
-mod ifname_spec;
+pub mod ifname_spec;
 mod infiniband;
 mod interface;
 mod kernel_param;
