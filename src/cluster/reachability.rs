@@ -17,6 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
 use crate::kinds::ports::PortRange;
+use crate::kinds::tcp_connect;
 
 pub const ALL_PAIRS_MAX: usize = 64;
 const ECHO: &[u8; 8] = b"pfprobe\n";
@@ -131,7 +132,7 @@ pub async fn probe(from: usize, target: &Target, timeout: Duration) -> Probe {
             return result;
         }
         Ok(Err(e)) => {
-            result.status = classify(&e).into();
+            result.status = tcp_connect::classify(&e).name().into();
             result.detail = Some(e.to_string());
             return result;
         }
@@ -160,18 +161,6 @@ pub async fn probe(from: usize, target: &Target, timeout: Duration) -> Probe {
         }
     }
     result
-}
-
-pub fn classify(e: &std::io::Error) -> &'static str {
-    match e.kind() {
-        ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset => "refused",
-        ErrorKind::TimedOut => "timed_out",
-        ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => "unreachable",
-        _ => match e.raw_os_error() {
-            Some(libc::EHOSTUNREACH | libc::ENETUNREACH) => "unreachable",
-            _ => "error",
-        },
-    }
 }
 
 /// The probes of one node, all at once.

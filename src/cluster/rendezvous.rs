@@ -32,6 +32,7 @@ use super::store::Store;
 use crate::checklist::Check;
 use crate::checklist::values::format_duration;
 use crate::facts::Facts;
+use crate::kinds::tcp_connect::{self, Outcome};
 use crate::result::Verdict;
 
 /// A client that has not authenticated by then is dropped: slowloris and
@@ -703,21 +704,13 @@ pub struct ClientConfig {
     pub clock_offset_ms: i64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LastError {
-    None,
-    TimedOut,
-    Refused,
-    Unreachable,
-    Other,
-}
-
 /// Connects and authenticates, retrying with backoff until the deadline.
 /// The error says what the last attempts saw, in words that tell a DROP
 /// from a REJECT from another job on the port.
 pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
     let mut backoff = Duration::from_millis(25);
-    let mut last = LastError::None;
+    // How the last attempt ended; `Connected` only until the first one.
+    let mut last = Outcome::Connected;
     let mut last_text = String::new();
     let mut attempts = 0u32;
     let host = &cfg.master_addr;
@@ -731,16 +724,11 @@ pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
         let attempt = (now + CONNECT_LIMIT).min(cfg.deadline);
         match tokio::time::timeout_at(attempt, TcpStream::connect((host.as_str(), port))).await {
             Err(_) => {
-                last = LastError::TimedOut;
+                last = Outcome::TimedOut;
                 last_text = "connection attempt timed out".into();
             }
             Ok(Err(e)) => {
-                last = match reachability::classify(&e) {
-                    "refused" => LastError::Refused,
-                    "unreachable" => LastError::Unreachable,
-                    "timed_out" => LastError::TimedOut,
-                    _ => LastError::Other,
-                };
+                last = tcp_connect::classify(&e);
                 last_text = e.to_string();
             }
             Ok(Ok(mut stream)) => {
@@ -764,7 +752,7 @@ pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
                         ));
                     }
                     Err(e) => {
-                        last = LastError::Other;
+                        last = Outcome::Other;
                         last_text = format!("connected, but the handshake failed: {e}");
                     }
                 }
@@ -778,16 +766,16 @@ pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
     }
     let waited = format_duration(cfg.timeout);
     Err(match last {
-        LastError::TimedOut => format!(
+        Outcome::TimedOut => format!(
             "cannot reach the master {host}:{port} (rank 0): every connection attempt timed out for {waited} ({attempts} attempts): packets to port {port} are dropped, by a firewall DROP rule on {host} or on the way"
         ),
-        LastError::Refused => format!(
+        Outcome::Refused => format!(
             "cannot reach the master {host}:{port} (rank 0): connection refused for {waited} ({attempts} attempts): nothing listens on port {port} on {host} (rank 0 never started, or already finished with the job's other ranks, or MASTER_PORT differs), or a firewall REJECTs it"
         ),
-        LastError::Unreachable => format!(
+        Outcome::Unreachable => format!(
             "cannot reach the master {host}:{port} (rank 0): {last_text}: no route to {host} from here"
         ),
-        LastError::Other | LastError::None => format!(
+        Outcome::Other | Outcome::Connected | Outcome::NotResolved => format!(
             "cannot reach the master {host}:{port} (rank 0) within {waited}: {}",
             if last_text.is_empty() {
                 "no attempt completed"

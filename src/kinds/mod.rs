@@ -25,7 +25,7 @@ mod port;
 mod port_holder;
 pub mod ports;
 pub mod resolve;
-mod tcp_connect;
+pub mod tcp_connect;
 mod time_sync;
 
 use std::future::Future;
