@@ -130,7 +130,17 @@ fn text(env: &Env, names: &[&str]) -> Option<String> {
 /// processes on its node, not the node's index.
 const NODE_RANK: &[&str] = &["GROUP_RANK", "SLURM_NODEID"];
 const NNODES: &[&str] = &["SLURM_NNODES", "SLURM_JOB_NUM_NODES"];
-const JOB_ID: &[&str] = &["TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
+
+/// The job's id and the variable it came from: SLURM_JOB_ID, else
+/// TORCHELASTIC_RUN_ID unless it is torchrun's placeholder `none` (every
+/// torchrun without --rdzv-id has it, so it tells no job apart). The job
+/// token (`auth`) is derived from the same.
+pub fn job_id(env: &Env) -> Option<(&'static str, String)> {
+    ["SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"]
+        .into_iter()
+        .find_map(|var| Some((var, text(env, &[var])?)))
+        .filter(|(var, id)| !(*var == "TORCHELASTIC_RUN_ID" && id == "none"))
+}
 
 fn source_of(var: &str) -> &'static str {
     if var.starts_with("SLURM_") {
@@ -201,7 +211,7 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
     // A node agent's children get its command line, so the flag counts for
     // them too.
     let probe_ports = probe_ports(flags, env)?;
-    let job_id = text(env, JOB_ID);
+    let job_id = job_id(env).map(|(_, id)| id);
     let child = env.get(CHILD_MARKER).is_some_and(|v| v == "1");
     // A node agent's children take what the agent resolved (the port it
     // actually bound, for one) from the environment it gave them.
@@ -384,6 +394,24 @@ mod tests {
         bad[3] = ("SLURM_TASKS_PER_NODE", "2(x)");
         let e = resolve(&Flags::default(), &env(&bad)).unwrap_err();
         assert!(e.starts_with("SLURM_TASKS_PER_NODE=`2(x)`"), "{e}");
+    }
+
+    #[test]
+    fn the_job_id_is_slurms_else_torchruns_unless_its_placeholder() {
+        let id = |pairs: &[(&str, &str)]| job_id(&env(pairs));
+        let both = [("TORCHELASTIC_RUN_ID", "r1"), ("SLURM_JOB_ID", "77")];
+        assert_eq!(id(&both), Some(("SLURM_JOB_ID", "77".into())));
+        assert_eq!(id(&both[..1]), Some(("TORCHELASTIC_RUN_ID", "r1".into())));
+        assert_eq!(id(&[("TORCHELASTIC_RUN_ID", "none")]), None);
+        assert_eq!(id(&[("SLURM_JOB_ID", " ")]), None);
+        assert_eq!(
+            rank(
+                &Flags::default(),
+                &[("RANK", "0"), ("TORCHELASTIC_RUN_ID", "none")]
+            )
+            .job_id,
+            None
+        );
     }
 
     #[test]
