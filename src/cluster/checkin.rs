@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::identity::Identity;
-use crate::facts::Facts;
+use crate::facts::{Facts, nvidia};
 use crate::result::{CheckResult, Status};
 
 /// Test hook: report this tool version instead of the real one, so a test
@@ -164,12 +164,11 @@ pub fn versions(facts: &Facts) -> BTreeMap<String, String> {
     let read = |p: &str| std::fs::read_to_string(facts.host_path(p)).ok();
     let kernel = read("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string());
     v.insert("kernel".into(), kernel.unwrap_or_else(not_found));
-    let driver = read("/sys/module/nvidia/version")
-        .map(|s| s.trim().to_string())
-        .or_else(|| {
-            read("/proc/driver/nvidia/version").and_then(|t| crate::facts::nvidia::proc_version(&t))
-        })
-        .or_else(|| read("/sys/module/amdgpu/version").map(|s| format!("amdgpu {}", s.trim())));
+    let driver = nvidia::kernel_version(
+        read(nvidia::PROC_VERSION).and_then(|t| nvidia::proc_version(&t)),
+        read(nvidia::MODULE_VERSION).map(|s| s.trim().to_string()),
+    )
+    .or_else(|| read("/sys/module/amdgpu/version").map(|s| format!("amdgpu {}", s.trim())));
     v.insert("driver".into(), driver.unwrap_or_else(not_found));
     let cuda = read("/usr/local/cuda/version.json")
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
