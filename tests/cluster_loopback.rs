@@ -87,6 +87,26 @@ fn a_missing_rank_is_named_with_its_host_by_the_deadline() {
 }
 
 #[test]
+fn a_missing_rank_on_an_uneven_slurm_node_is_named_with_its_host() {
+    // SLURM_TASKS_PER_NODE=2,1: ranks 0-1 on gpu001, rank 2 on gpu002.
+    let port = cluster::free_port().to_string();
+    let args = run_args("2s");
+    let procs: Vec<_> = (0..2)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut e = env(&rank, "3", &port);
+            e.push(("SLURM_JOB_NODELIST", "gpu[001-002]"));
+            e.push(("SLURM_TASKS_PER_NODE", "2,1"));
+            local(&format!("rank{r}"), &args, &e)
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.barrier");
+    assert!(msg.contains("rank 2 (expected on gpu002)"), "{msg}");
+}
+
+#[test]
 fn node_mode_on_one_machine_starts_its_ranks() {
     let out = local(
         "agent",
