@@ -242,6 +242,11 @@ pub struct ClusterArgs {
     /// job without either picks a free port).
     #[arg(long, value_name = "PORT")]
     pub master_port: Option<u16>,
+    /// Ports for the reachability probe listener, e.g. 29600-29699 (a taken
+    /// port moves on to the next); default: PREFLIGHT_PROBE_PORTS, else an
+    /// ephemeral port.
+    #[arg(long, value_name = "FIRST-LAST", value_parser = crate::kinds::ports::PortRange::parse)]
+    pub probe_ports: Option<crate::kinds::ports::PortRange>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -265,6 +270,7 @@ impl ClusterArgs {
             nproc_per_node: self.nproc_per_node.map(|n| n.0),
             master_addr: self.master_addr.clone(),
             master_port: self.master_port,
+            probe_ports: self.probe_ports,
         }
     }
 }

@@ -87,6 +87,26 @@ fn a_missing_rank_is_named_with_its_host_by_the_deadline() {
 }
 
 #[test]
+fn a_missing_rank_on_an_uneven_slurm_node_is_named_with_its_host() {
+    // SLURM_TASKS_PER_NODE=2,1: ranks 0-1 on gpu001, rank 2 on gpu002.
+    let port = cluster::free_port().to_string();
+    let args = run_args("2s");
+    let procs: Vec<_> = (0..2)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut e = env(&rank, "3", &port);
+            e.push(("SLURM_JOB_NODELIST", "gpu[001-002]"));
+            e.push(("SLURM_TASKS_PER_NODE", "2,1"));
+            local(&format!("rank{r}"), &args, &e)
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.barrier");
+    assert!(msg.contains("rank 2 (expected on gpu002)"), "{msg}");
+}
+
+#[test]
 fn node_mode_on_one_machine_starts_its_ranks() {
     let out = local(
         "agent",
@@ -324,4 +344,217 @@ fn a_check_that_runs_to_the_deadline_does_not_cost_the_rendezvous() {
         "{}",
         out[0].message("site.slow")
     );
+}
+
+fn fixture_root(name: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+        .join("root")
+        .display()
+        .to_string()
+}
+
+/// One rank per fixture root: each reads its own hardware and hostname
+/// from its tree, so on loopback they are nodes of their own (a node is a
+/// hostname and an address).
+fn ranks_on_roots(
+    roots: &[&str],
+    extra_args: &[&str],
+    extra_env: &[&[(&str, &str)]],
+) -> Vec<Outcome> {
+    let port = cluster::free_port().to_string();
+    let world = roots.len().to_string();
+    let procs: Vec<_> = roots
+        .iter()
+        .enumerate()
+        .map(|(r, root)| {
+            let mut args = run_args("20s");
+            args.extend(["--root".to_string(), fixture_root(root)]);
+            args.extend(extra_args.iter().map(|s| s.to_string()));
+            let rank = r.to_string();
+            let mut e = env(&rank, &world, &port);
+            if let Some(more) = extra_env.get(r) {
+                e.extend_from_slice(more);
+            }
+            local(&format!("rank{r}@{root}"), &args, &e)
+        })
+        .collect();
+    procs.into_iter().map(|p| p.finish(MARGIN)).collect()
+}
+
+#[test]
+fn a_node_with_another_device_count_is_named() {
+    let out = ranks_on_roots(&["h100-ib-healthy", "amd-mi300x", "roce-node"], &[], &[]);
+    all_exit(&out, 1);
+    let report = out[0].json();
+    let nodes = report["cluster"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{nodes:#?}");
+    let msg = out[0].message("cluster.devices");
+    assert!(
+        msg.starts_with("fail device count: 8 devices on gpu-h100-017, gpu-mi300x-002; 2 devices on gpu-roce-011 (odd: gpu-roce-011)"),
+        "{msg}"
+    );
+    // Every rank got the same verdict.
+    for o in &out[1..] {
+        assert_eq!(o.message("cluster.devices"), msg, "{}", o.label);
+    }
+}
+
+#[test]
+fn a_node_whose_own_checks_fail_is_listed_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site.yaml");
+    std::fs::write(
+        &site,
+        "checks:\n  - id: site.scratch\n    kind: env\n    name: PREFLIGHT_TEST_SCRATCH\n",
+    )
+    .unwrap();
+    let site = site.display().to_string();
+    let set: &[(&str, &str)] = &[("PREFLIGHT_TEST_SCRATCH", "/scratch")];
+    // The variable is missing on the second node only.
+    let out = ranks_on_roots(
+        &["cpu-node", "amd-mi300x", "intel-max-xpu"],
+        &["--checks", &site],
+        &[set, &[], set],
+    );
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.node_checks");
+    assert!(
+        msg.starts_with("fail gpu-mi300x-002: site.scratch (fail:"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("cpu-vm-03") && !msg.contains("xpu-pvc-004"),
+        "{msg}"
+    );
+    let report = out[2].json();
+    assert_eq!(report["verdict"], "not_ready");
+    // The rank whose own checks passed is not ready because of the other.
+    assert_eq!(
+        report["cluster"]["nodes"][2]["local_verdict"], "ready",
+        "{report:#}"
+    );
+}
+
+#[test]
+fn no_job_token_is_a_warning_in_the_report() {
+    let port = cluster::free_port().to_string();
+    let procs: Vec<_> = (0..2)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut e = env(&rank, "2", &port);
+            e.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
+            local(&format!("rank{r}"), &run_args("20s"), &e)
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    // A warning, not a failure: the job is ready.
+    all_exit(&out, 0);
+    for o in &out {
+        let c = &o.json()["cluster"];
+        assert!(c["token"].as_str().unwrap().starts_with("none"), "{c:#}");
+        assert!(
+            c["warnings"].to_string().contains("no job token"),
+            "{}: {c:#}",
+            o.label
+        );
+    }
+    // And in the human cluster view of rank 0.
+    let port = cluster::free_port().to_string();
+    let mut args = run_args("20s");
+    args.truncate(args.len() - 2);
+    let procs: Vec<_> = (0..2)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut e = env(&rank, "2", &port);
+            e.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
+            local(&format!("rank{r}"), &args, &e)
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 0);
+    assert!(
+        out[0].stdout.contains("warning: no job token"),
+        "{}",
+        out[0].stdout
+    );
+}
+
+#[test]
+fn another_jobs_rank_0_on_the_port_is_named_on_both_sides() {
+    let port = cluster::free_port().to_string();
+    let args = run_args("60s");
+    let a0 = local("jobA-rank0", &args, &env("0", "2", &port));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut other = env("0", "2", &port);
+    other.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
+    other.push(("PREFLIGHT_TOKEN", "job-b"));
+    let b0 = local("jobB-rank0", &args, &other).finish(MARGIN);
+    assert_eq!(b0.code, 1, "{}\n{}", b0.stdout, b0.stderr);
+    let msg = b0.message("cluster.rendezvous");
+    assert!(
+        msg.contains(&format!(
+            "port {port} on 127.0.0.1 is in use by another job: a preflight with another job token already serves there"
+        )),
+        "{msg}"
+    );
+    assert!(b0.elapsed < Duration::from_secs(30), "{:?}", b0.elapsed);
+    let a1 = local("jobA-rank1", &args, &env("1", "2", &port));
+    let out = [a0.finish(MARGIN), a1.finish(MARGIN)];
+    all_exit(&out, 0);
+    let warnings = out[0].json()["cluster"]["warnings"].to_string();
+    assert!(
+        warnings.contains("a preflight of another job (another token) connected from 127.0.0.1")
+            && warnings.contains(&format!("this job's master port 127.0.0.1:{port}")),
+        "{warnings}"
+    );
+}
+
+#[test]
+fn a_bad_probe_port_range_is_a_usage_error() {
+    let port = cluster::free_port().to_string();
+    let mut args = run_args("5s");
+    args.extend(["--probe-ports".to_string(), "29699-29600".to_string()]);
+    let out = local("flag", &args, &env("0", "1", &port)).finish(MARGIN);
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("runs backwards"), "{}", out.stderr);
+    let mut e = env("0", "1", &port);
+    e.push(("PREFLIGHT_PROBE_PORTS", "ssh"));
+    let out = local("var", &run_args("5s"), &e).finish(MARGIN);
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("PREFLIGHT_PROBE_PORTS=`ssh`"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn probe_listeners_take_the_next_free_port_of_the_range() {
+    // Two nodes on loopback (two fixture roots); the range's first port is
+    // held by another program, so both listeners move on past it.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let first = held.local_addr().unwrap().port();
+    let range = format!("{first}-{}", first.saturating_add(20));
+    let out = ranks_on_roots(&["cpu-node", "amd-mi300x"], &["--probe-ports", &range], &[]);
+    for o in &out {
+        assert_eq!(o.status("cluster.reachability"), "pass", "{}", o.stdout);
+    }
+    let report = out[0].json();
+    let mut ports: Vec<u16> = report["cluster"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let a = n["probe_addr"].as_str().expect("probe_addr");
+            a.rsplit(':').next().unwrap().parse().unwrap()
+        })
+        .collect();
+    ports.sort();
+    assert!(
+        ports[0] > first && ports[1] > ports[0] && ports[1] <= first + 20,
+        "{ports:?} in {range}"
+    );
+    drop(held);
 }

@@ -404,3 +404,63 @@ fn a_master_whose_hostname_resolves_to_127_0_1_1_is_explained() {
     let msg = out[1].message("cluster.rendezvous");
     assert!(msg.contains("h0:29500") && msg.contains("refused"), "{msg}");
 }
+
+#[test]
+fn a_host_whose_firewall_rejects_the_probe_port_is_named_as_refusing() {
+    let Some(job) = job(3, None) else { return };
+    // The rendezvous port is open everywhere; host 2 REJECTs the probe
+    // port: its peers get refused (told apart from a DROP's timeout).
+    job.cluster.iptables(
+        2,
+        &[
+            "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "29601", "-j", "REJECT",
+        ],
+    );
+    let ports: &[(&str, &str)] = &[("PREFLIGHT_PROBE_PORTS", "29601-29610")];
+    let out = job.all("15s", &[(0, ports), (1, ports), (2, ports)]);
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.reachability");
+    assert!(
+        msg.contains("h2 refuses incoming connections (a firewall REJECT rule?): every peer failed to reach it (refused) while it reached 2 of 2"),
+        "{msg}"
+    );
+    assert!(!msg.contains("h0 ") && !msg.contains("h1 "), "{msg}");
+    let c = &out[0].json()["cluster"];
+    let probes = c["reachability"]["probes"].as_array().unwrap();
+    for p in probes {
+        let want = if p["to"] == 2 { "refused" } else { "ok" };
+        assert_eq!(p["status"], want, "{probes:#?}");
+    }
+    assert_eq!(
+        c["nodes"][2]["probe_addr"],
+        format!("{}:29601", job.cluster.addr(2))
+    );
+    // The matrix is in rank 0's human view, and every rank exits alike.
+    assert!(out[1].json()["cluster"]["verdict"] == "not_ready");
+}
+
+#[test]
+fn a_host_whose_probe_port_range_is_taken_is_named() {
+    let Some(job) = job(3, None) else { return };
+    // Another program holds host 1's only probe port.
+    job.cluster.listen(1, 29601, &[]);
+    let ports: &[(&str, &str)] = &[("PREFLIGHT_PROBE_PORTS", "29601")];
+    let out = job.all("15s", &[(0, ports), (1, ports), (2, ports)]);
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.reachability");
+    assert!(
+        msg.contains(&format!(
+            "h1: no probe listener: the probe port 29601 is in use on {}",
+            job.cluster.addr(1)
+        )),
+        "{msg}"
+    );
+    // The others are reached, and nobody else is blamed.
+    assert!(!msg.contains("h0") && !msg.contains("h2"), "{msg}");
+    let c = &out[0].json()["cluster"];
+    assert!(c["nodes"][1].get("probe_addr").is_none(), "{c:#}");
+    for p in c["reachability"]["probes"].as_array().unwrap() {
+        let want = if p["to"] == 1 { "error" } else { "ok" };
+        assert_eq!(p["status"], want, "{p}");
+    }
+}

@@ -48,18 +48,13 @@ impl Token {
         if let Some(t) = get("PREFLIGHT_TOKEN") {
             return Token::new(t.as_bytes(), "PREFLIGHT_TOKEN");
         }
-        if let Some(id) = get("SLURM_JOB_ID") {
-            return Token::new(format!("slurm-job:{id}").as_bytes(), "SLURM_JOB_ID");
+        match super::identity::job_id(env) {
+            Some((var @ "SLURM_JOB_ID", id)) => {
+                Token::new(format!("slurm-job:{id}").as_bytes(), var)
+            }
+            Some((var, id)) => Token::new(format!("torchelastic:{id}").as_bytes(), var),
+            None => Token::new(b"preflight: no job token", "none"),
         }
-        // torchrun sets the run id to "none" unless --rdzv-id is given: every
-        // such job would share it, which is no token at all.
-        if let Some(id) = get("TORCHELASTIC_RUN_ID").filter(|id| *id != "none") {
-            return Token::new(
-                format!("torchelastic:{id}").as_bytes(),
-                "TORCHELASTIC_RUN_ID",
-            );
-        }
-        Token::new(b"preflight: no job token", "none")
     }
 
     pub fn new(key: &[u8], source: &'static str) -> Token {

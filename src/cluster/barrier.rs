@@ -11,10 +11,42 @@ use crate::result::{CheckResult, Status};
 
 pub type ConnId = u64;
 
+/// Where each rank was expected to run, as far as the launcher says.
+#[derive(Debug, Clone, Default)]
+pub struct Placement {
+    /// Slurm's expanded nodelist: node index to host.
+    pub nodelist: Vec<String>,
+    /// Ranks per node in node order (Slurm's tasks per node, or node mode's
+    /// ranks per node); empty: `local_world_size` on every node.
+    pub tasks_per_node: Vec<u32>,
+    pub local_world_size: u32,
+    /// MASTER_ADDR: where node 0 runs.
+    pub master_host: Option<String>,
+}
+
+impl Placement {
+    /// The node of `rank`: ranks fill the nodes in order (Slurm's default
+    /// block distribution, torchrun's and node mode's layout).
+    pub fn node_of(&self, rank: u32) -> u32 {
+        let mut first = 0u32;
+        for (node, &count) in self.tasks_per_node.iter().enumerate() {
+            first = first.saturating_add(count);
+            if rank < first {
+                return node as u32;
+            }
+        }
+        rank / self.local_world_size.max(1)
+    }
+
+    /// Whether several ranks share a node.
+    fn shared(&self) -> bool {
+        self.local_world_size > 1 || self.tasks_per_node.iter().any(|&c| c > 1)
+    }
+}
+
 pub struct BarrierState {
     pub world_size: u32,
-    local_world_size: u32,
-    nodelist: Vec<String>,
+    placement: Placement,
     /// The first check-in of each rank.
     pub arrivals: BTreeMap<u32, (ConnId, CheckIn)>,
     /// Later claimants of a rank that had already checked in.
@@ -28,16 +60,15 @@ pub struct BarrierState {
     pub dropped_total: usize,
 }
 
-fn who(c: &CheckIn) -> String {
+pub fn who(c: &CheckIn) -> String {
     format!("{} ({}) pid {}", c.hostname, c.addr, c.pid)
 }
 
 impl BarrierState {
-    pub fn new(world_size: u32, local_world_size: u32, nodelist: Vec<String>) -> BarrierState {
+    pub fn new(world_size: u32, placement: Placement) -> BarrierState {
         BarrierState {
             world_size,
-            local_world_size,
-            nodelist,
+            placement,
             arrivals: BTreeMap::new(),
             duplicates: Vec::new(),
             out_of_range: Vec::new(),
@@ -91,22 +122,25 @@ impl BarrierState {
     }
 
     /// Where a rank was expected: the nodelist's host for its node, else a
-    /// host where another rank of the same node checked in, else its node
-    /// rank.
+    /// host where another rank of the same node checked in, else the
+    /// master's host for node 0, else its node rank.
     fn expected_on(&self, rank: u32) -> Option<String> {
-        let per = self.local_world_size.max(1);
-        let node = rank / per;
-        if let Some(h) = self.nodelist.get(node as usize) {
+        let p = &self.placement;
+        let node = p.node_of(rank);
+        if let Some(h) = p.nodelist.get(node as usize) {
             return Some(h.clone());
         }
         if let Some((_, c)) = self
             .arrivals
             .values()
-            .find(|(_, c)| c.identity.rank / per == node && self.local_world_size > 1)
+            .find(|(_, c)| p.shared() && p.node_of(c.identity.rank) == node)
         {
             return Some(format!("{} ({})", c.hostname, c.addr));
         }
-        if self.local_world_size > 1 || self.nodelist.is_empty() {
+        if let (0, Some(master)) = (node, &p.master_host) {
+            return Some(master.clone());
+        }
+        if p.shared() || p.nodelist.is_empty() {
             return Some(format!("node rank {node}"));
         }
         None
@@ -290,46 +324,17 @@ pub fn synthetic(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::checkin::{CheckIn, Devices};
-    use crate::cluster::identity::Identity;
+    use crate::cluster::checkin::CheckIn;
 
     fn checkin(rank: u32, world: u32, host: &str) -> CheckIn {
-        CheckIn {
-            identity: Identity {
-                rank,
-                world_size: world,
-                local_rank: 0,
-                local_world_size: 1,
-                node_rank: rank,
-                nnodes: None,
-                master_addr: "h0".into(),
-                master_port: 29500,
-                job_id: None,
-                source: "torchrun".into(),
-                nodelist: Vec::new(),
-            },
-            hostname: host.into(),
-            addr: "10.0.0.1".into(),
-            pid: 100 + rank,
-            tool_version: "1".into(),
-            checklist_hash: "x".into(),
-            local_verdict: "ready".into(),
-            failed: Vec::new(),
-            versions: Default::default(),
-            env: Default::default(),
-            devices: Devices::default(),
-            clock: None,
-            hostname_addrs: Vec::new(),
-            probe_addr: None,
-            interface: None,
-        }
+        crate::cluster::checkin::sample(rank, world, host)
     }
 
     #[test]
     fn a_huge_missing_list_stays_small() {
         // The verdict travels in one frame to every rank: it must fit at any
         // world size.
-        let mut b = BarrierState::new(1_000_000, 1, Vec::new());
+        let mut b = BarrierState::new(1_000_000, Placement::default());
         b.arrive(1, checkin(0, 1_000_000, "h0"));
         let summary = b.summary(10);
         assert_eq!(summary.missing_count, 999_999);
@@ -347,7 +352,12 @@ mod tests {
     #[test]
     fn missing_duplicate_mismatch_lost_and_out_of_range_are_all_named() {
         let nodes = ["h0", "h1", "h2", "h3", "h4"].map(String::from).to_vec();
-        let mut b = BarrierState::new(5, 1, nodes);
+        let placement = Placement {
+            nodelist: nodes,
+            local_world_size: 1,
+            ..Placement::default()
+        };
+        let mut b = BarrierState::new(5, placement);
         b.arrive(1, checkin(0, 5, "h0"));
         b.arrive(2, checkin(1, 5, "h1"));
         b.arrive(3, checkin(1, 5, "h9"));
@@ -373,8 +383,64 @@ mod tests {
     }
 
     #[test]
+    fn uneven_slurm_nodes_name_the_host_of_each_missing_rank() {
+        // SLURM_TASKS_PER_NODE=2(x3),1 over gpu[001-004]: ranks 0-1 on
+        // gpu001, 2-3 on gpu002, 4-5 on gpu003, 6 on gpu004.
+        let placement = Placement {
+            nodelist: ["gpu001", "gpu002", "gpu003", "gpu004"]
+                .map(String::from)
+                .to_vec(),
+            tasks_per_node: vec![2, 2, 2, 1],
+            local_world_size: 2,
+            master_host: None,
+        };
+        assert_eq!(
+            (0..7).map(|r| placement.node_of(r)).collect::<Vec<_>>(),
+            vec![0, 0, 1, 1, 2, 2, 3]
+        );
+        let mut b = BarrierState::new(7, placement);
+        for r in [0, 1, 2, 4] {
+            b.arrive(u64::from(r) + 1, checkin(r, 7, "x"));
+        }
+        let r = result(&b.summary(10), 7, "1s");
+        for want in [
+            "rank 3 (expected on gpu002)",
+            "rank 5 (expected on gpu003)",
+            "rank 6 (expected on gpu004)",
+        ] {
+            assert!(r.message.contains(want), "{want}: {}", r.message);
+        }
+    }
+
+    #[test]
+    fn node_mode_names_a_node_that_never_started_where_it_can() {
+        // Three nodes of two ranks, no nodelist: node 0's host is the
+        // master's; node 1's is where its other rank checked in; node 2 is
+        // known only by its index.
+        let placement = Placement {
+            nodelist: Vec::new(),
+            tasks_per_node: vec![2, 2, 2],
+            local_world_size: 2,
+            master_host: Some("head".into()),
+        };
+        let mut b = BarrierState::new(6, placement);
+        let mut c = checkin(3, 6, "n1");
+        c.addr = "10.0.0.2".into();
+        b.arrive(1, c);
+        let r = result(&b.summary(10), 6, "1s");
+        for want in [
+            "rank 0 (expected on head)",
+            "rank 1 (expected on head)",
+            "rank 2 (expected on n1 (10.0.0.2))",
+            "rank 4 (expected on node rank 2)",
+        ] {
+            assert!(r.message.contains(want), "{want}: {}", r.message);
+        }
+    }
+
+    #[test]
     fn all_present_is_a_pass() {
-        let mut b = BarrierState::new(2, 1, Vec::new());
+        let mut b = BarrierState::new(2, Placement::default());
         b.arrive(1, checkin(0, 2, "a"));
         b.arrive(2, checkin(1, 2, "b"));
         assert!(b.complete());

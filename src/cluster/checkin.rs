@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::identity::Identity;
-use crate::facts::Facts;
+use crate::facts::{Facts, nvidia};
 use crate::result::{CheckResult, Status};
 
 /// Test hook: report this tool version instead of the real one, so a test
@@ -52,6 +52,9 @@ pub struct CheckIn {
     pub hostname_addrs: Vec<String>,
     /// Where the reachability probes of peers should connect.
     pub probe_addr: Option<String>,
+    /// Why there is no probe listener (the probe port range exhausted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_error: Option<String>,
     /// The interface that holds `addr`.
     pub interface: Option<String>,
 }
@@ -161,12 +164,11 @@ pub fn versions(facts: &Facts) -> BTreeMap<String, String> {
     let read = |p: &str| std::fs::read_to_string(facts.host_path(p)).ok();
     let kernel = read("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string());
     v.insert("kernel".into(), kernel.unwrap_or_else(not_found));
-    let driver = read("/sys/module/nvidia/version")
-        .map(|s| s.trim().to_string())
-        .or_else(|| {
-            read("/proc/driver/nvidia/version").and_then(|t| crate::facts::nvidia::proc_version(&t))
-        })
-        .or_else(|| read("/sys/module/amdgpu/version").map(|s| format!("amdgpu {}", s.trim())));
+    let driver = nvidia::kernel_version(
+        read(nvidia::PROC_VERSION).and_then(|t| nvidia::proc_version(&t)),
+        read(nvidia::MODULE_VERSION).map(|s| s.trim().to_string()),
+    )
+    .or_else(|| read("/sys/module/amdgpu/version").map(|s| format!("amdgpu {}", s.trim())));
     v.insert("driver".into(), driver.unwrap_or_else(not_found));
     let cuda = read("/usr/local/cuda/version.json")
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
@@ -275,6 +277,43 @@ pub fn checklist_hash(checks: &[std::sync::Arc<crate::checklist::Check>]) -> Str
         h.update(b"\n");
     }
     super::auth::hex(&h.finalize()[..6])
+}
+
+/// A check-in as a rank on `host` would send it, for tests.
+#[cfg(test)]
+pub fn sample(rank: u32, world: u32, host: &str) -> CheckIn {
+    CheckIn {
+        identity: super::identity::Identity {
+            rank,
+            world_size: world,
+            local_rank: 0,
+            local_world_size: 1,
+            node_rank: rank,
+            nnodes: None,
+            master_addr: "h0".into(),
+            master_port: 29500,
+            job_id: None,
+            source: "torchrun".into(),
+            nodelist: Vec::new(),
+            probe_ports: None,
+            tasks_per_node: Vec::new(),
+        },
+        hostname: host.into(),
+        addr: "10.0.0.1".into(),
+        pid: 100 + rank,
+        tool_version: "1".into(),
+        checklist_hash: "x".into(),
+        local_verdict: "ready".into(),
+        failed: Vec::new(),
+        versions: Default::default(),
+        env: Default::default(),
+        devices: Devices::default(),
+        clock: None,
+        hostname_addrs: Vec::new(),
+        probe_addr: None,
+        probe_error: None,
+        interface: None,
+    }
 }
 
 #[cfg(test)]

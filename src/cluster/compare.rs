@@ -13,6 +13,7 @@ use super::report::NodeView;
 use crate::checklist::Check;
 use crate::checklist::values::Span;
 use crate::facts::Facts;
+use crate::kinds::ifname_spec::picks;
 use crate::kinds::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::result::{CheckResult, Finding, Status};
 
@@ -460,31 +461,6 @@ pub struct Addresses {}
 impl Params for Addresses {}
 cluster_kind!(Addresses);
 
-/// Whether NCCL's interface selector picks `iface`: a comma list of
-/// prefixes, `=` for exact names, a leading `^` to exclude.
-pub fn nccl_picks(selector: &str, iface: &str) -> bool {
-    let (exclude, rest) = match selector.strip_prefix('^') {
-        Some(r) => (true, r),
-        None => (false, selector),
-    };
-    let (exact, rest) = match rest.strip_prefix('=') {
-        Some(r) => (true, r),
-        None => (false, rest),
-    };
-    let hit = rest
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .any(|p| {
-            if exact {
-                iface == p
-            } else {
-                iface.starts_with(p)
-            }
-        });
-    hit != exclude
-}
-
 impl ClusterProbe for Addresses {
     fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
         let multi = view.nodes.len() > 1;
@@ -509,12 +485,14 @@ impl ClusterProbe for Addresses {
             }
             let Some(iface) = &n.interface else { continue };
             let nccl = match n.env.get("NCCL_SOCKET_IFNAME") {
-                Some(sel) if nccl_picks(sel, iface) => format!("NCCL_SOCKET_IFNAME={sel} picks it"),
+                Some(sel) if picks("NCCL_SOCKET_IFNAME", sel, iface) => {
+                    format!("NCCL_SOCKET_IFNAME={sel} picks it")
+                }
                 Some(sel) => format!("NCCL_SOCKET_IFNAME={sel} does not pick it"),
                 None => "NCCL_SOCKET_IFNAME unset".to_string(),
             };
             let gloo = match n.env.get("GLOO_SOCKET_IFNAME") {
-                Some(sel) if sel.split(',').any(|s| s.trim() == iface) => {
+                Some(sel) if picks("GLOO_SOCKET_IFNAME", sel, iface) => {
                     format!("GLOO_SOCKET_IFNAME={sel} picks it")
                 }
                 Some(sel) => format!("GLOO_SOCKET_IFNAME={sel} does not pick it"),
@@ -523,7 +501,7 @@ impl ClusterProbe for Addresses {
             notes.push(format!("{} via {iface} ({nccl}, {gloo})", n.name));
             if let Some(sel) = n.env.get("NCCL_SOCKET_IFNAME")
                 && multi
-                && !nccl_picks(sel, iface)
+                && !picks("NCCL_SOCKET_IFNAME", sel, iface)
             {
                 problems.push(format!(
                     "{}: NCCL_SOCKET_IFNAME={sel} would not pick {iface}, the interface its peers reach it on",
@@ -532,7 +510,7 @@ impl ClusterProbe for Addresses {
             }
             if let Some(sel) = n.env.get("GLOO_SOCKET_IFNAME")
                 && multi
-                && !sel.split(',').any(|s| s.trim() == iface)
+                && !picks("GLOO_SOCKET_IFNAME", sel, iface)
             {
                 problems.push(format!(
                     "{}: GLOO_SOCKET_IFNAME={sel} would not pick {iface}, the interface its peers reach it on",
@@ -572,6 +550,7 @@ mod tests {
                 rtt_ms: 0.4,
             }),
             interface: Some("eth0".into()),
+            probe_addr: None,
             hostname_addrs: vec!["10.0.0.1".into()],
             local_verdict: "ready".into(),
             failed: Vec::new(),
@@ -661,16 +640,5 @@ mod tests {
         assert!(!f.message.contains("b: NCCL"), "{}", f.message);
         // One node: nothing to reach, nothing to fail.
         assert_eq!(eval(&Addresses {}, &[a]).status, Status::Pass);
-    }
-
-    #[test]
-    fn nccl_interface_selectors() {
-        assert!(nccl_picks("eth", "eth0"));
-        assert!(!nccl_picks("ib", "eth0"));
-        assert!(nccl_picks("^docker,lo", "eth0"));
-        assert!(!nccl_picks("^eth", "eth0"));
-        assert!(nccl_picks("=eth0", "eth0"));
-        assert!(!nccl_picks("=eth", "eth0"));
-        assert!(nccl_picks("ib,eth", "eth1"));
     }
 }

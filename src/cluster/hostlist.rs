@@ -2,6 +2,9 @@
 //! and login1. Zero padding is kept (the width of the range's first bound),
 //! several bracket groups in one name multiply out (`r[1-2]n[1-2]`), and
 //! commas inside brackets do not split hosts.
+//!
+//! Slurm compresses task counts per node the same way:
+//! SLURM_TASKS_PER_NODE=`2(x3),1` is 2, 2, 2, 1 (`counts`).
 
 /// More hosts than any real job has: a typo like `n[1-99999999]` must be an
 /// error, not an allocation of gigabytes.
@@ -23,6 +26,31 @@ pub fn expand(list: &str) -> Result<Vec<String>, String> {
         hosts.append(&mut expanded);
     }
     Ok(hosts)
+}
+
+/// `2(x3),1` to [2, 2, 2, 1]: a count, optionally repeated `(xN)` times,
+/// per item.
+pub fn counts(list: &str) -> Result<Vec<u32>, String> {
+    let mut out = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let bad = || format!("`{list}`: `{item}` is not a count such as 2 or 2(x3)");
+        let (count, times) = match item.split_once('(') {
+            Some((count, rest)) => {
+                let times = rest
+                    .strip_prefix('x')
+                    .and_then(|r| r.strip_suffix(')'))
+                    .ok_or_else(bad)?;
+                (count, times.trim().parse::<usize>().map_err(|_| bad())?)
+            }
+            None => (item, 1),
+        };
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        if times == 0 || out.len() + times > MAX_HOSTS {
+            return Err(format!("`{list}`: `{item}`: 1 to {MAX_HOSTS} nodes"));
+        }
+        out.extend(std::iter::repeat_n(count, times));
+    }
+    Ok(out)
 }
 
 /// Splits at commas outside brackets.
@@ -138,6 +166,18 @@ mod tests {
         for (input, want) in cases {
             let got = expand(input).unwrap_or_else(|e| panic!("{input}: {e}"));
             assert_eq!(got, *want, "{input}");
+        }
+    }
+
+    #[test]
+    fn task_counts() {
+        assert_eq!(counts("2(x3),1").unwrap(), vec![2, 2, 2, 1]);
+        assert_eq!(counts("4").unwrap(), vec![4]);
+        assert_eq!(counts("1,3(x2)").unwrap(), vec![1, 3, 3]);
+        assert_eq!(counts("").unwrap(), Vec::<u32>::new());
+        for bad in ["x", "2(3)", "2(x)", "2(x0)", "2(x3", "-1", "2(x99999999)"] {
+            let e = counts(bad).unwrap_err();
+            assert!(e.starts_with(&format!("`{bad}`")), "{bad}: {e}");
         }
     }
 

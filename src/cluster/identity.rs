@@ -8,7 +8,9 @@
 //!    MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID;
 //! 3. Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE,
 //!    SLURM_NODEID, SLURM_NNODES, SLURM_JOB_NODELIST (the master is its first
-//!    host when MASTER_ADDR is unset), SLURM_JOB_ID;
+//!    host when MASTER_ADDR is unset), SLURM_STEP_TASKS_PER_NODE /
+//!    SLURM_TASKS_PER_NODE (`2(x3),1`: which node each rank runs on),
+//!    SLURM_JOB_ID;
 //! 4. OpenMPI: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE;
 //! 5. PMI/PMIx: PMI_RANK, PMI_SIZE, PMIX_RANK.
 //!
@@ -23,6 +25,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::hostlist;
+use crate::kinds::ports::PortRange;
+
+/// The probe listener's port range when `--probe-ports` is not given.
+pub const PROBE_PORTS_VAR: &str = "PREFLIGHT_PROBE_PORTS";
 
 pub const DEFAULT_PORT: u16 = 29500;
 /// Far above any real job; a typo beyond it is an error, not a barrier
@@ -42,6 +48,8 @@ pub struct Flags {
     pub nproc_per_node: Option<Option<u32>>,
     pub master_addr: Option<String>,
     pub master_port: Option<u16>,
+    /// `--probe-ports`: where the reachability probe listener may listen.
+    pub probe_ports: Option<PortRange>,
 }
 
 impl Flags {
@@ -67,6 +75,15 @@ pub struct Identity {
     pub source: String,
     /// Slurm's expanded nodelist, to say where a missing rank was expected.
     pub nodelist: Vec<String>,
+    /// The ports the reachability probe listener may take (`--probe-ports`,
+    /// else PREFLIGHT_PROBE_PORTS); `None`: an ephemeral port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_ports: Option<PortRange>,
+    /// Slurm's ranks per node, in nodelist order (SLURM_STEP_TASKS_PER_NODE,
+    /// else SLURM_TASKS_PER_NODE, expanded): where each rank runs when
+    /// nodes hold different numbers of tasks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks_per_node: Vec<u32>,
 }
 
 /// What this process is.
@@ -113,7 +130,17 @@ fn text(env: &Env, names: &[&str]) -> Option<String> {
 /// processes on its node, not the node's index.
 const NODE_RANK: &[&str] = &["GROUP_RANK", "SLURM_NODEID"];
 const NNODES: &[&str] = &["SLURM_NNODES", "SLURM_JOB_NUM_NODES"];
-const JOB_ID: &[&str] = &["TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
+
+/// The job's id and the variable it came from: SLURM_JOB_ID, else
+/// TORCHELASTIC_RUN_ID unless it is torchrun's placeholder `none` (every
+/// torchrun without --rdzv-id has it, so it tells no job apart). The job
+/// token (`auth`) is derived from the same.
+pub fn job_id(env: &Env) -> Option<(&'static str, String)> {
+    ["SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"]
+        .into_iter()
+        .find_map(|var| Some((var, text(env, &[var])?)))
+        .filter(|(var, id)| !(*var == "TORCHELASTIC_RUN_ID" && id == "none"))
+}
 
 fn source_of(var: &str) -> &'static str {
     if var.starts_with("SLURM_") {
@@ -132,6 +159,17 @@ fn nodelist(env: &Env) -> Result<Vec<String>, String> {
         Some(list) => hostlist::expand(&list).map_err(|e| format!("SLURM_JOB_NODELIST: {e}")),
         None => Ok(Vec::new()),
     }
+}
+
+const TASKS_PER_NODE: &[&str] = &["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"];
+
+fn tasks_per_node(env: &Env) -> Result<Vec<u32>, String> {
+    for name in TASKS_PER_NODE {
+        if let Some(v) = text(env, &[name]) {
+            return hostlist::counts(&v).map_err(|e| format!("{name}={e}"));
+        }
+    }
+    Ok(Vec::new())
 }
 
 fn master_addr(flags: &Flags, env: &Env, nodes: &[String]) -> String {
@@ -156,9 +194,24 @@ fn master_port(flags: &Flags, env: &Env, default: u16) -> Result<u16, String> {
     }
 }
 
+fn probe_ports(flags: &Flags, env: &Env) -> Result<Option<PortRange>, String> {
+    if let Some(r) = flags.probe_ports {
+        return Ok(Some(r));
+    }
+    match text(env, &[PROBE_PORTS_VAR]) {
+        Some(v) => PortRange::parse(&v)
+            .map(Some)
+            .map_err(|e| format!("{PROBE_PORTS_VAR}=`{v}`: {e}")),
+        None => Ok(None),
+    }
+}
+
 pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
     let nodes = nodelist(env)?;
-    let job_id = text(env, JOB_ID);
+    // A node agent's children get its command line, so the flag counts for
+    // them too.
+    let probe_ports = probe_ports(flags, env)?;
+    let job_id = job_id(env).map(|(_, id)| id);
     let child = env.get(CHILD_MARKER).is_some_and(|v| v == "1");
     // A node agent's children take what the agent resolved (the port it
     // actually bound, for one) from the environment it gave them.
@@ -233,15 +286,17 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
             "world size {world_size} is out of range (1 to {MAX_WORLD})"
         ));
     }
+    let tasks_per_node = tasks_per_node(env)?;
+    let node_var = first::<u32>(env, NODE_RANK).map(|(v, _)| v);
+    // Without a local size, Slurm's count for this node (uneven nodes).
     let local_world_size = first(env, &launch::local_size_vars())
         .map(|(v, _)| v)
+        .or_else(|| tasks_per_node.get(node_var? as usize).copied())
         .unwrap_or(1);
     let local_rank = first(env, &launch::local_rank_vars())
         .map(|(v, _)| v)
         .unwrap_or(0);
-    let node_rank = first(env, NODE_RANK)
-        .map(|(v, _)| v)
-        .unwrap_or(rank / local_world_size.max(1));
+    let node_rank = node_var.unwrap_or(rank / local_world_size.max(1));
     let source = if child { "node" } else { source_of(rank_var) };
     Ok(Role::Rank(Identity {
         rank,
@@ -255,6 +310,8 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
         job_id,
         source: source.to_string(),
         nodelist: nodes,
+        probe_ports,
+        tasks_per_node,
     }))
 }
 
@@ -317,6 +374,47 @@ mod tests {
     }
 
     #[test]
+    fn slurm_tasks_per_node_are_expanded() {
+        let vars = [
+            ("SLURM_PROCID", "6"),
+            ("SLURM_NTASKS", "7"),
+            ("SLURM_NODEID", "3"),
+            ("SLURM_TASKS_PER_NODE", "2(x3),1"),
+            ("SLURM_JOB_NODELIST", "gpu[001-004]"),
+        ];
+        let id = rank(&Flags::default(), &vars);
+        assert_eq!(id.tasks_per_node, vec![2, 2, 2, 1]);
+        // This node's count is the local world size.
+        assert_eq!((id.node_rank, id.local_world_size), (3, 1));
+        // The step's counts win over the job's.
+        let mut step = vars.to_vec();
+        step.push(("SLURM_STEP_TASKS_PER_NODE", "3,4"));
+        assert_eq!(rank(&Flags::default(), &step).tasks_per_node, vec![3, 4]);
+        let mut bad = vars.to_vec();
+        bad[3] = ("SLURM_TASKS_PER_NODE", "2(x)");
+        let e = resolve(&Flags::default(), &env(&bad)).unwrap_err();
+        assert!(e.starts_with("SLURM_TASKS_PER_NODE=`2(x)`"), "{e}");
+    }
+
+    #[test]
+    fn the_job_id_is_slurms_else_torchruns_unless_its_placeholder() {
+        let id = |pairs: &[(&str, &str)]| job_id(&env(pairs));
+        let both = [("TORCHELASTIC_RUN_ID", "r1"), ("SLURM_JOB_ID", "77")];
+        assert_eq!(id(&both), Some(("SLURM_JOB_ID", "77".into())));
+        assert_eq!(id(&both[..1]), Some(("TORCHELASTIC_RUN_ID", "r1".into())));
+        assert_eq!(id(&[("TORCHELASTIC_RUN_ID", "none")]), None);
+        assert_eq!(id(&[("SLURM_JOB_ID", " ")]), None);
+        assert_eq!(
+            rank(
+                &Flags::default(),
+                &[("RANK", "0"), ("TORCHELASTIC_RUN_ID", "none")]
+            )
+            .job_id,
+            None
+        );
+    }
+
+    #[test]
     fn flags_beat_the_environment() {
         let flags = Flags {
             master_addr: Some("flaghost".into()),
@@ -345,6 +443,7 @@ mod tests {
             nproc_per_node: Some(Some(2)),
             master_addr: Some("h0".into()),
             master_port: None,
+            probe_ports: None,
         };
         let Role::Node(plan) = resolve(&flags, &env(&[("RANK", "9")])).unwrap() else {
             panic!("node mode");
@@ -364,6 +463,32 @@ mod tests {
         assert_eq!(plan.nnodes, 1);
         assert_eq!(plan.master_addr, "127.0.0.1");
         assert_eq!(plan.master_port, 0);
+    }
+
+    #[test]
+    fn probe_ports_come_from_the_flag_else_the_variable() {
+        let range = PortRange::parse("29600-29699").unwrap();
+        assert_eq!(rank(&Flags::default(), &[("RANK", "0")]).probe_ports, None);
+        let id = rank(
+            &Flags::default(),
+            &[("RANK", "0"), (PROBE_PORTS_VAR, "29600-29699")],
+        );
+        assert_eq!(id.probe_ports, Some(range));
+        let flags = Flags {
+            probe_ports: Some(PortRange::parse("30000-30001").unwrap()),
+            ..Flags::default()
+        };
+        let id = rank(&flags, &[("RANK", "0"), (PROBE_PORTS_VAR, "29600-29699")]);
+        assert_eq!(id.probe_ports.map(|r| r.first), Some(30000));
+        // A node agent's children get the agent's command line.
+        let child = rank(&flags, &[("RANK", "1"), (CHILD_MARKER, "1")]);
+        assert_eq!(child.probe_ports.map(|r| r.first), Some(30000));
+        let e = resolve(
+            &Flags::default(),
+            &env(&[("RANK", "0"), (PROBE_PORTS_VAR, "29699-29600")]),
+        )
+        .unwrap_err();
+        assert!(e.starts_with("PREFLIGHT_PROBE_PORTS=`29699-29600`"), "{e}");
     }
 
     #[test]

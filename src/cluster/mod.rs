@@ -129,8 +129,12 @@ pub async fn start_server(input: ServerInput<'_>) -> Server {
             rendezvous::ServerConfig {
                 bound: rendezvous::bound_name(&id.master_addr, &listener),
                 world_size: id.world_size,
-                local_world_size: id.local_world_size,
-                nodelist: id.nodelist.clone(),
+                placement: barrier::Placement {
+                    nodelist: id.nodelist.clone(),
+                    tasks_per_node: id.tasks_per_node.clone(),
+                    local_world_size: id.local_world_size,
+                    master_host: Some(id.master_addr.clone()),
+                },
                 master,
                 token,
                 started: input.started,
@@ -203,9 +207,11 @@ async fn session(
         .unwrap_or_default();
     // The probe listener lives on the address this rank reaches the master
     // from: the one its peers will have to reach.
-    let probe_listener = tokio::net::TcpListener::bind((local_ip.as_str(), 0))
-        .await
-        .ok();
+    let (probe_listener, probe_error) =
+        match reachability::listen(&local_ip, input.identity.probe_ports).await {
+            Ok(l) => (Some(l), None),
+            Err(e) => (None, Some(e)),
+        };
     let probe_addr = probe_listener
         .as_ref()
         .and_then(|l| l.local_addr().ok())
@@ -257,6 +263,7 @@ async fn session(
         clock,
         hostname_addrs,
         probe_addr,
+        probe_error,
         interface,
     };
     protocol::write(

@@ -104,8 +104,12 @@ pub fn agent(
                         ServerConfig {
                             bound: rendezvous::bound_name(&plan.master_addr, &listener),
                             world_size: world,
-                            local_world_size: nproc,
-                            nodelist: plan.nodelist.clone(),
+                            placement: super::barrier::Placement {
+                                nodelist: plan.nodelist.clone(),
+                                tasks_per_node: Vec::new(),
+                                local_world_size: nproc,
+                                master_host: Some(plan.master_addr.clone()),
+                            },
                             master,
                             token: token.clone(),
                             started,

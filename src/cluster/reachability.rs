@@ -16,6 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
+use crate::kinds::ports::PortRange;
+use crate::kinds::tcp_connect;
+
 pub const ALL_PAIRS_MAX: usize = 64;
 const ECHO: &[u8; 8] = b"pfprobe\n";
 
@@ -53,6 +56,38 @@ pub fn partners(i: usize, n: usize) -> Vec<usize> {
     out.dedup();
     out.retain(|&j| j != i);
     out
+}
+
+/// The probe listener on `ip`: the first port of `ports` that can be
+/// bound (a taken one moves on to the next), or an ephemeral port. `Err`
+/// says why none could be had, for the matrix.
+pub async fn listen(ip: &str, ports: Option<PortRange>) -> Result<TcpListener, String> {
+    let Some(range) = ports else {
+        return TcpListener::bind((ip, 0))
+            .await
+            .map_err(|e| format!("cannot open a probe listener on {ip}: {e}"));
+    };
+    let mut in_use = 0usize;
+    let mut other = None;
+    for port in range.ports() {
+        match TcpListener::bind((ip, port)).await {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == ErrorKind::AddrInUse => in_use += 1,
+            Err(e) => other = Some(format!("port {port}: {e}")),
+        }
+    }
+    let total = usize::from(range.last - range.first) + 1;
+    Err(match other {
+        None if total == 1 => format!(
+            "no probe listener: the probe port {range} is in use on {ip} (--probe-ports / PREFLIGHT_PROBE_PORTS)"
+        ),
+        None => format!(
+            "no probe listener: all {total} ports of the probe range {range} are in use on {ip} (--probe-ports / PREFLIGHT_PROBE_PORTS)"
+        ),
+        Some(e) => format!(
+            "no probe listener: no port of the probe range {range} could be bound on {ip} ({in_use} in use; {e}) (--probe-ports / PREFLIGHT_PROBE_PORTS)"
+        ),
+    })
 }
 
 /// Serves echoes until the task is dropped. Each connection gets one
@@ -97,7 +132,7 @@ pub async fn probe(from: usize, target: &Target, timeout: Duration) -> Probe {
             return result;
         }
         Ok(Err(e)) => {
-            result.status = classify(&e).into();
+            result.status = tcp_connect::classify(&e).name().into();
             result.detail = Some(e.to_string());
             return result;
         }
@@ -126,18 +161,6 @@ pub async fn probe(from: usize, target: &Target, timeout: Duration) -> Probe {
         }
     }
     result
-}
-
-pub fn classify(e: &std::io::Error) -> &'static str {
-    match e.kind() {
-        ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset => "refused",
-        ErrorKind::TimedOut => "timed_out",
-        ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => "unreachable",
-        _ => match e.raw_os_error() {
-            Some(libc::EHOSTUNREACH | libc::ENETUNREACH) => "unreachable",
-            _ => "error",
-        },
-    }
 }
 
 /// The probes of one node, all at once.
@@ -207,6 +230,49 @@ mod tests {
         assert!(p.contains(&4) && p.contains(&6) && p.contains(&(5 ^ 512)));
         assert!(p.len() <= 2 + 10, "{p:?}");
         assert_eq!(partners(0, 1), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_taken_probe_port_moves_on_and_an_exhausted_range_says_so() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // Two adjacent ports, the first held by another listener.
+            let (held, first) = loop {
+                let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                let p = a.local_addr().unwrap().port();
+                if p < 65535 && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+                    break (a, p);
+                }
+            };
+            let range = PortRange {
+                first,
+                last: first + 1,
+            };
+            let l = listen("127.0.0.1", Some(range)).await.unwrap();
+            assert_eq!(l.local_addr().unwrap().port(), first + 1);
+            let e = listen("127.0.0.1", Some(range)).await.unwrap_err();
+            assert!(
+                e.contains(&format!(
+                    "all 2 ports of the probe range {range} are in use"
+                )),
+                "{e}"
+            );
+            drop(held);
+            let one = PortRange {
+                first: first + 1,
+                last: first + 1,
+            };
+            let e = listen("127.0.0.1", Some(one)).await.unwrap_err();
+            assert!(
+                e.contains(&format!("the probe port {} is in use", first + 1)),
+                "{e}"
+            );
+            let eph = listen("127.0.0.1", None).await.unwrap();
+            assert_ne!(eph.local_addr().unwrap().port(), 0);
+        });
     }
 
     #[test]

@@ -22,7 +22,7 @@ use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
 use super::auth::{self, AuthError, OTHER_JOB, Token};
-use super::barrier::{self, BarrierState, ConnId};
+use super::barrier::{self, BarrierState, ConnId, Placement};
 use super::checkin::{CheckIn, Clock};
 use super::compare::{self, View};
 use super::protocol::{self, FrameError, Msg};
@@ -32,6 +32,7 @@ use super::store::Store;
 use crate::checklist::Check;
 use crate::checklist::values::format_duration;
 use crate::facts::Facts;
+use crate::kinds::tcp_connect::{self, Outcome};
 use crate::result::Verdict;
 
 /// A client that has not authenticated by then is dropped: slowloris and
@@ -83,8 +84,8 @@ enum Event {
 
 pub struct ServerConfig {
     pub world_size: u32,
-    pub local_world_size: u32,
-    pub nodelist: Vec<String>,
+    /// Where each rank should run: names the host of a missing one.
+    pub placement: Placement,
     /// host:port, as ranks were told.
     pub master: String,
     pub token: Token,
@@ -141,21 +142,20 @@ pub async fn bind(addr: &str, port: u16) -> Result<TcpListener, std::io::Error> 
 pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let store = Arc::new(Store::default());
-    // Connection tasks live until the verdict has gone out, and no longer.
-    let end = cfg.deadline + Duration::from_secs(3);
-    // The store outlives the verdict by the collective stage's budget; each
-    // connection still ends as soon as its rank closes it.
-    let store_end = end + cfg.linger;
+    // Connection tasks live until the verdict has gone out, and then as
+    // long as the store: the collective stage's budget; each connection
+    // still ends as soon as its rank closes it.
+    let store_end = cfg.deadline + Duration::from_secs(3) + cfg.linger;
     let accept = tokio::spawn(accept_loop(
         listener,
         cfg.token.clone(),
         tx.clone(),
         store,
-        (end, store_end),
+        store_end,
         cfg.clock_offset_ms,
     ));
     drop(tx);
-    let mut state = BarrierState::new(cfg.world_size, cfg.local_world_size, cfg.nodelist.clone());
+    let mut state = BarrierState::new(cfg.world_size, cfg.placement.clone());
     let mut writers: HashMap<ConnId, Writer> = HashMap::new();
     let mut probes: Vec<Probe> = Vec::new();
     let mut replies = 0usize;
@@ -219,8 +219,26 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     while let Ok(ev) = rx.try_recv() {
         handle(ev, &mut state, &mut writers, &mut probes, &mut replies);
     }
+    // A node that opened no probe listener cannot be probed: its peers'
+    // probes to it are errors that carry its reason.
+    let deaf = deaf_nodes(&state, &nodes);
+    if n > 1 {
+        for i in 0..n {
+            for j in reachability::partners(i, n) {
+                if let Some((_, why)) = deaf.iter().find(|(d, _)| *d == j) {
+                    probes.push(Probe {
+                        from: i,
+                        to: j,
+                        status: "error".into(),
+                        rtt_ms: None,
+                        detail: Some(why.clone()),
+                    });
+                }
+            }
+        }
+    }
 
-    let report = assemble(&cfg, &state, nodes, probes, waited);
+    let report = assemble(&cfg, &state, nodes, probes, &deaf, waited);
     let verdict = Msg::Verdict(Box::new(report.clone()));
     let frame_deadline = Instant::now() + Duration::from_millis(500);
     let mut sends = tokio::task::JoinSet::new();
@@ -231,8 +249,71 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         });
     }
     while sends.join_next().await.is_some() {}
-    accept.abort();
+    // The barrier has closed. A process that checks in from now on (a
+    // second claimant of a rank, a rank that started late) is not in this
+    // verdict and cannot change it: it is told so, and exits not ready,
+    // while the ranks in the verdict exit with its code. This lasts as long
+    // as the store (this process serves the collective stage meanwhile).
+    let closed = Closed {
+        verdict: format!(
+            "{}: {} of {} ranks checked in",
+            report.verdict.name(),
+            state.arrivals.len(),
+            cfg.world_size
+        ),
+        world_size: cfg.world_size,
+        held: state
+            .arrivals
+            .iter()
+            .map(|(rank, (_, c))| (*rank, barrier::who(c)))
+            .collect(),
+    };
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout_at(store_end, closed.answer(&mut rx)).await;
+        accept.abort();
+    });
     report
+}
+
+/// What a process that checks in after the verdict is told.
+struct Closed {
+    verdict: String,
+    world_size: u32,
+    held: HashMap<u32, String>,
+}
+
+impl Closed {
+    async fn answer(&self, rx: &mut mpsc::UnboundedReceiver<Event>) {
+        while let Some(ev) = rx.recv().await {
+            if let Event::Arrived {
+                checkin, writer, ..
+            } = ev
+            {
+                let reason = self.too_late(&checkin);
+                let deadline = Instant::now() + Duration::from_secs(1);
+                let msg = Msg::Rejected { reason };
+                let _ = protocol::write(&mut *writer.lock().await, &msg, deadline).await;
+            }
+        }
+    }
+
+    fn too_late(&self, c: &CheckIn) -> String {
+        let rank = c.identity.rank;
+        let why = match self.held.get(&rank) {
+            Some(holder) => format!(
+                "rank {rank} had checked in from {holder}: this process is a second claimant of rank {rank}"
+            ),
+            None if rank >= self.world_size => format!(
+                "rank {rank} is outside the world of {} ranks",
+                self.world_size
+            ),
+            None => format!("rank {rank} was reported missing"),
+        };
+        format!(
+            "too late: rank 0 had already sent the verdict ({}) when this process checked in; {why}, and this process is not part of the job's verdict",
+            self.verdict
+        )
+    }
 }
 
 fn handle(
@@ -272,8 +353,29 @@ fn handle(
     }
 }
 
-/// Nodes in order of their lowest rank, with that rank (the node's
-/// representative for probes).
+/// The nodes whose representative opened no probe listener, with why.
+fn deaf_nodes(state: &BarrierState, nodes: &[(NodeView, u32)]) -> Vec<(usize, String)> {
+    nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(j, (_, rep))| {
+            let c = &state.arrivals.get(rep)?.1;
+            if c.probe_addr.is_some() {
+                return None;
+            }
+            Some((
+                j,
+                c.probe_error
+                    .clone()
+                    .unwrap_or_else(|| "no probe listener".into()),
+            ))
+        })
+        .collect()
+}
+
+/// Nodes in order of their lowest rank, with the rank that probes for the
+/// node: the lowest one that has a probe listener (local ranks share a
+/// probe port range, so the lowest may have found it taken by another).
 fn build_nodes(state: &BarrierState) -> Vec<(NodeView, u32)> {
     let mut order: Vec<(String, String)> = Vec::new();
     let mut members: HashMap<(String, String), Vec<&CheckIn>> = HashMap::new();
@@ -317,6 +419,10 @@ fn build_nodes(state: &BarrierState) -> Vec<(NodeView, u32)> {
                 .max_by_key(|v| worst(v))
                 .unwrap_or("ready")
                 .to_string();
+            let prober = list
+                .iter()
+                .find(|c| c.probe_addr.is_some())
+                .unwrap_or(&first);
             let view = NodeView {
                 name: if unique_hostnames {
                     key.0.clone()
@@ -333,11 +439,12 @@ fn build_nodes(state: &BarrierState) -> Vec<(NodeView, u32)> {
                 devices: first.devices.clone(),
                 clock: first.clock,
                 interface: first.interface.clone(),
+                probe_addr: prober.probe_addr.clone(),
                 hostname_addrs: first.hostname_addrs.clone(),
                 local_verdict,
                 failed,
             };
-            (view, first.identity.rank)
+            (view, prober.identity.rank)
         })
         .collect()
 }
@@ -347,6 +454,7 @@ fn assemble(
     state: &BarrierState,
     nodes: Vec<(NodeView, u32)>,
     probes: Vec<Probe>,
+    deaf: &[(usize, String)],
     waited: Duration,
 ) -> ClusterReport {
     let nodes: Vec<NodeView> = nodes.into_iter().map(|(v, _)| v).collect();
@@ -358,18 +466,25 @@ fn assemble(
     probes.retain(|p| p.from < n && p.to < n && p.from != p.to);
     probes.sort_by_key(|p| (p.from, p.to));
     probes.dedup_by_key(|p| (p.from, p.to));
-    let findings = if probes.iter().any(|p| p.status != "ok") {
-        reachability::culprits(nodes.len(), &probes, &names)
-    } else {
-        Vec::new()
-    };
+    let mut findings: Vec<String> = deaf
+        .iter()
+        .map(|(j, why)| format!("{}: {why}", names[*j]))
+        .collect();
+    let heard: Vec<Probe> = probes
+        .iter()
+        .filter(|p| !deaf.iter().any(|(j, _)| *j == p.to))
+        .cloned()
+        .collect();
+    if heard.iter().any(|p| p.status != "ok") {
+        findings.extend(reachability::culprits(nodes.len(), &heard, &names));
+    }
     let barrier = state.summary(waited.as_millis() as u64);
     let mut barrier_result =
         barrier::result(&barrier, cfg.world_size, &format_duration(cfg.timeout));
     if let Some((name, bound)) = &cfg.bound
         && bound.ip().is_loopback()
         && !barrier.missing.is_empty()
-        && cfg.local_world_size < cfg.world_size
+        && cfg.placement.local_world_size < cfg.world_size
     {
         barrier_result.message.push_str(&format!(
             "; rank 0 serves on {bound}, a loopback address, because `{name}` resolves to it there: ranks on other nodes cannot reach it"
@@ -445,7 +560,7 @@ async fn accept_loop(
     token: Token,
     tx: mpsc::UnboundedSender<Event>,
     store: Arc<Store>,
-    (end, store_end): (Instant, Instant),
+    store_end: Instant,
     offset_ms: i64,
 ) {
     static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -466,15 +581,7 @@ async fn accept_loop(
         let store = Arc::clone(&store);
         tokio::spawn(async move {
             connection(
-                stream,
-                peer,
-                conn,
-                token,
-                tx,
-                store,
-                (end, store_end),
-                offset_ms,
-                permit,
+                stream, peer, conn, token, tx, store, store_end, offset_ms, permit,
             )
             .await;
         });
@@ -489,13 +596,15 @@ async fn connection(
     token: Token,
     tx: mpsc::UnboundedSender<Event>,
     store: Arc<Store>,
-    (end, store_end): (Instant, Instant),
+    store_end: Instant,
     offset_ms: i64,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let _ = stream.set_nodelay(true);
     let peer = peer.ip().to_string();
-    let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(end);
+    // Until the store's end: a process that comes after the verdict is
+    // still told that it came too late.
+    let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(store_end);
     match auth::server(&mut stream, &token, handshake).await {
         Ok(()) => {}
         Err(AuthError::OtherJob) => {
@@ -515,10 +624,7 @@ async fn connection(
     let writer: Writer = Arc::new(Mutex::new(wr));
     let mut checked_in = false;
     loop {
-        // After check-in only the store is served: until the collective
-        // stage's end.
-        let until = if checked_in { store_end } else { end };
-        let msg = match protocol::read(&mut rd, until).await {
+        let msg = match protocol::read(&mut rd, store_end).await {
             Ok(m) => m,
             Err(FrameError::Timeout) => return,
             Err(e) => {
@@ -539,7 +645,7 @@ async fn connection(
                     t1,
                     t2: now_us(offset_ms),
                 };
-                let deadline = (Instant::now() + Duration::from_secs(1)).min(end);
+                let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
                 if protocol::write(&mut *writer.lock().await, &reply, deadline)
                     .await
                     .is_err()
@@ -598,21 +704,13 @@ pub struct ClientConfig {
     pub clock_offset_ms: i64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LastError {
-    None,
-    TimedOut,
-    Refused,
-    Unreachable,
-    Other,
-}
-
 /// Connects and authenticates, retrying with backoff until the deadline.
 /// The error says what the last attempts saw, in words that tell a DROP
 /// from a REJECT from another job on the port.
 pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
     let mut backoff = Duration::from_millis(25);
-    let mut last = LastError::None;
+    // How the last attempt ended; `Connected` only until the first one.
+    let mut last = Outcome::Connected;
     let mut last_text = String::new();
     let mut attempts = 0u32;
     let host = &cfg.master_addr;
@@ -626,16 +724,11 @@ pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
         let attempt = (now + CONNECT_LIMIT).min(cfg.deadline);
         match tokio::time::timeout_at(attempt, TcpStream::connect((host.as_str(), port))).await {
             Err(_) => {
-                last = LastError::TimedOut;
+                last = Outcome::TimedOut;
                 last_text = "connection attempt timed out".into();
             }
             Ok(Err(e)) => {
-                last = match reachability::classify(&e) {
-                    "refused" => LastError::Refused,
-                    "unreachable" => LastError::Unreachable,
-                    "timed_out" => LastError::TimedOut,
-                    _ => LastError::Other,
-                };
+                last = tcp_connect::classify(&e);
                 last_text = e.to_string();
             }
             Ok(Ok(mut stream)) => {
@@ -659,7 +752,7 @@ pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
                         ));
                     }
                     Err(e) => {
-                        last = LastError::Other;
+                        last = Outcome::Other;
                         last_text = format!("connected, but the handshake failed: {e}");
                     }
                 }
@@ -673,16 +766,16 @@ pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
     }
     let waited = format_duration(cfg.timeout);
     Err(match last {
-        LastError::TimedOut => format!(
+        Outcome::TimedOut => format!(
             "cannot reach the master {host}:{port} (rank 0): every connection attempt timed out for {waited} ({attempts} attempts): packets to port {port} are dropped, by a firewall DROP rule on {host} or on the way"
         ),
-        LastError::Refused => format!(
-            "cannot reach the master {host}:{port} (rank 0): connection refused for {waited} ({attempts} attempts): nothing listens on port {port} on {host} (rank 0 never started, or MASTER_PORT differs), or a firewall REJECTs it"
+        Outcome::Refused => format!(
+            "cannot reach the master {host}:{port} (rank 0): connection refused for {waited} ({attempts} attempts): nothing listens on port {port} on {host} (rank 0 never started, or already finished with the job's other ranks, or MASTER_PORT differs), or a firewall REJECTs it"
         ),
-        LastError::Unreachable => format!(
+        Outcome::Unreachable => format!(
             "cannot reach the master {host}:{port} (rank 0): {last_text}: no route to {host} from here"
         ),
-        LastError::Other | LastError::None => format!(
+        Outcome::Other | Outcome::Connected | Outcome::NotResolved => format!(
             "cannot reach the master {host}:{port} (rank 0) within {waited}: {}",
             if last_text.is_empty() {
                 "no attempt completed"
@@ -762,6 +855,89 @@ pub async fn await_verdict(
 mod tests {
     use super::*;
     use crate::cluster::store;
+    use crate::result::Verdict;
+
+    /// A real server on loopback for `world` ranks whose barrier ends
+    /// `secs` after now, and a client configuration that reaches it.
+    async fn server(
+        world: u32,
+        secs: u64,
+    ) -> (tokio::task::JoinHandle<ClusterReport>, ClientConfig) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let token = Token::new(b"rendezvous-test", "test");
+        let start = Instant::now();
+        let timeout = Duration::from_secs(secs);
+        let cfg = ServerConfig {
+            world_size: world,
+            placement: Placement::default(),
+            master: format!("127.0.0.1:{port}"),
+            token: token.clone(),
+            started: start,
+            deadline: start + timeout,
+            timeout,
+            strict: false,
+            clock_offset_ms: 0,
+            bound: None,
+            checks: Vec::new(),
+            facts: Arc::new(Facts::new("/".into(), Default::default(), Vec::new())),
+            linger: Duration::ZERO,
+        };
+        let client = ClientConfig {
+            master_addr: "127.0.0.1".into(),
+            master_port: port,
+            token,
+            deadline: start + timeout,
+            verdict_deadline: start + timeout + Duration::from_secs(3),
+            timeout,
+            clock_offset_ms: 0,
+        };
+        (tokio::spawn(serve(cfg, listener)), client)
+    }
+
+    /// A process that checks in after the verdict went out is told it came
+    /// too late and who held its rank, instead of waiting for a verdict
+    /// that never comes.
+    #[test]
+    fn a_check_in_after_the_verdict_is_told_it_is_too_late() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (server, client) = server(1, 5).await;
+            let check_in = |c: CheckIn| Msg::CheckIn(Box::new(c));
+            let mut first = connect(&client).await.unwrap();
+            let sample = crate::cluster::checkin::sample;
+            protocol::write(&mut first, &check_in(sample(0, 1, "h0")), client.deadline)
+                .await
+                .unwrap();
+            let report = await_verdict(&mut first, client.verdict_deadline)
+                .await
+                .unwrap();
+            assert_eq!(report.verdict, Verdict::Ready);
+            assert!(server.await.unwrap().barrier.complete);
+            // The barrier has closed: a second claimant of rank 0, then a
+            // rank outside the world.
+            for (rank, why) in [
+                (0, "rank 0 had checked in from h0 (10.0.0.1) pid 100: this process is a second claimant of rank 0"),
+                (3, "rank 3 is outside the world of 1 ranks"),
+            ] {
+                let mut late = connect(&client).await.unwrap();
+                protocol::write(&mut late, &check_in(sample(rank, 1, "h9")), client.deadline)
+                    .await
+                    .unwrap();
+                let e = await_verdict(&mut late, client.verdict_deadline)
+                    .await
+                    .unwrap_err();
+                assert!(
+                    e.contains("too late: rank 0 had already sent the verdict (ready: 1 of 1 ranks checked in)")
+                        && e.contains(why),
+                    "{e}"
+                );
+            }
+        });
+    }
 
     /// The store API the collective stages will use, over real
     /// authenticated connections to a real server, before check-in.
@@ -772,36 +948,8 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(async {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let port = listener.local_addr().unwrap().port();
-            let token = Token::new(b"store-test", "test");
             let start = Instant::now();
-            let cfg = ServerConfig {
-                world_size: 2,
-                local_world_size: 2,
-                nodelist: Vec::new(),
-                master: format!("127.0.0.1:{port}"),
-                token: token.clone(),
-                started: start,
-                deadline: start + Duration::from_secs(2),
-                timeout: Duration::from_secs(2),
-                strict: false,
-                clock_offset_ms: 0,
-                bound: None,
-                checks: Vec::new(),
-                facts: Arc::new(Facts::new("/".into(), Default::default(), Vec::new())),
-                linger: Duration::ZERO,
-            };
-            let server = tokio::spawn(serve(cfg, listener));
-            let client = ClientConfig {
-                master_addr: "127.0.0.1".into(),
-                master_port: port,
-                token,
-                deadline: start + Duration::from_secs(2),
-                verdict_deadline: start + Duration::from_secs(5),
-                timeout: Duration::from_secs(2),
-                clock_offset_ms: 0,
-            };
+            let (server, client) = server(2, 2).await;
             let mut a = connect(&client).await.unwrap();
             let mut b = connect(&client).await.unwrap();
             let deadline = start + Duration::from_secs(2);

@@ -50,6 +50,9 @@ pub struct NodeView {
     pub devices: Devices,
     pub clock: Option<Clock>,
     pub interface: Option<String>,
+    /// Where its peers probed it; absent where it opened no listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_addr: Option<String>,
     pub hostname_addrs: Vec<String>,
     pub local_verdict: String,
     pub failed: Vec<FailedCheck>,

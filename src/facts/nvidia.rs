@@ -55,6 +55,18 @@ pub fn driver_gpus(dir: &Path) -> Vec<DriverGpu> {
     gpus
 }
 
+/// Where the loaded module states its version: the driver's own report
+/// (what user space is told), and the module's sysfs entry.
+pub const PROC_VERSION: &str = "/proc/driver/nvidia/version";
+pub const MODULE_VERSION: &str = "/sys/module/nvidia/version";
+
+/// The kernel driver's version from what those two files said: /proc's,
+/// else /sys/module's. The `driver` check and the cluster comparison both
+/// take it from here, so a node's driver version reads the same in both.
+pub fn kernel_version(proc: Option<String>, module: Option<String>) -> Option<String> {
+    proc.or(module)
+}
+
 /// The version in /proc/driver/nvidia/version's first line, for both the
 /// proprietary ("Kernel Module  535.129.03  Thu Oct 19 ...") and the open
 /// ("Open Kernel Module for x86_64  550.54.15  Release Build ...") module.

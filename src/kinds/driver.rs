@@ -160,7 +160,7 @@ impl Driver {
     }
 
     fn nvidia(&self, facts: &Facts, report: Option<&Result<GpuReport, String>>, out: &mut Outcome) {
-        let proc_path = "/proc/driver/nvidia/version";
+        let proc_path = nvidia::PROC_VERSION;
         let proc_version = match std::fs::read_to_string(facts.host_path(proc_path)) {
             Ok(text) => match nvidia::proc_version(&text) {
                 Some(v) => Some(v),
@@ -181,7 +181,7 @@ impl Driver {
                 None
             }
         };
-        let module_path = "/sys/module/nvidia/version";
+        let module_path = nvidia::MODULE_VERSION;
         let module_version = std::fs::read_to_string(facts.host_path(module_path))
             .ok()
             .map(|t| t.trim().to_string());
@@ -192,7 +192,7 @@ impl Driver {
                 ));
             }
         }
-        let kernel = proc_version.or(module_version);
+        let kernel = nvidia::kernel_version(proc_version, module_version);
         match (report, &kernel) {
             (Some(Ok(r)), Some(k)) => match &r.driver_version {
                 Some(user) if user != k => out.problems.push(format!(

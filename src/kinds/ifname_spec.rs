@@ -122,6 +122,14 @@ impl Spec {
     }
 }
 
+/// Whether `variable=value` makes its library use `interface`. A value
+/// the library cannot read picks nothing.
+pub fn picks(variable: &str, value: &str, interface: &str) -> bool {
+    Syntax::of(variable)
+        .and_then(|syntax| Spec::parse(variable, syntax, value).ok())
+        .is_some_and(|spec| spec.selects(interface))
+}
+
 /// Checks a selector against this node's interfaces: `Err` with the reason
 /// when the library would find no usable interface.
 pub fn check(variable: &str, value: &str, interfaces: &[Interface]) -> Result<String, String> {
@@ -189,6 +197,25 @@ pub fn check(variable: &str, value: &str, interfaces: &[Interface]) -> Result<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn which_interface_a_selector_picks() {
+        let nccl = |v: &str, i: &str| picks("NCCL_SOCKET_IFNAME", v, i);
+        assert!(nccl("eth", "eth0"));
+        assert!(!nccl("ib", "eth0"));
+        assert!(nccl("^docker,lo", "eth0"));
+        assert!(!nccl("^eth", "eth0"));
+        assert!(nccl("=eth0", "eth0"));
+        assert!(!nccl("=eth", "eth0"));
+        assert!(nccl("ib,eth", "eth1"));
+        assert!(!nccl("", "eth0"));
+        let gloo = |v: &str, i: &str| picks("GLOO_SOCKET_IFNAME", v, i);
+        assert!(gloo("eth1,eth0", "eth0"));
+        assert!(!gloo("eth", "eth0"));
+        // Gloo has no exclusion: it looks for an interface named `^eth1`.
+        assert!(!gloo("^eth1", "eth0"));
+        assert!(!picks("NOT_A_SELECTOR", "eth0", "eth0"));
+    }
 
     fn iface(name: &str, up: bool) -> Interface {
         Interface {

@@ -136,14 +136,19 @@ impl Outcome {
     }
 }
 
-/// Classifies an I/O error from connect.
+/// Classifies an I/O error from connect (this check's, the rendezvous's
+/// and the cluster's reachability probes'): a reset is `Refused` (nothing
+/// listens, or a REJECT rule), an ICMP error `Unreachable`.
 pub fn classify(error: &std::io::Error) -> Outcome {
     use std::io::ErrorKind;
     match error.kind() {
-        ErrorKind::ConnectionRefused => Outcome::Refused,
+        ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset => Outcome::Refused,
         ErrorKind::TimedOut => Outcome::TimedOut,
         ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => Outcome::Unreachable,
-        _ => Outcome::Other,
+        _ => match error.raw_os_error() {
+            Some(libc::EHOSTUNREACH | libc::ENETUNREACH) => Outcome::Unreachable,
+            _ => Outcome::Other,
+        },
     }
 }
 
