@@ -51,9 +51,19 @@ pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
         version: format!("{} {}", flavour(&n.path), n.version),
     });
     if !probe.available() {
+        let mut reason = probe.to_string();
+        // Without a device the probe's sentence is about the device alone;
+        // a library the operator named and that failed to load is worth
+        // saying too, with what was tried.
+        let named = job.lib.is_some() || std::env::var_os("PREFLIGHT_NCCL_LIB").is_some();
+        if let (true, Err(e)) = (named, &probe.nccl)
+            && !reason.contains(&e.to_string())
+        {
+            reason = format!("{reason}; {e}");
+        }
         return link.send(&ToParent::Probe {
             available: false,
-            reason: probe.to_string(),
+            reason,
             found,
         });
     }
