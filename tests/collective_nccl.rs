@@ -158,10 +158,7 @@ fn preflight_nccl_lib_loads_it_and_an_optional_nccl_skips() {
     let o = node(&["--backends", "auto"], &[("PREFLIGHT_NCCL_LIB", &l)]);
     exit(&o, 0);
     assert_skip_with(&o, &lib);
-    assert_eq!(
-        o.message("collective.nccl"),
-        format!("skip nccl: {NO_GPU}")
-    );
+    assert_eq!(o.message("collective.nccl"), format!("skip nccl: {NO_GPU}"));
 }
 
 #[test]

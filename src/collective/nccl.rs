@@ -284,7 +284,19 @@ impl<'a> NcclBackend<'a> {
                 Ok(())
             }
             Err(e) => {
-                self.abort();
+                // Said on stderr too, which the parent keeps as the
+                // backend's log: the report shows that this rank ended the
+                // operation itself, with ncclCommAbort, rather than being
+                // killed.
+                let how = match self.comm.take().map(Comm::abort) {
+                    Some(Ok(())) => "ncclCommAbort done".to_string(),
+                    Some(Err(a)) => format!("ncclCommAbort: {a}"),
+                    None => "already aborted".to_string(),
+                };
+                eprintln!(
+                    "preflight collective-worker: rank {} of {}: {e}; {how}",
+                    self.rank, self.world
+                );
                 Err(failed(e))
             }
         }

@@ -54,7 +54,12 @@ pub enum Network {
     Plugin(String),
 }
 
-const ENV_NAMES: [&str; 4] = ["NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_HCA", "NCCL_NET_PLUGIN"];
+const ENV_NAMES: [&str; 4] = [
+    "NCCL_IB_DISABLE",
+    "NCCL_NET",
+    "NCCL_IB_HCA",
+    "NCCL_NET_PLUGIN",
+];
 
 impl NetLog {
     pub fn parse(text: &str) -> NetLog {
@@ -301,7 +306,11 @@ fn chosen_words(log: &NetLog, network: &Network) -> String {
 
 /// NCCL's reason first, then what the environment shows.
 fn why_not_ib(log: &NetLog, ports: &[ActivePort], env: &dyn Fn(&str) -> Option<String>) -> String {
-    let var = |name: &str| log.env_value(name).map(str::to_string).or_else(|| env(name));
+    let var = |name: &str| {
+        log.env_value(name)
+            .map(str::to_string)
+            .or_else(|| env(name))
+    };
     let mut why: Vec<String> = Vec::new();
     if let Some(v) = var("NCCL_IB_DISABLE").filter(|v| v.trim() != "0" && !v.trim().is_empty()) {
         why.push(format!("NCCL_IB_DISABLE={v} turns IB off"));
@@ -428,7 +437,11 @@ bigo:1884:2298 [0] NCCL INFO Using network IBext_v8
         assert_eq!(log.network(), Some(Network::Plugin("IBext_v8".into())));
         let notes = assess(&log, &file(), &[port("mlx5_0", 1)], &no_env);
         assert_eq!(notes.len(), 1);
-        assert!(notes[0].1.starts_with("NCCL uses the net plugin IBext_v8 over mlx5_2:1/RoCE"));
+        assert!(
+            notes[0]
+                .1
+                .starts_with("NCCL uses the net plugin IBext_v8 over mlx5_2:1/RoCE")
+        );
     }
 
     #[test]
@@ -535,16 +548,25 @@ h:1:2 [0] NCCL INFO Using network Socket
         let log = NetLog::parse(text);
         let env = |k: &str| (k == "NCCL_NET").then(|| "Socket".to_string());
         let notes = assess(&log, &file(), &[port("mlx5_0", 1)], &env);
-        assert!(notes[1].1.ends_with(": NCCL_NET=Socket asks for that network"));
+        assert!(
+            notes[1]
+                .1
+                .ends_with(": NCCL_NET=Socket asks for that network")
+        );
         let notes = assess(&log, &file(), &[port("mlx5_0", 1)], &no_env);
-        assert!(notes[1].1.ends_with(": NCCL did not say why IB was not used"));
+        assert!(
+            notes[1]
+                .1
+                .ends_with(": NCCL did not say why IB was not used")
+        );
     }
 
     #[test]
     fn missing_libibverbs_is_a_reason() {
         // NVIDIA/nccl#259 (2.4.8): a WARN line from misc/ibvwrap.cc, and
         // the socket line without "Using network".
-        let text = "h0913n-ubuntu:12877:12877 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).
+        let text =
+            "h0913n-ubuntu:12877:12877 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).
 
 h0913n-ubuntu:12877:12877 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]
 h0913n-ubuntu:12877:12877 [0] NCCL INFO NET/Socket : Using [0]enp0s31f6:192.168.97.149<0>
@@ -576,7 +598,11 @@ master_node:20:289 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:192.168
         assert!(quiet[0].1.starts_with("NCCL_DEBUG=WARN (set by the job)"));
         let env = |k: &str| (k == "NCCL_DEBUG_SUBSYS").then(|| "COLL".to_string());
         let silent = assess(&log, &file(), &[], &env);
-        assert!(silent[0].1.ends_with("(NCCL_DEBUG_SUBSYS=COLL)"), "{}", silent[0].1);
+        assert!(
+            silent[0].1.ends_with("(NCCL_DEBUG_SUBSYS=COLL)"),
+            "{}",
+            silent[0].1
+        );
         let stdout = assess(&log, &Source::Stdout, &[port("mlx5_0", 1)], &no_env);
         assert!(stdout[0].1.contains("backend's log"));
     }
