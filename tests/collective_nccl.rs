@@ -198,24 +198,31 @@ fn site_packages(lib: &Path) -> tempfile::TempDir {
     root
 }
 
-fn python_usable() -> bool {
-    let ok = Command::new("python3")
+/// The library, where the site-packages search is what will find it: no
+/// system NCCL ahead of it, and a python3 to ask.
+fn lib_for_site_packages() -> Option<PathBuf> {
+    let lib = lib_without_gpu()?;
+    if in_ld_cache("libnccl.so.2") {
+        eprintln!("skipped: the system has its own libnccl.so.2, which the loader takes first");
+        return None;
+    }
+    let python = Command::new("python3")
         .args(["-c", "import site"])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !ok {
+    if !python {
         skip("python3 is not usable here: the site-packages search asks it");
+        return None;
     }
-    ok
+    Some(lib)
 }
 
 #[test]
 fn python_site_packages_on_pythonpath() {
     let _s = serial();
-    let Some(lib) = lib_without_gpu() else { return };
-    if in_ld_cache("libnccl.so.2") || !python_usable() {
+    let Some(lib) = lib_for_site_packages() else {
         return;
-    }
+    };
     let root = site_packages(&lib);
     let r = root.path().display().to_string();
     let o = node(&["--backends", "auto"], &[("PYTHONPATH", &r)]);
@@ -226,10 +233,9 @@ fn python_site_packages_on_pythonpath() {
 #[test]
 fn python_site_packages_through_a_pth_file() {
     let _s = serial();
-    let Some(lib) = lib_without_gpu() else { return };
-    if in_ld_cache("libnccl.so.2") || !python_usable() {
+    let Some(lib) = lib_for_site_packages() else {
         return;
-    }
+    };
     // A .pth file in the user site dir of a private HOME puts the tree on
     // python3's path, as a venv or a conda env does for its packages.
     let home = tempfile::tempdir().unwrap();
