@@ -14,7 +14,23 @@
 //! libnccl loads and ncclCommInitRank fails at once with
 //! ncclUnhandledCudaError, so "no CUDA device (libcuda.so.1 not found)" is
 //! the answer, with the NCCL found named.
+//!
+//! After init, the network NCCL chose is read back from its INFO lines
+//! (`transport`) and sent as a note; a socket fallback on a node with
+//! active InfiniBand/RoCE ports is a warning.
+//!
+//! NCCL semantics this relies on: send and recv to the same or different
+//! peers go in one group (ncclGroupStart/End), or each rank's send would
+//! wait for a recv its peer has not posted yet; a rank may send to itself
+//! inside a group (a one-rank world does); allreduce and broadcast run in
+//! place (sendbuff == recvbuff); a non-blocking communicator's calls may
+//! return ncclInProgress, and nothing else may be called on it until
+//! ncclCommGetAsyncError leaves ncclInProgress, which `Comm` does within
+//! the step's deadline.
 
+pub mod transport;
+
+use std::path::Path;
 use std::time::Duration;
 
 use nccl_sys::{
@@ -35,9 +51,19 @@ pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
         version: format!("{} {}", flavour(&n.path), n.version),
     });
     if !probe.available() {
+        let mut reason = probe.to_string();
+        // Without a device the probe's sentence is about the device alone;
+        // a library the operator named and that failed to load is worth
+        // saying too, with what was tried.
+        let named = job.lib.is_some() || std::env::var_os("PREFLIGHT_NCCL_LIB").is_some();
+        if let (true, Err(e)) = (named, &probe.nccl)
+            && !reason.contains(&e.to_string())
+        {
+            reason = format!("{reason}; {e}");
+        }
         return link.send(&ToParent::Probe {
             available: false,
-            reason: probe.to_string(),
+            reason,
             found,
         });
     }
@@ -93,17 +119,86 @@ pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
     link.send(&ToParent::Init {
         ms: t.elapsed().as_millis() as u64,
     })?;
+    for (warning, text) in transport_notes() {
+        link.send(&ToParent::Note { warning, text })?;
+    }
     let stream = dev.stream().map_err(|e| e.to_string())?;
     let mut backend = NcclBackend {
         nccl: &nccl,
         dev: &dev,
-        stream,
         comm: Some(comm),
+        stream,
         rank: job.rank,
         world: job.world,
         last: None,
     };
     link.exercise(&mut backend, job)
+}
+
+/// What NCCL's INFO lines say about the network it chose, once init has
+/// finished (NCCL picks it during init and writes its debug file
+/// unbuffered, so the lines are there by now).
+fn transport_notes() -> Vec<transport::Note> {
+    use transport::{NetLog, Source};
+    let env = |k: &str| std::env::var(k).ok();
+    let level = env("NCCL_DEBUG").unwrap_or_default();
+    let source = if !matches!(level.to_ascii_uppercase().as_str(), "INFO" | "TRACE") {
+        Source::Quiet(if level.is_empty() {
+            "(unset)".into()
+        } else {
+            level
+        })
+    } else {
+        match env("NCCL_DEBUG_FILE") {
+            Some(pattern) => Source::File(debug_file(&pattern, std::process::id())),
+            None => Source::Stdout,
+        }
+    };
+    let text = match &source {
+        Source::File(path) => match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) => {
+                return vec![(
+                    false,
+                    format!("cannot read NCCL's debug file {path} for the network it chose: {e}"),
+                )];
+            }
+        },
+        _ => String::new(),
+    };
+    let hcas = crate::facts::infiniband::scan(Path::new("/sys/class/infiniband"));
+    transport::assess(
+        &NetLog::parse(&text),
+        &source,
+        &transport::active_ports(&hcas),
+        &env,
+    )
+}
+
+/// NCCL_DEBUG_FILE as NCCL expands it: `%h` the host name up to its first
+/// dot, `%p` the pid, `%%` a percent sign; anything else is kept.
+fn debug_file(pattern: &str, pid: u32) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = host.trim().split('.').next().unwrap_or_default();
+    let mut out = String::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('h') => out.push_str(host),
+            Some('p') => out.push_str(&pid.to_string()),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
 }
 
 /// RCCL is NCCL's API under another name: say which one was loaded.
@@ -118,9 +213,10 @@ fn flavour(path: &str) -> &'static str {
 struct NcclBackend<'a> {
     nccl: &'a Nccl,
     dev: &'a Device<'a>,
-    stream: Stream<'a>,
-    /// `None` once aborted.
+    /// `None` once aborted. Declared before `stream` so it is destroyed
+    /// first: the stream its work was queued on outlives it.
     comm: Option<Comm<'a>>,
+    stream: Stream<'a>,
     rank: u32,
     world: u32,
     last: Option<Duration>,
@@ -169,6 +265,12 @@ impl<'a> NcclBackend<'a> {
         deadline: Instant,
         enqueue: impl FnOnce(&Self) -> Result<(), nccl_sys::Error>,
     ) -> Result<(), OpError> {
+        // An enqueue that returns ncclInProgress (a non-blocking
+        // communicator connecting to a peer) is polled inside the call:
+        // it must end by the step's deadline too, not NCCL-sys's default.
+        if let Some(c) = self.comm.as_mut() {
+            c.set_enqueue_timeout(deadline.saturating_duration_since(Instant::now()));
+        }
         let t = std::time::Instant::now();
         let queued = enqueue(self);
         let done = queued.and_then(|()| {
@@ -182,7 +284,19 @@ impl<'a> NcclBackend<'a> {
                 Ok(())
             }
             Err(e) => {
-                self.abort();
+                // Said on stderr too, which the parent keeps as the
+                // backend's log: the report shows that this rank ended the
+                // operation itself, with ncclCommAbort, rather than being
+                // killed.
+                let how = match self.comm.take().map(Comm::abort) {
+                    Some(Ok(())) => "ncclCommAbort done".to_string(),
+                    Some(Err(a)) => format!("ncclCommAbort: {a}"),
+                    None => "already aborted".to_string(),
+                };
+                eprintln!(
+                    "preflight collective-worker: rank {} of {}: {e}; {how}",
+                    self.rank, self.world
+                );
                 Err(failed(e))
             }
         }
@@ -303,5 +417,19 @@ impl Backend for NcclBackend<'_> {
 
     fn last_op_time(&self) -> Option<Duration> {
         self.last
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_file_is_expanded_as_nccl_does() {
+        assert_eq!(debug_file("/s/nccl.%p.log", 42), "/s/nccl.42.log");
+        assert_eq!(debug_file("/s/100%%-%q%", 7), "/s/100%-%q%");
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        let short = host.trim().split('.').next().unwrap().to_string();
+        assert_eq!(debug_file("%h:%p", 1), format!("{short}:1"));
     }
 }

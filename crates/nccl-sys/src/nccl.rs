@@ -632,7 +632,7 @@ impl Comm<'_> {
         stream: &Stream<'_>,
     ) -> Result<(), Error> {
         self.same_device(&[buf.device_ordinal()], stream)?;
-        let root = self.peer("broadcast root", root, true)?;
+        let root = self.peer("broadcast root", root)?;
         // SAFETY: in place over `len` elements of T.
         let rc = unsafe {
             (self.nccl.fns.broadcast)(
@@ -678,7 +678,8 @@ impl Comm<'_> {
         self.settle("ncclAllGather", rc)
     }
 
-    /// Point to point; put both sides' send and recv in [`Nccl::group`].
+    /// Point to point; put both sides' send and recv in [`Nccl::group`]
+    /// (a send to self needs its recv in the same group).
     pub fn send<T: DataType>(
         &self,
         buf: &DeviceBuffer<'_, T>,
@@ -686,7 +687,7 @@ impl Comm<'_> {
         stream: &Stream<'_>,
     ) -> Result<(), Error> {
         self.same_device(&[buf.device_ordinal()], stream)?;
-        let peer = self.peer("send peer", peer, false)?;
+        let peer = self.peer("send peer", peer)?;
         // SAFETY: `len` elements of T on the stream's device.
         let rc = unsafe {
             (self.nccl.fns.send)(buf.raw(), buf.len(), T::CODE, peer, self.raw, stream.raw())
@@ -701,7 +702,7 @@ impl Comm<'_> {
         stream: &Stream<'_>,
     ) -> Result<(), Error> {
         self.same_device(&[buf.device_ordinal()], stream)?;
-        let peer = self.peer("recv peer", peer, false)?;
+        let peer = self.peer("recv peer", peer)?;
         // SAFETY: `len` writable elements of T on the stream's device.
         let rc = unsafe {
             (self.nccl.fns.recv)(buf.raw(), buf.len(), T::CODE, peer, self.raw, stream.raw())
@@ -738,8 +739,11 @@ impl Comm<'_> {
         Ok(())
     }
 
-    fn peer(&self, what: &str, peer: usize, self_ok: bool) -> Result<c_int, Error> {
-        if peer >= self.nranks || (!self_ok && peer == self.rank) {
+    /// A rank of this communicator. Our own rank is a valid send/recv peer:
+    /// NCCL (2.7+) matches a send to self with a recv from self in the same
+    /// group, which is what a one-rank world's ring exchange is.
+    fn peer(&self, what: &str, peer: usize) -> Result<c_int, Error> {
+        if peer >= self.nranks {
             return Err(Error::InvalidArgument(format!(
                 "{what} {peer} for rank {} of {}",
                 self.rank, self.nranks
