@@ -24,6 +24,7 @@ pub const COMMON_KEYS: &[&str] = &[
     "when",
     "description",
     "hint",
+    "opt_in",
 ];
 
 pub fn load_file(path: &Path) -> Result<Vec<Check>, ChecklistErrors> {
@@ -134,6 +135,7 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
     let mut when = When::default();
     let mut description = None;
     let mut hint_node = None;
+    let mut opt_in = false;
     let mut params = Vec::new();
 
     for (key, value) in entries.iter().copied() {
@@ -168,6 +170,7 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
             "when" => when = field("when", value)?,
             "description" => description = Some(field::<String>("description", value)?),
             "hint" => hint_node = Some(value),
+            "opt_in" => opt_in = field("opt_in", value)?,
             "<<" => {
                 return Err(YamlError::at(
                     "YAML merge keys (`<<`) are not supported: write the keys out",
@@ -234,6 +237,7 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
         when,
         description,
         hint,
+        opt_in,
         source: format!("{file}:{}:{}", location.line, location.column),
     })
 }

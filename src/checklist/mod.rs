@@ -55,6 +55,9 @@ pub struct Check {
     pub when: When,
     pub description: Option<String>,
     pub hint: Option<Hint>,
+    /// Runs only when `--only` names it (its id or one of its tags): for
+    /// checks too slow or intrusive for every health check.
+    pub opt_in: bool,
     /// `file:line:column` of the check's first key.
     pub source: String,
 }

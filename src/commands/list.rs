@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use super::{Failure, all_checks, facts, select};
+use super::{Failure, all_checks, facts, select_all};
 use crate::checklist::Severity;
 use crate::cli::{ListArgs, ListFormat};
 use crate::exit::ExitCode;
@@ -26,12 +26,20 @@ struct Entry<'a> {
 }
 
 pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
-    let checks = select(all_checks(&args.checklist)?, &args.checklist)?;
+    let checks = select_all(all_checks(&args.checklist)?, &args.checklist)?;
     let facts = facts(&args.checklist)?;
     let entries: Vec<Entry> = checks
         .iter()
         .map(|c| {
-            let reason = c.when.unmet(&facts);
+            let named = args.checklist.only.iter().any(|s| c.selected_by(s));
+            let reason = if c.opt_in && !named {
+                Some(format!(
+                    "opt-in: runs only with --only {}",
+                    c.tags.first().unwrap_or(&c.id)
+                ))
+            } else {
+                c.when.unmet(&facts)
+            };
             Entry {
                 id: &c.id,
                 kind: c.kind.name,

@@ -116,6 +116,16 @@ pub fn all_checks(args: &ChecklistArgs) -> Result<Vec<Check>, Failure> {
 /// The checks selected by `--only` and `--skip`. A selector that names no
 /// check is an error: a typo must not silently run nothing.
 pub fn select(checks: Vec<Check>, args: &ChecklistArgs) -> Result<Vec<Arc<Check>>, Failure> {
+    let named = |c: &Check| args.only.iter().any(|s| c.selected_by(s));
+    Ok(select_all(checks, args)?
+        .into_iter()
+        .filter(|c| !c.opt_in || named(c))
+        .collect())
+}
+
+/// As `select`, keeping opt-in checks that `--only` does not name (`list`
+/// shows them, saying how to run them).
+pub fn select_all(checks: Vec<Check>, args: &ChecklistArgs) -> Result<Vec<Arc<Check>>, Failure> {
     for selector in args.only.iter().chain(&args.skip) {
         if !checks.iter().any(|c| c.selected_by(selector)) {
             let flag = if args.only.contains(selector) {
