@@ -455,3 +455,45 @@ fn an_unwritable_output_is_a_usage_error() {
         out.stderr
     );
 }
+
+#[test]
+fn opt_in_checks_run_only_when_only_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("opt.yaml");
+    std::fs::write(
+        &path,
+        "checks:\n  - id: everyday\n    kind: env\n    name: PATH\n  - id: slow.probe\n    kind: env\n    name: PATH\n    opt_in: true\n    tags: [slow]\n",
+    )
+    .unwrap();
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut cmd = preflight();
+        cmd.args(["check", "--no-shipped", "--checks"])
+            .arg(&path)
+            .args(["--root", ROOT, "--format", "json"])
+            .args(args);
+        let report = json(&run(&mut cmd));
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&[]), ["everyday"]);
+    assert_eq!(ids(&["--only", "slow"]), ["slow.probe"]);
+    assert_eq!(
+        ids(&["--only", "slow.probe", "--only", "everyday"]),
+        ["everyday", "slow.probe"]
+    );
+    // `list` shows it, with how to run it.
+    let mut cmd = preflight();
+    cmd.args(["list", "--no-shipped", "--checks"])
+        .arg(&path)
+        .args(["--root", ROOT]);
+    let out = run(&mut cmd);
+    assert!(
+        out.stdout.contains("opt-in: runs only with --only slow"),
+        "{}",
+        out.stdout
+    );
+}

@@ -455,17 +455,29 @@ pub fn assemble(
         let reason = availability_reason(&per, &host);
         let found = per.iter().find_map(|(_, b)| b.found.clone());
         let library = found.map(|f| format!("{} at {}", f.version, f.path));
-        let mut notes: Vec<String> = Vec::new();
+        // One line per distinct note, naming the ranks that said it.
+        let mut said: Vec<(bool, &str, Vec<u32>)> = Vec::new();
         for (r, b) in &per {
             for (warning, text) in &b.notes {
-                let line = format!(
-                    "{}rank {r}{}: {text}",
-                    if *warning { "warning: " } else { "" },
-                    host(*r)
-                );
-                notes.push(line);
+                match said.iter_mut().find(|(w, t, _)| w == warning && t == text) {
+                    Some((_, _, ranks)) => ranks.push(*r),
+                    None => said.push((*warning, text, vec![*r])),
+                }
             }
         }
+        let notes: Vec<String> = said
+            .iter()
+            .map(|(warning, text, ranks)| {
+                let who = if ranks.len() == 1 {
+                    format!("rank {}{}", ranks[0], host(ranks[0]))
+                } else if ranks.len() == per.len() {
+                    "every rank".to_string()
+                } else {
+                    rank_list(ranks)
+                };
+                format!("{}{who}: {text}", if *warning { "warning: " } else { "" })
+            })
+            .collect();
         let env_set = per
             .first()
             .map(|(_, b)| b.env_set.clone())

@@ -643,7 +643,9 @@ fn library_env(
                 ));
             }
         }
-        "nccl" if unset("NCCL_DEBUG") => {
+        // A job's own debug file stays the job's: the transport goes
+        // unchecked then, and the worker says so.
+        "nccl" if unset("NCCL_DEBUG") && unset("NCCL_DEBUG_FILE") => {
             out.push(("NCCL_DEBUG".into(), "INFO".into()));
             out.push((
                 "NCCL_DEBUG_FILE".into(),

@@ -127,9 +127,7 @@ pub enum ToWorker {
     /// Rank 0 only: make the unique id.
     MakeId,
     /// Every rank: the unique id (hex) to init with.
-    Id {
-        hex: String,
-    },
+    Id { hex: String },
     /// Do not init: another rank cannot.
     Stop,
 }
