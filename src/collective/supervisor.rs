@@ -524,12 +524,20 @@ impl Worker {
                 .map(|l| l.iter().cloned().collect())
                 .unwrap_or_default()
         };
+        // A worker that finds no library says so and exits at once,
+        // possibly before we accept: its connection is queued all the same.
         let accepted = tokio::select! {
+            biased;
             a = tokio::time::timeout(PROBE_TIMEOUT, listener.accept()) => a,
             status = child.wait() => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                let how = status.map(describe_exit).unwrap_or_else(|e| e.to_string());
-                return Err((format!("the worker {how} before it connected"), tail(&log)));
+                match tokio::time::timeout(Duration::from_millis(200), listener.accept()).await {
+                    Ok(a) => Ok(a),
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        let how = status.map(describe_exit).unwrap_or_else(|e| e.to_string());
+                        return Err((format!("the worker {how} before it connected"), tail(&log)));
+                    }
+                }
             }
         };
         let stream = match accepted {
