@@ -36,36 +36,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn require_libs() -> bool {
-    std::env::var("PREFLIGHT_REQUIRE_LIBS").as_deref() == Ok("1")
-}
-
 fn skip(why: &str) {
-    if require_libs() {
-        panic!("PREFLIGHT_REQUIRE_LIBS=1: {why}");
-    }
-    eprintln!("skipped: {why}");
+    common::skip_unless_required(why);
 }
 
 /// The cached libnccl.so.2, or `None` after saying why.
 fn test_lib() -> Option<PathBuf> {
-    let cache = std::env::var_os("PREFLIGHT_LIB_CACHE")
-        .filter(|v| !v.is_empty())
-        .map_or_else(
-            || PathBuf::from("/var/cache/preflight-test-libs"),
-            PathBuf::from,
-        );
-    let path = std::env::var_os("PREFLIGHT_TEST_NCCL_LIB")
-        .filter(|v| !v.is_empty())
-        .map_or_else(|| cache.join("nccl/lib/libnccl.so.2"), PathBuf::from);
-    if path.exists() {
-        return Some(path);
-    }
-    skip(&format!(
-        "{} not found (set PREFLIGHT_TEST_NCCL_LIB or run tests/setup/collective-libs.sh)",
-        path.display()
-    ));
-    None
+    common::cached_lib("PREFLIGHT_TEST_NCCL_LIB", "nccl/lib/libnccl.so.2")
 }
 
 fn in_ld_cache(soname: &str) -> bool {

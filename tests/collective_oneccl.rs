@@ -12,7 +12,6 @@
 mod cluster;
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -28,35 +27,14 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 const MARGIN: Duration = Duration::from_secs(120);
 
-fn cache_dir() -> PathBuf {
-    std::env::var_os("PREFLIGHT_LIB_CACHE")
-        .filter(|v| !v.is_empty())
-        .map_or_else(
-            || PathBuf::from("/var/cache/preflight-test-libs"),
-            PathBuf::from,
-        )
-}
-
 /// A cached library, or `None` after saying why (a failure under
 /// PREFLIGHT_REQUIRE_LIBS=1).
-fn lib(relative: &str) -> Option<String> {
-    let path = cache_dir().join(relative);
-    if path.exists() {
-        return Some(path.display().to_string());
-    }
-    let why = format!(
-        "{} not found (run tests/setup/collective-libs.sh)",
-        path.display()
-    );
-    if std::env::var("PREFLIGHT_REQUIRE_LIBS").as_deref() == Ok("1") {
-        panic!("PREFLIGHT_REQUIRE_LIBS=1: {why}");
-    }
-    eprintln!("skipped: {why}");
-    None
+fn lib(var: &str, relative: &str) -> Option<String> {
+    common::cached_lib(var, relative).map(|p| p.display().to_string())
 }
 
 fn oneccl_2022() -> Option<String> {
-    lib("oneccl/lib/libccl.so.2")
+    lib("PREFLIGHT_TEST_ONECCL_LIB", "oneccl/lib/libccl.so.2")
 }
 
 /// Starts `world` ranks on loopback; `extra` arguments and `env` on every
@@ -195,7 +173,10 @@ fn a_rank_that_stops_mid_sweep_is_named_and_nothing_hangs() {
 
 #[test]
 fn the_2021_library_is_an_unsupported_version() {
-    let Some(old) = lib("oneccl-2021/lib/libccl.so.1") else {
+    let Some(old) = lib(
+        "PREFLIGHT_TEST_ONECCL_2021_LIB",
+        "oneccl-2021/lib/libccl.so.1",
+    ) else {
         return;
     };
     let _serial = serial();

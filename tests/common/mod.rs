@@ -63,3 +63,38 @@ pub fn checklist(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     std::fs::write(&path, yaml).expect("write checklist");
     (dir, path)
 }
+
+/// A real collective library for the tests: `var` when set, else
+/// `relative` under the cache tests/setup/collective-libs.sh fills
+/// (PREFLIGHT_LIB_CACHE, default /var/cache/preflight-test-libs). `None`
+/// after printing why when it is absent; a failure instead under
+/// PREFLIGHT_REQUIRE_LIBS=1 (CI), where a skip would hide a regression.
+pub fn cached_lib(var: &str, relative: &str) -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let cache = std::env::var_os("PREFLIGHT_LIB_CACHE")
+        .filter(|v| !v.is_empty())
+        .map_or_else(
+            || PathBuf::from("/var/cache/preflight-test-libs"),
+            PathBuf::from,
+        );
+    let path = std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| cache.join(relative), PathBuf::from);
+    if path.exists() {
+        return Some(path);
+    }
+    skip_unless_required(&format!(
+        "{} not found (set {var} or run tests/setup/collective-libs.sh)",
+        path.display()
+    ));
+    None
+}
+
+/// Prints why a test does nothing here, or fails under
+/// PREFLIGHT_REQUIRE_LIBS=1.
+pub fn skip_unless_required(why: &str) {
+    if std::env::var("PREFLIGHT_REQUIRE_LIBS").as_deref() == Ok("1") {
+        panic!("PREFLIGHT_REQUIRE_LIBS=1: {why}");
+    }
+    eprintln!("skipped: {why}");
+}
