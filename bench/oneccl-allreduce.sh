@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # oneCCL against the built-in TCP backend, side by side in one run: `preflight
 # bench --backends tcp,oneccl` with 4 ranks on loopback (node mode), the
-# allreduce sweep of both backends (×4 from 8 B to 64 MiB), verified element
+# allreduce sweep of both backends (×2 from 8 B to 64 MiB), verified element
 # by element as every run is. Prints both tables and the busbw per size.
 #
 #   bench/oneccl-allreduce.sh [--ranks N] [--max-size 64MiB] [--runs 3]
@@ -36,13 +36,13 @@ cargo build --release -q
 bin=target/release/preflight
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
     "$(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r); $(date -u +%Y-%m-%d)"
-echo "preflight bench --backends tcp,oneccl --nproc-per-node $ranks --max-size $max --step-factor 4 --oneccl-lib $lib"
+echo "preflight bench --backends tcp,oneccl --nproc-per-node $ranks --max-size $max --step-factor 2 --oneccl-lib $lib"
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for i in $(seq 1 "$runs"); do
     "$bin" bench --backends tcp,oneccl --oneccl-lib "$lib" --nproc-per-node "$ranks" \
-        --max-size "$max" --step-factor 4 --step-timeout 60s --timeout 120s \
+        --max-size "$max" --step-factor 2 --step-timeout 60s --timeout 120s \
         --format json >"$out/run$i.json" || true
 done
 

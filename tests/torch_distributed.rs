@@ -35,10 +35,7 @@ fn torch_python() -> Option<String> {
         "no Python with torch among {} (install python3-torch, or set PREFLIGHT_PYTHON)",
         candidates.join(", ")
     );
-    if std::env::var("PREFLIGHT_REQUIRE_LIBS").as_deref() == Ok("1") {
-        panic!("PREFLIGHT_REQUIRE_LIBS=1: {why}");
-    }
-    eprintln!("skipped: {why}");
+    common::skip_unless_required(&why);
     None
 }
 
