@@ -48,13 +48,13 @@ pub const KIND: KindInfo = KindInfo {
         ParamDoc {
             name: "min_busbw",
             ty: "number",
-            default: None,
-            doc: "GB/s (10^9 B/s); below it the check fails (or warns, with severity: warn). This or min_fraction_of_link (or both) is required.",
+            default: Some("none: set it, min_fraction_of_link, or both"),
+            doc: "GB/s (10^9 B/s); below it the check fails (or warns, with severity: warn). With both set, the higher minimum applies.",
         },
         ParamDoc {
             name: "min_fraction_of_link",
             ty: "number",
-            default: None,
+            default: Some("none"),
             doc: "Minimum busbw as a fraction (0 < f <= 1) of the slowest link speed among the ranks (the interface each rank's TCP backend used, from its interface facts; Mb/s / 8000 = GB/s). Skipped, with the reason, when a rank's link reports no speed (loopback, some virtual links) or every pair used a Unix socket (one host).",
         },
     ],
