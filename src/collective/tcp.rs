@@ -384,7 +384,10 @@ impl Tcp {
                     Some(name) => UnixStream::connect(abstract_path(&name))
                         .await
                         .ok()
-                        .map(|x| Conn::Unix(x)),
+                        .map(|x| {
+                            tune_unix(&x);
+                            Conn::Unix(x)
+                        }),
                     None => None,
                 };
                 if s.is_none() {
