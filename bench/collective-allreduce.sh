@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # 64 MiB allreduce busbw with 4 ranks on loopback, side by side in one run:
-# preflight bench (the TCP backend), PyTorch Gloo (Debian python3-torch),
-# OpenMPI MPI_Allreduce (Debian openmpi-bin, a tiny C program compiled
-# here) and iperf3's single stream (the path's limit). Figures go into
-# bench/RESULTS.md under issue 6.
+# preflight bench (the TCP backend: same-host pairs over Unix sockets, its
+# default, and with PREFLIGHT_COLL_SAME_HOST=tcp over loopback TCP), PyTorch
+# Gloo (Debian python3-torch), OpenMPI MPI_Allreduce (Debian openmpi-bin, a
+# tiny C program compiled here; over TCP, and over its shared-memory
+# transport, the same-host peer of preflight's Unix sockets) and iperf3's
+# single stream (the path's limit). Figures go into bench/RESULTS.md under
+# issue 6.
 #
 #   bench/collective-allreduce.sh [ROUNDS]     (default 3 rounds of each)
 #
@@ -31,10 +34,11 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 
 busbw() { awk -v b="$bytes" -v n="$n" -v s="$1" 'BEGIN { printf "%.3f", b / s / 1e9 * 2 * (n - 1) / n }'; }
 
+# preflight_round [unix|tcp]: the same-host transport.
 preflight_round() {
     local port=$((29600 + RANDOM % 200)) pids=()
     for r in $(seq 0 $((n - 1))); do
-        RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PREFLIGHT_TOKEN=bench \
+        PREFLIGHT_COLL_SAME_HOST=${1:-unix} RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PREFLIGHT_TOKEN=bench \
             target/release/preflight bench --backends tcp --max-size 64MiB --iters 5 \
             --format json >"$work/p$r.json" 2>/dev/null &
         pids+=($!)
@@ -45,7 +49,13 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 rows = [x for b in r["collective"]["backends"] if b["name"] == "tcp" for x in b["sweep"]
         if x["op"] == "allreduce" and x["bytes"] == 64 << 20]
-print("%.3f" % rows[0]["busbw"] if rows else "failed")' "$work/p0.json"
+links = r["collective"].get("links", [])
+# The transport every pair used must be the one asked for.
+unix = sum(len(l["unix_peers"]) for l in links) // 2
+want = sys.argv[2] == "unix"
+pairs = len(links) * (len(links) - 1) // 2
+ok = len(links) == 4 and unix == (pairs if want else 0)
+print(("%.3f" % rows[0]["busbw"] if rows else "failed") + ("" if ok else "(transport?)"))' "$work/p0.json" "${1:-unix}"
 }
 
 cp bench/gloo_allreduce.py "$work/gloo.py"
@@ -85,10 +95,15 @@ int main(int argc, char **argv) {
 C
 mpicc -O2 -o "$work/mpi" "$work/mpi.c"
 mpi_round() {
-    # TCP between the ranks, as the others: shared memory (vader) would
-    # measure memcpy, not the network path.
+    # TCP between the ranks, as Gloo and preflight's tcp row.
     busbw "$(mpirun --allow-run-as-root --oversubscribe -np $n --mca btl tcp,self \
         --mca btl_tcp_if_include lo "$work/mpi" 2>/dev/null | tail -1)"
+}
+mpi_sm_round() {
+    # OpenMPI's same-host transport (vader: shared memory, single-copy
+    # through CMA where the kernel allows it).
+    busbw "$(mpirun --allow-run-as-root --oversubscribe -np $n --mca btl vader,self \
+        "$work/mpi" 2>/dev/null | tail -1)"
 }
 
 iperf_round() {
@@ -98,7 +113,9 @@ iperf_round() {
         python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e9))'
 }
 
-printf "%-28s" "preflight bench (tcp)"; for _ in $(seq "$rounds"); do printf " %s" "$(preflight_round)"; done; echo " GB/s busbw"
-printf "%-28s" "PyTorch Gloo"; for _ in $(seq "$rounds"); do printf " %s" "$(gloo_round)"; done; echo " GB/s busbw"
-printf "%-28s" "OpenMPI MPI_Allreduce (tcp)"; for _ in $(seq "$rounds"); do printf " %s" "$(mpi_round)"; done; echo " GB/s busbw"
-printf "%-28s" "iperf3 single stream"; for _ in $(seq "$rounds"); do printf " %s" "$(iperf_round)"; done; echo " GB/s"
+printf "%-34s" "preflight bench (unix, default)"; for _ in $(seq "$rounds"); do printf " %s" "$(preflight_round unix)"; done; echo " GB/s busbw"
+printf "%-34s" "preflight bench (tcp)"; for _ in $(seq "$rounds"); do printf " %s" "$(preflight_round tcp)"; done; echo " GB/s busbw"
+printf "%-34s" "PyTorch Gloo"; for _ in $(seq "$rounds"); do printf " %s" "$(gloo_round)"; done; echo " GB/s busbw"
+printf "%-34s" "OpenMPI MPI_Allreduce (tcp)"; for _ in $(seq "$rounds"); do printf " %s" "$(mpi_round)"; done; echo " GB/s busbw"
+printf "%-34s" "OpenMPI MPI_Allreduce (vader, shm)"; for _ in $(seq "$rounds"); do printf " %s" "$(mpi_sm_round)"; done; echo " GB/s busbw"
+printf "%-34s" "iperf3 single stream"; for _ in $(seq "$rounds"); do printf " %s" "$(iperf_round)"; done; echo " GB/s"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # 64 MiB allreduce busbw with 4 ranks across 4 namespace hosts on a bridge
 # (one rank per host, GLOO_SOCKET_IFNAME=eth0): preflight bench (TCP
-# backend), PyTorch Gloo, and iperf3 one stream host 0 -> host 1. OpenMPI
-# across namespaces needs an ssh agent per host (see the test-hosts
-# reference) and is not in this script. Needs root.
+# backend: different network namespaces never use its same-host Unix
+# sockets), PyTorch Gloo, OpenMPI MPI_Allreduce (mpirun from the root
+# namespace, one sshd per namespace host as its launch agent, btl tcp on
+# the bridge's subnet) and iperf3 one stream host 0 -> host 1. Needs root;
+# installs openssh-server, openmpi-bin, python3-torch, iperf3 if missing.
 #
 #   bench/collective-netns.sh [ROUNDS]
 set -euo pipefail
@@ -15,10 +17,20 @@ py=/usr/bin/python3
 tag=pc$$
 br=${tag}br
 net=10.231.77
+need=()
+command -v mpicc >/dev/null || need+=(openmpi-bin libopenmpi-dev)
+command -v iperf3 >/dev/null || need+=(iperf3)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+$py -c 'import torch' 2>/dev/null || need+=(python3-torch)
+if [ ${#need[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${need[@]}" >/dev/null
+fi
 cargo build --release -q
 bin=$PWD/target/release/preflight
 work=$(mktemp -d)
+sshd_pids=()
 cleanup() {
+    for p in "${sshd_pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for i in $(seq 0 $((n - 1))); do ip netns del "${tag}_$i" 2>/dev/null || true; done
     ip link del "$br" 2>/dev/null || true
     rm -rf "$work"
@@ -34,6 +46,34 @@ for i in $(seq 0 $((n - 1))); do
     ip -n "$ns" link set lo up
     ip -n "$ns" addr add $net.$((i + 1))/24 dev eth0
     ip -n "$ns" link set eth0 up
+done
+# One sshd per namespace host: OpenMPI's launch agent.
+mkdir -p /run/sshd
+ssh-keygen -q -t ed25519 -N '' -f "$work/hostkey"
+ssh-keygen -q -t ed25519 -N '' -f "$work/id"
+cp "$work/id.pub" "$work/authorized_keys"
+cat >"$work/ssh_config" <<CONF
+Host *
+  User root
+  IdentityFile $work/id
+  StrictHostKeyChecking no
+  UserKnownHostsFile /dev/null
+  LogLevel ERROR
+CONF
+for i in $(seq 0 $((n - 1))); do
+    cat >"$work/sshd$i.conf" <<CONF
+ListenAddress $net.$((i + 1)):22
+HostKey $work/hostkey
+PidFile $work/sshd$i.pid
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+AuthorizedKeysFile $work/authorized_keys
+StrictModes no
+UsePAM no
+UseDNS no
+CONF
+    ip netns exec "${tag}_$i" /usr/sbin/sshd -D -f "$work/sshd$i.conf" -E "$work/sshd$i.log" &
+    sshd_pids+=($!)
 done
 echo "machine: $(nproc) cores, kernel $(uname -r); $(date -u +%Y-%m-%d); 4 namespace hosts on a bridge"
 busbw() { awk -v b="$bytes" -v n="$n" -v s="$1" 'BEGIN { if (s > 0) printf "%.3f", b / s / 1e9 * 2 * (n - 1) / n; else printf "failed" }'; }
@@ -52,7 +92,10 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 rows = [x for b in r["collective"]["backends"] if b["name"] == "tcp" for x in b["sweep"]
         if x["op"] == "allreduce" and x["bytes"] == 64 << 20]
-print("%.3f" % rows[0]["busbw"] if rows else "failed")' "$work/p0.json"
+links = r["collective"].get("links", [])
+# Namespace hosts are different hosts: every pair must have used TCP.
+ok = len(links) == 4 and all(not l["unix_peers"] for l in links)
+print(("%.3f" % rows[0]["busbw"] if rows else "failed") + ("" if ok else "(transport?)"))' "$work/p0.json"
 }
 
 cp bench/gloo_allreduce.py "$work/gloo.py"
@@ -67,6 +110,40 @@ gloo_round() {
     busbw "$(cat "$work/g0.out" 2>/dev/null || echo 0)"
 }
 
+cat >"$work/mpi.c" <<'C'
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank; MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    size_t count = (64u << 20) / 4;
+    float *in = malloc(count * 4), *out = malloc(count * 4);
+    for (size_t i = 0; i < count; i++) in[i] = 1.0f;
+    for (int i = 0; i < 2; i++) MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double total = 0;
+    for (int i = 0; i < 5; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t = MPI_Wtime();
+        MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        total += MPI_Wtime() - t;
+    }
+    if (rank == 0) printf("%f\n", total / 5);
+    MPI_Finalize();
+    return 0;
+}
+C
+mpicc -O2 -o "$work/mpi" "$work/mpi.c"
+hosts=$(for i in $(seq 0 $((n - 1))); do echo "$net.$((i + 1)):1"; done | paste -sd,)
+mpi_round() {
+    # One rank per namespace host, started by each host's sshd; the data
+    # path is TCP over the bridge, as for the others.
+    busbw "$(timeout 120 mpirun --allow-run-as-root -np $n --host "$hosts" \
+        --mca plm_rsh_agent "ssh -F $work/ssh_config" --mca btl tcp,self \
+        --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24 \
+        "$work/mpi" 2>"$work/mpi.err" | tail -1 || echo 0)"
+}
+
 iperf_round() {
     ip netns exec "${tag}_1" iperf3 -s -1 -p 5299 -B $net.2 >/dev/null 2>&1 &
     sleep 0.3
@@ -76,4 +153,5 @@ iperf_round() {
 
 printf "%-28s" "preflight bench (tcp)"; for _ in $(seq "$rounds"); do printf " %s" "$(preflight_round)"; done; echo " GB/s busbw"
 printf "%-28s" "PyTorch Gloo"; for _ in $(seq "$rounds"); do printf " %s" "$(gloo_round)"; done; echo " GB/s busbw"
+printf "%-28s" "OpenMPI MPI_Allreduce (tcp)"; for _ in $(seq "$rounds"); do printf " %s" "$(mpi_round)"; done; echo " GB/s busbw"
 printf "%-28s" "iperf3 single stream"; for _ in $(seq "$rounds"); do printf " %s" "$(iperf_round)"; done; echo " GB/s"

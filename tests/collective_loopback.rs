@@ -276,3 +276,66 @@ checks:
         assert_eq!(o.status("coll.impossible_warn"), "warn");
     }
 }
+
+/// Ranks on one host talk over Unix sockets by default and over TCP with
+/// PREFLIGHT_COLL_SAME_HOST=tcp; the report says which, every operation is
+/// verified either way, and a busbw minimum relative to the link is skipped
+/// with the reason (loopback reports no link speed; Unix sockets cross no
+/// link), while an absolute one beside it is still checked.
+#[test]
+fn same_host_transport_is_reported_and_link_relative_thresholds_skip_with_the_reason() {
+    let _serial = serial();
+    let (_dir, path) = common::checklist(
+        r#"
+checks:
+  - id: coll.of_link
+    kind: collective_busbw
+    scope: cluster
+    min_fraction_of_link: 0.5
+  - id: coll.of_link_and_absolute
+    kind: collective_busbw
+    scope: cluster
+    min_fraction_of_link: 0.5
+    min_busbw: 0.000001
+"#,
+    );
+    let path = path.display().to_string();
+    for (transport, hook) in [
+        ("unix", vec![]),
+        ("tcp", vec![("PREFLIGHT_COLL_SAME_HOST", "tcp")]),
+    ] {
+        let out = ranks(3, &["--checks", &path], &hook);
+        all_exit(&out, 0);
+        for o in &out {
+            let report = o.json();
+            let b = tcp(&report);
+            assert_eq!(b["verdict"], "pass", "{transport}: {b:#}");
+            let links = report["collective"]["links"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(links.len(), 3, "{transport}: {report:#}");
+            for l in &links {
+                assert_eq!(l["interface"], "lo", "{l:#}");
+                assert!(l["speed_mbps"].is_null(), "{l:#}");
+                let peers = l["unix_peers"].as_array().unwrap().len();
+                let want = if transport == "unix" { 2 } else { 0 };
+                assert_eq!(peers, want, "{transport}: {l:#}");
+            }
+            let skip = o.message("coll.of_link");
+            assert!(skip.starts_with("skip"), "{skip}");
+            let why = if transport == "unix" {
+                "every pair used a Unix socket"
+            } else {
+                "interface lo reports no link speed"
+            };
+            assert!(skip.contains(why), "{transport}: {skip}");
+            let both = o.message("coll.of_link_and_absolute");
+            assert!(both.starts_with("pass"), "{both}");
+            assert!(
+                both.contains("min_fraction_of_link not evaluated"),
+                "{both}"
+            );
+        }
+    }
+}

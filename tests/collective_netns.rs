@@ -181,3 +181,61 @@ fn a_corrupted_contribution_is_detected_on_every_rank() {
         assert!(msg.contains("rank 2 contributed"), "{}: {msg}", o.label);
     }
 }
+
+/// Namespace hosts are different hosts: every pair uses TCP, each rank's
+/// link is its eth0 (veth: 10000 Mb/s in the interface facts), and a busbw
+/// minimum relative to the slower link passes or fails against it. The
+/// sizes keep the outcome independent of the machine's speed: 8 B cannot
+/// reach 0.9 × 1.25 GB/s busbw, 64 KiB easily reaches a millionth of it.
+#[test]
+fn link_relative_busbw_uses_every_ranks_link_speed() {
+    let _serial = serial();
+    let Some(job) = job(3) else { return };
+    let (_dir, path) = common::checklist(
+        r#"
+checks:
+  - id: coll.link_small
+    kind: collective_busbw
+    scope: cluster
+    size: 64KiB
+    min_fraction_of_link: 0.000001
+  - id: coll.link_8b
+    kind: collective_busbw
+    scope: cluster
+    size: 8B
+    min_fraction_of_link: 0.9
+"#,
+    );
+    let path = path.display().to_string();
+    let out = finish(job.start(&["--checks", &path], &[]));
+    for o in &out {
+        let report = o.json();
+        let links = report["collective"]["links"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(links.len(), 3, "{}: {report:#}", o.label);
+        for l in &links {
+            assert_eq!(l["interface"], "eth0", "{l:#}");
+            assert_eq!(l["unix_peers"].as_array().map(Vec::len), Some(0), "{l:#}");
+        }
+        let speed = links[0]["speed_mbps"].as_u64();
+        let pass = o.message("coll.link_small");
+        let fail = o.message("coll.link_8b");
+        match speed {
+            Some(mbps) => {
+                assert!(pass.starts_with("pass"), "{}: {pass}", o.label);
+                assert!(pass.contains(&format!("{mbps} Mb/s")), "{pass}");
+                assert!(fail.starts_with("fail"), "{}: {fail}", o.label);
+                assert!(fail.contains("0.9 × the slowest link"), "{fail}");
+            }
+            // A kernel whose veth reports no speed: skipped with the reason.
+            None => {
+                assert!(pass.starts_with("skip"), "{pass}");
+                assert!(pass.contains("eth0 reports no link speed"), "{pass}");
+            }
+        }
+        let code = if speed.is_some() { 1 } else { 0 };
+        assert_eq!(o.code, code, "{}: {}\n{}", o.label, o.stdout, o.stderr);
+    }
+}

@@ -22,6 +22,9 @@ pub struct CollectiveReport {
     pub stragglers: Vec<String>,
     /// Ranks whose result never reached rank 0.
     pub missing: Vec<u32>,
+    /// Each rank's TCP-backend interface, link speed and Unix-socket peers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<super::tcp::RankLink>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -165,6 +168,9 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
     }
     for st in &r.stragglers {
         let _ = writeln!(out, "  straggler: {st}");
+    }
+    if let Some(l) = super::tcp::describe_links(&r.links) {
+        let _ = writeln!(out, "  tcp links: {l}");
     }
     out
 }

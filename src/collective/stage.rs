@@ -99,6 +99,9 @@ pub struct RankResult {
     pub backends: Vec<RankBackend>,
     pub pairs: Vec<PairRate>,
     pub pair_error: Option<OpError>,
+    /// The TCP backend's interface, link speed and transports.
+    #[serde(default)]
+    pub link: Option<tcp::RankLink>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -155,6 +158,10 @@ pub struct RankInfo<'a> {
     /// The address this rank reached the master from: the route's choice.
     pub route_ip: String,
     pub gloo_ifname: Option<String>,
+    /// PREFLIGHT_COLL_SAME_HOST: `tcp` keeps same-host pairs on TCP.
+    pub same_host: Option<String>,
+    /// The node's interface facts, for the TCP backend's link speed.
+    pub interfaces: Vec<crate::facts::Interface>,
     pub hooks: Hooks,
     /// Each rank's node as the cluster report names it, for ranks whose
     /// own result never arrives.
@@ -171,6 +178,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         backends: Vec::new(),
         pairs: Vec::new(),
         pair_error: None,
+        link: None,
     };
     let mut mesh: Option<Tcp> = None;
     // The library workers load and probe while the TCP backend runs.
@@ -186,12 +194,14 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             let t = Instant::now();
             let init = async {
                 let ip = tcp::listen_ip(info.gloo_ifname.as_deref(), &info.route_ip)?;
+                let unix = tcp::same_host_unix(info.same_host.as_deref())?;
                 let deadline = Instant::now() + cfg.step_timeout * 2;
-                Tcp::init(info.conn, info.rank, info.world, &ip, deadline).await
+                Tcp::init(info.conn, info.rank, info.world, &ip, unix, deadline).await
             };
             match init.await {
                 Ok(mut b) => {
                     rb.init_ms = Some(t.elapsed().as_millis() as u64);
+                    result.link = Some(b.link(&info.interfaces));
                     exercise(&mut b, cfg, &info.hooks, &mut rb, &mut |_| {}).await;
                     if rb.failure.is_some() {
                         b.abort();
@@ -618,6 +628,7 @@ pub fn assemble(
         pairs,
         stragglers,
         missing,
+        links: present.iter().filter_map(|x| x.link.clone()).collect(),
     }
 }
 

@@ -7,7 +7,8 @@
 //!
 //! In each pair both ranks send `bytes` at once (full duplex) after a
 //! one-byte handshake (so a late partner's delay is not counted); the pair's
-//! rate is bytes / time. A rank is named as the straggler when every pair
+//! rate is bytes / the slower side's time (a throttled sender only shows on
+//! its receiver's side). A rank is named as the straggler when every pair
 //! it is in runs below a third of the fastest pair while some pair without
 //! it does not: slow in every pair it is in, so the fault is its own.
 
@@ -55,7 +56,8 @@ pub struct PairRate {
     pub gbps: f64,
 }
 
-/// This rank's part of the round; the lower rank of each pair reports it.
+/// This rank's part of the round; the lower rank of each pair reports it,
+/// with the slower side's time.
 pub async fn round<B: Backend>(
     b: &mut B,
     bytes: usize,
@@ -75,7 +77,15 @@ pub async fn round<B: Backend>(
         let mut recv = vec![0u8; bytes];
         let t = Instant::now();
         b.sendrecv(&send, peer, &mut recv, peer, deadline).await?;
-        let secs = t.elapsed().as_secs_f64().max(1e-9);
+        let mine = t.elapsed().as_secs_f64();
+        // A sender's part ends when the kernel has taken its bytes, which
+        // a grown socket buffer does at once however slow the link: only
+        // the receiver sees a throttled sender. The pair's time is the
+        // longer of the two sides'.
+        let mut theirs = [0u8; 8];
+        b.sendrecv(&mine.to_le_bytes(), peer, &mut theirs, peer, deadline)
+            .await?;
+        let secs = mine.max(f64::from_le_bytes(theirs)).max(1e-9);
         if me == x {
             out.push(PairRate {
                 a: x,

@@ -1,7 +1,14 @@
 //! The built-in TCP backend (the Gloo analogue): a full mesh of TCP
 //! connections set up through the rendezvous store, on the address of the
 //! interface GLOO_SOCKET_IFNAME names or else the one this rank reaches the
-//! master from (the route's choice). Ring algorithms for allreduce
+//! master from (the route's choice). Two ranks on one host (same boot id,
+//! same network namespace, same hostname) talk over a Unix-domain stream
+//! socket instead, as NCCL uses shared memory within a node: same data, same
+//! algorithms, about half the kernel work of loopback TCP per byte; ranks in
+//! different network namespaces (containers, the test harness's namespace
+//! hosts) always use TCP, since that network path is what they must test.
+//! `PREFLIGHT_COLL_SAME_HOST=tcp` keeps same-host pairs on TCP too. Each
+//! pair's transport is reported. Ring algorithms for allreduce
 //! (reduce-scatter then allgather, received in chunks and reduced as they
 //! arrive while the send runs) and allgather, a pipelined chain for
 //! broadcast, a dissemination barrier. Any world size, 1 included.
@@ -10,11 +17,14 @@
 //! says which peer stopped sending or receiving.
 
 use std::cell::Cell;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream, tcp, unix};
 use tokio::time::Instant;
 
 use super::{Backend, Dtype, OpError};
@@ -23,14 +33,170 @@ use crate::cluster::store;
 /// Receive granularity: a chunk is reduced while the next is in flight.
 const CHUNK: usize = 512 << 10;
 const MAGIC: &[u8; 4] = b"PFC1";
+/// `tcp` keeps ranks on one host on TCP (loopback) instead of Unix sockets.
+pub const SAME_HOST_VAR: &str = "PREFLIGHT_COLL_SAME_HOST";
+
+/// The transport of one pair of ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    Tcp,
+    Unix,
+}
+
+/// What one rank's TCP backend ran over, for the report and the relative
+/// `collective_busbw` threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankLink {
+    pub rank: u32,
+    /// The interface holding the TCP listener's address (from the
+    /// interface facts); `None` when no interface holds it.
+    pub interface: Option<String>,
+    /// Its link speed in Mbit/s; `None` where the interface reports none
+    /// (loopback, some virtual links, a down port).
+    pub speed_mbps: Option<u64>,
+    /// Peers reached over a Unix socket (same host); the others over TCP.
+    pub unix_peers: Vec<u32>,
+}
+
+/// One line: each rank's interface and speed, and which pairs used a Unix
+/// socket (the others used TCP).
+pub fn describe_links(links: &[RankLink]) -> Option<String> {
+    if links.is_empty() {
+        return None;
+    }
+    let ifaces: Vec<String> = links
+        .iter()
+        .map(|l| {
+            let speed = l
+                .speed_mbps
+                .map_or("no link speed".to_string(), |m| format!("{m} Mb/s"));
+            let name = l.interface.as_deref().unwrap_or("?");
+            format!("rank {} {name} ({speed})", l.rank)
+        })
+        .collect();
+    let unix: Vec<String> = links
+        .iter()
+        .flat_map(|l| {
+            l.unix_peers
+                .iter()
+                .filter(move |p| **p > l.rank)
+                .map(move |p| format!("{}↔{p}", l.rank))
+        })
+        .collect();
+    let pairs = if unix.is_empty() {
+        "every pair over TCP".to_string()
+    } else {
+        format!(
+            "Unix socket (same host): {}; other pairs TCP",
+            unix.join(" ")
+        )
+    };
+    Some(format!("{}; {pairs}", ifaces.join(", ")))
+}
+
+enum Reader {
+    Tcp(tcp::OwnedReadHalf),
+    Unix(unix::OwnedReadHalf),
+}
+
+enum Writer {
+    Tcp(tcp::OwnedWriteHalf),
+    Unix(unix::OwnedWriteHalf),
+}
+
+impl AsyncRead for Reader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Reader::Tcp(r) => Pin::new(r).poll_read(cx, buf),
+            Reader::Unix(r) => Pin::new(r).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Writer {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Writer::Tcp(w) => Pin::new(w).poll_write(cx, buf),
+            Writer::Unix(w) => Pin::new(w).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Writer::Tcp(w) => Pin::new(w).poll_flush(cx),
+            Writer::Unix(w) => Pin::new(w).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Writer::Tcp(w) => Pin::new(w).poll_shutdown(cx),
+            Writer::Unix(w) => Pin::new(w).poll_shutdown(cx),
+        }
+    }
+}
+
+/// One connected peer before it is split into halves.
+enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Conn {
+    fn transport(&self) -> Transport {
+        match self {
+            Conn::Tcp(_) => Transport::Tcp,
+            Conn::Unix(_) => Transport::Unix,
+        }
+    }
+
+    async fn write_all(&mut self, b: &[u8]) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.write_all(b).await,
+            Conn::Unix(s) => s.write_all(b).await,
+        }
+    }
+
+    async fn read_exact(&mut self, b: &mut [u8]) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.read_exact(b).await.map(|_| ()),
+            Conn::Unix(s) => s.read_exact(b).await.map(|_| ()),
+        }
+    }
+
+    fn split(self) -> (Reader, Writer) {
+        match self {
+            Conn::Tcp(s) => {
+                let (r, w) = s.into_split();
+                (Reader::Tcp(r), Writer::Tcp(w))
+            }
+            Conn::Unix(s) => {
+                let (r, w) = s.into_split();
+                (Reader::Unix(r), Writer::Unix(w))
+            }
+        }
+    }
+}
 
 pub struct Tcp {
     rank: u32,
     world: u32,
-    readers: Vec<Option<OwnedReadHalf>>,
-    writers: Vec<Option<OwnedWriteHalf>>,
-    /// Receive buffer of the reduce-scatter, kept between calls: a fresh
-    /// one per call costs a page fault per 4 KiB inside the timed region.
+    readers: Vec<Option<Reader>>,
+    writers: Vec<Option<Writer>>,
+    /// Each peer's transport (`None` for this rank).
+    transports: Vec<Option<Transport>>,
+    /// The IP address the TCP listener used.
+    ip: String,
+    /// Receive buffer of the reduce-scatter (one chunk), kept between
+    /// calls: a fresh one per call costs page faults inside the timed
+    /// region.
     scratch: Vec<u8>,
 }
 
@@ -66,25 +232,82 @@ fn closed(peer: u32, e: &std::io::Error) -> OpError {
     OpError::Closed { peer, detail }
 }
 
+/// What makes two ranks "on one host" for the Unix-socket path: the same
+/// kernel (boot id), network namespace and hostname. `None` when any of
+/// them cannot be read (then every pair uses TCP).
+pub fn host_key() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let netns = std::fs::read_link("/proc/self/ns/net").ok()?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    Some(format!(
+        "{}/{}/{}",
+        boot.trim(),
+        netns.display(),
+        host.trim()
+    ))
+}
+
+/// Whether same-host pairs may use Unix sockets (`PREFLIGHT_COLL_SAME_HOST`
+/// unset or `unix`); `tcp` keeps them on TCP.
+pub fn same_host_unix(var: Option<&str>) -> Result<bool, String> {
+    match var.map(str::trim) {
+        None | Some("") | Some("unix") => Ok(true),
+        Some("tcp") => Ok(false),
+        Some(other) => Err(format!(
+            "{SAME_HOST_VAR}={other}: expected `unix` (the default) or `tcp`"
+        )),
+    }
+}
+
+/// The reduce-scatter's receive buffer: one chunk, reused, so the
+/// reduction reads it from cache rather than from memory.
+const REDUCE_CHUNK: usize = CHUNK;
+
+/// tokio's spelling of a name in the abstract namespace: a leading NUL.
+fn abstract_path(name: &str) -> String {
+    format!("\0{name}")
+}
+
+fn tune(s: &TcpStream) {
+    let _ = s.set_nodelay(true);
+}
+
+/// A Unix stream socket's send buffer bounds the bytes in flight to its
+/// peer (net.core.wmem_default, about 200 KiB, by default): at that size a
+/// 16 MiB segment costs the pair a wake-up per 100 KiB or so (measured on
+/// a 64 MiB sweep: 7× the voluntary context switches of loopback TCP, whose
+/// buffers grow on their own; 2.6× fewer with 4 MiB). The kernel caps it
+/// at net.core.wmem_max.
+const UNIX_BUFFER: usize = 4 << 20;
+
+fn tune_unix(s: &UnixStream) {
+    let _ = socket2::SockRef::from(s).set_send_buffer_size(UNIX_BUFFER);
+}
+
 impl Tcp {
     /// Listens, publishes the address in the store, and connects the
     /// mesh: rank r dials every lower rank and accepts every higher one.
+    /// `unix`: whether pairs on one host may use a Unix socket.
     pub async fn init(
         conn: &mut TcpStream,
         rank: u32,
         world: u32,
         ip: &str,
+        unix: bool,
         deadline: Instant,
     ) -> Result<Tcp, String> {
         let n = world as usize;
-        let mut readers: Vec<Option<OwnedReadHalf>> = (0..n).map(|_| None).collect();
-        let mut writers: Vec<Option<OwnedWriteHalf>> = (0..n).map(|_| None).collect();
+        let mut readers: Vec<Option<Reader>> = (0..n).map(|_| None).collect();
+        let mut writers: Vec<Option<Writer>> = (0..n).map(|_| None).collect();
+        let mut transports: Vec<Option<Transport>> = (0..n).map(|_| None).collect();
         if world <= 1 {
             return Ok(Tcp {
                 rank,
                 world,
                 readers,
                 writers,
+                transports,
+                ip: ip.to_string(),
                 scratch: Vec::new(),
             });
         }
@@ -95,9 +318,33 @@ impl Tcp {
             .local_addr()
             .map_err(|e| format!("listener address: {e}"))?
             .to_string();
+        // An abstract Unix socket: scoped to this network namespace, gone
+        // with the process, nothing to clean up on disk.
+        let key = if unix { host_key() } else { None };
+        let local = key.and_then(|k| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let name = format!("preflight-coll-{}-{rank}-{nanos}", std::process::id());
+            UnixListener::bind(abstract_path(&name))
+                .ok()
+                .map(|l| (k, name, l))
+        });
+        if let Some((k, name, _)) = &local {
+            store::set(
+                conn,
+                &format!("coll/tcp/local/{rank}"),
+                &format!("{k}\t{name}"),
+                deadline,
+            )
+            .await
+            .map_err(|e| format!("cannot publish this rank's address in the store: {e}"))?;
+        }
         store::set(conn, &format!("coll/tcp/addr/{rank}"), &addr, deadline)
             .await
             .map_err(|e| format!("cannot publish this rank's address in the store: {e}"))?;
+        let my_key = local.as_ref().map(|(k, _, _)| k.clone());
         let mut peers = Vec::new();
         for j in 0..rank {
             let wait = deadline.saturating_duration_since(Instant::now());
@@ -105,24 +352,61 @@ impl Tcp {
                 .await
                 .map_err(|e| format!("store: {e}"))?
                 .ok_or_else(|| format!("rank {j} never published its address"))?;
-            peers.push((j, a));
+            // Published before the TCP address, so present by now if at all.
+            let same_host = match &my_key {
+                Some(mine) => store::get(
+                    conn,
+                    &format!("coll/tcp/local/{j}"),
+                    Duration::ZERO,
+                    deadline,
+                )
+                .await
+                .map_err(|e| format!("store: {e}"))?
+                .and_then(|v| {
+                    let (k, name) = v.split_once('\t')?;
+                    (k == mine).then(|| name.to_string())
+                }),
+                None => None,
+            };
+            peers.push((j, a, same_host));
         }
+        let hello = {
+            let mut h = Vec::from(&MAGIC[..]);
+            h.extend_from_slice(&rank.to_le_bytes());
+            h
+        };
         let dial = async {
             let mut out = Vec::new();
-            for (j, a) in peers {
-                let mut s = loop {
-                    match TcpStream::connect(a.as_str()).await {
-                        Ok(s) => break s,
-                        Err(e) if Instant::now() + Duration::from_millis(50) < deadline => {
-                            let _ = e;
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
-                        Err(e) => return Err(format!("cannot connect to rank {j} at {a}: {e}")),
-                    }
+            for (j, a, same_host) in peers {
+                // A same-host peer's Unix socket, else (or when it refuses)
+                // TCP.
+                let mut s = match same_host {
+                    Some(name) => UnixStream::connect(abstract_path(&name))
+                        .await
+                        .ok()
+                        .map(|x| {
+                            tune_unix(&x);
+                            Conn::Unix(x)
+                        }),
+                    None => None,
                 };
-                let _ = s.set_nodelay(true);
-                let mut hello = Vec::from(&MAGIC[..]);
-                hello.extend_from_slice(&rank.to_le_bytes());
+                if s.is_none() {
+                    let t = loop {
+                        match TcpStream::connect(a.as_str()).await {
+                            Ok(t) => break t,
+                            Err(e) if Instant::now() + Duration::from_millis(50) < deadline => {
+                                let _ = e;
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                            Err(e) => {
+                                return Err(format!("cannot connect to rank {j} at {a}: {e}"));
+                            }
+                        }
+                    };
+                    tune(&t);
+                    s = Some(Conn::Tcp(t));
+                }
+                let Some(mut s) = s else { continue };
                 s.write_all(&hello)
                     .await
                     .map_err(|e| format!("rank {j} at {a}: {e}"))?;
@@ -130,13 +414,32 @@ impl Tcp {
             }
             Ok::<_, String>(out)
         };
+        let unix_listener = local.map(|(_, _, l)| l);
         let accept = async {
-            let mut out = Vec::new();
+            let mut out: Vec<(u32, Conn)> = Vec::new();
             while out.len() < (world - 1 - rank) as usize {
-                let (mut s, peer) = listener
-                    .accept()
-                    .await
-                    .map_err(|e| format!("accept: {e}"))?;
+                let (mut s, peer) = match &unix_listener {
+                    Some(u) => tokio::select! {
+                        t = listener.accept() => {
+                            let (t, p) = t.map_err(|e| format!("accept: {e}"))?;
+                            tune(&t);
+                            (Conn::Tcp(t), p.to_string())
+                        }
+                        x = u.accept() => {
+                            let (x, _) = x.map_err(|e| format!("accept: {e}"))?;
+                            tune_unix(&x);
+                            (Conn::Unix(x), "a local Unix socket".to_string())
+                        }
+                    },
+                    None => {
+                        let (t, p) = listener
+                            .accept()
+                            .await
+                            .map_err(|e| format!("accept: {e}"))?;
+                        tune(&t);
+                        (Conn::Tcp(t), p.to_string())
+                    }
+                };
                 let mut hello = [0u8; 8];
                 // A stranger that connects and says nothing is dropped
                 // when the whole init deadline ends.
@@ -147,7 +450,6 @@ impl Tcp {
                 if j <= rank || j >= world || out.iter().any(|(k, _)| *k == j) {
                     return Err(format!("unexpected peer {peer} claiming rank {j}"));
                 }
-                let _ = s.set_nodelay(true);
                 out.push((j, s));
             }
             Ok::<_, String>(out)
@@ -159,7 +461,8 @@ impl Tcp {
                     "connecting the mesh timed out: some peer did not connect or accept".to_string()
                 })?;
         for (j, s) in dialed?.into_iter().chain(accepted?) {
-            let (r, w) = s.into_split();
+            transports[j as usize] = Some(s.transport());
+            let (r, w) = s.split();
             readers[j as usize] = Some(r);
             writers[j as usize] = Some(w);
         }
@@ -168,8 +471,26 @@ impl Tcp {
             world,
             readers,
             writers,
+            transports,
+            ip: ip.to_string(),
             scratch: Vec::new(),
         })
+    }
+
+    /// This rank's interface, its speed and each peer's transport.
+    pub fn link(&self, interfaces: &[crate::facts::Interface]) -> RankLink {
+        let ip: Option<std::net::IpAddr> = self.ip.parse().ok();
+        let iface = interfaces
+            .iter()
+            .find(|i| ip.is_some_and(|ip| i.addresses.contains(&ip)));
+        RankLink {
+            rank: self.rank,
+            interface: iface.map(|i| i.name.clone()),
+            speed_mbps: iface.and_then(|i| i.speed_mbps),
+            unix_peers: (0..self.world)
+                .filter(|j| self.transports[*j as usize] == Some(Transport::Unix))
+                .collect(),
+        }
     }
 
     fn right(&self) -> u32 {
@@ -180,16 +501,14 @@ impl Tcp {
         (self.rank + self.world - 1) % self.world
     }
 
-    /// Sends `send` to `to` while receiving into `recv` from `from`,
-    /// handing each received chunk to `each(offset, chunk)`.
+    /// Sends `send` to `to` while receiving from `from` into `recv`.
     async fn exchange(
         &mut self,
         send: &[u8],
         to: u32,
-        recv: &mut [u8],
+        recv: Recv<'_>,
         from: u32,
         deadline: Instant,
-        mut each: impl FnMut(usize, &[u8]),
     ) -> Result<(), OpError> {
         let total_recv = recv.len();
         let sent = Cell::new(0usize);
@@ -211,14 +530,30 @@ impl Tcp {
         };
         let read = async {
             let mut off = 0;
-            while off < recv.len() {
-                let end = (off + CHUNK).min(recv.len());
-                rd.read_exact(&mut recv[off..end])
-                    .await
-                    .map_err(|e| closed(from, &e))?;
-                each(off, &recv[off..end]);
-                off = end;
-                got.set(off);
+            match recv {
+                Recv::Into(buf) => {
+                    while off < buf.len() {
+                        let end = (off + CHUNK).min(buf.len());
+                        rd.read_exact(&mut buf[off..end])
+                            .await
+                            .map_err(|e| closed(from, &e))?;
+                        off = end;
+                        got.set(off);
+                    }
+                }
+                Recv::Reduce { dst, tmp, dtype } => {
+                    // tmp is small and reused, so the reduction reads it
+                    // from cache rather than from memory.
+                    let step = tmp.len().max(Dtype::SIZE);
+                    while off < dst.len() {
+                        let end = (off + step).min(dst.len());
+                        let t = &mut tmp[..end - off];
+                        rd.read_exact(t).await.map_err(|e| closed(from, &e))?;
+                        reduce(&mut dst[off..end], t, dtype);
+                        off = end;
+                        got.set(off);
+                    }
+                }
             }
             Ok::<(), OpError>(())
         };
@@ -227,6 +562,27 @@ impl Tcp {
             Err(_) if got.get() < total_recv => Err(OpError::RecvTimeout { from }),
             Err(_) if sent.get() < send.len() => Err(OpError::SendTimeout { to }),
             Err(_) => Ok(()),
+        }
+    }
+}
+
+/// Where an exchange's incoming bytes go.
+enum Recv<'a> {
+    /// Stored as they are.
+    Into(&'a mut [u8]),
+    /// Added element-wise into `dst`, through `tmp` (a multiple of 4 bytes).
+    Reduce {
+        dst: &'a mut [u8],
+        tmp: &'a mut [u8],
+        dtype: Dtype,
+    },
+}
+
+impl Recv<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Recv::Into(b) => b.len(),
+            Recv::Reduce { dst, .. } => dst.len(),
         }
     }
 }
@@ -286,10 +642,9 @@ impl Backend for Tcp {
         let segs = segments(buf.len() / Dtype::SIZE, n);
         let r = self.rank as usize;
         let (to, from) = (self.right(), self.left());
-        let longest = segs.iter().map(|s| s.len()).max().unwrap_or(0) * Dtype::SIZE;
         let mut tmp = std::mem::take(&mut self.scratch);
-        if tmp.len() < longest {
-            tmp.resize(longest, 0);
+        if tmp.len() < REDUCE_CHUNK {
+            tmp.resize(REDUCE_CHUNK, 0);
         }
         // Reduce-scatter: after n-1 steps segment (r+1)%n holds the sum.
         for step in 0..n - 1 {
@@ -297,13 +652,13 @@ impl Backend for Tcp {
             let r_idx = (r + n - step - 1) % n;
             let sb = byte_range(&segs[s_idx]);
             let rb = byte_range(&segs[r_idx]);
-            let recv = &mut tmp[..rb.len()];
             let (send, dst) = split_pair(buf, sb, rb);
-            let done = self
-                .exchange(send, to, recv, from, deadline, |off, chunk| {
-                    reduce(&mut dst[off..off + chunk.len()], chunk, dtype)
-                })
-                .await;
+            let into = Recv::Reduce {
+                dst,
+                tmp: &mut tmp,
+                dtype,
+            };
+            let done = self.exchange(send, to, into, from, deadline).await;
             if let Err(e) = done {
                 self.scratch = tmp;
                 return Err(e);
@@ -317,7 +672,7 @@ impl Backend for Tcp {
             let sb = byte_range(&segs[s_idx]);
             let rb = byte_range(&segs[r_idx]);
             let (send, recv) = split_pair(buf, sb, rb);
-            self.exchange(send, to, recv, from, deadline, |_, _| {})
+            self.exchange(send, to, Recv::Into(recv), from, deadline)
                 .await?;
         }
         Ok(())
@@ -394,7 +749,7 @@ impl Backend for Tcp {
                 s_idx * block..(s_idx + 1) * block,
                 r_idx * block..(r_idx + 1) * block,
             );
-            self.exchange(send, to, recv, from, deadline, |_, _| {})
+            self.exchange(send, to, Recv::Into(recv), from, deadline)
                 .await?;
         }
         Ok(())
@@ -412,7 +767,7 @@ impl Backend for Tcp {
             recv.copy_from_slice(send);
             return Ok(());
         }
-        self.exchange(send, to, recv, from, deadline, |_, _| {})
+        self.exchange(send, to, Recv::Into(recv), from, deadline)
             .await
     }
 
@@ -423,7 +778,7 @@ impl Backend for Tcp {
             let to = (self.rank + k) % n;
             let from = (self.rank + n - k) % n;
             let mut got = [0u8; 1];
-            self.exchange(&[1], to, &mut got, from, deadline, |_, _| {})
+            self.exchange(&[1], to, Recv::Into(&mut got), from, deadline)
                 .await?;
             k *= 2;
         }
@@ -472,6 +827,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn same_host_variable() {
+        assert_eq!(same_host_unix(None), Ok(true));
+        assert_eq!(same_host_unix(Some("unix")), Ok(true));
+        assert_eq!(same_host_unix(Some(" tcp ")), Ok(false));
+        let e = same_host_unix(Some("shm")).unwrap_err();
+        assert!(e.contains("PREFLIGHT_COLL_SAME_HOST=shm"), "{e}");
+    }
+
+    #[test]
+    fn links_name_interfaces_and_unix_pairs() {
+        let l = |rank, unix_peers| RankLink {
+            rank,
+            interface: Some("lo".into()),
+            speed_mbps: None,
+            unix_peers,
+        };
+        let text = describe_links(&[l(0, vec![1]), l(1, vec![0]), l(2, vec![])]).unwrap();
+        assert!(text.contains("rank 0 lo (no link speed)"), "{text}");
+        assert!(text.contains("Unix socket (same host): 0↔1;"), "{text}");
+        assert_eq!(describe_links(&[]), None);
     }
 
     #[test]

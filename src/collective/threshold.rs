@@ -2,6 +2,14 @@
 //! operation and size, evaluated (with `scope: cluster`) against the
 //! collective report that every rank holds after the stage. The check's
 //! `severity` makes a shortfall a warning or a failure, as for any kind.
+//!
+//! The minimum is absolute (`min_busbw`, GB/s) or relative to the link
+//! (`min_fraction_of_link`): a fraction of the slowest link speed among the
+//! ranks' interfaces that the TCP backend used (from each rank's interface
+//! facts, carried in the report). A link that reports no speed (loopback,
+//! some virtual links), or a run in which every pair used a Unix socket
+//! (all ranks on one host: no link in the path), cannot be compared: the
+//! check is skipped with that reason.
 
 use std::sync::Arc;
 
@@ -40,8 +48,14 @@ pub const KIND: KindInfo = KindInfo {
         ParamDoc {
             name: "min_busbw",
             ty: "number",
-            default: None,
-            doc: "GB/s (10^9 B/s); below it the check fails (or warns, with severity: warn).",
+            default: Some("none: set it, min_fraction_of_link, or both"),
+            doc: "GB/s (10^9 B/s); below it the check fails (or warns, with severity: warn). With both set, the higher minimum applies.",
+        },
+        ParamDoc {
+            name: "min_fraction_of_link",
+            ty: "number",
+            default: Some("none"),
+            doc: "Minimum busbw as a fraction (0 < f <= 1) of the slowest link speed among the ranks (the interface each rank's TCP backend used, from its interface facts; Mb/s / 8000 = GB/s). Skipped, with the reason, when a rank's link reports no speed (loopback, some virtual links) or every pair used a Unix socket (one host).",
         },
     ],
     hint_vars: &[],
@@ -57,7 +71,10 @@ pub struct Busbw {
     op: String,
     #[serde(default)]
     size: Option<String>,
-    min_busbw: f64,
+    #[serde(default)]
+    min_busbw: Option<f64>,
+    #[serde(default)]
+    min_fraction_of_link: Option<f64>,
 }
 
 fn default_backend() -> String {
@@ -79,8 +96,23 @@ impl Params for Busbw {
         if let Some(s) = &self.size {
             crate::cli::parse_size(s).map_err(|e| format!("`size` {e}"))?;
         }
-        if !(self.min_busbw.is_finite() && self.min_busbw > 0.0) {
+        if let Some(m) = self.min_busbw
+            && !(m.is_finite() && m > 0.0)
+        {
             return Err("`min_busbw` must be a positive number of GB/s".into());
+        }
+        if let Some(f) = self.min_fraction_of_link
+            && !(f.is_finite() && f > 0.0 && f <= 1.0)
+        {
+            return Err(
+                "`min_fraction_of_link` must be a fraction of the link speed, above 0 and at most 1"
+                    .into(),
+            );
+        }
+        if self.min_busbw.is_none() && self.min_fraction_of_link.is_none() {
+            return Err(
+                "set `min_busbw` (GB/s) or `min_fraction_of_link` (0 to 1), or both".into(),
+            );
         }
         Ok(())
     }
@@ -132,7 +164,31 @@ impl CollectiveProbe for Busbw {
             Some(s) => rows.iter().find(|r| r.bytes == s).copied(),
             None => rows.iter().max_by_key(|r| r.bytes).copied(),
         };
-        let expected = format!(">= {:.3} GB/s", self.min_busbw);
+        // The relative minimum in GB/s, or why it cannot be had.
+        let link = self
+            .min_fraction_of_link
+            .map(|f| slowest_link(report).map(|(gbps, who)| (f * gbps, f, who)));
+        let mut minimum = self.min_busbw;
+        let mut basis = Vec::new();
+        if let Some(m) = self.min_busbw {
+            basis.push(format!("{m:.3} GB/s"));
+        }
+        match &link {
+            Some(Ok((gbps, f, who))) => {
+                minimum = Some(minimum.map_or(*gbps, |m| m.max(*gbps)));
+                basis.push(format!("{f} × {who}"));
+            }
+            // With no absolute minimum to fall back on there is nothing
+            // to compare against.
+            Some(Err(why)) if self.min_busbw.is_none() => {
+                return Finding::skip(format!(
+                    "min_fraction_of_link cannot be evaluated: {why}; use min_busbw (GB/s) for this path"
+                ));
+            }
+            _ => {}
+        }
+        let minimum = minimum.unwrap_or(0.0);
+        let expected = format!(">= {minimum:.3} GB/s");
         let Some(row) = row else {
             let what = size.map(human_bytes).unwrap_or_else(|| "any size".into());
             return Finding::fail(format!(
@@ -142,18 +198,223 @@ impl CollectiveProbe for Busbw {
             .expected(expected);
         };
         let measured = format!("{:.3} GB/s", row.busbw);
-        let text = format!(
-            "{} {} {} busbw {measured} (minimum {:.3} GB/s)",
+        let mut text = format!(
+            "{} {} {} busbw {measured} (minimum {minimum:.3} GB/s: {})",
             b.name,
             self.op,
             human_bytes(row.bytes),
-            self.min_busbw
+            basis.join(", ")
         );
-        let f = if row.busbw >= self.min_busbw {
+        if let Some(Err(why)) = &link {
+            text.push_str(&format!("; min_fraction_of_link not evaluated: {why}"));
+        }
+        let f = if row.busbw >= minimum {
             Finding::pass(text)
         } else {
             Finding::fail(text)
         };
         f.measured(measured).expected(expected)
+    }
+}
+
+/// The slowest link among the ranks, in GB/s, with words naming it; or
+/// why there is none to compare with.
+fn slowest_link(report: &CollectiveReport) -> Result<(f64, String), String> {
+    let links = &report.links;
+    if let Some(r) = (0..report.world_size).find(|r| !links.iter().any(|l| l.rank == *r)) {
+        return Err(format!(
+            "rank {r}'s link is unknown (its TCP backend gave no result)"
+        ));
+    }
+    if report.world_size > 1
+        && links
+            .iter()
+            .all(|l| l.unix_peers.len() + 1 == report.world_size as usize)
+    {
+        return Err(
+            "every pair used a Unix socket (all ranks on one host): no network link was in the path"
+                .into(),
+        );
+    }
+    let mut slowest: Option<(u64, &super::tcp::RankLink)> = None;
+    for l in links {
+        let name = l
+            .interface
+            .as_deref()
+            .unwrap_or("(no interface holds its address)");
+        let Some(mbps) = l.speed_mbps else {
+            return Err(format!(
+                "rank {}'s interface {name} reports no link speed (loopback or a virtual link)",
+                l.rank
+            ));
+        };
+        if slowest.is_none_or(|(m, _)| mbps < m) {
+            slowest = Some((mbps, l));
+        }
+    }
+    let Some((mbps, l)) = slowest else {
+        return Err("no rank reported its link".into());
+    };
+    Ok((
+        mbps as f64 / 8000.0,
+        format!(
+            "the slowest link, rank {}'s {} at {mbps} Mb/s ({:.3} GB/s)",
+            l.rank,
+            l.interface.as_deref().unwrap_or("?"),
+            mbps as f64 / 8000.0
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::report::BackendReport;
+    use crate::collective::sweep::Row;
+    use crate::collective::tcp::RankLink;
+    use crate::collective::{Dtype, Op};
+    use crate::result::Status;
+
+    /// Four ranks, one allreduce row of 64 MiB at `busbw` GB/s (time
+    /// chosen to give it), and each rank's link.
+    fn report(busbw: f64, links: Vec<RankLink>) -> CollectiveReport {
+        let bytes = 64 << 20;
+        let factor = Op::Allreduce.bus_factor(4);
+        let time_us = bytes as f64 * factor / (busbw * 1e3);
+        CollectiveReport {
+            mode: "full".into(),
+            world_size: 4,
+            backends: vec![BackendReport {
+                name: "tcp".into(),
+                available: true,
+                reason: String::new(),
+                init_ms: Some(1),
+                ops: Vec::new(),
+                sweep: vec![Row::new(Op::Allreduce, bytes, Dtype::F32, time_us, 4)],
+                ended: None,
+                verdict: "pass".into(),
+            }],
+            pairs: Vec::new(),
+            stragglers: Vec::new(),
+            missing: Vec::new(),
+            links,
+        }
+    }
+
+    fn link(rank: u32, iface: &str, mbps: Option<u64>, unix_peers: Vec<u32>) -> RankLink {
+        RankLink {
+            rank,
+            interface: Some(iface.into()),
+            speed_mbps: mbps,
+            unix_peers,
+        }
+    }
+
+    /// Ranks 0..4 on eth0 at 10 Gb/s (1.25 GB/s) except rank 2 at
+    /// `slow` Mb/s.
+    fn nics(slow: Option<u64>) -> Vec<RankLink> {
+        (0..4)
+            .map(|r| {
+                let speed = if r == 2 { slow } else { Some(10_000) };
+                link(r, "eth0", speed, Vec::new())
+            })
+            .collect()
+    }
+
+    fn relative(fraction: f64, min_busbw: Option<f64>) -> Busbw {
+        let b = Busbw {
+            backend: "tcp".into(),
+            op: "allreduce".into(),
+            size: None,
+            min_busbw,
+            min_fraction_of_link: Some(fraction),
+        };
+        b.validate().expect("valid parameters");
+        b
+    }
+
+    #[test]
+    fn fraction_of_the_slower_nic_passes_and_fails() {
+        // Rank 2 has 8 Gb/s = 1.0 GB/s: half of it is 0.5 GB/s.
+        let r = report(0.6, nics(Some(8_000)));
+        let f = relative(0.5, None).evaluate_collective(&r);
+        assert_eq!(f.status, Status::Pass, "{}", f.message);
+        assert!(
+            f.message.contains("rank 2's eth0 at 8000 Mb/s"),
+            "{}",
+            f.message
+        );
+        assert_eq!(f.expected.as_deref(), Some(">= 0.500 GB/s"));
+
+        let r = report(0.4, nics(Some(8_000)));
+        let f = relative(0.5, None).evaluate_collective(&r);
+        assert_eq!(f.status, Status::Fail, "{}", f.message);
+        assert_eq!(f.measured.as_deref(), Some("0.400 GB/s"));
+    }
+
+    #[test]
+    fn both_minimums_the_higher_one_applies() {
+        // 0.5 × 1.25 GB/s = 0.625; the absolute 0.7 is higher.
+        let r = report(0.65, nics(Some(10_000)));
+        let f = relative(0.5, Some(0.7)).evaluate_collective(&r);
+        assert_eq!(f.status, Status::Fail, "{}", f.message);
+        assert_eq!(f.expected.as_deref(), Some(">= 0.700 GB/s"));
+    }
+
+    #[test]
+    fn unknown_link_speed_is_skipped_with_the_reason() {
+        let r = report(0.6, nics(None));
+        let f = relative(0.5, None).evaluate_collective(&r);
+        assert_eq!(f.status, Status::Skip, "{}", f.message);
+        assert!(
+            f.message
+                .contains("rank 2's interface eth0 reports no link speed"),
+            "{}",
+            f.message
+        );
+        // With an absolute minimum as well, that one is still checked.
+        let f = relative(0.5, Some(1.0)).evaluate_collective(&r);
+        assert_eq!(f.status, Status::Fail, "{}", f.message);
+        assert!(
+            f.message.contains("min_fraction_of_link not evaluated"),
+            "{}",
+            f.message
+        );
+    }
+
+    #[test]
+    fn a_rank_without_a_link_or_one_host_over_unix_is_skipped() {
+        let mut links = nics(Some(10_000));
+        links.retain(|l| l.rank != 3);
+        let f = relative(0.5, None).evaluate_collective(&report(0.6, links));
+        assert_eq!(f.status, Status::Skip, "{}", f.message);
+        assert!(
+            f.message.contains("rank 3's link is unknown"),
+            "{}",
+            f.message
+        );
+
+        let one_host = (0..4)
+            .map(|r| {
+                link(
+                    r,
+                    "eth0",
+                    Some(10_000),
+                    (0..4).filter(|p| *p != r).collect(),
+                )
+            })
+            .collect();
+        let f = relative(0.5, None).evaluate_collective(&report(0.6, one_host));
+        assert_eq!(f.status, Status::Skip, "{}", f.message);
+        assert!(f.message.contains("Unix socket"), "{}", f.message);
+    }
+
+    #[test]
+    fn parameters_are_validated() {
+        let mut b = relative(0.5, None);
+        b.min_fraction_of_link = Some(1.5);
+        assert!(b.validate().unwrap_err().contains("min_fraction_of_link"));
+        b.min_fraction_of_link = None;
+        assert!(b.validate().unwrap_err().contains("min_busbw"));
     }
 }

@@ -215,6 +215,10 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
                 host: format!("{} {}", facts.hostname(), link.local_ip),
                 route_ip: link.local_ip.clone(),
                 gloo_ifname: facts.env("GLOO_SOCKET_IFNAME").map(str::to_string),
+                same_host: facts
+                    .env(crate::collective::tcp::SAME_HOST_VAR)
+                    .map(str::to_string),
+                interfaces: facts.interfaces().to_vec(),
                 hooks: Hooks::from_env(|k| facts.env(k).map(str::to_string), rank),
                 hosts: (0..report.world_size)
                     .map(|r| {
