@@ -7,6 +7,12 @@
 #  2. one rank missing: 3 of 4 ranks, `--timeout 10s` versus timeout=10 s;
 #     time to the verdict, and what each names.
 # Installs Debian's python3-torch when it is missing (about 90 s).
+# Both sides get the system PATH, as on a cluster node: a developer's pyenv
+# shim on PATH costs about 0.14 s per python3 start, and preflight's NCCL
+# probe asks python3 for its site-packages (where pip's torch keeps NCCL).
+# The healthy case is one node with 4 local ranks (LOCAL_WORLD_SIZE=4); the
+# missing-rank case is 4 nodes of one rank each (SLURM_JOB_NODELIST), so the
+# missing rank's host can be named.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
@@ -25,16 +31,22 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 median() { sort -n | awk '{t[NR]=$1} END {m=(NR%2)?t[(NR+1)/2]:(t[NR/2]+t[NR/2+1])/2; printf "%d %d %d\n", m, t[1], t[NR]}'; }
 
 # $1: command (preflight|torch), $2: ranks to start (e.g. "0 1 2 3"), $3: world size
+sys_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 job() {
-    local kind=$1 ranks=$2 world=$3 port pids=() r
+    local kind=$1 ranks=$2 world=$3 port pids=() r layout
     port=$(free_port)
     for r in $ranks; do
+        if [[ ${LAYOUT:-one-node} == one-node ]]; then
+            layout="LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world"
+        else
+            layout="SLURM_JOB_NODELIST=node[1-$world] LOCAL_RANK=0 LOCAL_WORLD_SIZE=1"
+        fi
         if [[ $kind == preflight ]]; then
-            env -i PATH="$PATH" RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-                PREFLIGHT_TOKEN=bench SLURM_JOB_NODELIST="node[1-4]" LOCAL_WORLD_SIZE=1 \
+            env -i PATH="$sys_path" RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+                PREFLIGHT_TOKEN=bench $layout \
                 "$bin" run --timeout "${TIMEOUT:-60s}" >"$out/$kind.$r" 2>&1 &
         else
-            env -i PATH="$PATH" RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            env -i PATH="$sys_path" RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
                 BENCH_TIMEOUT_S="${TIMEOUT_S:-1800}" $PY bench/torch_gloo.py >"$out/$kind.$r" 2>&1 &
         fi
         pids+=($!)
@@ -56,10 +68,10 @@ read -r t_med t_min t_max <"$out/t"
 echo "healthy, torch gloo init + allreduce, 4 ranks, $torch_runs runs: median ${t_med} ms (min ${t_min}, max ${t_max}); rank 0: $(cat "$out/torch.0")"
 echo "speedup: $(awk -v a="$t_med" -v b="$p_med" 'BEGIN {printf "%.1f", a / b}')x"
 
-ms=$(TIMEOUT=10s timed job preflight "0 1 2" 4)
+ms=$(LAYOUT=nodes TIMEOUT=10s timed job preflight "0 1 2" 4)
 echo "rank 3 missing, preflight --timeout 10s: verdict after ${ms} ms on every rank"
 grep -h "cluster.barrier:" "$out/preflight.0" | head -1 | sed 's/^ */  rank 0 says: /'
 echo "  rank 1 says: $(tail -1 "$out/preflight.1")"
-ms=$(TIMEOUT_S=10 timed job torch "0 1 2" 4)
+ms=$(LAYOUT=nodes TIMEOUT_S=10 timed job torch "0 1 2" 4)
 echo "rank 3 missing, torch timeout=10 s: exit after ${ms} ms"
 for r in 0 1 2; do echo "  $(cat "$out/torch.$r")"; done
