@@ -110,30 +110,7 @@ gloo_round() {
     busbw "$(cat "$work/g0.out" 2>/dev/null || echo 0)"
 }
 
-cat >"$work/mpi.c" <<'C'
-#include <mpi.h>
-#include <stdio.h>
-#include <stdlib.h>
-int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    int rank; MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    size_t count = (64u << 20) / 4;
-    float *in = malloc(count * 4), *out = malloc(count * 4);
-    for (size_t i = 0; i < count; i++) in[i] = 1.0f;
-    for (int i = 0; i < 2; i++) MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    double total = 0;
-    for (int i = 0; i < 5; i++) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t = MPI_Wtime();
-        MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        total += MPI_Wtime() - t;
-    }
-    if (rank == 0) printf("%f\n", total / 5);
-    MPI_Finalize();
-    return 0;
-}
-C
-mpicc -O2 -o "$work/mpi" "$work/mpi.c"
+mpicc -O2 -o "$work/mpi" bench/mpi_allreduce.c
 hosts=$(for i in $(seq 0 $((n - 1))); do echo "$net.$((i + 1)):1"; done | paste -sd,)
 mpi_round() {
     # One rank per namespace host, started by each host's sshd; the data
