@@ -64,8 +64,6 @@ pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
         comm,
         rank: job.rank,
         world: job.world,
-        f: Vec::new(),
-        i: Vec::new(),
         last: None,
     };
     link.exercise(&mut backend, job)
@@ -76,10 +74,6 @@ struct Oneccl<'a> {
     comm: Comm<'a>,
     rank: u32,
     world: u32,
-    // Typed copies for the allreduce, kept between calls: oneCCL reduces
-    // aligned f32/i32 arrays, and the framework's buffers are bytes.
-    f: Vec<f32>,
-    i: Vec<i32>,
     last: Option<Duration>,
 }
 
@@ -107,17 +101,6 @@ impl Word for i32 {
     }
 }
 
-fn load<T: Word>(bytes: &[u8], into: &mut Vec<T>) {
-    into.clear();
-    into.extend(bytes.chunks_exact(4).map(T::read));
-}
-
-fn store<T: Word>(from: &[T], bytes: &mut [u8]) {
-    for (v, b) in from.iter().zip(bytes.chunks_exact_mut(4)) {
-        v.write(b);
-    }
-}
-
 fn failed(e: oneccl_sys::Error) -> OpError {
     OpError::Other {
         detail: e.to_string(),
@@ -133,20 +116,15 @@ impl Oneccl<'_> {
         r
     }
 
-    fn allreduce_as<T: Word>(
-        &mut self,
-        buf: &mut [u8],
-        pick: fn(&mut Self) -> &mut Vec<T>,
-    ) -> Result<(), OpError> {
-        load(buf, pick(self));
-        let r = self.timed(|s| {
-            let mut v = std::mem::take(pick(s));
-            let r = s.comm.all_reduce_in_place(&mut v, RedOp::Sum);
-            *pick(s) = v;
-            r
-        });
+    /// oneCCL reduces aligned f32/i32 arrays and the framework's buffers
+    /// are bytes: a typed copy each way, outside the timed call.
+    fn allreduce_as<T: Word>(&mut self, buf: &mut [u8]) -> Result<(), OpError> {
+        let mut typed: Vec<T> = buf.chunks_exact(4).map(T::read).collect();
+        let r = self.timed(|s| s.comm.all_reduce_in_place(&mut typed, RedOp::Sum));
         r.map_err(failed)?;
-        store(pick(self), buf);
+        for (v, b) in typed.iter().zip(buf.chunks_exact_mut(4)) {
+            v.write(b);
+        }
         Ok(())
     }
 }
@@ -171,8 +149,8 @@ impl Backend for Oneccl<'_> {
         _deadline: Instant,
     ) -> Result<(), OpError> {
         match dtype {
-            Dtype::F32 => self.allreduce_as::<f32>(buf, |s| &mut s.f),
-            Dtype::I32 => self.allreduce_as::<i32>(buf, |s| &mut s.i),
+            Dtype::F32 => self.allreduce_as::<f32>(buf),
+            Dtype::I32 => self.allreduce_as::<i32>(buf),
         }
     }
 
