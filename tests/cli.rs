@@ -310,3 +310,21 @@ fn init_method_flag_catches_the_hard_coded_port() {
         "{launch}"
     );
 }
+
+#[test]
+fn a_bad_collective_setting_is_a_usage_error_before_anything_runs() {
+    let out = run(preflight()
+        .args(["run", "--backends", "tcp"])
+        .env("PREFLIGHT_COLL_SAME_HOST", "shm"));
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("PREFLIGHT_COLL_SAME_HOST=shm") && out.stderr.contains("`tcp`"),
+        "{}",
+        out.stderr
+    );
+    // With the collective stage off the variable is not read.
+    let out = run(preflight()
+        .args(["run", "--backends", "tcp", "--collective", "off"])
+        .env("PREFLIGHT_COLL_SAME_HOST", "shm"));
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+}

@@ -89,6 +89,12 @@ pub fn collective_config(args: &RunArgs, stage: Stage) -> coll::Config {
 pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
     let process_start = tokio::time::Instant::now();
     let coll_cfg = collective_config(args, stage);
+    // A bad setting is the operator's to fix before anything runs, not a
+    // failure found halfway through the stage.
+    if coll_cfg.mode != coll::Mode::Off {
+        let same_host = std::env::var(crate::collective::tcp::SAME_HOST_VAR).ok();
+        crate::collective::tcp::same_host_unix(same_host.as_deref()).map_err(Failure::Usage)?;
+    }
     let linger = if coll_cfg.mode == coll::Mode::Off {
         Duration::ZERO
     } else {
