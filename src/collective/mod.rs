@@ -4,12 +4,15 @@
 //!
 //! One concept per module: `tcp` (the built-in TCP backend), `verify`
 //! (known buffers and their checks), `sweep` (sizes, timing, the table),
-//! `straggler` (pairwise round), `stage` (what a rank runs and how rank 0
-//! assembles the verdict), `report` (the `collective` section); the
+//! `straggler` (pairwise round), `stage` (what a rank runs), `assemble`
+//! (how rank 0 makes one report of every rank's result), `checks` (the
+//! check results it adds), `report` (the `collective` section); the
 //! library backends run in a child process each: `worker` (the child),
 //! `supervisor` (the parent's side: deadlines, the id exchange, the log),
 //! `oneccl` and `nccl` (the backends over our -sys crates).
 
+pub mod assemble;
+pub mod checks;
 pub mod nccl;
 pub mod oneccl;
 pub mod report;

@@ -239,7 +239,9 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
                 conn: &mut link.stream,
             };
             let c = runtime.block_on(coll::run(&coll_cfg, info));
-            report.checks.extend(coll::checks(&c, &coll_cfg.required));
+            report
+                .checks
+                .extend(crate::collective::checks::checks(&c, &coll_cfg.required));
             for check in &thresholds {
                 if let Some(probe) = check.probe.collective() {
                     let finding = probe.evaluate_collective(&c);

@@ -1,0 +1,410 @@
+//! How rank 0 turns every rank's result into the one report every rank
+//! exits with: per backend, available or why not (naming the ranks that
+//! lack it), the operations verified, the sweep (the slowest rank's time),
+//! where it ended and the rank at fault; the pairwise round's straggler.
+
+use super::report::{BackendReport, CollectiveReport, OpStatus, timed_out};
+use super::stage::{Config, RankBackend, RankResult};
+use super::straggler::{self, PairRate};
+use super::sweep::{Failure, Row, human_bytes};
+use super::{Op, OpError};
+
+/// A rank without rank 0's report: its own result only.
+pub fn alone(cfg: &Config, hosts: &[String], own: RankResult, why: String) -> CollectiveReport {
+    let world = hosts.len() as u32;
+    let rank = own.rank;
+    let mut all: Vec<Option<RankResult>> = (0..world).map(|_| None).collect();
+    if let Some(slot) = all.get_mut(rank as usize) {
+        *slot = Some(own);
+    }
+    let mut r = assemble(cfg, world, &all, hosts);
+    r.missing.clear();
+    for b in r.backends.iter_mut().filter(|b| b.available) {
+        b.verdict = "fail".into();
+        b.ended = Some(match b.ended.take() {
+            Some(e) => format!("{e}; {why}"),
+            None => why.clone(),
+        });
+    }
+    r
+}
+
+/// Rank 0: one report from every rank's result.
+pub fn assemble(
+    cfg: &Config,
+    world: u32,
+    all: &[Option<RankResult>],
+    hosts: &[String],
+) -> CollectiveReport {
+    let present: Vec<&RankResult> = all.iter().flatten().collect();
+    let missing: Vec<u32> = (0..world)
+        .filter(|r| all.get(*r as usize).is_none_or(Option::is_none))
+        .collect();
+    let host = |r: u32| {
+        present
+            .iter()
+            .find(|x| x.rank == r)
+            .map(|x| format!(" ({})", x.host))
+            .or_else(|| hosts.get(r as usize).map(|h| format!(" ({h})")))
+            .unwrap_or_default()
+    };
+    let mut backends = Vec::new();
+    for (bi, name) in cfg.backends.iter().enumerate() {
+        let per: Vec<(u32, &RankBackend)> = present
+            .iter()
+            .filter_map(|x| x.backends.get(bi).map(|b| (x.rank, b)))
+            .collect();
+        let available = !per.is_empty() && per.iter().all(|(_, b)| b.available);
+        let reason = availability_reason(&per, &host);
+        let found = per.iter().find_map(|(_, b)| b.found.clone());
+        let library = found.map(|f| format!("{} at {}", f.version, f.path));
+        // One line per distinct note, naming the ranks that said it.
+        let mut said: Vec<(bool, &str, Vec<u32>)> = Vec::new();
+        for (r, b) in &per {
+            for (warning, text) in &b.notes {
+                match said.iter_mut().find(|(w, t, _)| w == warning && t == text) {
+                    Some((_, _, ranks)) => ranks.push(*r),
+                    None => said.push((*warning, text, vec![*r])),
+                }
+            }
+        }
+        let notes: Vec<String> = said
+            .iter()
+            .map(|(warning, text, ranks)| {
+                let who = if ranks.len() == 1 {
+                    format!("rank {}{}", ranks[0], host(ranks[0]))
+                } else if ranks.len() == per.len() {
+                    "every rank".to_string()
+                } else {
+                    rank_list(ranks)
+                };
+                format!("{}{who}: {text}", if *warning { "warning: " } else { "" })
+            })
+            .collect();
+        let env_set = per
+            .first()
+            .map(|(_, b)| b.env_set.clone())
+            .unwrap_or_default();
+        let log = per
+            .iter()
+            .find(|(_, b)| {
+                !b.log.is_empty() && (b.failure.is_some() || b.init_error.is_some() || !b.available)
+            })
+            .or_else(|| per.iter().find(|(_, b)| !b.log.is_empty()))
+            .map(|(r, b)| b.log.iter().map(|l| format!("rank {r}: {l}")).collect())
+            .unwrap_or_default();
+        if !available {
+            backends.push(BackendReport {
+                name: name.clone(),
+                available,
+                reason,
+                library,
+                env_set,
+                init_ms: None,
+                ops: Vec::new(),
+                sweep: Vec::new(),
+                notes,
+                log,
+                ended: None,
+                verdict: "skip".into(),
+            });
+            continue;
+        }
+        let init_ms = per.iter().filter_map(|(_, b)| b.init_ms).max();
+        let mut ended = None;
+        if let Some((r, b)) = per.iter().find(|(_, b)| b.init_error.is_some()) {
+            ended = Some(format!(
+                "init failed on rank {r}{}: {}",
+                host(*r),
+                b.init_error.clone().unwrap_or_default()
+            ));
+        }
+        let failures: Vec<(u32, &Failure)> = per
+            .iter()
+            .filter_map(|(r, b)| b.failure.as_ref().map(|f| (*r, f)))
+            .collect();
+        if ended.is_none() && !failures.is_empty() {
+            ended = Some(explain(&failures, &present, &missing, &host));
+        }
+        if ended.is_none() && !missing.is_empty() {
+            ended = Some(format!(
+                "no result from {}: gone before the end of the stage",
+                rank_list(&missing)
+            ));
+        }
+        let failed_op = failures.first().map(|(_, f)| f.op);
+        let ops = [
+            Op::Allreduce,
+            Op::Broadcast,
+            Op::Allgather,
+            Op::Sendrecv,
+            Op::Barrier,
+        ]
+        .into_iter()
+        .map(|op| {
+            let everywhere = !per.is_empty()
+                && missing.is_empty()
+                && per.iter().all(|(_, b)| b.verified.contains(&op));
+            let (status, detail) = if failed_op == Some(op) {
+                ("failed", ended.clone())
+            } else if everywhere {
+                ("verified", None)
+            } else {
+                ("not_run", None)
+            };
+            OpStatus {
+                op: op.name().into(),
+                status: status.into(),
+                detail,
+            }
+        })
+        .collect();
+        // A row counts only when every rank verified that step; its time
+        // is the slowest rank's.
+        let mut sweep: Vec<Row> = Vec::new();
+        if let Some((_, first)) = per.first() {
+            for row in &first.rows {
+                let mut worst = row.time_us;
+                let mut everywhere = true;
+                for (_, b) in &per[1..] {
+                    match b
+                        .rows
+                        .iter()
+                        .find(|x| x.op == row.op && x.bytes == row.bytes)
+                    {
+                        Some(x) => worst = worst.max(x.time_us),
+                        None => everywhere = false,
+                    }
+                }
+                if everywhere {
+                    sweep.push(Row::new(row.op, row.bytes, row.dtype, worst, world));
+                }
+            }
+        }
+        let verdict = if ended.is_some() { "fail" } else { "pass" };
+        backends.push(BackendReport {
+            name: name.clone(),
+            available,
+            reason,
+            library,
+            env_set,
+            init_ms,
+            ops,
+            sweep,
+            notes,
+            log,
+            ended,
+            verdict: verdict.into(),
+        });
+    }
+    let pairs: Vec<PairRate> = present.iter().flat_map(|x| x.pairs.clone()).collect();
+    let stragglers = straggler::stragglers(world, &pairs)
+        .into_iter()
+        .map(|r| {
+            let mine: Vec<f64> = pairs
+                .iter()
+                .filter(|p| p.a == r || p.b == r)
+                .map(|p| p.gbps)
+                .collect();
+            let best = pairs.iter().map(|p| p.gbps).fold(0.0, f64::max);
+            format!(
+                "rank {r}{} is slow in every pair it is in: at most {:.3} GB/s, while other pairs reach {best:.3} GB/s",
+                host(r),
+                mine.iter().copied().fold(0.0, f64::max)
+            )
+        })
+        .collect();
+    CollectiveReport {
+        mode: cfg.mode.name().into(),
+        world_size: world,
+        backends,
+        pairs,
+        stragglers,
+        missing,
+        links: present.iter().filter_map(|x| x.link.clone()).collect(),
+    }
+}
+
+/// Why a backend cannot run, naming the ranks that lack it when not all
+/// do. A rank that can run it but heard rank 0's "no" carries rank 0's
+/// words, which already name the rank ("… (rank 2, host)").
+fn availability_reason(per: &[(u32, &RankBackend)], host: &dyn Fn(u32) -> String) -> String {
+    let lacking: Vec<(u32, &RankBackend)> = per
+        .iter()
+        .filter(|(_, b)| !b.available && !b.reason.contains("(rank "))
+        .copied()
+        .collect();
+    if let Some((_, first)) = lacking.first() {
+        let same = lacking.iter().all(|(_, b)| b.reason == first.reason);
+        if lacking.len() == per.len() && same {
+            return first.reason.clone();
+        }
+        let ranks: Vec<u32> = lacking.iter().map(|(r, _)| *r).collect();
+        let hosts: Vec<String> = ranks.iter().map(|r| host(*r)).collect();
+        return format!(
+            "{} on {}{}",
+            first.reason,
+            rank_list(&ranks),
+            hosts.concat()
+        );
+    }
+    per.iter()
+        .find(|(_, b)| !b.available)
+        .or(per.first())
+        .map(|(_, b)| b.reason.clone())
+        .unwrap_or_else(|| "no rank reported".into())
+}
+
+fn rank_list(ranks: &[u32]) -> String {
+    let names: Vec<String> = ranks.iter().map(u32::to_string).collect();
+    if ranks.len() == 1 {
+        format!("rank {}", names[0])
+    } else {
+        format!("ranks {}", names.join(", "))
+    }
+}
+
+/// Why the backend stopped, naming the rank at fault: a wrong result
+/// first (with the contribution that explains it), else the rank every
+/// blame leads to: one that blames nobody itself (held, or gone).
+fn explain(
+    failures: &[(u32, &Failure)],
+    present: &[&RankResult],
+    missing: &[u32],
+    host: &dyn Fn(u32) -> String,
+) -> String {
+    if let Some((r, f)) = failures.iter().find(|(_, f)| f.mismatch.is_some()) {
+        let m = f.mismatch.as_ref().expect("checked above");
+        let mut text = format!(
+            "{} {} at {} gave a wrong result on rank {r}: element {} expected {} got {} ({} elements wrong)",
+            m.op.name(),
+            m.dtype.name(),
+            human_bytes(f.bytes),
+            m.index,
+            m.expected,
+            m.got,
+            m.bad
+        );
+        if let Some(c) = &m.culprit {
+            text.push_str(&format!("; {c}"));
+        }
+        for (_, g) in failures {
+            if let Some(own) = &g.own_contribution_wrong {
+                text.push_str(&format!("; {own}: its contribution is wrong"));
+            }
+        }
+        return text;
+    }
+    let blames = |r: u32| -> Option<u32> {
+        failures
+            .iter()
+            .find(|(x, _)| *x == r)
+            .and_then(|(_, f)| f.error.as_ref())
+            .and_then(OpError::blames)
+    };
+    // Count who is blamed by ranks whose own blame does not explain it.
+    let mut best: Option<(u32, u32, &Failure)> = None;
+    for (victim, f) in failures {
+        let Some(culprit) = f.error.as_ref().and_then(OpError::blames) else {
+            continue;
+        };
+        let culprit_is_root = missing.contains(&culprit)
+            || blames(culprit).is_none()
+            || !present.iter().any(|x| x.rank == culprit);
+        if culprit_is_root {
+            let prefer = matches!(f.error, Some(OpError::RecvTimeout { .. }));
+            if best.is_none() || prefer {
+                best = Some((*victim, culprit, f));
+            }
+        }
+    }
+    // A library backend cannot say whom it waits for: the rank a test hook
+    // held, or one that gave no result, is the one the others waited on.
+    if best.is_none() {
+        let held: Vec<u32> = failures
+            .iter()
+            .filter(|(_, f)| matches!(f.error, Some(OpError::Held)))
+            .map(|(r, _)| *r)
+            .collect();
+        let culprits: Vec<u32> = held.iter().chain(missing).copied().collect();
+        let waiting: Vec<u32> = failures
+            .iter()
+            .filter(|(_, f)| matches!(f.error, Some(OpError::Stalled { .. })))
+            .map(|(r, _)| *r)
+            .collect();
+        if let (Some(&c), Some((_, f))) = (
+            culprits.first(),
+            failures
+                .iter()
+                .find(|(_, f)| matches!(f.error, Some(OpError::Stalled { .. }))),
+        ) {
+            let gone = if missing.contains(&c) {
+                " (gone: no result)"
+            } else {
+                ""
+            };
+            return format!(
+                "{} timed out at {} on {}: rank {c}{} stopped taking part{gone}",
+                f.op.name(),
+                human_bytes(f.bytes),
+                rank_list(&waiting),
+                host(c)
+            );
+        }
+    }
+    let (victim, culprit, f) = match best {
+        Some(b) => b,
+        None => {
+            let (victim, f) = failures[0];
+            match f.error.as_ref().and_then(OpError::blames) {
+                Some(c) => (victim, c, f),
+                None => {
+                    return format!(
+                        "{} failed at {} on rank {victim}{}: {}",
+                        f.op.name(),
+                        human_bytes(f.bytes),
+                        host(victim),
+                        f.error
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_default()
+                    );
+                }
+            }
+        }
+    };
+    let gone = if missing.contains(&culprit) {
+        " and gave no result (gone)"
+    } else {
+        ""
+    };
+    match &f.error {
+        Some(OpError::RecvTimeout { .. }) => format!(
+            "{}{gone}",
+            timed_out(
+                f.op.name(),
+                f.bytes,
+                &format!("rank {culprit}{}", host(culprit)),
+                victim,
+                true
+            ),
+        ),
+        Some(OpError::SendTimeout { .. }) => format!(
+            "{}{gone}",
+            timed_out(
+                f.op.name(),
+                f.bytes,
+                &format!("rank {culprit}{}", host(culprit)),
+                victim,
+                false
+            ),
+        ),
+        Some(e) => format!(
+            "{} failed at {}: rank {culprit}{} broke off{gone}; rank {victim} saw: {e}",
+            f.op.name(),
+            human_bytes(f.bytes),
+            host(culprit)
+        ),
+        None => format!("{} failed at {}", f.op.name(), human_bytes(f.bytes)),
+    }
+}

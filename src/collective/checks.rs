@@ -1,0 +1,112 @@
+//! The check results the collective stage adds to the report: one per
+//! backend (`collective.tcp`, `collective.nccl`, `collective.oneccl`) and
+//! `collective.stragglers`, with hints.
+
+use super::Op;
+use super::report::CollectiveReport;
+use super::sweep::human_bytes;
+use crate::result::{CheckResult, Status};
+
+/// The checks this stage adds to the report.
+pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
+    let mut out = Vec::new();
+    for b in &r.backends {
+        let id = format!("collective.{}", b.name);
+        let library = b
+            .library
+            .as_deref()
+            .map(|l| format!(" ({l})"))
+            .unwrap_or_default();
+        let (status, message, hint) = match b.verdict.as_str() {
+            "skip" if required.contains(&b.name) => (
+                Status::Fail,
+                format!(
+                    "{}: required, but not available: {}{library}",
+                    b.name, b.reason
+                ),
+                Some(missing_hint(&b.name)),
+            ),
+            "skip" => (
+                Status::Skip,
+                format!("{}: {}{library}", b.name, b.reason),
+                None,
+            ),
+            "pass" => {
+                let best = b
+                    .sweep
+                    .iter()
+                    .filter(|x| x.op == Op::Allreduce)
+                    .max_by_key(|x| x.bytes);
+                let figure = best
+                    .map(|x| {
+                        format!(
+                            "; allreduce {} busbw {:.3} GB/s",
+                            human_bytes(x.bytes),
+                            x.busbw
+                        )
+                    })
+                    .unwrap_or_default();
+                let warnings: Vec<&str> = b
+                    .notes
+                    .iter()
+                    .filter_map(|n| n.strip_prefix("warning: "))
+                    .collect();
+                let text = format!(
+                    "{}: 5 operations verified on {} ranks{figure}",
+                    b.name, r.world_size
+                );
+                if warnings.is_empty() {
+                    (Status::Pass, text, None)
+                } else {
+                    (
+                        Status::Warn,
+                        format!("{text}; {}", warnings.join("; ")),
+                        Some("The backend works, but not as the node is built to: read the warning, then NCCL_DEBUG=INFO output on the rank named.".into()),
+                    )
+                }
+            }
+            _ => (
+                Status::Fail,
+                format!(
+                    "{}: {}",
+                    b.name,
+                    b.ended.clone().unwrap_or_else(|| "failed".into())
+                ),
+                Some(if b.name == "tcp" {
+                    "Run `preflight bench` on the nodes named; check the NIC, MTU, GLOO_SOCKET_IFNAME and firewall between them.".into()
+                } else {
+                    format!(
+                        "Run `preflight bench --backends {}` on the nodes named and read the library's log in the collective section (JSON: collective.backends[].log); check the network settings it names.",
+                        b.name
+                    )
+                }),
+            ),
+        };
+        out.push(synthetic(&id, status, message, hint));
+    }
+    if !r.stragglers.is_empty() {
+        out.push(synthetic(
+            "collective.stragglers",
+            Status::Warn,
+            r.stragglers.join("; "),
+            Some("Compare the named node's link speed, MTU and qdisc (`tc qdisc show`) with the others'.".into()),
+        ));
+    }
+    out
+}
+
+/// What to do when a required backend is missing on a node.
+fn missing_hint(backend: &str) -> String {
+    match backend {
+        "nccl" => "Install NCCL (or RCCL) where the job can load it, or point --nccl-lib / PREFLIGHT_NCCL_LIB at libnccl.so.2; on a node without a GPU or driver, check nvidia-smi first. Leave nccl out of --backends on CPU-only nodes.".into(),
+        "oneccl" => "Install oneCCL 2022 or later (libccl.so.2), source its setvars.sh (CCL_ROOT), or point --oneccl-lib / PREFLIGHT_ONECCL_LIB at it.".into(),
+        other => format!("Check that the {other} backend can run on the node named."),
+    }
+}
+
+fn synthetic(id: &str, status: Status, message: String, hint: Option<String>) -> CheckResult {
+    let mut c = crate::cluster::barrier::synthetic(id, "collective", status, message, hint);
+    c.area = "collective".into();
+    c.tags = vec!["collective".into()];
+    c
+}
