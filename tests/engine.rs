@@ -292,27 +292,7 @@ fn the_run_deadline_ends_checks_still_running() {
 
 #[test]
 fn only_and_skip_select_by_id_and_tag() {
-    let ids = |args: &[&str]| -> Vec<String> {
-        let mut cmd = preflight();
-        cmd.args([
-            "check",
-            "--no-shipped",
-            "--checks",
-            MIXED,
-            "--root",
-            ROOT,
-            "--format",
-            "json",
-        ])
-        .args(args);
-        let report = json(&run(&mut cmd));
-        report["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["id"].as_str().unwrap().to_string())
-            .collect()
-    };
+    let ids = |args: &[&str]| check_ids(std::path::Path::new(MIXED), args);
     assert_eq!(
         ids(&["--only", "kernel"]),
         ["kernel.port_range", "kernel.backlog", "missing.sysctl"]
@@ -465,20 +445,7 @@ fn opt_in_checks_run_only_when_only_names_them() {
         "checks:\n  - id: everyday\n    kind: env\n    name: PATH\n  - id: slow.probe\n    kind: env\n    name: PATH\n    opt_in: true\n    tags: [slow]\n",
     )
     .unwrap();
-    let ids = |args: &[&str]| -> Vec<String> {
-        let mut cmd = preflight();
-        cmd.args(["check", "--no-shipped", "--checks"])
-            .arg(&path)
-            .args(["--root", ROOT, "--format", "json"])
-            .args(args);
-        let report = json(&run(&mut cmd));
-        report["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["id"].as_str().unwrap().to_string())
-            .collect()
-    };
+    let ids = |args: &[&str]| check_ids(&path, args);
     assert_eq!(ids(&[]), ["everyday"]);
     assert_eq!(ids(&["--only", "slow"]), ["slow.probe"]);
     assert_eq!(
@@ -496,4 +463,20 @@ fn opt_in_checks_run_only_when_only_names_them() {
         "{}",
         out.stdout
     );
+}
+
+/// The ids `check` reports for `checklist` alone over the minimal root.
+fn check_ids(checklist: &std::path::Path, args: &[&str]) -> Vec<String> {
+    let mut cmd = preflight();
+    cmd.args(["check", "--no-shipped", "--checks"])
+        .arg(checklist)
+        .args(["--root", ROOT, "--format", "json"])
+        .args(args);
+    let report = json(&run(&mut cmd));
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect()
 }
