@@ -16,10 +16,10 @@ use common::{check, checklist, measured, message, result, status};
 /// why (a failure in CI).
 fn torch_python() -> Option<String> {
     let mut candidates: Vec<String> = Vec::new();
-    if let Ok(p) = std::env::var("PREFLIGHT_PYTHON") {
-        if !p.is_empty() {
-            candidates.push(p);
-        }
+    if let Ok(p) = std::env::var("PREFLIGHT_PYTHON")
+        && !p.is_empty()
+    {
+        candidates.push(p);
     }
     candidates.extend(["/usr/bin/python3".to_string(), "python3".to_string()]);
     for python in &candidates {

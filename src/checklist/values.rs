@@ -46,7 +46,7 @@ pub fn format_duration(d: Duration) -> String {
     if ms < 1000 {
         return format!("{ms}ms");
     }
-    if ms % 1000 != 0 && ms < 60_000 {
+    if !ms.is_multiple_of(1000) && ms < 60_000 {
         return format!("{:.1}s", d.as_secs_f64());
     }
     let secs = d.as_secs();

@@ -106,20 +106,20 @@ impl When {
                 });
             }
         }
-        if let Some(backend) = self.backend {
-            if !facts.backends.contains(&backend) {
-                return Some(format!("backend {} not requested", backend.name()));
-            }
+        if let Some(backend) = self.backend
+            && !facts.backends.contains(&backend)
+        {
+            return Some(format!("backend {} not requested", backend.name()));
         }
         for name in &self.env {
             if facts.env(name).is_none_or(str::is_empty) {
                 return Some(format!("{name} is not set"));
             }
         }
-        if let Some(path) = &self.exists {
-            if !facts.host_path(path).exists() {
-                return Some(format!("{path} does not exist"));
-            }
+        if let Some(path) = &self.exists
+            && !facts.host_path(path).exists()
+        {
+            return Some(format!("{path} does not exist"));
         }
         None
     }

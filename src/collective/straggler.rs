@@ -27,7 +27,7 @@ pub fn schedule(n: u32, max_rounds: usize) -> Vec<Vec<(u32, u32)>> {
         return Vec::new();
     }
     // Odd N: a phantom rank n sits out one real rank per round.
-    let m = if n % 2 == 0 { n } else { n + 1 };
+    let m = if n.is_multiple_of(2) { n } else { n + 1 };
     let rounds = (m - 1) as usize;
     let mut out = Vec::new();
     for round in 0..rounds.min(max_rounds) {

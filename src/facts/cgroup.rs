@@ -87,10 +87,11 @@ pub fn limits(cgroup_file: &Path, sys_cgroup: &Path) -> Result<Limits, String> {
         for dir in chain(&sys_cgroup.join("cpu"), &cpu) {
             let quota = read(&dir.join("cpu.cfs_quota_us")).and_then(|q| q.parse::<i64>().ok());
             let period = read(&dir.join("cpu.cfs_period_us")).and_then(|p| p.parse::<f64>().ok());
-            if let (Some(q), Some(p)) = (quota, period) {
-                if q > 0 && p > 0.0 {
-                    limits.cpus = min_opt(limits.cpus, Some(q as f64 / p));
-                }
+            if let (Some(q), Some(p)) = (quota, period)
+                && q > 0
+                && p > 0.0
+            {
+                limits.cpus = min_opt(limits.cpus, Some(q as f64 / p));
             }
         }
         for dir in chain(&sys_cgroup.join("memory"), &mem) {

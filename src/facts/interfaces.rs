@@ -52,10 +52,10 @@ impl Interface {
         if let Some(speed) = self.speed_mbps {
             parts.push(format!("{speed} Mb/s"));
         }
-        if self.link_type == "infiniband" {
-            if let Some(hw) = &self.hw_address {
-                parts.push(format!("IPoIB {hw}"));
-            }
+        if self.link_type == "infiniband"
+            && let Some(hw) = &self.hw_address
+        {
+            parts.push(format!("IPoIB {hw}"));
         }
         format!("{} ({})", self.name, parts.join(", "))
     }
@@ -127,10 +127,10 @@ fn kernel_addresses() -> BTreeMap<String, Vec<IpAddr>> {
             address.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
         };
         let addresses = map.entry(entry.interface_name).or_default();
-        if let Some(ip) = ip {
-            if !addresses.contains(&ip) {
-                addresses.push(ip);
-            }
+        if let Some(ip) = ip
+            && !addresses.contains(&ip)
+        {
+            addresses.push(ip);
         }
     }
     map

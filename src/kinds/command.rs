@@ -180,25 +180,25 @@ impl CommandCheck {
             }
             return with_vars(Finding::fail(message).expected(format!("exit {}", self.exit_code)));
         }
-        if let Some(p) = &self.stdout_matches {
-            if p.find(&stdout).is_none() {
-                return with_vars(
-                    Finding::fail(format!(
-                        "output of {program} does not match /{}/: {}",
-                        p.as_str(),
-                        excerpt(&stdout)
-                    ))
-                    .expected(format!("output matching /{}/", p.as_str())),
-                );
-            }
+        if let Some(p) = &self.stdout_matches
+            && p.find(&stdout).is_none()
+        {
+            return with_vars(
+                Finding::fail(format!(
+                    "output of {program} does not match /{}/: {}",
+                    p.as_str(),
+                    excerpt(&stdout)
+                ))
+                .expected(format!("output matching /{}/", p.as_str())),
+            );
         }
-        if let Some(p) = &self.stdout_not_matches {
-            if let Some(found) = p.find_line(&stdout) {
-                return with_vars(
-                    Finding::fail(format!("output of {program} contains `{found}`"))
-                        .expected(format!("output not matching /{}/", p.as_str())),
-                );
-            }
+        if let Some(p) = &self.stdout_not_matches
+            && let Some(found) = p.find_line(&stdout)
+        {
+            return with_vars(
+                Finding::fail(format!("output of {program} contains `{found}`"))
+                    .expected(format!("output not matching /{}/", p.as_str())),
+            );
         }
         with_vars(Finding::pass(format!(
             "{program} exited {}",

@@ -125,13 +125,13 @@ impl Cpu {
         let online_n = count_cpu_list(&online)
             .ok_or_else(|| format!("{online_path}: `{}` is not a CPU list", online.trim()))?;
         notes.push(format!("{online_n} CPUs online"));
-        if let Some(min) = self.min_cpus {
-            if online_n < min {
-                problems.push(format!(
-                    "{online_n} CPUs online ({}), expected at least {min}",
-                    online.trim()
-                ));
-            }
+        if let Some(min) = self.min_cpus
+            && online_n < min
+        {
+            problems.push(format!(
+                "{online_n} CPUs online ({}), expected at least {min}",
+                online.trim()
+            ));
         }
         let mut governor_seen = String::from("none");
         if let Some(want) = &self.governor {
@@ -186,13 +186,13 @@ impl Cpu {
                     ));
                 }
             }
-            if let (Some(min), Some(mem)) = (self.min_cgroup_memory, limits.memory) {
-                if mem < min.0 {
-                    problems.push(format!(
-                        "the cgroup memory limit is {}, expected at least {min}",
-                        format_bytes(mem)
-                    ));
-                }
+            if let (Some(min), Some(mem)) = (self.min_cgroup_memory, limits.memory)
+                && mem < min.0
+            {
+                problems.push(format!(
+                    "the cgroup memory limit is {}, expected at least {min}",
+                    format_bytes(mem)
+                ));
             }
         }
         let finding = if problems.is_empty() {

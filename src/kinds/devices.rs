@@ -204,14 +204,14 @@ impl Devices {
             }
             return None;
         }
-        if let Some(want) = self.expect {
-            if accs.len() != want as usize {
-                problems.push(format!(
-                    "{} {} devices on the PCI bus, expected {want}",
-                    accs.len(),
-                    vendor.name()
-                ));
-            }
+        if let Some(want) = self.expect
+            && accs.len() != want as usize
+        {
+            problems.push(format!(
+                "{} {} devices on the PCI bus, expected {want}",
+                accs.len(),
+                vendor.name()
+            ));
         }
         let first_problem = problems.len();
         let mut missing = Vec::new();
@@ -261,31 +261,31 @@ impl Devices {
             .collect();
         let (visible, masks) = apply_masks(facts, vendor, &usable, problems);
         let launch = facts.launch();
-        if self.expect.is_none() {
-            if let Some(local) = launch.local_world_size {
-                let count = units(facts, vendor, &usable).len();
-                if local > count as u64 {
-                    problems.push(format!(
+        if self.expect.is_none()
+            && let Some(local) = launch.local_world_size
+        {
+            let count = units(facts, vendor, &usable).len();
+            if local > count as u64 {
+                problems.push(format!(
                         "LOCAL_WORLD_SIZE={local} ranks on this node, but only {count} usable {} devices",
                         vendor.name()
                     ));
-                }
             }
         }
-        if let Some(rank) = launch.local_rank {
-            if rank >= visible as u64 {
-                let through = if masks.is_empty() {
-                    String::new()
-                } else {
-                    format!(" through {}", masks.join(", "))
-                };
-                problems.push(format!(
-                    "LOCAL_RANK={rank} but only {visible} {} device{} {} visible{through}",
-                    vendor.name(),
-                    if visible == 1 { "" } else { "s" },
-                    if visible == 1 { "is" } else { "are" },
-                ));
-            }
+        if let Some(rank) = launch.local_rank
+            && rank >= visible as u64
+        {
+            let through = if masks.is_empty() {
+                String::new()
+            } else {
+                format!(" through {}", masks.join(", "))
+            };
+            problems.push(format!(
+                "LOCAL_RANK={rank} but only {visible} {} device{} {} visible{through}",
+                vendor.name(),
+                if visible == 1 { "" } else { "s" },
+                if visible == 1 { "is" } else { "are" },
+            ));
         }
         Some(VendorView {
             pci: accs.len(),

@@ -92,12 +92,12 @@ pub struct Driver {
 
 impl Params for Driver {
     fn validate(&self) -> Result<(), String> {
-        if let Some(v) = &self.min_version {
-            if !valid_version(v) {
-                return Err(format!(
-                    "`min_version` `{v}` is not a dotted version such as \"535.104.05\""
-                ));
-            }
+        if let Some(v) = &self.min_version
+            && !valid_version(v)
+        {
+            return Err(format!(
+                "`min_version` `{v}` is not a dotted version such as \"535.104.05\""
+            ));
         }
         Ok(())
     }
@@ -185,12 +185,12 @@ impl Driver {
         let module_version = std::fs::read_to_string(facts.host_path(module_path))
             .ok()
             .map(|t| t.trim().to_string());
-        if let (Some(p), Some(m)) = (&proc_version, &module_version) {
-            if p != m {
-                out.problems.push(format!(
+        if let (Some(p), Some(m)) = (&proc_version, &module_version)
+            && p != m
+        {
+            out.problems.push(format!(
                     "{proc_path} says {p} but {module_path} says {m}: a module was replaced without a reboot"
                 ));
-            }
         }
         let kernel = nvidia::kernel_version(proc_version, module_version);
         match (report, &kernel) {
@@ -205,11 +205,11 @@ impl Driver {
             (Some(Err(e)), _) => out.notes.push(format!("user-space version not compared: {e}")),
             _ => {}
         }
-        if let (Some(min), Some(k)) = (&self.min_version, &kernel) {
-            if compare_versions(k, min).is_lt() {
-                out.problems
-                    .push(format!("NVIDIA driver {k} is older than the minimum {min}"));
-            }
+        if let (Some(min), Some(k)) = (&self.min_version, &kernel)
+            && compare_versions(k, min).is_lt()
+        {
+            out.problems
+                .push(format!("NVIDIA driver {k} is older than the minimum {min}"));
         }
         if let Some(k) = &kernel {
             out.version = Some(k.clone());

@@ -99,12 +99,12 @@ fn parse_mode(text: &str) -> Option<u32> {
 
 impl Params for FileCheck {
     fn validate(&self) -> Result<(), String> {
-        if let Some(mode) = &self.mode {
-            if parse_mode(mode).is_none() {
-                return Err(format!(
-                    "`mode` `{mode}` is not octal permission bits such as \"0644\""
-                ));
-            }
+        if let Some(mode) = &self.mode
+            && parse_mode(mode).is_none()
+        {
+            return Err(format!(
+                "`mode` `{mode}` is not octal permission bits such as \"0644\""
+            ));
         }
         let expects_content = self.file_type.is_some()
             || self.mode.is_some()
@@ -176,14 +176,14 @@ impl FileCheck {
             }
         }
         let mode = meta.permissions().mode() & 0o7777;
-        if let Some(want) = self.mode.as_deref().and_then(parse_mode) {
-            if mode != want {
-                return with_path(
-                    Finding::fail(format!("{path} has mode {mode:04o}, expected {want:04o}"))
-                        .measured(format!("{mode:04o}"))
-                        .expected(format!("{want:04o}")),
-                );
-            }
+        if let Some(want) = self.mode.as_deref().and_then(parse_mode)
+            && mode != want
+        {
+            return with_path(
+                Finding::fail(format!("{path} has mode {mode:04o}, expected {want:04o}"))
+                    .measured(format!("{mode:04o}"))
+                    .expected(format!("{want:04o}")),
+            );
         }
         if self.contains.is_some() || self.not_contains.is_some() {
             let mut text = String::new();
@@ -196,26 +196,26 @@ impl FileCheck {
             if let Err(e) = read {
                 return with_path(Finding::error(format!("cannot read {path}: {e}")));
             }
-            if let Some(p) = &self.contains {
-                if p.find(&text).is_none() {
-                    return with_path(
-                        Finding::fail(format!("{path} has no line matching /{}/", p.as_str()))
-                            .measured("no match")
-                            .expected(format!("a line matching /{}/", p.as_str())),
-                    );
-                }
+            if let Some(p) = &self.contains
+                && p.find(&text).is_none()
+            {
+                return with_path(
+                    Finding::fail(format!("{path} has no line matching /{}/", p.as_str()))
+                        .measured("no match")
+                        .expected(format!("a line matching /{}/", p.as_str())),
+                );
             }
-            if let Some(p) = &self.not_contains {
-                if let Some(line) = p.find_line(&text) {
-                    return with_path(
-                        Finding::fail(format!(
-                            "{path} contains `{line}`, matching /{}/",
-                            p.as_str()
-                        ))
-                        .measured(line.to_string())
-                        .expected(format!("no line matching /{}/", p.as_str())),
-                    );
-                }
+            if let Some(p) = &self.not_contains
+                && let Some(line) = p.find_line(&text)
+            {
+                return with_path(
+                    Finding::fail(format!(
+                        "{path} contains `{line}`, matching /{}/",
+                        p.as_str()
+                    ))
+                    .measured(line.to_string())
+                    .expected(format!("no line matching /{}/", p.as_str())),
+                );
             }
         }
         with_path(

@@ -124,10 +124,10 @@ impl Params for GpuHealth {
                 "gpu_health reads NVIDIA and AMD GPUs: vendor must be nvidia or amd".into(),
             );
         }
-        if let Some(r) = self.min_free_ratio {
-            if !(r > 0.0 && r <= 1.0) {
-                return Err(format!("`min_free_ratio` must be in (0, 1], found {r}"));
-            }
+        if let Some(r) = self.min_free_ratio
+            && !(r > 0.0 && r <= 1.0)
+        {
+            return Err(format!("`min_free_ratio` must be in (0, 1], found {r}"));
         }
         if !self.persistence
             && self.max_uncorrectable_ecc.is_none()
@@ -237,13 +237,13 @@ impl GpuHealth {
             if self.persistence && g.persistence == Some(false) {
                 problems.push(format!("{bus}: persistence mode is off"));
             }
-            if let (Some(max), Some(n)) = (self.max_uncorrectable_ecc, g.ecc_uncorrectable) {
-                if n > max {
-                    problems.push(format!(
-                        "{bus}: {n} uncorrectable ECC error{} (at most {max})",
-                        if n == 1 { "" } else { "s" }
-                    ));
-                }
+            if let (Some(max), Some(n)) = (self.max_uncorrectable_ecc, g.ecc_uncorrectable)
+                && n > max
+            {
+                problems.push(format!(
+                    "{bus}: {n} uncorrectable ECC error{} (at most {max})",
+                    if n == 1 { "" } else { "s" }
+                ));
             }
             if self.remapped_rows {
                 if g.remap_failure == Some(true) {
@@ -256,30 +256,30 @@ impl GpuHealth {
                     problems.push(format!("{bus}: page retirement is pending: reset the GPU"));
                 }
             }
-            if let (Some(max), Some(used)) = (self.max_used, g.used_bytes) {
-                if used > max.0 {
-                    let who = g
-                        .processes
-                        .iter()
-                        .map(|p| {
-                            let name = if p.name.is_empty() { "?" } else { &p.name };
-                            match p.used_bytes {
-                                Some(b) => format!("pid {} {name} {}", p.pid, format_bytes(b)),
-                                None => format!("pid {} {name}", p.pid),
-                            }
-                        })
-                        .collect::<Vec<_>>();
-                    let who = if who.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", who.join(", "))
-                    };
-                    problems.push(format!(
-                        "{bus}: {} already in use{who}, more than {}",
-                        format_bytes(used),
-                        max
-                    ));
-                }
+            if let (Some(max), Some(used)) = (self.max_used, g.used_bytes)
+                && used > max.0
+            {
+                let who = g
+                    .processes
+                    .iter()
+                    .map(|p| {
+                        let name = if p.name.is_empty() { "?" } else { &p.name };
+                        match p.used_bytes {
+                            Some(b) => format!("pid {} {name} {}", p.pid, format_bytes(b)),
+                            None => format!("pid {} {name}", p.pid),
+                        }
+                    })
+                    .collect::<Vec<_>>();
+                let who = if who.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", who.join(", "))
+                };
+                problems.push(format!(
+                    "{bus}: {} already in use{who}, more than {}",
+                    format_bytes(used),
+                    max
+                ));
             }
         }
         if let Some(ratio) = self.min_free_ratio {

@@ -131,12 +131,13 @@ impl Params for Infiniband {
         if let Some(m) = &self.min_memlock {
             memlock_want(m).map_err(|e| format!("`min_memlock`: {e}"))?;
         }
-        if let Some(l) = &self.link_layer {
-            if l != "InfiniBand" && l != "Ethernet" {
-                return Err(format!(
-                    "`link_layer` must be InfiniBand or Ethernet, found `{l}`"
-                ));
-            }
+        if let Some(l) = &self.link_layer
+            && l != "InfiniBand"
+            && l != "Ethernet"
+        {
+            return Err(format!(
+                "`link_layer` must be InfiniBand or Ethernet, found `{l}`"
+            ));
         }
         Ok(())
     }
@@ -229,27 +230,27 @@ impl Infiniband {
         }
         let mut problems = Vec::new();
         let filter = facts.env("NCCL_IB_HCA").map(|v| (v, HcaFilter::parse(v)));
-        if let (Some((value, f)), true) = (&filter, self.state) {
-            if !f.exclude {
-                for spec in &f.specs {
-                    let present = hcas.iter().any(|h| {
-                        h.ports
-                            .iter()
-                            .any(|p| f.spec_matches(spec, &h.name, p.number))
-                    });
-                    if !present {
-                        let what = match spec.port {
-                            Some(p) => format!("{}:{p}", spec.name),
-                            None => spec.name.clone(),
-                        };
-                        problems.push(format!(
-                            "NCCL_IB_HCA={value} names {what}, which is not present (present: {})",
-                            hcas.iter()
-                                .map(|h| h.name.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ));
-                    }
+        if let (Some((value, f)), true) = (&filter, self.state)
+            && !f.exclude
+        {
+            for spec in &f.specs {
+                let present = hcas.iter().any(|h| {
+                    h.ports
+                        .iter()
+                        .any(|p| f.spec_matches(spec, &h.name, p.number))
+                });
+                if !present {
+                    let what = match spec.port {
+                        Some(p) => format!("{}:{p}", spec.name),
+                        None => spec.name.clone(),
+                    };
+                    problems.push(format!(
+                        "NCCL_IB_HCA={value} names {what}, which is not present (present: {})",
+                        hcas.iter()
+                            .map(|h| h.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
                 }
             }
         }
@@ -324,21 +325,22 @@ impl Infiniband {
             if !chosen {
                 continue;
             }
-            if let Some(min) = self.min_rate {
-                if up && port.rate.is_none_or(|r| r < min) {
-                    problems.push(format!(
-                        "{name}: rate {}, expected at least {min} Gb/sec",
-                        or_unknown(&port.rate_text)
-                    ));
-                }
+            if let Some(min) = self.min_rate
+                && up
+                && port.rate.is_none_or(|r| r < min)
+            {
+                problems.push(format!(
+                    "{name}: rate {}, expected at least {min} Gb/sec",
+                    or_unknown(&port.rate_text)
+                ));
             }
-            if let Some(want) = &self.link_layer {
-                if &port.link_layer != want {
-                    problems.push(format!(
-                        "{name}: link layer {}, expected {want}",
-                        or_unknown(&port.link_layer)
-                    ));
-                }
+            if let Some(want) = &self.link_layer
+                && &port.link_layer != want
+            {
+                problems.push(format!(
+                    "{name}: link layer {}, expected {want}",
+                    or_unknown(&port.link_layer)
+                ));
             }
             if let (Some(index), "Ethernet") = (gid_index, port.link_layer.as_str()) {
                 let (gid, ty) = infiniband::gid(&class_dir, &hca.name, port.number, index);
@@ -365,19 +367,19 @@ impl Infiniband {
         let per_gpu = self
             .active_per_gpu
             .then(|| facts.accelerators().len() as u32);
-        if let Some(want) = self.expect_active.into_iter().chain(per_gpu).max() {
-            if (active.len() as u32) < want {
-                let why = if per_gpu == Some(want) {
-                    format!(" (one per accelerator: {want} on the bus)")
-                } else {
-                    String::new()
-                };
-                problems.push(format!(
-                    "{} active port{}, expected at least {want}{why}",
-                    active.len(),
-                    if active.len() == 1 { "" } else { "s" }
-                ));
-            }
+        if let Some(want) = self.expect_active.into_iter().chain(per_gpu).max()
+            && (active.len() as u32) < want
+        {
+            let why = if per_gpu == Some(want) {
+                format!(" (one per accelerator: {want} on the bus)")
+            } else {
+                String::new()
+            };
+            problems.push(format!(
+                "{} active port{}, expected at least {want}{why}",
+                active.len(),
+                if active.len() == 1 { "" } else { "s" }
+            ));
         }
         let ipoib = if self.ipoib {
             self.ipoib(facts, &mut problems)

@@ -279,19 +279,19 @@ impl InterfaceCheck {
                 interface.describe()
             ));
         }
-        if let (Some(min), Some(mtu)) = (self.min_mtu, interface.mtu) {
-            if mtu < min {
-                r.problems
-                    .push(format!("{} has MTU {mtu}, below {min}", interface.name));
-            }
+        if let (Some(min), Some(mtu)) = (self.min_mtu, interface.mtu)
+            && mtu < min
+        {
+            r.problems
+                .push(format!("{} has MTU {mtu}, below {min}", interface.name));
         }
-        if let (Some(min), Some(speed)) = (self.min_speed_mbps, interface.speed_mbps) {
-            if speed < min {
-                r.problems.push(format!(
-                    "{} runs at {speed} Mb/s, below {min} Mb/s",
-                    interface.name
-                ));
-            }
+        if let (Some(min), Some(speed)) = (self.min_speed_mbps, interface.speed_mbps)
+            && speed < min
+        {
+            r.problems.push(format!(
+                "{} runs at {speed} Mb/s, below {min} Mb/s",
+                interface.name
+            ));
         }
         if interface.is_loopback() {
             return;

@@ -94,10 +94,10 @@ impl Params for KernelParam {
                 self.name
             ));
         }
-        if let (Some(min), Some(max)) = (self.min, self.max) {
-            if min > max {
-                return Err(format!("`min` ({min}) is greater than `max` ({max})"));
-            }
+        if let (Some(min), Some(max)) = (self.min, self.max)
+            && min > max
+        {
+            return Err(format!("`min` ({min}) is greater than `max` ({max})"));
         }
         Ok(())
     }
@@ -152,22 +152,22 @@ impl KernelParam {
                 .var("value", value.clone())
                 .var("name", self.name.clone())
         };
-        if let Some(want) = &self.equals {
-            if &value != want {
-                return base(Finding::fail(format!(
-                    "{} is {value}, expected {want}",
-                    self.name
-                )));
-            }
+        if let Some(want) = &self.equals
+            && &value != want
+        {
+            return base(Finding::fail(format!(
+                "{} is {value}, expected {want}",
+                self.name
+            )));
         }
-        if let Some(options) = &self.one_of {
-            if !options.contains(&value) {
-                return base(Finding::fail(format!(
-                    "{} is {value}, expected one of {}",
-                    self.name,
-                    options.join(", ")
-                )));
-            }
+        if let Some(options) = &self.one_of
+            && !options.contains(&value)
+        {
+            return base(Finding::fail(format!(
+                "{} is {value}, expected one of {}",
+                self.name,
+                options.join(", ")
+            )));
         }
         if self.min.is_some() || self.max.is_some() {
             let Ok(number) = value.parse::<i64>() else {
@@ -189,14 +189,14 @@ impl KernelParam {
                 )));
             }
         }
-        if let Some(p) = &self.matches {
-            if !p.is_match(&value) {
-                return base(Finding::fail(format!(
-                    "{} is `{value}`, not matching /{}/",
-                    self.name,
-                    p.as_str()
-                )));
-            }
+        if let Some(p) = &self.matches
+            && !p.is_match(&value)
+        {
+            return base(Finding::fail(format!(
+                "{} is `{value}`, not matching /{}/",
+                self.name,
+                p.as_str()
+            )));
         }
         base(Finding::pass(format!("{} = {value}", self.name)))
     }

@@ -216,27 +216,27 @@ impl LaunchEnv {
                 v.problems
                     .push(format!("{}=0: a job has at least one rank", source.size));
             }
-            if let (Some(r), Some(s)) = (rank, size) {
-                if s > 0 && r >= s {
-                    v.problems.push(format!(
-                        "{}={r} is not below {}={s}",
-                        source.rank, source.size
-                    ));
-                }
+            if let (Some(r), Some(s)) = (rank, size)
+                && s > 0
+                && r >= s
+            {
+                v.problems.push(format!(
+                    "{}={r} is not below {}={s}",
+                    source.rank, source.size
+                ));
             }
             if let (Some(lr), Some(ls), Some(lrn), Some(lsn)) =
                 (local_rank, local_size, source.local_rank, source.local_size)
+                && lr >= ls
             {
-                if lr >= ls {
-                    v.problems
-                        .push(format!("{lrn}={lr} is not below {lsn}={ls}"));
-                }
+                v.problems
+                    .push(format!("{lrn}={lr} is not below {lsn}={ls}"));
             }
-            if let (Some(ls), Some(s), Some(lsn)) = (local_size, size, source.local_size) {
-                if ls > s {
-                    v.problems
-                        .push(format!("{lsn}={ls} is larger than {}={s}", source.size));
-                }
+            if let (Some(ls), Some(s), Some(lsn)) = (local_size, size, source.local_size)
+                && ls > s
+            {
+                v.problems
+                    .push(format!("{lsn}={ls} is larger than {}={s}", source.size));
             }
             if rank.is_some() || size.is_some() {
                 views.push(View {
@@ -255,11 +255,11 @@ impl LaunchEnv {
             .find_map(|n| Some((*n, facts.env(n)?.trim().parse::<u64>().ok()?)));
         if let Some((nn, count)) = nnodes {
             for name in ["NODE_RANK", "GROUP_RANK", "SLURM_NODEID"] {
-                if let Some(i) = facts.env(name).and_then(|x| x.trim().parse::<u64>().ok()) {
-                    if i >= count {
-                        v.problems
-                            .push(format!("{name}={i} is not below {nn}={count}"));
-                    }
+                if let Some(i) = facts.env(name).and_then(|x| x.trim().parse::<u64>().ok())
+                    && i >= count
+                {
+                    v.problems
+                        .push(format!("{name}={i} is not below {nn}={count}"));
                 }
             }
         }
@@ -270,10 +270,9 @@ impl LaunchEnv {
             facts
                 .env("GROUP_RANK")
                 .and_then(|x| x.trim().parse::<u64>().ok()),
-        ) {
-            if n != g {
-                v.problems.push(format!("NODE_RANK={n} but GROUP_RANK={g}"));
-            }
+        ) && n != g
+        {
+            v.problems.push(format!("NODE_RANK={n} but GROUP_RANK={g}"));
         }
 
         // Launchers nested in one another (torchrun started once per node
@@ -293,23 +292,22 @@ impl LaunchEnv {
                     }
                     _ => {}
                 }
-                if let (Some(x), Some(y)) = (a.rank, b.rank) {
-                    if x != y {
-                        v.problems.push(format!(
-                            "{}={x} but {}={y}: {} and {} disagree on this process's rank",
-                            a.source.rank, b.source.rank, a.source.name, b.source.name
-                        ));
-                    }
+                if let (Some(x), Some(y)) = (a.rank, b.rank)
+                    && x != y
+                {
+                    v.problems.push(format!(
+                        "{}={x} but {}={y}: {} and {} disagree on this process's rank",
+                        a.source.rank, b.source.rank, a.source.name, b.source.name
+                    ));
                 }
                 if let (Some(x), Some(y), Some(xn), Some(yn)) = (
                     a.local_rank,
                     b.local_rank,
                     a.source.local_rank,
                     b.source.local_rank,
-                ) {
-                    if x != y {
-                        v.problems.push(format!("{xn}={x} but {yn}={y}"));
-                    }
+                ) && x != y
+                {
+                    v.problems.push(format!("{xn}={x} but {yn}={y}"));
                 }
             }
         }
@@ -379,12 +377,12 @@ impl LaunchEnv {
             None => {}
             Some(port) => match port.trim().parse::<u32>() {
                 Ok(p) if (1..=65535).contains(&p) => {
-                    if let Some((lo, hi)) = facts.ephemeral_ports() {
-                        if (lo as u32..=hi as u32).contains(&p) {
-                            v.warnings.push(format!(
+                    if let Some((lo, hi)) = facts.ephemeral_ports()
+                        && (lo as u32..=hi as u32).contains(&p)
+                    {
+                        v.warnings.push(format!(
                                 "MASTER_PORT={p} is inside the kernel's ephemeral range {lo}-{hi}: an outgoing connection can take it before rank 0 binds it"
                             ));
-                        }
                     }
                 }
                 _ => v.problems.push(format!(

@@ -175,25 +175,25 @@ impl Memory {
             let want = self.min_nofile.into_iter().chain(from_world).max();
             finding_vars.push(("nofile", limit.describe()));
             notes.push(format!("ulimit -n {}", limit.describe()));
-            if let Some(want) = want {
-                if !limit.at_least(want) {
-                    let why = match (from_world, world) {
-                        (Some(f), Some(w)) if f == want => {
-                            format!(
-                                " ({} per rank x WORLD_SIZE={w})",
-                                self.nofile_per_rank.unwrap_or(0)
-                            )
-                        }
-                        _ => String::new(),
-                    };
-                    problems.push(format!(
-                        "open files limited to {} (ulimit -n), expected at least {want}{why}",
-                        match limit {
-                            Limit::Unlimited => "unlimited".into(),
-                            Limit::Value(v) => v.to_string(),
-                        }
-                    ));
-                }
+            if let Some(want) = want
+                && !limit.at_least(want)
+            {
+                let why = match (from_world, world) {
+                    (Some(f), Some(w)) if f == want => {
+                        format!(
+                            " ({} per rank x WORLD_SIZE={w})",
+                            self.nofile_per_rank.unwrap_or(0)
+                        )
+                    }
+                    _ => String::new(),
+                };
+                problems.push(format!(
+                    "open files limited to {} (ulimit -n), expected at least {want}{why}",
+                    match limit {
+                        Limit::Unlimited => "unlimited".into(),
+                        Limit::Value(v) => v.to_string(),
+                    }
+                ));
             }
         }
         let mut finding = if problems.is_empty() {

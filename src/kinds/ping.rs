@@ -274,10 +274,10 @@ impl Ping {
                     if kind == Kind::Raw && from.ip() != target {
                         continue;
                     }
-                    if let Some(s) = parse_reply(&buf[..n], v6, kind, &token) {
-                        if let Some(Some(at)) = sent_at.get_mut(usize::from(s)).map(Option::take) {
-                            stats.rtts.push(at.elapsed());
-                        }
+                    if let Some(s) = parse_reply(&buf[..n], v6, kind, &token)
+                        && let Some(Some(at)) = sent_at.get_mut(usize::from(s)).map(Option::take)
+                    {
+                        stats.rtts.push(at.elapsed());
                     }
                 }
                 Err(e)
@@ -295,10 +295,11 @@ impl Ping {
 
     fn check(&self, facts: &Facts) -> Finding {
         let mut hosts = self.hosts.clone();
-        if let Some(v) = self.hosts_var.as_deref().and_then(|v| facts.env(v)) {
-            if !v.trim().is_empty() && !hosts.iter().any(|h| h == v.trim()) {
-                hosts.push(v.trim().to_string());
-            }
+        if let Some(v) = self.hosts_var.as_deref().and_then(|v| facts.env(v))
+            && !v.trim().is_empty()
+            && !hosts.iter().any(|h| h == v.trim())
+        {
+            hosts.push(v.trim().to_string());
         }
         if hosts.is_empty() {
             return Finding::skip(format!(

@@ -94,11 +94,11 @@ fn try_bind(address: SocketAddr) -> std::io::Result<()> {
 impl PortCheck {
     fn check(&self, facts: &Facts) -> Finding {
         let env_value = self.port_var.as_deref().and_then(|v| facts.env(v));
-        if let (Some(var), Some(value)) = (&self.port_var, env_value) {
-            if !matches!(value.trim().parse::<u16>(), Ok(p) if p > 0) {
-                return Finding::fail(format!("{var}=`{value}` is not a port number (1-65535)"))
-                    .var("ports", value.to_string());
-            }
+        if let (Some(var), Some(value)) = (&self.port_var, env_value)
+            && !matches!(value.trim().parse::<u16>(), Ok(p) if p > 0)
+        {
+            return Finding::fail(format!("{var}=`{value}` is not a port number (1-65535)"))
+                .var("ports", value.to_string());
         }
         let ports = with_env_port(&self.ports, env_value);
         if ports.is_empty() {

@@ -69,12 +69,12 @@ fn inodes(facts: &Facts, port: u16) -> Vec<u64> {
             else {
                 continue;
             };
-            if local_port == port {
-                if let Ok(inode) = inode.parse::<u64>() {
-                    if inode != 0 && !found.contains(&inode) {
-                        found.push(inode);
-                    }
-                }
+            if local_port == port
+                && let Ok(inode) = inode.parse::<u64>()
+                && inode != 0
+                && !found.contains(&inode)
+            {
+                found.push(inode);
             }
         }
     }

@@ -79,10 +79,11 @@ impl Serialize for PortRange {
 /// The ports of the ranges plus, when set and valid, the port in `var`.
 pub fn with_env_port(ranges: &[PortRange], env_port: Option<&str>) -> Vec<u16> {
     let mut ports: Vec<u16> = ranges.iter().flat_map(|r| r.ports()).collect();
-    if let Some(p) = env_port.and_then(|v| v.trim().parse::<u16>().ok()) {
-        if p > 0 && !ports.contains(&p) {
-            ports.push(p);
-        }
+    if let Some(p) = env_port.and_then(|v| v.trim().parse::<u16>().ok())
+        && p > 0
+        && !ports.contains(&p)
+    {
+        ports.push(p);
     }
     ports
 }

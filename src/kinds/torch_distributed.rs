@@ -659,12 +659,11 @@ impl TorchDistributed {
                 "torch is installed for {python_shown} but does not import: a missing shared library (LD_LIBRARY_PATH, the CUDA/oneAPI runtime the wheel expects) or a broken install. Run `{python} -c 'import torch'` in the job's environment and reinstall torch if needed."
             );
         }
-        if let Some(port) = d.port {
-            if let Ok(list) = super::port_holder::holders(facts, port) {
-                if let Some(h) = list.first() {
-                    d.summary.push_str(&format!(", held by {}", h.describe()));
-                }
-            }
+        if let Some(port) = d.port
+            && let Ok(list) = super::port_holder::holders(facts, port)
+            && let Some(h) = list.first()
+        {
+            d.summary.push_str(&format!(", held by {}", h.describe()));
         }
         with_vars(
             Finding::fail(format!("{step} failed: {}", d.summary))

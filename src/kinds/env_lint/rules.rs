@@ -361,16 +361,17 @@ fn visible_devices(name: &str, value: &str, issues: &mut Vec<Issue>) {
         return;
     };
     for entry in &mask.entries {
-        if let Entry::Opaque(text) = entry {
-            if !text.starts_with("MIG-") && text != "NoDevFiles" {
-                push(
-                    issues,
-                    Level::Fail,
-                    name,
-                    format!("{name}=`{value}`: `{text}` is not a device index or GPU-/MIG- UUID"),
-                );
-                return;
-            }
+        if let Entry::Opaque(text) = entry
+            && !text.starts_with("MIG-")
+            && text != "NoDevFiles"
+        {
+            push(
+                issues,
+                Level::Fail,
+                name,
+                format!("{name}=`{value}`: `{text}` is not a device index or GPU-/MIG- UUID"),
+            );
+            return;
         }
     }
     let written = value.split(',').filter(|e| !e.trim().is_empty()).count();

@@ -195,20 +195,17 @@ impl Firewall {
                     // iptables-nft stores matches nft cannot show (xt
                     // multiport, comment...): read those tables back in
                     // iptables' own terms, where it is installed.
-                    if json.contains("\"xt\"") {
-                        if let Ok(translated) = self.iptables_tables(limit).await {
-                            let mut tables: Vec<Table> = tables
-                                .into_iter()
-                                .filter(|t| {
-                                    !matches!(
-                                        t.label.as_str(),
-                                        "table ip filter" | "table ip6 filter"
-                                    )
-                                })
-                                .collect();
-                            tables.extend(translated);
-                            return Ok((tables, "nft + iptables-save"));
-                        }
+                    if json.contains("\"xt\"")
+                        && let Ok(translated) = self.iptables_tables(limit).await
+                    {
+                        let mut tables: Vec<Table> = tables
+                            .into_iter()
+                            .filter(|t| {
+                                !matches!(t.label.as_str(), "table ip filter" | "table ip6 filter")
+                            })
+                            .collect();
+                        tables.extend(translated);
+                        return Ok((tables, "nft + iptables-save"));
                     }
                     return Ok((tables, "nft"));
                 }
@@ -337,10 +334,9 @@ impl Firewall {
             .env(&self.peers_var)
             .map(str::trim)
             .filter(|v| !v.is_empty())
+            && !peer_names.iter().any(|p| p == v)
         {
-            if !peer_names.iter().any(|p| p == v) {
-                peer_names.push(v.to_string());
-            }
+            peer_names.push(v.to_string());
         }
         let mut peers: Vec<IpAddr> = Vec::new();
         for name in &peer_names {
@@ -359,10 +355,10 @@ impl Firewall {
                         if !ports.contains(&port) {
                             ports.push(port);
                         }
-                        if let Some(p) = peer {
-                            if !peers.contains(&p) {
-                                peers.push(p);
-                            }
+                        if let Some(p) = peer
+                            && !peers.contains(&p)
+                        {
+                            peers.push(p);
                         }
                     }
                     None => found.push((hook, b, vec![port], peer.into_iter().collect())),

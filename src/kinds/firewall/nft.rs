@@ -20,13 +20,13 @@ pub fn texts(listing: &str) -> HashMap<(String, String, String, u64), String> {
             table = words.next().unwrap_or("").to_string();
         } else if let Some(rest) = t.strip_prefix("chain ") {
             chain = rest.split_whitespace().next().unwrap_or("").to_string();
-        } else if let Some((rule, handle)) = t.rsplit_once(" # handle ") {
-            if let Ok(h) = handle.trim().parse::<u64>() {
-                map.insert(
-                    (family.clone(), table.clone(), chain.clone(), h),
-                    rule.trim().to_string(),
-                );
-            }
+        } else if let Some((rule, handle)) = t.rsplit_once(" # handle ")
+            && let Ok(h) = handle.trim().parse::<u64>()
+        {
+            map.insert(
+                (family.clone(), table.clone(), chain.clone(), h),
+                rule.trim().to_string(),
+            );
         }
     }
     map
