@@ -34,11 +34,11 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 
 busbw() { awk -v b="$bytes" -v n="$n" -v s="$1" 'BEGIN { printf "%.3f", b / s / 1e9 * 2 * (n - 1) / n }'; }
 
-# preflight_round [unix|tcp]: the same-host transport.
+# preflight_round direct|unix|tcp: the same-host transport.
 preflight_round() {
     local port=$((29600 + RANDOM % 200)) pids=()
     for r in $(seq 0 $((n - 1))); do
-        PREFLIGHT_COLL_SAME_HOST=${1:-unix} RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PREFLIGHT_TOKEN=bench \
+        PREFLIGHT_COLL_SAME_HOST=$1 RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PREFLIGHT_TOKEN=bench \
             target/release/preflight bench --backends tcp --max-size 64MiB --iters 5 \
             --format json >"$work/p$r.json" 2>/dev/null &
         pids+=($!)
@@ -51,11 +51,12 @@ rows = [x for b in r["collective"]["backends"] if b["name"] == "tcp" for x in b[
         if x["op"] == "allreduce" and x["bytes"] == 64 << 20]
 links = r["collective"].get("links", [])
 # The transport every pair used must be the one asked for.
-unix = sum(len(l["unix_peers"]) for l in links) // 2
-want = sys.argv[2] == "unix"
-pairs = len(links) * (len(links) - 1) // 2
-ok = len(links) == 4 and unix == (pairs if want else 0)
-print(("%.3f" % rows[0]["busbw"] if rows else "failed") + ("" if ok else "(transport?)"))' "$work/p0.json" "${1:-unix}"
+mode = sys.argv[2]
+unix = all(len(l["unix_peers"]) == 3 for l in links)
+direct = all(len(l.get("direct_peers", [])) == 3 for l in links)
+none = all(not l["unix_peers"] and not l.get("direct_peers") for l in links)
+ok = len(links) == 4 and {"direct": unix and direct, "unix": unix and not any(l.get("direct_peers") for l in links), "tcp": none}[mode]
+print(("%.3f" % rows[0]["busbw"] if rows else "failed") + ("" if ok else "(transport?)"))' "$work/p0.json" "$1"
 }
 
 cp bench/gloo_allreduce.py "$work/gloo.py"
@@ -90,9 +91,11 @@ iperf_round() {
         python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e9))'
 }
 
-printf "%-34s" "preflight bench (unix, default)"; for _ in $(seq "$rounds"); do printf " %s" "$(preflight_round unix)"; done; echo " GB/s busbw"
-printf "%-34s" "preflight bench (tcp)"; for _ in $(seq "$rounds"); do printf " %s" "$(preflight_round tcp)"; done; echo " GB/s busbw"
-printf "%-34s" "PyTorch Gloo"; for _ in $(seq "$rounds"); do printf " %s" "$(gloo_round)"; done; echo " GB/s busbw"
-printf "%-34s" "OpenMPI MPI_Allreduce (tcp)"; for _ in $(seq "$rounds"); do printf " %s" "$(mpi_round)"; done; echo " GB/s busbw"
-printf "%-34s" "OpenMPI MPI_Allreduce (vader, shm)"; for _ in $(seq "$rounds"); do printf " %s" "$(mpi_sm_round)"; done; echo " GB/s busbw"
-printf "%-34s" "iperf3 single stream"; for _ in $(seq "$rounds"); do printf " %s" "$(iperf_round)"; done; echo " GB/s"
+# Every round runs each contender once, so a busy minute on this shared
+# machine weighs on all of them alike.
+labels=("preflight bench (direct, default)" "preflight bench (unix)" "preflight bench (tcp)"
+    "PyTorch Gloo" "OpenMPI MPI_Allreduce (tcp)" "OpenMPI MPI_Allreduce (vader, shm)" "iperf3 single stream")
+runs=("preflight_round direct" "preflight_round unix" "preflight_round tcp"
+    gloo_round mpi_round mpi_sm_round iperf_round)
+source bench/rounds.sh
+rounds_table "$rounds"

@@ -94,7 +94,7 @@ rows = [x for b in r["collective"]["backends"] if b["name"] == "tcp" for x in b[
         if x["op"] == "allreduce" and x["bytes"] == 64 << 20]
 links = r["collective"].get("links", [])
 # Namespace hosts are different hosts: every pair must have used TCP.
-ok = len(links) == 4 and all(not l["unix_peers"] for l in links)
+ok = len(links) == 4 and all(not l["unix_peers"] and not l.get("direct_peers") for l in links)
 print(("%.3f" % rows[0]["busbw"] if rows else "failed") + ("" if ok else "(transport?)"))' "$work/p0.json"
 }
 
@@ -128,7 +128,7 @@ iperf_round() {
         python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e9))'
 }
 
-printf "%-28s" "preflight bench (tcp)"; for _ in $(seq "$rounds"); do printf " %s" "$(preflight_round)"; done; echo " GB/s busbw"
-printf "%-28s" "PyTorch Gloo"; for _ in $(seq "$rounds"); do printf " %s" "$(gloo_round)"; done; echo " GB/s busbw"
-printf "%-28s" "OpenMPI MPI_Allreduce (tcp)"; for _ in $(seq "$rounds"); do printf " %s" "$(mpi_round)"; done; echo " GB/s busbw"
-printf "%-28s" "iperf3 single stream"; for _ in $(seq "$rounds"); do printf " %s" "$(iperf_round)"; done; echo " GB/s"
+labels=("preflight bench (tcp)" "PyTorch Gloo" "OpenMPI MPI_Allreduce (tcp)" "iperf3 single stream")
+runs=(preflight_round gloo_round mpi_round iperf_round)
+source bench/rounds.sh
+rounds_table "$rounds"

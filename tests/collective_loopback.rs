@@ -19,7 +19,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-use cluster::{Outcome, Proc, local, run_args};
+use cluster::{Outcome, Proc, local, local_under, run_args};
 use serde_json::Value;
 
 const MARGIN: Duration = Duration::from_secs(60);
@@ -37,6 +37,16 @@ fn env<'a>(rank: &'a str, world: &'a str, port: &'a str) -> Vec<(&'a str, &'a st
 /// Starts `world` ranks with `extra` arguments and `hook` variables on
 /// every rank; returns every rank's outcome.
 fn ranks(world: u32, extra: &[&str], hook: &[(&str, &str)]) -> Vec<Outcome> {
+    ranks_under(world, extra, hook, None)
+}
+
+/// As `ranks`, with one rank started through a wrapper command.
+fn ranks_under(
+    world: u32,
+    extra: &[&str],
+    hook: &[(&str, &str)],
+    wrapped: Option<(u32, &[&str])>,
+) -> Vec<Outcome> {
     let port = cluster::free_port().to_string();
     let mut args = run_args("20s");
     args.extend(["--backends", "tcp"].iter().map(|s| s.to_string()));
@@ -47,7 +57,11 @@ fn ranks(world: u32, extra: &[&str], hook: &[(&str, &str)]) -> Vec<Outcome> {
             let rank = r.to_string();
             let mut e = env(&rank, &w, &port);
             e.extend_from_slice(hook);
-            local(&format!("rank{r}"), &args, &e)
+            let wrapper = match wrapped {
+                Some((w, cmd)) if w == r => cmd,
+                _ => &[],
+            };
+            local_under(wrapper, &format!("rank{r}"), &args, &e)
         })
         .collect();
     procs.into_iter().map(|p| p.finish(MARGIN)).collect()
@@ -277,9 +291,10 @@ checks:
     }
 }
 
-/// Ranks on one host talk over Unix sockets by default and over TCP with
-/// PREFLIGHT_COLL_SAME_HOST=tcp; the report says which, every operation is
-/// verified either way, and a busbw minimum relative to the link is skipped
+/// Ranks on one host talk over Unix sockets, copying large messages
+/// straight out of each other's memory, by default; through the socket
+/// only with PREFLIGHT_COLL_SAME_HOST=unix; over TCP with `tcp`. The report
+/// says which, every operation is verified each way, and a busbw minimum relative to the link is skipped
 /// with the reason (loopback reports no link speed; Unix sockets cross no
 /// link), while an absolute one beside it is still checked.
 #[test]
@@ -301,7 +316,8 @@ checks:
     );
     let path = path.display().to_string();
     for (transport, hook) in [
-        ("unix", vec![]),
+        ("direct", vec![]),
+        ("unix", vec![("PREFLIGHT_COLL_SAME_HOST", "unix")]),
         ("tcp", vec![("PREFLIGHT_COLL_SAME_HOST", "tcp")]),
     ] {
         let out = ranks(3, &["--checks", &path], &hook);
@@ -319,12 +335,18 @@ checks:
                 assert_eq!(l["interface"], "lo", "{l:#}");
                 assert!(l["speed_mbps"].is_null(), "{l:#}");
                 let peers = l["unix_peers"].as_array().unwrap().len();
-                let want = if transport == "unix" { 2 } else { 0 };
-                assert_eq!(peers, want, "{transport}: {l:#}");
+                let direct = l["direct_peers"].as_array().unwrap().len();
+                let want = match transport {
+                    "direct" => (2, 2),
+                    "unix" => (2, 0),
+                    _ => (0, 0),
+                };
+                assert_eq!((peers, direct), want, "{transport}: {l:#}");
+                assert!(l.get("direct_refused").is_none(), "{l:#}");
             }
             let skip = o.message("coll.of_link");
             assert!(skip.starts_with("skip"), "{skip}");
-            let why = if transport == "unix" {
+            let why = if transport != "tcp" {
                 "every pair used a Unix socket"
             } else {
                 "interface lo reports no link speed"
@@ -336,6 +358,54 @@ checks:
                 both.contains("min_fraction_of_link not evaluated"),
                 "{both}"
             );
+        }
+    }
+}
+
+/// A rank in its own PID namespace (as a container sharing the host's
+/// network but not its processes) cannot have its memory read by the
+/// others, nor read theirs: those pairs copy through the socket, the pair
+/// that can still reads directly, the report says why, and every
+/// operation is verified across the mixed ring.
+#[test]
+fn a_rank_in_another_pid_namespace_falls_back_to_copying_through_the_socket() {
+    let _serial = serial();
+    let wrapper = ["unshare", "--pid", "--fork", "--kill-child"];
+    let works = std::process::Command::new(wrapper[0])
+        .args(&wrapper[1..])
+        .arg("true")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !works {
+        common::netns::skip_or_panic("`unshare --pid --fork` does not work here (needs root)");
+        return;
+    }
+    let out = ranks_under(3, &[], &[], Some((1, &wrapper)));
+    all_exit(&out, 0);
+    for o in &out {
+        let report = o.json();
+        let b = tcp(&report);
+        assert_eq!(b["verdict"], "pass", "{b:#}");
+        for op in b["ops"].as_array().unwrap() {
+            assert_eq!(op["status"], "verified", "{op:#}");
+        }
+        let links = report["collective"]["links"].as_array().unwrap().clone();
+        let direct = |r: usize| -> Vec<u64> {
+            links[r]["direct_peers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_u64)
+                .collect()
+        };
+        assert_eq!(direct(0), vec![2], "{links:#?}");
+        assert_eq!(direct(1), Vec::<u64>::new(), "{links:#?}");
+        assert_eq!(direct(2), vec![0], "{links:#?}");
+        for l in &links {
+            assert_eq!(l["unix_peers"].as_array().unwrap().len(), 2, "{l:#}");
+            let why = l["direct_refused"].as_str().unwrap_or_default();
+            assert!(why.contains("PID namespace"), "{l:#}");
         }
     }
 }

@@ -158,7 +158,8 @@ pub struct RankInfo<'a> {
     /// The address this rank reached the master from: the route's choice.
     pub route_ip: String,
     pub gloo_ifname: Option<String>,
-    /// PREFLIGHT_COLL_SAME_HOST: `tcp` keeps same-host pairs on TCP.
+    /// PREFLIGHT_COLL_SAME_HOST: how same-host pairs talk (`direct`,
+    /// `unix` or `tcp`).
     pub same_host: Option<String>,
     /// The node's interface facts, for the TCP backend's link speed.
     pub interfaces: Vec<crate::facts::Interface>,
@@ -194,9 +195,9 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             let t = Instant::now();
             let init = async {
                 let ip = tcp::listen_ip(info.gloo_ifname.as_deref(), &info.route_ip)?;
-                let unix = tcp::same_host_unix(info.same_host.as_deref())?;
+                let same_host = tcp::same_host_mode(info.same_host.as_deref())?;
                 let deadline = Instant::now() + cfg.step_timeout * 2;
-                Tcp::init(info.conn, info.rank, info.world, &ip, unix, deadline).await
+                Tcp::init(info.conn, info.rank, info.world, &ip, same_host, deadline).await
             };
             match init.await {
                 Ok(mut b) => {

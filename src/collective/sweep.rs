@@ -131,10 +131,11 @@ pub async fn step<B: Backend>(b: &mut B, s: &Step<'_>) -> Result<Row, Failure> {
     let rank = b.rank();
     let corrupt = s.hooks.corrupt_from.is_some_and(|c| s.bytes >= c);
     let total = s.warmup + s.iters.max(1);
+    let mut bufs = Buffers::new(s.op, s.bytes, world);
     let mut spent = Duration::ZERO;
     for it in 0..total {
         let check = it == 0 || it + 1 == total;
-        let outcome = one(b, s, world, rank, corrupt, check, deadline).await;
+        let outcome = one(b, s, &mut bufs, world, rank, corrupt, check, deadline).await;
         match outcome {
             Ok(t) if it >= s.warmup => spent += t,
             Ok(_) => {}
@@ -145,19 +146,53 @@ pub async fn step<B: Backend>(b: &mut B, s: &Step<'_>) -> Result<Row, Failure> {
     Ok(Row::new(s.op, s.bytes, s.dtype, us, world))
 }
 
+/// A step's buffers, allocated once and reused by every iteration, as
+/// nccl-tests does: a fresh allocation per iteration would have the
+/// kernel fault its pages in while the operation is being timed.
+struct Buffers {
+    /// allreduce and broadcast: the buffer; allgather: the input;
+    /// sendrecv: what is sent.
+    a: Vec<u8>,
+    /// allgather: the output; sendrecv: what is received.
+    b: Vec<u8>,
+}
+
+/// What a receive buffer holds before an operation: NaN as f32, -1 as
+/// i32, never a value any rank sends, so bytes that never arrived fail
+/// verification.
+const POISON: u8 = 0xff;
+
+impl Buffers {
+    fn new(op: Op, bytes: usize, world: u32) -> Buffers {
+        let count = (bytes / Dtype::SIZE).max(1);
+        let per = (count / world as usize).max(1);
+        let (a, b) = match op {
+            Op::Allreduce | Op::Broadcast => (count * 4, 0),
+            Op::Allgather => (per * 4, per * 4 * world as usize),
+            Op::Sendrecv => (count * 4, count * 4),
+            Op::Barrier => (0, 0),
+        };
+        Buffers {
+            a: vec![POISON; a],
+            b: vec![POISON; b],
+        }
+    }
+}
+
 type StepError = (Option<OpError>, Option<Mismatch>, Option<String>);
 
 /// One operation: fill, time, and (when `check`) verify.
+#[allow(clippy::too_many_arguments)]
 async fn one<B: Backend>(
     b: &mut B,
     s: &Step<'_>,
+    bufs: &mut Buffers,
     world: u32,
     rank: u32,
     corrupt: bool,
     check: bool,
     deadline: Instant,
 ) -> Result<Duration, StepError> {
-    let count = (s.bytes / Dtype::SIZE).max(1);
     let dtype = s.dtype;
     let spoil = |buf: &mut [u8]| {
         if corrupt {
@@ -168,18 +203,18 @@ async fn one<B: Backend>(
     };
     match s.op {
         Op::Allreduce => {
-            let mut buf = vec![0u8; count * 4];
-            verify::fill(&mut buf, rank, dtype);
-            spoil(&mut buf);
+            let buf = &mut bufs.a;
+            verify::fill(buf, rank, dtype);
+            spoil(buf);
             let input = check.then(|| buf.clone());
             align(b, deadline).await?;
             let t = Instant::now();
-            b.allreduce(&mut buf, dtype, deadline)
+            b.allreduce(buf, dtype, deadline)
                 .await
                 .map_err(|e| (Some(e), None, None))?;
             let spent = b.last_op_time().unwrap_or_else(|| t.elapsed());
             if let Some(input) = input
-                && let Some(m) = verify::allreduce(&buf, world, dtype)
+                && let Some(m) = verify::allreduce(buf, world, dtype)
             {
                 let mine = verify::decode(&input[m.index * 4..m.index * 4 + 4], dtype);
                 let should = verify::value(rank, m.index, dtype) as f64;
@@ -195,35 +230,37 @@ async fn one<B: Backend>(
         }
         Op::Broadcast => {
             let root = 0;
-            let mut buf = vec![0u8; count * 4];
+            let buf = &mut bufs.a;
             if rank == root {
-                verify::fill(&mut buf, rank, dtype);
-                spoil(&mut buf);
+                verify::fill(buf, rank, dtype);
+                spoil(buf);
+            } else {
+                buf.fill(POISON);
             }
             align(b, deadline).await?;
             let t = Instant::now();
-            b.broadcast(&mut buf, root, deadline)
+            b.broadcast(buf, root, deadline)
                 .await
                 .map_err(|e| (Some(e), None, None))?;
             let spent = b.last_op_time().unwrap_or_else(|| t.elapsed());
-            if check && let Some(m) = verify::broadcast(&buf, root, dtype) {
+            if check && let Some(m) = verify::broadcast(buf, root, dtype) {
                 return Err((None, Some(m), None));
             }
             Ok(spent)
         }
         Op::Allgather => {
-            let per = (count / world as usize).max(1);
-            let mut input = vec![0u8; per * 4];
-            verify::fill(&mut input, rank, dtype);
-            spoil(&mut input);
-            let mut out = vec![0u8; per * 4 * world as usize];
+            let (input, out) = (&mut bufs.a, &mut bufs.b);
+            let per = input.len() / 4;
+            verify::fill(input, rank, dtype);
+            spoil(input);
+            out.fill(POISON);
             align(b, deadline).await?;
             let t = Instant::now();
-            b.allgather(&input, &mut out, deadline)
+            b.allgather(input, out, deadline)
                 .await
                 .map_err(|e| (Some(e), None, None))?;
             let spent = b.last_op_time().unwrap_or_else(|| t.elapsed());
-            if check && let Some(m) = verify::allgather(&out, world, per * 4, dtype) {
+            if check && let Some(m) = verify::allgather(out, world, per * 4, dtype) {
                 return Err((None, Some(m), None));
             }
             Ok(spent)
@@ -231,17 +268,17 @@ async fn one<B: Backend>(
         Op::Sendrecv => {
             let to = (rank + 1) % world;
             let from = (rank + world - 1) % world;
-            let mut send = vec![0u8; count * 4];
-            verify::fill(&mut send, rank, dtype);
-            spoil(&mut send);
-            let mut recv = vec![0u8; count * 4];
+            let (send, recv) = (&mut bufs.a, &mut bufs.b);
+            verify::fill(send, rank, dtype);
+            spoil(send);
+            recv.fill(POISON);
             align(b, deadline).await?;
             let t = Instant::now();
-            b.sendrecv(&send, to, &mut recv, from, deadline)
+            b.sendrecv(send, to, recv, from, deadline)
                 .await
                 .map_err(|e| (Some(e), None, None))?;
             let spent = b.last_op_time().unwrap_or_else(|| t.elapsed());
-            if check && let Some(m) = verify::received(&recv, from, dtype) {
+            if check && let Some(m) = verify::received(recv, from, dtype) {
                 return Err((None, Some(m), None));
             }
             Ok(spent)

@@ -27,14 +27,31 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream, tcp, unix};
 use tokio::time::Instant;
 
+use nix::unistd::Pid;
+
 use super::{Backend, Dtype, OpError};
 use crate::cluster::store;
+
+mod direct;
+mod splice;
 
 /// Receive granularity: a chunk is reduced while the next is in flight.
 const CHUNK: usize = 512 << 10;
 const MAGIC: &[u8; 4] = b"PFC1";
-/// `tcp` keeps ranks on one host on TCP (loopback) instead of Unix sockets.
+/// How ranks on one host talk: `direct` (the default), `unix` or `tcp`.
 pub const SAME_HOST_VAR: &str = "PREFLIGHT_COLL_SAME_HOST";
+
+/// How ranks on one host talk, from PREFLIGHT_COLL_SAME_HOST.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SameHost {
+    /// A Unix socket, with large messages copied straight out of the
+    /// sender's memory where the kernel allows (the default).
+    Direct,
+    /// A Unix socket carrying every byte.
+    Unix,
+    /// Loopback TCP, as between hosts.
+    Tcp,
+}
 
 /// The transport of one pair of ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,10 +74,18 @@ pub struct RankLink {
     pub speed_mbps: Option<u64>,
     /// Peers reached over a Unix socket (same host); the others over TCP.
     pub unix_peers: Vec<u32>,
+    /// Of those, the peers whose large messages this rank copies straight
+    /// out of their memory (single copy).
+    #[serde(default)]
+    pub direct_peers: Vec<u32>,
+    /// Why some same-host peer could not use single-copy reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_refused: Option<String>,
 }
 
-/// One line: each rank's interface and speed, and which pairs used a Unix
-/// socket (the others used TCP).
+/// One line: each rank's interface and speed, which pairs were on one host
+/// (single-copy reads or a plain Unix socket; the others used TCP), and
+/// why single-copy reads were refused where they were.
 pub fn describe_links(links: &[RankLink]) -> Option<String> {
     if links.is_empty() {
         return None;
@@ -75,23 +100,42 @@ pub fn describe_links(links: &[RankLink]) -> Option<String> {
             format!("rank {} {name} ({speed})", l.rank)
         })
         .collect();
-    let unix: Vec<String> = links
-        .iter()
-        .flat_map(|l| {
-            l.unix_peers
-                .iter()
-                .filter(move |p| **p > l.rank)
-                .map(move |p| format!("{}↔{p}", l.rank))
-        })
-        .collect();
-    let pairs = if unix.is_empty() {
+    // Each same-host pair once, by whether it read large messages
+    // straight out of the peer's memory.
+    let mut direct = Vec::new();
+    let mut unix = Vec::new();
+    for l in links {
+        for p in l.unix_peers.iter().filter(|p| **p > l.rank) {
+            let pair = format!("{}↔{p}", l.rank);
+            if l.direct_peers.contains(p) {
+                direct.push(pair);
+            } else {
+                unix.push(pair);
+            }
+        }
+    }
+    let mut parts = Vec::new();
+    if !direct.is_empty() {
+        parts.push(format!(
+            "same host, single-copy reads: {}",
+            direct.join(" ")
+        ));
+    }
+    if !unix.is_empty() {
+        parts.push(format!("same host, Unix socket: {}", unix.join(" ")));
+    }
+    parts.push(if direct.is_empty() && unix.is_empty() {
         "every pair over TCP".to_string()
     } else {
-        format!(
-            "Unix socket (same host): {}; other pairs TCP",
-            unix.join(" ")
-        )
-    };
+        "other pairs TCP".to_string()
+    });
+    if let Some((rank, why)) = links
+        .iter()
+        .find_map(|l| l.direct_refused.as_ref().map(|w| (l.rank, w)))
+    {
+        parts.push(format!("no single-copy reads on rank {rank}: {why}"));
+    }
+    let pairs = parts.join("; ");
     Some(format!("{}; {pairs}", ifaces.join(", ")))
 }
 
@@ -192,6 +236,14 @@ pub struct Tcp {
     writers: Vec<Option<Writer>>,
     /// Each peer's transport (`None` for this rank).
     transports: Vec<Option<Transport>>,
+    /// Same-host peers whose large messages are copied out of their
+    /// memory: their process ids.
+    direct: Vec<Option<Pid>>,
+    /// Why a same-host peer could not use single-copy reads.
+    direct_refused: Option<String>,
+    /// The pipe large messages are spliced through; made on first use,
+    /// dropped after a failed exchange.
+    pipe: Option<splice::Pipe>,
     /// The IP address the TCP listener used.
     ip: String,
     /// Receive buffer of the reduce-scatter (one chunk), kept between
@@ -227,6 +279,10 @@ pub fn listen_ip(ifname: Option<&str>, route_ip: &str) -> Result<String, String>
 fn closed(peer: u32, e: &std::io::Error) -> OpError {
     let detail = match e.kind() {
         std::io::ErrorKind::UnexpectedEof => "end of stream: the process is gone?".to_string(),
+        // A single-copy read from a process that has exited.
+        _ if e.raw_os_error() == Some(libc::ESRCH) => {
+            "its memory could not be read: the process is gone".to_string()
+        }
         _ => e.to_string(),
     };
     OpError::Closed { peer, detail }
@@ -247,14 +303,15 @@ pub fn host_key() -> Option<String> {
     ))
 }
 
-/// Whether same-host pairs may use Unix sockets (`PREFLIGHT_COLL_SAME_HOST`
-/// unset or `unix`); `tcp` keeps them on TCP.
-pub fn same_host_unix(var: Option<&str>) -> Result<bool, String> {
+/// How same-host pairs talk, from `PREFLIGHT_COLL_SAME_HOST`: unset or
+/// `direct`, `unix`, or `tcp`.
+pub fn same_host_mode(var: Option<&str>) -> Result<SameHost, String> {
     match var.map(str::trim) {
-        None | Some("") | Some("unix") => Ok(true),
-        Some("tcp") => Ok(false),
+        None | Some("") | Some("direct") => Ok(SameHost::Direct),
+        Some("unix") => Ok(SameHost::Unix),
+        Some("tcp") => Ok(SameHost::Tcp),
         Some(other) => Err(format!(
-            "{SAME_HOST_VAR}={other}: expected `unix` (the default) or `tcp`"
+            "{SAME_HOST_VAR}={other}: expected `direct` (the default), `unix` or `tcp`"
         )),
     }
 }
@@ -284,16 +341,75 @@ fn tune_unix(s: &UnixStream) {
     let _ = socket2::SockRef::from(s).set_send_buffer_size(UNIX_BUFFER);
 }
 
+/// Every same-host peer reads a marker out of this rank's memory and this
+/// rank reads each one's; a pair uses single-copy reads only when both
+/// worked. Offers go out to every peer before any is read, so no order of
+/// peers can deadlock.
+async fn direct_handshake(
+    rank: u32,
+    transports: &[Option<Transport>],
+    readers: &mut [Option<Reader>],
+    writers: &mut [Option<Writer>],
+) -> Result<(Vec<Option<Pid>>, Option<String>), String> {
+    let mut out = vec![None; transports.len()];
+    let peers: Vec<usize> = (0..transports.len())
+        .filter(|j| transports[*j] == Some(Transport::Unix))
+        .collect();
+    // Lives until every peer has said whether it could read it.
+    let marker = direct::Marker::new(rank);
+    let io = |j: usize, e: std::io::Error| format!("single-copy handshake with rank {j}: {e}");
+    for &j in &peers {
+        if let Some(w) = writers[j].as_mut() {
+            w.write_all(&marker.offer()).await.map_err(|e| io(j, e))?;
+        }
+    }
+    let mut read = Vec::new();
+    for &j in &peers {
+        let Some(r) = readers[j].as_mut() else {
+            continue;
+        };
+        let mut b = [0u8; direct::OFFER_LEN];
+        r.read_exact(&mut b).await.map_err(|e| io(j, e))?;
+        let offer = direct::Offer::parse(&b);
+        read.push((j, offer.try_read().map(|()| offer.pid)));
+    }
+    for (j, r) in &read {
+        if let Some(w) = writers[*j].as_mut() {
+            w.write_all(&[u8::from(r.is_ok())])
+                .await
+                .map_err(|e| io(*j, e))?;
+        }
+    }
+    let mut refused = None;
+    for (j, r) in read {
+        let Some(rd) = readers[j].as_mut() else {
+            continue;
+        };
+        let mut b = [0u8; 1];
+        rd.read_exact(&mut b).await.map_err(|e| io(j, e))?;
+        match r {
+            Ok(pid) if b[0] == 1 => out[j] = Some(Pid::from_raw(pid)),
+            Ok(_) => {
+                refused.get_or_insert(format!("rank {j} could not read this rank's memory"));
+            }
+            Err(e) => {
+                refused.get_or_insert(format!("reading rank {j}'s memory: {e}"));
+            }
+        }
+    }
+    Ok((out, refused))
+}
+
 impl Tcp {
     /// Listens, publishes the address in the store, and connects the
     /// mesh: rank r dials every lower rank and accepts every higher one.
-    /// `unix`: whether pairs on one host may use a Unix socket.
+    /// `same_host`: how pairs on one host talk.
     pub async fn init(
         conn: &mut TcpStream,
         rank: u32,
         world: u32,
         ip: &str,
-        unix: bool,
+        same_host: SameHost,
         deadline: Instant,
     ) -> Result<Tcp, String> {
         let n = world as usize;
@@ -307,6 +423,9 @@ impl Tcp {
                 readers,
                 writers,
                 transports,
+                direct: vec![None; n],
+                direct_refused: None,
+                pipe: None,
                 ip: ip.to_string(),
                 scratch: Vec::new(),
             });
@@ -320,7 +439,11 @@ impl Tcp {
             .to_string();
         // An abstract Unix socket: scoped to this network namespace, gone
         // with the process, nothing to clean up on disk.
-        let key = if unix { host_key() } else { None };
+        let key = if same_host == SameHost::Tcp {
+            None
+        } else {
+            host_key()
+        };
         let local = key.and_then(|k| {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -466,12 +589,25 @@ impl Tcp {
             readers[j as usize] = Some(r);
             writers[j as usize] = Some(w);
         }
+        let (direct, direct_refused) = if same_host == SameHost::Direct {
+            let shake = direct_handshake(rank, &transports, &mut readers, &mut writers);
+            tokio::time::timeout_at(deadline, shake)
+                .await
+                .map_err(|_| {
+                    "the single-copy handshake with same-host peers timed out".to_string()
+                })??
+        } else {
+            (vec![None; n], None)
+        };
         Ok(Tcp {
             rank,
             world,
             readers,
             writers,
             transports,
+            direct,
+            direct_refused,
+            pipe: None,
             ip: ip.to_string(),
             scratch: Vec::new(),
         })
@@ -490,6 +626,10 @@ impl Tcp {
             unix_peers: (0..self.world)
                 .filter(|j| self.transports[*j as usize] == Some(Transport::Unix))
                 .collect(),
+            direct_peers: (0..self.world)
+                .filter(|j| self.direct[*j as usize].is_some())
+                .collect(),
+            direct_refused: self.direct_refused.clone(),
         }
     }
 
@@ -501,7 +641,28 @@ impl Tcp {
         (self.rank + self.world - 1) % self.world
     }
 
-    /// Sends `send` to `to` while receiving from `from` into `recv`.
+    /// How a message of `len` bytes to or from `peer` travels.
+    fn way(&self, peer: u32, len: usize) -> Way {
+        if len < direct::MIN_BYTES {
+            return Way::Bytes;
+        }
+        match self.direct.get(peer as usize).copied().flatten() {
+            Some(pid) => Way::Direct(pid),
+            // Within a host the acknowledgement costs microseconds; across
+            // a network it would cost a round trip per message.
+            None if self.transports.get(peer as usize).copied().flatten()
+                == Some(Transport::Unix) =>
+            {
+                Way::Acked
+            }
+            None => Way::Bytes,
+        }
+    }
+
+    /// Sends `send` to `to` while receiving from `from` into `recv`. A
+    /// large message is acknowledged by its receiver: when this returns,
+    /// the peer has every byte and `send` may change, so the sender may
+    /// hand the kernel its pages rather than a copy (see `Way`).
     async fn exchange(
         &mut self,
         send: &[u8],
@@ -510,60 +671,241 @@ impl Tcp {
         from: u32,
         deadline: Instant,
     ) -> Result<(), OpError> {
-        let total_recv = recv.len();
-        let sent = Cell::new(0usize);
-        let got = Cell::new(0usize);
-        let (Some(Some(rd)), Some(Some(wr))) = (
-            self.readers.get_mut(from as usize),
-            self.writers.get_mut(to as usize),
-        ) else {
-            return Err(OpError::Other {
-                detail: format!("no connection to rank {to} or from rank {from}"),
-            });
+        let out = self.way(to, send.len());
+        let inw = self.way(from, recv.len());
+        let sent = Cell::new(false);
+        let got = Cell::new(false);
+        let missing = |peer: u32| OpError::Other {
+            detail: format!("no connection with rank {peer}"),
         };
-        let write = async {
-            for c in send.chunks(CHUNK) {
-                wr.write_all(c).await.map_err(|e| closed(to, &e))?;
-                sent.set(sent.get() + c.len());
-            }
-            Ok::<(), OpError>(())
-        };
-        let read = async {
-            let mut off = 0;
-            match recv {
-                Recv::Into(buf) => {
-                    while off < buf.len() {
-                        let end = (off + CHUNK).min(buf.len());
-                        rd.read_exact(&mut buf[off..end])
-                            .await
-                            .map_err(|e| closed(from, &e))?;
-                        off = end;
-                        got.set(off);
+        let (t, f) = (to as usize, from as usize);
+        let pipe = &mut self.pipe;
+        let readers = &mut self.readers;
+        let writers = &mut self.writers;
+        let work = async {
+            if t == f {
+                let rd = readers.get_mut(f).and_then(Option::as_mut);
+                let wr = writers.get_mut(t).and_then(Option::as_mut);
+                let (Some(rd), Some(wr)) = (rd, wr) else {
+                    return Err(missing(to));
+                };
+                if matches!(out, Way::Direct(_)) || matches!(inw, Way::Direct(_)) {
+                    // A descriptor one way at least: in this order on both
+                    // sides, the bytes that may go the other way are few,
+                    // and an acknowledgement follows everything else the
+                    // peer writes in this exchange.
+                    send_out(wr, pipe, send, out, to).await?;
+                    recv_in(rd, wr, recv, inw, from).await?;
+                    got.set(true);
+                } else {
+                    tokio::try_join!(send_out(wr, pipe, send, out, to), async {
+                        recv_bytes(rd, recv, from).await?;
+                        got.set(true);
+                        Ok(())
+                    })?;
+                    if inw.acked() {
+                        write(wr, &[direct::ACK], from).await?;
                     }
                 }
-                Recv::Reduce { dst, tmp, dtype } => {
-                    // tmp is small and reused, so the reduction reads it
-                    // from cache rather than from memory.
-                    let step = tmp.len().max(Dtype::SIZE);
-                    while off < dst.len() {
-                        let end = (off + step).min(dst.len());
-                        let t = &mut tmp[..end - off];
-                        rd.read_exact(t).await.map_err(|e| closed(from, &e))?;
-                        reduce(&mut dst[off..end], t, dtype);
-                        off = end;
-                        got.set(off);
-                    }
+                if out.acked() {
+                    read_ack(rd, to).await?;
                 }
+                sent.set(true);
+                return Ok(());
             }
-            Ok::<(), OpError>(())
+            let Ok([rd_from, rd_to]) = readers.get_disjoint_mut([f, t]) else {
+                return Err(missing(to));
+            };
+            let Ok([wr_to, wr_from]) = writers.get_disjoint_mut([t, f]) else {
+                return Err(missing(to));
+            };
+            let (Some(rd_from), Some(wr_to)) = (rd_from.as_mut(), wr_to.as_mut()) else {
+                return Err(missing(to));
+            };
+            let send_side = async {
+                send_out(wr_to, pipe, send, out, to).await?;
+                if out.acked() {
+                    read_ack(rd_to.as_mut().ok_or_else(|| missing(to))?, to).await?;
+                }
+                sent.set(true);
+                Ok(())
+            };
+            let recv_side = async {
+                let ack = wr_from.as_mut().ok_or_else(|| missing(from))?;
+                recv_in(rd_from, ack, recv, inw, from).await?;
+                got.set(true);
+                Ok(())
+            };
+            tokio::try_join!(send_side, recv_side)?;
+            Ok(())
         };
-        match tokio::time::timeout_at(deadline, async { tokio::try_join!(write, read) }).await {
-            Ok(r) => r.map(|_| ()),
-            Err(_) if got.get() < total_recv => Err(OpError::RecvTimeout { from }),
-            Err(_) if sent.get() < send.len() => Err(OpError::SendTimeout { to }),
+        let r = match tokio::time::timeout_at(deadline, work).await {
+            Ok(r) => r,
+            Err(_) if !got.get() => Err(OpError::RecvTimeout { from }),
+            Err(_) if !sent.get() => Err(OpError::SendTimeout { to }),
             Err(_) => Ok(()),
+        };
+        if r.is_err() {
+            // Pages of an unfinished message may still sit in the pipe.
+            self.pipe = None;
+        }
+        r
+    }
+}
+
+/// How one message travels.
+#[derive(Debug, Clone, Copy)]
+enum Way {
+    /// Small: bytes through the socket, nothing more.
+    Bytes,
+    /// Large, between hosts (or same-host pairs without single-copy
+    /// reads): bytes through the socket, then an acknowledgement from the
+    /// receiver, so the sender may splice its pages into the socket
+    /// (vmsplice) instead of copying them: the kernel holds the pages
+    /// themselves until the receiver has read them, and the
+    /// acknowledgement says when that was.
+    Acked,
+    /// Large, same host with single-copy reads: a descriptor, the receiver
+    /// copies out of the sender's memory, then the acknowledgement.
+    Direct(Pid),
+}
+
+impl Way {
+    fn acked(self) -> bool {
+        !matches!(self, Way::Bytes)
+    }
+}
+
+async fn write(wr: &mut Writer, b: &[u8], to: u32) -> Result<(), OpError> {
+    wr.write_all(b).await.map_err(|e| closed(to, &e))
+}
+
+/// This rank's side of a message to `to`: the bytes or the descriptor
+/// (the acknowledgement, when due, is read by the caller).
+async fn send_out(
+    wr: &mut Writer,
+    pipe: &mut Option<splice::Pipe>,
+    send: &[u8],
+    way: Way,
+    to: u32,
+) -> Result<(), OpError> {
+    match way {
+        Way::Direct(_) => write(wr, &direct::descriptor(send), to).await,
+        Way::Acked => {
+            if pipe.is_none() {
+                *pipe = splice::Pipe::new();
+            }
+            match pipe {
+                Some(p) => splice::send(wr, p, send).await.map_err(|e| closed(to, &e)),
+                None => send_bytes(wr, send, to).await,
+            }
+        }
+        Way::Bytes => send_bytes(wr, send, to).await,
+    }
+}
+
+/// This rank's side of a message from `from`: the bytes, or the bytes
+/// copied out of the sender's memory; then the acknowledgement when due.
+async fn recv_in(
+    rd: &mut Reader,
+    ack: &mut Writer,
+    recv: Recv<'_>,
+    way: Way,
+    from: u32,
+) -> Result<(), OpError> {
+    match way {
+        Way::Direct(pid) => recv_direct(rd, recv, pid, from).await?,
+        Way::Acked | Way::Bytes => recv_bytes(rd, recv, from).await?,
+    }
+    if way.acked() {
+        write(ack, &[direct::ACK], from).await?;
+    }
+    Ok(())
+}
+
+/// `send` through the socket, in chunks.
+async fn send_bytes(wr: &mut Writer, send: &[u8], to: u32) -> Result<(), OpError> {
+    for c in send.chunks(CHUNK) {
+        write(wr, c, to).await?;
+    }
+    Ok(())
+}
+
+/// Bytes from the socket into `recv`, a chunk at a time (a reduction
+/// reduces each chunk while the next is in flight).
+async fn recv_bytes(rd: &mut Reader, recv: Recv<'_>, from: u32) -> Result<(), OpError> {
+    let mut off = 0;
+    match recv {
+        Recv::Into(buf) => {
+            while off < buf.len() {
+                let end = (off + CHUNK).min(buf.len());
+                rd.read_exact(&mut buf[off..end])
+                    .await
+                    .map_err(|e| closed(from, &e))?;
+                off = end;
+            }
+        }
+        Recv::Reduce { dst, tmp, dtype } => {
+            // tmp is small and reused, so the reduction reads it from
+            // cache rather than from memory.
+            let step = tmp.len().max(Dtype::SIZE);
+            while off < dst.len() {
+                let end = (off + step).min(dst.len());
+                let t = &mut tmp[..end - off];
+                rd.read_exact(t).await.map_err(|e| closed(from, &e))?;
+                reduce(&mut dst[off..end], t, dtype);
+                off = end;
+            }
         }
     }
+    Ok(())
+}
+
+/// A descriptor from `from`, and the bytes copied out of its memory.
+async fn recv_direct(rd: &mut Reader, recv: Recv<'_>, pid: Pid, from: u32) -> Result<(), OpError> {
+    let mut d = [0u8; 16];
+    rd.read_exact(&mut d).await.map_err(|e| closed(from, &e))?;
+    let (addr, len) = direct::parse_descriptor(&d);
+    if len != recv.len() {
+        return Err(OpError::Other {
+            detail: format!(
+                "rank {from} offered {len} bytes where {} were due",
+                recv.len()
+            ),
+        });
+    }
+    let copy = |dst: &mut [u8], at: usize| {
+        direct::read(pid, addr + at as u64, dst).map_err(|e| closed(from, &e))
+    };
+    match recv {
+        Recv::Into(buf) => copy(buf, 0)?,
+        Recv::Reduce { dst, tmp, dtype } => {
+            let step = tmp.len().max(Dtype::SIZE);
+            let mut off = 0;
+            while off < dst.len() {
+                let end = (off + step).min(dst.len());
+                let t = &mut tmp[..end - off];
+                copy(t, off)?;
+                reduce(&mut dst[off..end], t, dtype);
+                off = end;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn read_ack(rd: &mut Reader, to: u32) -> Result<(), OpError> {
+    let mut a = [0u8; 1];
+    rd.read_exact(&mut a).await.map_err(|e| closed(to, &e))?;
+    if a[0] != direct::ACK {
+        return Err(OpError::Other {
+            detail: format!(
+                "rank {to} sent {:#04x} where an acknowledgement was due",
+                a[0]
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Where an exchange's incoming bytes go.
@@ -831,24 +1173,31 @@ mod tests {
 
     #[test]
     fn same_host_variable() {
-        assert_eq!(same_host_unix(None), Ok(true));
-        assert_eq!(same_host_unix(Some("unix")), Ok(true));
-        assert_eq!(same_host_unix(Some(" tcp ")), Ok(false));
-        let e = same_host_unix(Some("shm")).unwrap_err();
+        assert_eq!(same_host_mode(None), Ok(SameHost::Direct));
+        assert_eq!(same_host_mode(Some("direct")), Ok(SameHost::Direct));
+        assert_eq!(same_host_mode(Some("unix")), Ok(SameHost::Unix));
+        assert_eq!(same_host_mode(Some(" tcp ")), Ok(SameHost::Tcp));
+        let e = same_host_mode(Some("shm")).unwrap_err();
         assert!(e.contains("PREFLIGHT_COLL_SAME_HOST=shm"), "{e}");
     }
 
     #[test]
     fn links_name_interfaces_and_unix_pairs() {
-        let l = |rank, unix_peers| RankLink {
+        let l = |rank, unix_peers: Vec<u32>| RankLink {
             rank,
             interface: Some("lo".into()),
             speed_mbps: None,
+            direct_peers: unix_peers.clone(),
+            direct_refused: None,
             unix_peers,
         };
         let text = describe_links(&[l(0, vec![1]), l(1, vec![0]), l(2, vec![])]).unwrap();
         assert!(text.contains("rank 0 lo (no link speed)"), "{text}");
-        assert!(text.contains("Unix socket (same host): 0↔1;"), "{text}");
+        assert!(
+            text.contains("same host, single-copy reads: 0↔1;"),
+            "{text}"
+        );
+        assert!(text.ends_with("other pairs TCP"), "{text}");
         assert_eq!(describe_links(&[]), None);
     }
 

@@ -311,6 +311,8 @@ mod tests {
             interface: Some(iface.into()),
             speed_mbps: mbps,
             unix_peers,
+            direct_peers: Vec::new(),
+            direct_refused: None,
         }
     }
 

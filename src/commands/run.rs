@@ -93,7 +93,7 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
     // failure found halfway through the stage.
     if coll_cfg.mode != coll::Mode::Off {
         let same_host = std::env::var(crate::collective::tcp::SAME_HOST_VAR).ok();
-        crate::collective::tcp::same_host_unix(same_host.as_deref()).map_err(Failure::Usage)?;
+        crate::collective::tcp::same_host_mode(same_host.as_deref()).map_err(Failure::Usage)?;
     }
     let linger = if coll_cfg.mode == coll::Mode::Off {
         Duration::ZERO
@@ -323,10 +323,10 @@ fn emit(
         rank = r;
     }
     let human = |style: Style| {
-        if rank != 0 {
-            if let Some(c) = &report.cluster {
-                return format!("{}\n", cluster::report::one_line(c, rank, &style));
-            }
+        if rank != 0
+            && let Some(c) = &report.cluster
+        {
+            return format!("{}\n", cluster::report::one_line(c, rank, &style));
         }
         let detail = if args.display.quiet {
             Detail::Quiet

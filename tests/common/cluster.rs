@@ -150,7 +150,20 @@ impl Drop for Proc {
 
 /// A rank on loopback with exactly `env` (plus PATH).
 pub fn local(label: &str, args: &[String], env: &[(&str, &str)]) -> Proc {
-    let mut c = Command::new(BIN);
+    local_under(&[], label, args, env)
+}
+
+/// A rank on loopback started through `wrapper` (a command and its
+/// arguments, e.g. `unshare --pid --fork`), which then runs preflight.
+pub fn local_under(wrapper: &[&str], label: &str, args: &[String], env: &[(&str, &str)]) -> Proc {
+    let mut c = match wrapper.split_first() {
+        Some((cmd, rest)) => {
+            let mut c = Command::new(cmd);
+            c.args(rest).arg(BIN);
+            c
+        }
+        None => Command::new(BIN),
+    };
     c.args(args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
