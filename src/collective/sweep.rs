@@ -128,14 +128,13 @@ pub async fn step<B: Backend>(b: &mut B, s: &Step<'_>) -> Result<Row, Failure> {
         return Err(fail(Some(OpError::Held), None, None));
     }
     let world = b.world();
-    let rank = b.rank();
     let corrupt = s.hooks.corrupt_from.is_some_and(|c| s.bytes >= c);
     let total = s.warmup + s.iters.max(1);
     let mut bufs = Buffers::new(s.op, s.bytes, world);
     let mut spent = Duration::ZERO;
     for it in 0..total {
         let check = it == 0 || it + 1 == total;
-        let outcome = one(b, s, &mut bufs, world, rank, corrupt, check, deadline).await;
+        let outcome = one(b, s, &mut bufs, corrupt, check, deadline).await;
         match outcome {
             Ok(t) if it >= s.warmup => spent += t,
             Ok(_) => {}
@@ -172,6 +171,8 @@ impl Buffers {
             Op::Sendrecv => (count * 4, count * 4),
             Op::Barrier => (0, 0),
         };
+        // Not zeroes: a zeroed allocation is mapped lazily, and its pages
+        // would be faulted in during the first timed operation.
         Buffers {
             a: vec![POISON; a],
             b: vec![POISON; b],
@@ -182,17 +183,15 @@ impl Buffers {
 type StepError = (Option<OpError>, Option<Mismatch>, Option<String>);
 
 /// One operation: fill, time, and (when `check`) verify.
-#[allow(clippy::too_many_arguments)]
 async fn one<B: Backend>(
     b: &mut B,
     s: &Step<'_>,
     bufs: &mut Buffers,
-    world: u32,
-    rank: u32,
     corrupt: bool,
     check: bool,
     deadline: Instant,
 ) -> Result<Duration, StepError> {
+    let (world, rank) = (b.world(), b.rank());
     let dtype = s.dtype;
     let spoil = |buf: &mut [u8]| {
         if corrupt {

@@ -594,7 +594,10 @@ impl Tcp {
             tokio::time::timeout_at(deadline, shake)
                 .await
                 .map_err(|_| {
-                    "the single-copy handshake with same-host peers timed out".to_string()
+                    format!(
+                        "the single-copy handshake with same-host peers timed out \
+                         (is {SAME_HOST_VAR} the same on every rank?)"
+                    )
                 })??
         } else {
             (vec![None; n], None)
