@@ -124,11 +124,12 @@ pub fn describe_links(links: &[RankLink]) -> Option<String> {
     if !unix.is_empty() {
         parts.push(format!("same host, Unix socket: {}", unix.join(" ")));
     }
-    parts.push(if direct.is_empty() && unix.is_empty() {
-        "every pair over TCP".to_string()
-    } else {
-        "other pairs TCP".to_string()
-    });
+    let n = links.len();
+    if direct.is_empty() && unix.is_empty() {
+        parts.push("every pair over TCP".to_string());
+    } else if direct.len() + unix.len() < n * (n - 1) / 2 {
+        parts.push("other pairs TCP".to_string());
+    }
     if let Some((rank, why)) = links
         .iter()
         .find_map(|l| l.direct_refused.as_ref().map(|w| (l.rank, w)))
@@ -1201,6 +1202,8 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("other pairs TCP"), "{text}");
+        let one_host = describe_links(&[l(0, vec![1]), l(1, vec![0])]).unwrap();
+        assert!(one_host.ends_with("single-copy reads: 0↔1"), "{one_host}");
         assert_eq!(describe_links(&[]), None);
     }
 
