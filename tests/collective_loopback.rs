@@ -409,3 +409,34 @@ fn a_rank_in_another_pid_namespace_falls_back_to_copying_through_the_socket() {
         }
     }
 }
+
+/// A rank connects only to the peers it exchanges with (ring neighbours,
+/// barrier partners, pairwise partners), not to all N − 1: with 24 ranks
+/// every rank holds fewer than 23 connections, and every operation is still
+/// verified on every rank.
+#[test]
+fn ranks_connect_only_to_their_partners() {
+    let _serial = serial();
+    let world = 24;
+    let out = ranks(world, &["--max-size", "64KiB"], &[]);
+    all_exit(&out, 0);
+    for o in &out {
+        let report = o.json();
+        let b = tcp(&report);
+        assert_eq!(b["verdict"], "pass", "{b:#}");
+        for op in b["ops"].as_array().unwrap() {
+            assert_eq!(op["status"], "verified", "{op:#}");
+        }
+    }
+    let links = out[0].json()["collective"]["links"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(links.len(), world as usize);
+    for l in &links {
+        let c = l["connections"].as_u64().unwrap();
+        assert!((2..u64::from(world) - 1).contains(&c), "{l:#}");
+        // One host: every connection is a Unix socket.
+        assert_eq!(l["unix_peers"].as_array().unwrap().len() as u64, c, "{l:#}");
+    }
+}

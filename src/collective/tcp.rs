@@ -81,6 +81,9 @@ pub struct RankLink {
     /// Why some same-host peer could not use single-copy reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direct_refused: Option<String>,
+    /// The peers this rank holds a connection to (its partners).
+    #[serde(default)]
+    pub connections: u32,
 }
 
 /// One line: each rank's interface and speed, which pairs were on one host
@@ -401,9 +404,40 @@ async fn direct_handshake(
     Ok((out, refused))
 }
 
+/// The ranks `rank` exchanges data with, sorted: its ring neighbours (ring
+/// allreduce and allgather, the broadcast chain, send/recv), its
+/// dissemination-barrier partners (rank ± 2^k) and its partners in the
+/// pairwise round. The relation is symmetric, so each pair agrees on
+/// whether to connect. At most 2·log2(N) + 8 peers instead of N − 1: a
+/// rank of a 4,096-rank job holds about 30 sockets, not 4,095.
+pub fn partners(rank: u32, world: u32) -> Vec<u32> {
+    let mut out = std::collections::BTreeSet::new();
+    if world < 2 {
+        return Vec::new();
+    }
+    let mut k = 1;
+    while k < world {
+        out.insert((rank + k) % world);
+        out.insert((rank + world - k) % world);
+        k *= 2;
+    }
+    for pairs in super::straggler::schedule(world, super::straggler::MAX_ROUNDS) {
+        for (a, b) in pairs {
+            if a == rank {
+                out.insert(b);
+            } else if b == rank {
+                out.insert(a);
+            }
+        }
+    }
+    out.remove(&rank);
+    out.into_iter().collect()
+}
+
 impl Tcp {
-    /// Listens, publishes the address in the store, and connects the
-    /// mesh: rank r dials every lower rank and accepts every higher one.
+    /// Listens, publishes the address in the store, and connects to this
+    /// rank's partners (`partners`): it dials the lower ones and accepts
+    /// the higher ones.
     /// `same_host`: how pairs on one host talk.
     pub async fn init(
         conn: &mut TcpStream,
@@ -469,8 +503,9 @@ impl Tcp {
             .await
             .map_err(|e| format!("cannot publish this rank's address in the store: {e}"))?;
         let my_key = local.as_ref().map(|(k, _, _)| k.clone());
+        let need = partners(rank, world);
         let mut peers = Vec::new();
-        for j in 0..rank {
+        for &j in need.iter().filter(|j| **j < rank) {
             let wait = deadline.saturating_duration_since(Instant::now());
             let a = store::get(conn, &format!("coll/tcp/addr/{j}"), wait, deadline)
                 .await
@@ -541,7 +576,8 @@ impl Tcp {
         let unix_listener = local.map(|(_, _, l)| l);
         let accept = async {
             let mut out: Vec<(u32, Conn)> = Vec::new();
-            while out.len() < (world - 1 - rank) as usize {
+            let higher = need.iter().filter(|j| **j > rank).count();
+            while out.len() < higher {
                 let (mut s, peer) = match &unix_listener {
                     Some(u) => tokio::select! {
                         t = listener.accept() => {
@@ -571,7 +607,7 @@ impl Tcp {
                     continue;
                 }
                 let j = u32::from_le_bytes([hello[4], hello[5], hello[6], hello[7]]);
-                if j <= rank || j >= world || out.iter().any(|(k, _)| *k == j) {
+                if j <= rank || !need.contains(&j) || out.iter().any(|(k, _)| *k == j) {
                     return Err(format!("unexpected peer {peer} claiming rank {j}"));
                 }
                 out.push((j, s));
@@ -634,6 +670,7 @@ impl Tcp {
                 .filter(|j| self.direct[*j as usize].is_some())
                 .collect(),
             direct_refused: self.direct_refused.clone(),
+            connections: self.transports.iter().flatten().count() as u32,
         }
     }
 
@@ -1176,6 +1213,43 @@ mod tests {
     }
 
     #[test]
+    fn partners_are_symmetric_and_cover_every_exchange() {
+        for world in 1..70u32 {
+            for rank in 0..world {
+                let p = partners(rank, world);
+                assert!(!p.contains(&rank));
+                for &q in &p {
+                    assert!(partners(q, world).contains(&rank), "{rank}/{q} of {world}");
+                }
+                if world > 1 {
+                    assert!(p.contains(&((rank + 1) % world)));
+                    assert!(p.contains(&((rank + world - 1) % world)));
+                }
+            }
+            for pairs in crate::collective::straggler::schedule(world, 8) {
+                for (a, b) in pairs {
+                    assert!(partners(a, world).contains(&b));
+                }
+            }
+        }
+        // Small worlds stay a full mesh; large ones do not.
+        for world in 2..=8 {
+            for rank in 0..world {
+                assert_eq!(
+                    partners(rank, world).len() as u32,
+                    world - 1,
+                    "{rank} of {world}"
+                );
+            }
+        }
+        assert!((0..24).all(|r| partners(r, 24).len() < 23));
+        // 4,096 ranks: 12 powers of two each way, 8 pairwise partners, some
+        // shared.
+        let big = partners(7, 4096).len();
+        assert!((12..=2 * 12 + 8).contains(&big), "{big}");
+    }
+
+    #[test]
     fn same_host_variable() {
         assert_eq!(same_host_mode(None), Ok(SameHost::Direct));
         assert_eq!(same_host_mode(Some("direct")), Ok(SameHost::Direct));
@@ -1193,6 +1267,7 @@ mod tests {
             speed_mbps: None,
             direct_peers: unix_peers.clone(),
             direct_refused: None,
+            connections: 2,
             unix_peers,
         };
         let text = describe_links(&[l(0, vec![1]), l(1, vec![0]), l(2, vec![])]).unwrap();

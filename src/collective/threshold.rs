@@ -313,6 +313,7 @@ mod tests {
             unix_peers,
             direct_peers: Vec::new(),
             direct_refused: None,
+            connections: 3,
         }
     }
 
