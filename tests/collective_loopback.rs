@@ -74,6 +74,14 @@ fn tcp(report: &Value) -> &Value {
         .unwrap_or_else(|| panic!("no tcp backend in {report:#}"))
 }
 
+/// The tcp backend passed, with every operation verified.
+fn passed_and_verified(b: &Value, what: &str) {
+    assert_eq!(b["verdict"], "pass", "{what}: {b:#}");
+    for op in b["ops"].as_array().unwrap() {
+        assert_eq!(op["status"], "verified", "{what}: {op:#}");
+    }
+}
+
 fn all_exit(out: &[Outcome], code: i32) {
     for o in out {
         assert_eq!(o.code, code, "{}: {}\n{}", o.label, o.stdout, o.stderr);
@@ -89,10 +97,7 @@ fn every_operation_is_verified_for_one_to_five_ranks() {
         for o in &out {
             let report = o.json();
             let b = tcp(&report);
-            assert_eq!(b["verdict"], "pass", "world {world}: {b:#}");
-            for op in b["ops"].as_array().unwrap() {
-                assert_eq!(op["status"], "verified", "world {world}: {op:#}");
-            }
+            passed_and_verified(b, &format!("world {world}"));
             // run's short sweep: 8 B, 64 KiB and 1 MiB, three operations.
             assert_eq!(b["sweep"].as_array().unwrap().len(), 9, "{b:#}");
             assert_eq!(o.status("collective.tcp"), "pass");
@@ -294,8 +299,8 @@ checks:
 /// Ranks on one host talk over Unix sockets, copying large messages
 /// straight out of each other's memory, by default; through the socket
 /// only with PREFLIGHT_COLL_SAME_HOST=unix; over TCP with `tcp`. The report
-/// says which, every operation is verified each way, and a busbw minimum relative to the link is skipped
-/// with the reason (loopback reports no link speed; Unix sockets cross no
+/// says which, every operation is verified each way, and a busbw minimum
+/// relative to the link is skipped with the reason (loopback reports no link speed; Unix sockets cross no
 /// link), while an absolute one beside it is still checked.
 #[test]
 fn same_host_transport_is_reported_and_link_relative_thresholds_skip_with_the_reason() {
@@ -386,10 +391,7 @@ fn a_rank_in_another_pid_namespace_falls_back_to_copying_through_the_socket() {
     for o in &out {
         let report = o.json();
         let b = tcp(&report);
-        assert_eq!(b["verdict"], "pass", "{b:#}");
-        for op in b["ops"].as_array().unwrap() {
-            assert_eq!(op["status"], "verified", "{op:#}");
-        }
+        passed_and_verified(b, o.label.as_str());
         let links = report["collective"]["links"].as_array().unwrap().clone();
         let direct = |r: usize| -> Vec<u64> {
             links[r]["direct_peers"]
@@ -423,10 +425,7 @@ fn ranks_connect_only_to_their_partners() {
     for o in &out {
         let report = o.json();
         let b = tcp(&report);
-        assert_eq!(b["verdict"], "pass", "{b:#}");
-        for op in b["ops"].as_array().unwrap() {
-            assert_eq!(op["status"], "verified", "{op:#}");
-        }
+        passed_and_verified(b, o.label.as_str());
     }
     let links = out[0].json()["collective"]["links"]
         .as_array()
