@@ -4,7 +4,13 @@
 # backend: different network namespaces never use its same-host Unix
 # sockets), PyTorch Gloo, OpenMPI MPI_Allreduce (mpirun from the root
 # namespace, one sshd per namespace host as its launch agent, btl tcp on
-# the bridge's subnet) and iperf3 one stream host 0 -> host 1. Needs root;
+# the bridge's subnet), iperf3 one stream host 0 -> host 1, and iperf3's
+# ring: four streams at once, host i -> host i+1, the allreduce ring's
+# traffic on the same two cores. The ring's aggregate / 4 is the busbw a
+# 4-rank ring allreduce would reach if moving bytes were all it did
+# (6 segments of S/4 cross the ring per S allreduced, busbw = 1.5 S / t).
+# iperf3 reuses one cache-hot buffer, so this ceiling is above what any
+# allreduce over 64 MiB buffers can reach. Needs root;
 # installs openssh-server, openmpi-bin, python3-torch, iperf3 if missing.
 #
 #   bench/collective-netns.sh [ROUNDS]
@@ -128,7 +134,28 @@ iperf_round() {
         python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e9))'
 }
 
-labels=("preflight bench (tcp)" "PyTorch Gloo" "OpenMPI MPI_Allreduce (tcp)" "iperf3 single stream")
-runs=(preflight_round gloo_round mpi_round iperf_round)
+iperf_ring_round() {
+    local i pids=()
+    for i in $(seq 0 $((n - 1))); do
+        ip netns exec "${tag}_$i" iperf3 -s -1 -p 5300 -B $net.$((i + 1)) >/dev/null 2>&1 &
+        pids+=($!)
+    done
+    sleep 0.3
+    for i in $(seq 0 $((n - 1))); do
+        ip netns exec "${tag}_$i" iperf3 -c $net.$(((i + 1) % n + 1)) -p 5300 -t 3 -J \
+            >"$work/ring$i.json" 2>/dev/null &
+        pids+=($!)
+    done
+    # Not a bare wait: the sshds run in the background too.
+    for i in "${pids[@]}"; do wait "$i" || true; done
+    python3 -c '
+import json, sys
+total = sum(json.load(open(f))["end"]["sum_received"]["bits_per_second"] / 8e9 for f in sys.argv[1:])
+print("%.3f" % (total / 4))' "$work"/ring*.json 2>/dev/null || echo failed
+}
+
+labels=("preflight bench (tcp)" "PyTorch Gloo" "OpenMPI MPI_Allreduce (tcp)" "iperf3 single stream"
+    "iperf3 ring of 4 (aggregate / 4)")
+runs=(preflight_round gloo_round mpi_round iperf_round iperf_ring_round)
 source bench/rounds.sh
 rounds_table "$rounds"

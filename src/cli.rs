@@ -136,7 +136,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Deadline for the whole run; checks still running then are reported
-    /// as timed out.
+    /// as timed out, and a collective stage not finished then is
+    /// incomplete.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_span)]
     pub timeout: Span,
     /// Warnings make the node not ready, and unevaluated warn-severity

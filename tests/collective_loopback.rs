@@ -37,18 +37,20 @@ fn env<'a>(rank: &'a str, world: &'a str, port: &'a str) -> Vec<(&'a str, &'a st
 /// Starts `world` ranks with `extra` arguments and `hook` variables on
 /// every rank; returns every rank's outcome.
 fn ranks(world: u32, extra: &[&str], hook: &[(&str, &str)]) -> Vec<Outcome> {
-    ranks_under(world, extra, hook, None)
+    ranks_under("20s", world, extra, hook, None)
 }
 
-/// As `ranks`, with one rank started through a wrapper command.
+/// As `ranks`, with the run's `--timeout`, and optionally one rank started
+/// through a wrapper command.
 fn ranks_under(
+    timeout: &str,
     world: u32,
     extra: &[&str],
     hook: &[(&str, &str)],
     wrapped: Option<(u32, &[&str])>,
 ) -> Vec<Outcome> {
     let port = cluster::free_port().to_string();
-    let mut args = run_args("20s");
+    let mut args = run_args(timeout);
     args.extend(["--backends", "tcp"].iter().map(|s| s.to_string()));
     args.extend(extra.iter().map(|s| s.to_string()));
     let w = world.to_string();
@@ -188,6 +190,69 @@ fn a_rank_held_above_a_size_is_named_and_the_run_goes_on() {
             .iter()
             .all(|r| r["bytes"].as_u64() <= Some(65536))
     );
+}
+
+#[test]
+fn the_runs_deadline_ends_the_stage_as_incomplete_and_names_the_rank_waited_for() {
+    let _serial = serial();
+    // Rank 1 stops at 128 KiB; the step's deadline (60 s) is far beyond
+    // the run's (--timeout 8s), which must end the stage first.
+    let out = ranks_under(
+        "8s",
+        3,
+        &[
+            "--collective",
+            "full",
+            "--max-size",
+            "1MiB",
+            "--step-timeout",
+            "60s",
+        ],
+        &[("PREFLIGHT_TEST_COLL_HANG", "1:65536")],
+        None,
+    );
+    // Incomplete, not "not ready": running out of time is no fault of the
+    // nodes'.
+    all_exit(&out, 3);
+    for o in &out {
+        let msg = o.message("collective.tcp");
+        assert!(msg.starts_with("error"), "{}: {msg}", o.label);
+        assert!(
+            msg.contains("the run's deadline (--timeout) came during allreduce at 128 KiB"),
+            "{}: {msg}",
+            o.label
+        );
+        assert!(
+            msg.contains("still waiting for rank 1 ("),
+            "{}: {msg}",
+            o.label
+        );
+        assert!(
+            o.elapsed < Duration::from_secs(60),
+            "{}: {:?}",
+            o.label,
+            o.elapsed
+        );
+    }
+    let report = out[0].json();
+    let b = tcp(&report);
+    assert_eq!(b["verdict"], "incomplete", "{b:#}");
+    let allreduce = b["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["op"] == "allreduce")
+        .unwrap();
+    assert_eq!(allreduce["status"], "not_finished", "{b:#}");
+    // The steps done before the deadline keep their rows.
+    let rows = b["sweep"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r["bytes"] == 65536), "{b:#}");
+    assert!(
+        rows.iter().all(|r| r["bytes"].as_u64() <= Some(65536)),
+        "{b:#}"
+    );
+    // The pairwise round is not run once the deadline has passed.
+    assert!(report["collective"]["pairs"].as_array().unwrap().is_empty());
 }
 
 #[test]
@@ -386,7 +451,7 @@ fn a_rank_in_another_pid_namespace_falls_back_to_copying_through_the_socket() {
         common::netns::skip_or_panic("`unshare --pid --fork` does not work here (needs root)");
         return;
     }
-    let out = ranks_under(3, &[], &[], Some((1, &wrapper)));
+    let out = ranks_under("20s", 3, &[], &[], Some((1, &wrapper)));
     all_exit(&out, 0);
     for o in &out {
         let report = o.json();

@@ -40,8 +40,13 @@ fn oneccl_2022() -> Option<String> {
 /// Starts `world` ranks on loopback; `extra` arguments and `env` on every
 /// rank; `per_rank` adds variables to one rank.
 fn ranks(world: u32, extra: &[String], env: &[(&str, &str)]) -> Vec<Outcome> {
+    ranks_until("60s", world, extra, env)
+}
+
+/// As `ranks`, with the run's `--timeout`.
+fn ranks_until(timeout: &str, world: u32, extra: &[String], env: &[(&str, &str)]) -> Vec<Outcome> {
     let port = cluster::free_port().to_string();
-    let mut args = run_args("60s");
+    let mut args = run_args(timeout);
     args.extend(extra.iter().cloned());
     let w = world.to_string();
     let procs: Vec<Proc> = (0..world)
@@ -118,20 +123,18 @@ fn two_and_four_ranks_verify_every_operation() {
     }
 }
 
-/// oneCCL cannot be interrupted: the ranks waiting on the held one are
-/// killed at the step's deadline by their own rank, which names the rank
-/// that stopped taking part.
-#[test]
-fn a_rank_that_stops_mid_sweep_is_named_and_nothing_hangs() {
-    let Some(lib) = oneccl_2022() else { return };
-    let _serial = serial();
-    let out = ranks(
+/// Three ranks sweep ×4 up to 256 KiB, one iteration a step, and rank 2
+/// stops from 128 KiB on; `timeout` is the run's, `step_timeout` each
+/// step's.
+fn held_at_128k(lib: &str, timeout: &str, step_timeout: &str) -> Vec<Outcome> {
+    ranks_until(
+        timeout,
         3,
         &args(&[
             "--backends",
             "oneccl",
             "--oneccl-lib",
-            &lib,
+            lib,
             "--collective",
             "full",
             "--max-size",
@@ -143,10 +146,27 @@ fn a_rank_that_stops_mid_sweep_is_named_and_nothing_hangs() {
             "--iters",
             "1",
             "--step-timeout",
-            "3s",
+            step_timeout,
         ]),
         &[("PREFLIGHT_TEST_COLL_HANG", "2:65536")],
-    );
+    )
+}
+
+/// Steps below the hang (×4: …, 8 KiB, 32 KiB) kept their verified rows,
+/// though the waiting ranks' workers were killed.
+fn kept_rows_below_the_hang(b: &Value) {
+    let rows = b["sweep"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r["bytes"] == 32768), "{b:#}");
+}
+
+/// oneCCL cannot be interrupted: the ranks waiting on the held one are
+/// killed at the step's deadline by their own rank, which names the rank
+/// that stopped taking part.
+#[test]
+fn a_rank_that_stops_mid_sweep_is_named_and_nothing_hangs() {
+    let Some(lib) = oneccl_2022() else { return };
+    let _serial = serial();
+    let out = held_at_128k(&lib, "60s", "3s");
     all_exit(&out, 1);
     for o in &out {
         let report = o.json();
@@ -158,15 +178,35 @@ fn a_rank_that_stops_mid_sweep_is_named_and_nothing_hangs() {
             "{}: {ended}",
             o.label
         );
-        // Steps below the hang (×4: …, 8 KiB, 32 KiB) kept their verified
-        // rows, though the waiting ranks' workers were killed.
+        kept_rows_below_the_hang(b);
+    }
+}
+
+/// The run's deadline comes long before the step's: the worker stuck in
+/// oneCCL is killed then, and the stage is incomplete, not failed.
+#[test]
+fn the_runs_deadline_ends_a_stuck_library_step_as_incomplete() {
+    let Some(lib) = oneccl_2022() else { return };
+    let _serial = serial();
+    let out = held_at_128k(&lib, "15s", "120s");
+    all_exit(&out, 3);
+    for o in &out {
+        let report = o.json();
+        let b = backend(&report, "oneccl");
+        assert_eq!(b["verdict"], "incomplete", "{b:#}");
+        let ended = b["ended"].as_str().unwrap_or_default();
         assert!(
-            b["sweep"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|r| r["bytes"] == 32768),
-            "{b:#}"
+            ended.contains("the run's deadline (--timeout) came during allreduce at 128 KiB"),
+            "{}: {ended}",
+            o.label
+        );
+        kept_rows_below_the_hang(b);
+        assert_eq!(common::status(&report, "collective.oneccl"), "error");
+        assert!(
+            o.elapsed < Duration::from_secs(120),
+            "{}: {:?}",
+            o.label,
+            o.elapsed
         );
     }
 }

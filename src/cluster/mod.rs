@@ -161,6 +161,9 @@ pub async fn start_server(input: ServerInput<'_>) -> Server {
 pub struct Link {
     pub stream: tokio::net::TcpStream,
     pub local_ip: String,
+    /// Rank 0's `--timeout` deadline, as this rank's clock reads it: the
+    /// same moment on every rank, give or take the verdict's delivery.
+    pub until: Instant,
 }
 
 pub async fn rank_stage(input: RankInput, server: Server) -> (ClusterReport, Option<Link>) {
@@ -273,12 +276,13 @@ async fn session(
     )
     .await
     .map_err(|e| format!("cannot check in with the master: {e}"))?;
-    let report = rendezvous::await_verdict(&mut stream, cfg.verdict_deadline).await?;
+    let (report, until) = rendezvous::await_verdict(&mut stream, cfg.verdict_deadline).await?;
     Ok((
         report,
         Link {
             stream,
             local_ip: link_ip,
+            until,
         },
     ))
 }

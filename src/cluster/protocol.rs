@@ -17,7 +17,8 @@ use super::checkin::CheckIn;
 use super::report::ClusterReport;
 
 pub const MAGIC: &[u8; 3] = b"PFL";
-pub const VERSION: u8 = 1;
+/// 2: the verdict carries the time left until rank 0's deadline.
+pub const VERSION: u8 = 2;
 /// A check-in of a node with hundreds of checks is tens of KiB; a report of
 /// a large cluster is bigger. Anything beyond this is not ours.
 pub const MAX_FRAME: u32 = 8 << 20;
@@ -77,7 +78,13 @@ pub enum Msg {
         key: String,
         value: Option<String>,
     },
-    Verdict(Box<ClusterReport>),
+    /// The barrier's verdict, and the milliseconds left then until rank 0's
+    /// `--timeout` deadline: the run's deadline every rank holds the
+    /// collective stage to (each counts from the moment it reads this).
+    Verdict {
+        report: Box<ClusterReport>,
+        left_ms: u64,
+    },
 }
 
 #[derive(Debug)]

@@ -239,7 +239,13 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     }
 
     let report = assemble(&cfg, &state, nodes, probes, &deaf, waited);
-    let verdict = Msg::Verdict(Box::new(report.clone()));
+    let verdict = Msg::Verdict {
+        report: Box::new(report.clone()),
+        left_ms: cfg
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis() as u64,
+    };
     let frame_deadline = Instant::now() + Duration::from_millis(500);
     let mut sends = tokio::task::JoinSet::new();
     for w in writers.into_values() {
@@ -814,14 +820,17 @@ pub async fn sample_clock(
     best
 }
 
-/// After checking in: answer a probe plan, then return the verdict.
+/// After checking in: answer a probe plan, then return the verdict and the
+/// run's deadline as rank 0 holds it.
 pub async fn await_verdict(
     stream: &mut TcpStream,
     deadline: Instant,
-) -> Result<ClusterReport, String> {
+) -> Result<(ClusterReport, Instant), String> {
     loop {
         match protocol::read(stream, deadline).await {
-            Ok(Msg::Verdict(report)) => return Ok(*report),
+            Ok(Msg::Verdict { report, left_ms }) => {
+                return Ok((*report, Instant::now() + Duration::from_millis(left_ms)));
+            }
             Ok(Msg::ProbePlan {
                 node,
                 targets,
@@ -912,10 +921,14 @@ mod tests {
             protocol::write(&mut first, &check_in(sample(0, 1, "h0")), client.deadline)
                 .await
                 .unwrap();
-            let report = await_verdict(&mut first, client.verdict_deadline)
+            let (report, until) = await_verdict(&mut first, client.verdict_deadline)
                 .await
                 .unwrap();
             assert_eq!(report.verdict, Verdict::Ready);
+            // The run's deadline travels with the verdict: rank 0's, not a
+            // fresh --timeout from the moment the verdict arrived.
+            assert!(until > Instant::now(), "{until:?}");
+            assert!(until <= client.deadline + Duration::from_millis(50), "{until:?}");
             assert!(server.await.unwrap().barrier.complete);
             // The barrier has closed: a second claimant of rank 0, then a
             // rank outside the world.

@@ -93,7 +93,14 @@ pub fn assemble(
             .or_else(|| per.iter().find(|(_, b)| !b.log.is_empty()))
             .map(|(r, b)| b.log.iter().map(|l| format!("rank {r}: {l}")).collect())
             .unwrap_or_default();
-        if !available {
+        // Ranks the run's deadline stopped: the stage ran out of time, which
+        // says nothing against the cluster unless something else failed.
+        let cut: Vec<(u32, &RankBackend)> = per
+            .iter()
+            .filter(|(_, b)| b.ran_out_of_time())
+            .copied()
+            .collect();
+        if !available && cut.is_empty() {
             backends.push(BackendReport {
                 name: name.clone(),
                 available,
@@ -112,7 +119,10 @@ pub fn assemble(
         }
         let init_ms = per.iter().filter_map(|(_, b)| b.init_ms).max();
         let mut ended = None;
-        if let Some((r, b)) = per.iter().find(|(_, b)| b.init_error.is_some()) {
+        if let Some((r, b)) = per
+            .iter()
+            .find(|(_, b)| b.init_error.is_some() && !b.out_of_time)
+        {
             ended = Some(format!(
                 "init failed on rank {r}{}: {}",
                 host(*r),
@@ -122,6 +132,7 @@ pub fn assemble(
         let failures: Vec<(u32, &Failure)> = per
             .iter()
             .filter_map(|(r, b)| b.failure.as_ref().map(|f| (*r, f)))
+            .filter(|(_, f)| !matches!(f.error, Some(OpError::RunDeadline { .. })))
             .collect();
         if ended.is_none() && !failures.is_empty() {
             ended = Some(explain(&failures, &present, &missing, &host));
@@ -132,7 +143,15 @@ pub fn assemble(
                 rank_list(&missing)
             ));
         }
-        let failed_op = failures.first().map(|(_, f)| f.op);
+        let incomplete = ended.is_none() && !cut.is_empty();
+        if incomplete {
+            ended = Some(out_of_time(&cut, &host));
+        }
+        let failed_op = failures.first().map(|(_, f)| f.op).or_else(|| {
+            cut.iter()
+                .find_map(|(_, b)| b.failure.as_ref())
+                .map(|f| f.op)
+        });
         let ops = [
             Op::Allreduce,
             Op::Broadcast,
@@ -145,7 +164,9 @@ pub fn assemble(
             let everywhere = !per.is_empty()
                 && missing.is_empty()
                 && per.iter().all(|(_, b)| b.verified.contains(&op));
-            let (status, detail) = if failed_op == Some(op) {
+            let (status, detail) = if failed_op == Some(op) && incomplete {
+                ("not_finished", ended.clone())
+            } else if failed_op == Some(op) {
                 ("failed", ended.clone())
             } else if everywhere {
                 ("verified", None)
@@ -181,7 +202,13 @@ pub fn assemble(
                 }
             }
         }
-        let verdict = if ended.is_some() { "fail" } else { "pass" };
+        let verdict = if incomplete {
+            "incomplete"
+        } else if ended.is_some() {
+            "fail"
+        } else {
+            "pass"
+        };
         backends.push(BackendReport {
             name: name.clone(),
             available,
@@ -253,6 +280,59 @@ fn availability_reason(per: &[(u32, &RankBackend)], host: &dyn Fn(u32) -> String
         .or(per.first())
         .map(|(_, b)| b.reason.clone())
         .unwrap_or_else(|| "no rank reported".into())
+}
+
+/// Where the run's deadline stopped a backend, and whom ranks were still
+/// waiting for then when that names one rank that waited for nobody (a
+/// rank stuck in the step); in a slow ring every rank waits for another,
+/// and nobody is named.
+fn out_of_time(cut: &[(u32, &RankBackend)], host: &dyn Fn(u32) -> String) -> String {
+    let at = cut
+        .iter()
+        .filter_map(|(_, b)| b.failure.as_ref())
+        .min_by_key(|f| f.bytes)
+        .map(|f| format!("during {} at {}", f.op.name(), human_bytes(f.bytes)))
+        .unwrap_or_else(|| {
+            if cut.iter().any(|(_, b)| b.init_error.is_some()) {
+                "during init".into()
+            } else {
+                "before it could start".into()
+            }
+        });
+    let waits = |b: &RankBackend| match b.failure.as_ref().and_then(|f| f.error.as_ref()) {
+        Some(OpError::RunDeadline { waiting_for }) => *waiting_for,
+        _ => None,
+    };
+    let mut text = format!("the run's deadline (--timeout) came {at}, before every step had run");
+    // Where each rank's chain of waits ends: at a rank that waits for
+    // nobody, or nowhere (a cycle, or a rank with no result).
+    let end_of_wait = |mut r: u32| {
+        for _ in 0..=cut.len() {
+            let (_, b) = cut.iter().find(|(x, _)| *x == r)?;
+            match waits(b) {
+                Some(next) => r = next,
+                None => return b.failure.is_some().then_some(r),
+            }
+        }
+        None
+    };
+    let stuck = cut.iter().find_map(|(r, b)| {
+        let waiting: Vec<u32> = cut
+            .iter()
+            .filter(|(w, o)| waits(o).is_some() && end_of_wait(*w) == Some(*r))
+            .map(|(w, _)| *w)
+            .collect();
+        (waits(b).is_none() && b.failure.is_some() && !waiting.is_empty()).then_some((*r, waiting))
+    });
+    if let Some((r, waiting)) = stuck {
+        text.push_str(&format!(
+            "; {} {} still waiting for rank {r}{}",
+            rank_list(&waiting),
+            if waiting.len() == 1 { "was" } else { "were" },
+            host(r)
+        ));
+    }
+    text
 }
 
 fn rank_list(ranks: &[u32]) -> String {
@@ -406,5 +486,107 @@ fn explain(
             host(culprit)
         ),
         None => format!("{} failed at {}", f.op.name(), human_bytes(f.bytes)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::stage::Mode;
+    use std::time::Duration;
+
+    fn cfg() -> Config {
+        Config {
+            mode: Mode::Full,
+            backends: vec!["tcp".into()],
+            required: Vec::new(),
+            max_size: 1 << 20,
+            step_factor: 2,
+            warmup: 0,
+            iters: 1,
+            step_timeout: Duration::from_secs(10),
+            until: None,
+        }
+    }
+
+    /// Rank `rank`'s result: tcp stopped at the 128 KiB allreduce with `e`.
+    fn stopped(rank: u32, e: Option<OpError>) -> Option<RankResult> {
+        let mut b = RankBackend::new("tcp", true, String::new());
+        b.init_ms = Some(1);
+        b.failure = e.map(|e| Failure {
+            op: Op::Allreduce,
+            bytes: 128 << 10,
+            error: Some(e),
+            mismatch: None,
+            own_contribution_wrong: None,
+        });
+        Some(RankResult {
+            rank,
+            host: format!("h{rank}"),
+            backends: vec![b],
+            pairs: Vec::new(),
+            pair_error: None,
+            link: None,
+        })
+    }
+
+    fn cut(waiting_for: Option<u32>) -> Option<OpError> {
+        Some(OpError::RunDeadline { waiting_for })
+    }
+
+    fn one(all: &[Option<RankResult>]) -> BackendReport {
+        let hosts: Vec<String> = (0..all.len()).map(|r| format!("h{r}")).collect();
+        assemble(&cfg(), all.len() as u32, all, &hosts)
+            .backends
+            .remove(0)
+    }
+
+    #[test]
+    fn the_runs_deadline_is_incomplete_and_names_where_every_wait_ends() {
+        // Rank 2 was stuck; rank 3 waited for it, rank 0 for rank 3.
+        let b = one(&[
+            stopped(0, cut(Some(3))),
+            stopped(1, None),
+            stopped(2, cut(None)),
+            stopped(3, cut(Some(2))),
+        ]);
+        assert_eq!(b.verdict, "incomplete");
+        let ended = b.ended.unwrap();
+        assert!(
+            ended.contains("came during allreduce at 128 KiB")
+                && ended.contains("ranks 0, 3 were still waiting for rank 2 (h2)"),
+            "{ended}"
+        );
+        assert_eq!(b.ops[0].status, "not_finished");
+    }
+
+    #[test]
+    fn a_slow_ring_at_the_deadline_names_nobody() {
+        let b = one(&[
+            stopped(0, cut(Some(2))),
+            stopped(1, cut(Some(0))),
+            stopped(2, cut(Some(1))),
+        ]);
+        assert_eq!(b.verdict, "incomplete");
+        assert!(!b.ended.unwrap().contains("waiting"));
+    }
+
+    #[test]
+    fn a_fault_beside_the_deadline_is_still_a_failure() {
+        // Rank 1 went away; the others' waits ended at the deadline.
+        let b = one(&[
+            stopped(0, cut(Some(2))),
+            None,
+            stopped(
+                2,
+                Some(OpError::Closed {
+                    peer: 1,
+                    detail: "connection reset".into(),
+                }),
+            ),
+        ]);
+        assert_eq!(b.verdict, "fail");
+        let ended = b.ended.unwrap();
+        assert!(ended.contains("rank 1 (h1)"), "{ended}");
     }
 }

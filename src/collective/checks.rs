@@ -65,6 +65,15 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
                     )
                 }
             }
+            "incomplete" => (
+                Status::Error,
+                format!(
+                    "{}: {}",
+                    b.name,
+                    b.ended.clone().unwrap_or_else(|| "did not finish".into())
+                ),
+                Some("The stage ran out of time, which says nothing against the nodes by itself: give the run a longer --timeout, or a shorter stage (--collective short, a smaller --max-size, fewer --iters). If ranks were waiting for one rank, look at that node.".into()),
+            ),
             _ => (
                 Status::Fail,
                 format!(

@@ -107,6 +107,10 @@ pub enum OpError {
     Stalled { detail: String },
     /// Any other failure, in words.
     Other { detail: String },
+    /// The run's deadline (`--timeout`) came before the operation ended:
+    /// not a fault of the cluster's. `waiting_for`: the peer this rank was
+    /// still waiting on then, if any.
+    RunDeadline { waiting_for: Option<u32> },
 }
 
 impl OpError {
@@ -116,7 +120,25 @@ impl OpError {
             OpError::RecvTimeout { from } => Some(*from),
             OpError::SendTimeout { to } => Some(*to),
             OpError::Closed { peer, .. } => Some(*peer),
-            OpError::Held | OpError::Stalled { .. } | OpError::Other { .. } => None,
+            OpError::Held
+            | OpError::Stalled { .. }
+            | OpError::Other { .. }
+            | OpError::RunDeadline { .. } => None,
+        }
+    }
+
+    /// What a timeout means when the run's deadline cut the wait short:
+    /// the run ran out of time, whoever was being waited on. A closed
+    /// connection or a wrong result still means what it says.
+    pub fn at_run_deadline(self) -> OpError {
+        match self {
+            OpError::RecvTimeout { from: p } | OpError::SendTimeout { to: p } => {
+                OpError::RunDeadline {
+                    waiting_for: Some(p),
+                }
+            }
+            OpError::Held | OpError::Stalled { .. } => OpError::RunDeadline { waiting_for: None },
+            other => other,
         }
     }
 }
@@ -132,6 +154,15 @@ impl fmt::Display for OpError {
             OpError::Held => write!(f, "held by the test hook"),
             OpError::Stalled { detail } => write!(f, "{detail}"),
             OpError::Other { detail } => write!(f, "{detail}"),
+            OpError::RunDeadline { waiting_for: None } => {
+                write!(f, "the run's deadline (--timeout) came first")
+            }
+            OpError::RunDeadline {
+                waiting_for: Some(p),
+            } => write!(
+                f,
+                "the run's deadline (--timeout) came first, while waiting for rank {p}"
+            ),
         }
     }
 }

@@ -110,7 +110,11 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
         for n in &b.notes {
             let _ = writeln!(out, "  {:<7} {n}", "");
         }
-        for o in b.ops.iter().filter(|o| o.status == "failed") {
+        for o in b
+            .ops
+            .iter()
+            .filter(|o| o.status == "failed" || o.status == "not_finished")
+        {
             if let Some(d) = &o.detail {
                 let _ = writeln!(out, "          {}: {d}", o.op);
             }

@@ -88,6 +88,13 @@ impl CollectiveProbe for Required {
                 b.reason
             ))
             .measured("not available"),
+            "incomplete" => Finding::error(format!(
+                "{name} is required and did not finish: {}",
+                b.ended
+                    .as_deref()
+                    .unwrap_or("the run's deadline came first")
+            ))
+            .measured("not finished"),
             _ => Finding::fail(format!(
                 "{name} is required and failed: {}",
                 b.ended.as_deref().unwrap_or("see the collective section")
@@ -95,5 +102,52 @@ impl CollectiveProbe for Required {
             .measured("failed"),
         };
         f.expected(expected)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::report::BackendReport;
+    use crate::result::Status;
+
+    fn with(verdict: &str) -> CollectiveReport {
+        CollectiveReport {
+            mode: "short".into(),
+            world_size: 2,
+            backends: vec![BackendReport {
+                name: "oneccl".into(),
+                available: true,
+                reason: String::new(),
+                library: None,
+                env_set: Vec::new(),
+                init_ms: None,
+                ops: Vec::new(),
+                sweep: Vec::new(),
+                notes: Vec::new(),
+                log: Vec::new(),
+                ended: Some("the run's deadline (--timeout) came during init".into()),
+                verdict: verdict.into(),
+            }],
+            pairs: Vec::new(),
+            stragglers: Vec::new(),
+            missing: Vec::new(),
+            links: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_backend_cut_by_the_runs_deadline_could_not_be_evaluated() {
+        let need = Required {
+            backend: "oneccl".into(),
+        };
+        let f = need.evaluate_collective(&with("incomplete"));
+        assert_eq!(f.status, Status::Error, "{}", f.message);
+        assert!(
+            f.message.contains("did not finish: the run's deadline"),
+            "{}",
+            f.message
+        );
+        assert_eq!(need.evaluate_collective(&with("fail")).status, Status::Fail);
     }
 }

@@ -55,6 +55,9 @@ pub struct Config {
     pub warmup: u32,
     pub iters: u32,
     pub step_timeout: Duration,
+    /// The run's deadline (`--timeout`, as rank 0 set it): no phase of the
+    /// stage waits past it. None until the verdict has said when it is.
+    pub until: Option<Instant>,
 }
 
 /// Element counts that are not powers of two and do not divide evenly
@@ -81,13 +84,35 @@ impl Config {
         }
     }
 
-    /// An upper bound on the stage's duration, for how long rank 0 keeps
-    /// the store's connections open.
+    /// The deadline of a phase that may take `d`: `d` from now, or the
+    /// run's deadline when that comes first.
+    pub fn deadline(&self, d: Duration) -> Instant {
+        let end = Instant::now() + d;
+        self.until.map_or(end, |u| end.min(u))
+    }
+
+    /// Whether the run's deadline has passed.
+    pub fn out_of_time(&self) -> bool {
+        self.until.is_some_and(|u| Instant::now() >= u)
+    }
+
+    /// An error as it stands once the run's deadline may have cut the
+    /// wait that ended in it (see `OpError::at_run_deadline`).
+    pub fn judge(&self, e: OpError) -> OpError {
+        if self.out_of_time() {
+            e.at_run_deadline()
+        } else {
+            e
+        }
+    }
+
+    /// How long past the run's deadline the stage may still take, for
+    /// how long rank 0 keeps the store's connections open: every phase
+    /// ends by the deadline, then a stuck library worker has its grace and
+    /// is killed, rank 0 waits for the results (a step's deadline and 5 s
+    /// at most), and the report goes out.
     pub fn budget(&self) -> Duration {
-        let steps =
-            (VERIFY_SIZES.len() * 8 + 1 + self.sizes().len() * 3 + straggler::MAX_ROUNDS * 2 + 8)
-                as u32;
-        self.step_timeout * steps * self.backends.len().max(1) as u32
+        (self.step_timeout + Duration::from_secs(5)) * 2 + Duration::from_secs(30)
     }
 }
 
@@ -127,6 +152,9 @@ pub struct RankBackend {
     /// The worker's last output lines, kept when something went wrong.
     #[serde(default)]
     pub log: Vec<String>,
+    /// The run's deadline ended the probe, the plan or init.
+    #[serde(default)]
+    pub out_of_time: bool,
 }
 
 impl RankBackend {
@@ -144,7 +172,17 @@ impl RankBackend {
             failure: None,
             notes: Vec::new(),
             log: Vec::new(),
+            out_of_time: false,
         }
+    }
+
+    /// Whether the run's deadline, not a fault, ended this backend.
+    pub fn ran_out_of_time(&self) -> bool {
+        self.out_of_time
+            || matches!(
+                self.failure.as_ref().and_then(|f| f.error.as_ref()),
+                Some(OpError::RunDeadline { .. })
+            )
     }
 }
 
@@ -196,7 +234,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             let init = async {
                 let ip = tcp::listen_ip(info.gloo_ifname.as_deref(), &info.route_ip)?;
                 let same_host = tcp::same_host_mode(info.same_host.as_deref())?;
-                let deadline = Instant::now() + cfg.step_timeout * 2;
+                let deadline = cfg.deadline(cfg.step_timeout * 2);
                 Tcp::init(info.conn, info.rank, info.world, &ip, same_host, deadline).await
             };
             match init.await {
@@ -204,11 +242,21 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
                     rb.init_ms = Some(t.elapsed().as_millis() as u64);
                     result.link = Some(b.link(&info.interfaces));
                     exercise(&mut b, cfg, &info.hooks, &mut rb, &mut |_| {}).await;
-                    if rb.failure.is_some() {
+                    // Out of time, the connections stay open: a peer whose
+                    // clock reads the deadline a moment later must not see
+                    // this rank leave and blame it.
+                    if rb.failure.is_some() && !rb.ran_out_of_time() {
                         b.abort();
                     } else {
                         mesh = Some(b);
                     }
+                }
+                Err(e) if cfg.out_of_time() => {
+                    rb.init_error = Some(format!(
+                        "{e}; {}",
+                        OpError::RunDeadline { waiting_for: None }
+                    ));
+                    rb.out_of_time = true;
                 }
                 Err(e) => rb.init_error = Some(e),
             }
@@ -223,14 +271,21 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             result.backends.push(rb);
         }
     }
+    // Not when a backend ran out of time: the round would only wait for
+    // ranks that are done.
     if let Some(b) = mesh.as_mut()
         && info.world >= 2
+        && !result.backends.iter().any(RankBackend::ran_out_of_time)
+        && !cfg.out_of_time()
     {
-        match straggler::round(b, cfg.pair_bytes(), cfg.step_timeout).await {
+        match straggler::round(b, cfg.pair_bytes(), || cfg.deadline(cfg.step_timeout)).await {
             Ok(p) => result.pairs = p,
             Err(e) => {
+                let e = cfg.judge(e);
+                if !matches!(e, OpError::RunDeadline { .. }) {
+                    b.abort();
+                }
                 result.pair_error = Some(e);
-                b.abort();
             }
         }
     }
@@ -386,13 +441,23 @@ pub async fn exercise<B: Backend>(
         }
     }
     for (op, bytes, dtype, warmup, iters, timed) in plan {
+        if cfg.out_of_time() {
+            rb.failure = Some(Failure {
+                op,
+                bytes,
+                error: Some(OpError::RunDeadline { waiting_for: None }),
+                mismatch: None,
+                own_contribution_wrong: None,
+            });
+            return;
+        }
         let step = Step {
             op,
             bytes,
             dtype,
             warmup,
             iters,
-            timeout: cfg.step_timeout,
+            deadline: cfg.deadline(cfg.step_timeout),
             hooks,
         };
         progress(Progress::Begin { op, bytes });
@@ -409,7 +474,8 @@ pub async fn exercise<B: Backend>(
                     rb.rows.push(row);
                 }
             }
-            Err(f) => {
+            Err(mut f) => {
+                f.error = f.error.map(|e| cfg.judge(e));
                 rb.failure = Some(f);
                 return;
             }

@@ -66,7 +66,7 @@ pub struct PairRate {
 pub async fn round<B: Backend>(
     b: &mut B,
     bytes: usize,
-    timeout: std::time::Duration,
+    deadline: impl Fn() -> Instant,
 ) -> Result<Vec<PairRate>, OpError> {
     let me = b.rank();
     let mut out = Vec::new();
@@ -78,7 +78,7 @@ pub async fn round<B: Backend>(
             continue;
         };
         let peer = if x == me { y } else { x };
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline();
         let mut one = [0u8; 1];
         b.sendrecv(&[1], peer, &mut one, peer, deadline).await?;
         b.sendrecv(&send, peer, &mut recv, peer, deadline).await?;

@@ -91,12 +91,12 @@ pub async fn run(
             rb.reason = format!("cannot start the worker process: {e}");
             rb.log = log;
             publish_avail(info, name, &rb).await;
-            let _ = plan(info, name, &rb, None, init_timeout).await;
+            let _ = plan(info, name, &rb, None, cfg.deadline(init_timeout)).await;
             return rb;
         }
     };
     // Probe.
-    match worker.recv(Instant::now() + PROBE_TIMEOUT).await {
+    match worker.recv(cfg.deadline(PROBE_TIMEOUT)).await {
         Ok(ToParent::Probe {
             available,
             reason,
@@ -111,9 +111,23 @@ pub async fn run(
     }
     rb.env_set = worker.env_set.clone();
     publish_avail(info, name, &rb).await;
-    let go = plan(info, name, &rb, Some(&mut worker), init_timeout).await;
+    let go = plan(
+        info,
+        name,
+        &rb,
+        Some(&mut worker),
+        cfg.deadline(init_timeout),
+    )
+    .await;
     let id = match go {
         Ok(id) => id,
+        Err(reason) if cfg.out_of_time() => {
+            rb.reason = format!("{reason}; {}", OpError::RunDeadline { waiting_for: None });
+            rb.out_of_time = true;
+            worker.kill().await;
+            rb.log = worker.log_tail();
+            return rb;
+        }
         Err(reason) => {
             // Skip, on every rank alike; this rank's own reason stays when
             // it is the one that cannot.
@@ -134,8 +148,9 @@ pub async fn run(
         rb.log = worker.log_tail();
         return rb;
     }
+    let init_end = cfg.deadline(init_timeout);
     loop {
-        match worker.recv(Instant::now() + init_timeout).await {
+        match worker.recv(init_end).await {
             Ok(ToParent::Init { ms }) => {
                 rb.init_ms = Some(ms.max(t.elapsed().as_millis() as u64));
                 break;
@@ -150,7 +165,12 @@ pub async fn run(
                 break;
             }
             Err(e) => {
+                rb.out_of_time = e == TIMED_OUT && cfg.out_of_time();
                 rb.init_error = Some(match e.as_str() {
+                    TIMED_OUT if rb.out_of_time => format!(
+                        "init had not finished when the run's deadline (--timeout) came, {}s after it began",
+                        t.elapsed().as_secs()
+                    ),
                     TIMED_OUT => format!(
                         "init did not finish within {}s (a rank that never reached init, or a network the library cannot use)",
                         init_timeout.as_secs()
@@ -167,13 +187,19 @@ pub async fn run(
         return rb;
     }
     // Steps.
+    // The worker holds the run's deadline too, and says so itself; GRACE
+    // past it, the worker is killed.
+    let step_end = || {
+        let end = Instant::now() + cfg.step_timeout + GRACE;
+        cfg.until.map_or(end, |u| end.min(u + GRACE))
+    };
     let mut current: Option<(Op, usize)> = None;
-    let mut deadline = Instant::now() + cfg.step_timeout + GRACE;
+    let mut deadline = step_end();
     loop {
         match worker.recv(deadline).await {
             Ok(ToParent::Step { op, bytes }) => {
                 current = Some((op, bytes));
-                deadline = Instant::now() + cfg.step_timeout + GRACE;
+                deadline = step_end();
             }
             Ok(ToParent::Passed { op, row }) => {
                 if !rb.verified.contains(&op) {
@@ -195,6 +221,12 @@ pub async fn run(
             }
             Ok(other) => {
                 rb.failure = Some(stalled(current, format!("the worker said {other:?}")));
+                break;
+            }
+            Err(e) if e == TIMED_OUT && cfg.out_of_time() => {
+                let mut f = stalled(current, String::new());
+                f.error = Some(OpError::RunDeadline { waiting_for: None });
+                rb.failure = Some(f);
                 break;
             }
             Err(e) => {
@@ -248,15 +280,17 @@ async fn publish_avail(info: &mut RankInfo<'_>, name: &str, rb: &RankBackend) {
 }
 
 /// Rank 0 decides from every rank's probe and, when all can, has its
-/// worker make the id; every rank learns the plan. `Err` is why not.
+/// worker make the id; every rank learns the plan by `end`. `Err` is why
+/// not.
 async fn plan(
     info: &mut RankInfo<'_>,
     name: &str,
     rb: &RankBackend,
     worker: Option<&mut Worker>,
-    wait: Duration,
+    end: Instant,
 ) -> Result<String, String> {
     let key = format!("coll/{name}/plan");
+    let wait = end.saturating_duration_since(Instant::now());
     if info.rank != 0 {
         let got = store::get(
             info.conn,
@@ -282,7 +316,6 @@ async fn plan(
     if !rb.available {
         why_not = Some(format!("{} (rank 0{})", rb.reason, host(info, 0)));
     }
-    let end = Instant::now() + wait;
     for r in 1..info.world {
         if why_not.is_some() {
             break;
@@ -313,7 +346,7 @@ async fn plan(
     let mut id = String::new();
     if why_not.is_none() {
         match worker {
-            Some(w) => match make_id(w).await {
+            Some(w) => match make_id(w, end.max(Instant::now() + Duration::from_secs(1))).await {
                 Ok(hex) => id = hex,
                 Err(e) => why_not = Some(format!("rank 0 could not make the unique id: {e}")),
             },
@@ -338,9 +371,9 @@ async fn plan(
     }
 }
 
-async fn make_id(w: &mut Worker) -> Result<String, String> {
+async fn make_id(w: &mut Worker, deadline: Instant) -> Result<String, String> {
     w.send(&ToWorker::MakeId).await?;
-    match w.recv(Instant::now() + PROBE_TIMEOUT).await? {
+    match w.recv(deadline).await? {
         ToParent::Id { hex } => Ok(hex),
         other => Err(format!("the worker answered {other:?}")),
     }

@@ -106,14 +106,15 @@ pub struct Step<'a> {
     pub dtype: Dtype,
     pub warmup: u32,
     pub iters: u32,
-    pub timeout: Duration,
+    /// When the step, all its iterations, must be done.
+    pub deadline: Instant,
     pub hooks: &'a Hooks,
 }
 
 /// Runs one step: the first and last timed iterations are verified in
 /// full; the row is only returned for a verified result.
 pub async fn step<B: Backend>(b: &mut B, s: &Step<'_>) -> Result<Row, Failure> {
-    let deadline = Instant::now() + s.timeout;
+    let deadline = s.deadline;
     let fail = |error: Option<OpError>, mismatch: Option<Mismatch>, own: Option<String>| Failure {
         op: s.op,
         bytes: s.bytes,

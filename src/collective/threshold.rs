@@ -189,6 +189,19 @@ impl CollectiveProbe for Busbw {
         }
         let minimum = minimum.unwrap_or(0.0);
         let expected = format!(">= {minimum:.3} GB/s");
+        // Cut short by the run's deadline: a missing size, or the largest
+        // of the sizes done, says nothing about the one meant.
+        if b.verdict == "incomplete" && (row.is_none() || size.is_none()) {
+            return Finding::error(format!(
+                "{} {}: not measured at {}: {}",
+                b.name,
+                self.op,
+                size.map(human_bytes)
+                    .unwrap_or_else(|| "the sweep's largest size".into()),
+                b.ended.as_deref().unwrap_or("the sweep did not finish")
+            ))
+            .expected(expected);
+        }
         let Some(row) = row else {
             let what = size.map(human_bytes).unwrap_or_else(|| "any size".into());
             return Finding::fail(format!(
@@ -414,6 +427,30 @@ mod tests {
         let f = relative(0.5, None).evaluate_collective(&report(0.6, one_host));
         assert_eq!(f.status, Status::Skip, "{}", f.message);
         assert!(f.message.contains("Unix socket"), "{}", f.message);
+    }
+
+    #[test]
+    fn a_sweep_cut_by_the_runs_deadline_cannot_be_judged() {
+        let mut r = report(0.6, nics(Some(10_000)));
+        r.backends[0].verdict = "incomplete".into();
+        r.backends[0].ended =
+            Some("the run's deadline (--timeout) came during allgather at 1 MiB".into());
+        let absolute = |size: Option<&str>| Busbw {
+            backend: "tcp".into(),
+            op: "allreduce".into(),
+            size: size.map(str::to_string),
+            min_busbw: Some(0.5),
+            min_fraction_of_link: None,
+        };
+        // Whatever the largest size done, it is not the sweep's largest.
+        let f = absolute(None).evaluate_collective(&r);
+        assert_eq!(f.status, Status::Error, "{}", f.message);
+        assert!(f.message.contains("run's deadline"), "{}", f.message);
+        // A size that was measured before the deadline is judged.
+        let f = absolute(Some("64MiB")).evaluate_collective(&r);
+        assert_eq!(f.status, Status::Pass, "{}", f.message);
+        let f = absolute(Some("128MiB")).evaluate_collective(&r);
+        assert_eq!(f.status, Status::Error, "{}", f.message);
     }
 
     #[test]

@@ -81,6 +81,10 @@ pub struct JobConfig {
     pub warmup: u32,
     pub iters: u32,
     pub step_timeout_ms: u64,
+    /// Milliseconds left until the run's deadline when the worker was
+    /// started; the worker counts from its own start (a few ms later).
+    #[serde(default)]
+    pub left_ms: Option<u64>,
 }
 
 impl JobConfig {
@@ -92,6 +96,10 @@ impl JobConfig {
             warmup: c.warmup,
             iters: c.iters,
             step_timeout_ms: c.step_timeout.as_millis() as u64,
+            left_ms: c.until.map(|u| {
+                u.saturating_duration_since(tokio::time::Instant::now())
+                    .as_millis() as u64
+            }),
         }
     }
 
@@ -109,6 +117,9 @@ impl JobConfig {
             warmup: self.warmup,
             iters: self.iters,
             step_timeout: Duration::from_millis(self.step_timeout_ms),
+            until: self
+                .left_ms
+                .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms)),
         }
     }
 }

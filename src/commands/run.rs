@@ -83,6 +83,7 @@ pub fn collective_config(args: &RunArgs, stage: Stage) -> coll::Config {
         warmup: c.warmup,
         iters: c.iters,
         step_timeout: c.step_timeout.0,
+        until: None,
     }
 }
 
@@ -238,7 +239,13 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
                     .collect(),
                 conn: &mut link.stream,
             };
-            let c = runtime.block_on(coll::run(&coll_cfg, info));
+            // The stage ends by the run's deadline, rank 0's, as every
+            // rank reads it from the verdict.
+            let cfg = coll::Config {
+                until: Some(link.until),
+                ..coll_cfg.clone()
+            };
+            let c = runtime.block_on(coll::run(&cfg, info));
             report
                 .checks
                 .extend(crate::collective::checks::checks(&c, &coll_cfg.required));
