@@ -232,7 +232,8 @@ fn garbage_oversized_and_silent_clients_do_not_disturb_the_rendezvous() {
         .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     let mut oversized = TcpStream::connect(&addr).unwrap();
-    oversized.write_all(b"PFL\x01\xff\xff\xff\xff").unwrap();
+    // This protocol's version (2), then a length beyond any limit.
+    oversized.write_all(b"PFL\x02\xff\xff\xff\xff").unwrap();
     let mut slow = TcpStream::connect(&addr).unwrap();
     slow.write_all(b"P").unwrap();
     // The server closes the junk connections.
