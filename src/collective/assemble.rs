@@ -459,24 +459,14 @@ fn explain(
         ""
     };
     match &f.error {
-        Some(OpError::RecvTimeout { .. }) => format!(
+        Some(e @ (OpError::RecvTimeout { .. } | OpError::SendTimeout { .. })) => format!(
             "{}{gone}",
             timed_out(
                 f.op.name(),
                 f.bytes,
                 &format!("rank {culprit}{}", host(culprit)),
                 victim,
-                true
-            ),
-        ),
-        Some(OpError::SendTimeout { .. }) => format!(
-            "{}{gone}",
-            timed_out(
-                f.op.name(),
-                f.bytes,
-                &format!("rank {culprit}{}", host(culprit)),
-                victim,
-                false
+                matches!(e, OpError::RecvTimeout { .. })
             ),
         ),
         Some(e) => format!(
