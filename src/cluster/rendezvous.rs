@@ -917,6 +917,9 @@ mod tests {
             let (server, client) = server(1, 5).await;
             let check_in = |c: CheckIn| Msg::CheckIn(Box::new(c));
             let mut first = connect(&client).await.unwrap();
+            // Checking in a second after rank 0's start: a deadline counted
+            // afresh from the verdict would land a second late.
+            tokio::time::sleep(Duration::from_secs(1)).await;
             let sample = crate::cluster::checkin::sample;
             protocol::write(&mut first, &check_in(sample(0, 1, "h0")), client.deadline)
                 .await
@@ -928,7 +931,7 @@ mod tests {
             // The run's deadline travels with the verdict: rank 0's, not a
             // fresh --timeout from the moment the verdict arrived.
             assert!(until > Instant::now(), "{until:?}");
-            assert!(until <= client.deadline + Duration::from_millis(50), "{until:?}");
+            assert!(until <= client.deadline + Duration::from_millis(500), "{until:?}");
             assert!(server.await.unwrap().barrier.complete);
             // The barrier has closed: a second claimant of rank 0, then a
             // rank outside the world.
