@@ -1,5 +1,5 @@
-//! The built-in TCP backend (the Gloo analogue): a full mesh of TCP
-//! connections set up through the rendezvous store, on the address of the
+//! The built-in TCP backend (the Gloo analogue): TCP connections to each
+//! rank's partners (`partners`), set up through the rendezvous store, on the address of the
 //! interface GLOO_SOCKET_IFNAME names or else the one this rank reaches the
 //! master from (the route's choice). Two ranks on one host (same boot id,
 //! same network namespace, same hostname) talk over a Unix-domain stream
