@@ -316,13 +316,13 @@ fn out_of_time(cut: &[(u32, &RankBackend)], host: &dyn Fn(u32) -> String) -> Str
         }
         None
     };
-    let stuck = cut.iter().find_map(|(r, b)| {
+    let stuck = cut.iter().find_map(|(r, _)| {
         let waiting: Vec<u32> = cut
             .iter()
             .filter(|(w, o)| waits(o).is_some() && end_of_wait(*w) == Some(*r))
             .map(|(w, _)| *w)
             .collect();
-        (waits(b).is_none() && b.failure.is_some() && !waiting.is_empty()).then_some((*r, waiting))
+        (end_of_wait(*r) == Some(*r) && !waiting.is_empty()).then_some((*r, waiting))
     });
     if let Some((r, waiting)) = stuck {
         text.push_str(&format!(
