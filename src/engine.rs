@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use crate::checklist::values::{Span, format_duration};
-use crate::checklist::{Check, Scope};
+use crate::checklist::{Check, Evaluator, complete};
 use crate::facts::Facts;
-use crate::result::{CheckResult, Finding, Status};
+use crate::result::{CheckResult, Finding};
+use crate::values::{Span, format_duration};
 
 /// At most this many checks run at once: enough to overlap slow probes,
 /// few enough not to fork a storm of commands on a busy node.
@@ -42,8 +42,8 @@ pub async fn run(
     let mut tasks = JoinSet::new();
     let run_start = Instant::now();
     for (index, check) in checks.iter().enumerate() {
-        let unmet = if check.scope == Scope::Cluster {
-            Some(crate::cluster::compare::NOT_HERE.to_string())
+        let unmet = if check.evaluator() != Evaluator::Node {
+            Some(crate::kinds::cluster::NOT_HERE.to_string())
         } else {
             check.when.unmet(facts)
         };
@@ -121,34 +121,4 @@ pub async fn run(
             })
         })
         .collect()
-}
-
-pub(crate) fn complete(
-    check: &Check,
-    finding: Finding,
-    duration: Duration,
-    facts: &Facts,
-) -> CheckResult {
-    let finding = finding.with_severity(check.severity);
-    let hint = match finding.status {
-        Status::Fail | Status::Warn | Status::Error => check
-            .hint
-            .as_ref()
-            .map(|h| h.render(&check.id, &finding, facts)),
-        Status::Pass | Status::Skip => None,
-    };
-    CheckResult {
-        id: check.id.clone(),
-        kind: check.kind.name.to_string(),
-        area: check.area.clone(),
-        severity: check.severity,
-        tags: check.tags.clone(),
-        status: finding.status,
-        measured: finding.measured,
-        expected: finding.expected,
-        message: finding.message,
-        hint,
-        duration,
-        source: check.source.clone(),
-    }
 }

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::yaml::{Location, YamlError};
+use crate::yaml::{Location, YamlError};
 
 #[derive(Debug, Clone)]
 pub struct ChecklistError {

@@ -5,12 +5,13 @@ use std::path::Path;
 
 use super::error::{ChecklistError, ChecklistErrors};
 use super::hint::Hint;
-use super::values::Span;
 use super::when::When;
-use super::yaml::{self, Location, Node, Segment, YamlError};
-use super::{Check, DEFAULT_TIMEOUT, Scope, Severity};
+use super::{Check, DEFAULT_TIMEOUT, Scope};
 use crate::kinds::{self, KindInfo};
+use crate::result::Severity;
 use crate::suggest::did_you_mean;
+use crate::values::Span;
+use crate::yaml::{self, Location, Node, Segment, YamlError};
 
 /// Keys every check may have; the rest belong to its kind.
 pub const COMMON_KEYS: &[&str] = &[

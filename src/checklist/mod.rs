@@ -2,11 +2,10 @@
 //! the binary and the operator's added with `--checks`.
 
 mod error;
+mod evaluate;
 mod hint;
 mod load;
-pub mod values;
 pub mod when;
-pub mod yaml;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,21 +13,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ChecklistError, ChecklistErrors};
+pub use evaluate::{Evaluator, complete, evaluate_cluster, evaluate_collective};
 pub use hint::Hint;
 pub use load::{load_file, load_text};
 
 use crate::kinds::{KindInfo, Probe};
+use crate::result::Severity;
 use when::When;
-
-/// How a failed check counts: `fail` makes the node not ready, `warn` only
-/// reports (unless `--strict`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    #[default]
-    Fail,
-    Warn,
-}
 
 /// Where a check is evaluated: on each node, or by rank 0 across the
 /// cluster (`scope: cluster`, only for `cluster_*` kinds).

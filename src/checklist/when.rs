@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::facts::{Facts, Vendor};
+use crate::facts::{Backend, Facts, Vendor};
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -39,26 +39,6 @@ pub enum VendorCondition {
     Any,
     /// No accelerator: CPU-only nodes.
     None,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Tcp,
-    Nccl,
-    Oneccl,
-}
-
-impl Backend {
-    pub const ALL: [Backend; 3] = [Backend::Tcp, Backend::Nccl, Backend::Oneccl];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Tcp => "tcp",
-            Backend::Nccl => "nccl",
-            Backend::Oneccl => "oneccl",
-        }
-    }
 }
 
 impl When {

@@ -171,7 +171,7 @@ pub async fn client<S: AsyncRead + AsyncWrite + Unpin>(
         stream,
         &Msg::Hello {
             nonce: mine.clone(),
-            version: crate::report::TOOL.version.to_string(),
+            version: crate::result::report::TOOL.version.to_string(),
         },
         deadline,
     )

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::checkin::CheckIn;
-use super::report::{Barrier, Duplicate, Lost, Mismatch, Missing};
+use crate::result::cluster::{Barrier, Duplicate, Lost, Mismatch, Missing};
 use crate::result::{CheckResult, Status};
 
 pub type ConnId = u64;
@@ -175,7 +175,7 @@ impl BarrierState {
             complete: self.complete() && self.duplicates.is_empty(),
             waited_ms,
             missing_count: missing.len(),
-            missing_ranks: super::report::rank_ranges(&missing),
+            missing_ranks: crate::values::rank_ranges(&missing),
             missing: missing
                 .iter()
                 .take(MISSING_LISTED)
@@ -272,7 +272,7 @@ pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
             Status::Pass,
             format!(
                 "all {} checked in ({} ms)",
-                super::report::count(world_size as usize, "rank"),
+                crate::values::count(world_size as usize, "rank"),
                 b.waited_ms
             ),
             None,
@@ -287,7 +287,14 @@ pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
             ),
         )
     };
-    let mut r = synthetic("cluster.barrier", "barrier", status, message, hint);
+    let mut r = CheckResult::built_in(
+        "cluster.barrier",
+        "barrier",
+        "cluster",
+        status,
+        message,
+        hint,
+    );
     r.measured = Some(format!(
         "{} of {world_size} checked in",
         (world_size as usize)
@@ -295,30 +302,6 @@ pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
             .saturating_sub(b.lost.len())
     ));
     r
-}
-
-/// A result that no checklist entry produced: the rendezvous and barrier.
-pub fn synthetic(
-    id: &str,
-    kind: &str,
-    status: Status,
-    message: String,
-    hint: Option<String>,
-) -> CheckResult {
-    CheckResult {
-        id: id.into(),
-        kind: kind.into(),
-        area: "cluster".into(),
-        severity: crate::checklist::Severity::Fail,
-        tags: vec!["cluster".into()],
-        status,
-        measured: None,
-        expected: None,
-        message,
-        hint,
-        duration: std::time::Duration::ZERO,
-        source: "built-in".into(),
-    }
 }
 
 #[cfg(test)]

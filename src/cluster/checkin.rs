@@ -8,28 +8,13 @@ use serde::{Deserialize, Serialize};
 
 use super::identity::Identity;
 use crate::facts::{Facts, nvidia};
+use crate::kinds::cluster::LAUNCH_PREFIXES;
+use crate::result::cluster::{Clock, Devices, FailedCheck};
 use crate::result::{CheckResult, Status};
 
 /// Test hook: report this tool version instead of the real one, so a test
 /// can stage "one node runs another preflight" without building two.
 pub const TEST_VERSION: &str = "PREFLIGHT_TEST_VERSION";
-
-/// Variables whose values must agree across the job: launcher, rendezvous
-/// and collective-library settings.
-pub const LAUNCH_PREFIXES: &[&str] = &[
-    "NCCL_",
-    "GLOO_",
-    "CCL_",
-    "MASTER_",
-    "TORCH_",
-    "FI_",
-    "UCX_",
-    "I_MPI_",
-    "OMPI_MCA_",
-    "PYTORCH_",
-    "RCCL_",
-    "HCCL_",
-];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckIn {
@@ -57,46 +42,6 @@ pub struct CheckIn {
     pub probe_error: Option<String>,
     /// The interface that holds `addr`.
     pub interface: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct FailedCheck {
-    pub id: String,
-    pub status: Status,
-    pub message: String,
-    pub hint: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Devices {
-    pub count: usize,
-    /// "NVIDIA H100 80GB HBM3" x8, ...: model names in PCI order.
-    pub models: Vec<String>,
-}
-
-/// The best of several NTP-style samples: the one with the smallest
-/// round trip bounds the offset most tightly.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Clock {
-    /// This node's clock minus the master's, in milliseconds.
-    pub offset_ms: f64,
-    pub rtt_ms: f64,
-}
-
-impl Clock {
-    /// One sample from the four timestamps (µs): t0 client send, t1 server
-    /// receive, t2 server send, t3 client receive.
-    pub fn sample(t0: i64, t1: i64, t2: i64, t3: i64) -> Clock {
-        // In i128: the server's timestamps are a peer's input and must not
-        // overflow the arithmetic, however wrong they are.
-        let (t0, t1, t2, t3) = (t0 as i128, t1 as i128, t2 as i128, t3 as i128);
-        let server_minus_client = ((t1 - t0) + (t2 - t3)) as f64 / 2.0;
-        let rtt = ((t3 - t0) - (t2 - t1)).max(0) as f64;
-        Clock {
-            offset_ms: -server_minus_client / 1000.0,
-            rtt_ms: rtt / 1000.0,
-        }
-    }
 }
 
 pub fn failed_checks(results: &[CheckResult]) -> Vec<FailedCheck> {

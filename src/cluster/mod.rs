@@ -13,14 +13,11 @@
 pub mod auth;
 pub mod barrier;
 pub mod checkin;
-pub mod compare;
 pub mod hostlist;
 pub mod identity;
-pub mod node;
 pub mod protocol;
 pub mod reachability;
 pub mod rendezvous;
-pub mod report;
 pub mod store;
 
 use std::sync::Arc;
@@ -30,10 +27,10 @@ use tokio::time::Instant;
 
 use crate::checklist::Check;
 use crate::facts::Facts;
+use crate::result::cluster::ClusterReport;
 use crate::result::{CheckResult, Status, Verdict};
 use auth::Token;
 use identity::Identity;
-use report::ClusterReport;
 
 /// Everything a rank brings to the cluster stage.
 pub struct RankInput {
@@ -69,9 +66,10 @@ pub fn master_label(host: &str, port: u16) -> String {
 /// The verdict of a rank that could not take part: it names why.
 pub fn failure(world_size: u32, master: String, token: &Token, message: String) -> ClusterReport {
     let hint = "Compare MASTER_ADDR and MASTER_PORT on every rank; check that rank 0 started and that no firewall on its host blocks the port (`iptables -S`, `nft list ruleset`).";
-    let check = barrier::synthetic(
+    let check = CheckResult::built_in(
         "cluster.rendezvous",
         "rendezvous",
+        "cluster",
         Status::Fail,
         message,
         Some(hint.into()),
@@ -84,9 +82,9 @@ pub fn failure(world_size: u32, master: String, token: &Token, message: String) 
         token: format!("{} ({})", token.source, token.fingerprint()),
         duration_ms: 0,
         nodes: Vec::new(),
-        barrier: report::Barrier::default(),
+        barrier: Default::default(),
         checks: vec![check],
-        reachability: report::Matrix::default(),
+        reachability: Default::default(),
         warnings: Vec::new(),
         collective: None,
     }
@@ -149,8 +147,74 @@ pub async fn start_server(input: ServerInput<'_>) -> Server {
             listener,
         )))),
         Err(e) => {
-            let why = node::bind_failure(&id.master_addr, id.master_port, &e, &token).await;
+            let why = bind_failure(&id.master_addr, id.master_port, &e, &token).await;
             Err(Box::new(failure(id.world_size, master, &token, why)))
+        }
+    }
+}
+
+/// Node mode's rendezvous, served by the node-rank-0 agent for every rank
+/// it and the other agents start.
+pub struct NodeServerInput<'a> {
+    pub plan: &'a identity::NodePlan,
+    /// Every rank of the job: nodes × ranks per node.
+    pub world_size: u32,
+    pub local_world_size: u32,
+    pub token: &'a Token,
+    pub facts: &'a Arc<Facts>,
+    pub cluster_checks: Vec<Arc<Check>>,
+    pub timeout: Duration,
+    pub strict: bool,
+    pub started: Instant,
+    pub linger: Duration,
+}
+
+/// Binds the plan's port (a free one outside the ephemeral range when it
+/// is 0) and serves there; returns the server and the port it holds, or
+/// the verdict when it cannot bind.
+pub async fn start_node_server(
+    input: NodeServerInput<'_>,
+) -> Result<(tokio::task::JoinHandle<ClusterReport>, u16), ClusterReport> {
+    let plan = input.plan;
+    let mut port = plan.master_port;
+    let bound = if port == 0 {
+        bind_outside_ephemeral(&plan.master_addr, input.facts).await
+    } else {
+        rendezvous::bind(&plan.master_addr, port).await
+    };
+    match bound {
+        Ok(listener) => {
+            port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
+            let master = master_label(&plan.master_addr, port);
+            let server = tokio::spawn(rendezvous::serve(
+                rendezvous::ServerConfig {
+                    bound: rendezvous::bound_name(&plan.master_addr, &listener),
+                    world_size: input.world_size,
+                    placement: barrier::Placement {
+                        nodelist: plan.nodelist.clone(),
+                        tasks_per_node: Vec::new(),
+                        local_world_size: input.local_world_size,
+                        master_host: Some(plan.master_addr.clone()),
+                    },
+                    master,
+                    token: input.token.clone(),
+                    started: input.started,
+                    deadline: input.started + input.timeout,
+                    timeout: input.timeout,
+                    strict: input.strict,
+                    clock_offset_ms: clock_offset(input.facts),
+                    checks: input.cluster_checks,
+                    facts: Arc::clone(input.facts),
+                    linger: input.linger,
+                },
+                listener,
+            ));
+            Ok((server, port))
+        }
+        Err(e) => {
+            let why = bind_failure(&plan.master_addr, port, &e, input.token).await;
+            let master = master_label(&plan.master_addr, port);
+            Err(failure(input.world_size, master, input.token, why))
         }
     }
 }
@@ -255,7 +319,7 @@ async fn session(
         pid: std::process::id(),
         tool_version: facts
             .env(checkin::TEST_VERSION)
-            .unwrap_or(crate::report::TOOL.version)
+            .unwrap_or(crate::result::report::TOOL.version)
             .to_string(),
         checklist_hash: input.checklist_hash.clone(),
         local_verdict: input.local_verdict.name().to_string(),
@@ -293,4 +357,51 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Why rank 0 cannot serve on the port: another job's preflight there is
+/// named as such (we ask it, with our token, and it says the tokens differ).
+pub async fn bind_failure(host: &str, port: u16, error: &std::io::Error, token: &Token) -> String {
+    if error.kind() != std::io::ErrorKind::AddrInUse {
+        return format!(
+            "rank 0 cannot listen on {}: {error}",
+            master_label(host, port)
+        );
+    }
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        Some(auth::client(&mut s, token, deadline).await)
+    };
+    match tokio::time::timeout(Duration::from_secs(3), probe).await {
+        Ok(Some(Err(auth::AuthError::OtherJob))) => format!(
+            "port {port} on {host} is in use by another job: a preflight with another job token already serves there"
+        ),
+        Ok(Some(Ok(()))) => format!(
+            "port {port} on {host} is in use by another preflight of this same job: two processes think they are rank 0"
+        ),
+        _ => format!(
+            "port {port} on {host} is in use by another program (`ss -ltnp 'sport = :{port}'` names it); pick another MASTER_PORT"
+        ),
+    }
+}
+
+/// A one-node job picks its own port. The kernel's choice would come from
+/// the ephemeral range, where an outgoing connection can take it (the very
+/// thing `launch_env` warns about), so try a few ports below the usual
+/// 29500 first.
+async fn bind_outside_ephemeral(
+    addr: &str,
+    facts: &Facts,
+) -> Result<tokio::net::TcpListener, std::io::Error> {
+    let ephemeral = facts.ephemeral_ports();
+    for port in 29400..29500u16 {
+        if ephemeral.is_some_and(|(low, high)| (low..=high).contains(&port)) {
+            continue;
+        }
+        if let Ok(listener) = rendezvous::bind(addr, port).await {
+            return Ok(listener);
+        }
+    }
+    rendezvous::bind(addr, 0).await
 }

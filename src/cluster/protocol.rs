@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::checkin::CheckIn;
-use super::report::ClusterReport;
+use crate::result::cluster::{ClusterReport, Probe};
 
 pub const MAGIC: &[u8; 3] = b"PFL";
 /// 2: the verdict carries the time left until rank 0's deadline.
@@ -64,7 +64,7 @@ pub enum Msg {
         timeout_ms: u64,
     },
     ProbeResults {
-        results: Vec<super::reachability::Probe>,
+        results: Vec<Probe>,
     },
     StoreSet {
         key: String,

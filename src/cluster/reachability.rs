@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::kinds::ports::PortRange;
 use crate::kinds::tcp_connect;
+use crate::result::cluster::Probe;
 
 pub const ALL_PAIRS_MAX: usize = 64;
 const ECHO: &[u8; 8] = b"pfprobe\n";
@@ -26,16 +27,6 @@ const ECHO: &[u8; 8] = b"pfprobe\n";
 pub struct Target {
     pub node: usize,
     pub addr: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Probe {
-    pub from: usize,
-    pub to: usize,
-    /// ok, refused, timed_out, unreachable, error
-    pub status: String,
-    pub rtt_ms: Option<f64>,
-    pub detail: Option<String>,
 }
 
 /// Which nodes node `i` of `n` probes.

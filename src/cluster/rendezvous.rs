@@ -23,17 +23,17 @@ use tokio::time::Instant;
 
 use super::auth::{self, AuthError, OTHER_JOB, Token};
 use super::barrier::{self, BarrierState, ConnId, Placement};
-use super::checkin::{CheckIn, Clock};
-use super::compare::{self, View};
+use super::checkin::CheckIn;
 use super::protocol::{self, FrameError, Msg};
-use super::reachability::{self, Probe, Target};
-use super::report::{ClusterReport, Matrix, NodeView};
+use super::reachability::{self, Target};
 use super::store::Store;
 use crate::checklist::Check;
-use crate::checklist::values::format_duration;
 use crate::facts::Facts;
+use crate::kinds::cluster::View;
 use crate::kinds::tcp_connect::{self, Outcome};
 use crate::result::Verdict;
+use crate::result::cluster::{Clock, ClusterReport, FailedCheck, Matrix, NodeView, Probe};
+use crate::values::format_duration;
 
 /// A client that has not authenticated by then is dropped: slowloris and
 /// half-open connections cost one task for this long at most.
@@ -406,10 +406,7 @@ fn build_nodes(state: &BarrierState) -> Vec<(NodeView, u32)> {
             let mut failed = Vec::new();
             for c in list {
                 for f in &c.failed {
-                    if !failed
-                        .iter()
-                        .any(|x: &super::checkin::FailedCheck| x.id == f.id)
-                    {
+                    if !failed.iter().any(|x: &FailedCheck| x.id == f.id) {
                         failed.push(f.clone());
                     }
                 }
@@ -502,7 +499,11 @@ fn assemble(
         probes: &probes,
         findings: &findings,
     };
-    checks.extend(compare::evaluate(&cfg.checks, &view, &cfg.facts));
+    checks.extend(crate::checklist::evaluate_cluster(
+        &cfg.checks,
+        &view,
+        &cfg.facts,
+    ));
     let mut warnings = Vec::new();
     if cfg.token.is_none() {
         warnings.push(

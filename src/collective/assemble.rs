@@ -3,11 +3,12 @@
 //! lack it), the operations verified, the sweep (the slowest rank's time),
 //! where it ended and the rank at fault; the pairwise round's straggler.
 
-use super::report::{BackendReport, CollectiveReport, OpStatus, timed_out};
-use super::stage::{Config, RankBackend, RankResult};
-use super::straggler::{self, PairRate};
-use super::sweep::{Failure, Row, human_bytes};
+use super::config::Config;
+use super::rank::{RankBackend, RankResult};
+use super::straggler;
+use super::sweep::Failure;
 use super::{Op, OpError};
+use crate::result::collective::{BackendReport, CollectiveReport, OpStatus, PairRate, Row};
 
 /// A rank without rank 0's report: its own result only.
 pub fn alone(cfg: &Config, hosts: &[String], own: RankResult, why: String) -> CollectiveReport {
@@ -291,7 +292,13 @@ fn out_of_time(cut: &[(u32, &RankBackend)], host: &dyn Fn(u32) -> String) -> Str
         .iter()
         .filter_map(|(_, b)| b.failure.as_ref())
         .min_by_key(|f| f.bytes)
-        .map(|f| format!("during {} at {}", f.op.name(), human_bytes(f.bytes)))
+        .map(|f| {
+            format!(
+                "during {} at {}",
+                f.op.name(),
+                crate::values::format_bytes(f.bytes as u64)
+            )
+        })
         .unwrap_or_else(|| {
             if cut.iter().any(|(_, b)| b.init_error.is_some()) {
                 "during init".into()
@@ -359,7 +366,7 @@ fn explain(
             "{} {} at {} gave a wrong result on rank {r}: element {} expected {} got {} ({} elements wrong)",
             m.op.name(),
             m.dtype.name(),
-            human_bytes(f.bytes),
+            crate::values::format_bytes(f.bytes as u64),
             m.index,
             m.expected,
             m.got,
@@ -426,7 +433,7 @@ fn explain(
             return format!(
                 "{} timed out at {} on {}: rank {c}{} stopped taking part{gone}",
                 f.op.name(),
-                human_bytes(f.bytes),
+                crate::values::format_bytes(f.bytes as u64),
                 rank_list(&waiting),
                 host(c)
             );
@@ -442,7 +449,7 @@ fn explain(
                     return format!(
                         "{} failed at {} on rank {victim}{}: {}",
                         f.op.name(),
-                        human_bytes(f.bytes),
+                        crate::values::format_bytes(f.bytes as u64),
                         host(victim),
                         f.error
                             .as_ref()
@@ -472,17 +479,38 @@ fn explain(
         Some(e) => format!(
             "{} failed at {}: rank {culprit}{} broke off{gone}; rank {victim} saw: {e}",
             f.op.name(),
-            human_bytes(f.bytes),
+            crate::values::format_bytes(f.bytes as u64),
             host(culprit)
         ),
-        None => format!("{} failed at {}", f.op.name(), human_bytes(f.bytes)),
+        None => format!(
+            "{} failed at {}",
+            f.op.name(),
+            crate::values::format_bytes(f.bytes as u64)
+        ),
+    }
+}
+
+/// `ended` for a step that timed out, e.g. "timed out at 64 KiB: rank 3
+/// stopped sending to rank 0".
+/// `culprit` is "rank 3" or "rank 3 (host)".
+pub fn timed_out(op: &str, bytes: usize, culprit: &str, victim: u32, sending: bool) -> String {
+    if sending {
+        format!(
+            "{op} timed out at {}: {culprit} stopped sending to rank {victim}",
+            crate::values::format_bytes(bytes as u64)
+        )
+    } else {
+        format!(
+            "{op} timed out at {}: {culprit} stopped receiving from rank {victim}",
+            crate::values::format_bytes(bytes as u64)
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collective::stage::Mode;
+    use crate::collective::config::Mode;
     use std::time::Duration;
 
     fn cfg() -> Config {

@@ -3,8 +3,7 @@
 //! `collective.stragglers`, with hints.
 
 use super::Op;
-use super::report::CollectiveReport;
-use super::sweep::human_bytes;
+use crate::result::collective::CollectiveReport;
 use crate::result::{CheckResult, Status};
 
 /// The checks this stage adds to the report.
@@ -41,7 +40,7 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
                     .map(|x| {
                         format!(
                             "; allreduce {} busbw {:.3} GB/s",
-                            human_bytes(x.bytes),
+                            crate::values::format_bytes(x.bytes as u64),
                             x.busbw
                         )
                     })
@@ -114,8 +113,5 @@ fn missing_hint(backend: &str) -> String {
 }
 
 fn synthetic(id: &str, status: Status, message: String, hint: Option<String>) -> CheckResult {
-    let mut c = crate::cluster::barrier::synthetic(id, "collective", status, message, hint);
-    c.area = "collective".into();
-    c.tags = vec!["collective".into()];
-    c
+    CheckResult::built_in(id, "collective", "collective", status, message, hint)
 }

@@ -13,16 +13,17 @@
 
 pub mod assemble;
 pub mod checks;
+pub mod config;
+pub mod exercise;
+pub mod job;
 pub mod nccl;
 pub mod oneccl;
-pub mod report;
-pub mod requirement;
+pub mod rank;
 pub mod stage;
 pub mod straggler;
 pub mod supervisor;
 pub mod sweep;
 pub mod tcp;
-pub mod threshold;
 pub mod verify;
 pub mod worker;
 
@@ -31,63 +32,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Element types the operations move. Both are 4 bytes, little endian on
-/// the wire, so one byte buffer serves both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Dtype {
-    F32,
-    I32,
-}
-
-impl Dtype {
-    pub const SIZE: usize = 4;
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Dtype::F32 => "float",
-            Dtype::I32 => "int32",
-        }
-    }
-}
-
-/// The five operations every backend implements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Op {
-    Allreduce,
-    Broadcast,
-    Allgather,
-    Sendrecv,
-    Barrier,
-}
-
-impl Op {
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Allreduce => "allreduce",
-            Op::Broadcast => "broadcast",
-            Op::Allgather => "allgather",
-            Op::Sendrecv => "sendrecv",
-            Op::Barrier => "barrier",
-        }
-    }
-
-    /// nccl-tests' bus bandwidth factor: what each link carries relative
-    /// to the algorithm bandwidth, so figures compare across world sizes.
-    pub fn bus_factor(self, n: u32) -> f64 {
-        // One rank moves nothing over any bus.
-        if n <= 1 {
-            return 0.0;
-        }
-        let n = f64::from(n);
-        match self {
-            Op::Allreduce => 2.0 * (n - 1.0) / n,
-            Op::Allgather => (n - 1.0) / n,
-            Op::Broadcast | Op::Sendrecv | Op::Barrier => 1.0,
-        }
-    }
-}
+pub use crate::result::collective::{Dtype, Op};
 
 /// Why an operation did not complete. Each names the peer when one is to
 /// blame, so rank 0 can name the rank that stalled or went away.
@@ -169,6 +114,9 @@ impl fmt::Display for OpError {
 
 /// One collective backend. Every call has a deadline; `abort` closes every
 /// connection so that peers blocked on this rank learn at once.
+// Each rank drives its backends on one current-thread runtime: the
+// futures never cross threads, so they need no `Send` bound.
+#[allow(async_fn_in_trait)]
 pub trait Backend {
     fn name(&self) -> &'static str;
     fn rank(&self) -> u32;

@@ -38,7 +38,8 @@ use nccl_sys::{
 };
 use tokio::time::Instant;
 
-use super::worker::{Found, Job, Link, ToParent};
+use super::job::{Job, Link, ToParent};
+use super::rank::Found;
 use super::{Backend, Dtype, OpError};
 
 pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {

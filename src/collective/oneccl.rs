@@ -14,7 +14,8 @@ use std::time::Duration;
 use oneccl_sys::{Comm, DataType, Library, RedOp, UniqueId};
 use tokio::time::Instant;
 
-use super::worker::{Found, Job, Link, ToParent};
+use super::job::{Job, Link, ToParent};
+use super::rank::Found;
 use super::{Backend, Dtype, OpError};
 
 /// The worker's whole life for oneCCL: probe, id, init, the exercise.

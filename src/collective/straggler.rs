@@ -15,10 +15,10 @@
 //! it is in runs below a third of the fastest pair while some pair without
 //! it does not: slow in every pair it is in, so the fault is its own.
 
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::{Backend, OpError};
+use crate::result::collective::PairRate;
 
 pub const MAX_ROUNDS: usize = 8;
 /// Timed exchanges per pair; the best counts.
@@ -51,14 +51,6 @@ pub fn schedule(n: u32, max_rounds: usize) -> Vec<Vec<(u32, u32)>> {
         out.push(pairs);
     }
     out
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PairRate {
-    pub a: u32,
-    pub b: u32,
-    /// GB/s each way.
-    pub gbps: f64,
 }
 
 /// This rank's part of the round; the lower rank of each pair reports it,

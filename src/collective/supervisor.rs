@@ -10,7 +10,6 @@
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,9 +21,10 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use super::stage::{Config, RankBackend, RankInfo};
+use super::config::Config;
+use super::job::{JOB_ENV, Job, JobConfig, PARENT_ENV, SOCKET_ENV, ToParent, ToWorker};
+use super::rank::{RankBackend, RankInfo};
 use super::sweep::Failure;
-use super::worker::{JOB_ENV, Job, JobConfig, PARENT_ENV, SOCKET_ENV, ToParent, ToWorker};
 use super::{Op, OpError};
 use crate::cluster::store;
 
@@ -37,13 +37,6 @@ const GRACE: Duration = Duration::from_secs(5);
 
 /// Loading a library and probing the devices.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Where each library backend finds its library when the flag is absent.
-#[derive(Debug, Clone, Default)]
-pub struct Libraries {
-    pub nccl: Option<PathBuf>,
-    pub oneccl: Option<PathBuf>,
-}
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Avail {

@@ -9,40 +9,7 @@ use tokio::time::Instant;
 
 use super::verify::{self, Mismatch};
 use super::{Backend, Dtype, Op, OpError};
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Row {
-    pub op: Op,
-    /// nccl-tests' size: the buffer (allgather: the whole output).
-    pub bytes: usize,
-    pub count: usize,
-    pub dtype: Dtype,
-    /// Mean time per operation, microseconds (rank 0's table: the slowest
-    /// rank's).
-    pub time_us: f64,
-    /// GB/s (10^9 bytes per second).
-    pub algbw: f64,
-    pub busbw: f64,
-}
-
-impl Row {
-    pub fn new(op: Op, bytes: usize, dtype: Dtype, time_us: f64, world: u32) -> Row {
-        let algbw = if time_us > 0.0 {
-            bytes as f64 / (time_us * 1e3)
-        } else {
-            0.0
-        };
-        Row {
-            op,
-            bytes,
-            count: bytes / Dtype::SIZE,
-            dtype,
-            time_us,
-            algbw,
-            busbw: algbw * op.bus_factor(world),
-        }
-    }
-}
+use crate::result::collective::Row;
 
 /// Sizes from 8 B to `max` (inclusive when reached), multiplying by
 /// `factor` (2 or 4); always at least 8 B.
@@ -300,22 +267,6 @@ async fn align<B: Backend>(b: &mut B, deadline: Instant) -> Result<(), StepError
     b.barrier(deadline).await.map_err(|e| (Some(e), None, None))
 }
 
-/// "64 KiB", "8 B", "1 MiB".
-pub fn human_bytes(n: usize) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if v.fract() == 0.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,7 +295,5 @@ mod tests {
         let env = |k: &str| (k == TEST_HANG).then(|| "2:65536".to_string());
         assert_eq!(Hooks::from_env(env, 2).hang_above, Some(65536));
         assert_eq!(Hooks::from_env(env, 1).hang_above, None);
-        assert_eq!(human_bytes(65536), "64 KiB");
-        assert_eq!(human_bytes(8), "8 B");
     }
 }

@@ -31,6 +31,7 @@ use nix::unistd::Pid;
 
 use super::{Backend, Dtype, OpError};
 use crate::cluster::store;
+use crate::result::collective::RankLink;
 
 mod direct;
 mod splice;
@@ -59,88 +60,6 @@ pub enum SameHost {
 pub enum Transport {
     Tcp,
     Unix,
-}
-
-/// What one rank's TCP backend ran over, for the report and the relative
-/// `collective_busbw` threshold.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankLink {
-    pub rank: u32,
-    /// The interface holding the TCP listener's address (from the
-    /// interface facts); `None` when no interface holds it.
-    pub interface: Option<String>,
-    /// Its link speed in Mbit/s; `None` where the interface reports none
-    /// (loopback, some virtual links, a down port).
-    pub speed_mbps: Option<u64>,
-    /// Peers reached over a Unix socket (same host); the others over TCP.
-    pub unix_peers: Vec<u32>,
-    /// Of those, the peers whose large messages this rank copies straight
-    /// out of their memory (single copy).
-    #[serde(default)]
-    pub direct_peers: Vec<u32>,
-    /// Why some same-host peer could not use single-copy reads.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub direct_refused: Option<String>,
-    /// The peers this rank holds a connection to (its partners).
-    #[serde(default)]
-    pub connections: u32,
-}
-
-/// One line: each rank's interface and speed, which pairs were on one host
-/// (single-copy reads or a plain Unix socket; the others used TCP), and
-/// why single-copy reads were refused where they were.
-pub fn describe_links(links: &[RankLink]) -> Option<String> {
-    if links.is_empty() {
-        return None;
-    }
-    let ifaces: Vec<String> = links
-        .iter()
-        .map(|l| {
-            let speed = l
-                .speed_mbps
-                .map_or("no link speed".to_string(), |m| format!("{m} Mb/s"));
-            let name = l.interface.as_deref().unwrap_or("?");
-            format!("rank {} {name} ({speed})", l.rank)
-        })
-        .collect();
-    // Each same-host pair once, by whether it read large messages
-    // straight out of the peer's memory.
-    let mut direct = Vec::new();
-    let mut unix = Vec::new();
-    for l in links {
-        for p in l.unix_peers.iter().filter(|p| **p > l.rank) {
-            let pair = format!("{}↔{p}", l.rank);
-            if l.direct_peers.contains(p) {
-                direct.push(pair);
-            } else {
-                unix.push(pair);
-            }
-        }
-    }
-    let mut parts = Vec::new();
-    if !direct.is_empty() {
-        parts.push(format!(
-            "same host, single-copy reads: {}",
-            direct.join(" ")
-        ));
-    }
-    if !unix.is_empty() {
-        parts.push(format!("same host, Unix socket: {}", unix.join(" ")));
-    }
-    let n = links.len();
-    if direct.is_empty() && unix.is_empty() {
-        parts.push("every pair over TCP".to_string());
-    } else if direct.len() + unix.len() < n * (n - 1) / 2 {
-        parts.push("other pairs TCP".to_string());
-    }
-    if let Some((rank, why)) = links
-        .iter()
-        .find_map(|l| l.direct_refused.as_ref().map(|w| (l.rank, w)))
-    {
-        parts.push(format!("no single-copy reads on rank {rank}: {why}"));
-    }
-    let pairs = parts.join("; ");
-    Some(format!("{}; {pairs}", ifaces.join(", ")))
 }
 
 enum Reader {
@@ -1257,29 +1176,6 @@ mod tests {
         assert_eq!(same_host_mode(Some(" tcp ")), Ok(SameHost::Tcp));
         let e = same_host_mode(Some("shm")).unwrap_err();
         assert!(e.contains("PREFLIGHT_COLL_SAME_HOST=shm"), "{e}");
-    }
-
-    #[test]
-    fn links_name_interfaces_and_unix_pairs() {
-        let l = |rank, unix_peers: Vec<u32>| RankLink {
-            rank,
-            interface: Some("lo".into()),
-            speed_mbps: None,
-            direct_peers: unix_peers.clone(),
-            direct_refused: None,
-            connections: 2,
-            unix_peers,
-        };
-        let text = describe_links(&[l(0, vec![1]), l(1, vec![0]), l(2, vec![])]).unwrap();
-        assert!(text.contains("rank 0 lo (no link speed)"), "{text}");
-        assert!(
-            text.contains("same host, single-copy reads: 0↔1;"),
-            "{text}"
-        );
-        assert!(text.ends_with("other pairs TCP"), "{text}");
-        let one_host = describe_links(&[l(0, vec![1]), l(1, vec![0])]).unwrap();
-        assert!(one_host.ends_with("single-copy reads: 0↔1"), "{one_host}");
-        assert_eq!(describe_links(&[]), None);
     }
 
     #[test]

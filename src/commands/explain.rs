@@ -1,15 +1,26 @@
 //! `preflight explain ID`: everything an operator needs to trust or fix a
 //! check: what it verifies, how it is configured, why, and the fix.
 
+use clap::Args;
+
+use super::ChecklistArgs;
+
 use std::fmt::Write;
 
 use super::{Failure, all_checks, facts};
 use crate::checklist::Check;
-use crate::checklist::values::format_duration;
-use crate::cli::ExplainArgs;
 use crate::exit::ExitCode;
 use crate::kinds::{self, KindInfo};
 use crate::report::output::write_stdout;
+use crate::values::format_duration;
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The check's id (see `preflight list`), or a kind's name.
+    pub id: String,
+    #[command(flatten)]
+    pub checklist: ChecklistArgs,
+}
 
 pub fn explain(args: &ExplainArgs) -> Result<ExitCode, Failure> {
     let checks = all_checks(&args.checklist)?;
@@ -50,8 +61,8 @@ fn explain_check(check: &Check, unmet: Option<String>) -> String {
         "  kind {}, severity {}, timeout {}, area {}{}",
         check.kind.name,
         match check.severity {
-            crate::checklist::Severity::Fail => "fail",
-            crate::checklist::Severity::Warn => "warn",
+            crate::result::Severity::Fail => "fail",
+            crate::result::Severity::Warn => "warn",
         },
         format_duration(check.timeout),
         check.area,

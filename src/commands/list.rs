@@ -1,15 +1,36 @@
 //! `preflight list`: what would run here, and why a check would not.
 
+use clap::Args;
+
+use super::ChecklistArgs;
+use crate::report::style::ColorChoice;
+
 use std::fmt::Write;
 
 use serde::Serialize;
 
 use super::{Failure, all_checks, facts, select_all};
-use crate::checklist::Severity;
-use crate::cli::{ListArgs, ListFormat};
 use crate::exit::ExitCode;
 use crate::report::output::write_stdout;
 use crate::report::style::Style;
+use crate::result::Severity;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ListFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub checklist: ChecklistArgs,
+    /// Colour: auto, always, never.
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+    pub color: ColorChoice,
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: ListFormat,
+}
 
 #[derive(Serialize)]
 struct Entry<'a> {

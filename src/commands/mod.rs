@@ -3,22 +3,85 @@
 
 mod explain;
 mod list;
+mod node;
 mod run;
 mod validate;
+
+use clap::Args;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use explain::explain;
-pub use list::list;
-pub use run::{Stage, emit_cluster_only, run};
-pub use validate::validate;
+pub use explain::{ExplainArgs, explain};
+pub use list::{ListArgs, list};
+pub use run::{RunArgs, Stage, run};
+pub use validate::{ValidateArgs, validate};
 
 use crate::checklist::{self, Check, ChecklistError, ChecklistErrors};
-use crate::cli::ChecklistArgs;
 use crate::exit::ExitCode;
+use crate::facts::Backend;
 use crate::facts::Facts;
+use crate::report::style::ColorChoice;
+
+/// Which checks: the shipped checklist, added files, and selection.
+#[derive(Debug, Args, Clone)]
+pub struct ChecklistArgs {
+    /// Add the checks of this YAML file, or of every *.yaml and *.yml in
+    /// this directory; a check with a shipped check's id replaces it.
+    /// Repeatable.
+    #[arg(long = "checks", value_name = "PATH")]
+    pub checks: Vec<PathBuf>,
+    /// Leave out the shipped checklist: run only the --checks files.
+    #[arg(long)]
+    pub no_shipped: bool,
+    /// Run only checks with this id or tag. Repeatable.
+    #[arg(long = "only", value_name = "ID|TAG")]
+    pub only: Vec<String>,
+    /// Leave out checks with this id or tag. Repeatable; wins over --only.
+    #[arg(long = "skip", value_name = "ID|TAG")]
+    pub skip: Vec<String>,
+    /// Read /sys, /proc, /dev and /etc under this directory instead of /
+    /// (fixture trees; `command` checks still run on the real machine).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+    /// Collective backends the job will use, for checks that apply to one
+    /// backend (`when: {backend: nccl}`): comma-separated tcp, nccl,
+    /// oneccl, or auto for all.
+    #[arg(long, value_name = "LIST", default_value = "auto", value_parser = parse_backends)]
+    pub backends: BackendList,
+    /// The init method the job passes to init_process_group (e.g.
+    /// tcp://10.0.0.1:29500): launch_env fails when its host or port differs
+    /// from MASTER_ADDR/MASTER_PORT.
+    #[arg(long, value_name = "URL")]
+    pub init_method: Option<String>,
+}
+
+/// The backends selected; `explicit` when named rather than `auto`: a
+/// backend named on the command line is required (missing: not ready),
+/// while `auto` skips the ones a node lacks.
+#[derive(Debug, Clone)]
+pub struct BackendList(pub Vec<Backend>, pub bool);
+
+fn parse_backends(text: &str) -> Result<BackendList, String> {
+    if text.trim() == "auto" {
+        return Ok(BackendList(Backend::ALL.to_vec(), false));
+    }
+    let mut list = Vec::new();
+    for name in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let backend = Backend::ALL
+            .into_iter()
+            .find(|b| b.name() == name)
+            .ok_or_else(|| format!("unknown backend `{name}`; valid: tcp, nccl, oneccl, auto"))?;
+        if !list.contains(&backend) {
+            list.push(backend);
+        }
+    }
+    if list.is_empty() {
+        return Err("name at least one backend, or auto".into());
+    }
+    Ok(BackendList(list, true))
+}
 
 /// Why a command could not do its job; every case is exit code 2.
 #[derive(Debug)]
@@ -165,4 +228,20 @@ pub fn facts(args: &ChecklistArgs) -> Result<Facts, Failure> {
         Facts::from_process(args.root.clone(), args.backends.0.clone())
             .with_init_method(args.init_method.clone()),
     )
+}
+
+/// `--color`: the choice is the report's; its spelling on the command line
+/// is this layer's.
+impl clap::ValueEnum for ColorChoice {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[ColorChoice::Auto, ColorChoice::Always, ColorChoice::Never]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            ColorChoice::Auto => "auto",
+            ColorChoice::Always => "always",
+            ColorChoice::Never => "never",
+        }))
+    }
 }

@@ -1,27 +1,195 @@
-//! `preflight run` and `preflight check`: run the checklist stage, then (for
-//! `run`) the cluster stage, and report. `check` never leaves this node.
+//! `preflight run`, `check` and `bench`: the checklist stage, then (for
+//! `run` and `bench`) the cluster and collective stages, and the report.
+//! `check` never leaves this node.
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{Failure, all_checks, facts, select};
-use crate::checklist::{Check, Scope};
-use crate::cli::CollectiveMode;
-use crate::cli::RunArgs;
-use crate::cluster::identity::{self, Role};
-use crate::cluster::report::ClusterReport;
+use clap::Args;
+
+use super::{ChecklistArgs, Failure, all_checks, facts, select};
+use crate::checklist::{self, Check, Evaluator};
+use crate::cluster::identity::{self, Identity, NodePlan};
 use crate::cluster::{self, RankInput};
-use crate::collective::stage as coll;
-use crate::collective::supervisor::Libraries;
+use crate::collective::config as coll;
+use crate::collective::rank::{Libraries, RankInfo};
+use crate::collective::stage;
 use crate::collective::sweep::Hooks;
 use crate::engine::{self, Progress};
 use crate::exit::ExitCode;
 use crate::facts::Facts;
 use crate::report::human::Detail;
-use crate::report::style::Style;
-use crate::report::{self, Destination, Format, Human, Node, Report};
+use crate::report::style::{ColorChoice, Style};
+use crate::report::{self, Destination, Human};
+use crate::result::cluster::ClusterReport;
+use crate::result::report::{Node, Report};
 use crate::result::{CheckResult, Verdict};
+use crate::values::{Span, parse_size};
+
+#[derive(Debug, Args, Clone)]
+pub struct DisplayArgs {
+    /// Colour: auto (a terminal and NO_COLOR unset), always, never.
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+    pub color: ColorChoice,
+    /// Print only problems and the verdict.
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Print measured and expected values and durations for every check.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+/// `--format` of `run`, `check` and `bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Human,
+    Json,
+    Junit,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub checklist: ChecklistArgs,
+    #[command(flatten)]
+    pub display: DisplayArgs,
+    /// Report format.
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+    /// Write the report to FILE (atomically) instead of stdout; stdout then
+    /// gets the one-line verdict.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Deadline for the whole run; checks still running then are reported
+    /// as timed out, and a collective stage not finished then is
+    /// incomplete.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_span)]
+    pub timeout: Span,
+    /// Warnings make the node not ready, and unevaluated warn-severity
+    /// checks make it incomplete.
+    #[arg(long)]
+    pub strict: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub collective: CollectiveArgs,
+}
+
+/// The collective stage (`preflight run` and `preflight bench`).
+#[derive(Debug, Args, Clone)]
+pub struct CollectiveArgs {
+    /// off; short (run's default: every operation verified, a few sizes);
+    /// full (the size sweep; bench's default).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub collective: Option<CollectiveMode>,
+    /// Largest sweep size, e.g. 64MiB (default: 1MiB for run, 64MiB for
+    /// bench).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub max_size: Option<usize>,
+    /// Sweep sizes grow by this factor: 2 or 4.
+    #[arg(long, value_name = "2|4", default_value = "2", value_parser = parse_factor)]
+    pub step_factor: usize,
+    /// Untimed iterations per sweep step.
+    #[arg(long, value_name = "N", default_value = "2")]
+    pub warmup: u32,
+    /// Timed iterations per sweep step.
+    #[arg(long, value_name = "N", default_value = "5")]
+    pub iters: u32,
+    /// Deadline of each step (all its iterations): a hang at one size ends
+    /// that backend's sweep, named, and the run goes on.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_span)]
+    pub step_timeout: Span,
+    /// The NCCL (or RCCL) library for the nccl backend, instead of the
+    /// search: PREFLIGHT_NCCL_LIB, then libnccl.so.2 and librccl.so.1 by
+    /// the loader, then Python's site-packages (nvidia/nccl/lib).
+    #[arg(long, value_name = "PATH")]
+    pub nccl_lib: Option<PathBuf>,
+    /// The oneCCL C library (libccl.so.2, oneCCL 2022 or later) for the
+    /// oneccl backend, instead of the search: PREFLIGHT_ONECCL_LIB, then
+    /// the loader, then $CCL_ROOT/lib.
+    #[arg(long, value_name = "PATH")]
+    pub oneccl_lib: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CollectiveMode {
+    Off,
+    Short,
+    Full,
+}
+
+fn parse_factor(text: &str) -> Result<usize, String> {
+    match text.trim() {
+        "2" => Ok(2),
+        "4" => Ok(4),
+        _ => Err("2 or 4".into()),
+    }
+}
+
+/// Node mode and the rendezvous address (`preflight run` only; these win
+/// over the launcher's variables).
+#[derive(Debug, Args, Clone)]
+pub struct ClusterArgs {
+    /// Node mode: the number of nodes; this process starts its node's ranks.
+    #[arg(long, value_name = "N")]
+    pub nnodes: Option<u32>,
+    /// Node mode: this node's index, 0 to N-1; node 0 serves the rendezvous.
+    #[arg(long, value_name = "K")]
+    pub node_rank: Option<u32>,
+    /// Node mode: ranks to start on this node, or auto (one per local
+    /// accelerator, else one).
+    #[arg(long, value_name = "M|auto", value_parser = parse_nproc)]
+    pub nproc_per_node: Option<Nproc>,
+    /// Where rank 0 serves the rendezvous (default: MASTER_ADDR, else the
+    /// first host of SLURM_JOB_NODELIST, else 127.0.0.1).
+    #[arg(long, value_name = "HOST")]
+    pub master_addr: Option<String>,
+    /// The rendezvous port (default: MASTER_PORT, else 29500; a one-node
+    /// job without either picks a free port).
+    #[arg(long, value_name = "PORT")]
+    pub master_port: Option<u16>,
+    /// Ports for the reachability probe listener, e.g. 29600-29699 (a taken
+    /// port moves on to the next); default: PREFLIGHT_PROBE_PORTS, else an
+    /// ephemeral port.
+    #[arg(long, value_name = "FIRST-LAST", value_parser = crate::kinds::ports::PortRange::parse)]
+    pub probe_ports: Option<crate::kinds::ports::PortRange>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Nproc(pub Option<u32>);
+
+fn parse_nproc(text: &str) -> Result<Nproc, String> {
+    if text.trim() == "auto" {
+        return Ok(Nproc(None));
+    }
+    match text.trim().parse::<u32>() {
+        Ok(n) if n > 0 => Ok(Nproc(Some(n))),
+        _ => Err("a number of ranks (1 or more), or auto".into()),
+    }
+}
+
+impl ClusterArgs {
+    pub fn flags(&self) -> crate::cluster::identity::Flags {
+        crate::cluster::identity::Flags {
+            nnodes: self.nnodes,
+            node_rank: self.node_rank,
+            nproc_per_node: self.nproc_per_node.map(|n| n.0),
+            master_addr: self.master_addr.clone(),
+            master_port: self.master_port,
+            probe_ports: self.probe_ports,
+        }
+    }
+}
+
+fn parse_span(text: &str) -> Result<Span, String> {
+    let span = Span::parse(text)?;
+    if span.0.is_zero() {
+        return Err("the deadline must be longer than zero".into());
+    }
+    Ok(span)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
@@ -87,81 +255,187 @@ pub fn collective_config(args: &RunArgs, stage: Stage) -> coll::Config {
     }
 }
 
+/// `run`, `check` and `bench`: the checklist, then the cluster and
+/// collective stages as they apply, then the report.
 pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
     let process_start = tokio::time::Instant::now();
-    let coll_cfg = collective_config(args, stage);
-    // A bad setting is the operator's to fix before anything runs, not a
-    // failure found halfway through the stage.
-    if coll_cfg.mode != coll::Mode::Off {
-        let same_host = std::env::var(crate::collective::tcp::SAME_HOST_VAR).ok();
-        crate::collective::tcp::same_host_mode(same_host.as_deref()).map_err(Failure::Usage)?;
-    }
-    let linger = if coll_cfg.mode == coll::Mode::Off {
-        Duration::ZERO
-    } else {
-        coll_cfg.budget()
-    };
-    let checks = match stage {
-        // bench: no checklist at all.
-        Stage::Bench => Vec::new(),
-        _ => select(all_checks(&args.checklist)?, &args.checklist)?,
-    };
-    let facts = Arc::new(facts(&args.checklist)?);
-    let checklist_hash = cluster::checkin::checklist_hash(&checks);
-    let (node_checks, cluster_checks): (Vec<Arc<Check>>, Vec<Arc<Check>>) = match stage {
-        Stage::Full | Stage::Bench => checks.into_iter().partition(|c| c.scope == Scope::Node),
-        // `check` lists the cluster checks as skipped, with the reason.
-        Stage::Checklist => (checks, Vec::new()),
-    };
-    // Busbw thresholds: every rank evaluates them over the same report.
-    let thresholds: Vec<Arc<Check>> = cluster_checks
-        .iter()
-        .filter(|c| c.probe.collective().is_some())
-        .cloned()
-        .collect();
-    let identity = match stage {
-        Stage::Checklist => None,
-        Stage::Full | Stage::Bench => {
-            match identity::resolve(&args.cluster.flags(), facts.env_vars())
-                .map_err(Failure::Usage)?
-            {
-                Role::Node(plan) => {
-                    return cluster::node::agent(
-                        plan,
-                        args,
-                        facts,
-                        cluster_checks,
-                        process_start,
-                        linger,
-                    );
-                }
-                Role::Rank(id) => Some(id),
-            }
+    let plan = Plan::new(args, stage)?;
+    let identity = match plan.role(args)? {
+        Role::Node(node_plan) => {
+            return super::node::agent(
+                node_plan,
+                args,
+                plan.facts,
+                plan.cluster_checks,
+                process_start,
+                plan.linger,
+            );
         }
+        Role::Rank(id) => Some(id),
+        Role::Alone => None,
     };
     let started_at = SystemTime::now();
     let start = Instant::now();
-
-    let show_progress = args.format == Format::Human
-        && !args.display.quiet
-        && args.output.is_none()
-        && identity.as_ref().is_none_or(|id| id.rank == 0)
-        && std::io::stderr().is_terminal();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::Usage(format!("cannot start the async runtime: {e}")))?;
+    // Rank 0 serves before its checklist runs, so the others find the port
+    // open as early as possible.
     let server = identity.as_ref().map(|id| {
         runtime.block_on(cluster::start_server(cluster::ServerInput {
             identity: id,
-            facts: &facts,
-            cluster_checks,
+            facts: &plan.facts,
+            cluster_checks: plan.cluster_checks.clone(),
             timeout: args.timeout.0,
             strict: args.strict,
             started: process_start,
-            linger,
+            linger: plan.linger,
         }))
     });
+    let results = checklist_stage(&runtime, args, &plan, identity.as_ref());
+    let cluster = identity.zip(server).map(|(identity, server)| {
+        let place = Place {
+            rank: identity.rank,
+            local_rank: identity.local_rank,
+            local_world: identity.local_world_size,
+        };
+        let (mut report, link) = cluster_stage(
+            &runtime,
+            args,
+            &plan,
+            identity,
+            server,
+            &results,
+            process_start,
+        );
+        if let Some(link) = link {
+            collective_stage(&runtime, args, &plan, &mut report, link, place);
+        }
+        (report, place.rank)
+    });
+    // Probes stuck in blocking reads past their timeout must not hold the
+    // process open: the verdict is already known.
+    runtime.shutdown_background();
+    emit(
+        args,
+        stage,
+        &plan.facts,
+        results,
+        cluster,
+        started_at,
+        start.elapsed(),
+    )
+}
+
+/// What `run` settles before any stage: the settings, the checks split by
+/// the stage that evaluates them, and this node's facts.
+struct Plan {
+    stage: Stage,
+    coll: coll::Config,
+    /// How long rank 0 keeps its store up after the verdict.
+    linger: Duration,
+    facts: Arc<Facts>,
+    checklist_hash: String,
+    node_checks: Vec<Arc<Check>>,
+    cluster_checks: Vec<Arc<Check>>,
+    collective_checks: Vec<Arc<Check>>,
+}
+
+/// Where this rank sits: its rank, and its place among its node's ranks.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    rank: u32,
+    local_rank: u32,
+    local_world: u32,
+}
+
+/// Who this process is in the job.
+enum Role {
+    /// `check`: this node alone, never a rendezvous.
+    Alone,
+    /// One rank of the job.
+    Rank(Identity),
+    /// A node agent that starts its node's ranks.
+    Node(NodePlan),
+}
+
+impl Plan {
+    fn new(args: &RunArgs, stage: Stage) -> Result<Plan, Failure> {
+        let coll = collective_config(args, stage);
+        // A bad setting is the operator's to fix before anything runs, not
+        // a failure found halfway through the stage.
+        if coll.mode != coll::Mode::Off {
+            let same_host = std::env::var(crate::collective::tcp::SAME_HOST_VAR).ok();
+            crate::collective::tcp::same_host_mode(same_host.as_deref()).map_err(Failure::Usage)?;
+        }
+        let linger = if coll.mode == coll::Mode::Off {
+            Duration::ZERO
+        } else {
+            coll.budget()
+        };
+        let checks = match stage {
+            // bench: no checklist at all.
+            Stage::Bench => Vec::new(),
+            _ => select(all_checks(&args.checklist)?, &args.checklist)?,
+        };
+        let facts = Arc::new(facts(&args.checklist)?);
+        let checklist_hash = cluster::checkin::checklist_hash(&checks);
+        let (mut node_checks, mut cluster_checks, mut collective_checks) =
+            (Vec::new(), Vec::new(), Vec::new());
+        for check in checks {
+            match (stage, check.evaluator()) {
+                // `check` lists the cluster checks as skipped, with the
+                // reason.
+                (Stage::Checklist, _) | (_, Evaluator::Node) => node_checks.push(check),
+                (_, Evaluator::Cluster) => cluster_checks.push(check),
+                // Busbw thresholds: every rank evaluates them over the same
+                // report; rank 0 keeps them out of the barrier's checks.
+                (_, Evaluator::Collective) => {
+                    cluster_checks.push(Arc::clone(&check));
+                    collective_checks.push(check);
+                }
+            }
+        }
+        Ok(Plan {
+            stage,
+            coll,
+            linger,
+            facts,
+            checklist_hash,
+            node_checks,
+            cluster_checks,
+            collective_checks,
+        })
+    }
+
+    fn role(&self, args: &RunArgs) -> Result<Role, Failure> {
+        if self.stage == Stage::Checklist {
+            return Ok(Role::Alone);
+        }
+        Ok(
+            match identity::resolve(&args.cluster.flags(), self.facts.env_vars())
+                .map_err(Failure::Usage)?
+            {
+                identity::Role::Node(plan) => Role::Node(plan),
+                identity::Role::Rank(id) => Role::Rank(id),
+            },
+        )
+    }
+}
+
+/// The checklist on this node, with progress on a terminal.
+fn checklist_stage(
+    runtime: &tokio::runtime::Runtime,
+    args: &RunArgs,
+    plan: &Plan,
+    identity: Option<&Identity>,
+) -> Vec<CheckResult> {
+    let show_progress = args.format == Format::Human
+        && !args.display.quiet
+        && args.output.is_none()
+        && identity.is_none_or(|id| id.rank == 0)
+        && std::io::stderr().is_terminal();
     // With a rendezvous ahead, the checklist may not use the whole deadline:
     // a rank whose slow check ran to the end would never check in, and the
     // cluster would blame the wrong node.
@@ -170,8 +444,8 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
         None => args.timeout.0,
     };
     let results = runtime.block_on(engine::run(
-        &node_checks,
-        &facts,
+        &plan.node_checks,
+        &plan.facts,
         checklist_deadline,
         |event| {
             if let (
@@ -190,98 +464,97 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
     if show_progress {
         eprint!("\r\x1b[K");
     }
-    let cluster = identity.zip(server).map(|(identity, server)| {
-        let rank = identity.rank;
-        let (local_rank, local_world) = (identity.local_rank, identity.local_world_size);
-        let local_verdict = Verdict::of(&results, args.strict);
-        let input = RankInput {
-            identity,
-            facts: Arc::clone(&facts),
-            local: results.clone(),
-            local_verdict,
-            checklist_hash,
-            timeout: args.timeout.0,
-            started: process_start,
-        };
-        let (mut report, link) = runtime.block_on(cluster::rank_stage(input, server));
-        // Only when every rank is here: all ranks see the same barrier in
-        // the same verdict, so all of them run the stage or none.
-        if let (Some(mut link), true) = (
-            link,
-            report.barrier.complete && coll_cfg.mode != coll::Mode::Off,
-        ) {
-            let info = coll::RankInfo {
-                rank,
-                world: report.world_size,
-                local_rank,
-                local_world,
-                libraries: Libraries {
-                    nccl: args.collective.nccl_lib.clone(),
-                    oneccl: args.collective.oneccl_lib.clone(),
-                },
-                host: format!("{} {}", facts.hostname(), link.local_ip),
-                route_ip: link.local_ip.clone(),
-                gloo_ifname: facts.env("GLOO_SOCKET_IFNAME").map(str::to_string),
-                same_host: facts
-                    .env(crate::collective::tcp::SAME_HOST_VAR)
-                    .map(str::to_string),
-                interfaces: facts.interfaces().to_vec(),
-                hooks: Hooks::from_env(|k| facts.env(k).map(str::to_string), rank),
-                hosts: (0..report.world_size)
-                    .map(|r| {
-                        report
-                            .nodes
-                            .iter()
-                            .find(|n| n.ranks.contains(&r))
-                            .map(|n| n.name.clone())
-                            .unwrap_or_default()
-                    })
-                    .collect(),
-                conn: &mut link.stream,
-            };
-            // The stage ends by the run's deadline, rank 0's, as every
-            // rank reads it from the verdict.
-            let cfg = coll::Config {
-                until: Some(link.until),
-                ..coll_cfg.clone()
-            };
-            let c = runtime.block_on(coll::run(&cfg, info));
-            report
-                .checks
-                .extend(crate::collective::checks::checks(&c, &coll_cfg.required));
-            for check in &thresholds {
-                if let Some(probe) = check.probe.collective() {
-                    let finding = probe.evaluate_collective(&c);
-                    report.checks.push(crate::engine::complete(
-                        check,
-                        finding,
-                        Duration::ZERO,
-                        &facts,
-                    ));
-                }
-            }
-            // The collective results can only add to the cluster's verdict,
-            // which already holds every node's own.
-            report.verdict = report
-                .verdict
-                .worst(Verdict::of(&report.checks, args.strict));
-            report.exit_code = report.verdict.exit_code().code();
-            report.collective = Some(c);
-        }
-        (report, rank)
-    });
-    // Probes stuck in blocking reads past their timeout must not hold the
-    // process open: the verdict is already known.
-    runtime.shutdown_background();
-    emit(
-        args,
-        stage,
-        &facts,
-        results,
-        cluster,
-        started_at,
-        start.elapsed(),
-    )
+    results
+}
+
+/// Check-in, barrier and verdict; the connection to rank 0 comes back when
+/// every rank is here and a collective stage is to run.
+fn cluster_stage(
+    runtime: &tokio::runtime::Runtime,
+    args: &RunArgs,
+    plan: &Plan,
+    identity: Identity,
+    server: cluster::Server,
+    results: &[CheckResult],
+    process_start: tokio::time::Instant,
+) -> (ClusterReport, Option<cluster::Link>) {
+    let input = RankInput {
+        identity,
+        facts: Arc::clone(&plan.facts),
+        local: results.to_vec(),
+        local_verdict: Verdict::of(results, args.strict),
+        checklist_hash: plan.checklist_hash.clone(),
+        timeout: args.timeout.0,
+        started: process_start,
+    };
+    let (report, link) = runtime.block_on(cluster::rank_stage(input, server));
+    // Only when every rank is here: all ranks see the same barrier in the
+    // same verdict, so all of them run the stage or none.
+    let link = link.filter(|_| report.barrier.complete && plan.coll.mode != coll::Mode::Off);
+    (report, link)
+}
+
+/// Real collectives on every backend, then the checks over their report;
+/// their results can only add to the cluster's verdict.
+fn collective_stage(
+    runtime: &tokio::runtime::Runtime,
+    args: &RunArgs,
+    plan: &Plan,
+    report: &mut ClusterReport,
+    mut link: cluster::Link,
+    place: Place,
+) {
+    let facts = &plan.facts;
+    let rank = place.rank;
+    let info = RankInfo {
+        rank,
+        world: report.world_size,
+        local_rank: place.local_rank,
+        local_world: place.local_world,
+        libraries: Libraries {
+            nccl: args.collective.nccl_lib.clone(),
+            oneccl: args.collective.oneccl_lib.clone(),
+        },
+        host: format!("{} {}", facts.hostname(), link.local_ip),
+        route_ip: link.local_ip.clone(),
+        gloo_ifname: facts.env("GLOO_SOCKET_IFNAME").map(str::to_string),
+        same_host: facts
+            .env(crate::collective::tcp::SAME_HOST_VAR)
+            .map(str::to_string),
+        interfaces: facts.interfaces().to_vec(),
+        hooks: Hooks::from_env(|k| facts.env(k).map(str::to_string), rank),
+        hosts: (0..report.world_size)
+            .map(|r| {
+                report
+                    .nodes
+                    .iter()
+                    .find(|n| n.ranks.contains(&r))
+                    .map(|n| n.name.clone())
+                    .unwrap_or_default()
+            })
+            .collect(),
+        conn: &mut link.stream,
+    };
+    // The stage ends by the run's deadline, rank 0's, as every rank reads
+    // it from the verdict.
+    let cfg = coll::Config {
+        until: Some(link.until),
+        ..plan.coll.clone()
+    };
+    let c = runtime.block_on(stage::run(&cfg, info));
+    report
+        .checks
+        .extend(crate::collective::checks::checks(&c, &plan.coll.required));
+    report.checks.extend(checklist::evaluate_collective(
+        &plan.collective_checks,
+        &c,
+        facts,
+    ));
+    report.verdict = report
+        .verdict
+        .worst(Verdict::of(&report.checks, args.strict));
+    report.exit_code = report.verdict.exit_code().code();
+    report.collective = Some(c);
 }
 
 /// A node agent that could not start its ranks still reports, in the
@@ -333,7 +606,7 @@ fn emit(
         if rank != 0
             && let Some(c) = &report.cluster
         {
-            return format!("{}\n", cluster::report::one_line(c, rank, &style));
+            return format!("{}\n", report::cluster::one_line(c, rank, &style));
         }
         let detail = if args.display.quiet {
             Detail::Quiet
@@ -345,9 +618,9 @@ fn emit(
         let mut text = Human { style, detail }.render(&report);
         if let (Some(c), false) = (&report.cluster, args.display.quiet) {
             // The cluster view goes right before the verdict line.
-            let mut view = cluster::report::render(c, &style);
+            let mut view = report::cluster::render(c, &style);
             if let Some(coll) = &report.collective {
-                view.push_str(&crate::collective::report::render(coll, &style));
+                view.push_str(&report::collective::render(coll, &style));
             }
             let at = text.trim_end().rfind('\n').unwrap_or(0);
             text.insert_str(at, &format!("{}\n", view.trim_end_matches('\n')));
@@ -355,14 +628,14 @@ fn emit(
         text
     };
     let text = match args.format {
-        Format::Json => report.json(),
+        Format::Json => report::json(&report),
         Format::Junit => report::junit(&report),
         Format::Human if args.output.is_some() => human(Style { color: false }),
         Format::Human => human(Style::for_stdout(args.display.color)),
     };
     // A node agent's other local ranks: nobody reads them, and they must
     // not overwrite the first rank's report file.
-    let muted = facts.env(cluster::node::SPEAKER) == Some("0");
+    let muted = facts.env(super::node::SPEAKER) == Some("0");
     match (&args.output, muted) {
         (_, true) => Ok(()),
         (None, false) => report::write_report(&Destination::Stdout, &text),

@@ -1,10 +1,23 @@
 //! `preflight validate FILE...`: lint checklists without running them. The
 //! files are checked as one set, as `--checks` would load them.
 
+use std::path::PathBuf;
+
+use clap::Args;
+
 use super::{Failure, expand_paths, load_added};
-use crate::cli::ValidateArgs;
 use crate::exit::ExitCode;
 use crate::report::output::write_stdout;
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Checklist files or directories.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Print only errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
 
 pub fn validate(args: &ValidateArgs) -> Result<ExitCode, Failure> {
     let files = expand_paths(&args.files)?;

@@ -3,6 +3,7 @@
 
 pub mod accel;
 pub mod amdgpu;
+mod backend;
 pub mod cgroup;
 pub mod gpu_status;
 pub mod infiniband;
@@ -28,7 +29,7 @@ pub use interfaces::{Interface, interface_of};
 pub use launch::{LAUNCHERS, Launch, Launcher, NNODES_VARS};
 pub use pci::{PciDevice, Vendor};
 
-use crate::checklist::when::Backend;
+pub use backend::Backend;
 
 pub struct Facts {
     /// Where /sys, /proc, /dev and /etc are read from (`--root`).

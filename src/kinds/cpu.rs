@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params, problems_finding,
 };
-use crate::checklist::values::{Bytes, format_bytes};
 use crate::facts::{Facts, cgroup};
 use crate::result::Finding;
+use crate::values::{Bytes, format_bytes};
 
 pub const KIND: KindInfo = KindInfo {
     name: "cpu",

@@ -12,11 +12,11 @@ use serde::{Deserialize, Serialize};
 use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, parse_params, problems_finding,
 };
-use crate::checklist::values::{Bytes, format_bytes};
 use crate::facts::gpu_status::GpuStatus;
 use crate::facts::visible::{self, Entry};
 use crate::facts::{Facts, GpuReport, Vendor, amdgpu, kmsg};
 use crate::result::Finding;
+use crate::values::{Bytes, format_bytes};
 
 pub const KIND: KindInfo = KindInfo {
     name: "gpu_health",

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::checklist::values::{Pattern, Span, format_duration};
 use crate::facts::Facts;
 use crate::result::Finding;
+use crate::values::{Pattern, Span, format_duration};
 
 /// Body bytes kept for matching and quoting.
 const KEEP_BODY: usize = 256 * 1024;

@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params, problems_finding,
 };
-use crate::checklist::values::{Bytes, format_bytes};
 use crate::facts::infiniband::{self, HcaFilter, Port};
 use crate::facts::limits::{self, Limit};
 use crate::facts::{Facts, Hca};
 use crate::result::Finding;
+use crate::values::{Bytes, format_bytes};
 
 pub const KIND: KindInfo = KindInfo {
     name: "infiniband",

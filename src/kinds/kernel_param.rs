@@ -5,9 +5,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{IfMissing, KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
-use crate::checklist::values::Pattern;
 use crate::facts::Facts;
 use crate::result::Finding;
+use crate::values::Pattern;
 
 pub const KIND: KindInfo = KindInfo {
     name: "kernel_param",

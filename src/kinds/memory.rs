@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params, problems_finding,
 };
-use crate::checklist::values::{Bytes, format_bytes};
 use crate::facts::limits::{self, Limit};
 use crate::facts::{Facts, meminfo};
 use crate::result::Finding;
+use crate::values::{Bytes, format_bytes};
 
 pub const KIND: KindInfo = KindInfo {
     name: "memory",

@@ -2,6 +2,9 @@
 //! declares its parameters (deserialized from the check's remaining keys),
 //! its documentation for `preflight explain`, and how it evaluates.
 
+pub mod cluster;
+pub mod collective_backend;
+pub mod collective_busbw;
 mod command;
 mod cpu;
 mod devices;
@@ -36,9 +39,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::checklist::yaml::{self, Node, Segment, YamlError};
 use crate::facts::Facts;
 use crate::result::Finding;
+use crate::yaml::{self, Node, Segment, YamlError};
 
 pub type ProbeFuture = Pin<Box<dyn Future<Output = Finding> + Send>>;
 
@@ -48,13 +51,13 @@ pub trait Probe: Send + Sync + ParamsJson {
 
     /// Kinds with `scope: cluster` are evaluated by rank 0 over every
     /// node's check-in instead of on the node.
-    fn cluster(&self) -> Option<&dyn crate::cluster::compare::ClusterProbe> {
+    fn cluster(&self) -> Option<&dyn cluster::ClusterProbe> {
         None
     }
 
     /// Kinds evaluated over the collective stage's report (thresholds on
     /// its bandwidth), after the stage, by every rank alike.
-    fn collective(&self) -> Option<&dyn crate::collective::threshold::CollectiveProbe> {
+    fn collective(&self) -> Option<&dyn collective_busbw::CollectiveProbe> {
         None
     }
 }
@@ -118,15 +121,15 @@ pub const KINDS: &[&KindInfo] = &[
     &tcp_connect::KIND,
     &time_sync::KIND,
     &torch_distributed::KIND,
-    &crate::cluster::compare::ADDRESSES,
-    &crate::cluster::compare::CLOCK,
-    &crate::cluster::compare::DEVICES,
-    &crate::cluster::compare::ENV,
-    &crate::cluster::compare::NODE_CHECKS,
-    &crate::cluster::compare::REACHABILITY,
-    &crate::cluster::compare::VERSIONS,
-    &crate::collective::threshold::KIND,
-    &crate::collective::requirement::KIND,
+    &cluster::ADDRESSES,
+    &cluster::CLOCK,
+    &cluster::DEVICES,
+    &cluster::ENV,
+    &cluster::NODE_CHECKS,
+    &cluster::REACHABILITY,
+    &cluster::VERSIONS,
+    &collective_busbw::KIND,
+    &collective_backend::KIND,
 ];
 
 pub fn lookup(name: &str) -> Option<&'static KindInfo> {

@@ -18,7 +18,7 @@ impl std::fmt::Display for ResolveError {
             ResolveError::TimedOut(d) => write!(
                 f,
                 "name resolution did not answer within {}",
-                crate::checklist::values::format_duration(*d)
+                crate::values::format_duration(*d)
             ),
         }
     }

@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use super::resolve::{ResolveError, resolve};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::checklist::values::{Span, format_duration};
 use crate::facts::Facts;
 use crate::result::Finding;
+use crate::values::{Span, format_duration};
 
 pub const KIND: KindInfo = KindInfo {
     name: "tcp_connect",

@@ -28,9 +28,9 @@ use serde_json::Value;
 
 use super::command::{excerpt, read_capped};
 use super::{IfMissing, KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::checklist::values::{Span, format_duration};
 use crate::facts::Facts;
 use crate::result::Finding;
+use crate::values::{Span, format_duration};
 
 const SCRIPT: &str = include_str!("torch_distributed.py");
 /// Marks the script's own lines on stdout: oneCCL and others print there too.

@@ -3,10 +3,10 @@
 
 use std::fmt::Write;
 
-use super::Report;
 use super::style::Style;
-use crate::checklist::values::format_duration;
+use crate::result::report::Report;
 use crate::result::{CheckResult, Status};
+use crate::values::format_duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Detail {

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use super::Report;
 use crate::result::Status;
+use crate::result::report::Report;
 
 fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use crate::result::{Status, Verdict};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColorChoice {
     Auto,
     Always,

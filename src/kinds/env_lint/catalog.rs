@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use crate::checklist::yaml;
+use crate::yaml;
 
 const TEXT: &str = include_str!("catalog.yaml");
 

@@ -15,12 +15,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::report::CollectiveReport;
-use super::sweep::human_bytes;
-use crate::cluster::compare::{ClusterProbe, View};
+use super::cluster::{ClusterProbe, NOT_HERE, View};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::facts::Facts;
-use crate::kinds::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::result::Finding;
+use crate::result::collective::{CollectiveReport, RankLink};
 
 pub const KIND: KindInfo = KindInfo {
     name: "collective_busbw",
@@ -94,7 +93,7 @@ impl Params for Busbw {
             return Err("`backend` must be tcp, nccl or oneccl".into());
         }
         if let Some(s) = &self.size {
-            crate::cli::parse_size(s).map_err(|e| format!("`size` {e}"))?;
+            crate::values::parse_size(s).map_err(|e| format!("`size` {e}"))?;
         }
         if let Some(m) = self.min_busbw
             && !(m.is_finite() && m > 0.0)
@@ -122,7 +121,7 @@ pub const LATER: &str = "evaluated after the collective stage of `preflight run`
 
 impl Probe for Busbw {
     fn evaluate(self: Arc<Self>, _facts: Arc<Facts>) -> ProbeFuture {
-        Box::pin(async { Finding::skip(crate::cluster::compare::NOT_HERE) })
+        Box::pin(async { Finding::skip(NOT_HERE) })
     }
     fn cluster(&self) -> Option<&dyn ClusterProbe> {
         Some(self)
@@ -158,7 +157,7 @@ impl CollectiveProbe for Busbw {
         let size = self
             .size
             .as_deref()
-            .and_then(|s| crate::cli::parse_size(s).ok());
+            .and_then(|s| crate::values::parse_size(s).ok());
         let rows: Vec<_> = b.sweep.iter().filter(|r| r.op.name() == self.op).collect();
         let row = match size {
             Some(s) => rows.iter().find(|r| r.bytes == s).copied(),
@@ -196,14 +195,16 @@ impl CollectiveProbe for Busbw {
                 "{} {}: not measured at {}: {}",
                 b.name,
                 self.op,
-                size.map(human_bytes)
+                size.map(|s| crate::values::format_bytes(s as u64))
                     .unwrap_or_else(|| "the sweep's largest size".into()),
                 b.ended.as_deref().unwrap_or("the sweep did not finish")
             ))
             .expected(expected);
         }
         let Some(row) = row else {
-            let what = size.map(human_bytes).unwrap_or_else(|| "any size".into());
+            let what = size
+                .map(|s| crate::values::format_bytes(s as u64))
+                .unwrap_or_else(|| "any size".into());
             return Finding::fail(format!(
                 "{} {} has no verified result at {what} (the sweep ended early, or does not reach that size: --max-size)",
                 b.name, self.op
@@ -215,7 +216,7 @@ impl CollectiveProbe for Busbw {
             "{} {} {} busbw {measured} (minimum {minimum:.3} GB/s: {})",
             b.name,
             self.op,
-            human_bytes(row.bytes),
+            crate::values::format_bytes(row.bytes as u64),
             basis.join(", ")
         );
         if let Some(Err(why)) = &link {
@@ -249,7 +250,7 @@ fn slowest_link(report: &CollectiveReport) -> Result<(f64, String), String> {
                 .into(),
         );
     }
-    let mut slowest: Option<(u64, &super::tcp::RankLink)> = None;
+    let mut slowest: Option<(u64, &RankLink)> = None;
     for l in links {
         let name = l
             .interface
@@ -282,11 +283,8 @@ fn slowest_link(report: &CollectiveReport) -> Result<(f64, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collective::report::BackendReport;
-    use crate::collective::sweep::Row;
-    use crate::collective::tcp::RankLink;
-    use crate::collective::{Dtype, Op};
     use crate::result::Status;
+    use crate::result::collective::{BackendReport, Dtype, Op, Row};
 
     /// Four ranks, one allreduce row of 64 MiB at `busbw` GB/s (time
     /// chosen to give it), and each rank's link.

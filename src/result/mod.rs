@@ -1,12 +1,25 @@
 //! The result model: what a probe finds, what a check reports, and the
 //! verdict with its exit code.
 
+pub mod cluster;
+pub mod collective;
+pub mod report;
+
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::checklist::Severity;
 use crate::exit::ExitCode;
+
+/// How a failed check counts: `fail` makes the node not ready, `warn` only
+/// reports (unless `--strict`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    #[default]
+    Fail,
+    Warn,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -120,6 +133,35 @@ pub struct CheckResult {
     pub duration: Duration,
     /// Where the check is defined, `file:line`.
     pub source: String,
+}
+
+impl CheckResult {
+    /// A result that no checklist entry produced (the rendezvous, the
+    /// barrier, a collective backend): always `severity: fail`, tagged
+    /// with its area.
+    pub fn built_in(
+        id: &str,
+        kind: &str,
+        area: &str,
+        status: Status,
+        message: String,
+        hint: Option<String>,
+    ) -> CheckResult {
+        CheckResult {
+            id: id.into(),
+            kind: kind.into(),
+            area: area.into(),
+            severity: Severity::Fail,
+            tags: vec![area.into()],
+            status,
+            measured: None,
+            expected: None,
+            message,
+            hint,
+            duration: Duration::ZERO,
+            source: "built-in".into(),
+        }
+    }
 }
 
 fn deserialize_millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {

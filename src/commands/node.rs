@@ -10,13 +10,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::auth::{self, Token};
-use super::identity::{CHILD_MARKER, NodePlan};
-use super::rendezvous::{self, ServerConfig};
-use super::{clock_offset, failure, master_label};
+use super::run::emit_cluster_only;
+use super::{Failure, RunArgs};
 use crate::checklist::Check;
-use crate::cli::RunArgs;
-use crate::commands::Failure;
+use crate::cluster::auth::Token;
+use crate::cluster::identity::{CHILD_MARKER, MAX_WORLD, NodePlan};
+use crate::cluster::{self, NodeServerInput, failure, master_label};
 use crate::exit::ExitCode;
 use crate::facts::Facts;
 
@@ -27,33 +26,6 @@ pub const SPEAKER: &str = "PREFLIGHT_NODE_SPEAKER";
 /// After the barrier's deadline, how long the agent waits for its ranks
 /// before killing them: their verdict arrives within a second or three.
 const GRACE: Duration = Duration::from_secs(6);
-
-/// Why rank 0 cannot serve on the port: another job's preflight there is
-/// named as such (we ask it, with our token, and it says the tokens differ).
-pub async fn bind_failure(host: &str, port: u16, error: &std::io::Error, token: &Token) -> String {
-    if error.kind() != std::io::ErrorKind::AddrInUse {
-        return format!(
-            "rank 0 cannot listen on {}: {error}",
-            master_label(host, port)
-        );
-    }
-    let probe = async {
-        let mut s = tokio::net::TcpStream::connect((host, port)).await.ok()?;
-        let deadline = Instant::now() + Duration::from_secs(2);
-        Some(auth::client(&mut s, token, deadline).await)
-    };
-    match tokio::time::timeout(Duration::from_secs(3), probe).await {
-        Ok(Some(Err(auth::AuthError::OtherJob))) => format!(
-            "port {port} on {host} is in use by another job: a preflight with another job token already serves there"
-        ),
-        Ok(Some(Ok(()))) => format!(
-            "port {port} on {host} is in use by another preflight of this same job: two processes think they are rank 0"
-        ),
-        _ => format!(
-            "port {port} on {host} is in use by another program (`ss -ltnp 'sport = :{port}'` names it); pick another MASTER_PORT"
-        ),
-    }
-}
 
 pub fn agent(
     plan: NodePlan,
@@ -70,12 +42,11 @@ pub fn agent(
     let world = plan
         .nnodes
         .checked_mul(nproc)
-        .filter(|w| *w <= super::identity::MAX_WORLD)
+        .filter(|w| *w <= MAX_WORLD)
         .ok_or_else(|| {
             Failure::Usage(format!(
                 "--nnodes {} × --nproc-per-node {nproc} is more ranks than {}",
-                plan.nnodes,
-                super::identity::MAX_WORLD
+                plan.nnodes, MAX_WORLD
             ))
         })?;
     let timeout = args.timeout.0;
@@ -91,45 +62,21 @@ pub fn agent(
     let outcome = runtime.block_on(async {
         let mut port = plan.master_port;
         let server = if plan.node_rank == 0 {
-            let bound = if port == 0 {
-                bind_outside_ephemeral(&plan.master_addr, &facts).await
-            } else {
-                rendezvous::bind(&plan.master_addr, port).await
-            };
-            match bound {
-                Ok(listener) => {
-                    port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
-                    let master = master_label(&plan.master_addr, port);
-                    Some(tokio::spawn(rendezvous::serve(
-                        ServerConfig {
-                            bound: rendezvous::bound_name(&plan.master_addr, &listener),
-                            world_size: world,
-                            placement: super::barrier::Placement {
-                                nodelist: plan.nodelist.clone(),
-                                tasks_per_node: Vec::new(),
-                                local_world_size: nproc,
-                                master_host: Some(plan.master_addr.clone()),
-                            },
-                            master,
-                            token: token.clone(),
-                            started,
-                            deadline: started + timeout,
-                            timeout,
-                            strict: args.strict,
-                            clock_offset_ms: clock_offset(&facts),
-                            checks: cluster_checks,
-                            facts: Arc::clone(&facts),
-                            linger,
-                        },
-                        listener,
-                    )))
-                }
-                Err(e) => {
-                    let why = bind_failure(&plan.master_addr, port, &e, &token).await;
-                    let master = master_label(&plan.master_addr, port);
-                    return Err(failure(world, master, &token, why));
-                }
-            }
+            let served = cluster::start_node_server(NodeServerInput {
+                plan: &plan,
+                world_size: world,
+                local_world_size: nproc,
+                token: &token,
+                facts: &facts,
+                cluster_checks,
+                timeout,
+                strict: args.strict,
+                started,
+                linger,
+            })
+            .await?;
+            port = served.1;
+            Some(served.0)
         } else {
             None
         };
@@ -192,7 +139,7 @@ pub fn agent(
     });
     runtime.shutdown_background();
     match outcome {
-        Err(report) => crate::commands::emit_cluster_only(args, &facts, report),
+        Err(report) => emit_cluster_only(args, &facts, report),
         Ok((Some((stdout, code)), _)) => {
             crate::report::output::write_stdout(&String::from_utf8_lossy(&stdout))
                 .map_err(|e| Failure::Usage(format!("cannot write the report: {e}")))?;
@@ -214,24 +161,4 @@ fn exit_code(code: i32) -> ExitCode {
         3 => ExitCode::Incomplete,
         _ => ExitCode::NotReady,
     }
-}
-
-/// A one-node job picks its own port. The kernel's choice would come from
-/// the ephemeral range, where an outgoing connection can take it (the very
-/// thing `launch_env` warns about), so try a few ports below the usual
-/// 29500 first.
-async fn bind_outside_ephemeral(
-    addr: &str,
-    facts: &Facts,
-) -> Result<tokio::net::TcpListener, std::io::Error> {
-    let ephemeral = facts.ephemeral_ports();
-    for port in 29400..29500u16 {
-        if ephemeral.is_some_and(|(low, high)| (low..=high).contains(&port)) {
-            continue;
-        }
-        if let Ok(listener) = rendezvous::bind(addr, port).await {
-            return Ok(listener);
-        }
-    }
-    rendezvous::bind(addr, 0).await
 }

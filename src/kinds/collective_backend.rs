@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::report::CollectiveReport;
-use super::threshold::{CollectiveProbe, LATER};
-use crate::cluster::compare::{ClusterProbe, View};
+use super::cluster::{ClusterProbe, NOT_HERE, View};
+use super::collective_busbw::{CollectiveProbe, LATER};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::facts::Facts;
-use crate::kinds::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::result::Finding;
+use crate::result::collective::CollectiveReport;
 
 pub const KIND: KindInfo = KindInfo {
     name: "collective_backend",
@@ -46,7 +46,7 @@ impl Params for Required {
 
 impl Probe for Required {
     fn evaluate(self: Arc<Self>, _facts: Arc<Facts>) -> ProbeFuture {
-        Box::pin(async { Finding::skip(crate::cluster::compare::NOT_HERE) })
+        Box::pin(async { Finding::skip(NOT_HERE) })
     }
     fn cluster(&self) -> Option<&dyn ClusterProbe> {
         Some(self)
@@ -108,8 +108,8 @@ impl CollectiveProbe for Required {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collective::report::BackendReport;
     use crate::result::Status;
+    use crate::result::collective::BackendReport;
 
     fn with(verdict: &str) -> CollectiveReport {
         CollectiveReport {

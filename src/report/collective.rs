@@ -1,70 +1,12 @@
-//! The `collective` section: per backend, available or why not, init
-//! time, each operation verified or failed, the sweep table (nccl-tests'
-//! columns), where the sweep ended and why, the verdict; and the pairwise
-//! round with the straggler it names.
+//! The collective view: per backend, available or why not, init time,
+//! each operation verified or failed, the sweep table (nccl-tests'
+//! columns), where the sweep ended and why, the verdict; the pairwise
+//! round with the straggler it names; and each rank's links.
 
 use std::fmt::Write;
 
-use serde::{Deserialize, Serialize};
-
-use super::straggler::PairRate;
-use super::sweep::{Row, human_bytes};
-use crate::report::style::Style;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CollectiveReport {
-    /// `short` (run's default) or `full` (`--collective full`, `bench`).
-    pub mode: String,
-    pub world_size: u32,
-    pub backends: Vec<BackendReport>,
-    pub pairs: Vec<PairRate>,
-    /// Ranks slow in every pair they are in, with their hosts.
-    pub stragglers: Vec<String>,
-    /// Ranks whose result never reached rank 0.
-    pub missing: Vec<u32>,
-    /// Each rank's TCP-backend interface, link speed and Unix-socket peers.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub links: Vec<super::tcp::RankLink>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct BackendReport {
-    pub name: String,
-    pub available: bool,
-    pub reason: String,
-    /// The library loaded ("NCCL 2.21.5 at /usr/lib/…"), for library
-    /// backends.
-    #[serde(default)]
-    pub library: Option<String>,
-    /// Library settings preflight added where the job left them unset.
-    #[serde(default)]
-    pub env_set: Vec<String>,
-    /// The slowest rank's init, ms.
-    pub init_ms: Option<u64>,
-    pub ops: Vec<OpStatus>,
-    /// Verified steps only: a wrong result never gets a bandwidth.
-    pub sweep: Vec<Row>,
-    /// What ranks said about the backend (the transport chosen, a
-    /// fallback), "warning: " first when it is one.
-    #[serde(default)]
-    pub notes: Vec<String>,
-    /// The library's own output from the rank that failed (or the first
-    /// rank with any), for the operator to read.
-    #[serde(default)]
-    pub log: Vec<String>,
-    /// Why the sweep ended early, in words.
-    pub ended: Option<String>,
-    /// pass, fail or skip.
-    pub verdict: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct OpStatus {
-    pub op: String,
-    /// verified, failed or not_run.
-    pub status: String,
-    pub detail: Option<String>,
-}
+use super::style::Style;
+use crate::result::collective::{CollectiveReport, RankLink};
 
 /// Lines of a failed library backend's log in the human view (JSON has
 /// all that were kept).
@@ -173,25 +115,93 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
     for st in &r.stragglers {
         let _ = writeln!(out, "  straggler: {st}");
     }
-    if let Some(l) = super::tcp::describe_links(&r.links) {
+    if let Some(l) = describe_links(&r.links) {
         let _ = writeln!(out, "  tcp links: {l}");
     }
     out
 }
 
-/// `ended` for a step that timed out, e.g. "timed out at 64 KiB: rank 3
-/// stopped sending to rank 0".
-/// `culprit` is "rank 3" or "rank 3 (host)".
-pub fn timed_out(op: &str, bytes: usize, culprit: &str, victim: u32, sending: bool) -> String {
-    if sending {
-        format!(
-            "{op} timed out at {}: {culprit} stopped sending to rank {victim}",
-            human_bytes(bytes)
-        )
-    } else {
-        format!(
-            "{op} timed out at {}: {culprit} stopped receiving from rank {victim}",
-            human_bytes(bytes)
-        )
+/// One line: each rank's interface and speed, which pairs were on one host
+/// (single-copy reads or a plain Unix socket; the others used TCP), and
+/// why single-copy reads were refused where they were.
+pub fn describe_links(links: &[RankLink]) -> Option<String> {
+    if links.is_empty() {
+        return None;
+    }
+    let ifaces: Vec<String> = links
+        .iter()
+        .map(|l| {
+            let speed = l
+                .speed_mbps
+                .map_or("no link speed".to_string(), |m| format!("{m} Mb/s"));
+            let name = l.interface.as_deref().unwrap_or("?");
+            format!("rank {} {name} ({speed})", l.rank)
+        })
+        .collect();
+    // Each same-host pair once, by whether it read large messages
+    // straight out of the peer's memory.
+    let mut direct = Vec::new();
+    let mut unix = Vec::new();
+    for l in links {
+        for p in l.unix_peers.iter().filter(|p| **p > l.rank) {
+            let pair = format!("{}↔{p}", l.rank);
+            if l.direct_peers.contains(p) {
+                direct.push(pair);
+            } else {
+                unix.push(pair);
+            }
+        }
+    }
+    let mut parts = Vec::new();
+    if !direct.is_empty() {
+        parts.push(format!(
+            "same host, single-copy reads: {}",
+            direct.join(" ")
+        ));
+    }
+    if !unix.is_empty() {
+        parts.push(format!("same host, Unix socket: {}", unix.join(" ")));
+    }
+    let n = links.len();
+    if direct.is_empty() && unix.is_empty() {
+        parts.push("every pair over TCP".to_string());
+    } else if direct.len() + unix.len() < n * (n - 1) / 2 {
+        parts.push("other pairs TCP".to_string());
+    }
+    if let Some((rank, why)) = links
+        .iter()
+        .find_map(|l| l.direct_refused.as_ref().map(|w| (l.rank, w)))
+    {
+        parts.push(format!("no single-copy reads on rank {rank}: {why}"));
+    }
+    let pairs = parts.join("; ");
+    Some(format!("{}; {pairs}", ifaces.join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_name_interfaces_and_unix_pairs() {
+        let l = |rank, unix_peers: Vec<u32>| RankLink {
+            rank,
+            interface: Some("lo".into()),
+            speed_mbps: None,
+            direct_peers: unix_peers.clone(),
+            direct_refused: None,
+            connections: 2,
+            unix_peers,
+        };
+        let text = describe_links(&[l(0, vec![1]), l(1, vec![0]), l(2, vec![])]).unwrap();
+        assert!(text.contains("rank 0 lo (no link speed)"), "{text}");
+        assert!(
+            text.contains("same host, single-copy reads: 0↔1;"),
+            "{text}"
+        );
+        assert!(text.ends_with("other pairs TCP"), "{text}");
+        let one_host = describe_links(&[l(0, vec![1]), l(1, vec![0])]).unwrap();
+        assert!(one_host.ends_with("single-copy reads: 0↔1"), "{one_host}");
+        assert_eq!(describe_links(&[]), None);
     }
 }

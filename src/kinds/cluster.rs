@@ -8,14 +8,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::reachability::Probe as ReachProbe;
-use super::report::NodeView;
-use crate::checklist::Check;
-use crate::checklist::values::Span;
+use super::ifname_spec::picks;
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::facts::Facts;
-use crate::kinds::ifname_spec::picks;
-use crate::kinds::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::result::{CheckResult, Finding, Status};
+use crate::result::cluster::{NodeView, Probe as ReachProbe};
+use crate::result::{Finding, Status};
+use crate::values::{Span, count};
 
 /// What cluster kinds look at.
 pub struct View<'a> {
@@ -26,27 +24,6 @@ pub struct View<'a> {
 
 pub trait ClusterProbe: Send + Sync {
     fn evaluate_cluster(&self, view: &View<'_>) -> Finding;
-}
-
-/// Evaluates the cluster-scope checks on rank 0.
-pub fn evaluate(checks: &[Arc<Check>], view: &View<'_>, facts: &Facts) -> Vec<CheckResult> {
-    checks
-        .iter()
-        .filter_map(|c| {
-            let probe = c.probe.cluster()?;
-            // Thresholds on the collective stage wait for its report.
-            if c.probe.collective().is_some() {
-                return None;
-            }
-            let start = std::time::Instant::now();
-            let finding = if let Some(reason) = c.when.unmet(facts) {
-                Finding::skip(reason)
-            } else {
-                probe.evaluate_cluster(view)
-            };
-            Some(crate::engine::complete(c, finding, start.elapsed(), facts))
-        })
-        .collect()
 }
 
 /// The skip reason a cluster check gets where it is not evaluated.
@@ -162,8 +139,8 @@ impl ClusterProbe for Versions {
         if differences.is_empty() {
             Finding::pass(format!(
                 "{} agree on {}",
-                super::report::count(self.fields.len(), "version"),
-                super::report::count(view.nodes.len(), "node")
+                count(self.fields.len(), "version"),
+                count(view.nodes.len(), "node")
             ))
         } else {
             Finding::fail(differences.join("; "))
@@ -207,10 +184,7 @@ pub struct EnvSame {
 }
 
 fn default_prefixes() -> Vec<String> {
-    super::checkin::LAUNCH_PREFIXES
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    LAUNCH_PREFIXES.iter().map(|s| s.to_string()).collect()
 }
 
 impl Params for EnvSame {}
@@ -242,8 +216,8 @@ impl ClusterProbe for EnvSame {
         if differences.is_empty() {
             Finding::pass(format!(
                 "{} agree on {}",
-                super::report::count(names.len(), "launch variable"),
-                super::report::count(view.nodes.len(), "node")
+                count(names.len(), "launch variable"),
+                count(view.nodes.len(), "node")
             ))
         } else {
             Finding::fail(differences.join("; "))
@@ -279,7 +253,7 @@ impl ClusterProbe for DevicesSame {
             Finding::pass(format!(
                 "{} on each of {}",
                 g.first().map(|x| x.0.as_str()).unwrap_or("0 devices"),
-                super::report::count(view.nodes.len(), "node")
+                count(view.nodes.len(), "node")
             ))
         }
     }
@@ -394,7 +368,7 @@ impl ClusterProbe for NodeChecks {
         } else {
             Finding::pass(format!(
                 "every node's checklist passed ({})",
-                super::report::count(view.nodes.len(), "node")
+                count(view.nodes.len(), "node")
             ))
         }
     }
@@ -530,6 +504,23 @@ impl ClusterProbe for Addresses {
     }
 }
 
+/// Variables whose values must agree across the job: launcher, rendezvous
+/// and collective-library settings.
+pub const LAUNCH_PREFIXES: &[&str] = &[
+    "NCCL_",
+    "GLOO_",
+    "CCL_",
+    "MASTER_",
+    "TORCH_",
+    "FI_",
+    "UCX_",
+    "I_MPI_",
+    "OMPI_MCA_",
+    "PYTORCH_",
+    "RCCL_",
+    "HCCL_",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,7 +536,7 @@ mod tests {
             versions: [("nccl".to_string(), nccl.to_string())].into(),
             env: [("NCCL_IB_HCA".to_string(), nccl.to_string())].into(),
             devices: Default::default(),
-            clock: Some(crate::cluster::checkin::Clock {
+            clock: Some(crate::result::cluster::Clock {
                 offset_ms: offset,
                 rtt_ms: 0.4,
             }),

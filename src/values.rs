@@ -216,6 +216,56 @@ impl Serialize for Bytes {
     }
 }
 
+/// "1 node", "3 nodes".
+pub fn count(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// `0-3,8`
+pub fn rank_ranges(ranks: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let start = ranks[i];
+        let mut end = start;
+        while i + 1 < ranks.len() && ranks[i + 1] == end + 1 {
+            i += 1;
+            end = ranks[i];
+        }
+        out.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    out.join(",")
+}
+
+/// "65536", "64K", "64KiB", "1M", "1MiB", "1G".
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("`{text}`: a size such as 65536, 64KiB or 64MiB"))?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("`{text}`: unknown unit (B, KiB, MiB, GiB)")),
+    };
+    n.checked_mul(mult)
+        .filter(|s| *s <= 4 << 30)
+        .ok_or_else(|| format!("`{text}`: at most 4 GiB"))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

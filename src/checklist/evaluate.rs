@@ -1,0 +1,96 @@
+//! Which stage evaluates a check, and a check's result from what its probe
+//! found: the one place that decides both, whichever stage asks.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Check, Scope};
+use crate::facts::Facts;
+use crate::kinds::cluster::View;
+use crate::result::collective::CollectiveReport;
+use crate::result::{CheckResult, Finding, Status};
+
+/// The stage that evaluates a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evaluator {
+    /// The checklist engine, on each node.
+    Node,
+    /// Rank 0, over every node's check-in, at the barrier.
+    Cluster,
+    /// Every rank alike, over the collective stage's report.
+    Collective,
+}
+
+impl Check {
+    pub fn evaluator(&self) -> Evaluator {
+        if self.probe.collective().is_some() {
+            Evaluator::Collective
+        } else if self.scope == Scope::Cluster {
+            Evaluator::Cluster
+        } else {
+            Evaluator::Node
+        }
+    }
+}
+
+/// The cluster-scope checks, on rank 0, over the cluster view.
+pub fn evaluate_cluster(checks: &[Arc<Check>], view: &View<'_>, facts: &Facts) -> Vec<CheckResult> {
+    checks
+        .iter()
+        .filter(|c| c.evaluator() == Evaluator::Cluster)
+        .filter_map(|c| {
+            let probe = c.probe.cluster()?;
+            let start = Instant::now();
+            let finding = if let Some(reason) = c.when.unmet(facts) {
+                Finding::skip(reason)
+            } else {
+                probe.evaluate_cluster(view)
+            };
+            Some(complete(c, finding, start.elapsed(), facts))
+        })
+        .collect()
+}
+
+/// The checks over the collective stage's report (its thresholds), on
+/// every rank alike.
+pub fn evaluate_collective(
+    checks: &[Arc<Check>],
+    report: &CollectiveReport,
+    facts: &Facts,
+) -> Vec<CheckResult> {
+    checks
+        .iter()
+        .filter_map(|check| {
+            let probe = check.probe.collective()?;
+            let finding = probe.evaluate_collective(report);
+            Some(complete(check, finding, Duration::ZERO, facts))
+        })
+        .collect()
+}
+
+/// A check's line in the report: the finding with the check's severity
+/// applied and its hint rendered.
+pub fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Facts) -> CheckResult {
+    let finding = finding.with_severity(check.severity);
+    let hint = match finding.status {
+        Status::Fail | Status::Warn | Status::Error => check
+            .hint
+            .as_ref()
+            .map(|h| h.render(&check.id, &finding, facts)),
+        Status::Pass | Status::Skip => None,
+    };
+    CheckResult {
+        id: check.id.clone(),
+        kind: check.kind.name.to_string(),
+        area: check.area.clone(),
+        severity: check.severity,
+        tags: check.tags.clone(),
+        status: finding.status,
+        measured: finding.measured,
+        expected: finding.expected,
+        message: finding.message,
+        hint,
+        duration,
+        source: check.source.clone(),
+    }
+}

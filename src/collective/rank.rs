@@ -1,0 +1,118 @@
+//! One rank's part of the stage: where it sits (its `RankInfo`) and what
+//! it found per backend (`RankResult`), which rank 0 assembles.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpStream;
+
+use super::sweep::{Failure, Hooks};
+use super::{Op, OpError};
+use crate::result::collective::{PairRate, RankLink, Row};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankResult {
+    pub rank: u32,
+    /// "hostname (address)".
+    pub host: String,
+    pub backends: Vec<RankBackend>,
+    pub pairs: Vec<PairRate>,
+    pub pair_error: Option<OpError>,
+    /// The TCP backend's interface, link speed and transports.
+    #[serde(default)]
+    pub link: Option<RankLink>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankBackend {
+    pub name: String,
+    pub available: bool,
+    pub reason: String,
+    /// The library a worker loaded, and its version.
+    #[serde(default)]
+    pub found: Option<Found>,
+    /// Library settings this rank added to the worker's environment.
+    #[serde(default)]
+    pub env_set: Vec<String>,
+    pub init_ms: Option<u64>,
+    pub init_error: Option<String>,
+    pub verified: Vec<Op>,
+    pub rows: Vec<Row>,
+    pub failure: Option<Failure>,
+    /// What the backend said about itself (warning?, text): the transport
+    /// chosen, a fallback and why.
+    #[serde(default)]
+    pub notes: Vec<(bool, String)>,
+    /// The worker's last output lines, kept when something went wrong.
+    #[serde(default)]
+    pub log: Vec<String>,
+    /// The run's deadline ended the probe, the plan or init.
+    #[serde(default)]
+    pub out_of_time: bool,
+}
+
+impl RankBackend {
+    pub fn new(name: &str, available: bool, reason: String) -> RankBackend {
+        RankBackend {
+            name: name.into(),
+            available,
+            reason,
+            found: None,
+            env_set: Vec::new(),
+            init_ms: None,
+            init_error: None,
+            verified: Vec::new(),
+            rows: Vec::new(),
+            failure: None,
+            notes: Vec::new(),
+            log: Vec::new(),
+            out_of_time: false,
+        }
+    }
+
+    /// Whether the run's deadline, not a fault, ended this backend.
+    pub fn ran_out_of_time(&self) -> bool {
+        self.out_of_time
+            || matches!(
+                self.failure.as_ref().and_then(|f| f.error.as_ref()),
+                Some(OpError::RunDeadline { .. })
+            )
+    }
+}
+
+pub struct RankInfo<'a> {
+    pub rank: u32,
+    pub world: u32,
+    pub local_rank: u32,
+    pub local_world: u32,
+    pub libraries: Libraries,
+    pub host: String,
+    /// The address this rank reached the master from: the route's choice.
+    pub route_ip: String,
+    pub gloo_ifname: Option<String>,
+    /// PREFLIGHT_COLL_SAME_HOST: how same-host pairs talk (`direct`,
+    /// `unix` or `tcp`).
+    pub same_host: Option<String>,
+    /// The node's interface facts, for the TCP backend's link speed.
+    pub interfaces: Vec<crate::facts::Interface>,
+    pub hooks: Hooks,
+    /// Each rank's node as the cluster report names it, for ranks whose
+    /// own result never arrives.
+    pub hosts: Vec<String>,
+    pub conn: &'a mut TcpStream,
+}
+
+/// Where each library backend finds its library when the flag is absent.
+#[derive(Debug, Clone, Default)]
+pub struct Libraries {
+    pub nccl: Option<PathBuf>,
+    pub oneccl: Option<PathBuf>,
+}
+
+/// The library a probe found.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Found {
+    /// The file loaded.
+    pub path: String,
+    pub version: String,
+}

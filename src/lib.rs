@@ -1,0 +1,36 @@
+//! preflight: is every node and backend ready for the distributed job?
+//!
+//! The layers, from the top; a module imports only from the floors below
+//! its own (`tests/architecture.rs` holds this):
+//!
+//! 1. `cli`: the command tree and its dispatch.
+//! 2. `commands`: one file per command, each with its arguments.
+//! 3. The stages: `engine` (the checklist), `cluster` (rendezvous,
+//!    comparison, reachability), `collective` (real collectives per
+//!    backend).
+//! 4. `checklist` (loading, applicability, hints, which stage evaluates a
+//!    check) and `report` (rendering: human, JSON, JUnit, the cluster and
+//!    collective views).
+//! 5. `kinds`: every check kind, over facts and stage results.
+//! 6. `result`: what every layer shares: findings, check results, verdicts
+//!    and the stages' results.
+//! 7. Ground: `facts`, `values`, `yaml`, `exit`, `suggest`.
+
+// Hardware probes read sysfs and load NVML through safe wrappers only;
+// `unsafe` lives in the -sys crates.
+#![forbid(unsafe_code)]
+
+pub mod checklist;
+pub mod cli;
+pub mod cluster;
+pub mod collective;
+pub mod commands;
+pub mod engine;
+pub mod exit;
+pub mod facts;
+pub mod kinds;
+pub mod report;
+pub mod result;
+pub mod suggest;
+pub mod values;
+pub mod yaml;

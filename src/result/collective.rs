@@ -1,0 +1,185 @@
+//! The collective stage's result: per backend, what ran, what it measured
+//! and how it ended; the pairwise round; each rank's links. Rank 0
+//! assembles it, and the JSON report's `collective` section holds it.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CollectiveReport {
+    /// `short` (run's default) or `full` (`--collective full`, `bench`).
+    pub mode: String,
+    pub world_size: u32,
+    pub backends: Vec<BackendReport>,
+    pub pairs: Vec<PairRate>,
+    /// Ranks slow in every pair they are in, with their hosts.
+    pub stragglers: Vec<String>,
+    /// Ranks whose result never reached rank 0.
+    pub missing: Vec<u32>,
+    /// Each rank's TCP-backend interface, link speed and Unix-socket peers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<RankLink>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackendReport {
+    pub name: String,
+    pub available: bool,
+    pub reason: String,
+    /// The library loaded ("NCCL 2.21.5 at /usr/lib/…"), for library
+    /// backends.
+    #[serde(default)]
+    pub library: Option<String>,
+    /// Library settings preflight added where the job left them unset.
+    #[serde(default)]
+    pub env_set: Vec<String>,
+    /// The slowest rank's init, ms.
+    pub init_ms: Option<u64>,
+    pub ops: Vec<OpStatus>,
+    /// Verified steps only: a wrong result never gets a bandwidth.
+    pub sweep: Vec<Row>,
+    /// What ranks said about the backend (the transport chosen, a
+    /// fallback), "warning: " first when it is one.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// The library's own output from the rank that failed (or the first
+    /// rank with any), for the operator to read.
+    #[serde(default)]
+    pub log: Vec<String>,
+    /// Why the sweep ended early, in words.
+    pub ended: Option<String>,
+    /// pass, fail or skip.
+    pub verdict: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpStatus {
+    pub op: String,
+    /// verified, failed or not_run.
+    pub status: String,
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Row {
+    pub op: Op,
+    /// nccl-tests' size: the buffer (allgather: the whole output).
+    pub bytes: usize,
+    pub count: usize,
+    pub dtype: Dtype,
+    /// Mean time per operation, microseconds (rank 0's table: the slowest
+    /// rank's).
+    pub time_us: f64,
+    /// GB/s (10^9 bytes per second).
+    pub algbw: f64,
+    pub busbw: f64,
+}
+
+impl Row {
+    pub fn new(op: Op, bytes: usize, dtype: Dtype, time_us: f64, world: u32) -> Row {
+        let algbw = if time_us > 0.0 {
+            bytes as f64 / (time_us * 1e3)
+        } else {
+            0.0
+        };
+        Row {
+            op,
+            bytes,
+            count: bytes / Dtype::SIZE,
+            dtype,
+            time_us,
+            algbw,
+            busbw: algbw * op.bus_factor(world),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PairRate {
+    pub a: u32,
+    pub b: u32,
+    /// GB/s each way.
+    pub gbps: f64,
+}
+
+/// What one rank's TCP backend ran over, for the report and the relative
+/// `collective_busbw` threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankLink {
+    pub rank: u32,
+    /// The interface holding the TCP listener's address (from the
+    /// interface facts); `None` when no interface holds it.
+    pub interface: Option<String>,
+    /// Its link speed in Mbit/s; `None` where the interface reports none
+    /// (loopback, some virtual links, a down port).
+    pub speed_mbps: Option<u64>,
+    /// Peers reached over a Unix socket (same host); the others over TCP.
+    pub unix_peers: Vec<u32>,
+    /// Of those, the peers whose large messages this rank copies straight
+    /// out of their memory (single copy).
+    #[serde(default)]
+    pub direct_peers: Vec<u32>,
+    /// Why some same-host peer could not use single-copy reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_refused: Option<String>,
+    /// The peers this rank holds a connection to (its partners).
+    #[serde(default)]
+    pub connections: u32,
+}
+
+/// Element types the operations move. Both are 4 bytes, little endian on
+/// the wire, so one byte buffer serves both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dtype {
+    F32,
+    I32,
+}
+
+impl Dtype {
+    pub const SIZE: usize = 4;
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "float",
+            Dtype::I32 => "int32",
+        }
+    }
+}
+
+/// The five operations every backend implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    Allreduce,
+    Broadcast,
+    Allgather,
+    Sendrecv,
+    Barrier,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Allreduce => "allreduce",
+            Op::Broadcast => "broadcast",
+            Op::Allgather => "allgather",
+            Op::Sendrecv => "sendrecv",
+            Op::Barrier => "barrier",
+        }
+    }
+
+    /// nccl-tests' bus bandwidth factor: what each link carries relative
+    /// to the algorithm bandwidth, so figures compare across world sizes.
+    pub fn bus_factor(self, n: u32) -> f64 {
+        // One rank moves nothing over any bus.
+        if n <= 1 {
+            return 0.0;
+        }
+        let n = f64::from(n);
+        match self {
+            Op::Allreduce => 2.0 * (n - 1.0) / n,
+            Op::Allgather => (n - 1.0) / n,
+            Op::Broadcast | Op::Sendrecv | Op::Barrier => 1.0,
+        }
+    }
+}
