@@ -3,6 +3,7 @@
 //! `collective.stragglers`, with hints.
 
 use super::Op;
+use super::library::library;
 use crate::result::collective::CollectiveReport;
 use crate::result::{CheckResult, Status};
 
@@ -105,10 +106,9 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
 
 /// What to do when a required backend is missing on a node.
 fn missing_hint(backend: &str) -> String {
-    match backend {
-        "nccl" => "Install NCCL (or RCCL) where the job can load it, or point --nccl-lib / PREFLIGHT_NCCL_LIB at libnccl.so.2; on a node without a GPU or driver, check nvidia-smi first. Leave nccl out of --backends on CPU-only nodes.".into(),
-        "oneccl" => "Install oneCCL 2022 or later (libccl.so.2), source its setvars.sh (CCL_ROOT), or point --oneccl-lib / PREFLIGHT_ONECCL_LIB at it.".into(),
-        other => format!("Check that the {other} backend can run on the node named."),
+    match library(backend) {
+        Some(l) => l.install_hint.into(),
+        None => format!("Check that the {backend} backend can run on the node named."),
     }
 }
 

@@ -16,6 +16,7 @@ pub mod checks;
 pub mod config;
 pub mod exercise;
 pub mod job;
+pub mod library;
 pub mod nccl;
 pub mod oneccl;
 pub mod rank;

@@ -39,8 +39,39 @@ use nccl_sys::{
 use tokio::time::Instant;
 
 use super::job::{Job, Link, ToParent};
+use super::library::{EnvInput, LibraryBackend};
 use super::rank::Found;
 use super::{Backend, Dtype, OpError};
+
+pub const LIBRARY: LibraryBackend = LibraryBackend {
+    name: "nccl",
+    flag: "nccl-lib",
+    flag_help: "The NCCL (or RCCL) library for the nccl backend, instead of the search: PREFLIGHT_NCCL_LIB, then libnccl.so.2 and librccl.so.1 by the loader, then Python's site-packages (nvidia/nccl/lib)",
+    install_hint: "Install NCCL (or RCCL) where the job can load it, or point --nccl-lib / PREFLIGHT_NCCL_LIB at libnccl.so.2; on a node without a GPU or driver, check nvidia-smi first. Leave nccl out of --backends on CPU-only nodes.",
+    env,
+    work,
+};
+
+/// The settings NCCL gets where the job left them unset (an operator's own
+/// value always wins), and reported: `NCCL_DEBUG=INFO` with
+/// `NCCL_DEBUG_FILE` in the worker's scratch directory, so the transport
+/// NCCL chose can be read back (see `transport`), unless the job sets
+/// NCCL_DEBUG itself. A job's own debug file stays the job's: the
+/// transport goes unchecked then, and the worker says so.
+fn env(input: &EnvInput<'_, '_>) -> Vec<(String, String)> {
+    let unset = |k: &str| std::env::var_os(k).is_none();
+    if unset("NCCL_DEBUG") && unset("NCCL_DEBUG_FILE") {
+        vec![
+            ("NCCL_DEBUG".into(), "INFO".into()),
+            (
+                "NCCL_DEBUG_FILE".into(),
+                input.scratch.join("nccl.%h.%p.log").display().to_string(),
+            ),
+        ]
+    } else {
+        Vec::new()
+    }
+}
 
 pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
     let probe = nccl_sys::probe(

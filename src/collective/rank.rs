@@ -1,11 +1,10 @@
 //! One rank's part of the stage: where it sits (its `RankInfo`) and what
 //! it found per backend (`RankResult`), which rank 0 assembles.
 
-use std::path::PathBuf;
-
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
+use super::library::Libraries;
 use super::sweep::{Failure, Hooks};
 use super::{Op, OpError};
 use crate::result::collective::{PairRate, RankLink, Row};
@@ -100,13 +99,6 @@ pub struct RankInfo<'a> {
     /// own result never arrives.
     pub hosts: Vec<String>,
     pub conn: &'a mut TcpStream,
-}
-
-/// Where each library backend finds its library when the flag is absent.
-#[derive(Debug, Clone, Default)]
-pub struct Libraries {
-    pub nccl: Option<PathBuf>,
-    pub oneccl: Option<PathBuf>,
 }
 
 /// The library a probe found.

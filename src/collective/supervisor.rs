@@ -9,7 +9,6 @@
 //! `coll/B/plan` (rank 0's decision: go with the id, or why not).
 
 use std::collections::VecDeque;
-use std::net::IpAddr;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +22,7 @@ use tokio::time::Instant;
 
 use super::config::Config;
 use super::job::{JOB_ENV, Job, JobConfig, PARENT_ENV, SOCKET_ENV, ToParent, ToWorker};
+use super::library::{EnvInput, library};
 use super::rank::{RankBackend, RankInfo};
 use super::sweep::Failure;
 use super::{Op, OpError};
@@ -409,18 +409,20 @@ impl Worker {
             .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?;
         let exe =
             std::env::current_exe().map_err(|e| format!("cannot find our own binary: {e}"))?;
-        let env_set = library_env(name, info, init_timeout, scratch.path());
+        let env_set = library(name).map_or_else(Vec::new, |l| {
+            (l.env)(&EnvInput {
+                info,
+                init_timeout,
+                scratch: scratch.path(),
+            })
+        });
         let job = Job {
             backend: name.into(),
             rank: info.rank,
             world: info.world,
             local_rank: info.local_rank,
             local_world: info.local_world,
-            lib: match name {
-                "nccl" => info.libraries.nccl.clone(),
-                "oneccl" => info.libraries.oneccl.clone(),
-                _ => None,
-            },
+            lib: info.libraries.get(name),
             config: JobConfig::from_config(cfg),
             hang_above: info.hooks.hang_above,
             corrupt_from: info.hooks.corrupt_from,
@@ -612,81 +614,4 @@ async fn keep_lines<R: AsyncRead + Unpin>(r: R, log: Arc<Mutex<VecDeque<String>>
             l.push_back(line);
         }
     }
-}
-
-/// The settings a library needs to work here, added to the worker's
-/// environment only where the job left them unset (an operator's own value
-/// always wins), and reported.
-///
-/// oneCCL: `CCL_YIELD=sched_yield` when the node has fewer than two cores
-/// per local rank (busy polling starves the others: 17 to 80 ms per tiny
-/// allreduce on 2 cores against 0.1 to 0.5 ms); `CCL_KVS_IFACE` and, for
-/// libfabric's tcp provider, `FI_TCP_IFACE` set to the interface this rank
-/// reached the master from (the default takes the first non-loopback
-/// interface, which need not be the one the peers can reach);
-/// `CCL_KVS_CONNECTION_TIMEOUT` to our init deadline, so oneCCL gives up
-/// near the time we would kill it.
-///
-/// NCCL: `NCCL_DEBUG=INFO` with `NCCL_DEBUG_FILE` in the worker's scratch
-/// directory, so the transport NCCL chose can be read back (see `nccl`),
-/// unless the job sets NCCL_DEBUG itself.
-fn library_env(
-    name: &str,
-    info: &RankInfo<'_>,
-    init_timeout: Duration,
-    scratch: &std::path::Path,
-) -> Vec<(String, String)> {
-    let unset = |k: &str| std::env::var_os(k).is_none();
-    let mut out: Vec<(String, String)> = Vec::new();
-    match name {
-        "oneccl" => {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            if unset("CCL_YIELD") && cores < 2 * info.local_world.max(1) as usize {
-                out.push(("CCL_YIELD".into(), "sched_yield".into()));
-            }
-            if let Some(ifname) = info
-                .route_ip
-                .parse::<IpAddr>()
-                .ok()
-                .and_then(crate::facts::interface_of)
-            {
-                if unset("CCL_KVS_IFACE") {
-                    out.push(("CCL_KVS_IFACE".into(), ifname.clone()));
-                }
-                let tcp_provider = std::env::var("FI_PROVIDER").is_ok_and(|p| p == "tcp");
-                if tcp_provider && unset("FI_TCP_IFACE") {
-                    out.push(("FI_TCP_IFACE".into(), ifname));
-                }
-            }
-            // Without them oneCCL asks its transport, and says so in a
-            // warning on every run; only a launcher's own values are passed
-            // on (a guess would mislead oneCCL's intra-node transport).
-            let launcher_says = |vars: Vec<&str>| vars.into_iter().any(|v| !unset(v));
-            if unset("CCL_LOCAL_RANK")
-                && unset("CCL_LOCAL_SIZE")
-                && launcher_says(crate::facts::launch::local_rank_vars())
-                && launcher_says(crate::facts::launch::local_size_vars())
-            {
-                out.push(("CCL_LOCAL_RANK".into(), info.local_rank.to_string()));
-                out.push(("CCL_LOCAL_SIZE".into(), info.local_world.max(1).to_string()));
-            }
-            if unset("CCL_KVS_CONNECTION_TIMEOUT") {
-                out.push((
-                    "CCL_KVS_CONNECTION_TIMEOUT".into(),
-                    init_timeout.as_secs().max(1).to_string(),
-                ));
-            }
-        }
-        // A job's own debug file stays the job's: the transport goes
-        // unchecked then, and the worker says so.
-        "nccl" if unset("NCCL_DEBUG") && unset("NCCL_DEBUG_FILE") => {
-            out.push(("NCCL_DEBUG".into(), "INFO".into()));
-            out.push((
-                "NCCL_DEBUG_FILE".into(),
-                scratch.join("nccl.%h.%p.log").display().to_string(),
-            ));
-        }
-        _ => {}
-    }
-    out
 }

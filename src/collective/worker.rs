@@ -18,6 +18,7 @@
 //! none of its own beyond the library's, because the parent kills it.
 
 use super::job::{JOB_ENV, Job, Link, PARENT_ENV};
+use super::library::library;
 
 /// A worker blocked inside a library call outlives a rank that was killed
 /// (SIGKILL runs no destructor): the kernel kills it with its parent.
@@ -58,10 +59,9 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    let outcome = match job.backend.as_str() {
-        "oneccl" => super::oneccl::work(&job, &mut link),
-        "nccl" => super::nccl::work(&job, &mut link),
-        other => Err(format!("no library backend named {other}")),
+    let outcome = match library(&job.backend) {
+        Some(l) => (l.work)(&job, &mut link),
+        None => Err(format!("no library backend named {}", job.backend)),
     };
     match outcome {
         Ok(()) => 0,

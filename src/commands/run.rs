@@ -14,7 +14,8 @@ use crate::checklist::{self, Check, Evaluator};
 use crate::cluster::identity::{self, Identity, NodePlan};
 use crate::cluster::{self, RankInput};
 use crate::collective::config as coll;
-use crate::collective::rank::{Libraries, RankInfo};
+use crate::collective::library::{LIBRARIES, Libraries};
+use crate::collective::rank::RankInfo;
 use crate::collective::stage;
 use crate::collective::sweep::Hooks;
 use crate::engine::{self, Progress};
@@ -101,16 +102,51 @@ pub struct CollectiveArgs {
     /// that backend's sweep, named, and the run goes on.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_span)]
     pub step_timeout: Span,
-    /// The NCCL (or RCCL) library for the nccl backend, instead of the
-    /// search: PREFLIGHT_NCCL_LIB, then libnccl.so.2 and librccl.so.1 by
-    /// the loader, then Python's site-packages (nvidia/nccl/lib).
-    #[arg(long, value_name = "PATH")]
-    pub nccl_lib: Option<PathBuf>,
-    /// The oneCCL C library (libccl.so.2, oneCCL 2022 or later) for the
-    /// oneccl backend, instead of the search: PREFLIGHT_ONECCL_LIB, then
-    /// the loader, then $CCL_ROOT/lib.
-    #[arg(long, value_name = "PATH")]
-    pub oneccl_lib: Option<PathBuf>,
+    /// `--nccl-lib`, `--oneccl-lib`, ...: one flag per library backend.
+    #[command(flatten)]
+    pub libraries: LibraryArgs,
+}
+
+/// One `--NAME-lib PATH` flag per library backend, from the backends'
+/// registry: a new backend brings its flag with it.
+#[derive(Debug, Clone, Default)]
+pub struct LibraryArgs(pub Libraries);
+
+impl clap::FromArgMatches for LibraryArgs {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut args = LibraryArgs::default();
+        args.update_from_arg_matches(matches)?;
+        Ok(args)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        for l in LIBRARIES {
+            if let Some(path) = matches.get_one::<PathBuf>(l.flag) {
+                self.0.0.retain(|(name, _)| *name != l.name);
+                self.0.0.push((l.name, path.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl clap::Args for LibraryArgs {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        for l in LIBRARIES {
+            cmd = cmd.arg(
+                clap::Arg::new(l.flag)
+                    .long(l.flag)
+                    .value_name("PATH")
+                    .value_parser(clap::value_parser!(PathBuf))
+                    .help(l.flag_help),
+            );
+        }
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -511,10 +547,7 @@ fn collective_stage(
         world: report.world_size,
         local_rank: place.local_rank,
         local_world: place.local_world,
-        libraries: Libraries {
-            nccl: args.collective.nccl_lib.clone(),
-            oneccl: args.collective.oneccl_lib.clone(),
-        },
+        libraries: args.collective.libraries.0.clone(),
         host: format!("{} {}", facts.hostname(), link.local_ip),
         route_ip: link.local_ip.clone(),
         gloo_ifname: facts.env("GLOO_SOCKET_IFNAME").map(str::to_string),
