@@ -13,12 +13,14 @@
 pub mod auth;
 pub mod barrier;
 pub mod checkin;
+pub mod client;
 pub mod hostlist;
 pub mod identity;
 pub mod protocol;
 pub mod reachability;
-pub mod rendezvous;
+pub mod server;
 pub mod store;
+pub mod verdict;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +51,7 @@ pub struct RankInput {
 pub fn clock_offset(facts: &Facts) -> i64 {
     const DAY_MS: i64 = 24 * 3600 * 1000;
     facts
-        .env(rendezvous::TEST_CLOCK_OFFSET)
+        .env(client::TEST_CLOCK_OFFSET)
         .and_then(|v| v.trim().parse::<i64>().ok())
         .unwrap_or(0)
         .clamp(-DAY_MS, DAY_MS)
@@ -122,10 +124,10 @@ pub async fn start_server(input: ServerInput<'_>) -> Server {
     }
     let token = Token::resolve(input.facts.env_vars());
     let master = master_label(&id.master_addr, id.master_port);
-    match rendezvous::bind(&id.master_addr, id.master_port).await {
-        Ok(listener) => Ok(Some(tokio::spawn(rendezvous::serve(
-            rendezvous::ServerConfig {
-                bound: rendezvous::bound_name(&id.master_addr, &listener),
+    match server::bind(&id.master_addr, id.master_port).await {
+        Ok(listener) => Ok(Some(tokio::spawn(server::serve(
+            server::ServerConfig {
+                bound: server::bound_name(&id.master_addr, &listener),
                 world_size: id.world_size,
                 placement: barrier::Placement {
                     nodelist: id.nodelist.clone(),
@@ -180,15 +182,15 @@ pub async fn start_node_server(
     let bound = if port == 0 {
         bind_outside_ephemeral(&plan.master_addr, input.facts).await
     } else {
-        rendezvous::bind(&plan.master_addr, port).await
+        server::bind(&plan.master_addr, port).await
     };
     match bound {
         Ok(listener) => {
             port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
             let master = master_label(&plan.master_addr, port);
-            let server = tokio::spawn(rendezvous::serve(
-                rendezvous::ServerConfig {
-                    bound: rendezvous::bound_name(&plan.master_addr, &listener),
+            let server = tokio::spawn(server::serve(
+                server::ServerConfig {
+                    bound: server::bound_name(&plan.master_addr, &listener),
                     world_size: input.world_size,
                     placement: barrier::Placement {
                         nodelist: plan.nodelist.clone(),
@@ -242,7 +244,7 @@ pub async fn rank_stage(input: RankInput, server: Server) -> (ClusterReport, Opt
         Err(report) => return (*report, None),
     };
 
-    let cfg = rendezvous::ClientConfig {
+    let cfg = client::ClientConfig {
         master_addr: id.master_addr.clone(),
         master_port: id.master_port,
         token: token.clone(),
@@ -264,10 +266,10 @@ pub async fn rank_stage(input: RankInput, server: Server) -> (ClusterReport, Opt
 }
 
 async fn session(
-    cfg: &rendezvous::ClientConfig,
+    cfg: &client::ClientConfig,
     input: &RankInput,
 ) -> Result<(ClusterReport, Link), String> {
-    let mut stream = rendezvous::connect(cfg).await?;
+    let mut stream = client::connect(cfg).await?;
     let local_ip = stream
         .local_addr()
         .map(|a| a.ip().to_string())
@@ -287,7 +289,7 @@ async fn session(
     let _probe_task = probe_listener.map(|l| AbortOnDrop(tokio::spawn(reachability::serve(l))));
 
     let clock_deadline = (Instant::now() + Duration::from_secs(2)).min(cfg.deadline);
-    let clock = rendezvous::sample_clock(&mut stream, cfg.clock_offset_ms, clock_deadline).await;
+    let clock = client::sample_clock(&mut stream, cfg.clock_offset_ms, clock_deadline).await;
 
     let facts = Arc::clone(&input.facts);
     let ip = local_ip.clone();
@@ -340,7 +342,7 @@ async fn session(
     )
     .await
     .map_err(|e| format!("cannot check in with the master: {e}"))?;
-    let (report, until) = rendezvous::await_verdict(&mut stream, cfg.verdict_deadline).await?;
+    let (report, until) = client::await_verdict(&mut stream, cfg.verdict_deadline).await?;
     Ok((
         report,
         Link {
@@ -399,9 +401,9 @@ async fn bind_outside_ephemeral(
         if ephemeral.is_some_and(|(low, high)| (low..=high).contains(&port)) {
             continue;
         }
-        if let Ok(listener) = rendezvous::bind(addr, port).await {
+        if let Ok(listener) = server::bind(addr, port).await {
             return Ok(listener);
         }
     }
-    rendezvous::bind(addr, 0).await
+    server::bind(addr, 0).await
 }

@@ -19,7 +19,7 @@ use super::config::Config;
 use super::exercise::exercise;
 use super::rank::{RankBackend, RankInfo, RankResult};
 use super::straggler;
-use super::supervisor::{self};
+use super::supervisor;
 use super::tcp::{self, Tcp};
 use super::{Backend, OpError};
 use crate::cluster::store;

@@ -14,7 +14,7 @@ use std::os::fd::OwnedFd;
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice, vmsplice};
 use tokio::io::{AsyncWriteExt, Interest};
 
-use super::Writer;
+use super::transport::Writer;
 
 /// One pipe per rank, reused: a message goes through it a pipe's worth at
 /// a time, and it is empty between messages.

@@ -1,7 +1,8 @@
-//! The rendezvous: rank 0 (the node-rank-0 agent in node mode) serves on
-//! MASTER_ADDR:MASTER_PORT; every rank connects with backoff until its
-//! deadline, authenticates, samples the clock, checks in, runs the probes
-//! it is told to, and waits for the verdict.
+//! The rendezvous server: rank 0 (the node-rank-0 agent in node mode)
+//! serves on MASTER_ADDR:MASTER_PORT; every rank (see `client`) connects
+//! with backoff until its deadline, authenticates, samples the clock,
+//! checks in, runs the probes it is told to, and waits for the verdict
+//! (see `verdict`).
 //!
 //! Each connection is its own task with its own deadlines, so garbage, an
 //! oversized frame, a half-open or a slow connection is dropped (and
@@ -21,42 +22,25 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
-use super::auth::{self, AuthError, OTHER_JOB, Token};
+use super::auth::{self, AuthError, Token};
 use super::barrier::{self, BarrierState, ConnId, Placement};
 use super::checkin::CheckIn;
+use super::client::now_us;
 use super::protocol::{self, FrameError, Msg};
 use super::reachability::{self, Target};
 use super::store::Store;
+use super::verdict::{assemble, build_nodes, deaf_nodes};
 use crate::checklist::Check;
 use crate::facts::Facts;
-use crate::kinds::cluster::View;
-use crate::kinds::tcp_connect::{self, Outcome};
-use crate::result::Verdict;
-use crate::result::cluster::{Clock, ClusterReport, FailedCheck, Matrix, NodeView, Probe};
-use crate::values::format_duration;
+use crate::result::cluster::{ClusterReport, Probe};
 
 /// A client that has not authenticated by then is dropped: slowloris and
 /// half-open connections cost one task for this long at most.
-const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
-/// Each connect attempt's limit; a DROPped SYN is retried by the kernel
-/// for minutes otherwise.
-const CONNECT_LIMIT: Duration = Duration::from_secs(2);
-const CLOCK_SAMPLES: usize = 5;
+pub const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
 /// Connections still authenticating at once; beyond this a flood of
 /// junk connections is closed at accept and cannot exhaust memory or
 /// descriptors, while the job's ranks (thousands at most) fit.
 const MAX_PENDING: usize = 4096;
-
-/// Test hook: milliseconds added to this process's wall clock readings, so
-/// a test stages a skewed node without touching the machine's clock.
-pub const TEST_CLOCK_OFFSET: &str = "PREFLIGHT_TEST_CLOCK_OFFSET_MS";
-
-pub fn now_us(offset_ms: i64) -> i64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    (t.as_micros() as i64).saturating_add(offset_ms.saturating_mul(1000))
-}
 
 type Writer = Arc<Mutex<OwnedWriteHalf>>;
 
@@ -359,209 +343,6 @@ fn handle(
     }
 }
 
-/// The nodes whose representative opened no probe listener, with why.
-fn deaf_nodes(state: &BarrierState, nodes: &[(NodeView, u32)]) -> Vec<(usize, String)> {
-    nodes
-        .iter()
-        .enumerate()
-        .filter_map(|(j, (_, rep))| {
-            let c = &state.arrivals.get(rep)?.1;
-            if c.probe_addr.is_some() {
-                return None;
-            }
-            Some((
-                j,
-                c.probe_error
-                    .clone()
-                    .unwrap_or_else(|| "no probe listener".into()),
-            ))
-        })
-        .collect()
-}
-
-/// Nodes in order of their lowest rank, with the rank that probes for the
-/// node: the lowest one that has a probe listener (local ranks share a
-/// probe port range, so the lowest may have found it taken by another).
-fn build_nodes(state: &BarrierState) -> Vec<(NodeView, u32)> {
-    let mut order: Vec<(String, String)> = Vec::new();
-    let mut members: HashMap<(String, String), Vec<&CheckIn>> = HashMap::new();
-    for (_, c) in state.arrivals.values() {
-        let key = (c.hostname.clone(), c.addr.clone());
-        if !members.contains_key(&key) {
-            order.push(key.clone());
-        }
-        members.entry(key).or_default().push(c);
-    }
-    let unique_hostnames = {
-        let mut h: Vec<&String> = order.iter().map(|k| &k.0).collect();
-        h.sort();
-        h.dedup();
-        h.len() == order.len()
-    };
-    order
-        .into_iter()
-        .map(|key| {
-            let list = &members[&key];
-            let first = list[0];
-            let mut failed = Vec::new();
-            for c in list {
-                for f in &c.failed {
-                    if !failed.iter().any(|x: &FailedCheck| x.id == f.id) {
-                        failed.push(f.clone());
-                    }
-                }
-            }
-            let worst = |v: &str| match v {
-                "not_ready" => 2,
-                "incomplete" => 1,
-                _ => 0,
-            };
-            let local_verdict = list
-                .iter()
-                .map(|c| c.local_verdict.as_str())
-                .max_by_key(|v| worst(v))
-                .unwrap_or("ready")
-                .to_string();
-            let prober = list
-                .iter()
-                .find(|c| c.probe_addr.is_some())
-                .unwrap_or(&first);
-            let view = NodeView {
-                name: if unique_hostnames {
-                    key.0.clone()
-                } else {
-                    key.1.clone()
-                },
-                hostname: key.0.clone(),
-                addr: key.1.clone(),
-                ranks: list.iter().map(|c| c.identity.rank).collect(),
-                tool_version: first.tool_version.clone(),
-                checklist_hash: first.checklist_hash.clone(),
-                versions: first.versions.clone(),
-                env: first.env.clone(),
-                devices: first.devices.clone(),
-                clock: first.clock,
-                interface: first.interface.clone(),
-                probe_addr: prober.probe_addr.clone(),
-                hostname_addrs: first.hostname_addrs.clone(),
-                local_verdict,
-                failed,
-            };
-            (view, prober.identity.rank)
-        })
-        .collect()
-}
-
-fn assemble(
-    cfg: &ServerConfig,
-    state: &BarrierState,
-    nodes: Vec<(NodeView, u32)>,
-    probes: Vec<Probe>,
-    deaf: &[(usize, String)],
-    waited: Duration,
-) -> ClusterReport {
-    let nodes: Vec<NodeView> = nodes.into_iter().map(|(v, _)| v).collect();
-    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
-    // Probe results are a peer's input: indices outside the plan are
-    // dropped, and a pair reported twice counts once.
-    let n = nodes.len();
-    let mut probes = probes;
-    probes.retain(|p| p.from < n && p.to < n && p.from != p.to);
-    probes.sort_by_key(|p| (p.from, p.to));
-    probes.dedup_by_key(|p| (p.from, p.to));
-    let mut findings: Vec<String> = deaf
-        .iter()
-        .map(|(j, why)| format!("{}: {why}", names[*j]))
-        .collect();
-    let heard: Vec<Probe> = probes
-        .iter()
-        .filter(|p| !deaf.iter().any(|(j, _)| *j == p.to))
-        .cloned()
-        .collect();
-    if heard.iter().any(|p| p.status != "ok") {
-        findings.extend(reachability::culprits(nodes.len(), &heard, &names));
-    }
-    let barrier = state.summary(waited.as_millis() as u64);
-    let mut barrier_result =
-        barrier::result(&barrier, cfg.world_size, &format_duration(cfg.timeout));
-    if let Some((name, bound)) = &cfg.bound
-        && bound.ip().is_loopback()
-        && !barrier.missing.is_empty()
-        && cfg.placement.local_world_size < cfg.world_size
-    {
-        barrier_result.message.push_str(&format!(
-            "; rank 0 serves on {bound}, a loopback address, because `{name}` resolves to it there: ranks on other nodes cannot reach it"
-        ));
-    }
-    let mut checks = vec![barrier_result];
-    let view = View {
-        nodes: &nodes,
-        probes: &probes,
-        findings: &findings,
-    };
-    checks.extend(crate::checklist::evaluate_cluster(
-        &cfg.checks,
-        &view,
-        &cfg.facts,
-    ));
-    let mut warnings = Vec::new();
-    if cfg.token.is_none() {
-        warnings.push(
-            "no job token (PREFLIGHT_TOKEN, SLURM_JOB_ID and TORCHELASTIC_RUN_ID are unset): any preflight that reaches this port is accepted into this job"
-                .to_string(),
-        );
-    }
-    for peer in &barrier.other_job_clients {
-        warnings.push(format!(
-            "a preflight of another job (another token) connected from {peer} and was rejected: it is using this job's master port {}",
-            cfg.master
-        ));
-    }
-    if !barrier.dropped.is_empty() {
-        warnings.push(format!(
-            "dropped {} connections that were not this job's preflight: {}{}",
-            barrier.dropped_total,
-            barrier.dropped.join("; "),
-            if barrier.dropped_total > barrier.dropped.len() {
-                "; ..."
-            } else {
-                ""
-            }
-        ));
-    }
-    // Every node's own verdict counts whether or not `cluster.node_checks`
-    // was selected: a node whose checklist failed is not ready, and the
-    // cluster with it.
-    let verdict = nodes
-        .iter()
-        .map(|n| Verdict::from_name(&n.local_verdict))
-        .fold(Verdict::of(&checks, cfg.strict), Verdict::worst);
-    let mode = if nodes.len() > reachability::ALL_PAIRS_MAX {
-        "ring + hypercube"
-    } else {
-        "all pairs"
-    };
-    ClusterReport {
-        verdict,
-        exit_code: verdict.exit_code().code(),
-        world_size: cfg.world_size,
-        master: cfg.master.clone(),
-        token: format!("{} ({})", cfg.token.source, cfg.token.fingerprint()),
-        duration_ms: cfg.started.elapsed().as_millis() as u64,
-        reachability: Matrix {
-            mode: mode.into(),
-            nodes: names,
-            probes,
-            findings,
-        },
-        nodes,
-        barrier,
-        checks,
-        warnings,
-        collective: None,
-    }
-}
-
 async fn accept_loop(
     listener: TcpListener,
     token: Token,
@@ -699,171 +480,10 @@ async fn connection(
 
 // ---- the rank's side -------------------------------------------------------
 
-pub struct ClientConfig {
-    pub master_addr: String,
-    pub master_port: u16,
-    pub token: Token,
-    /// Until when to keep trying to connect and check in.
-    pub deadline: Instant,
-    /// Until when to wait for the verdict after checking in.
-    pub verdict_deadline: Instant,
-    pub timeout: Duration,
-    pub clock_offset_ms: i64,
-}
-
-/// Connects and authenticates, retrying with backoff until the deadline.
-/// The error says what the last attempts saw, in words that tell a DROP
-/// from a REJECT from another job on the port.
-pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
-    let mut backoff = Duration::from_millis(25);
-    // How the last attempt ended; `Connected` only until the first one.
-    let mut last = Outcome::Connected;
-    let mut last_text = String::new();
-    let mut attempts = 0u32;
-    let host = &cfg.master_addr;
-    let port = cfg.master_port;
-    loop {
-        let now = Instant::now();
-        if now >= cfg.deadline {
-            break;
-        }
-        attempts += 1;
-        let attempt = (now + CONNECT_LIMIT).min(cfg.deadline);
-        match tokio::time::timeout_at(attempt, TcpStream::connect((host.as_str(), port))).await {
-            Err(_) => {
-                last = Outcome::TimedOut;
-                last_text = "connection attempt timed out".into();
-            }
-            Ok(Err(e)) => {
-                last = tcp_connect::classify(&e);
-                last_text = e.to_string();
-            }
-            Ok(Ok(mut stream)) => {
-                let _ = stream.set_nodelay(true);
-                let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(cfg.deadline);
-                match auth::client(&mut stream, &cfg.token, handshake).await {
-                    Ok(()) => return Ok(stream),
-                    Err(AuthError::OtherJob) => {
-                        return Err(format!(
-                            "port {port} on {host} is in use by another job: the preflight there proves another job token (PREFLIGHT_TOKEN / SLURM_JOB_ID / TORCHELASTIC_RUN_ID), so this job's master is not there"
-                        ));
-                    }
-                    Err(AuthError::RejectedByPeer(r)) if r == OTHER_JOB => {
-                        return Err(format!(
-                            "port {port} on {host} is in use by another job: it rejected this job's token"
-                        ));
-                    }
-                    Err(AuthError::Frame(e @ (FrameError::Garbage | FrameError::Version(_)))) => {
-                        return Err(format!(
-                            "port {port} on {host} is in use by something that is not this job's preflight ({e})"
-                        ));
-                    }
-                    Err(e) => {
-                        last = Outcome::Other;
-                        last_text = format!("connected, but the handshake failed: {e}");
-                    }
-                }
-            }
-        }
-        let left = cfg.deadline.saturating_duration_since(Instant::now());
-        tokio::time::sleep(backoff.min(left)).await;
-        // Short at most: rank 0 usually comes up within milliseconds of
-        // the others, and a long sleep would add to every healthy run.
-        backoff = (backoff * 2).min(Duration::from_millis(250));
-    }
-    let waited = format_duration(cfg.timeout);
-    Err(match last {
-        Outcome::TimedOut => format!(
-            "cannot reach the master {host}:{port} (rank 0): every connection attempt timed out for {waited} ({attempts} attempts): packets to port {port} are dropped, by a firewall DROP rule on {host} or on the way"
-        ),
-        Outcome::Refused => format!(
-            "cannot reach the master {host}:{port} (rank 0): connection refused for {waited} ({attempts} attempts): nothing listens on port {port} on {host} (rank 0 never started, or already finished with the job's other ranks, or MASTER_PORT differs), or a firewall REJECTs it"
-        ),
-        Outcome::Unreachable => format!(
-            "cannot reach the master {host}:{port} (rank 0): {last_text}: no route to {host} from here"
-        ),
-        Outcome::Other | Outcome::Connected | Outcome::NotResolved => format!(
-            "cannot reach the master {host}:{port} (rank 0) within {waited}: {}",
-            if last_text.is_empty() {
-                "no attempt completed"
-            } else {
-                &last_text
-            }
-        ),
-    })
-}
-
-/// NTP-style: the sample with the smallest round trip.
-pub async fn sample_clock(
-    stream: &mut TcpStream,
-    offset_ms: i64,
-    deadline: Instant,
-) -> Option<Clock> {
-    let mut best: Option<Clock> = None;
-    for _ in 0..CLOCK_SAMPLES {
-        let t0 = now_us(offset_ms);
-        protocol::write(stream, &Msg::TimeRequest { t0 }, deadline)
-            .await
-            .ok()?;
-        let Ok(Msg::TimeReply { t0: echoed, t1, t2 }) = protocol::read(stream, deadline).await
-        else {
-            return best;
-        };
-        let t3 = now_us(offset_ms);
-        if echoed != t0 {
-            continue;
-        }
-        let c = Clock::sample(t0, t1, t2, t3);
-        if best.is_none_or(|b| c.rtt_ms < b.rtt_ms) {
-            best = Some(c);
-        }
-    }
-    best
-}
-
-/// After checking in: answer a probe plan, then return the verdict and the
-/// run's deadline as rank 0 holds it.
-pub async fn await_verdict(
-    stream: &mut TcpStream,
-    deadline: Instant,
-) -> Result<(ClusterReport, Instant), String> {
-    loop {
-        match protocol::read(stream, deadline).await {
-            Ok(Msg::Verdict { report, left_ms }) => {
-                return Ok((*report, Instant::now() + Duration::from_millis(left_ms)));
-            }
-            Ok(Msg::ProbePlan {
-                node,
-                targets,
-                timeout_ms,
-            }) => {
-                let timeout = Duration::from_millis(timeout_ms.clamp(50, 5000));
-                let results = reachability::probe_all(node, &targets, timeout).await;
-                protocol::write(stream, &Msg::ProbeResults { results }, deadline)
-                    .await
-                    .map_err(|e| format!("cannot send the probe results to the master: {e}"))?;
-            }
-            Ok(Msg::Rejected { reason }) => {
-                return Err(format!("the master rejected this rank: {reason}"));
-            }
-            Ok(_) => {}
-            Err(FrameError::Timeout) => {
-                return Err(
-                    "checked in, but no verdict came from the master before the deadline".into(),
-                );
-            }
-            Err(e) => {
-                return Err(format!(
-                    "checked in, but the master went away before the verdict: {e}"
-                ));
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::client::{ClientConfig, await_verdict, connect};
     use crate::cluster::store;
     use crate::result::Verdict;
 

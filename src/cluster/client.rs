@@ -1,0 +1,194 @@
+//! The rank's side of the rendezvous: connect to rank 0 with backoff until
+//! the deadline, sample the clock against it, and wait for the verdict.
+
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::auth::{self, AuthError, OTHER_JOB, Token};
+use super::protocol::{self, FrameError, Msg};
+use super::reachability;
+use super::server::HANDSHAKE_LIMIT;
+use crate::kinds::tcp_connect::{self, Outcome};
+use crate::result::cluster::{Clock, ClusterReport};
+use crate::values::format_duration;
+
+/// Each connect attempt's limit; a DROPped SYN is retried by the kernel
+/// for minutes otherwise.
+const CONNECT_LIMIT: Duration = Duration::from_secs(2);
+
+const CLOCK_SAMPLES: usize = 5;
+
+/// Test hook: milliseconds added to this process's wall clock readings, so
+/// a test stages a skewed node without touching the machine's clock.
+pub const TEST_CLOCK_OFFSET: &str = "PREFLIGHT_TEST_CLOCK_OFFSET_MS";
+
+pub fn now_us(offset_ms: i64) -> i64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (t.as_micros() as i64).saturating_add(offset_ms.saturating_mul(1000))
+}
+
+pub struct ClientConfig {
+    pub master_addr: String,
+    pub master_port: u16,
+    pub token: Token,
+    /// Until when to keep trying to connect and check in.
+    pub deadline: Instant,
+    /// Until when to wait for the verdict after checking in.
+    pub verdict_deadline: Instant,
+    pub timeout: Duration,
+    pub clock_offset_ms: i64,
+}
+
+/// Connects and authenticates, retrying with backoff until the deadline.
+/// The error says what the last attempts saw, in words that tell a DROP
+/// from a REJECT from another job on the port.
+pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
+    let mut backoff = Duration::from_millis(25);
+    // How the last attempt ended; `Connected` only until the first one.
+    let mut last = Outcome::Connected;
+    let mut last_text = String::new();
+    let mut attempts = 0u32;
+    let host = &cfg.master_addr;
+    let port = cfg.master_port;
+    loop {
+        let now = Instant::now();
+        if now >= cfg.deadline {
+            break;
+        }
+        attempts += 1;
+        let attempt = (now + CONNECT_LIMIT).min(cfg.deadline);
+        match tokio::time::timeout_at(attempt, TcpStream::connect((host.as_str(), port))).await {
+            Err(_) => {
+                last = Outcome::TimedOut;
+                last_text = "connection attempt timed out".into();
+            }
+            Ok(Err(e)) => {
+                last = tcp_connect::classify(&e);
+                last_text = e.to_string();
+            }
+            Ok(Ok(mut stream)) => {
+                let _ = stream.set_nodelay(true);
+                let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(cfg.deadline);
+                match auth::client(&mut stream, &cfg.token, handshake).await {
+                    Ok(()) => return Ok(stream),
+                    Err(AuthError::OtherJob) => {
+                        return Err(format!(
+                            "port {port} on {host} is in use by another job: the preflight there proves another job token (PREFLIGHT_TOKEN / SLURM_JOB_ID / TORCHELASTIC_RUN_ID), so this job's master is not there"
+                        ));
+                    }
+                    Err(AuthError::RejectedByPeer(r)) if r == OTHER_JOB => {
+                        return Err(format!(
+                            "port {port} on {host} is in use by another job: it rejected this job's token"
+                        ));
+                    }
+                    Err(AuthError::Frame(e @ (FrameError::Garbage | FrameError::Version(_)))) => {
+                        return Err(format!(
+                            "port {port} on {host} is in use by something that is not this job's preflight ({e})"
+                        ));
+                    }
+                    Err(e) => {
+                        last = Outcome::Other;
+                        last_text = format!("connected, but the handshake failed: {e}");
+                    }
+                }
+            }
+        }
+        let left = cfg.deadline.saturating_duration_since(Instant::now());
+        tokio::time::sleep(backoff.min(left)).await;
+        // Short at most: rank 0 usually comes up within milliseconds of
+        // the others, and a long sleep would add to every healthy run.
+        backoff = (backoff * 2).min(Duration::from_millis(250));
+    }
+    let waited = format_duration(cfg.timeout);
+    Err(match last {
+        Outcome::TimedOut => format!(
+            "cannot reach the master {host}:{port} (rank 0): every connection attempt timed out for {waited} ({attempts} attempts): packets to port {port} are dropped, by a firewall DROP rule on {host} or on the way"
+        ),
+        Outcome::Refused => format!(
+            "cannot reach the master {host}:{port} (rank 0): connection refused for {waited} ({attempts} attempts): nothing listens on port {port} on {host} (rank 0 never started, or already finished with the job's other ranks, or MASTER_PORT differs), or a firewall REJECTs it"
+        ),
+        Outcome::Unreachable => format!(
+            "cannot reach the master {host}:{port} (rank 0): {last_text}: no route to {host} from here"
+        ),
+        Outcome::Other | Outcome::Connected | Outcome::NotResolved => format!(
+            "cannot reach the master {host}:{port} (rank 0) within {waited}: {}",
+            if last_text.is_empty() {
+                "no attempt completed"
+            } else {
+                &last_text
+            }
+        ),
+    })
+}
+
+/// NTP-style: the sample with the smallest round trip.
+pub async fn sample_clock(
+    stream: &mut TcpStream,
+    offset_ms: i64,
+    deadline: Instant,
+) -> Option<Clock> {
+    let mut best: Option<Clock> = None;
+    for _ in 0..CLOCK_SAMPLES {
+        let t0 = now_us(offset_ms);
+        protocol::write(stream, &Msg::TimeRequest { t0 }, deadline)
+            .await
+            .ok()?;
+        let Ok(Msg::TimeReply { t0: echoed, t1, t2 }) = protocol::read(stream, deadline).await
+        else {
+            return best;
+        };
+        let t3 = now_us(offset_ms);
+        if echoed != t0 {
+            continue;
+        }
+        let c = Clock::sample(t0, t1, t2, t3);
+        if best.is_none_or(|b| c.rtt_ms < b.rtt_ms) {
+            best = Some(c);
+        }
+    }
+    best
+}
+
+/// After checking in: answer a probe plan, then return the verdict and the
+/// run's deadline as rank 0 holds it.
+pub async fn await_verdict(
+    stream: &mut TcpStream,
+    deadline: Instant,
+) -> Result<(ClusterReport, Instant), String> {
+    loop {
+        match protocol::read(stream, deadline).await {
+            Ok(Msg::Verdict { report, left_ms }) => {
+                return Ok((*report, Instant::now() + Duration::from_millis(left_ms)));
+            }
+            Ok(Msg::ProbePlan {
+                node,
+                targets,
+                timeout_ms,
+            }) => {
+                let timeout = Duration::from_millis(timeout_ms.clamp(50, 5000));
+                let results = reachability::probe_all(node, &targets, timeout).await;
+                protocol::write(stream, &Msg::ProbeResults { results }, deadline)
+                    .await
+                    .map_err(|e| format!("cannot send the probe results to the master: {e}"))?;
+            }
+            Ok(Msg::Rejected { reason }) => {
+                return Err(format!("the master rejected this rank: {reason}"));
+            }
+            Ok(_) => {}
+            Err(FrameError::Timeout) => {
+                return Err(
+                    "checked in, but no verdict came from the master before the deadline".into(),
+                );
+            }
+            Err(e) => {
+                return Err(format!(
+                    "checked in, but the master went away before the verdict: {e}"
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! Rank 0's verdict: every node's view from the check-ins, the cluster
+//! checks over it, the reachability matrix, and the one report every rank
+//! leaves with.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::barrier::{self, BarrierState};
+use super::checkin::CheckIn;
+use super::reachability;
+use super::server::ServerConfig;
+use crate::kinds::cluster::View;
+use crate::result::Verdict;
+use crate::result::cluster::{ClusterReport, FailedCheck, Matrix, NodeView, Probe};
+use crate::values::format_duration;
+
+/// The nodes whose representative opened no probe listener, with why.
+pub(super) fn deaf_nodes(state: &BarrierState, nodes: &[(NodeView, u32)]) -> Vec<(usize, String)> {
+    nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(j, (_, rep))| {
+            let c = &state.arrivals.get(rep)?.1;
+            if c.probe_addr.is_some() {
+                return None;
+            }
+            Some((
+                j,
+                c.probe_error
+                    .clone()
+                    .unwrap_or_else(|| "no probe listener".into()),
+            ))
+        })
+        .collect()
+}
+
+/// Nodes in order of their lowest rank, with the rank that probes for the
+/// node: the lowest one that has a probe listener (local ranks share a
+/// probe port range, so the lowest may have found it taken by another).
+pub(super) fn build_nodes(state: &BarrierState) -> Vec<(NodeView, u32)> {
+    let mut order: Vec<(String, String)> = Vec::new();
+    let mut members: HashMap<(String, String), Vec<&CheckIn>> = HashMap::new();
+    for (_, c) in state.arrivals.values() {
+        let key = (c.hostname.clone(), c.addr.clone());
+        if !members.contains_key(&key) {
+            order.push(key.clone());
+        }
+        members.entry(key).or_default().push(c);
+    }
+    let unique_hostnames = {
+        let mut h: Vec<&String> = order.iter().map(|k| &k.0).collect();
+        h.sort();
+        h.dedup();
+        h.len() == order.len()
+    };
+    order
+        .into_iter()
+        .map(|key| {
+            let list = &members[&key];
+            let first = list[0];
+            let mut failed = Vec::new();
+            for c in list {
+                for f in &c.failed {
+                    if !failed.iter().any(|x: &FailedCheck| x.id == f.id) {
+                        failed.push(f.clone());
+                    }
+                }
+            }
+            let worst = |v: &str| match v {
+                "not_ready" => 2,
+                "incomplete" => 1,
+                _ => 0,
+            };
+            let local_verdict = list
+                .iter()
+                .map(|c| c.local_verdict.as_str())
+                .max_by_key(|v| worst(v))
+                .unwrap_or("ready")
+                .to_string();
+            let prober = list
+                .iter()
+                .find(|c| c.probe_addr.is_some())
+                .unwrap_or(&first);
+            let view = NodeView {
+                name: if unique_hostnames {
+                    key.0.clone()
+                } else {
+                    key.1.clone()
+                },
+                hostname: key.0.clone(),
+                addr: key.1.clone(),
+                ranks: list.iter().map(|c| c.identity.rank).collect(),
+                tool_version: first.tool_version.clone(),
+                checklist_hash: first.checklist_hash.clone(),
+                versions: first.versions.clone(),
+                env: first.env.clone(),
+                devices: first.devices.clone(),
+                clock: first.clock,
+                interface: first.interface.clone(),
+                probe_addr: prober.probe_addr.clone(),
+                hostname_addrs: first.hostname_addrs.clone(),
+                local_verdict,
+                failed,
+            };
+            (view, prober.identity.rank)
+        })
+        .collect()
+}
+
+pub(super) fn assemble(
+    cfg: &ServerConfig,
+    state: &BarrierState,
+    nodes: Vec<(NodeView, u32)>,
+    probes: Vec<Probe>,
+    deaf: &[(usize, String)],
+    waited: Duration,
+) -> ClusterReport {
+    let nodes: Vec<NodeView> = nodes.into_iter().map(|(v, _)| v).collect();
+    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    // Probe results are a peer's input: indices outside the plan are
+    // dropped, and a pair reported twice counts once.
+    let n = nodes.len();
+    let mut probes = probes;
+    probes.retain(|p| p.from < n && p.to < n && p.from != p.to);
+    probes.sort_by_key(|p| (p.from, p.to));
+    probes.dedup_by_key(|p| (p.from, p.to));
+    let mut findings: Vec<String> = deaf
+        .iter()
+        .map(|(j, why)| format!("{}: {why}", names[*j]))
+        .collect();
+    let heard: Vec<Probe> = probes
+        .iter()
+        .filter(|p| !deaf.iter().any(|(j, _)| *j == p.to))
+        .cloned()
+        .collect();
+    if heard.iter().any(|p| p.status != "ok") {
+        findings.extend(reachability::culprits(nodes.len(), &heard, &names));
+    }
+    let barrier = state.summary(waited.as_millis() as u64);
+    let mut barrier_result =
+        barrier::result(&barrier, cfg.world_size, &format_duration(cfg.timeout));
+    if let Some((name, bound)) = &cfg.bound
+        && bound.ip().is_loopback()
+        && !barrier.missing.is_empty()
+        && cfg.placement.local_world_size < cfg.world_size
+    {
+        barrier_result.message.push_str(&format!(
+            "; rank 0 serves on {bound}, a loopback address, because `{name}` resolves to it there: ranks on other nodes cannot reach it"
+        ));
+    }
+    let mut checks = vec![barrier_result];
+    let view = View {
+        nodes: &nodes,
+        probes: &probes,
+        findings: &findings,
+    };
+    checks.extend(crate::checklist::evaluate_cluster(
+        &cfg.checks,
+        &view,
+        &cfg.facts,
+    ));
+    let mut warnings = Vec::new();
+    if cfg.token.is_none() {
+        warnings.push(
+            "no job token (PREFLIGHT_TOKEN, SLURM_JOB_ID and TORCHELASTIC_RUN_ID are unset): any preflight that reaches this port is accepted into this job"
+                .to_string(),
+        );
+    }
+    for peer in &barrier.other_job_clients {
+        warnings.push(format!(
+            "a preflight of another job (another token) connected from {peer} and was rejected: it is using this job's master port {}",
+            cfg.master
+        ));
+    }
+    if !barrier.dropped.is_empty() {
+        warnings.push(format!(
+            "dropped {} connections that were not this job's preflight: {}{}",
+            barrier.dropped_total,
+            barrier.dropped.join("; "),
+            if barrier.dropped_total > barrier.dropped.len() {
+                "; ..."
+            } else {
+                ""
+            }
+        ));
+    }
+    // Every node's own verdict counts whether or not `cluster.node_checks`
+    // was selected: a node whose checklist failed is not ready, and the
+    // cluster with it.
+    let verdict = nodes
+        .iter()
+        .map(|n| Verdict::from_name(&n.local_verdict))
+        .fold(Verdict::of(&checks, cfg.strict), Verdict::worst);
+    let mode = if nodes.len() > reachability::ALL_PAIRS_MAX {
+        "ring + hypercube"
+    } else {
+        "all pairs"
+    };
+    ClusterReport {
+        verdict,
+        exit_code: verdict.exit_code().code(),
+        world_size: cfg.world_size,
+        master: cfg.master.clone(),
+        token: format!("{} ({})", cfg.token.source, cfg.token.fingerprint()),
+        duration_ms: cfg.started.elapsed().as_millis() as u64,
+        reachability: Matrix {
+            mode: mode.into(),
+            nodes: names,
+            probes,
+            findings,
+        },
+        nodes,
+        barrier,
+        checks,
+        warnings,
+        collective: None,
+    }
+}
