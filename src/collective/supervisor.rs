@@ -615,3 +615,112 @@ async fn keep_lines<R: AsyncRead + Unpin>(r: R, log: Arc<Mutex<VecDeque<String>>
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::config::Mode;
+
+    fn config(step_timeout: Duration) -> Config {
+        Config {
+            mode: Mode::Short,
+            backends: vec!["nccl".into()],
+            required: Vec::new(),
+            max_size: 1 << 20,
+            step_factor: 2,
+            warmup: 1,
+            iters: 1,
+            step_timeout,
+            until: None,
+        }
+    }
+
+    #[test]
+    fn init_gets_twice_a_step_and_at_least_thirty_seconds() {
+        assert_eq!(
+            init_timeout(&config(Duration::from_secs(10))),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            init_timeout(&config(Duration::from_secs(40))),
+            Duration::from_secs(80)
+        );
+    }
+
+    #[test]
+    fn a_stall_names_the_step_it_was_in() {
+        let f = stalled(Some((Op::Allgather, 4096)), "no progress".into());
+        assert_eq!((f.op, f.bytes), (Op::Allgather, 4096));
+        assert_eq!(
+            f.error,
+            Some(OpError::Stalled {
+                detail: "no progress".into()
+            })
+        );
+        // Before any step began: init, reported at the barrier.
+        let f = stalled(None, "init".into());
+        assert_eq!((f.op, f.bytes), (Op::Barrier, 0));
+    }
+
+    #[test]
+    fn exits_are_described_by_status_or_signal() {
+        let status = std::process::Command::new("sh")
+            .args(["-c", "exit 3"])
+            .status()
+            .unwrap();
+        assert_eq!(describe_exit(status), "exited with status 3");
+        let status = std::process::Command::new("sh")
+            .args(["-c", "kill -9 $$"])
+            .status()
+            .unwrap();
+        assert_eq!(describe_exit(status), "was killed by signal 9");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_log_keeps_the_last_lines() {
+        let text: String = (0..LOG_LINES + 5).map(|i| format!("line {i}\n")).collect();
+        let log = Arc::new(Mutex::new(VecDeque::new()));
+        keep_lines(text.as_bytes(), Arc::clone(&log)).await;
+        let kept: Vec<String> = log.lock().unwrap().iter().cloned().collect();
+        assert_eq!(kept.len(), LOG_LINES);
+        assert_eq!(kept.first().map(String::as_str), Some("line 5"));
+        assert_eq!(
+            kept.last().cloned(),
+            Some(format!("line {}", LOG_LINES + 4))
+        );
+    }
+
+    /// A real child that says something and exits before it connects: the
+    /// rank learns how it ended, with its words, rather than waiting out
+    /// the probe's deadline to say it never connected.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_worker_that_exits_before_connecting_is_reported_with_its_log() {
+        let scratch = tempfile::tempdir().unwrap();
+        let listener = UnixListener::bind(scratch.path().join("worker.sock")).unwrap();
+        let mut child = Command::new("sh")
+            .args(["-c", "echo cannot load libnccl.so.2 >&2; exit 4"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(VecDeque::new()));
+        let stderr = child.stderr.take().unwrap();
+        let reader = tokio::spawn(keep_lines(stderr, Arc::clone(&log)));
+        let outcome = Worker::connect(StartingWorker {
+            child,
+            listener,
+            log,
+            env_set: Vec::new(),
+            scratch,
+        })
+        .await;
+        let _ = reader.await;
+        let Err((why, tail)) = outcome else {
+            panic!("a worker that never connected was accepted");
+        };
+        assert_eq!(why, "the worker exited with status 4 before it connected");
+        assert_eq!(tail, vec!["cannot load libnccl.so.2".to_string()]);
+    }
+}

@@ -3,18 +3,18 @@
 //! `check` never leaves this node.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use clap::Args;
+mod args;
 
-use super::{ChecklistArgs, Failure, all_checks, facts, select};
+pub use args::{CollectiveMode, Format, RunArgs};
+
+use super::{Failure, all_checks, facts, select};
 use crate::checklist::{self, Check, Evaluator};
 use crate::cluster::identity::{self, Identity, NodePlan};
 use crate::cluster::{self, RankInput};
 use crate::collective::config as coll;
-use crate::collective::library::{LIBRARIES, Libraries};
 use crate::collective::rank::RankInfo;
 use crate::collective::stage;
 use crate::collective::sweep::Hooks;
@@ -22,210 +22,11 @@ use crate::engine::{self, Progress};
 use crate::exit::ExitCode;
 use crate::facts::Facts;
 use crate::report::human::Detail;
-use crate::report::style::{ColorChoice, Style};
+use crate::report::style::Style;
 use crate::report::{self, Destination, Human};
 use crate::result::cluster::ClusterReport;
 use crate::result::report::{Node, Report};
 use crate::result::{CheckResult, Verdict};
-use crate::values::{Span, parse_size};
-
-#[derive(Debug, Args, Clone)]
-pub struct DisplayArgs {
-    /// Colour: auto (a terminal and NO_COLOR unset), always, never.
-    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
-    pub color: ColorChoice,
-    /// Print only problems and the verdict.
-    #[arg(short, long, conflicts_with = "verbose")]
-    pub quiet: bool,
-    /// Print measured and expected values and durations for every check.
-    #[arg(short, long)]
-    pub verbose: bool,
-}
-
-/// `--format` of `run`, `check` and `bench`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Human,
-    Json,
-    Junit,
-}
-
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    #[command(flatten)]
-    pub checklist: ChecklistArgs,
-    #[command(flatten)]
-    pub display: DisplayArgs,
-    /// Report format.
-    #[arg(long, value_enum, default_value = "human")]
-    pub format: Format,
-    /// Write the report to FILE (atomically) instead of stdout; stdout then
-    /// gets the one-line verdict.
-    #[arg(long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// Deadline for the whole run; checks still running then are reported
-    /// as timed out, and a collective stage not finished then is
-    /// incomplete.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_span)]
-    pub timeout: Span,
-    /// Warnings make the node not ready, and unevaluated warn-severity
-    /// checks make it incomplete.
-    #[arg(long)]
-    pub strict: bool,
-    #[command(flatten)]
-    pub cluster: ClusterArgs,
-    #[command(flatten)]
-    pub collective: CollectiveArgs,
-}
-
-/// The collective stage (`preflight run` and `preflight bench`).
-#[derive(Debug, Args, Clone)]
-pub struct CollectiveArgs {
-    /// off; short (run's default: every operation verified, a few sizes);
-    /// full (the size sweep; bench's default).
-    #[arg(long, value_enum, value_name = "MODE")]
-    pub collective: Option<CollectiveMode>,
-    /// Largest sweep size, e.g. 64MiB (default: 1MiB for run, 64MiB for
-    /// bench).
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
-    pub max_size: Option<usize>,
-    /// Sweep sizes grow by this factor: 2 or 4.
-    #[arg(long, value_name = "2|4", default_value = "2", value_parser = parse_factor)]
-    pub step_factor: usize,
-    /// Untimed iterations per sweep step.
-    #[arg(long, value_name = "N", default_value = "2")]
-    pub warmup: u32,
-    /// Timed iterations per sweep step.
-    #[arg(long, value_name = "N", default_value = "5")]
-    pub iters: u32,
-    /// Deadline of each step (all its iterations): a hang at one size ends
-    /// that backend's sweep, named, and the run goes on.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_span)]
-    pub step_timeout: Span,
-    /// `--nccl-lib`, `--oneccl-lib`, ...: one flag per library backend.
-    #[command(flatten)]
-    pub libraries: LibraryArgs,
-}
-
-/// One `--NAME-lib PATH` flag per library backend, from the backends'
-/// registry: a new backend brings its flag with it.
-#[derive(Debug, Clone, Default)]
-pub struct LibraryArgs(pub Libraries);
-
-impl clap::FromArgMatches for LibraryArgs {
-    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        let mut args = LibraryArgs::default();
-        args.update_from_arg_matches(matches)?;
-        Ok(args)
-    }
-
-    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
-        for l in LIBRARIES {
-            if let Some(path) = matches.get_one::<PathBuf>(l.flag) {
-                self.0.0.retain(|(name, _)| *name != l.name);
-                self.0.0.push((l.name, path.clone()));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl clap::Args for LibraryArgs {
-    fn augment_args(mut cmd: clap::Command) -> clap::Command {
-        for l in LIBRARIES {
-            cmd = cmd.arg(
-                clap::Arg::new(l.flag)
-                    .long(l.flag)
-                    .value_name("PATH")
-                    .value_parser(clap::value_parser!(PathBuf))
-                    .help(l.flag_help),
-            );
-        }
-        cmd
-    }
-
-    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        Self::augment_args(cmd)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CollectiveMode {
-    Off,
-    Short,
-    Full,
-}
-
-fn parse_factor(text: &str) -> Result<usize, String> {
-    match text.trim() {
-        "2" => Ok(2),
-        "4" => Ok(4),
-        _ => Err("2 or 4".into()),
-    }
-}
-
-/// Node mode and the rendezvous address (`preflight run` only; these win
-/// over the launcher's variables).
-#[derive(Debug, Args, Clone)]
-pub struct ClusterArgs {
-    /// Node mode: the number of nodes; this process starts its node's ranks.
-    #[arg(long, value_name = "N")]
-    pub nnodes: Option<u32>,
-    /// Node mode: this node's index, 0 to N-1; node 0 serves the rendezvous.
-    #[arg(long, value_name = "K")]
-    pub node_rank: Option<u32>,
-    /// Node mode: ranks to start on this node, or auto (one per local
-    /// accelerator, else one).
-    #[arg(long, value_name = "M|auto", value_parser = parse_nproc)]
-    pub nproc_per_node: Option<Nproc>,
-    /// Where rank 0 serves the rendezvous (default: MASTER_ADDR, else the
-    /// first host of SLURM_JOB_NODELIST, else 127.0.0.1).
-    #[arg(long, value_name = "HOST")]
-    pub master_addr: Option<String>,
-    /// The rendezvous port (default: MASTER_PORT, else 29500; a one-node
-    /// job without either picks a free port).
-    #[arg(long, value_name = "PORT")]
-    pub master_port: Option<u16>,
-    /// Ports for the reachability probe listener, e.g. 29600-29699 (a taken
-    /// port moves on to the next); default: PREFLIGHT_PROBE_PORTS, else an
-    /// ephemeral port.
-    #[arg(long, value_name = "FIRST-LAST", value_parser = crate::kinds::ports::PortRange::parse)]
-    pub probe_ports: Option<crate::kinds::ports::PortRange>,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct Nproc(pub Option<u32>);
-
-fn parse_nproc(text: &str) -> Result<Nproc, String> {
-    if text.trim() == "auto" {
-        return Ok(Nproc(None));
-    }
-    match text.trim().parse::<u32>() {
-        Ok(n) if n > 0 => Ok(Nproc(Some(n))),
-        _ => Err("a number of ranks (1 or more), or auto".into()),
-    }
-}
-
-impl ClusterArgs {
-    pub fn flags(&self) -> crate::cluster::identity::Flags {
-        crate::cluster::identity::Flags {
-            nnodes: self.nnodes,
-            node_rank: self.node_rank,
-            nproc_per_node: self.nproc_per_node.map(|n| n.0),
-            master_addr: self.master_addr.clone(),
-            master_port: self.master_port,
-            probe_ports: self.probe_ports,
-        }
-    }
-}
-
-fn parse_span(text: &str) -> Result<Span, String> {
-    let span = Span::parse(text)?;
-    if span.0.is_zero() {
-        return Err("the deadline must be longer than zero".into());
-    }
-    Ok(span)
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
