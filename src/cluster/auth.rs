@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -252,6 +253,10 @@ fn unexpected(wanted: &str, got: &Msg) -> AuthError {
         .unwrap_or_default();
     AuthError::Protocol(format!("expected {wanted}, got `{name}`"))
 }
+
+/// A client that has not authenticated by then is dropped: slowloris and
+/// half-open connections cost one task for this long at most.
+pub const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {

@@ -6,10 +6,11 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::auth::HANDSHAKE_LIMIT;
 use super::auth::{self, AuthError, OTHER_JOB, Token};
+use super::protocol::now_us;
 use super::protocol::{self, FrameError, Msg};
 use super::reachability;
-use super::server::HANDSHAKE_LIMIT;
 use crate::kinds::tcp_connect::{self, Outcome};
 use crate::result::cluster::{Clock, ClusterReport};
 use crate::values::format_duration;
@@ -19,17 +20,6 @@ use crate::values::format_duration;
 const CONNECT_LIMIT: Duration = Duration::from_secs(2);
 
 const CLOCK_SAMPLES: usize = 5;
-
-/// Test hook: milliseconds added to this process's wall clock readings, so
-/// a test stages a skewed node without touching the machine's clock.
-pub const TEST_CLOCK_OFFSET: &str = "PREFLIGHT_TEST_CLOCK_OFFSET_MS";
-
-pub fn now_us(offset_ms: i64) -> i64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    (t.as_micros() as i64).saturating_add(offset_ms.saturating_mul(1000))
-}
 
 pub struct ClientConfig {
     pub master_addr: String,

@@ -51,7 +51,7 @@ pub struct RankInput {
 pub fn clock_offset(facts: &Facts) -> i64 {
     const DAY_MS: i64 = 24 * 3600 * 1000;
     facts
-        .env(client::TEST_CLOCK_OFFSET)
+        .env(protocol::TEST_CLOCK_OFFSET)
         .and_then(|v| v.trim().parse::<i64>().ok())
         .unwrap_or(0)
         .clamp(-DAY_MS, DAY_MS)

@@ -22,10 +22,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
-use super::auth::{self, AuthError, Token};
+use super::auth::{self, AuthError, HANDSHAKE_LIMIT, Token};
 use super::barrier::{self, BarrierState, ConnId, Placement};
 use super::checkin::CheckIn;
-use super::client::now_us;
+use super::protocol::now_us;
 use super::protocol::{self, FrameError, Msg};
 use super::reachability::{self, Target};
 use super::store::Store;
@@ -34,9 +34,6 @@ use crate::checklist::Check;
 use crate::facts::Facts;
 use crate::result::cluster::{ClusterReport, Probe};
 
-/// A client that has not authenticated by then is dropped: slowloris and
-/// half-open connections cost one task for this long at most.
-pub const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
 /// Connections still authenticating at once; beyond this a flood of
 /// junk connections is closed at accept and cannot exhaust memory or
 /// descriptors, while the job's ranks (thousands at most) fit.

@@ -3,7 +3,7 @@
 //! `collective.stragglers`, with hints.
 
 use super::Op;
-use super::library::library;
+use super::registry::library;
 use crate::result::collective::CollectiveReport;
 use crate::result::{CheckResult, Status};
 

@@ -20,6 +20,7 @@ pub mod library;
 pub mod nccl;
 pub mod oneccl;
 pub mod rank;
+pub mod registry;
 pub mod stage;
 pub mod straggler;
 pub mod supervisor;

@@ -1,10 +1,11 @@
 //! One rank's part of the stage: where it sits (its `RankInfo`) and what
 //! it found per backend (`RankResult`), which rank 0 assembles.
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
-use super::library::Libraries;
 use super::sweep::{Failure, Hooks};
 use super::{Op, OpError};
 use crate::result::collective::{PairRate, RankLink, Row};
@@ -107,4 +108,17 @@ pub struct Found {
     /// The file loaded.
     pub path: String,
     pub version: String,
+}
+
+/// The library files named on the command line, by backend name.
+#[derive(Debug, Clone, Default)]
+pub struct Libraries(pub Vec<(&'static str, PathBuf)>);
+
+impl Libraries {
+    pub fn get(&self, name: &str) -> Option<PathBuf> {
+        self.0
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, p)| p.clone())
+    }
 }

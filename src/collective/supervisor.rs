@@ -22,8 +22,9 @@ use tokio::time::Instant;
 
 use super::config::Config;
 use super::job::{JOB_ENV, Job, JobConfig, PARENT_ENV, SOCKET_ENV, ToParent, ToWorker};
-use super::library::{EnvInput, library};
+use super::library::EnvInput;
 use super::rank::{RankBackend, RankInfo};
+use super::registry::library;
 use super::sweep::Failure;
 use super::{Op, OpError};
 use crate::cluster::store;

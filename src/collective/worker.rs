@@ -18,7 +18,7 @@
 //! none of its own beyond the library's, because the parent kills it.
 
 use super::job::{JOB_ENV, Job, Link, PARENT_ENV};
-use super::library::library;
+use super::registry::library;
 
 /// A worker blocked inside a library call outlives a rank that was killed
 /// (SIGKILL runs no destructor): the kernel kills it with its parent.

@@ -1,6 +1,7 @@
 //! The subcommands, and what they share: assembling the checklist from the
 //! shipped files, `--checks` paths and `--only`/`--skip`.
 
+mod emit;
 mod explain;
 mod list;
 mod node;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::run::emit_cluster_only;
+use super::emit::{SPEAKER, emit_cluster_only};
 use super::{Failure, RunArgs};
 use crate::checklist::Check;
 use crate::cluster::auth::Token;
@@ -18,10 +18,6 @@ use crate::cluster::identity::{CHILD_MARKER, MAX_WORLD, NodePlan};
 use crate::cluster::{self, NodeServerInput, failure, master_label};
 use crate::exit::ExitCode;
 use crate::facts::Facts;
-
-/// Set to 0 for the local ranks whose output nobody reads: they must not
-/// write `--output` files over the first rank's.
-pub const SPEAKER: &str = "PREFLIGHT_NODE_SPEAKER";
 
 /// After the barrier's deadline, how long the agent waits for its ranks
 /// before killing them: their verdict arrives within a second or three.

@@ -6,10 +6,11 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-mod args;
+pub mod args;
 
-pub use args::{CollectiveMode, Format, RunArgs};
+pub use args::{CollectiveMode, Format, RunArgs, Stage};
 
+use super::emit::emit;
 use super::{Failure, all_checks, facts, select};
 use crate::checklist::{self, Check, Evaluator};
 use crate::cluster::identity::{self, Identity, NodePlan};
@@ -21,33 +22,9 @@ use crate::collective::sweep::Hooks;
 use crate::engine::{self, Progress};
 use crate::exit::ExitCode;
 use crate::facts::Facts;
-use crate::report::human::Detail;
-use crate::report::style::Style;
-use crate::report::{self, Destination, Human};
+use crate::report;
 use crate::result::cluster::ClusterReport;
-use crate::result::report::{Node, Report};
 use crate::result::{CheckResult, Verdict};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// `preflight check`: this node's checklist only.
-    Checklist,
-    /// `preflight run`: everything that applies.
-    Full,
-    /// `preflight bench`: the rendezvous and the collective stage's full
-    /// sweep, no checklist.
-    Bench,
-}
-
-impl Stage {
-    fn command(self) -> &'static str {
-        match self {
-            Stage::Checklist => "check",
-            Stage::Full => "run",
-            Stage::Bench => "bench",
-        }
-    }
-}
 
 /// The collective stage's settings for this command.
 pub fn collective_config(args: &RunArgs, stage: Stage) -> coll::Config {
@@ -389,110 +366,6 @@ fn collective_stage(
         .worst(Verdict::of(&report.checks, args.strict));
     report.exit_code = report.verdict.exit_code().code();
     report.collective = Some(c);
-}
-
-/// A node agent that could not start its ranks still reports, in the
-/// format asked for, why.
-pub fn emit_cluster_only(
-    args: &RunArgs,
-    facts: &Facts,
-    cluster: ClusterReport,
-) -> Result<ExitCode, Failure> {
-    emit(
-        args,
-        Stage::Full,
-        facts,
-        Vec::new(),
-        Some((cluster, 0)),
-        SystemTime::now(),
-        Duration::ZERO,
-    )
-}
-
-fn emit(
-    args: &RunArgs,
-    stage: Stage,
-    facts: &Facts,
-    results: Vec<CheckResult>,
-    cluster: Option<(ClusterReport, u32)>,
-    started_at: SystemTime,
-    elapsed: Duration,
-) -> Result<ExitCode, Failure> {
-    let node = Node {
-        hostname: facts.hostname().to_string(),
-        root: args.checklist.root.display().to_string(),
-        pid: std::process::id(),
-    };
-    let mut report = Report::new(
-        stage.command(),
-        node,
-        started_at,
-        elapsed,
-        results,
-        args.strict,
-    );
-    let mut rank = 0;
-    if let Some((c, r)) = cluster {
-        report = report.with_cluster(c);
-        rank = r;
-    }
-    let human = |style: Style| {
-        if rank != 0
-            && let Some(c) = &report.cluster
-        {
-            return format!("{}\n", report::cluster::one_line(c, rank, &style));
-        }
-        let detail = if args.display.quiet {
-            Detail::Quiet
-        } else if args.display.verbose {
-            Detail::Verbose
-        } else {
-            Detail::Normal
-        };
-        let mut text = Human { style, detail }.render(&report);
-        if let (Some(c), false) = (&report.cluster, args.display.quiet) {
-            // The cluster view goes right before the verdict line.
-            let mut view = report::cluster::render(c, &style);
-            if let Some(coll) = &report.collective {
-                view.push_str(&report::collective::render(coll, &style));
-            }
-            let at = text.trim_end().rfind('\n').unwrap_or(0);
-            text.insert_str(at, &format!("{}\n", view.trim_end_matches('\n')));
-        }
-        text
-    };
-    let text = match args.format {
-        Format::Json => report::json(&report),
-        Format::Junit => report::junit(&report),
-        Format::Human if args.output.is_some() => human(Style { color: false }),
-        Format::Human => human(Style::for_stdout(args.display.color)),
-    };
-    // A node agent's other local ranks: nobody reads them, and they must
-    // not overwrite the first rank's report file.
-    let muted = facts.env(super::node::SPEAKER) == Some("0");
-    match (&args.output, muted) {
-        (_, true) => Ok(()),
-        (None, false) => report::write_report(&Destination::Stdout, &text),
-        (Some(path), false) => {
-            report::write_report(&Destination::File(path.clone()), &text).map_err(|e| {
-                Failure::Usage(format!(
-                    "cannot write the report to {}: {e}",
-                    path.display()
-                ))
-            })?;
-            if args.display.quiet {
-                Ok(())
-            } else {
-                let style = Style::for_stdout(args.display.color);
-                report::write_report(
-                    &Destination::Stdout,
-                    &format!("{}\n", report::human::verdict_line(&report, &style)),
-                )
-            }
-        }
-    }
-    .map_err(|e| Failure::Usage(format!("cannot write the report: {e}")))?;
-    Ok(report.verdict.exit_code())
 }
 
 /// The part of `--timeout` the checklist may use in `run`: all but a

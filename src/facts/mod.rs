@@ -15,6 +15,7 @@ pub mod meminfo;
 pub mod nvidia;
 mod nvml;
 pub mod pci;
+pub mod ports;
 pub mod procs;
 pub mod visible;
 
@@ -50,6 +51,8 @@ pub struct Facts {
     /// NVML or live nvidia-smi, asked once however many checks need it.
     live_gpus: tokio::sync::OnceCell<Result<GpuReport, String>>,
     interfaces: OnceLock<Vec<Interface>>,
+    /// Which ports could be bound: one probe per port per run.
+    pub ports: ports::PortProbes,
 }
 
 impl Facts {
@@ -67,6 +70,7 @@ impl Facts {
             processes: OnceLock::new(),
             live_gpus: tokio::sync::OnceCell::new(),
             interfaces: OnceLock::new(),
+            ports: ports::PortProbes::default(),
         }
     }
 

@@ -7,11 +7,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use socket2::{Domain, Socket, Type};
 
 use super::ports::{PortRange, with_env_port};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
 use crate::facts::Facts;
+use crate::facts::ports::Bind;
 use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
@@ -76,21 +76,6 @@ impl Params for PortCheck {
     }
 }
 
-/// Binds like the job's listener: SO_REUSEADDR set, as PyTorch's TCPStore
-/// does, so a port only in TIME_WAIT is free, as it is for the job.
-fn try_bind(address: SocketAddr) -> std::io::Result<()> {
-    let domain = if address.is_ipv4() {
-        Domain::IPV4
-    } else {
-        Domain::IPV6
-    };
-    let socket = Socket::new(domain, Type::STREAM, None)?;
-    socket.set_reuse_address(true)?;
-    socket.bind(&address.into())?;
-    socket.listen(1)?;
-    Ok(())
-}
-
 impl PortCheck {
     fn check(&self, facts: &Facts) -> Finding {
         let env_value = self.port_var.as_deref().and_then(|v| facts.env(v));
@@ -111,9 +96,9 @@ impl PortCheck {
         let mut first_holder: Option<(String, String)> = None;
         for &port in &ports {
             let address = SocketAddr::new(self.address, port);
-            match try_bind(address) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            match facts.ports.bind(address) {
+                Bind::Free => {}
+                Bind::InUse => {
                     let who = match super::port_holder::holders(facts, port) {
                         Ok(list) if list.is_empty() => {
                             "held by a socket not visible in /proc/net/tcp (another network namespace?)".to_string()
@@ -143,14 +128,14 @@ impl PortCheck {
                     };
                     taken.push(format!("{port} ({who})"));
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
+                Bind::NotAvailable => {
                     return Finding::fail(format!(
                         "cannot bind {address}: {} is not an address of this node",
                         self.address
                     ))
                     .var("ports", port.to_string());
                 }
-                Err(e) => taken.push(format!("{port} (cannot bind: {e})")),
+                Bind::Failed(e) => taken.push(format!("{port} (cannot bind: {e})")),
             }
         }
         let listed = super::ports::describe(&ports);

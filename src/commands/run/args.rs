@@ -1,10 +1,12 @@
-//! The arguments of `run`, `check` and `bench`.
+//! The arguments of `run`, `check` and `bench`, and which of the three
+//! was asked for.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::collective::library::{LIBRARIES, Libraries};
+use crate::collective::rank::Libraries;
+use crate::collective::registry::LIBRARIES;
 use crate::commands::ChecklistArgs;
 use crate::report::style::ColorChoice;
 use crate::values::{Span, parse_size};
@@ -205,4 +207,25 @@ fn parse_span(text: &str) -> Result<Span, String> {
         return Err("the deadline must be longer than zero".into());
     }
     Ok(span)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// `preflight check`: this node's checklist only.
+    Checklist,
+    /// `preflight run`: everything that applies.
+    Full,
+    /// `preflight bench`: the rendezvous and the collective stage's full
+    /// sweep, no checklist.
+    Bench,
+}
+
+impl Stage {
+    pub fn command(self) -> &'static str {
+        match self {
+            Stage::Checklist => "check",
+            Stage::Full => "run",
+            Stage::Bench => "bench",
+        }
+    }
 }
