@@ -657,8 +657,17 @@ fn cpu_node_skips_hardware_with_reasons() {
         r.message("time"),
         "systemd-timesyn running; clock synchronised (/run/systemd/timesync/synchronized)"
     );
-    // 8 GB VM: the 64 GiB threshold fails, naming the value; no limits.d.
-    assert_eq!(r.status("memory"), "skip");
+    // 8 GB VM: the 64 GiB threshold fails, naming the value; the open
+    // files limit, which the tree has no file for, is named as not checked
+    // beside it, never in place of it.
+    assert_eq!(r.status("memory"), "fail");
+    assert_eq!(
+        r.message("memory"),
+        format!(
+            "only {} of RAM available, expected at least 64 GiB; not checked: no /proc/self/limits under --root and no nofile policy in /etc/security",
+            r.measured("memory").split(" available").next().unwrap()
+        )
+    );
     assert_eq!(
         r.message("cpu"),
         "2 CPUs online (0-1), expected at least 224"
@@ -1118,4 +1127,69 @@ fn broken_h100_with_the_shipped_checklist_names_faults_in_hints() {
     );
     assert_eq!(r.status("ib.memlock"), "pass");
     assert_eq!(r.status("cpu.governor"), "pass");
+}
+
+/// A check reports every problem it found: a part it could not read is
+/// named beside them, never in their place. The ECC and row-remap faults
+/// of the broken tree stay failures when the kernel log for the Xid part
+/// cannot be read; with nothing wrong in what was read, the unread part
+/// makes the check could-not-evaluate, never a pass.
+#[test]
+fn gpu_health_keeps_its_findings_when_a_part_cannot_be_read() {
+    let r = run(
+        "h100-ib-broken",
+        r#"
+checks:
+  - {id: both, kind: gpu_health, max_uncorrectable_ecc: 0, remapped_rows: true, xid: true, kernel_log: /nonexistent/dmesg, nvidia_smi_xml: "{fixture}/nvidia-smi-q.xml"}
+  - {id: clean, kind: gpu_health, max_used: 1024GiB, xid: true, kernel_log: /nonexistent/dmesg, nvidia_smi_xml: "{fixture}/nvidia-smi-q.xml"}
+"#,
+    );
+    assert_eq!(r.status("both"), "fail");
+    assert_eq!(
+        r.message("both"),
+        "0000:ba:00.0: 1 uncorrectable ECC error (at most 0); 0000:ba:00.0: a row remap is pending: reset the GPU; \
+         not checked: cannot read /nonexistent/dmesg: No such file or directory (os error 2)"
+    );
+    assert_eq!(r.measured("both"), "2 problems");
+    assert_eq!(r.status("clean"), "error");
+    assert_eq!(
+        r.message("clean"),
+        "cannot read /nonexistent/dmesg: No such file or directory (os error 2)"
+    );
+}
+
+/// The same for `memory`: a low open-files limit is reported when
+/// /proc/meminfo cannot be read, with the unread part named beside it.
+#[test]
+fn memory_keeps_its_findings_when_a_part_cannot_be_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("proc/self")).unwrap();
+    std::fs::write(
+        root.join("proc/self/limits"),
+        "Limit                     Soft Limit           Hard Limit           Units     \n\
+         Max open files            1024                 1048576              files     \n",
+    )
+    .unwrap();
+    let checklist = dir.path().join("checks.yaml");
+    std::fs::write(
+        &checklist,
+        "checks:\n  - {id: memory, kind: memory, min_available: 1GiB, min_nofile: 65536}\n  - {id: readable, kind: memory, min_nofile: 1000}\n  - {id: unread, kind: memory, min_available: 1GiB, min_nofile: 1000}\n",
+    )
+    .unwrap();
+    let r = run_on_root(&root, &checklist, &[]);
+    assert_eq!(r.status("memory"), "fail");
+    assert_eq!(
+        r.message("memory"),
+        "open files limited to 1024 (ulimit -n), expected at least 65536; \
+         not checked: cannot read /proc/meminfo: No such file or directory (os error 2)"
+    );
+    assert_eq!(r.measured("memory"), "ulimit -n 1024");
+    assert_eq!(r.status("readable"), "pass");
+    // Nothing wrong in what was read, and a part unread: not evaluated.
+    assert_eq!(r.status("unread"), "error");
+    assert_eq!(
+        r.message("unread"),
+        "cannot read /proc/meminfo: No such file or directory (os error 2)"
+    );
 }

@@ -349,6 +349,9 @@ impl GpuHealth {
         }
         let mut problems = Vec::new();
         let mut notes = Vec::new();
+        // What could not be read: named beside the problems found in the
+        // rest, never in place of them.
+        let mut unreadable: Vec<String> = Vec::new();
         let mut source = None;
         if self.needs_report() {
             match report {
@@ -357,7 +360,7 @@ impl GpuHealth {
                     notes.push(format!("{} GPUs from {}", r.gpus.len(), r.source));
                     source = Some(r.source);
                 }
-                Some(Err(e)) => return Finding::error(e),
+                Some(Err(e)) => unreadable.push(e),
                 None if !self.xid => {
                     return Finding::skip(
                         "no GPU data under --root: set nvidia_smi_xml to a recorded `nvidia-smi -q -x`",
@@ -380,27 +383,35 @@ impl GpuHealth {
                         notes.push("no Xid errors".into());
                     }
                 }
-                Ok(None) if source.is_none() => {
+                Ok(None) if source.is_none() && unreadable.is_empty() => {
                     return Finding::skip(
                         "no kernel log under --root: set kernel_log to a saved dmesg or /dev/kmsg",
                     );
                 }
                 Ok(None) => notes.push("no kernel log under --root".into()),
-                Err(e) => return Finding::error(e),
+                Err(e) => unreadable.push(e),
             }
         }
-        let finding = if problems.is_empty() {
-            Finding::pass(notes.join("; "))
-        } else {
-            problems_finding(&problems)
-        };
         let count = problems.len();
+        let finding = if !problems.is_empty() {
+            let mut finding = problems_finding(&problems);
+            if !unreadable.is_empty() {
+                finding.message = format!(
+                    "{}; not checked: {}",
+                    finding.message,
+                    unreadable.join("; ")
+                );
+            }
+            finding.measured(format!(
+                "{count} problem{}",
+                if count == 1 { "" } else { "s" }
+            ))
+        } else if !unreadable.is_empty() {
+            Finding::error(unreadable.join("; "))
+        } else {
+            Finding::pass(notes.join("; ")).measured("healthy")
+        };
         finding
-            .measured(if count == 0 {
-                "healthy".to_string()
-            } else {
-                format!("{count} problem{}", if count == 1 { "" } else { "s" })
-            })
             .var("gpus", gpus.join(", "))
             .var("source", source.unwrap_or_default())
     }

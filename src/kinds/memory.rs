@@ -12,7 +12,7 @@ use super::{
 };
 use crate::facts::limits::{self, Limit};
 use crate::facts::{Facts, meminfo};
-use crate::result::Finding;
+use crate::result::{Finding, Status};
 use crate::values::{Bytes, format_bytes};
 
 pub const KIND: KindInfo = KindInfo {
@@ -120,98 +120,159 @@ pub fn shm_size(facts: &Facts, mem_total: Option<u64>) -> Result<u64, String> {
     }
 }
 
+/// What one aspect of the check (available RAM, /dev/shm, hugepages, open
+/// files) found when it could not compare: unreadable, or nothing to read
+/// on this node.
+enum Unchecked {
+    Unreadable(String),
+    NothingToRead(String),
+}
+
 impl Memory {
-    fn check(&self, facts: &Facts) -> Result<Finding, String> {
+    /// Every aspect is checked on its own: a problem found in one is
+    /// reported whatever happened to the others, and an aspect that could
+    /// not be read is named beside the problems.
+    fn check(&self, facts: &Facts) -> Finding {
         let mut problems = Vec::new();
         let mut notes = Vec::new();
+        let mut unchecked: Vec<Unchecked> = Vec::new();
         let mut finding_vars: Vec<(&'static str, String)> = Vec::new();
         let needs_meminfo =
             self.min_available.is_some() || self.min_hugepages.is_some() || self.min_shm.is_some();
         let meminfo = if needs_meminfo {
             std::fs::read_to_string(facts.host_path("/proc/meminfo"))
-                .map_err(|e| format!("cannot read /proc/meminfo: {e}"))?
+                .map_err(|e| format!("cannot read /proc/meminfo: {e}"))
         } else {
-            String::new()
+            Ok(String::new())
+        };
+        let field = |name: &str| -> Result<u64, String> {
+            let text = meminfo.as_ref().map_err(Clone::clone)?;
+            meminfo::field(text, name).ok_or(format!("/proc/meminfo has no {name}"))
         };
         if let Some(min) = self.min_available {
-            let avail = meminfo::field(&meminfo, "MemAvailable")
-                .ok_or("/proc/meminfo has no MemAvailable")?;
-            finding_vars.push(("available", format_bytes(avail)));
-            notes.push(format!("{} available", format_bytes(avail)));
-            if avail < min.0 {
-                problems.push(format!(
-                    "only {} of RAM available, expected at least {min}",
-                    format_bytes(avail)
-                ));
+            match field("MemAvailable") {
+                Ok(avail) => {
+                    finding_vars.push(("available", format_bytes(avail)));
+                    notes.push(format!("{} available", format_bytes(avail)));
+                    if avail < min.0 {
+                        problems.push(format!(
+                            "only {} of RAM available, expected at least {min}",
+                            format_bytes(avail)
+                        ));
+                    }
+                }
+                Err(e) => unchecked.push(Unchecked::Unreadable(e)),
             }
         }
         if let Some(min) = self.min_shm {
-            let size = shm_size(facts, meminfo::field(&meminfo, "MemTotal"))?;
-            finding_vars.push(("shm", format_bytes(size)));
-            notes.push(format!("/dev/shm {}", format_bytes(size)));
-            if size < min.0 {
-                problems.push(format!(
-                    "/dev/shm is {}, expected at least {min}: NCCL and oneCCL fail or fall back",
-                    format_bytes(size)
-                ));
+            match shm_size(facts, field("MemTotal").ok()) {
+                Ok(size) => {
+                    finding_vars.push(("shm", format_bytes(size)));
+                    notes.push(format!("/dev/shm {}", format_bytes(size)));
+                    if size < min.0 {
+                        problems.push(format!(
+                            "/dev/shm is {}, expected at least {min}: NCCL and oneCCL fail or fall back",
+                            format_bytes(size)
+                        ));
+                    }
+                }
+                Err(e) => unchecked.push(Unchecked::Unreadable(e)),
             }
         }
         if let Some(min) = self.min_hugepages {
-            let free = meminfo::field(&meminfo, "HugePages_Free")
-                .ok_or("/proc/meminfo has no HugePages_Free")?;
-            notes.push(format!("{free} free hugepages"));
-            if free < min {
-                problems.push(format!("{free} free hugepages, expected at least {min}"));
+            match field("HugePages_Free") {
+                Ok(free) => {
+                    notes.push(format!("{free} free hugepages"));
+                    if free < min {
+                        problems.push(format!("{free} free hugepages, expected at least {min}"));
+                    }
+                }
+                Err(e) => unchecked.push(Unchecked::Unreadable(e)),
             }
         }
         if self.min_nofile.is_some() || self.nofile_per_rank.is_some() {
-            let Some(limit) = limits::soft_limit_of(facts, "Max open files", "nofile")? else {
-                return Ok(Finding::skip(
-                    "no /proc/self/limits under --root and no nofile policy in /etc/security",
-                ));
-            };
-            let world = facts.launch().world_size;
-            let from_world = self.nofile_per_rank.zip(world).map(|(k, w)| k * w);
-            let want = self.min_nofile.into_iter().chain(from_world).max();
-            finding_vars.push(("nofile", limit.describe()));
-            notes.push(format!("ulimit -n {}", limit.describe()));
-            if let Some(want) = want
-                && !limit.at_least(want)
-            {
-                let why = match (from_world, world) {
-                    (Some(f), Some(w)) if f == want => {
-                        format!(
-                            " ({} per rank x WORLD_SIZE={w})",
-                            self.nofile_per_rank.unwrap_or(0)
-                        )
+            match limits::soft_limit_of(facts, "Max open files", "nofile") {
+                Err(e) => unchecked.push(Unchecked::Unreadable(e)),
+                Ok(None) => unchecked.push(Unchecked::NothingToRead(
+                    "no /proc/self/limits under --root and no nofile policy in /etc/security"
+                        .into(),
+                )),
+                Ok(Some(limit)) => {
+                    let world = facts.launch().world_size;
+                    let from_world = self.nofile_per_rank.zip(world).map(|(k, w)| k * w);
+                    let want = self.min_nofile.into_iter().chain(from_world).max();
+                    finding_vars.push(("nofile", limit.describe()));
+                    notes.push(format!("ulimit -n {}", limit.describe()));
+                    if let Some(want) = want
+                        && !limit.at_least(want)
+                    {
+                        let why = match (from_world, world) {
+                            (Some(f), Some(w)) if f == want => {
+                                format!(
+                                    " ({} per rank x WORLD_SIZE={w})",
+                                    self.nofile_per_rank.unwrap_or(0)
+                                )
+                            }
+                            _ => String::new(),
+                        };
+                        problems.push(format!(
+                            "open files limited to {} (ulimit -n), expected at least {want}{why}",
+                            match limit {
+                                Limit::Unlimited => "unlimited".into(),
+                                Limit::Value(v) => v.to_string(),
+                            }
+                        ));
                     }
-                    _ => String::new(),
-                };
-                problems.push(format!(
-                    "open files limited to {} (ulimit -n), expected at least {want}{why}",
-                    match limit {
-                        Limit::Unlimited => "unlimited".into(),
-                        Limit::Value(v) => v.to_string(),
-                    }
-                ));
+                }
             }
         }
-        let mut finding = if problems.is_empty() {
-            Finding::pass(notes.join(", "))
-        } else {
-            problems_finding(&problems)
+        let reasons = |only_unreadable: bool| -> Vec<&str> {
+            unchecked
+                .iter()
+                .filter_map(|u| match u {
+                    Unchecked::Unreadable(r) => Some(r.as_str()),
+                    Unchecked::NothingToRead(r) => (!only_unreadable).then_some(r.as_str()),
+                })
+                .collect()
         };
-        finding = finding.measured(notes.join(", "));
+        let mut finding = if !problems.is_empty() {
+            let mut finding = problems_finding(&problems);
+            let not_checked = reasons(false);
+            if !not_checked.is_empty() {
+                finding.message = format!(
+                    "{}; not checked: {}",
+                    finding.message,
+                    not_checked.join("; ")
+                );
+            }
+            finding
+        } else if !reasons(true).is_empty() {
+            // Nothing wrong in what could be read, and something could not
+            // be read: not evaluated, never a silent pass.
+            Finding::error(reasons(true).join("; "))
+        } else if !unchecked.is_empty() {
+            Finding::skip(reasons(false).join("; "))
+        } else {
+            Finding::pass(notes.join(", "))
+        };
+        let measured = match finding.status {
+            Status::Pass | Status::Fail => true,
+            Status::Error => !notes.is_empty(),
+            Status::Warn | Status::Skip => false,
+        };
+        if measured {
+            finding = finding.measured(notes.join(", "));
+        }
         for (k, v) in finding_vars {
             finding = finding.var(k, v);
         }
-        Ok(finding)
+        finding
     }
 }
 
 impl Probe for Memory {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
-        blocking(move || self.check(&facts).unwrap_or_else(Finding::error))
+        blocking(move || self.check(&facts))
     }
 }
 
