@@ -266,6 +266,11 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("`{text}`: at most 4 GiB"))
 }
 
+/// Bytes as lowercase hex, two digits each.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -276,6 +281,8 @@ mod tests {
         assert_eq!(Bytes::parse("4096").unwrap().0, 4096);
         assert!(Bytes::parse("12 parsecs").is_err());
         assert_eq!(format_bytes(64 << 20), "64 MiB");
+        assert_eq!(format_bytes(65536), "64 KiB");
+        assert_eq!(format_bytes(8), "8 B");
         assert_eq!(format_bytes(3 << 29), "1.5 GiB");
     }
 

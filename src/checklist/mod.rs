@@ -3,6 +3,7 @@
 
 mod error;
 mod evaluate;
+mod hash;
 mod hint;
 mod load;
 pub mod when;
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 pub use error::{ChecklistError, ChecklistErrors};
 pub use evaluate::{Evaluator, complete, evaluate_cluster, evaluate_collective};
+pub use hash::checklist_hash;
 pub use hint::Hint;
 pub use load::{load_file, load_text};
 

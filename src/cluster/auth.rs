@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
 use super::protocol::{self, FrameError, Msg};
+use crate::values::hex;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -99,10 +100,6 @@ impl Token {
         let digest = Sha256::digest([b"fingerprint|".as_slice(), &self.key].concat());
         hex(&digest[..4])
     }
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {

@@ -206,24 +206,6 @@ pub fn interface_of(facts: &Facts, ip: &str) -> Option<String> {
         .map(|i| i.name.clone())
 }
 
-/// A stable hash of the checklist as configured: ids, kinds, severities and
-/// parameters, so two nodes running different checklists are told apart.
-pub fn checklist_hash(checks: &[std::sync::Arc<crate::checklist::Check>]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    for c in checks {
-        h.update(c.id.as_bytes());
-        h.update(b"|");
-        h.update(c.kind.name.as_bytes());
-        h.update(b"|");
-        h.update(format!("{:?}", c.severity).as_bytes());
-        h.update(b"|");
-        h.update(c.probe.params().to_string().as_bytes());
-        h.update(b"\n");
-    }
-    super::auth::hex(&h.finalize()[..6])
-}
-
 /// A check-in as a rank on `host` would send it, for tests.
 #[cfg(test)]
 pub fn sample(rank: u32, world: u32, host: &str) -> CheckIn {

@@ -194,7 +194,7 @@ impl Plan {
             _ => select(all_checks(&args.checklist)?, &args.checklist)?,
         };
         let facts = Arc::new(facts(&args.checklist)?);
-        let checklist_hash = cluster::checkin::checklist_hash(&checks);
+        let checklist_hash = checklist::checklist_hash(&checks);
         let (mut node_checks, mut cluster_checks, mut collective_checks) =
             (Vec::new(), Vec::new(), Vec::new());
         for check in checks {
