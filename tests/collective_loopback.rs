@@ -504,3 +504,101 @@ fn ranks_connect_only_to_their_partners() {
         assert_eq!(l["unix_peers"].as_array().unwrap().len() as u64, c, "{l:#}");
     }
 }
+
+/// The slowest test of the suite: 300 real ranks on this node. Rank 0's
+/// collective report grows with the world (about 300 bytes a rank) and
+/// passed the store's 64 KiB item limit near 200 ranks; the error was
+/// dropped, every other rank waited for a report that never came, and the
+/// job got two verdicts (rank 0 READY, 299 ranks NOT READY). It goes
+/// through the store in parts now: every rank leaves with rank 0's report
+/// and the same verdict.
+#[test]
+fn three_hundred_ranks_leave_with_one_verdict() {
+    let _serial = serial();
+    let world = 300u32;
+    let port = cluster::free_port().to_string();
+    // 300 processes on two cores: each ring step waits for every other
+    // rank to be scheduled, so the steps get room; one timed iteration is
+    // enough to have a report to share.
+    let mut args = run_args("200s");
+    args.extend(
+        [
+            "--backends",
+            "tcp",
+            "--max-size",
+            "64KiB",
+            "--warmup",
+            "0",
+            "--iters",
+            "1",
+            "--step-timeout",
+            "60s",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let w = world.to_string();
+    let procs: Vec<Proc> = (0..world)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut e = env(&rank, &w, &port);
+            e.extend([
+                ("LOCAL_RANK", rank.as_str()),
+                ("LOCAL_WORLD_SIZE", w.as_str()),
+            ]);
+            local(&format!("rank{r}"), &args, &e)
+        })
+        .collect();
+    let out: Vec<Outcome> = procs
+        .into_iter()
+        .map(|p| p.finish(Duration::from_secs(300)))
+        .collect();
+    let reports: Vec<Value> = out.iter().map(Outcome::json).collect();
+    let rank0 = &reports[0];
+    let summary = |o: &Outcome, r: &Value| {
+        (
+            o.code,
+            r["verdict"].as_str().unwrap_or("").to_string(),
+            r["collective"]["backends"][0]["verdict"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        )
+    };
+    let first = summary(&out[0], rank0);
+    assert_eq!(
+        first,
+        (0, "ready".to_string(), "pass".to_string()),
+        "{}",
+        out[0].stdout
+    );
+    for (o, r) in out.iter().zip(&reports) {
+        assert_eq!(summary(o, r), first, "{}: {}", o.label, o.stderr);
+        // Every rank holds rank 0's report, not one of its own making.
+        let differ: Vec<&String> = rank0["collective"]
+            .as_object()
+            .map(|m| {
+                m.keys()
+                    .filter(|k| r["collective"][k.as_str()] != m[k.as_str()])
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            differ.is_empty(),
+            "{}: the collective report differs from rank 0's in {differ:?}: {:#} against rank 0's {:#}",
+            o.label,
+            differ
+                .first()
+                .map_or(&Value::Null, |k| &r["collective"][k.as_str()]),
+            differ
+                .first()
+                .map_or(&Value::Null, |k| &rank0["collective"][k.as_str()]),
+        );
+    }
+    assert_eq!(rank0["collective"]["world_size"], world);
+    assert_eq!(
+        rank0["collective"]["missing"].as_array().map(Vec::len),
+        Some(0)
+    );
+    passed_and_verified(tcp(rank0), "rank 0");
+}

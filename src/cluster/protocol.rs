@@ -102,6 +102,9 @@ pub enum FrameError {
     Timeout,
     /// A frame whose body is not a message of this version.
     Body(String),
+    /// A well-formed answer that says no (the store refused a value, or
+    /// holds something that is not what was asked for).
+    Refused(String),
     Io(std::io::Error),
 }
 
@@ -120,6 +123,7 @@ impl fmt::Display for FrameError {
             }
             FrameError::Timeout => write!(f, "the peer sent nothing before the deadline"),
             FrameError::Body(e) => write!(f, "a malformed message: {e}"),
+            FrameError::Refused(e) => write!(f, "{e}"),
             FrameError::Io(e) => write!(f, "{e}"),
         }
     }

@@ -605,4 +605,40 @@ mod tests {
             assert!(start.elapsed() < Duration::from_secs(4));
         });
     }
+
+    /// A value far above one item's limit goes through a real server in
+    /// parts and comes back whole; one above the store's capacity is an
+    /// error, never a hang or a silent loss.
+    #[test]
+    fn large_values_go_through_the_store_in_parts() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let start = Instant::now();
+            let (server, client) = server(2, 3).await;
+            let mut a = connect(&client).await.unwrap();
+            let mut b = connect(&client).await.unwrap();
+            let deadline = start + Duration::from_secs(3);
+            let value: String = "rank 299 é€ ".chars().cycle().take(300_000).collect();
+            let waiter = store::get_large(&mut b, "coll/report", Duration::from_secs(2), deadline);
+            let setter = store::set_large(&mut a, "coll/report", &value, deadline);
+            let (got, set) = tokio::join!(waiter, setter);
+            set.unwrap();
+            assert_eq!(got.unwrap().as_deref(), Some(value.as_str()));
+            // A plain value under the key is no parts header: named.
+            store::set(&mut a, "plain", "x", deadline).await.unwrap();
+            let e = store::get_large(&mut b, "plain", Duration::ZERO, deadline)
+                .await
+                .unwrap_err();
+            assert!(e.to_string().contains("`x` is not a parts header"), "{e}");
+            let huge = "y".repeat(65 << 20);
+            let e = store::set_large(&mut a, "huge", &huge, deadline)
+                .await
+                .unwrap_err();
+            assert!(e.to_string().contains("more than the store holds"), "{e}");
+            drop(server);
+        });
+    }
 }

@@ -5,7 +5,10 @@
 //! API, on an authenticated connection (see `rendezvous::connect`):
 //! - `set(conn, key, value, deadline)`: stores `value`, replacing any old one;
 //! - `get(conn, key, wait, deadline)`: the value, waiting up to `wait` for
-//!   another rank to set it; `Ok(None)` when it was not set in time.
+//!   another rank to set it; `Ok(None)` when it was not set in time;
+//! - `set_large` and `get_large`: the same for a value of any size up to
+//!   the store's capacity, in parts (rank 0's collective report grows with
+//!   the world).
 //!
 //! Keys and values are strings (encode binary ids as hex); a key is at most
 //! 256 bytes and a value at most 64 KiB, so one rank cannot exhaust the
@@ -20,7 +23,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::protocol::{self, FrameError, Msg};
+use super::protocol::{self, Msg};
+
+/// What a store call can fail with: the connection, or the store saying no.
+pub use super::protocol::FrameError;
 
 pub const MAX_KEY: usize = 256;
 pub const MAX_VALUE: usize = 64 << 10;
@@ -76,8 +82,6 @@ impl Store {
 }
 
 /// Client side: store `value` under `key`.
-// The collective stages (next issues) are the callers; tests use it now.
-#[allow(dead_code)]
 pub async fn set<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut S,
     key: &str,
@@ -91,13 +95,12 @@ pub async fn set<S: AsyncRead + AsyncWrite + Unpin>(
     protocol::write(conn, &msg, deadline).await?;
     match protocol::read(conn, deadline).await? {
         Msg::StoreValue { .. } => Ok(()),
-        Msg::Rejected { reason } => Err(FrameError::Body(reason)),
+        Msg::Rejected { reason } => Err(FrameError::Refused(reason)),
         _ => Err(FrameError::Body("unexpected answer to a store set".into())),
     }
 }
 
 /// Client side: the value of `key`, waiting up to `wait` for it.
-#[allow(dead_code)]
 pub async fn get<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut S,
     key: &str,
@@ -115,10 +118,116 @@ pub async fn get<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// The most parts one large value may have: the store's whole capacity in
+/// items of the largest size, so a header naming more is refused unread.
+const MAX_PARTS: usize = MAX_TOTAL / MAX_VALUE + 1;
+
+/// The key of part `i` of a large value.
+fn part_key(key: &str, i: usize) -> String {
+    format!("{key}#{i}")
+}
+
+/// The value split into parts of at most `MAX_VALUE` bytes, each ending on
+/// a character boundary.
+fn parts(value: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = value;
+    while !rest.is_empty() {
+        let mut end = rest.len().min(MAX_VALUE);
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.push(&rest[..end]);
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// Client side: stores a value of any size up to the store's capacity. The
+/// parts go first, under `KEY#0`, `KEY#1`, ...; then `KEY` itself, as
+/// `parts:N:LEN`, so a reader that finds `KEY` finds every part in place.
+/// A part the store refuses (full) is an error, never a silent loss.
+pub async fn set_large<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut S,
+    key: &str,
+    value: &str,
+    deadline: Instant,
+) -> Result<(), FrameError> {
+    let parts = parts(value);
+    if parts.len() > MAX_PARTS {
+        return Err(FrameError::Refused(format!(
+            "store: {key} is {} bytes, more than the store holds ({MAX_TOTAL})",
+            value.len()
+        )));
+    }
+    for (i, part) in parts.iter().enumerate() {
+        set(conn, &part_key(key, i), part, deadline).await?;
+    }
+    let header = format!("parts:{}:{}", parts.len(), value.len());
+    set(conn, key, &header, deadline).await
+}
+
+/// Client side: a value stored with `set_large`, waiting up to `wait` for
+/// it. A missing or malformed part is an error naming it.
+pub async fn get_large<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut S,
+    key: &str,
+    wait: Duration,
+    deadline: Instant,
+) -> Result<Option<String>, FrameError> {
+    let Some(header) = get(conn, key, wait, deadline).await? else {
+        return Ok(None);
+    };
+    let bad = || FrameError::Refused(format!("store: {key}: `{header}` is not a parts header"));
+    let mut fields = header.strip_prefix("parts:").ok_or_else(bad)?.split(':');
+    let count: usize = fields.next().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+    let len: usize = fields.next().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+    if count > MAX_PARTS || len > MAX_TOTAL || fields.next().is_some() {
+        return Err(bad());
+    }
+    let mut value = String::with_capacity(len);
+    for i in 0..count {
+        let part = get(conn, &part_key(key, i), Duration::ZERO, deadline)
+            .await?
+            .ok_or_else(|| {
+                FrameError::Refused(format!("store: {key}: part {i} of {count} is missing"))
+            })?;
+        value.push_str(&part);
+        if value.len() > len {
+            break;
+        }
+    }
+    if value.len() != len {
+        return Err(FrameError::Refused(format!(
+            "store: {key}: {} bytes in its parts, {len} announced",
+            value.len()
+        )));
+    }
+    Ok(Some(value))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn parts_end_on_character_boundaries_and_rebuild_the_value() {
+        for len in [
+            0,
+            1,
+            MAX_VALUE - 1,
+            MAX_VALUE,
+            MAX_VALUE + 1,
+            3 * MAX_VALUE + 7,
+        ] {
+            // A 3-byte character straddles every part boundary somewhere.
+            let value: String = "aé€".chars().cycle().take(len).collect();
+            let p = parts(&value);
+            assert!(p.iter().all(|x| !x.is_empty() && x.len() <= MAX_VALUE));
+            assert_eq!(p.concat(), value, "{len}");
+        }
+    }
 
     #[test]
     fn get_waits_for_a_set_and_gives_up_at_its_deadline() {

@@ -20,11 +20,17 @@ pub fn alone(cfg: &Config, hosts: &[String], own: RankResult, why: String) -> Co
     }
     let mut r = assemble(cfg, world, &all, hosts);
     r.missing.clear();
+    failed_with(r, &why)
+}
+
+/// Every backend that ran fails with `why`: the ranks could not share one
+/// report, so none of them may call the stage a pass.
+pub fn failed_with(mut r: CollectiveReport, why: &str) -> CollectiveReport {
     for b in r.backends.iter_mut().filter(|b| b.available) {
         b.verdict = "fail".into();
         b.ended = Some(match b.ended.take() {
             Some(e) => format!("{e}; {why}"),
-            None => why.clone(),
+            None => why.to_string(),
         });
     }
     r

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::assemble::{alone, assemble};
+use super::assemble::{alone, assemble, failed_with};
 use super::config::Config;
 use super::exercise::exercise;
 use super::rank::{RankBackend, RankInfo, RankResult};
@@ -23,6 +23,7 @@ use super::supervisor;
 use super::tcp::{self, Tcp};
 use super::{Backend, OpError};
 use crate::cluster::store;
+use crate::cluster::store::FrameError;
 use crate::result::collective::CollectiveReport;
 
 /// One rank's whole stage; every rank returns the same report (or, when
@@ -109,13 +110,23 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
     let margin = cfg.step_timeout + Duration::from_secs(5);
     let json = serde_json::to_string(&result).unwrap_or_default();
     let key = format!("coll/result/{}", info.rank);
-    let _ = store::set(
+    // Results and the report grow with the world: in parts, and a part the
+    // store refuses is this rank's failure, never a result silently lost.
+    let published = store::set_large(
         info.conn,
         &key,
         &json,
         Instant::now() + Duration::from_secs(5),
     )
     .await;
+    if let (Err(e), false) = (&published, info.rank == 0) {
+        return alone(
+            cfg,
+            &info.hosts,
+            result,
+            format!("this rank could not send its result to rank 0 ({e})"),
+        );
+    }
     if info.rank == 0 {
         let gather_end = Instant::now() + margin;
         let mut all: Vec<Option<RankResult>> = (0..info.world).map(|_| None).collect();
@@ -128,7 +139,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
                 if all[r as usize].is_some() {
                     continue;
                 }
-                all[r as usize] = store::get(
+                all[r as usize] = store::get_large(
                     info.conn,
                     &format!("coll/result/{r}"),
                     Duration::ZERO,
@@ -163,13 +174,21 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         }
         let report = assemble(cfg, info.world, &all, &info.hosts);
         let text = serde_json::to_string(&report).unwrap_or_default();
-        let _ = store::set(
+        let shared = store::set_large(
             info.conn,
             "coll/report",
             &text,
             Instant::now() + Duration::from_secs(5),
         )
         .await;
+        // The others, without the report, fail the stage naming rank 0:
+        // rank 0 fails it too, so every rank leaves with one verdict.
+        if let Err(e) = shared {
+            return failed_with(
+                report,
+                &format!("rank 0 could not send the collective report to the other ranks ({e})"),
+            );
+        }
         // The store lives in this process: stay until every rank that gave
         // a result has fetched the report (each acknowledges), 5 s at most.
         let ack_end = Instant::now() + Duration::from_secs(5);
@@ -189,7 +208,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         report
     } else {
         let wait = margin * 2;
-        let got = store::get(
+        let got = store::get_large(
             info.conn,
             "coll/report",
             wait,
@@ -215,6 +234,12 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
                 &info.hosts,
                 result,
                 "rank 0 sent no collective report in time".into(),
+            ),
+            Err(e @ FrameError::Refused(_)) => alone(
+                cfg,
+                &info.hosts,
+                result,
+                format!("rank 0's collective report could not be read ({e})"),
             ),
             Err(e) => alone(
                 cfg,

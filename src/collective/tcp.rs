@@ -39,8 +39,8 @@ mod transport;
 
 use transport::{Reader, Writer};
 
-pub use algorithms::{reduce, segments};
-pub use setup::{host_key, listen_ip, partners};
+pub use algorithms::reduce;
+pub use setup::listen_ip;
 
 /// Receive granularity: a chunk is reduced while the next is in flight.
 const CHUNK: usize = 512 << 10;
@@ -136,7 +136,8 @@ impl Tcp {
 
 #[cfg(test)]
 mod tests {
-    use super::algorithms::split_pair;
+    use super::algorithms::{segments, split_pair};
+    use super::setup::partners;
     use super::*;
 
     #[test]
