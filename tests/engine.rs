@@ -25,6 +25,24 @@ fn mixed(format: &str) -> support::Run {
         .env("PREFLIGHT_FIXTURE_MODE", "turbo"))
 }
 
+/// Replaces the value at `path` with `with`, after checking that it exists
+/// and that `valid` holds for it.
+fn normalise(
+    report: &mut serde_json::Value,
+    path: &[&str],
+    with: impl Into<serde_json::Value>,
+    valid: impl Fn(&serde_json::Value) -> bool,
+) {
+    let mut at = &mut *report;
+    for key in path {
+        at = at
+            .get_mut(*key)
+            .unwrap_or_else(|| panic!("the report has no {}", path.join(".")));
+    }
+    assert!(valid(at), "{}: {at} is not in its format", path.join("."));
+    *at = with.into();
+}
+
 #[test]
 fn json_report_snapshot() {
     let out = mixed("json");
@@ -33,13 +51,23 @@ fn json_report_snapshot() {
     assert_eq!(report["schema"], "preflight.report/v1");
     assert_eq!(report["verdict"], "not_ready");
     assert_eq!(report["exit_code"], 1);
-    // What varies from run to run.
-    report["started_at"] = "<time>".into();
-    report["duration_ms"] = 0.into();
-    report["node"]["pid"] = 0.into();
-    report["tool"]["version"] = "<version>".into();
+    // What varies from run to run: each key must be there, in its format,
+    // before it is normalised (indexing would create a missing one).
+    let rfc3339 = regex::Regex::new(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$").unwrap();
+    normalise(&mut report, &["started_at"], "<time>", |v| {
+        v.as_str().is_some_and(|t| rfc3339.is_match(t))
+    });
+    normalise(&mut report, &["duration_ms"], 0, |v| v.is_u64());
+    normalise(&mut report, &["node", "pid"], 0, |v| {
+        v.as_u64().is_some_and(|p| p > 0)
+    });
+    normalise(&mut report, &["tool", "version"], "<version>", |v| {
+        v.as_str() == Some(env!("CARGO_PKG_VERSION"))
+    });
     for c in report["checks"].as_array_mut().unwrap() {
-        c["duration_ms"] = 0.into();
+        normalise(c, &["duration_ms"], 0, |v| {
+            v.as_f64().is_some_and(|d| d >= 0.0)
+        });
     }
     assert_snapshot(
         "mixed.json",

@@ -15,26 +15,39 @@ fn namespaces() -> String {
 
 #[test]
 fn hosts_reach_each_other_and_teardown_survives_a_panic() {
-    let mut names = Vec::new();
+    // Built outside the caught region: a machine that cannot build
+    // namespaces skips here, or fails under PREFLIGHT_REQUIRE_NETNS=1.
+    let Some(c) = Cluster::new(3) else { return };
+    let mut names: Vec<String> = c.hosts.iter().map(|h| h.ns.clone()).collect();
+    names.push(c.bridge.clone());
+    let mut reached = None;
+    let mut listed = None;
+    // The cluster moves into the closure, so the deliberate panic drops it
+    // while unwinding: teardown must still remove everything.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let Some(c) = Cluster::new(3) else {
-            return false;
-        };
-        names = c.hosts.iter().map(|h| h.ns.clone()).collect();
-        names.push(c.bridge.clone());
+        let c = c;
         c.listen(2, 29500, &[]);
         let connect = format!(
             "import socket; socket.create_connection(('{}', 29500), 5); print('ok')",
             c.addr(2)
         );
-        assert_eq!(c.must(0, &["python3", "-c", &connect]).trim(), "ok");
-        assert!(namespaces().contains(&c.hosts[0].ns));
+        reached = Some(c.must(0, &["python3", "-c", &connect]).trim().to_string());
+        listed = Some(namespaces().contains(&c.hosts[0].ns));
         panic!("deliberate");
     }));
-    if names.is_empty() {
-        return; // skipped: the machine cannot build namespaces
-    }
-    assert!(outcome.is_err(), "the closure panics on purpose");
+    // What the test is about, asserted outside the caught region.
+    assert_eq!(
+        reached.as_deref(),
+        Some("ok"),
+        "host 0 did not reach host 2"
+    );
+    assert_eq!(
+        listed,
+        Some(true),
+        "the namespace was not listed while it lived"
+    );
+    let payload = outcome.expect_err("the closure panics on purpose");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"deliberate"));
     let left = namespaces();
     for ns in &names[..names.len() - 1] {
         assert!(!left.contains(ns.as_str()), "{ns} left behind: {left}");

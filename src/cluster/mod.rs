@@ -105,8 +105,9 @@ fn serves(identity: &Identity) -> bool {
 /// port cannot be bound.
 pub type Server = Result<Option<tokio::task::JoinHandle<ClusterReport>>, Box<ClusterReport>>;
 
+/// What a rendezvous server needs besides where it listens and whom it
+/// expects: the same for rank 0 and for node mode's agent.
 pub struct ServerInput<'a> {
-    pub identity: &'a Identity,
     pub facts: &'a Arc<Facts>,
     pub cluster_checks: Vec<Arc<Check>>,
     pub timeout: Duration,
@@ -117,17 +118,51 @@ pub struct ServerInput<'a> {
     pub linger: Duration,
 }
 
-pub async fn start_server(input: ServerInput<'_>) -> Server {
-    let id = input.identity;
+/// Where a server listens and whom it expects.
+struct Serving {
+    addr: String,
+    port: u16,
+    world_size: u32,
+    placement: barrier::Placement,
+    token: Token,
+}
+
+fn spawn_server(
+    input: ServerInput<'_>,
+    serving: Serving,
+    listener: tokio::net::TcpListener,
+) -> tokio::task::JoinHandle<ClusterReport> {
+    tokio::spawn(server::serve(
+        server::ServerConfig {
+            bound: server::bound_name(&serving.addr, &listener),
+            world_size: serving.world_size,
+            placement: serving.placement,
+            master: master_label(&serving.addr, serving.port),
+            token: serving.token,
+            started: input.started,
+            deadline: input.started + input.timeout,
+            timeout: input.timeout,
+            strict: input.strict,
+            clock_offset_ms: clock_offset(input.facts),
+            checks: input.cluster_checks,
+            facts: Arc::clone(input.facts),
+            linger: input.linger,
+        },
+        listener,
+    ))
+}
+
+/// Rank 0's rendezvous, started before its checklist runs.
+pub async fn start_server(id: &Identity, input: ServerInput<'_>) -> Server {
     if !serves(id) {
         return Ok(None);
     }
     let token = Token::resolve(input.facts.env_vars());
-    let master = master_label(&id.master_addr, id.master_port);
     match server::bind(&id.master_addr, id.master_port).await {
-        Ok(listener) => Ok(Some(tokio::spawn(server::serve(
-            server::ServerConfig {
-                bound: server::bound_name(&id.master_addr, &listener),
+        Ok(listener) => {
+            let serving = Serving {
+                addr: id.master_addr.clone(),
+                port: id.master_port,
                 world_size: id.world_size,
                 placement: barrier::Placement {
                     nodelist: id.nodelist.clone(),
@@ -135,50 +170,30 @@ pub async fn start_server(input: ServerInput<'_>) -> Server {
                     local_world_size: id.local_world_size,
                     master_host: Some(id.master_addr.clone()),
                 },
-                master,
                 token,
-                started: input.started,
-                deadline: input.started + input.timeout,
-                timeout: input.timeout,
-                strict: input.strict,
-                clock_offset_ms: clock_offset(input.facts),
-                checks: input.cluster_checks,
-                facts: Arc::clone(input.facts),
-                linger: input.linger,
-            },
-            listener,
-        )))),
+            };
+            Ok(Some(spawn_server(input, serving, listener)))
+        }
         Err(e) => {
             let why = bind_failure(&id.master_addr, id.master_port, &e, &token).await;
+            let master = master_label(&id.master_addr, id.master_port);
             Err(Box::new(failure(id.world_size, master, &token, why)))
         }
     }
 }
 
 /// Node mode's rendezvous, served by the node-rank-0 agent for every rank
-/// it and the other agents start.
-pub struct NodeServerInput<'a> {
-    pub plan: &'a identity::NodePlan,
-    /// Every rank of the job: nodes × ranks per node.
-    pub world_size: u32,
-    pub local_world_size: u32,
-    pub token: &'a Token,
-    pub facts: &'a Arc<Facts>,
-    pub cluster_checks: Vec<Arc<Check>>,
-    pub timeout: Duration,
-    pub strict: bool,
-    pub started: Instant,
-    pub linger: Duration,
-}
-
-/// Binds the plan's port (a free one outside the ephemeral range when it
-/// is 0) and serves there; returns the server and the port it holds, or
-/// the verdict when it cannot bind.
+/// it and the other agents start: binds the plan's port (a free one
+/// outside the ephemeral range when it is 0) and serves there; returns the
+/// server and the port it holds, or the verdict when it cannot bind.
 pub async fn start_node_server(
-    input: NodeServerInput<'_>,
+    plan: &identity::NodePlan,
+    world_size: u32,
+    local_world_size: u32,
+    token: &Token,
+    input: ServerInput<'_>,
 ) -> Result<(tokio::task::JoinHandle<ClusterReport>, u16), ClusterReport> {
-    let plan = input.plan;
-    let mut port = plan.master_port;
+    let port = plan.master_port;
     let bound = if port == 0 {
         bind_outside_ephemeral(&plan.master_addr, input.facts).await
     } else {
@@ -186,37 +201,25 @@ pub async fn start_node_server(
     };
     match bound {
         Ok(listener) => {
-            port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
-            let master = master_label(&plan.master_addr, port);
-            let server = tokio::spawn(server::serve(
-                server::ServerConfig {
-                    bound: server::bound_name(&plan.master_addr, &listener),
-                    world_size: input.world_size,
-                    placement: barrier::Placement {
-                        nodelist: plan.nodelist.clone(),
-                        tasks_per_node: Vec::new(),
-                        local_world_size: input.local_world_size,
-                        master_host: Some(plan.master_addr.clone()),
-                    },
-                    master,
-                    token: input.token.clone(),
-                    started: input.started,
-                    deadline: input.started + input.timeout,
-                    timeout: input.timeout,
-                    strict: input.strict,
-                    clock_offset_ms: clock_offset(input.facts),
-                    checks: input.cluster_checks,
-                    facts: Arc::clone(input.facts),
-                    linger: input.linger,
+            let port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
+            let serving = Serving {
+                addr: plan.master_addr.clone(),
+                port,
+                world_size,
+                placement: barrier::Placement {
+                    nodelist: plan.nodelist.clone(),
+                    tasks_per_node: Vec::new(),
+                    local_world_size,
+                    master_host: Some(plan.master_addr.clone()),
                 },
-                listener,
-            ));
-            Ok((server, port))
+                token: token.clone(),
+            };
+            Ok((spawn_server(input, serving, listener), port))
         }
         Err(e) => {
-            let why = bind_failure(&plan.master_addr, port, &e, input.token).await;
+            let why = bind_failure(&plan.master_addr, port, &e, token).await;
             let master = master_label(&plan.master_addr, port);
-            Err(failure(input.world_size, master, input.token, why))
+            Err(failure(world_size, master, token, why))
         }
     }
 }

@@ -15,7 +15,7 @@ use super::{Failure, RunArgs};
 use crate::checklist::Check;
 use crate::cluster::auth::Token;
 use crate::cluster::identity::{CHILD_MARKER, MAX_WORLD, NodePlan};
-use crate::cluster::{self, NodeServerInput, failure, master_label};
+use crate::cluster::{self, ServerInput, failure, master_label};
 use crate::exit::ExitCode;
 use crate::facts::Facts;
 
@@ -58,18 +58,20 @@ pub fn agent(
     let outcome = runtime.block_on(async {
         let mut port = plan.master_port;
         let server = if plan.node_rank == 0 {
-            let served = cluster::start_node_server(NodeServerInput {
-                plan: &plan,
-                world_size: world,
-                local_world_size: nproc,
-                token: &token,
-                facts: &facts,
-                cluster_checks,
-                timeout,
-                strict: args.strict,
-                started,
-                linger,
-            })
+            let served = cluster::start_node_server(
+                &plan,
+                world,
+                nproc,
+                &token,
+                ServerInput {
+                    facts: &facts,
+                    cluster_checks,
+                    timeout,
+                    strict: args.strict,
+                    started,
+                    linger,
+                },
+            )
             .await?;
             port = served.1;
             Some(served.0)

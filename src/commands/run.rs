@@ -97,15 +97,17 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
     // Rank 0 serves before its checklist runs, so the others find the port
     // open as early as possible.
     let server = identity.as_ref().map(|id| {
-        runtime.block_on(cluster::start_server(cluster::ServerInput {
-            identity: id,
-            facts: &plan.facts,
-            cluster_checks: plan.cluster_checks.clone(),
-            timeout: args.timeout.0,
-            strict: args.strict,
-            started: process_start,
-            linger: plan.linger,
-        }))
+        runtime.block_on(cluster::start_server(
+            id,
+            cluster::ServerInput {
+                facts: &plan.facts,
+                cluster_checks: plan.cluster_checks.clone(),
+                timeout: args.timeout.0,
+                strict: args.strict,
+                started: process_start,
+                linger: plan.linger,
+            },
+        ))
     });
     let results = checklist_stage(&runtime, args, &plan, identity.as_ref());
     let cluster = identity.zip(server).map(|(identity, server)| {
