@@ -58,6 +58,10 @@ pub struct BarrierState {
     pub dropped: Vec<String>,
     /// All of them, however many.
     pub dropped_total: usize,
+    /// Connections rank 0 could not accept (out of descriptors), and why
+    /// the first one failed.
+    pub accept_failures: usize,
+    pub accept_error: Option<String>,
 }
 
 pub fn who(c: &CheckIn) -> String {
@@ -76,6 +80,8 @@ impl BarrierState {
             other_job_clients: Vec::new(),
             dropped: Vec::new(),
             dropped_total: 0,
+            accept_failures: 0,
+            accept_error: None,
         }
     }
 

@@ -61,6 +61,10 @@ enum Event {
     Probes {
         results: Vec<Probe>,
     },
+    /// `accept` failed: the connection waits in the backlog, unserved.
+    AcceptFailed {
+        reason: String,
+    },
 }
 
 pub struct ServerConfig {
@@ -337,6 +341,10 @@ fn handle(
             probes.extend(results);
             *replies += 1;
         }
+        Event::AcceptFailed { reason } => {
+            state.accept_failures += 1;
+            state.accept_error.get_or_insert(reason);
+        }
     }
 }
 
@@ -351,10 +359,17 @@ async fn accept_loop(
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING));
     loop {
-        let Ok((stream, peer)) = listener.accept().await else {
-            // Out of descriptors or similar: do not spin.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            continue;
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of descriptors or similar: said in the report, and
+                // no spin.
+                let _ = tx.send(Event::AcceptFailed {
+                    reason: e.to_string(),
+                });
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
         };
         let Ok(permit) = Arc::clone(&pending).try_acquire_owned() else {
             drop(stream);

@@ -184,6 +184,12 @@ pub(super) fn assemble(
             }
         ));
     }
+    warnings.extend(open_files_warning(
+        state.accept_failures,
+        state.accept_error.as_deref(),
+        cfg.world_size,
+        crate::facts::limits::open_files(),
+    ));
     // Every node's own verdict counts whether or not `cluster.node_checks`
     // was selected: a node whose checklist failed is not ready, and the
     // cluster with it.
@@ -214,5 +220,67 @@ pub(super) fn assemble(
         checks,
         warnings,
         collective: None,
+    }
+}
+
+/// Descriptors rank 0 needs beyond one connection per rank: listeners,
+/// the probe listener, files, the runtime's own.
+const SPARE_FILES: u64 = 64;
+
+/// What rank 0 says about its open-files limit: connections it could not
+/// accept, or a hard limit below what the world needs (the soft limit was
+/// raised to the hard one at start).
+pub(super) fn open_files_warning(
+    failures: usize,
+    error: Option<&str>,
+    world: u32,
+    limit: Option<(u64, u64)>,
+) -> Option<String> {
+    let need = u64::from(world) + SPARE_FILES;
+    let fix = "raise the hard limit where preflight starts (`ulimit -Hn` in the job script, `LimitNOFILE=` for a systemd unit, `nofile` in /etc/security/limits.conf)";
+    let limits = limit.map_or(String::new(), |(soft, hard)| {
+        format!("; its open-files limit is {soft} (hard {hard})")
+    });
+    if failures > 0 {
+        return Some(format!(
+            "rank 0 could not accept {failures} connection attempt{} ({}){limits}, and {world} ranks need about {need}: {fix}",
+            if failures == 1 { "" } else { "s" },
+            error.unwrap_or("no reason given"),
+        ));
+    }
+    match limit {
+        Some((_, hard)) if hard < need => Some(format!(
+            "rank 0's open-files hard limit ({hard}) is below the about {need} that {world} ranks need: {fix}"
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_files_limit_below_the_world_is_named_with_its_fix() {
+        assert_eq!(
+            open_files_warning(0, None, 4096, Some((20000, 20000))),
+            None
+        );
+        let low = open_files_warning(0, None, 4096, Some((1024, 1024))).unwrap();
+        assert!(
+            low.starts_with("rank 0's open-files hard limit (1024) is below the about 4160 that 4096 ranks need: raise the hard limit"),
+            "{low}"
+        );
+        let failed = open_files_warning(
+            3,
+            Some("Too many open files (os error 24)"),
+            48,
+            Some((32, 32)),
+        )
+        .unwrap();
+        assert!(
+            failed.starts_with("rank 0 could not accept 3 connection attempts (Too many open files (os error 24)); its open-files limit is 32 (hard 32), and 48 ranks need about 112"),
+            "{failed}"
+        );
     }
 }

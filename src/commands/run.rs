@@ -73,6 +73,9 @@ pub fn collective_config(args: &RunArgs, stage: Stage) -> coll::Config {
 /// collective stages as they apply, then the report.
 pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
     let process_start = tokio::time::Instant::now();
+    if stage != Stage::Checklist {
+        raise_open_files();
+    }
     let plan = Plan::new(args, stage)?;
     let identity = match plan.role(args)? {
         Role::Node(node_plan) => {
@@ -368,6 +371,19 @@ fn collective_stage(
         .worst(Verdict::of(&report.checks, args.strict));
     report.exit_code = report.verdict.exit_code().code();
     report.collective = Some(c);
+}
+
+/// Raises this process's soft open-files limit to its hard limit: rank 0
+/// holds a connection per rank, and the usual soft limit (1,024) is far
+/// below the hard one. Where it cannot, the limit stays as it was, and the
+/// cluster stage names a limit too low for the world.
+fn raise_open_files() {
+    use nix::sys::resource::{Resource, setrlimit};
+    if let Some((soft, hard)) = crate::facts::limits::open_files()
+        && soft < hard
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
 }
 
 /// The part of `--timeout` the checklist may use in `run`: all but a

@@ -104,6 +104,11 @@ pub fn soft_limit_of(
     }
 }
 
+/// This process's open-files limit, soft and hard, as it is now.
+pub fn open_files() -> Option<(u64, u64)> {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
