@@ -598,3 +598,73 @@ fn rank_0_raises_its_open_files_limit_and_names_one_too_low() {
         }
     }
 }
+
+/// A rank whose own launch variables put it outside the world fails at
+/// once, naming them; it used to retry the master until the deadline (here
+/// ten minutes, far beyond the test's bound).
+#[test]
+fn a_rank_outside_the_world_fails_at_once_naming_its_variables() {
+    let port = cluster::free_port().to_string();
+    let out = local("rank5", &run_args("600s"), &env("5", "4", &port)).finish(MARGIN);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let report = out.json();
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "cluster.rendezvous")
+        .unwrap_or_else(|| panic!("no cluster.rendezvous in {report:#}"));
+    assert_eq!(
+        check["message"],
+        "rank 5 is not below the world size 4 (RANK=5, WORLD_SIZE=4): this process cannot take part in the job"
+    );
+    assert!(
+        check["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with("Give every process a distinct rank from 0 to 3"),
+        "{check:#}"
+    );
+}
+
+/// A rank that cannot reach rank 0 is the only one that knows its own
+/// problems: its human output shows them under the one line.
+#[test]
+fn a_rank_that_cannot_reach_the_master_shows_its_own_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let checks = dir.path().join("own.yaml");
+    std::fs::write(
+        &checks,
+        "checks:\n  - {id: own.scratch, kind: file, path: /nonexistent/preflight-scratch, hint: \"Mount the scratch file system.\"}\n",
+    )
+    .unwrap();
+    let port = cluster::free_port().to_string();
+    let args: Vec<String> = [
+        "run",
+        "--no-shipped",
+        "--checks",
+        checks.to_str().unwrap(),
+        "--timeout",
+        "2s",
+        "--color",
+        "never",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = local("rank1", &args, &env("1", "2", &port)).finish(MARGIN);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let first = out.stdout.lines().next().unwrap_or("");
+    assert!(first.contains("rank 1 of 2"), "{}", out.stdout);
+    assert!(first.contains("connection refused"), "{}", out.stdout);
+    let problems = out.stdout.split_once("\nProblems\n").map(|(_, p)| p);
+    let problems = problems.unwrap_or_else(|| panic!("no Problems section:\n{}", out.stdout));
+    assert!(problems.contains("own.scratch: "), "{}", out.stdout);
+    assert!(
+        problems.contains("hint: Mount the scratch file system."),
+        "{}",
+        out.stdout
+    );
+    // The rendezvous failure is the line above, not repeated below it.
+    assert!(!problems.contains("cluster.rendezvous"), "{}", out.stdout);
+}

@@ -68,6 +68,16 @@ pub fn master_label(host: &str, port: u16) -> String {
 /// The verdict of a rank that could not take part: it names why.
 pub fn failure(world_size: u32, master: String, token: &Token, message: String) -> ClusterReport {
     let hint = "Compare MASTER_ADDR and MASTER_PORT on every rank; check that rank 0 started and that no firewall on its host blocks the port (`iptables -S`, `nft list ruleset`).";
+    failure_with_hint(world_size, master, token, message, hint)
+}
+
+fn failure_with_hint(
+    world_size: u32,
+    master: String,
+    token: &Token,
+    message: String,
+    hint: &str,
+) -> ClusterReport {
     let check = CheckResult::built_in(
         "cluster.rendezvous",
         "rendezvous",
@@ -246,6 +256,42 @@ pub async fn rank_stage(input: RankInput, server: Server) -> (ClusterReport, Opt
         Ok(s) => s,
         Err(report) => return (*report, None),
     };
+    // A rank outside the world cannot take part: it says so at once, where
+    // it would otherwise retry the master until the deadline for a
+    // check-in that rank 0 refuses.
+    if id.rank >= id.world_size {
+        let named = |names: Vec<&str>| {
+            names
+                .into_iter()
+                .find_map(|n| facts.env(n).map(|v| format!("{n}={v}")))
+        };
+        let vars = [
+            named(crate::facts::launch::rank_vars()),
+            named(crate::facts::launch::size_vars()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ");
+        let message = format!(
+            "rank {} is not below the world size {}{}: this process cannot take part in the job",
+            id.rank,
+            id.world_size,
+            if vars.is_empty() {
+                String::new()
+            } else {
+                format!(" ({vars})")
+            }
+        );
+        let hint = format!(
+            "Give every process a distinct rank from 0 to {} and the same world size (the launcher sets both; check what the job script exports).",
+            id.world_size - 1
+        );
+        return (
+            failure_with_hint(id.world_size, master, &token, message, &hint),
+            None,
+        );
+    }
 
     let cfg = client::ClientConfig {
         master_addr: id.master_addr.clone(),

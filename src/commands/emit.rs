@@ -68,7 +68,17 @@ pub fn emit(
         if rank != 0
             && let Some(c) = &report.cluster
         {
-            return format!("{}\n", report::cluster::one_line(c, rank, &style));
+            let mut line = format!("{}\n", report::cluster::one_line(c, rank, &style));
+            // A rank that never reached rank 0 is the only one that knows
+            // its own problems: it shows them under its line.
+            if c.checks.iter().any(|x| x.id == "cluster.rendezvous") {
+                let own = report
+                    .checks
+                    .iter()
+                    .filter(|x| x.id != "cluster.rendezvous");
+                line.push_str(&report::human::problems(own, &style));
+            }
+            return line;
         }
         let detail = if args.display.quiet {
             Detail::Quiet

@@ -69,33 +69,39 @@ impl Human {
                 }
             }
         }
-        let problems: Vec<&CheckResult> = report
-            .checks
-            .iter()
-            .filter(|c| matches!(c.status, Status::Fail | Status::Warn | Status::Error))
-            .collect();
-        if !problems.is_empty() {
-            let _ = writeln!(out, "\n{}", s.bold("Problems"));
-            for check in problems {
-                let _ = writeln!(
-                    out,
-                    "  {}  {}: {}",
-                    s.mark(check.status),
-                    check.id,
-                    check.message
-                );
-                let values = values_line(check);
-                if !values.is_empty() {
-                    let _ = writeln!(out, "        {values}");
-                }
-                if let Some(hint) = &check.hint {
-                    let _ = writeln!(out, "        hint: {hint}");
-                }
-            }
-        }
+        out.push_str(&problems(report.checks.iter(), s));
         let _ = writeln!(out, "\n{}", verdict_line(report, s));
         out
     }
+}
+
+/// The "Problems" section: every failed, warning or unevaluated check with
+/// its values and hint; empty when there is none.
+pub fn problems<'a>(checks: impl Iterator<Item = &'a CheckResult>, s: &Style) -> String {
+    let mut out = String::new();
+    let problems: Vec<&CheckResult> = checks
+        .filter(|c| matches!(c.status, Status::Fail | Status::Warn | Status::Error))
+        .collect();
+    if !problems.is_empty() {
+        let _ = writeln!(out, "\n{}", s.bold("Problems"));
+        for check in problems {
+            let _ = writeln!(
+                out,
+                "  {}  {}: {}",
+                s.mark(check.status),
+                check.id,
+                check.message
+            );
+            let values = values_line(check);
+            if !values.is_empty() {
+                let _ = writeln!(out, "        {values}");
+            }
+            if let Some(hint) = &check.hint {
+                let _ = writeln!(out, "        hint: {hint}");
+            }
+        }
+    }
+    out
 }
 
 fn values_line(check: &CheckResult) -> String {
