@@ -59,7 +59,9 @@ fn lib_without_gpu() -> Option<PathBuf> {
     if in_ld_cache("libcuda.so.1") || Path::new("/dev/nvidiactl").exists() {
         // Not a missing library: this machine has a driver, and the no-GPU
         // answer would be wrong here.
-        eprintln!("skipped: this machine has a CUDA driver; run tests/gpu/ instead");
+        skip(
+            "this machine has a CUDA driver, where the no-GPU answer would be wrong; run tests/gpu/ instead",
+        );
         return None;
     }
     Some(lib)
@@ -160,7 +162,7 @@ fn the_loader_finds_it_through_ld_library_path() {
     let _s = serial();
     let Some(lib) = lib_without_gpu() else { return };
     if in_ld_cache("libnccl.so.2") {
-        eprintln!("skipped: the system has its own libnccl.so.2, which the loader may pick");
+        skip("the system has its own libnccl.so.2, which the loader may pick");
         return;
     }
     // The loader's choice is reported as the file it mapped, links resolved.
@@ -186,7 +188,7 @@ fn site_packages(lib: &Path) -> tempfile::TempDir {
 fn lib_for_site_packages() -> Option<PathBuf> {
     let lib = lib_without_gpu()?;
     if in_ld_cache("libnccl.so.2") {
-        eprintln!("skipped: the system has its own libnccl.so.2, which the loader takes first");
+        skip("the system has its own libnccl.so.2, which the loader takes first");
         return None;
     }
     let python = Command::new("python3")

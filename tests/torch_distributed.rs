@@ -232,7 +232,7 @@ fn a_missing_interpreter_or_torch_skips_unless_required() {
     // A real Python that cannot see torch: -S leaves out site-packages,
     // where Debian and pip put it.
     if Command::new("/usr/bin/python3").arg("-V").output().is_err() {
-        eprintln!("skipped the no-torch half: /usr/bin/python3 is missing");
+        common::skip_unless_required("the no-torch half: /usr/bin/python3 is missing");
         return;
     }
     let bare = executable(

@@ -71,10 +71,7 @@ fn unavailable() -> Option<String> {
 /// Returns `None` after printing the reason, or panics when CI requires
 /// the namespace tests to run.
 pub fn skip_or_panic(reason: &str) {
-    if std::env::var("PREFLIGHT_REQUIRE_NETNS").as_deref() == Ok("1") {
-        panic!("PREFLIGHT_REQUIRE_NETNS=1 but this test cannot run: {reason}");
-    }
-    eprintln!("SKIPPED: {reason} (set PREFLIGHT_REQUIRE_NETNS=1 to make this a failure)");
+    super::skip::skip(reason);
 }
 
 fn ip(args: &[&str]) -> Output {

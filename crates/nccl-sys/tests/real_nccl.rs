@@ -7,6 +7,9 @@
 //! Paths that depend on the process environment at start (LD_LIBRARY_PATH,
 //! PYTHONPATH) run in a re-executed copy of this test binary.
 
+#[path = "../../../tests/support/skip.rs"]
+mod skip;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -33,10 +36,7 @@ fn test_lib() -> Option<PathBuf> {
         "{} not found (set PREFLIGHT_TEST_NCCL_LIB or run tests/setup/collective-libs.sh)",
         path.display()
     );
-    if std::env::var("PREFLIGHT_REQUIRE_LIBS").as_deref() == Ok("1") {
-        panic!("PREFLIGHT_REQUIRE_LIBS=1: {why}");
-    }
-    eprintln!("skipped: {why}");
+    skip::skip(&why);
     None
 }
 
@@ -115,7 +115,7 @@ fn found_by_soname_through_ld_library_path() {
 fn found_in_site_packages_reported_by_python() {
     let Some(lib) = test_lib() else { return };
     if Command::new("python3").arg("-V").output().is_err() {
-        eprintln!("skipped: no python3 to ask for site-packages");
+        skip::skip("no python3 to ask for site-packages");
         return;
     }
     let root = fake_site_packages("py", &lib);
@@ -185,7 +185,9 @@ fn probe_without_a_driver_says_no_cuda_device() {
     };
     let p = probe(&CudaSearch::from_env(None), &nccl_search);
     if !matches!(p.cuda, CudaStatus::NotFound { .. }) {
-        eprintln!("not applicable: this machine has a CUDA driver ({p})");
+        skip::skip(&format!(
+            "this machine has a CUDA driver ({p}); run tests/gpu/ instead"
+        ));
         return;
     }
     assert_eq!(p.to_string(), "no CUDA device (libcuda.so.1 not found)");
@@ -204,7 +206,7 @@ fn init_without_a_gpu_is_an_error_with_the_last_error_text() {
         probe(&CudaSearch::from_env(None), &NcclSearch::default()).cuda,
         CudaStatus::NotFound { .. }
     ) {
-        eprintln!("not applicable: this machine has a CUDA driver");
+        skip::skip("this machine has a CUDA driver; run tests/gpu/ instead");
         return;
     }
     let (tx, rx) = mpsc::channel();
