@@ -143,9 +143,42 @@ fn colour_follows_the_flag_and_no_color() {
     );
     let never = run(preflight().args(args).args(["--color", "never"]));
     assert!(!never.stdout.contains('\x1b'));
-    // auto: not a terminal here, and NO_COLOR set: plain either way.
-    let auto = run(preflight().args(args).env("NO_COLOR", "1"));
-    assert!(!auto.stdout.contains('\x1b'));
+    // auto without a terminal (a pipe here): plain.
+    let piped = run(preflight().args(args));
+    assert!(!piped.stdout.contains('\x1b'), "{}", piped.stdout);
+    // auto on a real terminal: a pty from util-linux `script`. Colour,
+    // unless NO_COLOR is set (to anything but empty) or TERM is dumb. The
+    // progress line's erase sequence (`ESC [K`) is no colour.
+    let colour = regex::Regex::new("\x1b\\[[0-9;]*m").unwrap();
+    let on_tty = |env: &[(&str, &str)]| {
+        let command = format!("{} {}", env!("CARGO_BIN_EXE_preflight"), args.join(" "));
+        run(std::process::Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("TERM", "xterm")
+            .envs(env.iter().copied()))
+    };
+    let tty = on_tty(&[]);
+    assert_eq!(tty.code, 0, "{}{}", tty.stdout, tty.stderr);
+    assert!(tty.stdout.contains("\x1b[32mPASS\x1b[0m"), "{}", tty.stdout);
+    // On a terminal, progress goes to stderr (which `script` shows too).
+    assert!(
+        tty.stdout.contains("[1/1] pass shell.true"),
+        "{:?}",
+        tty.stdout
+    );
+    for env in [[("NO_COLOR", "1")], [("TERM", "dumb")]] {
+        let plain = on_tty(&env);
+        assert_eq!(plain.code, 0, "{env:?}: {}{}", plain.stdout, plain.stderr);
+        assert!(plain.stdout.contains("PASS"), "{env:?}: {}", plain.stdout);
+        assert!(
+            !colour.is_match(&plain.stdout),
+            "{env:?}: {:?}",
+            plain.stdout
+        );
+    }
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The collective stage with ranks as plain processes on loopback: every
 //! operation verified for 1 to 5 ranks, and the fault hooks (a rank held
 //! at one size, a corrupted contribution, a rank killed mid-stage). No
-//! wall-clock assertions: bounds only say that nothing waited forever.
+//! wall-clock assertions: the one bound (`finish`'s limit) only says that
+//! nothing waited forever; what ended a stage is read from the report.
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -227,12 +228,9 @@ fn the_runs_deadline_ends_the_stage_as_incomplete_and_names_the_rank_waited_for(
             "{}: {msg}",
             o.label
         );
-        assert!(
-            o.elapsed < Duration::from_secs(60),
-            "{}: {:?}",
-            o.label,
-            o.elapsed
-        );
+        // What ended the stage is in the message: the run's deadline, not
+        // the step's (60 s), which would read "timed out at".
+        assert!(!msg.contains("timed out at"), "{}: {msg}", o.label);
     }
     let report = out[0].json();
     let b = tcp(&report);
@@ -308,12 +306,9 @@ fn a_rank_killed_mid_stage_is_named_by_every_other_rank() {
     for o in &out {
         let msg = o.message("collective.tcp");
         assert!(msg.contains("rank 3"), "{}: {msg}", o.label);
-        assert!(
-            o.elapsed < Duration::from_secs(30),
-            "{}: {:?}",
-            o.label,
-            o.elapsed
-        );
+        // Named from its closed sockets, not from the 30 s step deadline,
+        // which would read "timed out at".
+        assert!(!msg.contains("timed out at"), "{}: {msg}", o.label);
     }
     let msg = out[0].message("collective.tcp");
     assert!(msg.contains("gave no result (gone)"), "{msg}");

@@ -151,6 +151,77 @@ pub fn one_line(report: &ClusterReport, rank: u32, s: &Style) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn node(name: &str, rank: u32) -> serde_json::Value {
+        serde_json::json!({
+            "name": name, "hostname": "h", "addr": name, "ranks": [rank],
+            "tool_version": "0.1.0", "checklist_hash": "abc", "versions": {},
+            "env": {}, "devices": {"count": 0, "models": []},
+            "clock": {"offset_ms": 0.25, "rtt_ms": 0.1}, "interface": "eth0",
+            "hostname_addrs": [], "local_verdict": "ready", "failed": []
+        })
+    }
+
+    /// Rank 0's view of three nodes where the third drops incoming
+    /// connections: the table, then the matrix (shown only when a probe
+    /// failed) with the finding under it; the others' one line.
+    #[test]
+    fn the_cluster_view_shows_the_matrix_when_a_probe_failed() {
+        let probe = |from: usize, to: usize, status: &str| {
+            serde_json::json!({"from": from, "to": to, "status": status,
+                "rtt_ms": if status == "ok" { Some(0.5) } else { None }, "detail": null})
+        };
+        let report: ClusterReport = serde_json::from_value(serde_json::json!({
+            "verdict": "not_ready", "exit_code": 1, "world_size": 3,
+            "master": "10.0.0.1:29500", "token": "PREFLIGHT_TOKEN (3c0c65e3)",
+            "duration_ms": 1000,
+            "nodes": [node("n1", 0), node("n2", 1), node("n3", 2)],
+            "barrier": {"complete": true, "waited_ms": 10, "missing": [],
+                "missing_count": 0, "missing_ranks": "", "duplicates": [],
+                "world_size_mismatch": [], "out_of_range": [], "lost": [],
+                "other_job_clients": [], "dropped": [], "dropped_total": 0},
+            "checks": [{"id": "cluster.reachability", "kind": "cluster_reachability",
+                "area": "cluster", "severity": "fail", "tags": [], "status": "fail",
+                "measured": null, "expected": null, "message": "n3 drops incoming connections",
+                "hint": null, "duration_ms": 0.0, "source": "built-in"}],
+            "reachability": {"mode": "all pairs", "nodes": ["n1", "n2", "n3"],
+                "probes": [probe(0, 1, "ok"), probe(0, 2, "timed_out"), probe(1, 0, "ok"),
+                    probe(1, 2, "timed_out"), probe(2, 0, "ok"), probe(2, 1, "ok")],
+                "findings": ["n3 drops incoming connections (a firewall DROP rule?)"]},
+            "warnings": []
+        }))
+        .unwrap();
+        let s = Style { color: false };
+        let view = render(&report, &s);
+        assert!(
+            view.contains("Cluster  3 nodes · 3 ranks · master 10.0.0.1:29500 · token PREFLIGHT_TOKEN (3c0c65e3)"),
+            "{view}"
+        );
+        assert!(
+            view.contains("Reachability  (all pairs; row probes column)"),
+            "{view}"
+        );
+        let row = view
+            .lines()
+            .find(|l| l.trim_start().starts_with("n1 ") && l.contains("ok 0.5ms"));
+        let row = row.unwrap_or_else(|| panic!("no matrix row for n1:\n{view}"));
+        assert!(row.contains("timed_out"), "{row}");
+        assert!(
+            view.contains("n3 drops incoming connections (a firewall DROP rule?)"),
+            "{view}"
+        );
+        let line = one_line(&report, 2, &s);
+        assert!(
+            line.starts_with("NOT READY  rank 2 of 3 · 3 nodes · problems: cluster.reachability · n3 drops incoming connections (rank 0 prints the details)"),
+            "{line}"
+        );
+        // No failed probe: no matrix.
+        let mut healthy = report.clone();
+        healthy.reachability.probes.retain(|p| p.status == "ok");
+        assert!(!render(&healthy, &s).contains("Reachability"));
+    }
+
     #[test]
     fn rank_ranges_compress() {
         assert_eq!(
