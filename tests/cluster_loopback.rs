@@ -76,14 +76,11 @@ fn a_missing_rank_is_named_with_its_host_by_the_deadline() {
     assert!(msg.starts_with("fail"), "{msg}");
     assert!(msg.contains("rank 3 (expected on gpu004)"), "{msg}");
     assert!(out[1].message("cluster.barrier").contains("rank 3"));
-    // The verdict arrives within the deadline plus one second (measured in
-    // bench/); the bound here is the generous margin for a loaded
-    // machine.
-    assert!(
-        out[0].elapsed < Duration::from_secs(2) + MARGIN,
-        "{:?}",
-        out[0].elapsed
-    );
+    // The barrier ended at its deadline, not before: rank 3 was waited for.
+    let barrier = &out[0].json()["cluster"]["barrier"];
+    assert_eq!(barrier["complete"], false, "{barrier:#}");
+    assert_eq!(barrier["missing_count"], 1, "{barrier:#}");
+    assert!(barrier["waited_ms"].as_u64() >= Some(1500), "{barrier:#}");
 }
 
 #[test]
@@ -181,12 +178,8 @@ fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
         )),
         "{msg}"
     );
-    // It knew at once, not at the 60 s deadline.
-    assert!(
-        intruder.elapsed < Duration::from_secs(30),
-        "{:?}",
-        intruder.elapsed
-    );
+    // It knew at once: `finish(MARGIN)` (15 s) would have failed the test
+    // had it waited for its 60 s deadline.
     let r1 = local("jobA-rank1", &args, &env("1", "2", &port));
     let a0 = r0.finish(MARGIN);
     let a1 = r1.finish(MARGIN);
@@ -283,8 +276,8 @@ fn a_master_killed_during_the_rendezvous_is_reported_at_once() {
         msg.contains("the master went away before the verdict"),
         "{msg}"
     );
-    // Not at its 60 s deadline: the closed connection is the answer.
-    assert!(out.elapsed < Duration::from_secs(30), "{:?}", out.elapsed);
+    // Not at its 60 s deadline: the closed connection is the answer, and
+    // `finish(MARGIN)` (15 s) bounds the wait.
 }
 
 #[test]
@@ -500,7 +493,6 @@ fn another_jobs_rank_0_on_the_port_is_named_on_both_sides() {
         )),
         "{msg}"
     );
-    assert!(b0.elapsed < Duration::from_secs(30), "{:?}", b0.elapsed);
     let a1 = local("jobA-rank1", &args, &env("1", "2", &port));
     let out = [a0.finish(MARGIN), a1.finish(MARGIN)];
     all_exit(&out, 0);

@@ -201,13 +201,10 @@ fn the_runs_deadline_ends_a_stuck_library_step_as_incomplete() {
             o.label
         );
         kept_rows_below_the_hang(b);
+        // The run's deadline ended it, as `ended` says; the step's (120 s)
+        // would have read "timed out at".
         assert_eq!(common::status(&report, "collective.oneccl"), "error");
-        assert!(
-            o.elapsed < Duration::from_secs(120),
-            "{}: {:?}",
-            o.label,
-            o.elapsed
-        );
+        assert!(!ended.contains("timed out at"), "{}: {ended}", o.label);
     }
 }
 

@@ -1190,3 +1190,39 @@ fn memory_keeps_its_findings_when_a_part_cannot_be_read() {
         "cannot read /proc/meminfo: No such file or directory (os error 2)"
     );
 }
+
+/// EXPECTED.md of the AMD and Intel trees: a correct tool reports no
+/// failures on them with the shipped checklist (the MI300X node's 192 CPUs
+/// and the like must not trip a shipped check).
+#[test]
+fn amd_and_intel_trees_pass_the_shipped_checklist() {
+    for tree in ["amd-mi300x", "intel-max-xpu"] {
+        let r = run_with(tree, "", &[], true);
+        let failed: Vec<String> = r.report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["status"] == "fail")
+            .map(|c| format!("{}: {}", c["id"], c["message"]))
+            .collect();
+        assert!(failed.is_empty(), "{tree}: {failed:#?}");
+        assert_ne!(r.report["verdict"], "not_ready", "{tree}: {:#}", r.report);
+        assert_eq!(r.status("accelerators.devices"), "pass", "{tree}");
+    }
+}
+
+/// fixtures/check-tree.sh: every fixture tree's links stay inside it,
+/// device placeholders are empty files, env files are KEY=VALUE lines.
+#[test]
+fn fixture_trees_pass_their_own_sanity_check() {
+    let out = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/check-tree.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

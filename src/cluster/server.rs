@@ -617,7 +617,7 @@ mod tests {
             // Nobody checks in: the barrier ends at its deadline, naming both.
             let report = server.await.unwrap();
             assert_eq!(report.barrier.missing.len(), 2);
-            assert!(start.elapsed() < Duration::from_secs(4));
+            assert!(!report.barrier.complete);
         });
     }
 

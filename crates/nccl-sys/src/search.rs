@@ -399,10 +399,10 @@ mod tests {
             .arg(&py)
             .status()
             .unwrap();
-        let start = Instant::now();
+        // Cut at the deadline, it "did not answer"; an interpreter waited
+        // out would have exited with no output, a different error.
         let err =
             python_site_dirs(&py.clone().into_os_string(), Duration::from_millis(300)).unwrap_err();
-        assert!(start.elapsed() < Duration::from_secs(5));
         assert!(err.contains("did not answer"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
