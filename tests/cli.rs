@@ -361,3 +361,95 @@ fn a_bad_collective_setting_is_a_usage_error_before_anything_runs() {
         .env("PREFLIGHT_COLL_SAME_HOST", "shm"));
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
 }
+
+/// README: `--timeout` at most 24h; a longer one is a usage error.
+#[test]
+fn a_timeout_over_a_day_is_refused() {
+    let out = run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        MIXED,
+        "--timeout",
+        "25h",
+    ]));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("`25h` is longer than 24h"),
+        "{}",
+        out.stderr
+    );
+    let ok = run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        MIXED,
+        "--only",
+        "shell.true",
+        "--timeout",
+        "24h",
+    ]));
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+}
+
+/// README: a `--checks` directory contributes its `*.yaml` and `*.yml`
+/// files, in name order, and nothing else.
+#[test]
+fn a_checks_directory_reads_yaml_and_yml_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |id: &str| format!("checks:\n  - {{id: {id}, kind: command, argv: [\"true\"]}}\n");
+    std::fs::write(dir.path().join("a.yaml"), check("dir.a")).unwrap();
+    std::fs::write(dir.path().join("b.yml"), check("dir.b")).unwrap();
+    std::fs::write(dir.path().join("c.txt"), check("dir.c")).unwrap();
+    let report = json(&run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--format",
+        "json",
+        "--checks",
+        dir.path().to_str().unwrap(),
+    ])));
+    let ids: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["dir.a", "dir.b"], "{report:#}");
+}
+
+/// README: in JUnit a warning is a `<failure>` only under `--strict`.
+#[test]
+fn junit_warnings_fail_only_under_strict() {
+    let args = [
+        "check",
+        "--no-shipped",
+        "--checks",
+        MIXED,
+        "--root",
+        "fixtures/minimal-root",
+        "--only",
+        "kernel.backlog",
+        "--format",
+        "junit",
+    ];
+    let plain = run(preflight().args(args));
+    assert!(plain.stdout.contains("failures=\"0\""), "{}", plain.stdout);
+    assert!(
+        !plain.stdout.contains("<failure type=\"warn\""),
+        "{}",
+        plain.stdout
+    );
+    let strict = run(preflight().args(args).arg("--strict"));
+    assert_eq!(strict.code, 1, "{}", strict.stdout);
+    assert!(
+        strict.stdout.contains("<failure type=\"warn\""),
+        "{}",
+        strict.stdout
+    );
+    assert!(
+        strict.stdout.contains("failures=\"1\""),
+        "{}",
+        strict.stdout
+    );
+}

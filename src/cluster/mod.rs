@@ -3,12 +3,13 @@
 //! reaches every other, and every rank leaves with the same verdict.
 //!
 //! One concept per module: `identity` (who am I), `hostlist` (Slurm
-//! nodelists), `protocol` (frames), `auth` (job token), `rendezvous`
-//! (serving and connecting), `checkin` (what a rank reports), `barrier`
-//! (who is missing), `compare` (cluster-scope kinds), `reachability`
-//! (probe matrix), `store` (key-value store for the collective stages),
-//! `report` (the cluster section), `node` (node mode: an agent that
-//! starts its local ranks).
+//! nodelists), `protocol` (frames), `auth` (job token), `server` (rank 0's
+//! rendezvous), `client` (a rank's side of it), `verdict` (rank 0's one
+//! report), `checkin` (what a rank reports), `barrier` (who is missing),
+//! `reachability` (probe matrix), `store` (key-value store for the
+//! collective stage). The comparison kinds are in `kinds::cluster`, the
+//! stage's result in `result::cluster`, its rendering in `report::cluster`,
+//! and node mode's agent in `commands::node`.
 
 pub mod auth;
 pub mod barrier;

@@ -2,7 +2,7 @@
 //! connections, for what ranks must exchange before a collective can start
 //! (listening addresses, NCCL or oneCCL unique ids).
 //!
-//! API, on an authenticated connection (see `rendezvous::connect`):
+//! API, on an authenticated connection (see `client::connect`):
 //! - `set(conn, key, value, deadline)`: stores `value`, replacing any old one;
 //! - `get(conn, key, wait, deadline)`: the value, waiting up to `wait` for
 //!   another rank to set it; `Ok(None)` when it was not set in time;

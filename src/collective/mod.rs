@@ -2,14 +2,19 @@
 //! data through each selected backend, verifies every element, measures a
 //! size sweep, and looks for a straggler; rank 0 assembles one report.
 //!
-//! One concept per module: `tcp` (the built-in TCP backend), `verify`
-//! (known buffers and their checks), `sweep` (sizes, timing, the table),
-//! `straggler` (pairwise round), `stage` (what a rank runs), `assemble`
-//! (how rank 0 makes one report of every rank's result), `checks` (the
-//! check results it adds), `report` (the `collective` section); the
-//! library backends run in a child process each: `worker` (the child),
-//! `supervisor` (the parent's side: deadlines, the id exchange, the log),
-//! `oneccl` and `nccl` (the backends over our -sys crates).
+//! One concept per module: `config` (the stage's settings), `rank` (a
+//! rank's place and its result), `stage` (what a rank runs), `exercise`
+//! (one backend's verification pass and sweep), `tcp` (the built-in TCP
+//! backend), `verify` (known buffers and their checks), `sweep` (sizes,
+//! timing, the table), `straggler` (pairwise round), `assemble` (how rank
+//! 0 makes one report of every rank's result), `checks` (the check results
+//! it adds). The library backends run in a child process each: `library`
+//! (what a library backend says about itself) and `registry` (the list of
+//! them), `job` (what the child and its parent say to each other),
+//! `worker` (the child), `supervisor` (the parent's side: deadlines, the id
+//! exchange, the log), `oneccl` and `nccl` (the backends over our -sys
+//! crates). The stage's result is `result::collective`; `report::collective`
+//! renders it.
 
 pub mod assemble;
 pub mod checks;

@@ -132,8 +132,8 @@ impl Probe for Busbw {
 }
 
 impl ClusterProbe for Busbw {
-    // Never asked at the barrier (compare::evaluate leaves collective
-    // kinds out); the answer if it were.
+    // Never asked at the barrier (`Check::evaluator` sends collective
+    // kinds to the collective stage); the answer if it were.
     fn evaluate_cluster(&self, _view: &View<'_>) -> Finding {
         Finding::skip(LATER)
     }
