@@ -232,15 +232,37 @@ pub fn assemble(
         });
     }
     let pairs: Vec<PairRate> = present.iter().flat_map(|x| x.pairs.clone()).collect();
-    let stragglers = straggler::stragglers(world, &pairs)
+    // Two ranks on a host with more ranks than CPUs measure the scheduler,
+    // not the node: their pair is not evidence about anyone.
+    let crowded = |r: u32| present.iter().find(|x| x.rank == r);
+    let meaningless = |p: &PairRate| match (crowded(p.a), crowded(p.b)) {
+        (Some(a), Some(b)) => a.host == b.host && a.oversubscribed.is_some(),
+        _ => false,
+    };
+    let judged: Vec<PairRate> = pairs.iter().filter(|p| !meaningless(p)).cloned().collect();
+    let mut hosts_crowded: Vec<String> = present
+        .iter()
+        .filter_map(|x| Some(format!("{} ({})", x.host, x.oversubscribed.as_ref()?)))
+        .collect();
+    hosts_crowded.sort();
+    hosts_crowded.dedup();
+    let unjudged = (judged.len() < pairs.len()).then(|| {
+        format!(
+            "{} of {} pairs not judged for stragglers: both ranks on a host with more ranks than CPUs: {}",
+            pairs.len() - judged.len(),
+            pairs.len(),
+            hosts_crowded.join(", ")
+        )
+    });
+    let stragglers = straggler::stragglers(world, &judged)
         .into_iter()
         .map(|r| {
-            let mine: Vec<f64> = pairs
+            let mine: Vec<f64> = judged
                 .iter()
                 .filter(|p| p.a == r || p.b == r)
                 .map(|p| p.gbps)
                 .collect();
-            let best = pairs.iter().map(|p| p.gbps).fold(0.0, f64::max);
+            let best = judged.iter().map(|p| p.gbps).fold(0.0, f64::max);
             format!(
                 "rank {r}{} is slow in every pair it is in: at most {:.3} GB/s, while other pairs reach {best:.3} GB/s",
                 host(r),
@@ -254,6 +276,7 @@ pub fn assemble(
         backends,
         pairs,
         stragglers,
+        unjudged,
         missing,
         links: present.iter().filter_map(|x| x.link.clone()).collect(),
     }
@@ -551,6 +574,7 @@ mod tests {
             pairs: Vec::new(),
             pair_error: None,
             link: None,
+            oversubscribed: None,
         })
     }
 
@@ -582,6 +606,57 @@ mod tests {
             "{ended}"
         );
         assert_eq!(b.ops[0].status, "not_finished");
+    }
+
+    /// Rank 2 is slow in every pair: named when the host has a CPU for
+    /// each rank; with more ranks than CPUs on one host, pairs there are
+    /// not evidence, and the report says why they were left out.
+    #[test]
+    fn pairs_on_an_oversubscribed_host_are_not_judged() {
+        let rates = vec![
+            PairRate {
+                a: 0,
+                b: 1,
+                gbps: 5.0,
+            },
+            PairRate {
+                a: 0,
+                b: 2,
+                gbps: 0.1,
+            },
+            PairRate {
+                a: 1,
+                b: 2,
+                gbps: 0.1,
+            },
+        ];
+        let ranks = |crowded: Option<&str>| -> Vec<Option<RankResult>> {
+            (0..3)
+                .map(|r| {
+                    let mut x = stopped(r, None).unwrap();
+                    x.host = "vm (127.0.0.1)".into();
+                    x.oversubscribed = crowded.map(String::from);
+                    if r == 0 {
+                        x.pairs = rates.clone();
+                    }
+                    Some(x)
+                })
+                .collect()
+        };
+        let hosts = vec!["vm".to_string(); 3];
+        let roomy = assemble(&cfg(), 3, &ranks(None), &hosts);
+        assert_eq!(roomy.stragglers.len(), 1, "{:?}", roomy.stragglers);
+        assert!(roomy.stragglers[0].starts_with("rank 2 (vm (127.0.0.1)) is slow"));
+        assert_eq!(roomy.unjudged, None);
+        let crowded = assemble(&cfg(), 3, &ranks(Some("3 ranks on 2 CPUs")), &hosts);
+        assert!(crowded.stragglers.is_empty(), "{:?}", crowded.stragglers);
+        assert_eq!(crowded.pairs.len(), 3, "the rates are still reported");
+        assert_eq!(
+            crowded.unjudged.as_deref(),
+            Some(
+                "3 of 3 pairs not judged for stragglers: both ranks on a host with more ranks than CPUs: vm (127.0.0.1) (3 ranks on 2 CPUs)"
+            )
+        );
     }
 
     #[test]

@@ -21,6 +21,11 @@ pub struct RankResult {
     /// The TCP backend's interface, link speed and transports.
     #[serde(default)]
     pub link: Option<RankLink>,
+    /// Set when this rank's host runs more ranks than it has CPUs (`300
+    /// ranks on 2 CPUs`): pair rates between ranks there measure the
+    /// scheduler, not the node.
+    #[serde(default)]
+    pub oversubscribed: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -36,6 +36,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         pairs: Vec::new(),
         pair_error: None,
         link: None,
+        oversubscribed: oversubscribed(info.local_world),
     };
     let mut mesh: Option<Tcp> = None;
     // The library workers load and probe while the TCP backend runs.
@@ -249,4 +250,11 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             ),
         }
     }
+}
+
+/// `Some("N ranks on M CPUs")` when this host runs more ranks than the
+/// CPUs this process may use.
+fn oversubscribed(local_world: u32) -> Option<String> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (local_world as usize > cpus).then(|| format!("{local_world} ranks on {cpus} CPUs"))
 }

@@ -311,6 +311,7 @@ mod tests {
             }],
             pairs: Vec::new(),
             stragglers: Vec::new(),
+            unjudged: None,
             missing: Vec::new(),
             links,
         }

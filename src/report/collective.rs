@@ -115,6 +115,9 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
     for st in &r.stragglers {
         let _ = writeln!(out, "  straggler: {st}");
     }
+    if let Some(u) = &r.unjudged {
+        let _ = writeln!(out, "  {u}");
+    }
     if let Some(l) = describe_links(&r.links) {
         let _ = writeln!(out, "  tcp links: {l}");
     }

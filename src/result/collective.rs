@@ -13,6 +13,10 @@ pub struct CollectiveReport {
     pub pairs: Vec<PairRate>,
     /// Ranks slow in every pair they are in, with their hosts.
     pub stragglers: Vec<String>,
+    /// Pairs left out of the straggler judgement, and why (both ranks on a
+    /// host with more ranks than CPUs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unjudged: Option<String>,
     /// Ranks whose result never reached rank 0.
     pub missing: Vec<u32>,
     /// Each rank's TCP-backend interface, link speed and Unix-socket peers.
