@@ -453,3 +453,30 @@ fn junit_warnings_fail_only_under_strict() {
         strict.stdout
     );
 }
+
+/// What the operator set is never silently replaced: WORLD_SIZE without
+/// RANK is not a world of one. `run` refuses it before anything starts;
+/// `check` fails the launch check, naming what is missing.
+#[test]
+fn a_world_size_without_a_rank_is_refused() {
+    let run_out = run(preflight()
+        .args(["run", "--no-shipped", "--checks", MIXED, "--only", "shell.true"])
+        .env("WORLD_SIZE", "4"));
+    assert_eq!(run_out.code, 2, "{}{}", run_out.stdout, run_out.stderr);
+    assert!(
+        run_out
+            .stderr
+            .contains("WORLD_SIZE=4 is set but RANK is not: torchrun gives every process both; set RANK (0 to 3) or unset WORLD_SIZE"),
+        "{}",
+        run_out.stderr
+    );
+    let report = json(&run(preflight()
+        .args(["check", "--format", "json", "--only", "launch.env"])
+        .env("WORLD_SIZE", "4")));
+    let check = &report["checks"][0];
+    assert_eq!(check["status"], "fail", "{check:#}");
+    assert!(
+        check["message"].as_str().unwrap().contains("WORLD_SIZE=4 is set but RANK is not"),
+        "{check:#}"
+    );
+}

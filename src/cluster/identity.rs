@@ -264,6 +264,28 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
                 env.get(name).map(String::as_str).unwrap_or_default()
             ));
         }
+        // A launcher that says how many ranks there are but not which one
+        // this is: never read as a world of one (a job of 4 would pass as
+        // ready on every node). Slurm's batch step sets SLURM_NTASKS
+        // without a task of its own, so it is not held to this.
+        if let Some(l) = launch::LAUNCHERS
+            .iter()
+            .filter(|l| l.name != "Slurm")
+            .find(|l| env.contains_key(l.size))
+        {
+            return Err(format!(
+                "{}={} is set but {} is not: {} gives every process both; set {} (0 to {}) or unset {}",
+                l.size,
+                env.get(l.size).map(String::as_str).unwrap_or_default(),
+                l.rank,
+                l.name,
+                l.rank,
+                first::<u32>(env, &[l.size]).map_or("WORLD_SIZE-1".to_string(), |(n, _)| n
+                    .saturating_sub(1)
+                    .to_string()),
+                l.size,
+            ));
+        }
         // Nothing set: a one-node job of this machine's ranks.
         return Ok(Role::Node(NodePlan {
             nnodes: 1,
@@ -528,5 +550,26 @@ mod tests {
         };
         let e = resolve(&flags, &env(&[("OMPI_COMM_WORLD_NODE_RANK", "1")])).unwrap_err();
         assert!(e.contains("needs --node-rank"), "{e}");
+    }
+
+    #[test]
+    fn a_world_size_without_a_rank_is_an_error_not_a_world_of_one() {
+        let e = resolve(&Flags::default(), &env(&[("WORLD_SIZE", "4")])).unwrap_err();
+        assert_eq!(
+            e,
+            "WORLD_SIZE=4 is set but RANK is not: torchrun gives every process both; set RANK (0 to 3) or unset WORLD_SIZE"
+        );
+        let e = resolve(&Flags::default(), &env(&[("OMPI_COMM_WORLD_SIZE", "8")])).unwrap_err();
+        assert!(
+            e.starts_with("OMPI_COMM_WORLD_SIZE=8 is set but OMPI_COMM_WORLD_RANK is not"),
+            "{e}"
+        );
+        // Slurm's batch step: a task count, no task of its own.
+        assert!(resolve(&Flags::default(), &env(&[("SLURM_NTASKS", "4")])).is_ok());
+        // Nothing set: this machine's own one-node job.
+        assert!(matches!(
+            resolve(&Flags::default(), &env(&[])),
+            Ok(Role::Node(_))
+        ));
     }
 }

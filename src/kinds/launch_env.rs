@@ -216,6 +216,17 @@ impl LaunchEnv {
                 v.problems
                     .push(format!("{}=0: a job has at least one rank", source.size));
             }
+            // A size without a rank is a partial launch, never a world of
+            // one; Slurm's batch step has a task count but no task.
+            if let (None, Some(s)) = (rank, size)
+                && source.name != "Slurm"
+                && facts.env(source.rank).is_none()
+            {
+                v.problems.push(format!(
+                    "{}={s} is set but {} is not: {} gives every process both",
+                    source.size, source.rank, source.name
+                ));
+            }
             if let (Some(r), Some(s)) = (rank, size)
                 && s > 0
                 && r >= s
@@ -554,6 +565,21 @@ mod tests {
             plain(),
         );
         assert_eq!(f.status, Status::Pass, "{}", f.message);
+    }
+
+    #[test]
+    fn a_size_without_a_rank_is_a_partial_launch() {
+        let f = run(&[("WORLD_SIZE", "4")], plain());
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.message
+                .contains("WORLD_SIZE=4 is set but RANK is not: torchrun gives every process both"),
+            "{}",
+            f.message
+        );
+        // Slurm's batch step: a task count without a task.
+        let f = run(&[("SLURM_NTASKS", "4")], plain());
+        assert!(!f.message.contains("is set but"), "{}", f.message);
     }
 
     #[test]
