@@ -460,7 +460,14 @@ fn junit_warnings_fail_only_under_strict() {
 #[test]
 fn a_world_size_without_a_rank_is_refused() {
     let run_out = run(preflight()
-        .args(["run", "--no-shipped", "--checks", MIXED, "--only", "shell.true"])
+        .args([
+            "run",
+            "--no-shipped",
+            "--checks",
+            MIXED,
+            "--only",
+            "shell.true",
+        ])
         .env("WORLD_SIZE", "4"));
     assert_eq!(run_out.code, 2, "{}{}", run_out.stdout, run_out.stderr);
     assert!(
@@ -476,7 +483,36 @@ fn a_world_size_without_a_rank_is_refused() {
     let check = &report["checks"][0];
     assert_eq!(check["status"], "fail", "{check:#}");
     assert!(
-        check["message"].as_str().unwrap().contains("WORLD_SIZE=4 is set but RANK is not"),
+        check["message"]
+            .as_str()
+            .unwrap()
+            .contains("WORLD_SIZE=4 is set but RANK is not"),
         "{check:#}"
     );
+}
+
+/// Counts read as English: one file, one check, one rank.
+#[test]
+fn counts_of_one_are_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("one.yaml");
+    std::fs::write(
+        &file,
+        "checks:\n  - {id: one, kind: command, argv: [\"true\"]}\n",
+    )
+    .unwrap();
+    let out = run(preflight().args(["validate", file.to_str().unwrap()]));
+    assert_eq!(out.stdout, "ok: 1 file, 1 check\n", "{}", out.stderr);
+    let human =
+        run(preflight().args(["check", "--no-shipped", "--checks", file.to_str().unwrap()]));
+    assert!(human.stdout.contains(" · 1 check\n"), "{}", human.stdout);
+    let listed =
+        run(preflight().args(["list", "--no-shipped", "--checks", file.to_str().unwrap()]));
+    assert!(
+        listed.stdout.contains("\n1 check, 1 apply on this node"),
+        "{}",
+        listed.stdout
+    );
+    let two = run(preflight().args(["validate", file.to_str().unwrap(), MIXED]));
+    assert!(two.stdout.starts_with("ok: 2 files, "), "{}", two.stdout);
 }

@@ -247,10 +247,10 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     // as the store (this process serves the collective stage meanwhile).
     let closed = Closed {
         verdict: format!(
-            "{}: {} of {} ranks checked in",
+            "{}: {} of {} checked in",
             report.verdict.name(),
             state.arrivals.len(),
-            cfg.world_size
+            crate::values::count(cfg.world_size as usize, "rank")
         ),
         world_size: cfg.world_size,
         held: state
@@ -295,8 +295,8 @@ impl Closed {
                 "rank {rank} had checked in from {holder}: this process is a second claimant of rank {rank}"
             ),
             None if rank >= self.world_size => format!(
-                "rank {rank} is outside the world of {} ranks",
-                self.world_size
+                "rank {rank} is outside the world of {}",
+                crate::values::count(self.world_size as usize, "rank")
             ),
             None => format!("rank {rank} was reported missing"),
         };

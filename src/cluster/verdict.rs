@@ -174,8 +174,8 @@ pub(super) fn assemble(
     }
     if !barrier.dropped.is_empty() {
         warnings.push(format!(
-            "dropped {} connections that were not this job's preflight: {}{}",
-            barrier.dropped_total,
+            "dropped {} that were not this job's preflight: {}{}",
+            crate::values::count(barrier.dropped_total, "connection"),
             barrier.dropped.join("; "),
             if barrier.dropped_total > barrier.dropped.len() {
                 "; ..."

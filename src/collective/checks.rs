@@ -52,8 +52,9 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
                     .filter_map(|n| n.strip_prefix("warning: "))
                     .collect();
                 let text = format!(
-                    "{}: 5 operations verified on {} ranks{figure}",
-                    b.name, r.world_size
+                    "{}: 5 operations verified on {}{figure}",
+                    b.name,
+                    crate::values::count(r.world_size as usize, "rank")
                 );
                 if warnings.is_empty() {
                     (Status::Pass, text, None)

@@ -135,8 +135,8 @@ fn table(entries: &[Entry], style: &Style) -> String {
     let applying = entries.iter().filter(|e| e.applies).count();
     let _ = writeln!(
         out,
-        "\n{} checks, {applying} apply on this node",
-        entries.len()
+        "\n{}, {applying} apply on this node",
+        crate::values::count(entries.len(), "check")
     );
     out
 }

@@ -31,7 +31,11 @@ pub fn validate(args: &ValidateArgs) -> Result<ExitCode, Failure> {
         .map_err(Failure::Checklist)
         .and_then(|checks| {
             if !args.quiet {
-                let text = format!("ok: {} files, {} checks\n", files.len(), checks.len());
+                let text = format!(
+                    "ok: {}, {}\n",
+                    crate::values::count(files.len(), "file"),
+                    crate::values::count(checks.len(), "check")
+                );
                 write_stdout(&text).map_err(|e| Failure::Usage(format!("cannot write: {e}")))?;
             }
             Ok(ExitCode::Ready)

@@ -79,8 +79,8 @@ impl CollectiveProbe for Required {
             .unwrap_or_default();
         let f = match b.verdict.as_str() {
             "pass" => Finding::pass(format!(
-                "{name}: available and verified on {} ranks{library}",
-                report.world_size
+                "{name}: available and verified on {}{library}",
+                crate::values::count(report.world_size as usize, "rank")
             ))
             .measured("verified"),
             "skip" => Finding::fail(format!(

@@ -29,12 +29,12 @@ impl Human {
         if self.detail != Detail::Quiet {
             let _ = writeln!(
                 out,
-                "{} {} · {} · {} · {} checks",
+                "{} {} · {} · {} · {}",
                 s.bold("preflight"),
                 report.tool.version,
                 report.command,
                 report.node.hostname,
-                report.checks.len()
+                crate::values::count(report.checks.len(), "check")
             );
             let width = report.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
             let mut areas: Vec<&str> = Vec::new();
