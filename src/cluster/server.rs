@@ -570,7 +570,7 @@ mod tests {
             // rank outside the world.
             for (rank, why) in [
                 (0, "rank 0 had checked in from h0 (10.0.0.1) pid 100: this process is a second claimant of rank 0"),
-                (3, "rank 3 is outside the world of 1 ranks"),
+                (3, "rank 3 is outside the world of 1 rank"),
             ] {
                 let mut late = connect(&client).await.unwrap();
                 protocol::write(&mut late, &check_in(sample(rank, 1, "h9")), client.deadline)
@@ -580,7 +580,7 @@ mod tests {
                     .await
                     .unwrap_err();
                 assert!(
-                    e.contains("too late: rank 0 had already sent the verdict (ready: 1 of 1 ranks checked in)")
+                    e.contains("too late: rank 0 had already sent the verdict (ready: 1 of 1 rank checked in)")
                         && e.contains(why),
                     "{e}"
                 );
