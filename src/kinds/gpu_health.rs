@@ -10,7 +10,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, parse_params, problems_finding,
+    KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, parse_params,
+    problems_and_unchecked,
 };
 use crate::facts::gpu_status::GpuStatus;
 use crate::facts::visible::{self, Entry};
@@ -394,15 +395,8 @@ impl GpuHealth {
         }
         let count = problems.len();
         let finding = if !problems.is_empty() {
-            let mut finding = problems_finding(&problems);
-            if !unreadable.is_empty() {
-                finding.message = format!(
-                    "{}; not checked: {}",
-                    finding.message,
-                    unreadable.join("; ")
-                );
-            }
-            finding.measured(format!(
+            let unreadable: Vec<&str> = unreadable.iter().map(String::as_str).collect();
+            problems_and_unchecked(&problems, &unreadable).measured(format!(
                 "{count} problem{}",
                 if count == 1 { "" } else { "s" }
             ))

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params, problems_finding,
+    KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params, problems_and_unchecked,
 };
 use crate::facts::limits::{self, Limit};
 use crate::facts::{Facts, meminfo};
@@ -236,16 +236,7 @@ impl Memory {
                 .collect()
         };
         let mut finding = if !problems.is_empty() {
-            let mut finding = problems_finding(&problems);
-            let not_checked = reasons(false);
-            if !not_checked.is_empty() {
-                finding.message = format!(
-                    "{}; not checked: {}",
-                    finding.message,
-                    not_checked.join("; ")
-                );
-            }
-            finding
+            problems_and_unchecked(&problems, &reasons(false))
         } else if !reasons(true).is_empty() {
             // Nothing wrong in what could be read, and something could not
             // be read: not evaluated, never a silent pass.

@@ -315,3 +315,13 @@ pub async fn nvidia_present(facts: &Arc<Facts>) -> bool {
 pub fn problems_finding(problems: &[String]) -> Finding {
     Finding::fail(problems.join("; "))
 }
+
+/// As `problems_finding`, with the parts of the check that could not be
+/// read named beside the problems, never in their place.
+pub fn problems_and_unchecked(problems: &[String], unchecked: &[&str]) -> Finding {
+    let mut message = problems.join("; ");
+    if !unchecked.is_empty() {
+        message = format!("{message}; not checked: {}", unchecked.join("; "));
+    }
+    Finding::fail(message)
+}
