@@ -134,6 +134,12 @@ fn node_mode_across_hosts() {
     all_exit(&out, 0);
     let c = &out[0].json()["cluster"];
     assert_eq!(c["world_size"], 4);
+    assert_eq!(c["culprits"], serde_json::json!([]));
+    assert_eq!(
+        out[1].json()["node"]["rank"],
+        2,
+        "node 1's agent prints rank 2's report"
+    );
     assert_eq!(c["nodes"][1]["ranks"], serde_json::json!([2, 3]));
     // Node 1's agent prints its first rank's report: the same verdict.
     assert_eq!(out[1].json()["cluster"]["verdict"], "ready");
@@ -376,6 +382,13 @@ fn a_host_whose_firewall_drops_probes_is_named_in_the_matrix() {
     all_exit(&out, 1);
     let msg = out[0].message("cluster.reachability");
     assert!(msg.contains("h2 drops incoming connections"), "{msg}");
+    // Every rank learns the one node to act on, structurally.
+    for o in &out {
+        let culprits = &o.json()["cluster"]["culprits"];
+        assert_eq!(culprits.as_array().map(Vec::len), Some(1), "{culprits:#}");
+        assert_eq!(culprits[0]["node"], "h2", "{culprits:#}");
+        assert_eq!(culprits[0]["ranks"], serde_json::json!([2]), "{culprits:#}");
+    }
 }
 
 #[test]

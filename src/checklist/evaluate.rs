@@ -34,7 +34,12 @@ impl Check {
 }
 
 /// The cluster-scope checks, on rank 0, over the cluster view.
-pub fn evaluate_cluster(checks: &[Arc<Check>], view: &View<'_>, facts: &Facts) -> Vec<CheckResult> {
+/// Each result comes with the nodes its finding blames.
+pub fn evaluate_cluster(
+    checks: &[Arc<Check>],
+    view: &View<'_>,
+    facts: &Facts,
+) -> Vec<(CheckResult, Vec<String>)> {
     checks
         .iter()
         .filter(|c| c.evaluator() == Evaluator::Cluster)
@@ -46,7 +51,8 @@ pub fn evaluate_cluster(checks: &[Arc<Check>], view: &View<'_>, facts: &Facts) -
             } else {
                 probe.evaluate_cluster(view)
             };
-            Some(complete(c, finding, start.elapsed(), facts))
+            let blames = finding.blames.clone();
+            Some((complete(c, finding, start.elapsed(), facts), blames))
         })
         .collect()
 }

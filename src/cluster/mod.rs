@@ -98,6 +98,7 @@ fn failure_with_hint(
         barrier: Default::default(),
         checks: vec![check],
         reachability: Default::default(),
+        culprits: Vec::new(),
         warnings: Vec::new(),
         collective: None,
     }

@@ -173,8 +173,9 @@ pub async fn probe_all(from: usize, targets: &[Target], timeout: Duration) -> Ve
 
 /// Reads the matrix for patterns: a node that every peer fails to reach
 /// while it reaches them is the one whose firewall (or listener) is at
-/// fault; a node that reaches nobody has a fault on its own side.
-pub fn culprits(n: usize, probes: &[Probe], names: &[String]) -> Vec<String> {
+/// fault; a node that reaches nobody has a fault on its own side. Each
+/// finding comes with the node it singles out, if one.
+pub fn culprits(n: usize, probes: &[Probe], names: &[String]) -> Vec<(Option<usize>, String)> {
     let mut out = Vec::new();
     for (x, name) in names.iter().enumerate().take(n) {
         let inbound: Vec<&Probe> = probes.iter().filter(|p| p.to == x).collect();
@@ -188,21 +189,27 @@ pub fn culprits(n: usize, probes: &[Probe], names: &[String]) -> Vec<String> {
                 "refused" => "refuses incoming connections (a firewall REJECT rule?)",
                 _ => "cannot be reached",
             };
-            out.push(format!(
-                "{name} {how}: every peer failed to reach it ({kind}) while it reached {out_ok} of {}",
-                outbound.len()
+            out.push((
+                Some(x),
+                format!(
+                    "{name} {how}: every peer failed to reach it ({kind}) while it reached {out_ok} of {}",
+                    outbound.len()
+                ),
             ));
         } else if !outbound.is_empty() && out_ok == 0 && in_failed < inbound.len() {
-            out.push(format!(
-                "{name} reaches none of its peers while they reach it: its outgoing traffic is blocked"
+            out.push((
+                Some(x),
+                format!(
+                    "{name} reaches none of its peers while they reach it: its outgoing traffic is blocked"
+                ),
             ));
         }
     }
     if out.is_empty() {
         for p in probes.iter().filter(|p| p.status != "ok") {
-            out.push(format!(
-                "{} -> {}: {}",
-                names[p.from], names[p.to], p.status
+            out.push((
+                None,
+                format!("{} -> {}: {}", names[p.from], names[p.to], p.status),
             ));
         }
     }
@@ -285,7 +292,8 @@ mod tests {
         }
         let c = culprits(3, &probes, &names);
         assert_eq!(c.len(), 1, "{c:?}");
-        assert!(c[0].starts_with("c drops"), "{c:?}");
+        assert_eq!(c[0].0, Some(2), "{c:?}");
+        assert!(c[0].1.starts_with("c drops"), "{c:?}");
     }
 
     #[test]

@@ -10,8 +10,8 @@ use super::checkin::CheckIn;
 use super::reachability;
 use super::server::ServerConfig;
 use crate::kinds::cluster::View;
-use crate::result::Verdict;
-use crate::result::cluster::{ClusterReport, FailedCheck, Matrix, NodeView, Probe};
+use crate::result::cluster::{ClusterReport, Culprit, FailedCheck, Matrix, NodeView, Probe};
+use crate::result::{CheckResult, Status, Verdict};
 use crate::values::format_duration;
 
 /// The nodes whose representative opened no probe listener, with why.
@@ -124,9 +124,9 @@ pub(super) fn assemble(
     probes.retain(|p| p.from < n && p.to < n && p.from != p.to);
     probes.sort_by_key(|p| (p.from, p.to));
     probes.dedup_by_key(|p| (p.from, p.to));
-    let mut findings: Vec<String> = deaf
+    let mut singled: Vec<(Option<usize>, String)> = deaf
         .iter()
-        .map(|(j, why)| format!("{}: {why}", names[*j]))
+        .map(|(j, why)| (Some(*j), format!("{}: {why}", names[*j])))
         .collect();
     let heard: Vec<Probe> = probes
         .iter()
@@ -134,7 +134,14 @@ pub(super) fn assemble(
         .cloned()
         .collect();
     if heard.iter().any(|p| p.status != "ok") {
-        findings.extend(reachability::culprits(nodes.len(), &heard, &names));
+        singled.extend(reachability::culprits(nodes.len(), &heard, &names));
+    }
+    let findings: Vec<String> = singled.iter().map(|(_, f)| f.clone()).collect();
+    let mut unreachable: Vec<String> = Vec::new();
+    for j in singled.iter().filter_map(|(j, _)| *j) {
+        if !unreachable.contains(&names[j]) {
+            unreachable.push(names[j].clone());
+        }
     }
     let barrier = state.summary(waited.as_millis() as u64);
     let mut barrier_result =
@@ -153,12 +160,11 @@ pub(super) fn assemble(
         nodes: &nodes,
         probes: &probes,
         findings: &findings,
+        unreachable: &unreachable,
     };
-    checks.extend(crate::checklist::evaluate_cluster(
-        &cfg.checks,
-        &view,
-        &cfg.facts,
-    ));
+    let evaluated = crate::checklist::evaluate_cluster(&cfg.checks, &view, &cfg.facts);
+    let culprits = culprits(&nodes, &evaluated, cfg.strict);
+    checks.extend(evaluated.into_iter().map(|(c, _)| c));
     let mut warnings = Vec::new();
     if cfg.token.is_none() {
         warnings.push(
@@ -215,12 +221,49 @@ pub(super) fn assemble(
             probes,
             findings,
         },
+        culprits,
         nodes,
         barrier,
         checks,
         warnings,
         collective: None,
     }
+}
+
+/// The nodes that the failed cluster checks blame, in node order, each
+/// with every check that names it; a node whose own checklist failed is
+/// one of them even where `cluster.node_checks` was not selected.
+fn culprits(
+    nodes: &[NodeView],
+    evaluated: &[(CheckResult, Vec<String>)],
+    strict: bool,
+) -> Vec<Culprit> {
+    let counts = |c: &CheckResult| c.status == Status::Fail || (strict && c.status == Status::Warn);
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let mut reasons: Vec<String> = evaluated
+                .iter()
+                // The node's own failures are listed below, one by one.
+                .filter(|(c, _)| c.kind != "cluster_node_checks")
+                .filter(|(c, blames)| counts(c) && blames.contains(&n.name))
+                .map(|(c, _)| format!("{}: {}", c.id, c.message))
+                .collect();
+            if n.local_verdict == "not_ready" {
+                reasons.extend(
+                    n.failed
+                        .iter()
+                        .filter(|f| f.status == Status::Fail || strict)
+                        .map(|f| format!("{}: {}", f.id, f.message)),
+                );
+            }
+            (!reasons.is_empty()).then(|| Culprit {
+                node: n.name.clone(),
+                ranks: n.ranks.clone(),
+                reasons,
+            })
+        })
+        .collect()
 }
 
 /// Descriptors rank 0 needs beyond one connection per rank: listeners,

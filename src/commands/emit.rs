@@ -50,6 +50,7 @@ pub fn emit(
         hostname: facts.hostname().to_string(),
         root: args.checklist.root.display().to_string(),
         pid: std::process::id(),
+        rank: cluster.as_ref().map(|(_, rank)| *rank),
     };
     let mut report = Report::new(
         stage.command(),

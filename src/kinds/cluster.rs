@@ -20,6 +20,8 @@ pub struct View<'a> {
     pub nodes: &'a [NodeView],
     pub probes: &'a [ReachProbe],
     pub findings: &'a [String],
+    /// The nodes the reachability findings single out.
+    pub unreachable: &'a [String],
 }
 
 pub trait ClusterProbe: Send + Sync {
@@ -42,6 +44,17 @@ fn groups(nodes: &[NodeView], value: impl Fn(&NodeView) -> String) -> Vec<(Strin
     let mut list: Vec<(String, Vec<String>)> = map.into_iter().collect();
     list.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
     list
+}
+
+/// The nodes outside the largest group, when that group is larger than
+/// every other: with a tie nobody can say which side is wrong.
+fn odd_ones(groups: &[(String, Vec<String>)]) -> Vec<String> {
+    match groups {
+        [first, rest @ ..] if rest.iter().all(|g| g.1.len() < first.1.len()) => {
+            rest.iter().flat_map(|g| g.1.clone()).collect()
+        }
+        _ => Vec::new(),
+    }
 }
 
 fn describe(what: &str, groups: &[(String, Vec<String>)]) -> String {
@@ -122,6 +135,7 @@ cluster_kind!(Versions);
 impl ClusterProbe for Versions {
     fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
         let mut differences = Vec::new();
+        let mut odd = Vec::new();
         for field in &self.fields {
             let g = groups(view.nodes, |n| match field.as_str() {
                 "tool" => n.tool_version.clone(),
@@ -134,6 +148,7 @@ impl ClusterProbe for Versions {
             });
             if g.len() > 1 {
                 differences.push(describe(field, &g));
+                odd.extend(odd_ones(&g));
             }
         }
         if differences.is_empty() {
@@ -143,7 +158,7 @@ impl ClusterProbe for Versions {
                 count(view.nodes.len(), "node")
             ))
         } else {
-            Finding::fail(differences.join("; "))
+            Finding::fail(differences.join("; ")).blame(distinct(odd))
         }
     }
 }
@@ -202,6 +217,7 @@ impl ClusterProbe for EnvSame {
         names.sort();
         names.dedup();
         let mut differences = Vec::new();
+        let mut odd = Vec::new();
         for name in &names {
             let g = groups(view.nodes, |n| {
                 n.env
@@ -211,6 +227,7 @@ impl ClusterProbe for EnvSame {
             });
             if g.len() > 1 {
                 differences.push(describe(name, &g));
+                odd.extend(odd_ones(&g));
             }
         }
         if differences.is_empty() {
@@ -222,6 +239,7 @@ impl ClusterProbe for EnvSame {
         } else {
             Finding::fail(differences.join("; "))
                 .measured(format!("{} variables differ", differences.len()))
+                .blame(distinct(odd))
         }
     }
 }
@@ -248,7 +266,7 @@ impl ClusterProbe for DevicesSame {
     fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
         let g = groups(view.nodes, |n| format!("{} devices", n.devices.count));
         if g.len() > 1 {
-            Finding::fail(describe("device count", &g))
+            Finding::fail(describe("device count", &g)).blame(odd_ones(&g))
         } else {
             Finding::pass(format!(
                 "{} on each of {}",
@@ -293,6 +311,7 @@ impl ClusterProbe for ClockSame {
     fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
         let limit = self.max_offset.0.as_secs_f64() * 1000.0;
         let mut bad = Vec::new();
+        let mut off = Vec::new();
         let mut worst: f64 = 0.0;
         let mut unmeasured = Vec::new();
         for n in view.nodes {
@@ -302,6 +321,7 @@ impl ClusterProbe for ClockSame {
             };
             worst = worst.max(c.offset_ms.abs());
             if c.offset_ms.abs() - c.rtt_ms / 2.0 > limit {
+                off.push(n.name.clone());
                 bad.push(format!(
                     "{} is {:+.1} ms ± {:.1} ms from rank 0's clock",
                     n.name,
@@ -312,9 +332,17 @@ impl ClusterProbe for ClockSame {
         }
         let expected = format!("within {limit:.0} ms");
         if !bad.is_empty() {
+            // Offsets are from rank 0's clock: when most nodes are off, it
+            // may be rank 0's that is wrong, and nobody is singled out.
+            let blamed = if off.len() * 2 < view.nodes.len() {
+                off
+            } else {
+                Vec::new()
+            };
             Finding::fail(bad.join("; "))
                 .measured(format!("{worst:.1} ms"))
                 .expected(expected)
+                .blame(blamed)
         } else if !unmeasured.is_empty() {
             Finding::error(format!("no clock sample from {}", unmeasured.join(", ")))
         } else {
@@ -347,6 +375,7 @@ impl ClusterProbe for NodeChecks {
     fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
         let mut failed = Vec::new();
         let mut incomplete = Vec::new();
+        let mut at_fault = Vec::new();
         for n in view.nodes {
             let list: Vec<String> = n
                 .failed
@@ -355,14 +384,17 @@ impl ClusterProbe for NodeChecks {
                 .map(|f| format!("{} ({}: {})", f.id, f.status.name(), f.message))
                 .collect();
             match n.local_verdict.as_str() {
-                "not_ready" => failed.push(format!("{}: {}", n.name, list.join(", "))),
+                "not_ready" => {
+                    at_fault.push(n.name.clone());
+                    failed.push(format!("{}: {}", n.name, list.join(", ")))
+                }
                 "incomplete" => incomplete.push(format!("{}: {}", n.name, list.join(", "))),
                 _ => {}
             }
         }
         if !failed.is_empty() {
             failed.extend(incomplete);
-            Finding::fail(failed.join("; "))
+            Finding::fail(failed.join("; ")).blame(at_fault)
         } else if !incomplete.is_empty() {
             Finding::error(incomplete.join("; "))
         } else {
@@ -413,6 +445,7 @@ impl ClusterProbe for Reach {
         } else {
             Finding::fail(view.findings.join("; "))
                 .measured(format!("{bad} of {} probes failed", view.probes.len()))
+                .blame(view.unreachable.to_vec())
         }
     }
 }
@@ -440,7 +473,9 @@ impl ClusterProbe for Addresses {
         let multi = view.nodes.len() > 1;
         let mut problems = Vec::new();
         let mut notes = Vec::new();
+        let mut at_fault = Vec::new();
         for n in view.nodes {
+            let before = problems.len();
             let loopback = !n.hostname_addrs.is_empty()
                 && n.hostname_addrs.iter().all(|a| {
                     a.parse::<std::net::IpAddr>()
@@ -457,7 +492,12 @@ impl ClusterProbe for Addresses {
                     n.hostname_addrs.join(", ")
                 ));
             }
-            let Some(iface) = &n.interface else { continue };
+            let Some(iface) = &n.interface else {
+                if problems.len() > before {
+                    at_fault.push(n.name.clone());
+                }
+                continue;
+            };
             let nccl = match n.env.get("NCCL_SOCKET_IFNAME") {
                 Some(sel) if picks("NCCL_SOCKET_IFNAME", sel, iface) => {
                     format!("NCCL_SOCKET_IFNAME={sel} picks it")
@@ -491,6 +531,9 @@ impl ClusterProbe for Addresses {
                     n.name
                 ));
             }
+            if problems.len() > before {
+                at_fault.push(n.name.clone());
+            }
         }
         if problems.is_empty() {
             Finding::pass(if notes.is_empty() {
@@ -499,9 +542,20 @@ impl ClusterProbe for Addresses {
                 notes.join(", ")
             })
         } else {
-            Finding::fail(problems.join("; "))
+            Finding::fail(problems.join("; ")).blame(at_fault)
         }
     }
+}
+
+/// Each name once, in first-seen order.
+fn distinct(names: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    out
 }
 
 /// Variables whose values must agree across the job: launcher, rendezvous
@@ -553,6 +607,7 @@ mod tests {
             nodes,
             probes: &[],
             findings: &[],
+            unreachable: &[],
         })
     }
 
@@ -580,6 +635,8 @@ mod tests {
             "{}",
             v.message
         );
+        // Each odd node once, in field order: the minority of each field.
+        assert_eq!(v.blames, ["c", "b"]);
         let e = eval(
             &EnvSame {
                 prefixes: default_prefixes(),
@@ -588,6 +645,7 @@ mod tests {
             &nodes,
         );
         assert!(e.message.contains("NCCL_IB_HCA=2.19 on b"), "{}", e.message);
+        assert_eq!(e.blames, ["b"]);
         let ignored = EnvSame {
             prefixes: default_prefixes(),
             ignore: vec!["NCCL_IB_HCA".into()],
@@ -605,6 +663,35 @@ mod tests {
             "{}",
             c.message
         );
+        assert_eq!(c.blames, ["c"]);
+    }
+
+    #[test]
+    fn a_tie_singles_out_nobody() {
+        let nodes = [node("a", "2.18", "1", 0.0), node("b", "2.19", "1", 0.0)];
+        let v = eval(
+            &Versions {
+                fields: default_fields(),
+            },
+            &nodes,
+        );
+        assert_eq!(v.status, Status::Fail);
+        assert!(v.blames.is_empty(), "{:?}", v.blames);
+        // Rank 0's node is the clock reference: with most nodes off, it may
+        // be the wrong one.
+        let off = [
+            node("a", "2.18", "1", 0.0),
+            node("b", "2.18", "1", 400.0),
+            node("c", "2.18", "1", 410.0),
+        ];
+        let c = eval(
+            &ClockSame {
+                max_offset: default_offset(),
+            },
+            &off,
+        );
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.blames.is_empty(), "{:?}", c.blames);
     }
 
     #[test]
@@ -629,6 +716,7 @@ mod tests {
             f.message
         );
         assert!(!f.message.contains("b: NCCL"), "{}", f.message);
+        assert_eq!(f.blames, ["a", "b"]);
         // One node: nothing to reach, nothing to fail.
         assert_eq!(eval(&Addresses {}, &[a]).status, Status::Pass);
     }

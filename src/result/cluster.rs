@@ -23,11 +23,27 @@ pub struct ClusterReport {
     /// The cluster-scope checks, and the barrier's own result.
     pub checks: Vec<CheckResult>,
     pub reachability: Matrix,
+    /// The nodes this verdict holds responsible, each with why: what an
+    /// orchestrator (an Ansible play, a Slurm prolog) acts on, so that only
+    /// those nodes are failed or drained. Empty when the cluster is ready,
+    /// and when it is not but no node can be singled out (a rank that
+    /// never arrived may be a dead node or a firewall on the master's).
+    #[serde(default)]
+    pub culprits: Vec<Culprit>,
     pub warnings: Vec<String>,
     /// The collective stage, run after the verdict; the report moves it to
     /// its own top-level `collective` section.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collective: Option<super::collective::CollectiveReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Culprit {
+    /// The node's name, as in `nodes`.
+    pub node: String,
+    pub ranks: Vec<u32>,
+    /// `check id: message`, one per check that names this node.
+    pub reasons: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

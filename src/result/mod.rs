@@ -52,6 +52,9 @@ pub struct Finding {
     pub message: String,
     /// Kind-specific values that hints may interpolate.
     pub vars: Vec<(&'static str, String)>,
+    /// For checks across nodes: the nodes this finding holds responsible
+    /// (empty where no node can be singled out).
+    pub blames: Vec<String>,
 }
 
 impl Finding {
@@ -62,6 +65,7 @@ impl Finding {
             expected: None,
             message: message.into(),
             vars: Vec::new(),
+            blames: Vec::new(),
         }
     }
 
@@ -99,6 +103,12 @@ impl Finding {
 
     pub fn var(mut self, name: &'static str, value: impl Into<String>) -> Finding {
         self.vars.push((name, value.into()));
+        self
+    }
+
+    /// Names the nodes at fault, by their cluster names.
+    pub fn blame(mut self, nodes: impl IntoIterator<Item = String>) -> Finding {
+        self.blames.extend(nodes);
         self
     }
 

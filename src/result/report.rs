@@ -16,6 +16,10 @@ pub struct Node {
     /// `--root`: "/" on a real node, a fixture tree in tests.
     pub root: String,
     pub pid: u32,
+    /// `run` with a cluster stage: the rank whose report this is (in node
+    /// mode, the node's first rank).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize)]

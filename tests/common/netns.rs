@@ -380,6 +380,20 @@ impl Drop for Cluster {
             }
             children.clear();
         }
+        // What those processes started in turn (an sshd's sessions, a
+        // daemon's workers) lives on in the namespace: every process in a
+        // namespace this test made is this test's.
+        for h in &self.hosts {
+            let pids = ip(&["netns", "pids", &h.ns]);
+            for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+                if let Ok(pid) = pid.parse::<i32>() {
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .env("PATH", PATH)
+                        .output();
+                }
+            }
+        }
         // Deleting a namespace removes its veth end (and the peer), its
         // rules and its sysctls.
         for h in &self.hosts {
