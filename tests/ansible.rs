@@ -452,8 +452,8 @@ fn check_mode_runs_and_changes_nothing() {
         "{}",
         ran.out
     );
-    for h in 0..3 {
-        assert_eq!(listing(&site.disk(h)), before[h], "h{h} was changed");
+    for (h, listed) in before.iter().enumerate() {
+        assert_eq!(&listing(&site.disk(h)), listed, "h{h} was changed");
     }
     assert_eq!(listing(&site.path("reports")), reports);
 }
@@ -602,6 +602,33 @@ fn the_module_fails_with_the_binarys_own_error() {
     assert_eq!(r["changed"], false);
     assert_eq!(r["verdict"], "ready");
     assert_eq!(r["report"]["schema"], "preflight.report/v1");
+    // Incomplete (exit 3): fails by default, warns when told to.
+    let unreadable = dir.path().join("incomplete.yaml");
+    std::fs::write(
+        &unreadable,
+        "checks:\n  - id: site.param\n    kind: kernel_param\n    name: net.core.no_such_param\n    min: 1\n",
+    )
+    .unwrap();
+    let args = json!({"binary": BIN, "checks": [unreadable], "no_shipped": true});
+    let (failed, r) = module(&tools, args.clone());
+    assert!(failed, "{r:#}");
+    assert_eq!(r["exit_code"], 3);
+    let msg = r["msg"].as_str().unwrap();
+    assert!(msg.starts_with("incomplete"), "{msg}");
+    assert!(
+        msg.contains("site.param: net.core.no_such_param does not exist"),
+        "{msg}"
+    );
+    let mut warn = args;
+    warn["incomplete"] = json!("warn");
+    let (failed, r) = module(&tools, warn);
+    assert!(!failed, "{r:#}");
+    assert_eq!(r["verdict"], "incomplete");
+    assert!(
+        r["msg"].as_str().unwrap().starts_with("incomplete"),
+        "{r:#}"
+    );
+    assert_eq!(r["problems"][0]["status"], "error");
 }
 
 #[test]

@@ -51,7 +51,7 @@ pub fn evaluate_cluster(
             } else {
                 probe.evaluate_cluster(view)
             };
-            let blames = finding.blames.clone();
+            let blames = finding.blames.to_vec();
             Some((complete(c, finding, start.elapsed(), facts), blames))
         })
         .collect()

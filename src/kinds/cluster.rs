@@ -636,7 +636,7 @@ mod tests {
             v.message
         );
         // Each odd node once, in field order: the minority of each field.
-        assert_eq!(v.blames, ["c", "b"]);
+        assert_eq!(*v.blames, ["c", "b"]);
         let e = eval(
             &EnvSame {
                 prefixes: default_prefixes(),
@@ -645,7 +645,7 @@ mod tests {
             &nodes,
         );
         assert!(e.message.contains("NCCL_IB_HCA=2.19 on b"), "{}", e.message);
-        assert_eq!(e.blames, ["b"]);
+        assert_eq!(*e.blames, ["b"]);
         let ignored = EnvSame {
             prefixes: default_prefixes(),
             ignore: vec!["NCCL_IB_HCA".into()],
@@ -663,7 +663,7 @@ mod tests {
             "{}",
             c.message
         );
-        assert_eq!(c.blames, ["c"]);
+        assert_eq!(*c.blames, ["c"]);
     }
 
     #[test]
@@ -716,7 +716,7 @@ mod tests {
             f.message
         );
         assert!(!f.message.contains("b: NCCL"), "{}", f.message);
-        assert_eq!(f.blames, ["a", "b"]);
+        assert_eq!(*f.blames, ["a", "b"]);
         // One node: nothing to reach, nothing to fail.
         assert_eq!(eval(&Addresses {}, &[a]).status, Status::Pass);
     }

@@ -54,7 +54,7 @@ pub struct Finding {
     pub vars: Vec<(&'static str, String)>,
     /// For checks across nodes: the nodes this finding holds responsible
     /// (empty where no node can be singled out).
-    pub blames: Vec<String>,
+    pub blames: Box<[String]>,
 }
 
 impl Finding {
@@ -65,7 +65,7 @@ impl Finding {
             expected: None,
             message: message.into(),
             vars: Vec::new(),
-            blames: Vec::new(),
+            blames: Box::default(),
         }
     }
 
@@ -108,7 +108,9 @@ impl Finding {
 
     /// Names the nodes at fault, by their cluster names.
     pub fn blame(mut self, nodes: impl IntoIterator<Item = String>) -> Finding {
-        self.blames.extend(nodes);
+        let mut all = std::mem::take(&mut self.blames).into_vec();
+        all.extend(nodes);
+        self.blames = all.into_boxed_slice();
         self
     }
 
