@@ -661,6 +661,29 @@ fn playbooks_pass_ansible_lint_and_the_module_documents_itself() {
         );
     }
     assert!(!ran.out.contains("WARNING"), "{}", ran.out);
+    // The modules run on the managed hosts' Python, 3.8 or later: its
+    // grammar, and nothing but the standard library and Ansible's own.
+    for module in ["preflight.py", "preflight_summary.py"] {
+        let path = repo().join("playbooks/library").join(module);
+        let code = format!(
+            "import ast, sys\n\
+             tree = ast.parse(open({p:?}).read(), feature_version=(3, 8))\n\
+             names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]\n\
+             names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module != '__future__']\n\
+             outside = [m for m in names if m.split('.')[0] not in sys.stdlib_module_names and not m.startswith('ansible.module_utils')]\n\
+             sys.exit('imports outside the standard library: %s' % outside if outside else 0)\n",
+            p = path.display().to_string()
+        );
+        let out = Command::new("/usr/bin/python3")
+            .args(["-c", &code])
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "{module}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let mut lint = Command::new(tools.join("ansible-lint"));
     env(&mut lint);
     lint.args(["--offline", "playbooks/"]);
