@@ -271,8 +271,31 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Hex text back to bytes; `None` for anything else, whatever a peer sent
+/// (odd lengths, non-hex digits, multi-byte characters: never a panic).
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    let digits = text.as_bytes();
+    if !digits.len().is_multiple_of(2) {
+        return None;
+    }
+    let value = |d: u8| (d as char).to_digit(16).filter(|_| d.is_ascii());
+    digits
+        .chunks(2)
+        .map(|pair| Some((value(pair[0])? * 16 + value(pair[1])?) as u8))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn hex_round_trips_and_refuses_what_is_not_hex() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(super::unhex(&super::hex(&bytes)), Some(bytes));
+        for bad in ["abc", "zz", "é0", "0é", "+1", "€€", "0\u{300}"] {
+            assert_eq!(super::unhex(bad), None, "{bad:?}");
+        }
+    }
+
     #[test]
     fn sizes() {
         assert_eq!(Bytes::parse("64M").unwrap().0, 64 << 20);

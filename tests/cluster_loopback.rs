@@ -660,3 +660,96 @@ fn a_rank_that_cannot_reach_the_master_shows_its_own_problems() {
     // The rendezvous failure is the line above, not repeated below it.
     assert!(!problems.contains("cluster.rendezvous"), "{}", out.stdout);
 }
+
+/// A stranger floods rank 0 with another job's handshakes from 40 source
+/// addresses (127.0.0.10-49): every one is rejected and counted, the report
+/// lists each source once with its count (at most 32), and the job's own
+/// ranks are ready with a verdict of the usual size.
+#[test]
+fn a_flood_of_another_jobs_handshakes_is_counted_not_listed() {
+    const FLOOD: usize = 2000;
+    let port = cluster::free_port().to_string();
+    let args = run_args("60s");
+    let r0 = local("rank0", &args, &env("0", "2", &port));
+    let code = format!(
+        r#"
+import json, os, socket, struct, sys, time
+port = {port}
+def frame(msg):
+    body = json.dumps(msg).encode()
+    return b"PFL\x02" + struct.pack(">I", len(body)) + body
+def read(s):
+    head = b""
+    while len(head) < 8:
+        part = s.recv(8 - len(head))
+        if not part: return None
+        head += part
+    n = struct.unpack(">I", head[4:])[0]
+    body = b""
+    while len(body) < n:
+        part = s.recv(n - len(body))
+        if not part: return None
+        body += part
+    return json.loads(body)
+deadline = time.time() + 10
+while True:
+    try:
+        socket.create_connection(("127.0.0.1", port), 1).close(); break
+    except OSError:
+        if time.time() > deadline: sys.exit("rank 0 never listened")
+        time.sleep(0.02)
+rejected = 0
+for i in range({FLOOD}):
+    s = socket.socket()
+    s.bind(("127.0.0.%d" % (10 + i % 40), 0))
+    s.connect(("127.0.0.1", port))
+    s.sendall(frame({{"type": "hello", "nonce": os.urandom(16).hex(), "version": "0.1.0"}}))
+    if read(s)["type"] == "challenge":
+        s.sendall(frame({{"type": "rejected", "reason": "another job: the job tokens differ"}}))
+        rejected += 1
+    s.close()
+print(rejected)
+"#
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &code])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        FLOOD.to_string()
+    );
+    let r1 = local("rank1", &args, &env("1", "2", &port));
+    let out = [r0.finish(MARGIN), r1.finish(MARGIN)];
+    all_exit(&out, 0);
+    let report = out[0].json();
+    let barrier = &report["cluster"]["barrier"];
+    assert_eq!(barrier["other_job_total"], FLOOD, "{barrier:#}");
+    let sources = barrier["other_job_clients"].as_array().unwrap();
+    assert_eq!(sources.len(), 32, "{barrier:#}");
+    assert_eq!(sources[0], "127.0.0.10 (50 times)", "{barrier:#}");
+    let warnings = report["cluster"]["warnings"].as_array().unwrap();
+    let flood: Vec<_> = warnings
+        .iter()
+        .filter(|w| w.as_str().unwrap_or("").contains("another job"))
+        .collect();
+    assert_eq!(flood.len(), 1, "{warnings:#?}");
+    assert!(
+        flood[0]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{FLOOD} connections of preflights of another job (another token) connected from 127.0.0.10 (50 times), ")),
+        "{}",
+        flood[0]
+    );
+    assert!(
+        out[0].stdout.len() < 64 << 10,
+        "rank 0's report is {} bytes",
+        out[0].stdout.len()
+    );
+}

@@ -103,13 +103,11 @@ impl Token {
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) || text.len() > 128 {
+    // A proof is 32 bytes; anything much longer is not one.
+    if text.len() > 128 {
         return None;
     }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
+    crate::values::unhex(text)
 }
 
 /// 16 random bytes from the kernel; where /dev/urandom cannot be read, a

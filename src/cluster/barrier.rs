@@ -53,7 +53,10 @@ pub struct BarrierState {
     pub duplicates: Vec<(ConnId, CheckIn)>,
     pub out_of_range: Vec<(ConnId, CheckIn)>,
     lost: Vec<(u32, String, String)>,
-    pub other_job_clients: Vec<String>,
+    /// Rejected preflights of another job, counted per source address
+    /// (at most `LISTED_SOURCES` addresses), and in all.
+    other_jobs: BTreeMap<String, usize>,
+    other_jobs_total: usize,
     /// The first few dropped connections, for the report.
     pub dropped: Vec<String>,
     /// All of them, however many.
@@ -64,8 +67,33 @@ pub struct BarrierState {
     pub accept_error: Option<String>,
 }
 
+/// Source addresses listed one by one in the report: a flood from many
+/// addresses is counted, not listed.
+pub const LISTED_SOURCES: usize = 32;
+
+impl BarrierState {
+    /// A preflight of another job knocked: counted, and listed by source
+    /// address up to `LISTED_SOURCES` of them.
+    pub fn other_job(&mut self, peer: String) {
+        self.other_jobs_total += 1;
+        if self.other_jobs.len() < LISTED_SOURCES || self.other_jobs.contains_key(&peer) {
+            *self.other_jobs.entry(peer).or_default() += 1;
+        }
+    }
+}
+
+/// A rank as the report names it: what it says of itself, and where its
+/// connection came from when that differs (NAT, or a peer that lies).
 pub fn who(c: &CheckIn) -> String {
-    format!("{} ({}) pid {}", c.hostname, c.addr, c.pid)
+    match &c.seen_from {
+        Some(seen) if *seen != c.addr => {
+            format!(
+                "{} ({}, connected from {seen}) pid {}",
+                c.hostname, c.addr, c.pid
+            )
+        }
+        _ => format!("{} ({}) pid {}", c.hostname, c.addr, c.pid),
+    }
 }
 
 impl BarrierState {
@@ -77,7 +105,8 @@ impl BarrierState {
             duplicates: Vec::new(),
             out_of_range: Vec::new(),
             lost: Vec::new(),
-            other_job_clients: Vec::new(),
+            other_jobs: BTreeMap::new(),
+            other_jobs_total: 0,
             dropped: Vec::new(),
             dropped_total: 0,
             accept_failures: 0,
@@ -213,7 +242,15 @@ impl BarrierState {
                     reason: reason.clone(),
                 })
                 .collect(),
-            other_job_clients: self.other_job_clients.clone(),
+            other_job_clients: self
+                .other_jobs
+                .iter()
+                .map(|(peer, n)| match n {
+                    1 => peer.clone(),
+                    n => format!("{peer} ({n} times)"),
+                })
+                .collect(),
+            other_job_total: self.other_jobs_total,
             dropped: self.dropped.clone(),
             dropped_total: self.dropped_total,
         }

@@ -42,6 +42,110 @@ pub struct CheckIn {
     pub probe_error: Option<String>,
     /// The interface that holds `addr`.
     pub interface: Option<String>,
+    /// The address rank 0 saw the connection come from: set by rank 0,
+    /// never taken from the peer.
+    #[serde(skip)]
+    pub seen_from: Option<String>,
+}
+
+/// What one check-in may carry, far above an honest node's and small
+/// enough that the verdict of a large world stays deliverable: a peer with
+/// the token still cannot make rank 0 hold or send megabytes per rank.
+const NAME: usize = 256;
+const TEXT: usize = 512;
+const ITEMS: usize = 64;
+/// Node names in a nodelist: the largest worlds this tool is built for.
+const NODES: usize = 100_000;
+
+/// Cuts `text` to at most `max` bytes on a character boundary, marked.
+pub(super) fn cut(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let dropped = text.len() - end;
+        text.truncate(end);
+        text.push_str(&format!("... ({dropped} more bytes)"));
+    }
+}
+
+fn cut_map(map: &mut BTreeMap<String, String>) {
+    let extra = map.len().saturating_sub(ITEMS);
+    let mut kept: BTreeMap<String, String> = std::mem::take(map)
+        .into_iter()
+        .take(ITEMS)
+        .map(|(mut k, mut v)| {
+            cut(&mut k, NAME);
+            cut(&mut v, TEXT);
+            (k, v)
+        })
+        .collect();
+    if extra > 0 {
+        kept.insert("...".into(), format!("{extra} more not listed"));
+    }
+    *map = kept;
+}
+
+fn cut_list(list: &mut Vec<String>, items: usize) {
+    list.truncate(items);
+    for item in list.iter_mut() {
+        cut(item, NAME);
+    }
+}
+
+impl CheckIn {
+    /// The check-in as rank 0 keeps it: every field a peer controls cut to
+    /// its limit, and each cut says so.
+    pub fn bounded(mut self) -> CheckIn {
+        for text in [
+            &mut self.hostname,
+            &mut self.addr,
+            &mut self.tool_version,
+            &mut self.checklist_hash,
+            &mut self.local_verdict,
+            &mut self.identity.master_addr,
+            &mut self.identity.source,
+        ] {
+            cut(text, NAME);
+        }
+        if let Some(id) = &mut self.identity.job_id {
+            cut(id, NAME);
+        }
+        for text in [&mut self.probe_addr, &mut self.interface]
+            .into_iter()
+            .flatten()
+        {
+            cut(text, NAME);
+        }
+        if let Some(e) = &mut self.probe_error {
+            cut(e, TEXT);
+        }
+        let extra = self.failed.len().saturating_sub(ITEMS);
+        self.failed.truncate(ITEMS);
+        for f in &mut self.failed {
+            cut(&mut f.id, NAME);
+            cut(&mut f.message, TEXT);
+            if let Some(h) = &mut f.hint {
+                cut(h, TEXT);
+            }
+        }
+        if extra > 0 {
+            self.failed.push(FailedCheck {
+                id: "...".into(),
+                status: Status::Fail,
+                message: format!("{extra} more failed checks not listed"),
+                hint: None,
+            });
+        }
+        cut_map(&mut self.versions);
+        cut_map(&mut self.env);
+        cut_list(&mut self.devices.models, ITEMS);
+        cut_list(&mut self.hostname_addrs, ITEMS);
+        cut_list(&mut self.identity.nodelist, NODES);
+        self.identity.tasks_per_node.truncate(NODES);
+        self
+    }
 }
 
 pub fn failed_checks(results: &[CheckResult]) -> Vec<FailedCheck> {
@@ -240,12 +344,47 @@ pub fn sample(rank: u32, world: u32, host: &str) -> CheckIn {
         probe_addr: None,
         probe_error: None,
         interface: None,
+        seen_from: None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_field_a_peer_controls_is_bounded() {
+        let mut c = sample(1, 2, &"h".repeat(3 << 20));
+        c.env = (0..1000)
+            .map(|i| (format!("NCCL_X{i}"), "v".repeat(10_000)))
+            .collect();
+        c.failed = (0..500)
+            .map(|i| FailedCheck {
+                id: format!("c{i}"),
+                status: Status::Fail,
+                message: "é".repeat(5_000),
+                hint: Some("x".repeat(5_000)),
+            })
+            .collect();
+        c.devices.models = vec!["m".repeat(1000); 1000];
+        let b = c.bounded();
+        assert!(
+            b.hostname.starts_with("hhh") && b.hostname.ends_with("(3145472 more bytes)"),
+            "{}",
+            &b.hostname[200..]
+        );
+        assert_eq!(b.env.len(), ITEMS + 1);
+        assert_eq!(b.env["..."], "936 more not listed");
+        assert_eq!(b.failed.len(), ITEMS + 1);
+        assert_eq!(b.failed[ITEMS].message, "436 more failed checks not listed");
+        assert_eq!(b.devices.models.len(), ITEMS);
+        let size = serde_json::to_vec(&b).unwrap().len();
+        assert!(size < 160_000, "{size} bytes");
+        // An honest check-in is untouched.
+        let honest = sample(1, 2, "gpu017");
+        let before = serde_json::to_string(&honest).unwrap();
+        assert_eq!(serde_json::to_string(&honest.bounded()).unwrap(), before);
+    }
 
     #[test]
     fn per_process_variables_are_not_compared() {

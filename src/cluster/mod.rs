@@ -385,6 +385,7 @@ async fn session(
         probe_addr,
         probe_error,
         interface,
+        seen_from: None,
     };
     protocol::write(
         &mut stream,

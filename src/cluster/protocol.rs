@@ -146,6 +146,15 @@ pub async fn write<W: AsyncWrite + Unpin>(
     deadline: Instant,
 ) -> Result<(), FrameError> {
     let frame = encode(msg);
+    // Said here, by the sender, rather than as "a frame of N bytes" by a
+    // receiver that cannot tell why.
+    let body = frame.len() - HEADER;
+    if body > MAX_FRAME as usize {
+        return Err(FrameError::TooLarge(
+            u32::try_from(body).unwrap_or(u32::MAX),
+            MAX_FRAME,
+        ));
+    }
     match tokio::time::timeout_at(deadline, async {
         w.write_all(&frame).await?;
         w.flush().await
@@ -244,6 +253,28 @@ mod tests {
             .enable_all()
             .build()
             .unwrap()
+    }
+
+    /// The sender refuses a frame no receiver would take, and says how
+    /// large it was, instead of the receiver's "a frame of N bytes".
+    #[test]
+    fn an_oversized_frame_is_refused_by_its_sender() {
+        let msg = Msg::Rejected {
+            reason: "x".repeat(MAX_FRAME as usize),
+        };
+        let mut sink: Vec<u8> = Vec::new();
+        let e = rt()
+            .block_on(write(
+                &mut sink,
+                &msg,
+                Instant::now() + Duration::from_secs(5),
+            ))
+            .unwrap_err();
+        assert!(
+            matches!(e, FrameError::TooLarge(n, MAX_FRAME) if n > MAX_FRAME),
+            "{e}"
+        );
+        assert!(sink.is_empty(), "nothing was sent");
     }
 
     fn read_bytes(bytes: Vec<u8>) -> Result<Msg, FrameError> {

@@ -38,6 +38,8 @@ use crate::result::cluster::{ClusterReport, Probe};
 /// junk connections is closed at accept and cannot exhaust memory or
 /// descriptors, while the job's ranks (thousands at most) fit.
 const MAX_PENDING: usize = 4096;
+/// Probe results kept from one message.
+const MAX_PROBE_RESULTS: usize = 1024;
 
 type Writer = Arc<Mutex<OwnedWriteHalf>>;
 
@@ -329,7 +331,7 @@ fn handle(
             writers.remove(&conn);
             state.lose(conn, &reason);
         }
-        Event::OtherJob { peer } => state.other_job_clients.push(peer),
+        Event::OtherJob { peer } => state.other_job(peer),
         Event::Dropped { peer, reason } => {
             // A flood of junk must not grow the report without bound.
             state.dropped_total += 1;
@@ -455,13 +457,24 @@ async fn connection(
             }
             Msg::CheckIn(c) if !checked_in => {
                 checked_in = true;
+                let mut c = c.bounded();
+                c.seen_from = Some(peer.clone());
                 let _ = tx.send(Event::Arrived {
                     conn,
-                    checkin: c,
+                    checkin: Box::new(c),
                     writer: Arc::clone(&writer),
                 });
             }
-            Msg::ProbeResults { results } => {
+            Msg::ProbeResults { mut results } => {
+                // A node probes a few dozen peers at most (all pairs up to
+                // reachability::ALL_PAIRS_MAX nodes, then ring + hypercube).
+                results.truncate(MAX_PROBE_RESULTS);
+                for r in &mut results {
+                    super::checkin::cut(&mut r.status, 32);
+                    if let Some(d) = &mut r.detail {
+                        super::checkin::cut(d, 256);
+                    }
+                }
                 let _ = tx.send(Event::Probes { results });
             }
             Msg::StoreSet { key, value } => {
@@ -569,7 +582,7 @@ mod tests {
             // The barrier has closed: a second claimant of rank 0, then a
             // rank outside the world.
             for (rank, why) in [
-                (0, "rank 0 had checked in from h0 (10.0.0.1) pid 100: this process is a second claimant of rank 0"),
+                (0, "rank 0 had checked in from h0 (10.0.0.1, connected from 127.0.0.1) pid 100: this process is a second claimant of rank 0"),
                 (3, "rank 3 is outside the world of 1 rank"),
             ] {
                 let mut late = connect(&client).await.unwrap();
@@ -585,6 +598,49 @@ mod tests {
                     "{e}"
                 );
             }
+        });
+    }
+
+    /// An authenticated peer that checks in with a 3 MiB hostname and
+    /// thousands of variables: rank 0 keeps and sends a bounded view of
+    /// it, and the verdict stays small and deliverable.
+    #[test]
+    fn a_check_in_with_huge_fields_is_bounded_on_receipt() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (server, client) = server(1, 5).await;
+            let mut c = crate::cluster::checkin::sample(0, 1, &"h".repeat(3 << 20));
+            c.env = (0..5000)
+                .map(|i| (format!("NCCL_{i}"), "v".repeat(1000)))
+                .collect();
+            let mut conn = connect(&client).await.unwrap();
+            protocol::write(&mut conn, &Msg::CheckIn(Box::new(c)), client.deadline)
+                .await
+                .unwrap();
+            let (report, _) = await_verdict(&mut conn, client.verdict_deadline)
+                .await
+                .unwrap();
+            assert!(
+                report.nodes[0].hostname.len() < 512,
+                "{}",
+                report.nodes[0].hostname.len()
+            );
+            // It claimed 10.0.0.1 and connected from loopback: both named.
+            assert_eq!(report.nodes[0].addr, "10.0.0.1");
+            assert_eq!(report.nodes[0].seen_from.as_deref(), Some("127.0.0.1"));
+            assert!(
+                report.warnings.iter().any(|w| w.contains(
+                    "says its address is 10.0.0.1 but its connection came from 127.0.0.1"
+                )),
+                "{:?}",
+                report.warnings
+            );
+            let size = serde_json::to_vec(&report).unwrap().len();
+            assert!(size < 128 << 10, "a verdict of {size} bytes");
+            drop(server);
         });
     }
 

@@ -82,6 +82,7 @@ pub(super) fn build_nodes(state: &BarrierState) -> Vec<(NodeView, u32)> {
                 .find(|c| c.probe_addr.is_some())
                 .unwrap_or(&first);
             let view = NodeView {
+                seen_from: first.seen_from.clone().filter(|seen| *seen != key.1),
                 name: if unique_hostnames {
                     key.0.clone()
                 } else {
@@ -172,11 +173,32 @@ pub(super) fn assemble(
                 .to_string(),
         );
     }
-    for peer in &barrier.other_job_clients {
+    if !barrier.other_job_clients.is_empty() {
+        let (what, verb) = match barrier.other_job_total {
+            1 => ("a preflight".to_string(), "was rejected: it is"),
+            n => (
+                format!("{n} connections of preflights"),
+                "were rejected: they are",
+            ),
+        };
+        let more = if barrier.other_job_clients.len() >= barrier::LISTED_SOURCES {
+            ", ..."
+        } else {
+            ""
+        };
         warnings.push(format!(
-            "a preflight of another job (another token) connected from {peer} and was rejected: it is using this job's master port {}",
+            "{what} of another job (another token) connected from {}{more} and {verb} using this job's master port {}",
+            barrier.other_job_clients.join(", "),
             cfg.master
         ));
+    }
+    for n in nodes.iter() {
+        if let Some(seen) = &n.seen_from {
+            warnings.push(format!(
+                "{} says its address is {} but its connection came from {seen}: a NAT between it and rank 0, or a peer that is not what it says (the reachability probes go to the address it claims)",
+                n.name, n.addr
+            ));
+        }
     }
     if !barrier.dropped.is_empty() {
         warnings.push(format!(

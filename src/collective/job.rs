@@ -199,7 +199,7 @@ impl Link {
             match self.recv()? {
                 ToWorker::MakeId => {
                     let f = make.take().ok_or("asked twice for an id")?;
-                    let hex = to_hex(&f()?);
+                    let hex = crate::values::hex(&f()?);
                     self.send(&ToParent::Id { hex })?;
                 }
                 ToWorker::Id { hex } => return from_hex(&hex).map(Some),
@@ -250,18 +250,10 @@ impl Link {
     }
 }
 
-pub fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
+/// The plan's id as the store carries it; a peer's text that is not hex
+/// is an error, never a panic.
 pub fn from_hex(hex: &str) -> Result<Vec<u8>, String> {
-    if !hex.len().is_multiple_of(2) {
-        return Err("odd-length hex id".into());
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|_| "a non-hex id".to_string()))
-        .collect()
+    crate::values::unhex(hex).ok_or_else(|| "an id that is not hex".to_string())
 }
 
 #[cfg(test)]
@@ -271,9 +263,12 @@ mod tests {
     #[test]
     fn hex_round_trips() {
         let id: Vec<u8> = (0..=255).collect();
-        assert_eq!(from_hex(&to_hex(&id)).unwrap(), id);
+        assert_eq!(from_hex(&crate::values::hex(&id)).unwrap(), id);
         assert!(from_hex("abc").is_err());
         assert!(from_hex("zz").is_err());
+        // Multi-byte characters where the digits should be: the plan text
+        // comes through the store, from a peer.
+        assert!(from_hex("é0").is_err());
     }
 
     #[test]

@@ -581,6 +581,7 @@ mod tests {
 
     fn node(name: &str, nccl: &str, tool: &str, offset: f64) -> NodeView {
         NodeView {
+            seen_from: None,
             name: name.into(),
             hostname: name.into(),
             addr: "10.0.0.1".into(),

@@ -48,6 +48,10 @@ pub struct Culprit {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeView {
+    /// Where rank 0 saw this node's first rank connect from, when that is
+    /// not the address it claims (`addr`): NAT, or a peer that lies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_from: Option<String>,
     /// How the report names the node: its hostname, or its address where
     /// several nodes share one hostname.
     pub name: String,
@@ -84,8 +88,12 @@ pub struct Barrier {
     pub out_of_range: Vec<Mismatch>,
     /// Ranks that checked in and then went away before the verdict.
     pub lost: Vec<Lost>,
-    /// Clients of another job (another token) that knocked on our port.
+    /// Source addresses of clients of another job (another token) that
+    /// knocked on our port, with how often when more than once; at most 32.
     pub other_job_clients: Vec<String>,
+    /// How many such connections there were in all.
+    #[serde(default)]
+    pub other_job_total: usize,
     /// Connections dropped before authenticating: garbage, oversized
     /// frames, silence.
     pub dropped: Vec<String>,
