@@ -1,4 +1,4 @@
-//! The command line: `preflight run|check|list|explain|validate`.
+//! The command line: `preflight run|check|list|explain|validate|bench|token`.
 
 use clap::{Parser, Subcommand};
 
@@ -39,6 +39,9 @@ pub enum Command {
     /// The rendezvous and the collective stage's full sweep (default up to
     /// 64 MiB), no checklist: an nccl-tests replacement that needs no MPI.
     Bench(RunArgs),
+    /// Print a fresh 128-bit job secret (32 hex digits) for PREFLIGHT_TOKEN
+    /// or PREFLIGHT_TOKEN_FILE: make one per job, give it to every node.
+    Token,
     /// Internal: one library backend of one rank, started by `run` and
     /// `bench` (see src/collective/worker.rs).
     #[command(hide = true)]
@@ -56,6 +59,7 @@ pub fn main() -> i32 {
         Command::List(args) => commands::list(args),
         Command::Explain(args) => commands::explain(args),
         Command::Validate(args) => commands::validate(args),
+        Command::Token => commands::token(),
         Command::CollectiveWorker => return crate::collective::worker::main(),
     };
     let code = match outcome {

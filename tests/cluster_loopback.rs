@@ -21,7 +21,7 @@ fn env<'a>(rank: &'a str, world: &'a str, port: &'a str) -> Vec<(&'a str, &'a st
         ("WORLD_SIZE", world),
         ("MASTER_ADDR", "127.0.0.1"),
         ("MASTER_PORT", port),
-        ("PREFLIGHT_TOKEN", "loopback-test"),
+        ("PREFLIGHT_TOKEN", "loopback-test-secret"),
     ]
 }
 
@@ -108,7 +108,7 @@ fn node_mode_on_one_machine_starts_its_ranks() {
     let out = local(
         "agent",
         &[run_args("20s"), vec!["--nproc-per-node".into(), "3".into()]].concat(),
-        &[("PREFLIGHT_TOKEN", "x")],
+        &[("PREFLIGHT_TOKEN", "node-mode-secret-x")],
     )
     .finish(MARGIN);
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
@@ -168,7 +168,7 @@ fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
     std::thread::sleep(Duration::from_millis(300));
     let mut other = env("1", "2", &port);
     other.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
-    other.push(("PREFLIGHT_TOKEN", "job-b"));
+    other.push(("PREFLIGHT_TOKEN", "job-b-secret-0002"));
     let intruder = local("jobB-rank1", &args, &other).finish(MARGIN);
     assert_eq!(intruder.code, 1, "{}", intruder.stderr);
     let msg = intruder.message("cluster.rendezvous");
@@ -483,7 +483,7 @@ fn another_jobs_rank_0_on_the_port_is_named_on_both_sides() {
     std::thread::sleep(Duration::from_millis(300));
     let mut other = env("0", "2", &port);
     other.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
-    other.push(("PREFLIGHT_TOKEN", "job-b"));
+    other.push(("PREFLIGHT_TOKEN", "job-b-secret-0002"));
     let b0 = local("jobB-rank0", &args, &other).finish(MARGIN);
     assert_eq!(b0.code, 1, "{}\n{}", b0.stdout, b0.stderr);
     let msg = b0.message("cluster.rendezvous");
@@ -752,4 +752,114 @@ print(rejected)
         "rank 0's report is {} bytes",
         out[0].stdout.len()
     );
+}
+
+/// The job's secret: a short one is refused before anything runs (exit 2;
+/// `check` meets no peer and does not care); a file others can read is
+/// refused, one only its owner reads is used; a token derived from a job
+/// id anyone can read is a warning, and `--require-secret` refuses it for
+/// a job across nodes; `preflight token` prints fresh 128-bit secrets.
+#[test]
+fn a_job_secret_must_be_a_secret() {
+    let port = cluster::free_port().to_string();
+    let mut short = env("0", "2", &port);
+    short.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
+    short.push(("PREFLIGHT_TOKEN", "job-a"));
+    let out = local("short", &run_args("20s"), &short).finish(MARGIN);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("PREFLIGHT_TOKEN is 5 characters: a job secret needs at least 16 (`preflight token` prints a fresh 128-bit one)"),
+        "{}",
+        out.stderr
+    );
+    let check: Vec<String> = [
+        "check",
+        "--no-shipped",
+        "--checks",
+        &cluster::checks(),
+        "--format",
+        "json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(local("check", &check, &short).finish(MARGIN).code, 0);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("secret");
+    std::fs::write(&file, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let with_file = |rank: &'static str| {
+        let mut e = env(rank, "2", &port);
+        e.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
+        e.push(("PREFLIGHT_TOKEN_FILE", file.to_str().unwrap()));
+        e
+    };
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let out = local("readable", &run_args("20s"), &with_file("0")).finish(MARGIN);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("can be read by others (mode 0640)"),
+        "{}",
+        out.stderr
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let procs: Vec<_> = ["0", "1"]
+        .iter()
+        .map(|r| local(&format!("rank{r}"), &run_args("20s"), &with_file(r)))
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 0);
+    let c = &out[0].json()["cluster"];
+    assert!(
+        c["token"]
+            .as_str()
+            .unwrap()
+            .starts_with("PREFLIGHT_TOKEN_FILE ("),
+        "{c:#}"
+    );
+    assert!(!c["warnings"].to_string().contains("token"), "{c:#}");
+
+    // A run id anyone can read in `ps`: accepted, with a warning.
+    let port = cluster::free_port().to_string();
+    let derived = |rank: &'static str| {
+        let mut e = env(rank, "2", &port);
+        e.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
+        e.push(("TORCHELASTIC_RUN_ID", "job-4242"));
+        e
+    };
+    let procs: Vec<_> = ["0", "1"]
+        .iter()
+        .map(|r| local(&format!("rank{r}"), &run_args("20s"), &derived(r)))
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 0);
+    let warnings = out[0].json()["cluster"]["warnings"].to_string();
+    assert!(
+        warnings.contains("the job token is derived from TORCHELASTIC_RUN_ID, which any user of the cluster can read"),
+        "{warnings}"
+    );
+    // ... and refused for a job across nodes under --require-secret.
+    let mut strict = run_args("20s");
+    strict.extend(["--require-secret", "--nnodes", "2", "--node-rank", "1"].map(String::from));
+    let out = local("strict", &strict, &derived("1")).finish(MARGIN);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--require-secret: this job spans 2 nodes and its token comes from TORCHELASTIC_RUN_ID, which any user of the cluster can read"),
+        "{}",
+        out.stderr
+    );
+
+    let token = |_: u8| {
+        let out = std::process::Command::new(cluster::BIN)
+            .arg("token")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (a, b) = (token(0), token(1));
+    assert_eq!(a.trim().len(), 32, "{a}");
+    assert!(a.trim().chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+    assert_ne!(a, b);
 }

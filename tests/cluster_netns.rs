@@ -124,7 +124,7 @@ fn node_mode_across_hosts() {
                 k,
                 &args,
                 &[
-                    ("PREFLIGHT_TOKEN", "node-mode"),
+                    ("PREFLIGHT_TOKEN", "node-mode-secret-1"),
                     ("GLOO_SOCKET_IFNAME", "eth0"),
                 ],
             )
@@ -284,7 +284,7 @@ fn another_jobs_preflight_on_the_same_port() {
     let a0 = job.rank(0, 0, 2, "6s", &[]);
     std::thread::sleep(Duration::from_millis(500));
     let intruder = job
-        .rank(1, 1, 2, "6s", &[("PREFLIGHT_TOKEN", "job-b")])
+        .rank(1, 1, 2, "6s", &[("PREFLIGHT_TOKEN", "job-b-secret-0002")])
         .finish(MARGIN);
     assert_eq!(intruder.code, 1, "{}", intruder.stdout);
     let msg = intruder.message("cluster.rendezvous");

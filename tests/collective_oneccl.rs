@@ -57,7 +57,7 @@ fn ranks_until(timeout: &str, world: u32, extra: &[String], env: &[(&str, &str)]
                 ("WORLD_SIZE", w.as_str()),
                 ("MASTER_ADDR", "127.0.0.1"),
                 ("MASTER_PORT", port.as_str()),
-                ("PREFLIGHT_TOKEN", "oneccl-test"),
+                ("PREFLIGHT_TOKEN", "oneccl-test-secret"),
             ];
             e.extend_from_slice(env);
             local(&format!("rank{r}"), &args, &e)

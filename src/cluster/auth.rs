@@ -1,10 +1,13 @@
 //! The job token and the handshake that proves it, both ways, without
 //! sending it.
 //!
-//! Token: PREFLIGHT_TOKEN; else derived from SLURM_JOB_ID or
-//! TORCHELASTIC_RUN_ID (every rank of one job sees the same id, another
-//! job sees another); else none, with a warning in the report (any
-//! preflight without a token is then accepted).
+//! Token: PREFLIGHT_TOKEN (at least `MIN_SECRET` characters); else the
+//! contents of PREFLIGHT_TOKEN_FILE (a file only its owner can read); else
+//! derived from SLURM_JOB_ID or TORCHELASTIC_RUN_ID; else none. A derived
+//! token is public (job ids are in `squeue`, run ids in `ps`): it keeps
+//! apart jobs that share a port by accident, not a stranger on purpose, so
+//! the report warns about it as it does about none, and `--require-secret`
+//! refuses both for a job across nodes.
 //!
 //! Handshake: the client sends a nonce; the server answers with its nonce
 //! and HMAC-SHA256(token, "server" | client nonce | server nonce); the
@@ -44,19 +47,43 @@ impl std::fmt::Debug for Token {
     }
 }
 
+/// The shortest secret accepted: 16 characters. `preflight token` prints
+/// 32 hex digits (128 bits); a secret of 16 random hex digits still has 64
+/// bits, beyond guessing through a handshake that costs a round trip each.
+pub const MIN_SECRET: usize = 16;
+pub const TOKEN_VAR: &str = "PREFLIGHT_TOKEN";
+pub const TOKEN_FILE_VAR: &str = "PREFLIGHT_TOKEN_FILE";
+
 impl Token {
-    pub fn resolve(env: &BTreeMap<String, String>) -> Token {
+    /// The job's token from the environment, or why the secret given there
+    /// cannot be used (too short, a file others can read): exit 2.
+    pub fn resolve(env: &BTreeMap<String, String>) -> Result<Token, String> {
         let get = |n: &str| env.get(n).filter(|v| !v.is_empty());
-        if let Some(t) = get("PREFLIGHT_TOKEN") {
-            return Token::new(t.as_bytes(), "PREFLIGHT_TOKEN");
+        if let Some(t) = get(TOKEN_VAR) {
+            check_length(TOKEN_VAR, t)?;
+            return Ok(Token::new(t.as_bytes(), TOKEN_VAR));
         }
-        match super::identity::job_id(env) {
+        if let Some(path) = get(TOKEN_FILE_VAR) {
+            let secret = read_secret_file(std::path::Path::new(path))?;
+            return Ok(Token::new(secret.as_bytes(), TOKEN_FILE_VAR));
+        }
+        Ok(match super::identity::job_id(env) {
             Some((var @ "SLURM_JOB_ID", id)) => {
                 Token::new(format!("slurm-job:{id}").as_bytes(), var)
             }
             Some((var, id)) => Token::new(format!("torchelastic:{id}").as_bytes(), var),
-            None => Token::new(b"preflight: no job token", "none"),
-        }
+            None => Token::none(),
+        })
+    }
+
+    /// No token at all: what `check`, which never meets a peer, carries.
+    pub fn none() -> Token {
+        Token::new(b"preflight: no job token", "none")
+    }
+
+    /// A secret the operator chose, as opposed to a job id anyone can read.
+    pub fn is_secret(&self) -> bool {
+        self.source == TOKEN_VAR || self.source == TOKEN_FILE_VAR
     }
 
     pub fn new(key: &[u8], source: &'static str) -> Token {
@@ -100,6 +127,55 @@ impl Token {
         let digest = Sha256::digest([b"fingerprint|".as_slice(), &self.key].concat());
         hex(&digest[..4])
     }
+}
+
+fn check_length(what: &str, secret: &str) -> Result<(), String> {
+    let n = secret.chars().count();
+    if n < MIN_SECRET {
+        return Err(format!(
+            "{what} is {n} characters: a job secret needs at least {MIN_SECRET} (`preflight token` prints a fresh 128-bit one)"
+        ));
+    }
+    Ok(())
+}
+
+/// The secret in a file that only its owner may read: a file others can
+/// read is a secret no more.
+fn read_secret_file(path: &std::path::Path) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("{TOKEN_FILE_VAR}={shown}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{TOKEN_FILE_VAR}={shown}: not a regular file"));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(format!(
+            "{TOKEN_FILE_VAR}={shown} belongs to uid {}, not to this user (uid {me}): the job's secret must be its user's own",
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{TOKEN_FILE_VAR}={shown} can be read by others (mode {mode:04o}): `chmod 600 {shown}`"
+        ));
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("{TOKEN_FILE_VAR}={shown}: {e}"))?;
+    let secret = text.trim().to_string();
+    check_length(&format!("the secret in {TOKEN_FILE_VAR}={shown}"), &secret)?;
+    Ok(secret)
+}
+
+/// A fresh 128-bit secret as 32 hex digits, from the kernel's random
+/// source only: unlike a nonce, a secret has no fallback.
+pub fn fresh_secret() -> Result<String, String> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("cannot read /dev/urandom for a secret: {e}"))?;
+    Ok(hex(&bytes))
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
@@ -279,21 +355,61 @@ mod tests {
 
     #[test]
     fn token_sources_in_order() {
-        let t = Token::resolve(&env(&[
-            ("PREFLIGHT_TOKEN", "x"),
+        let resolve = |vars: &[(&str, &str)]| Token::resolve(&env(vars)).unwrap();
+        let t = resolve(&[
+            ("PREFLIGHT_TOKEN", "0123456789abcdef"),
             ("SLURM_JOB_ID", "1"),
             ("TORCHELASTIC_RUN_ID", "r"),
-        ]));
+        ]);
         assert_eq!(t.source, "PREFLIGHT_TOKEN");
-        let t = Token::resolve(&env(&[("SLURM_JOB_ID", "1"), ("TORCHELASTIC_RUN_ID", "r")]));
+        assert!(t.is_secret());
+        let t = resolve(&[("SLURM_JOB_ID", "1"), ("TORCHELASTIC_RUN_ID", "r")]);
         assert_eq!(t.source, "SLURM_JOB_ID");
+        assert!(!t.is_secret(), "a job id anyone can read is no secret");
         assert_eq!(
-            Token::resolve(&env(&[("TORCHELASTIC_RUN_ID", "r")])).source,
+            resolve(&[("TORCHELASTIC_RUN_ID", "r")]).source,
             "TORCHELASTIC_RUN_ID"
         );
-        assert!(Token::resolve(&env(&[])).is_none());
+        assert!(resolve(&[]).is_none());
         // torchrun's default run id is shared by every job: not a token.
-        assert!(Token::resolve(&env(&[("TORCHELASTIC_RUN_ID", "none")])).is_none());
+        assert!(resolve(&[("TORCHELASTIC_RUN_ID", "none")]).is_none());
+    }
+
+    #[test]
+    fn a_short_secret_or_a_file_others_can_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let e = Token::resolve(&env(&[("PREFLIGHT_TOKEN", "job-a")])).unwrap_err();
+        assert!(
+            e.starts_with("PREFLIGHT_TOKEN is 5 characters: a job secret needs at least 16"),
+            "{e}"
+        );
+        let dir = std::env::temp_dir().join(format!("pf-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "0123456789abcdef0123\n").unwrap();
+        let var = [("PREFLIGHT_TOKEN_FILE", file.to_str().unwrap())];
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = Token::resolve(&env(&var)).unwrap_err();
+        assert!(
+            e.contains("can be read by others (mode 0644): `chmod 600"),
+            "{e}"
+        );
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let t = Token::resolve(&env(&var)).unwrap();
+        assert_eq!(t.source, "PREFLIGHT_TOKEN_FILE");
+        // The file's secret, newline trimmed, is the same key as the variable's.
+        let same = Token::resolve(&env(&[("PREFLIGHT_TOKEN", "0123456789abcdef0123")])).unwrap();
+        assert_eq!(t.fingerprint(), same.fingerprint());
+        std::fs::write(&file, "short\n").unwrap();
+        assert!(
+            Token::resolve(&env(&var))
+                .unwrap_err()
+                .contains("is 5 characters")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        let s = fresh_secret().unwrap();
+        assert_eq!(s.len(), 32);
+        assert_ne!(s, fresh_secret().unwrap());
     }
 
     #[test]

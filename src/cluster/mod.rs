@@ -45,6 +45,7 @@ pub struct RankInput {
     pub timeout: Duration,
     /// When this process started: the barrier's deadline counts from here.
     pub started: Instant,
+    pub token: Token,
 }
 
 /// The test hook's clock offset, bounded to a day either way so that no
@@ -128,6 +129,7 @@ pub struct ServerInput<'a> {
     /// The collective stage's budget: how long the store stays up after
     /// the verdict.
     pub linger: Duration,
+    pub token: Token,
 }
 
 /// Where a server listens and whom it expects.
@@ -169,7 +171,7 @@ pub async fn start_server(id: &Identity, input: ServerInput<'_>) -> Server {
     if !serves(id) {
         return Ok(None);
     }
-    let token = Token::resolve(input.facts.env_vars());
+    let token = input.token.clone();
     match server::bind(&id.master_addr, id.master_port).await {
         Ok(listener) => {
             let serving = Serving {
@@ -250,7 +252,7 @@ pub struct Link {
 pub async fn rank_stage(input: RankInput, server: Server) -> (ClusterReport, Option<Link>) {
     let id = &input.identity;
     let facts = &input.facts;
-    let token = Token::resolve(facts.env_vars());
+    let token = input.token.clone();
     let offset = clock_offset(facts);
     let deadline = input.started + input.timeout;
     let master = master_label(&id.master_addr, id.master_port);

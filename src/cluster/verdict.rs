@@ -172,6 +172,11 @@ pub(super) fn assemble(
             "no job token (PREFLIGHT_TOKEN, SLURM_JOB_ID and TORCHELASTIC_RUN_ID are unset): any preflight that reaches this port is accepted into this job"
                 .to_string(),
         );
+    } else if !cfg.token.is_secret() {
+        warnings.push(format!(
+            "the job token is derived from {}, which any user of the cluster can read (squeue, ps): it keeps apart jobs that share a port by accident, not a stranger on purpose; set PREFLIGHT_TOKEN or PREFLIGHT_TOKEN_FILE to a secret (`preflight token` prints one), and --require-secret refuses a job across nodes without one",
+            cfg.token.source
+        ));
     }
     if !barrier.other_job_clients.is_empty() {
         let (what, verb) = match barrier.other_job_total {

@@ -6,6 +6,7 @@ mod explain;
 mod list;
 mod node;
 mod run;
+mod token;
 mod validate;
 
 use clap::Args;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 pub use explain::{ExplainArgs, explain};
 pub use list::{ListArgs, list};
 pub use run::{RunArgs, Stage, run};
+pub use token::token;
 pub use validate::{ValidateArgs, validate};
 
 use crate::checklist::{self, Check, ChecklistError, ChecklistErrors};

@@ -50,7 +50,7 @@ pub fn agent(
         .enable_all()
         .build()
         .map_err(|e| Failure::Usage(format!("cannot start the async runtime: {e}")))?;
-    let token = Token::resolve(facts.env_vars());
+    let token = Token::resolve(facts.env_vars()).map_err(Failure::Usage)?;
     let exe = std::env::current_exe()
         .map_err(|e| Failure::Usage(format!("cannot find this program to start the ranks: {e}")))?;
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
@@ -70,6 +70,7 @@ pub fn agent(
                     strict: args.strict,
                     started,
                     linger,
+                    token: token.clone(),
                 },
             )
             .await?;

@@ -13,6 +13,7 @@ pub use args::{CollectiveMode, Format, RunArgs, Stage};
 use super::emit::emit;
 use super::{Failure, all_checks, facts, select};
 use crate::checklist::{self, Check, Evaluator};
+use crate::cluster::auth::Token;
 use crate::cluster::identity::{self, Identity, NodePlan};
 use crate::cluster::{self, RankInput};
 use crate::collective::config as coll;
@@ -69,6 +70,9 @@ pub fn collective_config(args: &RunArgs, stage: Stage) -> coll::Config {
     }
 }
 
+/// Set to 1: as `--require-secret`, for sites that set it for every job.
+const REQUIRE_SECRET_VAR: &str = "PREFLIGHT_REQUIRE_SECRET";
+
 /// `run`, `check` and `bench`: the checklist, then the cluster and
 /// collective stages as they apply, then the report.
 pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
@@ -109,6 +113,7 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
                 strict: args.strict,
                 started: process_start,
                 linger: plan.linger,
+                token: plan.token.clone(),
             },
         ))
     });
@@ -159,6 +164,8 @@ struct Plan {
     node_checks: Vec<Arc<Check>>,
     cluster_checks: Vec<Arc<Check>>,
     collective_checks: Vec<Arc<Check>>,
+    /// The job's token: none for `check`, which never meets a peer.
+    token: Token,
 }
 
 /// Where this rank sits: its rank, and its place among its node's ranks.
@@ -199,6 +206,12 @@ impl Plan {
             _ => select(all_checks(&args.checklist)?, &args.checklist)?,
         };
         let facts = Arc::new(facts(&args.checklist)?);
+        // A secret too short or readable by others is refused before
+        // anything runs; `check` meets no peer and needs none.
+        let token = match stage {
+            Stage::Checklist => Token::none(),
+            _ => Token::resolve(facts.env_vars()).map_err(Failure::Usage)?,
+        };
         let checklist_hash = checklist::checklist_hash(&checks);
         let (mut node_checks, mut cluster_checks, mut collective_checks) =
             (Vec::new(), Vec::new(), Vec::new());
@@ -225,6 +238,7 @@ impl Plan {
             node_checks,
             cluster_checks,
             collective_checks,
+            token,
         })
     }
 
@@ -232,14 +246,35 @@ impl Plan {
         if self.stage == Stage::Checklist {
             return Ok(Role::Alone);
         }
-        Ok(
-            match identity::resolve(&args.cluster.flags(), self.facts.env_vars())
-                .map_err(Failure::Usage)?
-            {
-                identity::Role::Node(plan) => Role::Node(plan),
-                identity::Role::Rank(id) => Role::Rank(id),
-            },
-        )
+        let role = match identity::resolve(&args.cluster.flags(), self.facts.env_vars())
+            .map_err(Failure::Usage)?
+        {
+            identity::Role::Node(plan) => Role::Node(plan),
+            identity::Role::Rank(id) => Role::Rank(id),
+        };
+        let nodes = match &role {
+            Role::Node(plan) => plan.nnodes,
+            Role::Rank(id) => id
+                .nnodes
+                .unwrap_or(id.world_size.div_ceil(id.local_world_size.max(1))),
+            Role::Alone => 1,
+        };
+        let required =
+            args.cluster.require_secret || self.facts.env(REQUIRE_SECRET_VAR) == Some("1");
+        if required && nodes > 1 && !self.token.is_secret() {
+            return Err(Failure::Usage(format!(
+                "--require-secret: this job spans {nodes} nodes and its token {}: set PREFLIGHT_TOKEN or PREFLIGHT_TOKEN_FILE to a secret on every node (`preflight token` prints a fresh one)",
+                if self.token.is_none() {
+                    "is unset".to_string()
+                } else {
+                    format!(
+                        "comes from {}, which any user of the cluster can read",
+                        self.token.source
+                    )
+                }
+            )));
+        }
+        Ok(role)
     }
 }
 
@@ -305,6 +340,7 @@ fn cluster_stage(
         checklist_hash: plan.checklist_hash.clone(),
         timeout: args.timeout.0,
         started: process_start,
+        token: plan.token.clone(),
     };
     let (report, link) = runtime.block_on(cluster::rank_stage(input, server));
     // Only when every rank is here: all ranks see the same barrier in the

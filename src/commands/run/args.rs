@@ -173,6 +173,11 @@ pub struct ClusterArgs {
     /// ephemeral port.
     #[arg(long, value_name = "FIRST-LAST", value_parser = crate::kinds::ports::PortRange::parse)]
     pub probe_ports: Option<crate::kinds::ports::PortRange>,
+    /// Refuse a job across nodes whose token is not a secret (unset, or
+    /// derived from SLURM_JOB_ID / TORCHELASTIC_RUN_ID, which anyone can
+    /// read); also PREFLIGHT_REQUIRE_SECRET=1
+    #[arg(long)]
+    pub require_secret: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
