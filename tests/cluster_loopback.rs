@@ -863,3 +863,90 @@ fn a_job_secret_must_be_a_secret() {
     assert!(a.trim().chars().all(|c| c.is_ascii_hexdigit()), "{a}");
     assert_ne!(a, b);
 }
+
+/// A stranger on 127.0.0.2 keeps 1,500 silent connections open against a
+/// rank 0 whose descriptors are limited to 512: one address may hold only
+/// a few of them (the rest are closed at accept), a silent one is closed
+/// after a second, and the real rank gets in; rank 0 counts what it closed.
+#[test]
+fn a_flood_of_silent_connections_does_not_lock_a_rank_out() {
+    let port = cluster::free_port().to_string();
+    // Shorter than the 5 s a silent connection used to be held: a flood
+    // that fills rank 0's descriptors then keeps rank 1 out to the end.
+    let mut args = run_args("4s");
+    args.extend(["--collective".to_string(), "off".to_string()]);
+    let r0 = local_under(
+        &["prlimit", "--nofile=512:512"],
+        "rank0",
+        &args,
+        &env("0", "2", &port),
+    );
+    let code = format!(
+        r#"
+import resource, socket, sys, time
+resource.setrlimit(resource.RLIMIT_NOFILE, (4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+port = {port}
+deadline = time.time() + 10
+while True:
+    try:
+        socket.create_connection(("127.0.0.1", port), 1).close(); break
+    except OSError:
+        if time.time() > deadline: sys.exit("rank 0 never listened")
+        time.sleep(0.02)
+print("flooding", flush=True)
+held, opened = [], 0
+end = time.time() + 6
+while time.time() < end:
+    held = [s for s in held if s.fileno() >= 0]
+    while len(held) < 1500 and time.time() < end:
+        s = socket.socket()
+        s.bind(("127.0.0.2", 0))
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        except OSError:
+            s.close(); break
+        held.append(s); opened += 1
+    time.sleep(0.2)
+    # Whatever rank 0 closed, open again: a flood that never lets up.
+    for s in held:
+        try:
+            if s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                s.close()
+        except BlockingIOError:
+            pass
+        except OSError:
+            s.close()
+print(opened)
+"#
+    );
+    let mut flood = std::process::Command::new("python3")
+        .args(["-c", &code])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut first = String::new();
+    let mut reader = std::io::BufReader::new(flood.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut reader, &mut first).unwrap();
+    assert_eq!(first.trim(), "flooding");
+    std::thread::sleep(Duration::from_millis(1500));
+    let r1 = local("rank1", &args, &env("1", "2", &port));
+    let out = [r0.finish(MARGIN), r1.finish(MARGIN)];
+    let status = flood.wait().unwrap();
+    assert!(status.success(), "the flood itself failed");
+    all_exit(&out, 0);
+    let barrier = &out[0].json()["cluster"]["barrier"];
+    assert!(
+        barrier["dropped_total"].as_u64().unwrap_or(0) > 100,
+        "{barrier:#}"
+    );
+    assert!(
+        barrier["dropped"]
+            .to_string()
+            .contains("127.0.0.2: closed at once: 64 connections from this address were already authenticating"),
+        "{barrier:#}"
+    );
+}

@@ -279,11 +279,13 @@ pub async fn server<S: AsyncRead + AsyncWrite + Unpin>(
     token: &Token,
     deadline: Instant,
 ) -> Result<(), AuthError> {
-    let theirs =
-        match protocol::read_limited(stream, deadline, protocol::MAX_HANDSHAKE_FRAME).await? {
-            Msg::Hello { nonce, .. } if nonce.len() <= 128 => nonce,
-            other => return Err(unexpected("a hello", &other)),
-        };
+    // A rank sends its hello as soon as it connects: a connection silent
+    // for a second is not one, and holds a slot no longer.
+    let first = deadline.min(Instant::now() + FIRST_FRAME_LIMIT);
+    let theirs = match protocol::read_limited(stream, first, protocol::MAX_HANDSHAKE_FRAME).await? {
+        Msg::Hello { nonce, .. } if nonce.len() <= 128 => nonce,
+        other => return Err(unexpected("a hello", &other)),
+    };
     let mine = nonce();
     let proof = token.proof("server", &theirs, &mine);
     protocol::write(
@@ -328,6 +330,8 @@ fn unexpected(wanted: &str, got: &Msg) -> AuthError {
 /// A client that has not authenticated by then is dropped: slowloris and
 /// half-open connections cost one task for this long at most.
 pub const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
+/// How long a new connection may stay silent before its hello.
+pub const FIRST_FRAME_LIMIT: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {

@@ -34,10 +34,63 @@ use crate::checklist::Check;
 use crate::facts::Facts;
 use crate::result::cluster::{ClusterReport, Probe};
 
-/// Connections still authenticating at once; beyond this a flood of
-/// junk connections is closed at accept and cannot exhaust memory or
-/// descriptors, while the job's ranks (thousands at most) fit.
+/// Connections still authenticating at once, at most; beyond the limit a
+/// flood of junk connections is closed at accept and cannot exhaust
+/// memory or descriptors.
 const MAX_PENDING: usize = 4096;
+
+/// How many connections may authenticate at once, in all and from one
+/// source address: half the descriptors the world's own connections leave
+/// (so a flood can never take the ones the ranks need), and from one
+/// address twice the ranks one node runs (a node's ranks arrive together;
+/// one stranger cannot hold them all).
+fn pending_limits(open_files: Option<(u64, u64)>, world: u32, per_node: u32) -> (usize, usize) {
+    let soft = open_files.map_or(1024, |(soft, _)| soft);
+    let room = soft.saturating_sub(u64::from(world) + super::verdict::SPARE_FILES) / 2;
+    let all = usize::try_from(room)
+        .unwrap_or(MAX_PENDING)
+        .clamp(16, MAX_PENDING);
+    let per_source = (2 * per_node as usize).max(64).min(all);
+    (all, per_source)
+}
+
+/// One source address's connections still authenticating; the count goes
+/// down when the guard is dropped.
+struct SourceSlot {
+    counts: Arc<std::sync::Mutex<HashMap<std::net::IpAddr, usize>>>,
+    ip: std::net::IpAddr,
+}
+
+impl SourceSlot {
+    fn take(
+        counts: &Arc<std::sync::Mutex<HashMap<std::net::IpAddr, usize>>>,
+        ip: std::net::IpAddr,
+        limit: usize,
+    ) -> Option<SourceSlot> {
+        let mut map = counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(ip).or_default();
+        if *n >= limit {
+            return None;
+        }
+        *n += 1;
+        Some(SourceSlot {
+            counts: Arc::clone(counts),
+            ip,
+        })
+    }
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        let mut map = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
 /// Probe results kept from one message.
 const MAX_PROBE_RESULTS: usize = 1024;
 
@@ -133,6 +186,15 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     // long as the store: the collective stage's budget; each connection
     // still ends as soon as its rank closes it.
     let store_end = cfg.deadline + Duration::from_secs(3) + cfg.linger;
+    let per_node = cfg
+        .placement
+        .tasks_per_node
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(cfg.placement.local_world_size);
+    let limits = pending_limits(crate::facts::limits::open_files(), cfg.world_size, per_node);
     let accept = tokio::spawn(accept_loop(
         listener,
         cfg.token.clone(),
@@ -140,6 +202,7 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         store,
         store_end,
         cfg.clock_offset_ms,
+        limits,
     ));
     drop(tx);
     let mut state = BarrierState::new(cfg.world_size, cfg.placement.clone());
@@ -357,9 +420,11 @@ async fn accept_loop(
     store: Arc<Store>,
     store_end: Instant,
     offset_ms: i64,
+    (all, per_source): (usize, usize),
 ) {
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING));
+    let pending = Arc::new(tokio::sync::Semaphore::new(all));
+    let sources = Arc::new(std::sync::Mutex::new(HashMap::new()));
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -373,10 +438,25 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Ok(permit) = Arc::clone(&pending).try_acquire_owned() else {
+        let Some(slot) = SourceSlot::take(&sources, peer.ip(), per_source) else {
+            let _ = tx.send(Event::Dropped {
+                peer: peer.ip().to_string(),
+                reason: format!(
+                    "closed at once: {per_source} connections from this address were already authenticating"
+                ),
+            });
             drop(stream);
             continue;
         };
+        let Ok(permit) = Arc::clone(&pending).try_acquire_owned() else {
+            let _ = tx.send(Event::Dropped {
+                peer: peer.ip().to_string(),
+                reason: format!("closed at once: {all} connections were already authenticating"),
+            });
+            drop(stream);
+            continue;
+        };
+        let permit = (permit, slot);
         let conn = NEXT.fetch_add(1, Ordering::Relaxed);
         let token = token.clone();
         let tx = tx.clone();
@@ -400,7 +480,7 @@ async fn connection(
     store: Arc<Store>,
     store_end: Instant,
     offset_ms: i64,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: (tokio::sync::OwnedSemaphorePermit, SourceSlot),
 ) {
     let _ = stream.set_nodelay(true);
     let peer = peer.ip().to_string();
@@ -599,6 +679,20 @@ mod tests {
                 );
             }
         });
+    }
+
+    #[test]
+    fn pending_limits_leave_the_world_its_descriptors() {
+        // Plenty of descriptors: the fixed ceiling; a node's ranks fit.
+        assert_eq!(pending_limits(Some((1 << 20, 1 << 20)), 512, 8), (4096, 64));
+        assert_eq!(
+            pending_limits(Some((1 << 20, 1 << 20)), 300, 300),
+            (4096, 600)
+        );
+        // 1,024 descriptors and 300 ranks: half of what the world leaves.
+        assert_eq!(pending_limits(Some((1024, 1024)), 300, 300), (330, 330));
+        // Fewer descriptors than the world needs: a floor, never a panic.
+        assert_eq!(pending_limits(Some((32, 32)), 48, 48), (16, 16));
     }
 
     /// An authenticated peer that checks in with a 3 MiB hostname and

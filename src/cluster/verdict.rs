@@ -295,7 +295,7 @@ fn culprits(
 
 /// Descriptors rank 0 needs beyond one connection per rank: listeners,
 /// the probe listener, files, the runtime's own.
-const SPARE_FILES: u64 = 64;
+pub(super) const SPARE_FILES: u64 = 64;
 
 /// What rank 0 says about its open-files limit: connections it could not
 /// accept, or a hard limit below what the world needs (the soft limit was
