@@ -67,6 +67,9 @@ pub struct BarrierState {
     pub accept_error: Option<String>,
 }
 
+/// Second claimants and ranks outside the world kept for the report.
+pub const KEPT_CLAIMANTS: usize = 64;
+
 /// Source addresses listed one by one in the report: a flood from many
 /// addresses is counted, not listed.
 pub const LISTED_SOURCES: usize = 32;
@@ -115,16 +118,22 @@ impl BarrierState {
     }
 
     /// Records a check-in: the first of its rank, a later claimant of a
-    /// rank already here, or a rank outside the world.
+    /// rank already here, or a rank outside the world. Of the last two, the
+    /// first `KEPT_CLAIMANTS` each are kept: enough to name the fault, and
+    /// a peer repeating its check-in cannot grow rank 0's memory.
     pub fn arrive(&mut self, conn: ConnId, checkin: CheckIn) {
         let rank = checkin.identity.rank;
         if rank >= self.world_size {
-            self.out_of_range.push((conn, checkin));
+            if self.out_of_range.len() < KEPT_CLAIMANTS {
+                self.out_of_range.push((conn, checkin));
+            }
             return;
         }
         match self.arrivals.entry(rank) {
             std::collections::btree_map::Entry::Occupied(_) => {
-                self.duplicates.push((conn, checkin))
+                if self.duplicates.len() < KEPT_CLAIMANTS {
+                    self.duplicates.push((conn, checkin))
+                }
             }
             std::collections::btree_map::Entry::Vacant(slot) => {
                 slot.insert((conn, checkin));
@@ -354,6 +363,18 @@ mod tests {
 
     fn checkin(rank: u32, world: u32, host: &str) -> CheckIn {
         crate::cluster::checkin::sample(rank, world, host)
+    }
+
+    #[test]
+    fn repeated_claimants_are_kept_up_to_a_bound() {
+        let mut b = BarrierState::new(2, Placement::default());
+        b.arrive(0, checkin(1, 2, "h1"));
+        for i in 0..1000 {
+            b.arrive(i + 1, checkin(1, 2, "h1"));
+            b.arrive(i + 2000, checkin(7, 2, "h1"));
+        }
+        assert_eq!(b.duplicates.len(), KEPT_CLAIMANTS);
+        assert_eq!(b.out_of_range.len(), KEPT_CLAIMANTS);
     }
 
     #[test]

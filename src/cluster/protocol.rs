@@ -167,6 +167,11 @@ pub async fn write<W: AsyncWrite + Unpin>(
     }
 }
 
+/// The largest frame rank 0 reads from a rank: a check-in, a store value
+/// (64 KiB at most), probe results. What a rank reads from rank 0 (the
+/// verdict) may be larger, up to `MAX_FRAME`.
+pub const MAX_RANK_FRAME: u32 = 1 << 20;
+
 /// The largest frame a peer may send before it has authenticated: the
 /// handshake's messages are small, and a stranger must not make rank 0
 /// allocate megabytes per pending connection.

@@ -35,24 +35,49 @@ const MAX_TOTAL: usize = 64 << 20;
 
 #[derive(Default)]
 pub struct Store {
-    map: Mutex<HashMap<String, String>>,
+    /// The values, and their keys' and values' bytes in all.
+    map: Mutex<(HashMap<String, String>, usize)>,
     changed: Notify,
 }
 
+/// The rank whose key this is: the number that ends it (`coll/result/3`,
+/// `coll/result/3#0`, `coll/tcp/addr/3`); rank 0's for the keys of the
+/// whole job (`coll/report`, `coll/nccl/plan`). Only that rank may write it.
+pub fn owner(key: &str) -> u32 {
+    let base = key.split_once('#').map_or(key, |(base, _)| base);
+    base.rsplit('/')
+        .next()
+        .and_then(|last| last.parse().ok())
+        .unwrap_or(0)
+}
+
 impl Store {
+    /// Keys are written once: the same value again is accepted (a retry),
+    /// another value is refused, so no peer can replace what a rank
+    /// published.
     pub fn set(&self, key: String, value: String) -> Result<(), String> {
         if key.len() > MAX_KEY || value.len() > MAX_VALUE {
             return Err(format!(
                 "store: key or value too large (limits {MAX_KEY} and {MAX_VALUE} bytes)"
             ));
         }
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let total: usize = map.iter().map(|(k, v)| k.len() + v.len()).sum();
-        if total + key.len() + value.len() > MAX_TOTAL {
+        let mut guard = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let (map, total) = &mut *guard;
+        match map.get(&key) {
+            Some(old) if *old == value => return Ok(()),
+            Some(_) => {
+                return Err(format!(
+                    "store: `{key}` is already set, and keys are written once"
+                ));
+            }
+            None => {}
+        }
+        if *total + key.len() + value.len() > MAX_TOTAL {
             return Err("store: full".into());
         }
+        *total += key.len() + value.len();
         map.insert(key, value);
-        drop(map);
+        drop(guard);
         self.changed.notify_waiters();
         Ok(())
     }
@@ -61,6 +86,7 @@ impl Store {
         self.map
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .0
             .get(key)
             .cloned()
     }
@@ -114,6 +140,7 @@ pub async fn get<S: AsyncRead + AsyncWrite + Unpin>(
     protocol::write(conn, &msg, deadline).await?;
     match protocol::read(conn, deadline).await? {
         Msg::StoreValue { value, .. } => Ok(value),
+        Msg::Rejected { reason } => Err(FrameError::Refused(reason)),
         _ => Err(FrameError::Body("unexpected answer to a store get".into())),
     }
 }
