@@ -732,16 +732,16 @@ async fn connection(
 
 // ---- the rank's side -------------------------------------------------------
 
+/// A real server and real ranks for tests here and in the collective
+/// stage's (its store is the stage's rendezvous).
 #[cfg(test)]
-mod tests {
+pub mod test_support {
     use super::*;
-    use crate::cluster::client::{ClientConfig, await_verdict, connect};
-    use crate::cluster::store;
-    use crate::result::Verdict;
+    use crate::cluster::client::{ClientConfig, connect};
 
     /// A real server on loopback for `world` ranks whose barrier ends
     /// `secs` after now, and a client configuration that reaches it.
-    async fn server(
+    pub async fn server(
         world: u32,
         secs: u64,
     ) -> (tokio::task::JoinHandle<ClusterReport>, ClientConfig) {
@@ -776,6 +776,26 @@ mod tests {
         };
         (tokio::spawn(serve(cfg, listener)), client)
     }
+
+    /// A connection checked in as `rank` of `world` from host `host`,
+    /// its verdict received: what the collective stage's store uses.
+    pub async fn ranked(client: &ClientConfig, rank: u32, world: u32, host: &str) -> TcpStream {
+        let mut conn = connect(client).await.unwrap();
+        let c = crate::cluster::checkin::sample(rank, world, host);
+        protocol::write(&mut conn, &Msg::CheckIn(Box::new(c)), client.deadline)
+            .await
+            .unwrap();
+        conn
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{ranked, server};
+    use super::*;
+    use crate::cluster::client::{ClientConfig, await_verdict, connect};
+    use crate::cluster::store;
+    use crate::result::Verdict;
 
     /// A process that checks in after the verdict went out is told it came
     /// too late and who held its rank, instead of waiting for a verdict
@@ -893,17 +913,6 @@ mod tests {
             assert!(size < 128 << 10, "a verdict of {size} bytes");
             drop(server);
         });
-    }
-
-    /// A connection checked in as `rank` of `world` from host `host`,
-    /// its verdict received: what the collective stage's store uses.
-    async fn ranked(client: &ClientConfig, rank: u32, world: u32, host: &str) -> TcpStream {
-        let mut conn = connect(client).await.unwrap();
-        let c = crate::cluster::checkin::sample(rank, world, host);
-        protocol::write(&mut conn, &Msg::CheckIn(Box::new(c)), client.deadline)
-            .await
-            .unwrap();
-        conn
     }
 
     async fn both_ranked(client: &ClientConfig) -> (TcpStream, TcpStream) {

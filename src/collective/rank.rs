@@ -105,6 +105,8 @@ pub struct RankInfo<'a> {
     /// own result never arrives.
     pub hosts: Vec<String>,
     pub conn: &'a mut TcpStream,
+    /// The job's token: the TCP mesh's connections prove it.
+    pub token: crate::cluster::auth::Token,
 }
 
 /// The library a probe found.

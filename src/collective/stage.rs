@@ -54,7 +54,16 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
                 let ip = tcp::listen_ip(info.gloo_ifname.as_deref(), &info.route_ip)?;
                 let same_host = tcp::same_host_mode(info.same_host.as_deref())?;
                 let deadline = cfg.deadline(cfg.step_timeout * 2);
-                Tcp::init(info.conn, info.rank, info.world, &ip, same_host, deadline).await
+                Tcp::init(
+                    info.conn,
+                    info.rank,
+                    info.world,
+                    &ip,
+                    same_host,
+                    &info.token,
+                    deadline,
+                )
+                .await
             };
             match init.await {
                 Ok(mut b) => {

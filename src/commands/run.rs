@@ -386,6 +386,7 @@ fn collective_stage(
             })
             .collect(),
         conn: &mut link.stream,
+        token: plan.token.clone(),
     };
     // The stage ends by the run's deadline, rank 0's, as every rank reads
     // it from the verdict.

@@ -8,9 +8,50 @@ use tokio::time::Instant;
 
 use super::transport::*;
 use super::*;
+use crate::cluster::auth::Token;
 use crate::cluster::store;
 
-pub(super) const MAGIC: &[u8; 4] = b"PFC1";
+/// 2: the hello carries a proof of the job's token.
+pub(super) const MAGIC: &[u8; 4] = b"PFC2";
+/// MAGIC, the dialing rank, and HMAC(token, "mesh" | run nonce | "from>to")
+/// as 64 hex digits.
+const HELLO_LEN: usize = 4 + 4 + 64;
+/// How long an accepted connection may take to say its hello.
+const HELLO_LIMIT: Duration = Duration::from_secs(1);
+/// Accepted connections whose hello is still awaited, at most: beyond,
+/// a flood is closed at accept.
+const HELLOS_PENDING: usize = 64;
+
+/// The hello `from` sends `to`: it proves the job's token for this run
+/// and this pair, so it can be neither made without the token nor
+/// replayed to another rank or in another run.
+fn hello(token: &Token, nonce: &str, from: u32, to: u32) -> Vec<u8> {
+    let mut h = Vec::with_capacity(HELLO_LEN);
+    h.extend_from_slice(MAGIC);
+    h.extend_from_slice(&from.to_le_bytes());
+    h.extend_from_slice(
+        token
+            .proof("mesh", nonce, &format!("{from}>{to}"))
+            .as_bytes(),
+    );
+    h
+}
+
+/// Reads an accepted connection's hello within `HELLO_LIMIT`: the rank it
+/// claims and its proof, or `None` (silent, short, not ours).
+async fn read_hello(mut s: Conn) -> Option<(u32, String, Conn)> {
+    let mut b = [0u8; HELLO_LEN];
+    tokio::time::timeout(HELLO_LIMIT, s.read_exact(&mut b))
+        .await
+        .ok()?
+        .ok()?;
+    if &b[..4] != MAGIC {
+        return None;
+    }
+    let j = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    let proof = std::str::from_utf8(&b[8..]).ok()?.to_string();
+    Some((j, proof, s))
+}
 
 /// The address to listen on: GLOO_SOCKET_IFNAME's interface's IPv4
 /// address when set, else `route_ip` (the address the rendezvous
@@ -79,6 +120,7 @@ pub(super) fn tune_unix(s: &UnixStream) {
 pub(super) async fn direct_handshake(
     rank: u32,
     transports: &[Option<Transport>],
+    peers_of: &[Option<(i32, u32)>],
     readers: &mut [Option<Reader>],
     writers: &mut [Option<Writer>],
 ) -> Result<(Vec<Option<Pid>>, Option<String>), String> {
@@ -102,7 +144,24 @@ pub(super) async fn direct_handshake(
         let mut b = [0u8; direct::OFFER_LEN];
         r.read_exact(&mut b).await.map_err(|e| io(j, e))?;
         let offer = direct::Offer::parse(&b);
-        read.push((j, offer.try_read().map(|()| offer.pid)));
+        // The offer must come from the process at the other end of this
+        // socket, run by this user: a peer cannot name another process
+        // (this one, say) and have this rank read where it points.
+        let me = nix::unistd::geteuid().as_raw();
+        let checked = match peers_of[j] {
+            Some((pid, uid)) if pid == offer.pid && uid == me => offer.try_read(),
+            Some((pid, uid)) if uid != me => Err(format!(
+                "rank {j}'s process (pid {pid}) runs as uid {uid}, not as this rank's uid {me}"
+            )),
+            Some((pid, _)) => Err(format!(
+                "rank {j}'s offer names pid {}, but its socket belongs to pid {pid}: another PID namespace, or a peer that is not what it says",
+                offer.pid
+            )),
+            None => Err(format!(
+                "the credentials of rank {j}'s socket cannot be read"
+            )),
+        };
+        read.push((j, checked.map(|()| offer.pid)));
     }
     for (j, r) in &read {
         if let Some(w) = writers[*j].as_mut() {
@@ -129,6 +188,33 @@ pub(super) async fn direct_handshake(
         }
     }
     Ok((out, refused))
+}
+
+/// The next connection on the mesh's TCP listener or, when it has one, its
+/// Unix listener.
+async fn accept_one(listener: &TcpListener, unix: Option<&UnixListener>) -> Result<Conn, String> {
+    match unix {
+        Some(u) => tokio::select! {
+            t = listener.accept() => {
+                let (t, _) = t.map_err(|e| format!("accept: {e}"))?;
+                tune(&t);
+                Ok(Conn::Tcp(t))
+            }
+            x = u.accept() => {
+                let (x, _) = x.map_err(|e| format!("accept: {e}"))?;
+                tune_unix(&x);
+                Ok(Conn::Unix(x))
+            }
+        },
+        None => {
+            let (t, _) = listener
+                .accept()
+                .await
+                .map_err(|e| format!("accept: {e}"))?;
+            tune(&t);
+            Ok(Conn::Tcp(t))
+        }
+    }
 }
 
 /// The ranks `rank` exchanges data with, sorted: its ring neighbours (ring
@@ -168,12 +254,15 @@ impl Tcp {
     /// rank's partners (`partners`): it dials the lower ones and accepts
     /// the higher ones.
     /// `same_host`: how pairs on one host talk.
+    /// `token`: the job's, which every connection of the mesh proves.
+    #[allow(clippy::too_many_arguments)]
     pub async fn init(
         conn: &mut TcpStream,
         rank: u32,
         world: u32,
         ip: &str,
         same_host: SameHost,
+        token: &Token,
         deadline: Instant,
     ) -> Result<Tcp, String> {
         let n = world as usize;
@@ -218,6 +307,21 @@ impl Tcp {
                 .ok()
                 .map(|l| (k, name, l))
         });
+        // This run's nonce, from rank 0: a hello of an earlier run of the
+        // same job proves nothing in this one.
+        let nonce = if rank == 0 {
+            let n = crate::cluster::auth::nonce();
+            store::set(conn, "coll/tcp/nonce", &n, deadline)
+                .await
+                .map_err(|e| format!("cannot publish the mesh's nonce in the store: {e}"))?;
+            n
+        } else {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            store::get(conn, "coll/tcp/nonce", wait, deadline)
+                .await
+                .map_err(|e| format!("store: {e}"))?
+                .ok_or("rank 0 never published the mesh's nonce")?
+        };
         if let Some((k, name, _)) = &local {
             store::set(
                 conn,
@@ -258,11 +362,6 @@ impl Tcp {
             };
             peers.push((j, a, same_host));
         }
-        let hello = {
-            let mut h = Vec::from(&MAGIC[..]);
-            h.extend_from_slice(&rank.to_le_bytes());
-            h
-        };
         let dial = async {
             let mut out = Vec::new();
             for (j, a, same_host) in peers {
@@ -295,7 +394,7 @@ impl Tcp {
                     s = Some(Conn::Tcp(t));
                 }
                 let Some(mut s) = s else { continue };
-                s.write_all(&hello)
+                s.write_all(&hello(token, &nonce, rank, j))
                     .await
                     .map_err(|e| format!("rank {j} at {a}: {e}"))?;
                 out.push((j, s));
@@ -306,40 +405,28 @@ impl Tcp {
         let accept = async {
             let mut out: Vec<(u32, Conn)> = Vec::new();
             let higher = need.iter().filter(|j| **j > rank).count();
+            // Each hello is read in its own task with its own short
+            // deadline: a silent or slow stranger costs a slot for a second,
+            // never the set-up; a bad hello closes that connection only.
+            let mut hellos = tokio::task::JoinSet::new();
             while out.len() < higher {
-                let (mut s, peer) = match &unix_listener {
-                    Some(u) => tokio::select! {
-                        t = listener.accept() => {
-                            let (t, p) = t.map_err(|e| format!("accept: {e}"))?;
-                            tune(&t);
-                            (Conn::Tcp(t), p.to_string())
+                tokio::select! {
+                    accepted = accept_one(&listener, unix_listener.as_ref()) => {
+                        let s = accepted?;
+                        if hellos.len() < HELLOS_PENDING {
+                            hellos.spawn(read_hello(s));
                         }
-                        x = u.accept() => {
-                            let (x, _) = x.map_err(|e| format!("accept: {e}"))?;
-                            tune_unix(&x);
-                            (Conn::Unix(x), "a local Unix socket".to_string())
-                        }
-                    },
-                    None => {
-                        let (t, p) = listener
-                            .accept()
-                            .await
-                            .map_err(|e| format!("accept: {e}"))?;
-                        tune(&t);
-                        (Conn::Tcp(t), p.to_string())
                     }
-                };
-                let mut hello = [0u8; 8];
-                // A stranger that connects and says nothing is dropped
-                // when the whole init deadline ends.
-                if s.read_exact(&mut hello).await.is_err() || &hello[..4] != MAGIC {
-                    continue;
+                    Some(done) = hellos.join_next() => {
+                        let Ok(Some((j, proof, s))) = done else { continue };
+                        let wanted = j > rank
+                            && need.contains(&j)
+                            && !out.iter().any(|(k, _)| *k == j);
+                        if wanted && token.verify("mesh", &nonce, &format!("{j}>{rank}"), &proof) {
+                            out.push((j, s));
+                        }
+                    }
                 }
-                let j = u32::from_le_bytes([hello[4], hello[5], hello[6], hello[7]]);
-                if j <= rank || !need.contains(&j) || out.iter().any(|(k, _)| *k == j) {
-                    return Err(format!("unexpected peer {peer} claiming rank {j}"));
-                }
-                out.push((j, s));
             }
             Ok::<_, String>(out)
         };
@@ -349,14 +436,16 @@ impl Tcp {
                 .map_err(|_| {
                     "connecting the mesh timed out: some peer did not connect or accept".to_string()
                 })?;
+        let mut peers_of: Vec<Option<(i32, u32)>> = vec![None; n];
         for (j, s) in dialed?.into_iter().chain(accepted?) {
+            peers_of[j as usize] = s.peer();
             transports[j as usize] = Some(s.transport());
             let (r, w) = s.split();
             readers[j as usize] = Some(r);
             writers[j as usize] = Some(w);
         }
         let (direct, direct_refused) = if same_host == SameHost::Direct {
-            let shake = direct_handshake(rank, &transports, &mut readers, &mut writers);
+            let shake = direct_handshake(rank, &transports, &peers_of, &mut readers, &mut writers);
             tokio::time::timeout_at(deadline, shake)
                 .await
                 .map_err(|_| {
@@ -380,5 +469,167 @@ impl Tcp {
             ip: ip.to_string(),
             scratch: Vec::new(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::client::await_verdict;
+    use crate::cluster::server::test_support::{ranked, server};
+    use crate::collective::Backend;
+
+    /// While two ranks set up their mesh, a stranger who knows rank 0's
+    /// mesh address (the store is readable to anyone with the token; a port
+    /// scan finds it too) connects silently, says an 8-byte hello claiming
+    /// rank 1, forges a proof, and sends garbage: every one of them is
+    /// dropped, and the real rank 1 still joins.
+    #[test]
+    fn strangers_on_the_mesh_are_dropped_and_the_real_peer_joins() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (_server, client) = server(2, 2).await;
+            let mut c0 = ranked(&client, 0, 2, "h0").await;
+            let mut c1 = ranked(&client, 1, 2, "h1").await;
+            await_verdict(&mut c0, client.verdict_deadline)
+                .await
+                .unwrap();
+            await_verdict(&mut c1, client.verdict_deadline)
+                .await
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(8);
+            let token = client.token.clone();
+            let rank0 = async {
+                let mut t =
+                    Tcp::init(&mut c0, 0, 2, "127.0.0.1", SameHost::Tcp, &token, deadline).await?;
+                t.barrier(deadline).await.map_err(|e| e.to_string())?;
+                Ok::<_, String>(())
+            };
+            let rest = async {
+                // The attacker reads rank 0's address as any authenticated
+                // connection may.
+                let late = crate::cluster::client::ClientConfig {
+                    deadline,
+                    verdict_deadline: deadline,
+                    master_addr: client.master_addr.clone(),
+                    token: client.token.clone(),
+                    ..client
+                };
+                let mut spy = crate::cluster::client::connect(&late).await.unwrap();
+                let addr = store::get(
+                    &mut spy,
+                    "coll/tcp/addr/0",
+                    Duration::from_secs(2),
+                    deadline,
+                )
+                .await
+                .unwrap()
+                .expect("rank 0 published its address");
+                let silent = TcpStream::connect(&addr).await.unwrap();
+                let mut old_hello = TcpStream::connect(&addr).await.unwrap();
+                old_hello.write_all(b"PFC1\x01\x00\x00\x00").await.unwrap();
+                let mut forged = TcpStream::connect(&addr).await.unwrap();
+                let mut h = Vec::from(&MAGIC[..]);
+                h.extend_from_slice(&1u32.to_le_bytes());
+                h.extend_from_slice(&[b'0'; 64]);
+                forged.write_all(&h).await.unwrap();
+                let mut garbage = TcpStream::connect(&addr).await.unwrap();
+                garbage.write_all(&[0xff; HELLO_LEN]).await.unwrap();
+                // A hello of another run (another nonce) proves nothing here.
+                let mut replayed = TcpStream::connect(&addr).await.unwrap();
+                replayed
+                    .write_all(&hello(&token, "an earlier run", 1, 0))
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let mut t1 = Tcp::init(&mut c1, 1, 2, "127.0.0.1", SameHost::Tcp, &token, deadline)
+                    .await
+                    .unwrap();
+                t1.barrier(deadline).await.unwrap();
+                // The forged connections were closed, not kept.
+                let mut b = [0u8; 1];
+                for s in [&mut forged, &mut garbage, &mut replayed] {
+                    assert_eq!(s.read(&mut b).await.unwrap_or(0), 0);
+                }
+                drop((silent, old_hello));
+            };
+            let (r0, ()) = tokio::join!(rank0, rest);
+            r0.unwrap();
+        });
+    }
+
+    /// A same-host peer echoes this rank's own single-copy offer back, as
+    /// if it were its own: the offer names this process, the socket's
+    /// other end is another process, and single-copy reads stay off.
+    #[test]
+    fn an_offer_from_another_process_than_the_sockets_is_refused() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("peer.sock");
+            let code = format!(
+                "import socket\n\
+                 s = socket.socket(socket.AF_UNIX)\n\
+                 s.bind({p:?}); s.listen(1); print('ready', flush=True)\n\
+                 c, _ = s.accept()\n\
+                 offer = b''\n\
+                 while len(offer) < {n}: offer += c.recv({n} - len(offer))\n\
+                 c.sendall(offer)\n\
+                 verdict = c.recv(1)\n\
+                 c.sendall(b'\\x01')\n\
+                 print(verdict[0], flush=True)\n",
+                p = path.display().to_string(),
+                n = direct::OFFER_LEN
+            );
+            let mut child = tokio::process::Command::new("python3")
+                .args(["-c", &code])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("python3");
+            let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
+                .await
+                .unwrap();
+            assert_eq!(line.trim(), "ready");
+            let conn = Conn::Unix(UnixStream::connect(&path).await.unwrap());
+            let peer = conn.peer().expect("SO_PEERCRED");
+            assert_eq!(peer.0 as u32, child.id().unwrap());
+            let transports = vec![None, Some(conn.transport())];
+            let (r, w) = conn.split();
+            let mut readers = vec![None, Some(r)];
+            let mut writers = vec![None, Some(w)];
+            let (direct, refused) = direct_handshake(
+                0,
+                &transports,
+                &[None, Some(peer)],
+                &mut readers,
+                &mut writers,
+            )
+            .await
+            .unwrap();
+            assert_eq!(direct[1], None, "single-copy reads must stay off");
+            let why = refused.unwrap();
+            assert!(
+                why.contains(&format!(
+                    "rank 1's offer names pid {}, but its socket belongs to pid {}",
+                    std::process::id(),
+                    peer.0
+                )),
+                "{why}"
+            );
+            line.clear();
+            tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
+                .await
+                .unwrap();
+            assert_eq!(line.trim(), "0", "the peer was told its offer was refused");
+            child.wait().await.unwrap();
+        });
     }
 }

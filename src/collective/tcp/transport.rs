@@ -71,6 +71,15 @@ pub(super) enum Conn {
 }
 
 impl Conn {
+    /// The process at the other end of a Unix socket (SO_PEERCRED): pid
+    /// and uid; `None` over TCP.
+    pub(super) fn peer(&self) -> Option<(i32, u32)> {
+        match self {
+            Conn::Tcp(_) => None,
+            Conn::Unix(s) => s.peer_cred().ok().and_then(|c| Some((c.pid()?, c.uid()))),
+        }
+    }
+
     pub(super) fn transport(&self) -> Transport {
         match self {
             Conn::Tcp(_) => Transport::Tcp,
