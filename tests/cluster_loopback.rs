@@ -225,8 +225,8 @@ fn garbage_oversized_and_silent_clients_do_not_disturb_the_rendezvous() {
         .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     let mut oversized = TcpStream::connect(&addr).unwrap();
-    // This protocol's version (2), then a length beyond any limit.
-    oversized.write_all(b"PFL\x02\xff\xff\xff\xff").unwrap();
+    // This protocol's version (3), then a length beyond any limit.
+    oversized.write_all(b"PFL\x03\xff\xff\xff\xff").unwrap();
     let mut slow = TcpStream::connect(&addr).unwrap();
     slow.write_all(b"P").unwrap();
     // The server closes the junk connections.
@@ -677,7 +677,7 @@ import json, os, socket, struct, sys, time
 port = {port}
 def frame(msg):
     body = json.dumps(msg).encode()
-    return b"PFL\x02" + struct.pack(">I", len(body)) + body
+    return b"PFL\x03" + struct.pack(">I", len(body)) + body
 def read(s):
     head = b""
     while len(head) < 8:

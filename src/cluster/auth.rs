@@ -27,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
 use super::protocol::{self, FrameError, Msg};
+use super::sealed::{Direction, Sealed};
 use crate::values::hex;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -233,11 +234,50 @@ impl From<FrameError> for AuthError {
     }
 }
 
+/// What both ends hold after the handshake: the two nonces, from which
+/// each derives the keys that seal the connection (`sealed`).
+pub struct Session {
+    client: String,
+    server: String,
+}
+
+impl Session {
+    /// This end's sending and receiving directions.
+    fn directions(&self, token: &Token, client_side: bool) -> (Direction, Direction) {
+        let key = |dir: &str| -> [u8; 32] {
+            let mut k = [0u8; 32];
+            k.copy_from_slice(
+                &token
+                    .mac(&format!("session {dir}"), &self.client, &self.server)
+                    .finalize()
+                    .into_bytes(),
+            );
+            k
+        };
+        let (c2s, s2c) = (key("c2s"), key("s2c"));
+        if client_side {
+            (Direction::new(c2s), Direction::new(s2c))
+        } else {
+            (Direction::new(s2c), Direction::new(c2s))
+        }
+    }
+
+    /// The stream, sealed for the rest of its life.
+    pub fn seal<S>(self, stream: S, token: &Token, client_side: bool) -> Sealed<S> {
+        let (send, recv) = self.directions(token, client_side);
+        Sealed::new(stream, send, recv)
+    }
+}
+
+/// The client's side: it proves the token first (over both nonces), then
+/// checks the server's proof. A stranger posing as the server learns a
+/// proof to guess against only if ranks connect to it; with a secret of
+/// 64 bits or more (`preflight token` makes 128) guessing is hopeless.
 pub async fn client<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     token: &Token,
     deadline: Instant,
-) -> Result<(), AuthError> {
+) -> Result<Session, AuthError> {
     let mine = nonce();
     protocol::write(
         stream,
@@ -248,37 +288,34 @@ pub async fn client<S: AsyncRead + AsyncWrite + Unpin>(
         deadline,
     )
     .await?;
-    let (theirs, proof) =
+    let theirs =
         match protocol::read_limited(stream, deadline, protocol::MAX_HANDSHAKE_FRAME).await? {
-            Msg::Challenge { nonce, proof } => (nonce, proof),
+            Msg::Challenge { nonce } if nonce.len() <= 128 => nonce,
             Msg::Rejected { reason } => return Err(AuthError::RejectedByPeer(reason)),
             other => return Err(unexpected("a challenge", &other)),
         };
-    if !token.verify("server", &mine, &theirs, &proof) {
-        let _ = protocol::write(
-            stream,
-            &Msg::Rejected {
-                reason: OTHER_JOB.into(),
-            },
-            deadline,
-        )
-        .await;
-        return Err(AuthError::OtherJob);
-    }
     let proof = token.proof("client", &mine, &theirs);
     protocol::write(stream, &Msg::Proof { proof }, deadline).await?;
     match protocol::read_limited(stream, deadline, protocol::MAX_HANDSHAKE_FRAME).await? {
-        Msg::Welcome => Ok(()),
+        Msg::Welcome { proof } if token.verify("server", &mine, &theirs, &proof) => Ok(Session {
+            client: mine,
+            server: theirs,
+        }),
+        // A server that accepted a proof it could not check, or forged
+        // its own: not this job's.
+        Msg::Welcome { .. } => Err(AuthError::OtherJob),
+        Msg::Rejected { reason } if reason == OTHER_JOB => Err(AuthError::OtherJob),
         Msg::Rejected { reason } => Err(AuthError::RejectedByPeer(reason)),
         other => Err(unexpected("a welcome", &other)),
     }
 }
 
+/// The server's side: a nonce, the client's proof checked, then its own.
 pub async fn server<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     token: &Token,
     deadline: Instant,
-) -> Result<(), AuthError> {
+) -> Result<Session, AuthError> {
     // A rank sends its hello as soon as it connects: a connection silent
     // for a second is not one, and holds a slot no longer.
     let first = deadline.min(Instant::now() + FIRST_FRAME_LIMIT);
@@ -287,20 +324,22 @@ pub async fn server<S: AsyncRead + AsyncWrite + Unpin>(
         other => return Err(unexpected("a hello", &other)),
     };
     let mine = nonce();
-    let proof = token.proof("server", &theirs, &mine);
     protocol::write(
         stream,
         &Msg::Challenge {
             nonce: mine.clone(),
-            proof,
         },
         deadline,
     )
     .await?;
     match protocol::read_limited(stream, deadline, protocol::MAX_HANDSHAKE_FRAME).await? {
         Msg::Proof { proof } if token.verify("client", &theirs, &mine, &proof) => {
-            protocol::write(stream, &Msg::Welcome, deadline).await?;
-            Ok(())
+            let proof = token.proof("server", &theirs, &mine);
+            protocol::write(stream, &Msg::Welcome { proof }, deadline).await?;
+            Ok(Session {
+                client: theirs,
+                server: mine,
+            })
         }
         Msg::Proof { .. } => {
             let _ = protocol::write(
@@ -353,8 +392,46 @@ mod tests {
         rt.block_on(async move {
             let (mut c, mut s) = tokio::io::duplex(4096);
             let deadline = protocol::after(Duration::from_secs(2));
-            tokio::join!(client(&mut c, &a, deadline), server(&mut s, &b, deadline))
+            let (c, s) = tokio::join!(client(&mut c, &a, deadline), server(&mut s, &b, deadline));
+            (c.map(|_| ()), s.map(|_| ()))
         })
+    }
+
+    /// After the handshake both ends seal the connection with keys of
+    /// their own making: frames go through; a frame that a third party
+    /// writes into the stream, unsealed, is caught.
+    #[test]
+    fn the_connection_is_sealed_after_the_handshake() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let t = Token::new(b"0123456789abcdef", "t");
+            let (mut c, mut s) = tokio::io::duplex(1 << 16);
+            let deadline = protocol::after(Duration::from_secs(2));
+            let (cs, ss) = tokio::join!(client(&mut c, &t, deadline), server(&mut s, &t, deadline));
+            let mut c = cs.unwrap().seal(c, &t, true);
+            let mut s = ss.unwrap().seal(s, &t, false);
+            let msg = Msg::StoreSet {
+                key: "coll/report".into(),
+                value: "ready".into(),
+            };
+            protocol::write(&mut c, &msg, deadline).await.unwrap();
+            assert!(matches!(
+                protocol::read(&mut s, deadline).await.unwrap(),
+                Msg::StoreSet { .. }
+            ));
+            // An on-path host's frame, plain, in the server-bound stream.
+            use tokio::io::AsyncWriteExt;
+            let raw = protocol::encode(&msg);
+            let mut record = (raw.len() as u32).to_be_bytes().to_vec();
+            record.extend_from_slice(&raw);
+            record.extend_from_slice(&[0u8; 32]);
+            c.get_mut().write_all(&record).await.unwrap();
+            let e = protocol::read(&mut s, deadline).await.unwrap_err();
+            assert!(e.to_string().contains("integrity"), "{e}");
+        });
     }
 
     #[test]

@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use tokio::net::TcpStream;
+
+use super::sealed::Channel;
 use tokio::time::Instant;
 
 use super::auth::HANDSHAKE_LIMIT;
@@ -36,7 +38,7 @@ pub struct ClientConfig {
 /// Connects and authenticates, retrying with backoff until the deadline.
 /// The error says what the last attempts saw, in words that tell a DROP
 /// from a REJECT from another job on the port.
-pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
+pub async fn connect(cfg: &ClientConfig) -> Result<Channel, String> {
     let mut backoff = Duration::from_millis(25);
     // How the last attempt ended; `Connected` only until the first one.
     let mut last = Outcome::Connected;
@@ -64,7 +66,7 @@ pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
                 let _ = stream.set_nodelay(true);
                 let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(cfg.deadline);
                 match auth::client(&mut stream, &cfg.token, handshake).await {
-                    Ok(()) => return Ok(stream),
+                    Ok(session) => return Ok(session.seal(stream, &cfg.token, true)),
                     Err(AuthError::OtherJob) => {
                         return Err(format!(
                             "port {port} on {host} is in use by another job: the preflight there proves another job token (PREFLIGHT_TOKEN / SLURM_JOB_ID / TORCHELASTIC_RUN_ID), so this job's master is not there"
@@ -117,7 +119,7 @@ pub async fn connect(cfg: &ClientConfig) -> Result<TcpStream, String> {
 
 /// NTP-style: the sample with the smallest round trip.
 pub async fn sample_clock(
-    stream: &mut TcpStream,
+    stream: &mut Channel,
     offset_ms: i64,
     deadline: Instant,
 ) -> Option<Clock> {
@@ -146,7 +148,7 @@ pub async fn sample_clock(
 /// After checking in: answer a probe plan, then return the verdict and the
 /// run's deadline as rank 0 holds it.
 pub async fn await_verdict(
-    stream: &mut TcpStream,
+    stream: &mut Channel,
     deadline: Instant,
 ) -> Result<(ClusterReport, Instant), String> {
     loop {

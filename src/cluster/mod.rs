@@ -19,6 +19,7 @@ pub mod hostlist;
 pub mod identity;
 pub mod protocol;
 pub mod reachability;
+pub mod sealed;
 pub mod server;
 pub mod store;
 pub mod verdict;
@@ -242,7 +243,7 @@ pub async fn start_node_server(
 /// collective stage's store, and the address it left from (the route's
 /// choice of interface).
 pub struct Link {
-    pub stream: tokio::net::TcpStream,
+    pub stream: sealed::Channel,
     pub local_ip: String,
     /// Rank 0's `--timeout` deadline, as this rank's clock reads it: the
     /// same moment on every rank, give or take the verdict's delivery.
@@ -324,6 +325,7 @@ async fn session(
 ) -> Result<(ClusterReport, Link), String> {
     let mut stream = client::connect(cfg).await?;
     let local_ip = stream
+        .get_ref()
         .local_addr()
         .map(|a| a.ip().to_string())
         .unwrap_or_default();
@@ -433,7 +435,7 @@ pub async fn bind_failure(host: &str, port: u16, error: &std::io::Error, token: 
         Ok(Some(Err(auth::AuthError::OtherJob))) => format!(
             "port {port} on {host} is in use by another job: a preflight with another job token already serves there"
         ),
-        Ok(Some(Ok(()))) => format!(
+        Ok(Some(Ok(_))) => format!(
             "port {port} on {host} is in use by another preflight of this same job: two processes think they are rank 0"
         ),
         _ => format!(

@@ -17,8 +17,9 @@ use super::checkin::CheckIn;
 use crate::result::cluster::{ClusterReport, Probe};
 
 pub const MAGIC: &[u8; 3] = b"PFL";
-/// 2: the verdict carries the time left until rank 0's deadline.
-pub const VERSION: u8 = 2;
+/// 3: the client proves the token first, the server answers with its
+/// proof in `Welcome`, and every later byte is sealed (`sealed`).
+pub const VERSION: u8 = 3;
 /// A check-in of a node with hundreds of checks is tens of KiB; a report of
 /// a large cluster is bigger. Anything beyond this is not ours.
 pub const MAX_FRAME: u32 = 8 << 20;
@@ -32,16 +33,19 @@ pub enum Msg {
         nonce: String,
         version: String,
     },
-    /// Server: its nonce and its proof of the token over both nonces.
+    /// Server: its nonce. It proves nothing yet: a stranger who connects
+    /// gets no proof to test guesses of the token against.
     Challenge {
         nonce: String,
-        proof: String,
     },
     /// Client: its proof of the token over both nonces.
     Proof {
         proof: String,
     },
-    Welcome,
+    /// Server: the client's proof held; its own proof over both nonces.
+    Welcome {
+        proof: String,
+    },
     /// Either side: why it ends the connection.
     Rejected {
         reason: String,
@@ -342,7 +346,9 @@ mod tests {
 
     #[test]
     fn truncated_and_empty_and_other_versions() {
-        let frame = encode(&Msg::Welcome);
+        let frame = encode(&Msg::Welcome {
+            proof: String::new(),
+        });
         assert!(matches!(
             read_bytes(frame[..frame.len() - 1].to_vec()),
             Err(FrameError::Truncated)

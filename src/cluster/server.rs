@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
@@ -28,6 +27,7 @@ use super::checkin::CheckIn;
 use super::protocol::now_us;
 use super::protocol::{self, FrameError, Msg};
 use super::reachability::{self, Target};
+use super::sealed::Channel;
 use super::store::Store;
 use super::verdict::{assemble, build_nodes, deaf_nodes};
 use crate::checklist::Check;
@@ -144,7 +144,7 @@ impl Drop for SourceSlot {
 /// Probe results kept from one message.
 const MAX_PROBE_RESULTS: usize = 1024;
 
-type Writer = Arc<Mutex<OwnedWriteHalf>>;
+type Writer = Arc<Mutex<tokio::io::WriteHalf<Channel>>>;
 
 enum Event {
     Arrived {
@@ -584,8 +584,8 @@ async fn connection(
     // Until the store's end: a process that comes after the verdict is
     // still told that it came too late.
     let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(store_end);
-    match auth::server(&mut stream, &token, handshake).await {
-        Ok(()) => {}
+    let session = match auth::server(&mut stream, &token, handshake).await {
+        Ok(session) => session,
         Err(AuthError::OtherJob) => {
             let _ = tx.send(Event::OtherJob { peer });
             return;
@@ -597,8 +597,9 @@ async fn connection(
             });
             return;
         }
-    }
+    };
     drop(permit);
+    let mut stream: Channel = session.seal(stream, &token, false);
     if shared.open.fetch_add(1, Ordering::Relaxed) >= shared.max_open {
         shared.open.fetch_sub(1, Ordering::Relaxed);
         let reason = format!(
@@ -618,7 +619,7 @@ async fn connection(
         return;
     }
     let _open = Open(Arc::clone(&shared));
-    let (mut rd, wr): (OwnedReadHalf, OwnedWriteHalf) = stream.into_split();
+    let (mut rd, wr) = tokio::io::split(stream);
     let writer: Writer = Arc::new(Mutex::new(wr));
     let mut checked_in = false;
     let mut rank: Option<u32> = None;
@@ -779,7 +780,7 @@ pub mod test_support {
 
     /// A connection checked in as `rank` of `world` from host `host`,
     /// its verdict received: what the collective stage's store uses.
-    pub async fn ranked(client: &ClientConfig, rank: u32, world: u32, host: &str) -> TcpStream {
+    pub async fn ranked(client: &ClientConfig, rank: u32, world: u32, host: &str) -> Channel {
         let mut conn = connect(client).await.unwrap();
         let c = crate::cluster::checkin::sample(rank, world, host);
         protocol::write(&mut conn, &Msg::CheckIn(Box::new(c)), client.deadline)
@@ -915,7 +916,7 @@ mod tests {
         });
     }
 
-    async fn both_ranked(client: &ClientConfig) -> (TcpStream, TcpStream) {
+    async fn both_ranked(client: &ClientConfig) -> (Channel, Channel) {
         let mut a = ranked(client, 0, 2, "h0").await;
         let mut b = ranked(client, 1, 2, "h0").await;
         await_verdict(&mut a, client.verdict_deadline)

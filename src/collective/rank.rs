@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpStream;
 
 use super::sweep::{Failure, Hooks};
 use super::{Op, OpError};
@@ -104,7 +103,7 @@ pub struct RankInfo<'a> {
     /// Each rank's node as the cluster report names it, for ranks whose
     /// own result never arrives.
     pub hosts: Vec<String>,
-    pub conn: &'a mut TcpStream,
+    pub conn: &'a mut crate::cluster::sealed::Channel,
     /// The job's token: the TCP mesh's connections prove it.
     pub token: crate::cluster::auth::Token,
 }

@@ -257,7 +257,7 @@ impl Tcp {
     /// `token`: the job's, which every connection of the mesh proves.
     #[allow(clippy::too_many_arguments)]
     pub async fn init(
-        conn: &mut TcpStream,
+        conn: &mut crate::cluster::sealed::Channel,
         rank: u32,
         world: u32,
         ip: &str,
