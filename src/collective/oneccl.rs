@@ -251,9 +251,9 @@ impl Backend for Oneccl<'_> {
     ) -> Result<(), OpError> {
         let r = self.timed(|s| {
             let (comm, lib) = (&s.comm, s.lib);
-            lib.group(|| {
-                comm.send(send, to as usize)?;
-                comm.recv(recv, from as usize)
+            lib.group(|g| {
+                g.send(comm, send, to as usize)?;
+                g.recv(comm, recv, from as usize)
             })
         });
         r.map_err(failed)

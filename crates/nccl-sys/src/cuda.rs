@@ -315,9 +315,11 @@ impl Drop for Device<'_> {
     }
 }
 
-/// Device memory for `len` elements of T; freed on drop. Free waits for
-/// work using it only as far as cuMemFree does, so wait on the stream (or
-/// abort the communicator) before dropping a buffer still in use.
+/// Device memory for `len` elements of T; freed on drop, after the
+/// device's queued work has finished (cuCtxSynchronize), so that no
+/// collective queued on it by safe code can run on freed memory. A buffer
+/// of an operation that hangs is dropped after the communicator is
+/// aborted, which ends that work.
 pub struct DeviceBuffer<'d, T> {
     device: &'d Device<'d>,
     ptr: CuDevPtr,
@@ -393,6 +395,9 @@ impl<T: DataType> DeviceBuffer<'_, T> {
 impl<T> Drop for DeviceBuffer<'_, T> {
     fn drop(&mut self) {
         let _ = self.device.make_current();
+        // Work queued on any stream of this context may still use the
+        // buffer: let it finish before the memory goes back.
+        let _ = self.device.synchronize();
         // SAFETY: `ptr` came from cuMemAlloc and is freed once.
         let _ = unsafe { (self.device.cuda.fns.mem_free)(self.ptr) };
     }

@@ -444,13 +444,55 @@ impl Library {
     /// Runs `f` between onecclGroupStart and onecclGroupEnd, so that sends
     /// and receives inside it progress together (a ring exchange needs this).
     /// GroupEnd is called even when `f` fails.
-    pub fn group<R>(&self, f: impl FnOnce() -> Result<R, Error>) -> Result<R, Error> {
+    ///
+    /// Inside a group oneCCL only queues the work; it runs at GroupEnd. So
+    /// the only way to queue work here is the [`Group`] handed to `f`, whose
+    /// buffers must live for `'b`, longer than this call: a buffer made and
+    /// dropped inside `f` does not compile. The communicators' own calls
+    /// refuse to run while a group is open on this thread.
+    ///
+    /// ```no_run
+    /// # fn ring(lib: &oneccl_sys::Library, comm: &oneccl_sys::Comm<'_>) -> Result<(), oneccl_sys::Error> {
+    /// let out = vec![1u8; 8];
+    /// let mut got = vec![0u8; 8];
+    /// lib.group(|g| {
+    ///     g.send(comm, &out, 1)?;
+    ///     g.recv(comm, &mut got, 1)
+    /// })
+    /// # }
+    /// ```
+    ///
+    /// ```compile_fail,E0597
+    /// # fn ring(lib: &oneccl_sys::Library, comm: &oneccl_sys::Comm<'_>) -> Result<(), oneccl_sys::Error> {
+    /// lib.group(|g| {
+    ///     let out = vec![1u8; 8]; // dropped before the group runs
+    ///     g.send(comm, &out, 1)
+    /// })
+    /// # }
+    /// ```
+    pub fn group<'b, R>(
+        &self,
+        f: impl FnOnce(&mut Group<'b>) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        if GROUP_OPEN.with(|g| g.replace(true)) {
+            return Err(Error::InvalidArgument(
+                "a group inside a group on one thread".into(),
+            ));
+        }
         // SAFETY: onecclGroupStart(void) has no preconditions.
         let rc = unsafe { (self.fns.group_start)() };
-        self.check("onecclGroupStart", rc)?;
-        let out = f();
-        // SAFETY: pairs with the GroupStart above on this thread.
+        if let Err(e) = self.check("onecclGroupStart", rc) {
+            GROUP_OPEN.with(|g| g.set(false));
+            return Err(e);
+        }
+        let mut group = Group {
+            _buffers: std::marker::PhantomData,
+        };
+        let out = f(&mut group);
+        // SAFETY: pairs with the GroupStart above on this thread; every
+        // buffer queued since lives for 'b, beyond this call.
         let rc = unsafe { (self.fns.group_end)() };
+        GROUP_OPEN.with(|g| g.set(false));
         let end = self.check("onecclGroupEnd", rc);
         let out = out?;
         end?;
@@ -484,6 +526,78 @@ impl Library {
     }
 }
 
+std::thread_local! {
+    /// Whether this thread is inside [`Library::group`]: oneCCL's groups
+    /// belong to the thread, and work queued in one runs only at its end.
+    static GROUP_OPEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Refuses a communicator call that would only be queued, not run, because
+/// a group is open: its buffers could be gone by the group's end.
+fn not_in_group(func: &str) -> Result<(), Error> {
+    if GROUP_OPEN.with(|g| g.get()) {
+        return Err(Error::InvalidArgument(format!(
+            "{func} inside a group: queue sends and receives with the group's own send and recv"
+        )));
+    }
+    Ok(())
+}
+
+/// Sends and receives queued in an open group (see [`Library::group`]);
+/// every buffer lives for `'b`, until after the group has run.
+pub struct Group<'b> {
+    _buffers: std::marker::PhantomData<&'b mut [u8]>,
+}
+
+impl<'b> Group<'b> {
+    /// Queues a send of `buf` to `peer` on `comm`.
+    pub fn send<T: DataType>(
+        &mut self,
+        comm: &Comm<'_>,
+        buf: &'b [T],
+        peer: usize,
+    ) -> Result<(), Error> {
+        comm.check_peer("send peer", peer, false)?;
+        // SAFETY: `buf` holds `len` elements of T and is borrowed for 'b,
+        // which outlives the group's end, where oneCCL reads it.
+        let rc = unsafe {
+            (comm.lib.fns.send)(
+                buf.as_ptr().cast(),
+                buf.len(),
+                T::CODE,
+                peer as c_int,
+                comm.raw,
+                std::ptr::null_mut(),
+            )
+        };
+        comm.lib.check("onecclSend", rc)
+    }
+
+    /// Queues a receive into `buf` from `peer` on `comm`.
+    pub fn recv<T: DataType>(
+        &mut self,
+        comm: &Comm<'_>,
+        buf: &'b mut [T],
+        peer: usize,
+    ) -> Result<(), Error> {
+        comm.check_peer("recv peer", peer, false)?;
+        // SAFETY: `buf` holds `len` writable elements of T and is borrowed
+        // mutably for 'b, which outlives the group's end, where oneCCL
+        // writes it.
+        let rc = unsafe {
+            (comm.lib.fns.recv)(
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                T::CODE,
+                peer as c_int,
+                comm.raw,
+                std::ptr::null_mut(),
+            )
+        };
+        comm.lib.check("onecclRecv", rc)
+    }
+}
+
 /// One rank's communicator; destroyed on drop. Buffers are host memory.
 pub struct Comm<'a> {
     lib: &'a Library,
@@ -514,6 +628,7 @@ impl Comm<'_> {
         recv: &mut [T],
         op: RedOp,
     ) -> Result<(), Error> {
+        not_in_group("onecclAllReduce")?;
         if send.len() != recv.len() {
             return Err(Error::InvalidArgument(format!(
                 "allreduce: send has {} elements, recv {}",
@@ -539,6 +654,7 @@ impl Comm<'_> {
 
     /// In place: `buf` is both input and output.
     pub fn all_reduce_in_place<T: DataType>(&self, buf: &mut [T], op: RedOp) -> Result<(), Error> {
+        not_in_group("onecclAllReduce")?;
         let p = buf.as_mut_ptr();
         // SAFETY: oneCCL allows sendbuff == recvbuff; the buffer holds
         // `len` elements of T.
@@ -558,6 +674,7 @@ impl Comm<'_> {
 
     /// Every rank's `buf` ends equal to `root`'s.
     pub fn broadcast<T: DataType>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
+        not_in_group("onecclBroadcast")?;
         self.check_peer("broadcast root", root, true)?;
         let p = buf.as_mut_ptr();
         // SAFETY: in place (sendbuff == recvbuff) over `len` elements of T.
@@ -577,6 +694,7 @@ impl Comm<'_> {
 
     /// `recv` holds every rank's `send` in rank order: `nranks * send.len()`.
     pub fn all_gather<T: DataType>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
+        not_in_group("onecclAllGather")?;
         if Some(recv.len()) != send.len().checked_mul(self.nranks) {
             return Err(Error::InvalidArgument(format!(
                 "allgather: recv must hold {} x {} elements, has {}",
@@ -599,9 +717,11 @@ impl Comm<'_> {
         self.lib.check("onecclAllGather", rc)
     }
 
-    /// Point to point; pair it with [`Comm::recv`] on `peer`, in a
-    /// [`Library::group`] when both sides send and receive.
+    /// Point to point, run before it returns; pair it with [`Comm::recv`]
+    /// on `peer`. When both sides send and receive, use a
+    /// [`Library::group`] and its [`Group::send`] and [`Group::recv`].
     pub fn send<T: DataType>(&self, buf: &[T], peer: usize) -> Result<(), Error> {
+        not_in_group("onecclSend")?;
         self.check_peer("send peer", peer, false)?;
         // SAFETY: `buf` holds `len` elements of T and outlives the call.
         let rc = unsafe {
@@ -618,6 +738,7 @@ impl Comm<'_> {
     }
 
     pub fn recv<T: DataType>(&self, buf: &mut [T], peer: usize) -> Result<(), Error> {
+        not_in_group("onecclRecv")?;
         self.check_peer("recv peer", peer, false)?;
         // SAFETY: `buf` holds `len` writable elements of T.
         let rc = unsafe {

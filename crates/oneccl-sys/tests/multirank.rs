@@ -442,11 +442,21 @@ fn collectives(lib_path: &Path) -> Result<(), String> {
     let left = (rank + n - 1) % n;
     let out: Vec<u8> = (0..100).map(|j| (rank * 7 + j) as u8).collect();
     let mut got = vec![0u8; 100];
-    lib.group(|| {
-        comm.send(&out, right)?;
-        comm.recv(&mut got, left)
+    lib.group(|g| {
+        g.send(&comm, &out, right)?;
+        g.recv(&comm, &mut got, left)
     })
     .map_err(e)?;
+    // Inside a group the communicator's own calls are refused: they would
+    // only be queued, with buffers that may be gone by the group's end.
+    let inside = lib.group(|_| {
+        let mut local = vec![0u8; 8];
+        comm.recv(&mut local, left)
+    });
+    match inside {
+        Err(oneccl_sys::Error::InvalidArgument(why)) if why.contains("inside a group") => {}
+        other => return Err(format!("a call inside a group was not refused: {other:?}")),
+    }
     for (j, v) in got.iter().enumerate() {
         if *v != (left * 7 + j) as u8 {
             return Err(format!("ring recv from {left}[{j}] = {v}"));
