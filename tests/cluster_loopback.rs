@@ -158,6 +158,15 @@ fn a_world_size_disagreement_is_named() {
         msg.contains("rank 1") && msg.contains("WORLD_SIZE=3, rank 0 says 2"),
         "{msg}"
     );
+    // Neither sizes a collective stage by a world it does not share.
+    for o in &out {
+        assert!(
+            o.json().get("collective").is_none(),
+            "{}: {}",
+            o.label,
+            o.stdout
+        );
+    }
 }
 
 #[test]

@@ -202,10 +202,11 @@ pub struct ServerConfig {
 /// else every address (the master may be named by an alias).
 /// What `ServerConfig::bound` should hold for a listener on `addr`.
 pub fn bound_name(addr: &str, listener: &TcpListener) -> Option<(String, SocketAddr)> {
-    if addr.parse::<std::net::IpAddr>().is_ok() {
+    let bound = listener.local_addr().ok()?;
+    if addr.parse::<std::net::IpAddr>().is_ok() && !bound.ip().is_unspecified() {
         return None;
     }
-    Some((addr.to_string(), listener.local_addr().ok()?))
+    Some((addr.to_string(), bound))
 }
 
 pub async fn bind(addr: &str, port: u16) -> Result<TcpListener, std::io::Error> {
@@ -224,6 +225,8 @@ pub async fn bind(addr: &str, port: u16) -> Result<TcpListener, std::io::Error> 
             Err(e) => return Err(e),
         }
     }
+    // MASTER_ADDR is none of this host's addresses (a NAT or a virtual IP
+    // in front of it): every interface, said in the report's warnings.
     match TcpListener::bind(("0.0.0.0", port)).await {
         Ok(l) => Ok(l),
         Err(e) => Err(last.unwrap_or(e)),

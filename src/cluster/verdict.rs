@@ -166,7 +166,9 @@ pub(super) fn assemble(
     let evaluated = crate::checklist::evaluate_cluster(&cfg.checks, &view, &cfg.facts);
     let culprits = culprits(&nodes, &evaluated, cfg.strict);
     checks.extend(evaluated.into_iter().map(|(c, _)| c));
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = all_interfaces_warning(cfg.bound.as_ref())
+        .into_iter()
+        .collect();
     if cfg.token.is_none() {
         warnings.push(
             "no job token (PREFLIGHT_TOKEN, SLURM_JOB_ID and TORCHELASTIC_RUN_ID are unset): any preflight that reaches this port is accepted into this job"
@@ -257,6 +259,18 @@ pub(super) fn assemble(
     }
 }
 
+/// Rank 0 serving on every interface because the master's address is not
+/// one of this host's: said, since any network that reaches the host then
+/// reaches the rendezvous.
+fn all_interfaces_warning(bound: Option<&(String, std::net::SocketAddr)>) -> Option<String> {
+    let (name, at) = bound?;
+    at.ip().is_unspecified().then(|| {
+        format!(
+            "rank 0 listens on every interface ({at}): `{name}` is not an address of this host (a NAT or a virtual IP in front of it?), so any network that reaches this host reaches the rendezvous; set MASTER_ADDR to one of its own addresses to listen there only"
+        )
+    })
+}
+
 /// The nodes that the failed cluster checks blame, in node order, each
 /// with every check that names it; a node whose own checklist failed is
 /// one of them even where `cluster.node_checks` was not selected.
@@ -329,6 +343,19 @@ pub(super) fn open_files_warning(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listening_on_every_interface_is_said() {
+        let any: std::net::SocketAddr = "0.0.0.0:29500".parse().unwrap();
+        let w = all_interfaces_warning(Some(&("10.9.9.9".to_string(), any))).unwrap();
+        assert!(w.starts_with("rank 0 listens on every interface (0.0.0.0:29500): `10.9.9.9` is not an address of this host"), "{w}");
+        let own: std::net::SocketAddr = "10.0.0.1:29500".parse().unwrap();
+        assert_eq!(
+            all_interfaces_warning(Some(&("node0".to_string(), own))),
+            None
+        );
+        assert_eq!(all_interfaces_warning(None), None);
+    }
 
     #[test]
     fn an_open_files_limit_below_the_world_is_named_with_its_fix() {

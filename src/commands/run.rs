@@ -332,6 +332,7 @@ fn cluster_stage(
     results: &[CheckResult],
     process_start: tokio::time::Instant,
 ) -> (ClusterReport, Option<cluster::Link>) {
+    let own_world = identity.world_size;
     let input = RankInput {
         identity,
         facts: Arc::clone(&plan.facts),
@@ -343,9 +344,16 @@ fn cluster_stage(
         token: plan.token.clone(),
     };
     let (report, link) = runtime.block_on(cluster::rank_stage(input, server));
-    // Only when every rank is here: all ranks see the same barrier in the
-    // same verdict, so all of them run the stage or none.
-    let link = link.filter(|_| report.barrier.complete && plan.coll.mode != coll::Mode::Off);
+    // Only when every rank is here and agrees on the world: all ranks see
+    // the same barrier in the same verdict, so all of them run the stage or
+    // none. A rank also holds the verdict's world to its own WORLD_SIZE
+    // before sizing anything by it: rank 0's word is not enough.
+    let link = link.filter(|_| {
+        report.barrier.complete
+            && report.barrier.world_size_mismatch.is_empty()
+            && report.world_size == own_world
+            && plan.coll.mode != coll::Mode::Off
+    });
     (report, link)
 }
 

@@ -110,10 +110,24 @@ fn refusal(pid: i32, e: &io::Error) -> String {
 
 /// Copies `dst.len()` bytes from `addr` in process `pid` into `dst`.
 pub fn read(pid: Pid, addr: u64, dst: &mut [u8]) -> io::Result<()> {
+    // The address is a peer's word: a range that wraps around, or does not
+    // fit this machine's addresses, is refused before any read.
+    let start = usize::try_from(addr)
+        .ok()
+        .filter(|a| a.checked_add(dst.len()).is_some())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a peer's range of {} bytes at {addr:#x} wraps around",
+                    dst.len()
+                ),
+            )
+        })?;
     let mut done = 0usize;
     while done < dst.len() {
         let remote = [RemoteIoVec {
-            base: addr as usize + done,
+            base: start + done,
             len: dst.len() - done,
         }];
         let n = process_vm_readv(pid, &mut [IoSliceMut::new(&mut dst[done..])], &remote)

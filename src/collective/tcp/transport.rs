@@ -254,7 +254,10 @@ pub(super) async fn recv_direct(
         });
     }
     let copy = |dst: &mut [u8], at: usize| {
-        direct::read(pid, addr + at as u64, dst).map_err(|e| closed(from, &e))
+        let at = addr.checked_add(at as u64).ok_or_else(|| OpError::Other {
+            detail: format!("rank {from} offered an address that wraps around ({addr:#x})"),
+        })?;
+        direct::read(pid, at, dst).map_err(|e| closed(from, &e))
     };
     match recv {
         Recv::Into(buf) => copy(buf, 0)?,
