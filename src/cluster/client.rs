@@ -158,12 +158,9 @@ pub async fn await_verdict(
             }
             Ok(Msg::ProbePlan {
                 node,
-                mut targets,
+                targets,
                 timeout_ms,
             }) => {
-                // A plan never names more peers than all pairs of the
-                // largest all-pairs world; more is not rank 0's plan.
-                targets.truncate(reachability::ALL_PAIRS_MAX);
                 let timeout = Duration::from_millis(timeout_ms.clamp(50, 5000));
                 let results = reachability::probe_all(node, &targets, timeout).await;
                 protocol::write(stream, &Msg::ProbeResults { results }, deadline)

@@ -154,10 +154,11 @@ pub async fn probe(from: usize, target: &Target, timeout: Duration) -> Probe {
     result
 }
 
-/// The probes of one node, all at once.
+/// The probes of one node, all at once; at most `ALL_PAIRS_MAX` of them:
+/// no plan of rank 0's names more, whatever a message says.
 pub async fn probe_all(from: usize, targets: &[Target], timeout: Duration) -> Vec<Probe> {
     let mut set = tokio::task::JoinSet::new();
-    for t in targets {
+    for t in targets.iter().take(ALL_PAIRS_MAX) {
         let t = t.clone();
         set.spawn(async move { probe(from, &t, timeout).await });
     }
@@ -294,6 +295,27 @@ mod tests {
         assert_eq!(c.len(), 1, "{c:?}");
         assert_eq!(c[0].0, Some(2), "{c:?}");
         assert!(c[0].1.starts_with("c drops"), "{c:?}");
+    }
+
+    #[test]
+    fn a_plan_naming_thousands_of_peers_is_probed_for_64_at_most() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = free.local_addr().unwrap().to_string();
+            drop(free);
+            let targets: Vec<Target> = (0..5000)
+                .map(|node| Target {
+                    node,
+                    addr: addr.clone(),
+                })
+                .collect();
+            let got = probe_all(0, &targets, Duration::from_millis(200)).await;
+            assert_eq!(got.len(), ALL_PAIRS_MAX);
+        });
     }
 
     #[test]

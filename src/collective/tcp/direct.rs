@@ -167,6 +167,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_range_that_wraps_around_is_refused_unread() {
+        let mut dst = [0u8; 16];
+        let me = Pid::from_raw(std::process::id() as i32);
+        let e = read(me, u64::MAX - 4, &mut dst).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("wraps around"), "{e}");
+    }
+
+    #[test]
     fn reads_own_marker_and_refuses_a_stranger() {
         let m = Marker::new(3);
         let offer = Offer::parse(&m.offer());
