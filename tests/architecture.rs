@@ -39,8 +39,14 @@ const FLOORS: &[(&str, u8)] = &[
 const GROUND: &[&str] = &["facts", "values", "yaml", "exit", "suggest"];
 
 /// Imports between modules of one floor that the plan allows: the
-/// collective stage moves its data over the cluster stage's store.
-const SAME_FLOOR_ALLOWED: &[(&str, &str)] = &[("collective", "cluster::store")];
+/// collective stage moves its data over the cluster stage's store, its
+/// mesh proves the job's token (auth), and its tests meet over a real
+/// rendezvous (`cluster::test_support`).
+const SAME_FLOOR_ALLOWED: &[(&str, &str)] = &[
+    ("collective", "cluster::store"),
+    ("collective", "cluster::auth"),
+    ("collective", "cluster::test_support"),
+];
 
 /// Imports the floors alone would allow, that the plan forbids: a stage
 /// hands its result to the command, which renders it.

@@ -22,6 +22,8 @@ pub mod reachability;
 pub mod sealed;
 pub mod server;
 pub mod store;
+#[cfg(test)]
+pub mod test_support;
 pub mod verdict;
 
 use std::sync::Arc;

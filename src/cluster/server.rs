@@ -736,69 +736,12 @@ async fn connection(
 
 // ---- the rank's side -------------------------------------------------------
 
-/// A real server and real ranks for tests here and in the collective
-/// stage's (its store is the stage's rendezvous).
-#[cfg(test)]
-pub mod test_support {
-    use super::*;
-    use crate::cluster::client::{ClientConfig, connect};
-
-    /// A real server on loopback for `world` ranks whose barrier ends
-    /// `secs` after now, and a client configuration that reaches it.
-    pub async fn server(
-        world: u32,
-        secs: u64,
-    ) -> (tokio::task::JoinHandle<ClusterReport>, ClientConfig) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let token = Token::new(b"rendezvous-test", "test");
-        let start = Instant::now();
-        let timeout = Duration::from_secs(secs);
-        let cfg = ServerConfig {
-            world_size: world,
-            placement: Placement::default(),
-            master: format!("127.0.0.1:{port}"),
-            token: token.clone(),
-            started: start,
-            deadline: start + timeout,
-            timeout,
-            strict: false,
-            clock_offset_ms: 0,
-            bound: None,
-            checks: Vec::new(),
-            facts: Arc::new(Facts::new("/".into(), Default::default(), Vec::new())),
-            linger: Duration::ZERO,
-        };
-        let client = ClientConfig {
-            master_addr: "127.0.0.1".into(),
-            master_port: port,
-            token,
-            deadline: start + timeout,
-            verdict_deadline: start + timeout + Duration::from_secs(3),
-            timeout,
-            clock_offset_ms: 0,
-        };
-        (tokio::spawn(serve(cfg, listener)), client)
-    }
-
-    /// A connection checked in as `rank` of `world` from host `host`,
-    /// its verdict received: what the collective stage's store uses.
-    pub async fn ranked(client: &ClientConfig, rank: u32, world: u32, host: &str) -> Channel {
-        let mut conn = connect(client).await.unwrap();
-        let c = crate::cluster::checkin::sample(rank, world, host);
-        protocol::write(&mut conn, &Msg::CheckIn(Box::new(c)), client.deadline)
-            .await
-            .unwrap();
-        conn
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::test_support::{ranked, server};
     use super::*;
     use crate::cluster::client::{ClientConfig, await_verdict, connect};
     use crate::cluster::store;
+    use crate::cluster::test_support::{ranked, server};
     use crate::result::Verdict;
 
     /// A process that checks in after the verdict went out is told it came

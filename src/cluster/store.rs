@@ -28,6 +28,10 @@ use super::protocol::{self, Msg};
 /// What a store call can fail with: the connection, or the store saying no.
 pub use super::protocol::FrameError;
 
+/// The connection the store is reached over: a rank's sealed link to
+/// rank 0.
+pub use super::sealed::Channel;
+
 pub const MAX_KEY: usize = 256;
 pub const MAX_VALUE: usize = 64 << 10;
 /// Total bytes the master keeps: with the per-item limits, a bound.

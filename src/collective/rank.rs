@@ -103,7 +103,7 @@ pub struct RankInfo<'a> {
     /// Each rank's node as the cluster report names it, for ranks whose
     /// own result never arrives.
     pub hosts: Vec<String>,
-    pub conn: &'a mut crate::cluster::sealed::Channel,
+    pub conn: &'a mut crate::cluster::store::Channel,
     /// The job's token: the TCP mesh's connections prove it.
     pub token: crate::cluster::auth::Token,
 }

@@ -257,7 +257,7 @@ impl Tcp {
     /// `token`: the job's, which every connection of the mesh proves.
     #[allow(clippy::too_many_arguments)]
     pub async fn init(
-        conn: &mut crate::cluster::sealed::Channel,
+        conn: &mut crate::cluster::store::Channel,
         rank: u32,
         world: u32,
         ip: &str,
@@ -475,8 +475,7 @@ impl Tcp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::client::await_verdict;
-    use crate::cluster::server::test_support::{ranked, server};
+    use crate::cluster::test_support::{job, stranger};
     use crate::collective::Backend;
 
     /// While two ranks set up their mesh, a stranger who knows rank 0's
@@ -491,15 +490,8 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(async {
-            let (_server, client) = server(2, 2).await;
-            let mut c0 = ranked(&client, 0, 2, "h0").await;
-            let mut c1 = ranked(&client, 1, 2, "h1").await;
-            await_verdict(&mut c0, client.verdict_deadline)
-                .await
-                .unwrap();
-            await_verdict(&mut c1, client.verdict_deadline)
-                .await
-                .unwrap();
+            let (_server, client, ranks) = job(2, 2).await;
+            let [mut c0, mut c1]: [_; 2] = ranks.try_into().ok().unwrap();
             let deadline = Instant::now() + Duration::from_secs(8);
             let token = client.token.clone();
             let rank0 = async {
@@ -511,14 +503,7 @@ mod tests {
             let rest = async {
                 // The attacker reads rank 0's address as any authenticated
                 // connection may.
-                let late = crate::cluster::client::ClientConfig {
-                    deadline,
-                    verdict_deadline: deadline,
-                    master_addr: client.master_addr.clone(),
-                    token: client.token.clone(),
-                    ..client
-                };
-                let mut spy = crate::cluster::client::connect(&late).await.unwrap();
+                let mut spy = stranger(&client, deadline).await;
                 let addr = store::get(
                     &mut spy,
                     "coll/tcp/addr/0",
