@@ -670,6 +670,16 @@ fn a_rank_that_cannot_reach_the_master_shows_its_own_problems() {
     assert!(!problems.contains("cluster.rendezvous"), "{}", out.stdout);
 }
 
+/// Python: wait (10 s at most) until rank 0 listens on `port`.
+const AWAIT_RANK_0: &str = r#"deadline = time.time() + 10
+while True:
+    try:
+        socket.create_connection(("127.0.0.1", port), 1).close(); break
+    except OSError:
+        if time.time() > deadline: sys.exit("rank 0 never listened")
+        time.sleep(0.02)
+"#;
+
 /// A stranger floods rank 0 with another job's handshakes from 40 source
 /// addresses (127.0.0.10-49): every one is rejected and counted, the report
 /// lists each source once with its count (at most 32), and the job's own
@@ -700,14 +710,7 @@ def read(s):
         if not part: return None
         body += part
     return json.loads(body)
-deadline = time.time() + 10
-while True:
-    try:
-        socket.create_connection(("127.0.0.1", port), 1).close(); break
-    except OSError:
-        if time.time() > deadline: sys.exit("rank 0 never listened")
-        time.sleep(0.02)
-rejected = 0
+{await_rank_0}rejected = 0
 for i in range({FLOOD}):
     s = socket.socket()
     s.bind(("127.0.0.%d" % (10 + i % 40), 0))
@@ -718,7 +721,8 @@ for i in range({FLOOD}):
         rejected += 1
     s.close()
 print(rejected)
-"#
+"#,
+        await_rank_0 = AWAIT_RANK_0
     );
     let out = std::process::Command::new("python3")
         .args(["-c", &code])
@@ -895,14 +899,7 @@ fn a_flood_of_silent_connections_does_not_lock_a_rank_out() {
 import resource, socket, sys, time
 resource.setrlimit(resource.RLIMIT_NOFILE, (4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 port = {port}
-deadline = time.time() + 10
-while True:
-    try:
-        socket.create_connection(("127.0.0.1", port), 1).close(); break
-    except OSError:
-        if time.time() > deadline: sys.exit("rank 0 never listened")
-        time.sleep(0.02)
-print("flooding", flush=True)
+{await_rank_0}print("flooding", flush=True)
 held, opened = [], 0
 end = time.time() + 6
 while time.time() < end:
@@ -929,7 +926,8 @@ while time.time() < end:
         except OSError:
             s.close()
 print(opened)
-"#
+"#,
+        await_rank_0 = AWAIT_RANK_0
     );
     let mut flood = std::process::Command::new("python3")
         .args(["-c", &code])

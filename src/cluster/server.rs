@@ -741,7 +741,7 @@ mod tests {
     use super::*;
     use crate::cluster::client::{ClientConfig, await_verdict, connect};
     use crate::cluster::store;
-    use crate::cluster::test_support::{ranked, server};
+    use crate::cluster::test_support::{block_on, ranked, server};
     use crate::result::Verdict;
 
     /// A process that checks in after the verdict went out is told it came
@@ -749,11 +749,7 @@ mod tests {
     /// that never comes.
     #[test]
     fn a_check_in_after_the_verdict_is_told_it_is_too_late() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let (server, client) = server(1, 5).await;
             let check_in = |c: CheckIn| Msg::CheckIn(Box::new(c));
             let mut first = connect(&client).await.unwrap();
@@ -771,12 +767,18 @@ mod tests {
             // The run's deadline travels with the verdict: rank 0's, not a
             // fresh --timeout from the moment the verdict arrived.
             assert!(until > Instant::now(), "{until:?}");
-            assert!(until <= client.deadline + Duration::from_millis(500), "{until:?}");
+            assert!(
+                until <= client.deadline + Duration::from_millis(500),
+                "{until:?}"
+            );
             assert!(server.await.unwrap().barrier.complete);
             // The barrier has closed: a second claimant of rank 0, then a
             // rank outside the world.
             for (rank, why) in [
-                (0, "rank 0 had checked in from h0 (10.0.0.1, connected from 127.0.0.1) pid 100: this process is a second claimant of rank 0"),
+                (
+                    0,
+                    "rank 0 had checked in from h0 (10.0.0.1, connected from 127.0.0.1) pid 100: this process is a second claimant of rank 0",
+                ),
                 (3, "rank 3 is outside the world of 1 rank"),
             ] {
                 let mut late = connect(&client).await.unwrap();
@@ -814,11 +816,7 @@ mod tests {
     /// it, and the verdict stays small and deliverable.
     #[test]
     fn a_check_in_with_huge_fields_is_bounded_on_receipt() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             // Over the 1 MiB a rank's frame may have: refused unread.
             let (_server, client) = server(1, 5).await;
             let c = crate::cluster::checkin::sample(0, 1, &"h".repeat(3 << 20));
@@ -879,11 +877,7 @@ mod tests {
     /// in, or came second for a rank, writes nothing.
     #[test]
     fn store_keys_are_written_once_by_their_own_rank() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let start = Instant::now();
             let (_server, client) = server(2, 2).await;
             let (mut a, mut b) = both_ranked(&client).await;
@@ -944,11 +938,7 @@ mod tests {
     /// what the world needs are turned away.
     #[test]
     fn an_authenticated_peer_cannot_exhaust_rank_0() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let start = Instant::now();
             let (_server, client) = server(1, 3).await;
             let deadline = start + Duration::from_secs(3);
@@ -1017,11 +1007,7 @@ mod tests {
     /// reach node 1" sent early by another rank is ignored.
     #[test]
     fn forged_probe_results_are_ignored() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let (server, client) = server(3, 5).await;
             let mut conns = Vec::new();
             for (rank, host) in [(2u32, "h2"), (0, "h0"), (1, "h1")] {
@@ -1075,11 +1061,7 @@ mod tests {
     /// connections of checked-in ranks to a real server.
     #[test]
     fn ranks_exchange_values_through_the_store() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let start = Instant::now();
             let (server, client) = server(2, 2).await;
             let (mut a, mut b) = both_ranked(&client).await;
@@ -1105,11 +1087,7 @@ mod tests {
     /// error, never a hang or a silent loss.
     #[test]
     fn large_values_go_through_the_store_in_parts() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let start = Instant::now();
             let (server, client) = server(2, 3).await;
             let (mut a, mut b) = both_ranked(&client).await;

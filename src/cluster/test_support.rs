@@ -17,6 +17,15 @@ use crate::cluster::client::{ClientConfig, connect};
 use crate::facts::Facts;
 use crate::result::cluster::ClusterReport;
 
+/// Runs a test's async body on a runtime of its own.
+pub fn block_on<F: std::future::Future>(body: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(body)
+}
+
 /// A real server on loopback for `world` ranks whose barrier ends
 /// `secs` after now, and a client configuration that reaches it.
 pub async fn server(

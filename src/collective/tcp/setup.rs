@@ -475,7 +475,7 @@ impl Tcp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::test_support::{job, stranger};
+    use crate::cluster::test_support::{block_on, job, stranger};
     use crate::collective::Backend;
 
     /// While two ranks set up their mesh, a stranger who knows rank 0's
@@ -485,11 +485,7 @@ mod tests {
     /// dropped, and the real rank 1 still joins.
     #[test]
     fn strangers_on_the_mesh_are_dropped_and_the_real_peer_joins() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let (_server, client, ranks) = job(2, 2).await;
             let [mut c0, mut c1]: [_; 2] = ranks.try_into().ok().unwrap();
             let deadline = Instant::now() + Duration::from_secs(8);
@@ -551,11 +547,7 @@ mod tests {
     /// other end is another process, and single-copy reads stay off.
     #[test]
     fn an_offer_from_another_process_than_the_sockets_is_refused() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("peer.sock");
             let code = format!(
