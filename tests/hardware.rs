@@ -940,6 +940,61 @@ fn cgroup_v2_quota_and_memory_limit_along_the_path() {
     );
 }
 
+/// cgroup v1 (still on RHEL 8 and older Slurm sites): the quota and the
+/// memory limit come from the cpu and memory hierarchies, each along its
+/// own path, the tightest one winning; v1's "unlimited" (a huge number)
+/// is no limit.
+#[test]
+fn cgroup_v1_quota_and_memory_limit_along_each_hierarchy() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let write = |rel: &str, text: &str| {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write(
+        "proc/self/cgroup",
+        "11:memory:/slurm/uid_1000/job_7\n4:cpu,cpuacct:/slurm/uid_1000/job_7\n1:name=systemd:/init.scope\n",
+    );
+    write("sys/devices/system/cpu/online", "0-63\n");
+    write(
+        "sys/fs/cgroup/cpu/slurm/uid_1000/job_7/cpu.cfs_quota_us",
+        "-1\n",
+    );
+    write(
+        "sys/fs/cgroup/cpu/slurm/uid_1000/job_7/cpu.cfs_period_us",
+        "100000\n",
+    );
+    write(
+        "sys/fs/cgroup/cpu/slurm/uid_1000/cpu.cfs_quota_us",
+        "150000\n",
+    );
+    write(
+        "sys/fs/cgroup/cpu/slurm/uid_1000/cpu.cfs_period_us",
+        "100000\n",
+    );
+    write(
+        "sys/fs/cgroup/memory/slurm/uid_1000/job_7/memory.limit_in_bytes",
+        "4294967296\n",
+    );
+    write(
+        "sys/fs/cgroup/memory/slurm/memory.limit_in_bytes",
+        "9223372036854771712\n",
+    );
+    let file = root.join("c.yaml");
+    std::fs::write(
+        &file,
+        "checks:\n  - {id: c, kind: cpu, min_cpus: 64, cpus_per_rank: 1, min_cgroup_memory: 16GiB}\n",
+    )
+    .unwrap();
+    let r = run_on_root(root, &file, &[("LOCAL_WORLD_SIZE", "2")]);
+    assert_eq!(
+        r.message("c"),
+        "the cgroup CPU quota is 1.5 CPUs, expected at least 2.0 (1 per rank x 2 local ranks); the cgroup memory limit is 4 GiB, expected at least 16 GiB"
+    );
+}
+
 #[test]
 fn fabric_registration_incomplete_names_the_gpu() {
     let dir = tempfile::tempdir().unwrap();
@@ -1124,6 +1179,72 @@ fn broken_h100_with_the_shipped_checklist_names_faults_in_hints() {
     );
     assert_eq!(r.status("ib.memlock"), "pass");
     assert_eq!(r.status("cpu.governor"), "pass");
+}
+
+/// A port an administrator disabled (phys_state Disabled) is not a fault:
+/// left alone. A port that should be up and is not (Polling: no link
+/// partner) is named.
+#[test]
+fn a_disabled_ib_port_is_left_alone_and_a_polling_one_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(fixture("h100-ib-healthy").join("root"))
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let port = |hca: &str| root.join(format!("sys/class/infiniband/{hca}/ports/1"));
+    std::fs::write(port("mlx5_3").join("state"), "1: DOWN\n").unwrap();
+    std::fs::write(port("mlx5_3").join("phys_state"), "3: Disabled\n").unwrap();
+    let file = dir.path().join("c.yaml");
+    std::fs::write(&file, "checks:\n  - {id: ib, kind: infiniband}\n").unwrap();
+    let r = run_on_root(&root, &file, &[]);
+    assert_eq!(r.status("ib"), "pass", "{}", r.message("ib"));
+    std::fs::write(port("mlx5_3").join("phys_state"), "2: Polling\n").unwrap();
+    let r = run_on_root(&root, &file, &[]);
+    assert_eq!(r.status("ib"), "fail");
+    assert!(
+        r.message("ib")
+            .contains("mlx5_3 port 1 (0000:5e:00.0): state DOWN, phys_state Polling"),
+        "{}",
+        r.message("ib")
+    );
+}
+
+/// Xids an application causes (13 graphics exception, 31 MMU fault, 43
+/// stopped work, 45 killed work) are not the node's fault and are left out
+/// by default; the hardware's (79 fallen off the bus) is named; a saved
+/// dmesg given as `kernel_log` is read instead of /dev/kmsg; with
+/// `ignore_xids: []` every one counts.
+#[test]
+fn application_xids_are_ignored_by_default_in_a_saved_kernel_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("dmesg.txt");
+    std::fs::write(
+        &log,
+        "[  812.100] NVRM: Xid (PCI:0000:18:00): 13, pid=4242, name=python3, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)\n\
+         [  812.200] NVRM: Xid (PCI:0000:18:00): 31, pid=4242, name=python3, Ch 0000000a, intr 10000000. MMU Fault\n\
+         [  813.000] NVRM: Xid (PCI:0000:2a:00): 43, pid=4243, name=python3, Ch 00000008\n\
+         [  813.100] NVRM: Xid (PCI:0000:2a:00): 45, pid=4243, name=python3, Ch 00000008\n\
+         [  900.000] NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n",
+    )
+    .unwrap();
+    let checklist = format!(
+        "checks:\n  - {{id: default, kind: gpu_health, xid: true, kernel_log: \"{l}\"}}\n  - {{id: all, kind: gpu_health, xid: true, ignore_xids: [], kernel_log: \"{l}\"}}\n",
+        l = log.display()
+    );
+    let r = run("h100-ib-healthy", &checklist);
+    assert_eq!(r.status("default"), "fail");
+    assert_eq!(
+        r.message("default"),
+        "0000:3a:00.0: Xid 79: pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    );
+    let all = r.message("all");
+    for xid in ["Xid 13:", "Xid 31:", "Xid 43:", "Xid 45:", "Xid 79:"] {
+        assert!(all.contains(xid), "{xid} missing: {all}");
+    }
 }
 
 /// A check reports every problem it found: a part it could not read is
