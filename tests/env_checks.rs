@@ -345,3 +345,65 @@ fn ccl_atl_transport_and_the_silent_switch_to_ofi() {
     let (_, r) = shipped(bare.path(), &[id], &[("CCL_WORKER_COUNT", "1")]);
     assert_eq!(status(&r, id), "warn");
 }
+
+/// A MASTER_PORT inside the kernel's ephemeral range (read from the node's
+/// ip_local_port_range) warns: an outgoing connection can take the port
+/// before rank 0 binds it. Outside it, or with another range, nothing.
+#[test]
+fn a_master_port_in_the_ephemeral_range_warns() {
+    let (_dir, path) = checklist("checks:\n  - {id: launch, kind: launch_env}\n");
+    let root = node();
+    write(
+        root.path(),
+        "proc/sys/net/ipv4/ip_local_port_range",
+        "32768\t60999\n",
+    );
+    let root_arg = root.path().display().to_string();
+    let env = |port: &'static str| {
+        vec![
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", port),
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+        ]
+    };
+    let (code, r) = check(&path, &["--root", &root_arg], &env("40000"));
+    assert_eq!(code, 0, "a warning, not a failure: {r:#}");
+    assert_eq!(status(&r, "launch"), "warn");
+    assert!(
+        message(&r, "launch").contains(
+            "MASTER_PORT=40000 is inside the kernel's ephemeral range 32768-60999: an outgoing connection can take it before rank 0 binds it"
+        ),
+        "{}",
+        message(&r, "launch")
+    );
+    let (_, r) = check(&path, &["--root", &root_arg], &env("29500"));
+    assert_eq!(status(&r, "launch"), "pass", "{}", message(&r, "launch"));
+    write(
+        root.path(),
+        "proc/sys/net/ipv4/ip_local_port_range",
+        "50000 60999\n",
+    );
+    let (_, r) = check(&path, &["--root", &root_arg], &env("40000"));
+    assert_eq!(status(&r, "launch"), "pass", "{}", message(&r, "launch"));
+}
+
+/// `command` keeps the first 256 KiB of each stream and drains the rest: a
+/// program that writes 4 MiB still ends (it never blocks on a full pipe),
+/// a pattern in the kept part is found, and one only past it is not.
+#[test]
+fn command_keeps_256_kib_of_each_stream_and_drains_the_rest() {
+    let script = "printf 'head-marker\\n'; head -c 4194304 /dev/zero | tr '\\\\0' x; printf '\\ntail-marker\\n'; head -c 4194304 /dev/zero >&2";
+    let (_dir, path) = checklist(&format!(
+        "checks:\n  - {{id: head, kind: command, argv: [sh, -c, \"{script}\"], stdout_matches: head-marker}}\n  - {{id: tail, kind: command, argv: [sh, -c, \"{script}\"], stdout_matches: tail-marker}}\n"
+    ));
+    let (code, r) = check(&path, &[], &[]);
+    assert_eq!(status(&r, "head"), "pass", "{}", message(&r, "head"));
+    assert_eq!(status(&r, "tail"), "fail", "{}", message(&r, "tail"));
+    assert!(
+        message(&r, "tail").starts_with("output of sh does not match /tail-marker/"),
+        "{}",
+        message(&r, "tail")
+    );
+    assert_eq!(code, 1);
+}
