@@ -282,3 +282,52 @@ fn a_missing_library_is_optional_unless_the_checklist_requires_it() {
         );
     }
 }
+
+/// `CCL_YIELD=sched_yield` is set where the job left it unset and the node
+/// has fewer than two cores per local rank (busy polling starves the
+/// ranks), listed in `env_set`; where the operator set it, their value
+/// stands and nothing is listed.
+#[test]
+fn ccl_yield_is_set_only_where_the_job_left_it_unset() {
+    let Some(lib) = oneccl_2022() else { return };
+    let _serial = serial();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let crowded = cores < 2 * 2;
+    for operator in [None, Some("pause")] {
+        let port = cluster::free_port().to_string();
+        let args = {
+            let mut a = run_args("60s");
+            a.extend(args(&["--backends", "oneccl", "--oneccl-lib", &lib]));
+            a
+        };
+        let procs: Vec<Proc> = ["0", "1"]
+            .iter()
+            .map(|r| {
+                let mut e = vec![
+                    ("RANK", *r),
+                    ("WORLD_SIZE", "2"),
+                    ("LOCAL_RANK", *r),
+                    ("LOCAL_WORLD_SIZE", "2"),
+                    ("MASTER_ADDR", "127.0.0.1"),
+                    ("MASTER_PORT", port.as_str()),
+                    ("PREFLIGHT_TOKEN", "oneccl-test-secret"),
+                ];
+                if let Some(v) = operator {
+                    e.push(("CCL_YIELD", v));
+                }
+                local(&format!("rank{r}"), &args, &e)
+            })
+            .collect();
+        let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+        all_exit(&out, 0);
+        let report = out[0].json();
+        let set = backend(&report, "oneccl")["env_set"].to_string();
+        let expected = crowded && operator.is_none();
+        assert_eq!(
+            set.contains("CCL_YIELD=sched_yield"),
+            expected,
+            "{cores} cores, CCL_YIELD={operator:?}: {set}"
+        );
+        assert!(!set.contains("CCL_YIELD=pause"), "{set}");
+    }
+}
