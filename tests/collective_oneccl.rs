@@ -331,3 +331,44 @@ fn ccl_yield_is_set_only_where_the_job_left_it_unset() {
         assert!(!set.contains("CCL_YIELD=pause"), "{set}");
     }
 }
+
+/// One rank without the library: every rank skips oneccl alike (a
+/// collective needs all of them), and the reason names that rank; the job
+/// is ready on the other backends.
+#[test]
+fn one_rank_lacking_a_backend_makes_every_rank_skip_it_naming_the_rank() {
+    let Some(lib) = oneccl_2022() else { return };
+    let _serial = serial();
+    let missing = "/nonexistent/libccl.so.2";
+    let port = cluster::free_port().to_string();
+    let args = {
+        let mut a = run_args("60s");
+        a.extend(args(&["--backends", "auto"]));
+        a
+    };
+    let procs: Vec<Proc> = [("0", lib.as_str()), ("1", missing)]
+        .iter()
+        .map(|(r, l)| {
+            let e = vec![
+                ("RANK", *r),
+                ("WORLD_SIZE", "2"),
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", port.as_str()),
+                ("PREFLIGHT_TOKEN", "oneccl-test-secret"),
+                ("PREFLIGHT_ONECCL_LIB", *l),
+            ];
+            local(&format!("rank{r}"), &args, &e)
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 0);
+    for o in &out {
+        let report = o.json();
+        let b = backend(&report, "oneccl");
+        assert_eq!(b["verdict"], "skip", "{}: {b:#}", o.label);
+        let reason = b["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("rank 1"), "{}: {reason}", o.label);
+        assert!(reason.contains(missing), "{}: {reason}", o.label);
+        assert_eq!(backend(&report, "tcp")["verdict"], "pass");
+    }
+}
