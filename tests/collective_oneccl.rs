@@ -372,3 +372,100 @@ fn one_rank_lacking_a_backend_makes_every_rank_skip_it_naming_the_rank() {
         assert_eq!(backend(&report, "tcp")["verdict"], "pass");
     }
 }
+
+/// The library workers of this process: its children running the hidden
+/// `collective-worker` command.
+fn workers_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        // pid (comm) state ppid ...: the comm may hold spaces, so after ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+        if ppid == Some(pid) && String::from_utf8_lossy(&cmdline).contains("collective-worker") {
+            out.push(child);
+        }
+    }
+    out
+}
+
+/// A rank killed with SIGKILL (no chance to clean up) takes its library
+/// worker with it (PR_SET_PDEATHSIG), even a worker that could not notice
+/// (stopped here, as one stuck inside a library call): no oneCCL process
+/// is left behind holding cores and sockets after the job's preflight.
+#[test]
+fn a_library_worker_dies_with_its_rank() {
+    let Some(lib) = oneccl_2022() else { return };
+    let _serial = serial();
+    let port = cluster::free_port().to_string();
+    let mut args = run_args("120s");
+    args.extend(self::args(&[
+        "--backends",
+        "oneccl",
+        "--oneccl-lib",
+        &lib,
+        "--collective",
+        "full",
+        "--max-size",
+        "256KiB",
+        "--step-timeout",
+        "100s",
+    ]));
+    let procs: Vec<Proc> = ["0", "1"]
+        .iter()
+        .map(|r| {
+            let e = vec![
+                ("RANK", *r),
+                ("WORLD_SIZE", "2"),
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", port.as_str()),
+                ("PREFLIGHT_TOKEN", "oneccl-test-secret"),
+                // Rank 1 stops at 64 KiB: rank 0's worker waits in oneCCL.
+                ("PREFLIGHT_TEST_COLL_HANG", "1:65536"),
+            ];
+            local(&format!("rank{r}"), &args, &e)
+        })
+        .collect();
+    // Rank 0's worker, once it runs.
+    let start = std::time::Instant::now();
+    let worker = loop {
+        if let Some(w) = workers_of(procs[0].pid).first() {
+            break *w;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "rank 0 never started its oneCCL worker"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let signal = |sig: &str, pid: u32| {
+        let sent = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill {sig} {pid}");
+    };
+    // Stopped, the worker cannot notice its rank's end by itself (a closed
+    // pipe): only the kernel's death signal can end it now.
+    signal("-STOP", worker);
+    signal("-KILL", procs[0].pid);
+    let gone = std::time::Instant::now();
+    while std::path::Path::new(&format!("/proc/{worker}")).exists()
+        && std::fs::read_to_string(format!("/proc/{worker}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
+    {
+        if gone.elapsed() > Duration::from_secs(30) {
+            signal("-KILL", worker);
+            panic!("rank 0's worker {worker} outlived its rank");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(procs);
+}
