@@ -174,7 +174,7 @@ fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
     let port = cluster::free_port().to_string();
     let args = run_args("60s");
     let r0 = local("jobA-rank0", &args, &env("0", "2", &port));
-    std::thread::sleep(Duration::from_millis(300));
+    cluster::wait_listening(r0.pid, port.parse().unwrap());
     let mut other = env("1", "2", &port);
     other.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
     other.push(("PREFLIGHT_TOKEN", "job-b-secret-0002"));
@@ -276,7 +276,7 @@ fn a_master_killed_during_the_rendezvous_is_reported_at_once() {
     let r0 = local("rank0", &args, &env("0", "3", &port));
     let r1 = local("rank1", &args, &env("1", "3", &port));
     // Rank 1 has checked in; rank 2 never comes, so the barrier is open.
-    std::thread::sleep(Duration::from_millis(1500));
+    cluster::wait_checked_in(r1.pid, port.parse().unwrap());
     r0.kill();
     let out = r1.finish(MARGIN);
     assert_eq!(out.code, 1, "{}", out.stderr);
@@ -489,7 +489,7 @@ fn another_jobs_rank_0_on_the_port_is_named_on_both_sides() {
     let port = cluster::free_port().to_string();
     let args = run_args("60s");
     let a0 = local("jobA-rank0", &args, &env("0", "2", &port));
-    std::thread::sleep(Duration::from_millis(300));
+    cluster::wait_listening(a0.pid, port.parse().unwrap());
     let mut other = env("0", "2", &port);
     other.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
     other.push(("PREFLIGHT_TOKEN", "job-b-secret-0002"));
@@ -900,7 +900,7 @@ import resource, socket, sys, time
 resource.setrlimit(resource.RLIMIT_NOFILE, (4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 port = {port}
 {await_rank_0}print("flooding", flush=True)
-held, opened = [], 0
+held, opened, said = [], 0, False
 end = time.time() + 6
 while time.time() < end:
     held = [s for s in held if s.fileno() >= 0]
@@ -915,6 +915,8 @@ while time.time() < end:
         except OSError:
             s.close(); break
         held.append(s); opened += 1
+    if not said:
+        print("held", len(held), flush=True); said = True
     time.sleep(0.2)
     # Whatever rank 0 closed, open again: a flood that never lets up.
     for s in held:
@@ -939,7 +941,10 @@ print(opened)
     let mut reader = std::io::BufReader::new(flood.stdout.take().unwrap());
     std::io::BufRead::read_line(&mut reader, &mut first).unwrap();
     assert_eq!(first.trim(), "flooding");
-    std::thread::sleep(Duration::from_millis(1500));
+    // Rank 1 comes once the stranger holds its connections.
+    first.clear();
+    std::io::BufRead::read_line(&mut reader, &mut first).unwrap();
+    assert!(first.starts_with("held "), "{first}");
     let r1 = local("rank1", &args, &env("1", "2", &port));
     let out = [r0.finish(MARGIN), r1.finish(MARGIN)];
     let status = flood.wait().unwrap();

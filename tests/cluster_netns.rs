@@ -240,8 +240,8 @@ fn a_rank_killed_during_the_rendezvous_is_named() {
     let Some(job) = job(3, None) else { return };
     let a = job.rank(0, 0, 3, "5s", &[]);
     let b = job.rank(1, 1, 3, "5s", &[]);
-    // Rank 1 has checked in (it takes milliseconds) while rank 2 is late.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Rank 1 has checked in while rank 2 is late.
+    cluster::wait_checked_in(b.pid, 29500);
     b.kill();
     let c = job.rank(2, 2, 3, "5s", &[]);
     let out = [a.finish(MARGIN), c.finish(MARGIN)];

@@ -250,3 +250,90 @@ pub fn launcher_env(cluster: &Cluster, rank: u32, world: u32) -> Vec<(String, St
 pub fn pairs(v: &[(String, String)]) -> Vec<(&str, &str)> {
     v.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect()
 }
+
+/// Rows of a process's view of /proc/net/tcp and tcp6: (local port,
+/// remote port, state, tx_queue, inode).
+fn tcp_rows(pid: u32) -> Vec<(u16, u16, String, u64, String)> {
+    let mut out = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 {
+                continue;
+            }
+            let port = |a: &str| {
+                a.rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+                    .unwrap_or(0)
+            };
+            let tx = f[4]
+                .split(':')
+                .next()
+                .and_then(|q| u64::from_str_radix(q, 16).ok())
+                .unwrap_or(0);
+            out.push((
+                port(f[1]),
+                port(f[2]),
+                f[3].to_string(),
+                tx,
+                f[9].to_string(),
+            ));
+        }
+    }
+    out
+}
+
+/// Waits until some socket listens on `port` in `pid`'s network namespace:
+/// the event a test waits for instead of sleeping.
+pub fn wait_listening(pid: u32, port: u16) {
+    let start = Instant::now();
+    while !tcp_rows(pid)
+        .iter()
+        .any(|(local, _, state, _, _)| *local == port && state == "0A")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "nothing listens on port {port} after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until process `pid` holds an established connection to `port`
+/// with nothing left to send, and keeps it so for ten looks in a row: a
+/// rank that has checked in and waits for the verdict.
+pub fn wait_checked_in(pid: u32, port: u16) {
+    let inodes = || -> Vec<String> {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| std::fs::read_link(e.path()).ok())
+                    .filter_map(|l| {
+                        let l = l.to_string_lossy().into_owned();
+                        l.strip_prefix("socket:[")
+                            .and_then(|x| x.strip_suffix(']'))
+                            .map(str::to_string)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let settled = || {
+        let mine = inodes();
+        tcp_rows(pid).iter().any(|(_, remote, state, tx, inode)| {
+            *remote == port && state == "01" && *tx == 0 && mine.contains(inode)
+        })
+    };
+    let start = Instant::now();
+    let mut quiet = 0;
+    while quiet < 10 {
+        quiet = if settled() { quiet + 1 } else { 0 };
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "pid {pid} never settled on a connection to port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
