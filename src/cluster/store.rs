@@ -281,6 +281,17 @@ mod tests {
                 .await;
             assert_eq!(none, None);
             assert!(store.set("k".into(), "x".repeat(MAX_VALUE + 1)).is_err());
+            // The key limit: at it, accepted; one byte over, refused.
+            assert!(store.set("k".repeat(MAX_KEY), "v".into()).is_ok());
+            let e = store.set("k".repeat(MAX_KEY + 1), "v".into()).unwrap_err();
+            assert!(
+                e.contains("key or value too large (limits 256 and 65536 bytes)"),
+                "{e}"
+            );
+            assert_eq!(owner("coll/result/12#3"), 12);
+            assert_eq!(owner("coll/tcp/addr/7"), 7);
+            assert_eq!(owner("coll/report"), 0);
+            assert_eq!(owner("coll/report#4"), 0);
         });
     }
 }
