@@ -175,7 +175,12 @@ fn master_port_dropped_by_a_firewall() {
             "{msg}"
         );
         assert!(msg.contains(&format!("{master}:29500")), "{msg}");
-        assert!(o.elapsed < Duration::from_secs(4 + 10), "{:?}", o.elapsed);
+        // It gave up at its own deadline, and says so: the deadline's
+        // arithmetic, not a stopwatch (`finish` bounds a hang).
+        assert!(
+            msg.contains("every connection attempt timed out for 4s"),
+            "{msg}"
+        );
     }
     let msg = out[0].message("cluster.barrier");
     assert!(
@@ -282,7 +287,7 @@ fn world_size_disagreeing() {
 fn another_jobs_preflight_on_the_same_port() {
     let Some(job) = job(3, None) else { return };
     let a0 = job.rank(0, 0, 2, "6s", &[]);
-    std::thread::sleep(Duration::from_millis(500));
+    cluster::wait_listening(a0.pid, 29500);
     let intruder = job
         .rank(1, 1, 2, "6s", &[("PREFLIGHT_TOKEN", "job-b-secret-0002")])
         .finish(MARGIN);
