@@ -940,6 +940,49 @@ fn cgroup_v2_quota_and_memory_limit_along_the_path() {
     );
 }
 
+/// chrony's own view (`chronyc -n tracking`, what time_sync asks where
+/// adjtimex(2) is refused) read from a recording: "Not synchronised" is a
+/// failure naming it, "Normal" a pass; a PTP node running phc2sys (and no
+/// NTP daemon) has its time daemon.
+#[test]
+fn chronyc_tracking_and_a_ptp_node_running_phc2sys() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("proc/812")).unwrap();
+    std::fs::write(root.join("proc/812/comm"), "phc2sys\n").unwrap();
+    let tracking = |leap: &str| {
+        format!(
+            "Reference ID    : 50484330 (PHC0)\nStratum         : 1\nSystem time     : 0.000000012 seconds fast of NTP time\nLeap status     : {leap}\n"
+        )
+    };
+    let synced = root.join("tracking-ok.txt");
+    let unsynced = root.join("tracking-bad.txt");
+    std::fs::write(&synced, tracking("Normal")).unwrap();
+    std::fs::write(&unsynced, tracking("Not synchronised")).unwrap();
+    let file = root.join("c.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "checks:\n  - {{id: good, kind: time_sync, clock_state: \"{}\"}}\n  - {{id: bad, kind: time_sync, clock_state: \"{}\"}}\n",
+            synced.display(),
+            unsynced.display()
+        ),
+    )
+    .unwrap();
+    let r = run_on_root(root, &file, &[]);
+    assert_eq!(
+        r.message("good"),
+        format!("phc2sys running; clock synchronised ({})", synced.display())
+    );
+    assert_eq!(
+        r.message("bad"),
+        format!(
+            "the kernel clock is not synchronised (STA_UNSYNC set, from {})",
+            unsynced.display()
+        )
+    );
+}
+
 /// cgroup v1 (still on RHEL 8 and older Slurm sites): the quota and the
 /// memory limit come from the cpu and memory hierarchies, each along its
 /// own path, the tightest one winning; v1's "unlimited" (a huge number)
