@@ -254,12 +254,20 @@ fn garbage_oversized_and_silent_clients_do_not_disturb_the_rendezvous() {
 
 #[test]
 fn check_never_does_a_rendezvous() {
-    // A rank 1 with no master: `check` must not try to reach it.
-    let port = cluster::free_port().to_string();
-    let mut a = run_args("5s");
+    // A rank 1 whose master port has a listener: `check` must never
+    // connect to it (the listener is the witness, not a stopwatch).
+    let witness = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    witness.set_nonblocking(true).unwrap();
+    let port = witness.local_addr().unwrap().port().to_string();
+    let mut a = run_args("60s");
     a[0] = "check".into();
-    let out = local("check", &a, &env("1", "2", &port)).finish(Duration::from_secs(4));
+    let out = local("check", &a, &env("1", "2", &port)).finish(MARGIN);
     assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(
+        witness.accept().map(|_| ()).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock),
+        "check connected to the master port"
+    );
     let report = out.json();
     assert!(report.get("cluster").is_none());
     let msg = out.message("cluster.versions");

@@ -491,3 +491,50 @@ fn a_host_whose_probe_port_range_is_taken_is_named() {
         assert_eq!(p["status"], want, "{p}");
     }
 }
+
+/// What people read: rank 0 draws the cluster view and, with a failed
+/// probe, the reachability matrix naming the host; every other rank
+/// prints one line with the verdict and its problems.
+#[test]
+fn rank_0_draws_the_matrix_and_the_others_print_one_line() {
+    let Some(job) = job(3, None) else { return };
+    job.cluster.iptables(
+        2,
+        &[
+            "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--syn", "-j", "DROP",
+        ],
+    );
+    let mut args = run_args("15s");
+    // Human output: drop `--format json`.
+    let at = args.iter().position(|a| a == "--format").unwrap();
+    args.drain(at..at + 2);
+    args.extend(["--color".to_string(), "never".to_string()]);
+    let procs: Vec<Proc> = (0..3u32)
+        .map(|r| {
+            let env = launcher_env(&job.cluster, r, 3);
+            on_host(&job.cluster, &job.files, r as usize, &args, &pairs(&env))
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 1);
+    let view = &out[0].stdout;
+    for part in [
+        "Cluster  3 nodes · 3 ranks",
+        "Reachability  (all pairs; row probes column)",
+        "h2 drops incoming connections (a firewall DROP rule?)",
+        "NOT READY",
+    ] {
+        assert!(view.contains(part), "rank 0 lacks {part:?}:\n{view}");
+    }
+    for (r, o) in out.iter().enumerate().skip(1) {
+        let lines: Vec<&str> = o.stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "rank {r}:\n{}", o.stdout);
+        assert!(
+            lines[0].starts_with(&format!(
+                "NOT READY  rank {r} of 3 · 3 nodes · problems: cluster.reachability"
+            )),
+            "{}",
+            lines[0]
+        );
+    }
+}

@@ -602,3 +602,52 @@ fn three_hundred_ranks_leave_with_one_verdict() {
     );
     passed_and_verified(tcp(rank0), "rank 0");
 }
+
+/// `preflight bench`: the rendezvous and the full sweep, no checklist; the
+/// sizes double from 8 B to `--max-size` and every row is verified, as an
+/// nccl-tests run would report it.
+#[test]
+fn bench_sweeps_every_size_without_a_checklist() {
+    let _serial = serial();
+    let port = cluster::free_port().to_string();
+    let args: Vec<String> = [
+        "bench",
+        "--backends",
+        "tcp",
+        "--max-size",
+        "64KiB",
+        "--timeout",
+        "60s",
+        "--format",
+        "json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let procs: Vec<Proc> = (0..2)
+        .map(|r| local(&format!("rank{r}"), &args, &env(&r.to_string(), "2", &port)))
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 0);
+    let report = out[0].json();
+    assert_eq!(report["command"], "bench");
+    // No node checklist: only the stages' own results.
+    for c in report["checks"].as_array().unwrap() {
+        let id = c["id"].as_str().unwrap_or_default();
+        assert!(
+            id.starts_with("cluster.") || id.starts_with("collective."),
+            "a checklist check in bench: {id}"
+        );
+    }
+    let b = tcp(&report);
+    passed_and_verified(b, "bench");
+    let sizes: Vec<u64> = b["sweep"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|row| row["op"] == "allreduce")
+        .filter_map(|row| row["bytes"].as_u64())
+        .collect();
+    let expected: Vec<u64> = (3..=16).map(|p| 1u64 << p).collect();
+    assert_eq!(sizes, expected, "{b:#}");
+}
