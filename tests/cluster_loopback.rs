@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use cluster::{Outcome, local, local_under, run_args};
 
-/// Every bound in these tests is generous: the real figures are measured
-/// in bench/, not asserted here.
-const MARGIN: Duration = Duration::from_secs(15);
+/// A hang guard, longer than any run's own `--timeout` here: whether a
+/// rank answered at once or at its deadline is told by what it says, never
+/// by a stopwatch; the real figures are measured in bench/.
+const MARGIN: Duration = Duration::from_secs(90);
 
 fn env<'a>(rank: &'a str, world: &'a str, port: &'a str) -> Vec<(&'a str, &'a str)> {
     vec![
@@ -187,8 +188,8 @@ fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
         )),
         "{msg}"
     );
-    // It knew at once: `finish(MARGIN)` (15 s) would have failed the test
-    // had it waited for its 60 s deadline.
+    // It knew at once: had it waited for its deadline, it would say it
+    // timed out, not that another job holds the port.
     let r1 = local("jobA-rank1", &args, &env("1", "2", &port));
     let a0 = r0.finish(MARGIN);
     let a1 = r1.finish(MARGIN);
@@ -293,8 +294,8 @@ fn a_master_killed_during_the_rendezvous_is_reported_at_once() {
         msg.contains("the master went away before the verdict"),
         "{msg}"
     );
-    // Not at its 60 s deadline: the closed connection is the answer, and
-    // `finish(MARGIN)` (15 s) bounds the wait.
+    // Not at its deadline: that would read "no verdict came from the
+    // master before the deadline"; the closed connection is the answer.
 }
 
 #[test]
@@ -609,12 +610,12 @@ fn rank_0_raises_its_open_files_limit_and_names_one_too_low() {
 }
 
 /// A rank whose own launch variables put it outside the world fails at
-/// once, naming them; it used to retry the master until the deadline (here
-/// ten minutes, far beyond the test's bound).
+/// once, naming them; it used to retry the master until the deadline and
+/// then say it could not reach it.
 #[test]
 fn a_rank_outside_the_world_fails_at_once_naming_its_variables() {
     let port = cluster::free_port().to_string();
-    let out = local("rank5", &run_args("600s"), &env("5", "4", &port)).finish(MARGIN);
+    let out = local("rank5", &run_args("60s"), &env("5", "4", &port)).finish(MARGIN);
     assert_eq!(out.code, 1, "{}", out.stderr);
     let report = out.json();
     let check = report["checks"]
