@@ -101,10 +101,6 @@ def classify(result):
         return "no_result"
     verdict = result.get("verdict")
     if verdict in ("ready", "not_ready", "incomplete"):
-        # A host that is not at fault in a cluster that is not ready is
-        # listed by its own verdict; the culprits carry the cluster's.
-        if result.get("culprits") and not result.get("culprit") and verdict == "not_ready":
-            return "ready"
         return verdict
     if result.get("skipped"):
         return "no_result"
