@@ -407,3 +407,27 @@ fn command_keeps_256_kib_of_each_stream_and_drains_the_rest() {
     );
     assert_eq!(code, 1);
 }
+
+/// Under `--root` a `command` check skips, saying why (it would run a
+/// program of this machine, not the tree's), as `--root`'s help says.
+#[test]
+fn a_command_check_skips_under_root_as_the_help_says() {
+    let (_dir, path) = checklist("checks:\n  - {id: cmd, kind: command, argv: [\"false\"]}\n");
+    let root = node();
+    let root_arg = root.path().display().to_string();
+    let (code, r) = check(&path, &["--root", &root_arg], &[]);
+    assert_eq!(code, 0, "{r:#}");
+    assert_eq!(status(&r, "cmd"), "skip", "{}", message(&r, "cmd"));
+    let help = std::process::Command::new(common::BIN)
+        .args(["check", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        help.contains("`command` checks skip, since they would run programs of this machine"),
+        "{help}"
+    );
+}

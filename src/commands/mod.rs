@@ -45,7 +45,8 @@ pub struct ChecklistArgs {
     #[arg(long = "skip", value_name = "ID|TAG")]
     pub skip: Vec<String>,
     /// Read /sys, /proc, /dev and /etc under this directory instead of /
-    /// (fixture trees; `command` checks still run on the real machine).
+    /// (fixture trees); `command` checks skip, since they would run
+    /// programs of this machine, not the tree's.
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
     /// Collective backends the job will use, for checks that apply to one
