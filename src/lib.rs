@@ -39,3 +39,10 @@ mod result;
 mod suggest;
 mod values;
 mod yaml;
+
+/// The rank simulator's entry point (`preflight-rank-sim`, a test and
+/// benchmark tool): built only with the `rank-sim` feature.
+#[cfg(feature = "rank-sim")]
+pub fn rank_sim_main() -> i32 {
+    commands::rank_sim::main()
+}

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::sealed::Channel;
@@ -118,8 +119,8 @@ pub async fn connect(cfg: &ClientConfig) -> Result<Channel, String> {
 }
 
 /// NTP-style: the sample with the smallest round trip.
-pub async fn sample_clock(
-    stream: &mut Channel,
+pub async fn sample_clock<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     offset_ms: i64,
     deadline: Instant,
 ) -> Option<Clock> {
@@ -147,8 +148,8 @@ pub async fn sample_clock(
 
 /// After checking in: answer a probe plan, then return the verdict and the
 /// run's deadline as rank 0 holds it.
-pub async fn await_verdict(
-    stream: &mut Channel,
+pub async fn await_verdict<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     deadline: Instant,
 ) -> Result<(ClusterReport, Instant), String> {
     loop {

@@ -99,12 +99,27 @@ fn failure_with_hint(
         token: format!("{} ({})", token.source, token.fingerprint()),
         duration_ms: 0,
         nodes: Vec::new(),
+        node_count: 0,
+        full_report: None,
         barrier: Default::default(),
         checks: vec![check],
         reachability: Default::default(),
         culprits: Vec::new(),
         warnings: Vec::new(),
         collective: None,
+    }
+}
+
+/// Raises this process's soft open-files limit to its hard limit: rank 0
+/// holds a connection per rank, and the usual soft limit (1,024) is far
+/// below the hard one. Where it cannot, the limit stays as it was, and the
+/// cluster stage names a limit too low for the world.
+pub fn raise_open_files() {
+    use nix::sys::resource::{Resource, setrlimit};
+    if let Some((soft, hard)) = crate::facts::limits::open_files()
+        && soft < hard
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
     }
 }
 
@@ -250,6 +265,41 @@ pub struct Link {
     /// Rank 0's `--timeout` deadline, as this rank's clock reads it: the
     /// same moment on every rank, give or take the verdict's delivery.
     pub until: Instant,
+}
+
+impl Link {
+    /// Each rank's host, for the collective stage's messages: from the
+    /// report on rank 0, which holds every node; from rank 0's store on
+    /// the others, whose verdict holds only their own node. `Err` says
+    /// why the list could not be read (the stage then names ranks alone).
+    pub async fn hosts(&mut self, report: &ClusterReport) -> Result<Vec<String>, String> {
+        if report.full_report.is_none() {
+            let node_of = report.node_of_rank();
+            return Ok((0..report.world_size)
+                .map(|r| {
+                    node_of
+                        .get(&r)
+                        .map(|i| report.nodes[*i].name.clone())
+                        .unwrap_or_default()
+                })
+                .collect());
+        }
+        let deadline = (Instant::now() + Duration::from_secs(5)).min(self.until);
+        let text = store::get_large(&mut self.stream, store::HOSTS_KEY, Duration::ZERO, deadline)
+            .await
+            .map_err(|e| format!("rank 0's list of hosts: {e}"))?
+            .ok_or("rank 0 published no list of hosts")?;
+        let hosts: Vec<String> = serde_json::from_str(&text)
+            .map_err(|e| format!("rank 0's list of hosts: {e}"))?;
+        if hosts.len() != report.world_size as usize {
+            return Err(format!(
+                "rank 0's list of hosts names {} ranks, not {}",
+                hosts.len(),
+                report.world_size
+            ));
+        }
+        Ok(hosts)
+    }
 }
 
 pub async fn rank_stage(input: RankInput, server: Server) -> (ClusterReport, Option<Link>) {

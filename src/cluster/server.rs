@@ -259,7 +259,7 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         listener,
         cfg.token.clone(),
         tx.clone(),
-        store,
+        Arc::clone(&store),
         store_end,
         cfg.clock_offset_ms,
         shared,
@@ -372,19 +372,65 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     }
 
     let report = assemble(&cfg, &state, nodes, probes, &deaf, waited);
-    let verdict = Msg::Verdict {
+    let left_ms = cfg
+        .deadline
+        .saturating_duration_since(Instant::now())
+        .as_millis() as u64;
+    // Rank 0 gets the whole report; every other rank the verdict cut to
+    // what it needs (`for_rank`), the same for every rank of one node, so
+    // rank 0 sends O(N) bytes in all, not O(N) to each of N ranks.
+    let rank_of: HashMap<ConnId, u32> = state
+        .arrivals
+        .iter()
+        .map(|(rank, (conn, _))| (*conn, *rank))
+        .chain(
+            state
+                .duplicates
+                .iter()
+                .chain(&state.out_of_range)
+                .map(|(conn, c)| (*conn, c.identity.rank)),
+        )
+        .collect();
+    let node_of = report.node_of_rank();
+    // Which host each rank is on, for the collective stage's messages:
+    // O(N), so fetched from the store by the ranks that run that stage,
+    // not sent to all of them in the verdict.
+    let hosts: Vec<String> = (0..cfg.world_size)
+        .map(|r| {
+            node_of
+                .get(&r)
+                .map(|i| report.nodes[*i].name.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    // The store is empty of ours yet and holds 64 MiB: this cannot fail
+    // below millions of ranks, and a rank that finds no list says so.
+    let _ = store.set_large(
+        super::store::HOSTS_KEY,
+        &serde_json::to_string(&hosts).unwrap_or_default(),
+    );
+    let mut per_node: HashMap<Option<usize>, Arc<Msg>> = HashMap::new();
+    let full = Arc::new(Msg::Verdict {
         report: Box::new(report.clone()),
-        left_ms: cfg
-            .deadline
-            .saturating_duration_since(Instant::now())
-            .as_millis() as u64,
-    };
+        left_ms,
+    });
     let frame_deadline = Instant::now() + Duration::from_millis(500);
     let mut sends = tokio::task::JoinSet::new();
-    for w in writers.into_values() {
-        let msg = verdict.clone();
+    for (conn, w) in writers {
+        let rank = rank_of.get(&conn).copied();
+        let msg = if rank == Some(0) && !state.duplicates.iter().any(|(c, _)| *c == conn) {
+            Arc::clone(&full)
+        } else {
+            let node = rank.and_then(|r| node_of.get(&r).copied());
+            Arc::clone(per_node.entry(node).or_insert_with(|| {
+                Arc::new(Msg::Verdict {
+                    report: Box::new(report.for_rank(node)),
+                    left_ms,
+                })
+            }))
+        };
         sends.spawn(async move {
-            let _ = protocol::write(&mut *w.lock().await, &msg, frame_deadline).await;
+            let _ = protocol::write(&mut *w.lock().await, &*msg, frame_deadline).await;
         });
     }
     while sends.join_next().await.is_some() {}

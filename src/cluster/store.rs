@@ -32,6 +32,10 @@ pub use super::protocol::FrameError;
 /// rank 0.
 pub use super::sealed::Channel;
 
+/// Rank 0's list of each rank's host (JSON, indexed by rank), written by
+/// the server with the verdict for the ranks that run the collective stage.
+pub const HOSTS_KEY: &str = "cluster/hosts";
+
 pub const MAX_KEY: usize = 256;
 pub const MAX_VALUE: usize = 64 << 10;
 /// Total bytes the master keeps: with the per-item limits, a bound.
@@ -84,6 +88,19 @@ impl Store {
         drop(guard);
         self.changed.notify_waiters();
         Ok(())
+    }
+
+    /// Server side: what `set_large` stores, for a value rank 0's server
+    /// publishes itself.
+    pub fn set_large(&self, key: &str, value: &str) -> Result<(), String> {
+        let parts = parts(value);
+        if parts.len() > MAX_PARTS {
+            return Err(too_large(key, value));
+        }
+        for (i, part) in parts.iter().enumerate() {
+            self.set(part_key(key, i), (*part).to_string())?;
+        }
+        self.set(key.to_string(), parts_header(parts.len(), value.len()))
     }
 
     pub fn peek(&self, key: &str) -> Option<String> {
@@ -158,6 +175,17 @@ fn part_key(key: &str, i: usize) -> String {
     format!("{key}#{i}")
 }
 
+fn parts_header(count: usize, len: usize) -> String {
+    format!("parts:{count}:{len}")
+}
+
+fn too_large(key: &str, value: &str) -> String {
+    format!(
+        "store: {key} is {} bytes, more than the store holds ({MAX_TOTAL})",
+        value.len()
+    )
+}
+
 /// The value split into parts of at most `MAX_VALUE` bytes, each ending on
 /// a character boundary.
 fn parts(value: &str) -> Vec<&str> {
@@ -186,16 +214,12 @@ pub async fn set_large<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<(), FrameError> {
     let parts = parts(value);
     if parts.len() > MAX_PARTS {
-        return Err(FrameError::Refused(format!(
-            "store: {key} is {} bytes, more than the store holds ({MAX_TOTAL})",
-            value.len()
-        )));
+        return Err(FrameError::Refused(too_large(key, value)));
     }
     for (i, part) in parts.iter().enumerate() {
         set(conn, &part_key(key, i), part, deadline).await?;
     }
-    let header = format!("parts:{}:{}", parts.len(), value.len());
-    set(conn, key, &header, deadline).await
+    set(conn, key, &parts_header(parts.len(), value.len()), deadline).await
 }
 
 /// Client side: a value stored with `set_large`, waiting up to `wait` for

@@ -251,6 +251,8 @@ pub(super) fn assemble(
             findings,
         },
         culprits,
+        node_count: nodes.len(),
+        full_report: None,
         nodes,
         barrier,
         checks,

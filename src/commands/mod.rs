@@ -5,6 +5,8 @@ mod emit;
 mod explain;
 mod list;
 mod node;
+#[cfg(feature = "rank-sim")]
+pub mod rank_sim;
 mod run;
 mod token;
 mod validate;

@@ -78,7 +78,7 @@ const REQUIRE_SECRET_VAR: &str = "PREFLIGHT_REQUIRE_SECRET";
 pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
     let process_start = tokio::time::Instant::now();
     if stage != Stage::Checklist {
-        raise_open_files();
+        crate::cluster::raise_open_files();
     }
     let plan = Plan::new(args, stage)?;
     let identity = match plan.role(args)? {
@@ -369,6 +369,13 @@ fn collective_stage(
 ) {
     let facts = &plan.facts;
     let rank = place.rank;
+    let hosts = match runtime.block_on(link.hosts(report)) {
+        Ok(h) => h,
+        Err(e) => {
+            report.warnings.push(format!("{e}: ranks are named without their hosts"));
+            vec![String::new(); report.world_size as usize]
+        }
+    };
     let info = RankInfo {
         rank,
         world: report.world_size,
@@ -383,16 +390,7 @@ fn collective_stage(
             .map(str::to_string),
         interfaces: facts.interfaces().to_vec(),
         hooks: Hooks::from_env(|k| facts.env(k).map(str::to_string), rank),
-        hosts: (0..report.world_size)
-            .map(|r| {
-                report
-                    .nodes
-                    .iter()
-                    .find(|n| n.ranks.contains(&r))
-                    .map(|n| n.name.clone())
-                    .unwrap_or_default()
-            })
-            .collect(),
+        hosts,
         conn: &mut link.stream,
         token: plan.token.clone(),
     };
@@ -416,19 +414,6 @@ fn collective_stage(
         .worst(Verdict::of(&report.checks, args.strict));
     report.exit_code = report.verdict.exit_code().code();
     report.collective = Some(c);
-}
-
-/// Raises this process's soft open-files limit to its hard limit: rank 0
-/// holds a connection per rank, and the usual soft limit (1,024) is far
-/// below the hard one. Where it cannot, the limit stays as it was, and the
-/// cluster stage names a limit too low for the world.
-fn raise_open_files() {
-    use nix::sys::resource::{Resource, setrlimit};
-    if let Some((soft, hard)) = crate::facts::limits::open_files()
-        && soft < hard
-    {
-        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-    }
 }
 
 /// The part of `--timeout` the checklist may use in `run`: all but a

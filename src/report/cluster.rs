@@ -137,7 +137,7 @@ pub fn one_line(report: &ClusterReport, rank: u32, s: &Style) -> String {
         "{}  rank {rank} of {} · {}",
         s.verdict(report.verdict),
         report.world_size,
-        count(report.nodes.len(), "node")
+        count(report.node_count.max(report.nodes.len()), "node")
     );
     if !problems.is_empty() {
         let _ = write!(line, " · problems: {}", problems.join(", "));

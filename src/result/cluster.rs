@@ -18,7 +18,16 @@ pub struct ClusterReport {
     /// that is equal on every rank of one job.
     pub token: String,
     pub duration_ms: u64,
+    /// On rank 0, every node; in the verdict another rank receives, only
+    /// that rank's own node (see `for_rank`).
     pub nodes: Vec<NodeView>,
+    /// How many nodes checked in: `nodes.len()` on rank 0, and the count
+    /// the other ranks print although they receive only their own node.
+    #[serde(default)]
+    pub node_count: usize,
+    /// Set in a verdict cut down for one rank: where the whole report is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_report: Option<String>,
     pub barrier: Barrier,
     /// The cluster-scope checks, and the barrier's own result.
     pub checks: Vec<CheckResult>,
@@ -138,7 +147,99 @@ pub struct Matrix {
     pub findings: Vec<String>,
 }
 
+/// How many entries of a list a cut-down verdict keeps: the lists whose
+/// length grows with the world (missing ranks, culprits, probes) would
+/// otherwise make rank 0 send O(N) bytes to each of N ranks.
+pub const PER_RANK_LIST: usize = 32;
+
 impl ClusterReport {
+    /// The verdict as rank 0 sends it to `rank`: the verdict and exit code,
+    /// the checks, the culprits and the barrier's findings (lists cut to
+    /// `PER_RANK_LIST` entries, with their totals kept), this rank's own
+    /// node and the probes from and to it; the rest stays on rank 0, which
+    /// `full_report` names. Its size does not grow with the world, so the
+    /// verdicts rank 0 sends grow linearly in all.
+    /// `own` is the index in `nodes` of the node `rank` checked in from
+    /// (see `node_of_rank`), `None` for a rank the barrier did not place.
+    pub fn for_rank(&self, own: Option<usize>) -> ClusterReport {
+        fn cut<T: Clone>(v: &[T]) -> Vec<T> {
+            v.iter().take(PER_RANK_LIST).cloned().collect()
+        }
+        let own = own.filter(|i| *i < self.nodes.len());
+        let mut warnings = cut(&self.warnings);
+        if self.culprits.len() > PER_RANK_LIST {
+            warnings.push(format!(
+                "{} more culprit node(s) in rank 0's report",
+                self.culprits.len() - PER_RANK_LIST
+            ));
+        }
+        let mut culprits = cut(&self.culprits);
+        for c in &mut culprits {
+            c.ranks.truncate(PER_RANK_LIST * 8);
+            c.reasons.truncate(PER_RANK_LIST);
+        }
+        let b = &self.barrier;
+        let barrier = Barrier {
+            complete: b.complete,
+            waited_ms: b.waited_ms,
+            missing: cut(&b.missing),
+            missing_count: b.missing_count,
+            missing_ranks: b.missing_ranks.clone(),
+            duplicates: cut(&b.duplicates),
+            world_size_mismatch: cut(&b.world_size_mismatch),
+            out_of_range: cut(&b.out_of_range),
+            lost: cut(&b.lost),
+            other_job_clients: cut(&b.other_job_clients),
+            other_job_total: b.other_job_total,
+            dropped: cut(&b.dropped),
+            dropped_total: b.dropped_total,
+        };
+        // The probes this node made and received; their node numbers stay
+        // rank 0's, whose list of names (O(N) again) stays there.
+        let probes = match own {
+            Some(i) => self
+                .reachability
+                .probes
+                .iter()
+                .filter(|p| p.from == i || p.to == i)
+                .take(PER_RANK_LIST)
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        ClusterReport {
+            verdict: self.verdict,
+            exit_code: self.exit_code,
+            world_size: self.world_size,
+            master: self.master.clone(),
+            token: self.token.clone(),
+            duration_ms: self.duration_ms,
+            nodes: own.map(|i| vec![self.nodes[i].clone()]).unwrap_or_default(),
+            node_count: self.node_count.max(self.nodes.len()),
+            full_report: Some(format!("rank 0's report (the master, {})", self.master)),
+            barrier,
+            checks: self.checks.clone(),
+            reachability: Matrix {
+                mode: self.reachability.mode.clone(),
+                nodes: Vec::new(),
+                probes,
+                findings: cut(&self.reachability.findings),
+            },
+            culprits,
+            warnings,
+            collective: None,
+        }
+    }
+
+    /// Each rank's index in `nodes`.
+    pub fn node_of_rank(&self) -> std::collections::HashMap<u32, usize> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, n)| n.ranks.iter().map(move |r| (*r, i)))
+            .collect()
+    }
+
     pub fn problems(&self) -> Vec<&CheckResult> {
         self.checks
             .iter()
@@ -195,4 +296,102 @@ pub struct Probe {
     pub status: String,
     pub rtt_ms: Option<f64>,
     pub detail: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rank 0's report of `nodes` nodes of 8 ranks, every node failing a
+    /// check and named a culprit, every second node missing a rank: the
+    /// lists that grow with the world, all long.
+    fn report(nodes: usize) -> ClusterReport {
+        let world = (nodes * 8) as u32;
+        let views: Vec<serde_json::Value> = (0..nodes)
+            .map(|i| {
+                serde_json::json!({
+                    "name": format!("gpu{i:05}"), "hostname": format!("gpu{i:05}"),
+                    "addr": format!("10.0.{}.{}", i / 250, i % 250),
+                    "ranks": ((i * 8) as u32..(i * 8 + 8) as u32).collect::<Vec<_>>(),
+                    "tool_version": "0.1.0", "checklist_hash": "abc",
+                    "versions": {"driver": "550.54"}, "env": {"NCCL_DEBUG": "WARN"},
+                    "devices": {"count": 8, "models": ["H100"]},
+                    "clock": {"offset_ms": 0.25, "rtt_ms": 0.1}, "interface": "eth0",
+                    "hostname_addrs": [], "local_verdict": "not_ready",
+                    "failed": [{"id": "gpu.memory_free", "status": "fail",
+                        "message": "GPU 3 is half full", "hint": null}]
+                })
+            })
+            .collect();
+        let missing: Vec<serde_json::Value> = (0..nodes)
+            .step_by(2)
+            .map(|i| serde_json::json!({"rank": i * 8 + 7, "expected_on": format!("gpu{i:05}")}))
+            .collect();
+        let probes: Vec<serde_json::Value> = (0..nodes)
+            .flat_map(|i| {
+                [(i + 1) % nodes, (i + 2) % nodes].map(|j| {
+                    serde_json::json!({"from": i, "to": j, "status": "ok",
+                        "rtt_ms": 0.2, "detail": null})
+                })
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "verdict": "not_ready", "exit_code": 1, "world_size": world,
+            "master": "10.0.0.1:29500", "token": "PREFLIGHT_TOKEN (3c0c65e3)",
+            "duration_ms": 1000, "nodes": views, "node_count": nodes,
+            "barrier": {"complete": false, "waited_ms": 10, "missing": missing,
+                "missing_count": nodes / 2, "missing_ranks": "7,23", "duplicates": [],
+                "world_size_mismatch": [], "out_of_range": [], "lost": [],
+                "other_job_clients": [], "dropped": [], "dropped_total": 0},
+            "checks": [],
+            "reachability": {"mode": "ring + hypercube",
+                "nodes": (0..nodes).map(|i| format!("gpu{i:05}")).collect::<Vec<_>>(),
+                "probes": probes, "findings": []},
+            "culprits": (0..nodes).map(|i| serde_json::json!({"node": format!("gpu{i:05}"),
+                "ranks": [i * 8], "reasons": ["gpu.memory_free: GPU 3 is half full"]}))
+                .collect::<Vec<_>>(),
+            "warnings": []
+        }))
+        .unwrap()
+    }
+
+    fn bytes(r: &ClusterReport) -> usize {
+        serde_json::to_vec(r).unwrap().len()
+    }
+
+    /// What one rank receives does not grow with the world: the same
+    /// bytes at 64 nodes as at 4,096, so rank 0 sends O(N) in all.
+    #[test]
+    fn a_ranks_verdict_does_not_grow_with_the_world() {
+        let small = report(64);
+        let large = report(4096);
+        let own = |r: &ClusterReport, rank: u32| r.for_rank(r.node_of_rank().get(&rank).copied());
+        let (a, b) = (own(&small, 9), own(&large, 9));
+        // The node names' width and the rank numbers differ by a few
+        // bytes; the lists do not.
+        assert!(bytes(&b) < bytes(&a) + 256, "{} vs {}", bytes(&a), bytes(&b));
+        assert!(bytes(&large) > 100 * bytes(&b), "the whole report stays on rank 0");
+        // What it keeps: the verdict, the counts, its own node, its
+        // probes, a pointer to the rest.
+        assert_eq!(b.verdict, Verdict::NotReady);
+        assert_eq!(b.exit_code, 1);
+        assert_eq!(b.node_count, 4096);
+        assert_eq!(b.nodes.len(), 1);
+        assert_eq!(b.nodes[0].name, "gpu00001");
+        assert_eq!(b.barrier.missing_count, 2048);
+        assert_eq!(b.barrier.missing.len(), PER_RANK_LIST);
+        assert_eq!(b.culprits.len(), PER_RANK_LIST);
+        assert!(
+            b.warnings.iter().any(|w| w == "4064 more culprit node(s) in rank 0's report"),
+            "{:?}",
+            b.warnings
+        );
+        assert!(b.reachability.probes.iter().all(|p| p.from == 1 || p.to == 1));
+        assert_eq!(b.reachability.probes.len(), 4);
+        assert!(b.full_report.as_deref().unwrap().contains("10.0.0.1:29500"));
+        // A rank the barrier did not place gets the verdict without a node.
+        let unplaced = large.for_rank(None);
+        assert!(unplaced.nodes.is_empty() && unplaced.reachability.probes.is_empty());
+        assert_eq!(unplaced.verdict, Verdict::NotReady);
+    }
 }

@@ -1,0 +1,575 @@
+//! `preflight-rank-sim`: a test and benchmark tool, not part of preflight.
+//! It is built only with the `rank-sim` feature (which the tests turn on
+//! and `bench/rendezvous-scale.sh` names), so the shipped binary holds
+//! none of it.
+//!
+//! It starts one real rank 0 (`preflight run`, a real process on a real
+//! port) and plays the job's other ranks as tasks of one process: each
+//! connects from its node's own loopback address (127.1.x.y), proves the
+//! token with the real handshake, samples its clock, checks in with what a
+//! GPU node sends (versions, devices and environment read from a fixture
+//! tree, the same one rank 0 reads), answers its node's probe plan with
+//! real probes, and waits for the verdict, all through the same client code
+//! the real ranks run. Every simulated node has a real probe listener. So
+//! rank 0's server is measured at thousands of ranks without thousands of
+//! processes, whose start-up alone would swamp this machine.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpSocket;
+use tokio::time::Instant;
+
+use crate::cluster::auth::{self, Token};
+use crate::cluster::checkin::{self, CheckIn};
+use crate::cluster::client;
+use crate::cluster::identity::Identity;
+use crate::cluster::protocol::{self, Msg};
+use crate::cluster::reachability;
+use crate::facts::Facts;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "preflight-rank-sim",
+    about = "TEST TOOL, not part of preflight: one real rank 0 and thousands of simulated ranks speaking the real protocol, with per-phase times"
+)]
+struct Args {
+    /// The preflight binary rank 0 runs.
+    #[arg(long, value_name = "PATH")]
+    preflight: PathBuf,
+    /// Ranks in the job, rank 0 included.
+    #[arg(long)]
+    world: u32,
+    /// `flat` (ranks do not say their node layout; 8 per host) or
+    /// `nodes:K` (K nodes of WORLD/K ranks, with LOCAL_RANK and
+    /// LOCAL_WORLD_SIZE).
+    #[arg(long, default_value = "flat", value_parser = parse_layout)]
+    layout: Layout,
+    /// The fixture tree rank 0 and every simulated node read.
+    #[arg(long, value_name = "DIR")]
+    root: PathBuf,
+    /// The rendezvous port (default: a free one).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Rank 0's --timeout.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Fault: the ranks of this node (1 or more) close their connections
+    /// right after checking in, as a node that dies would.
+    #[arg(long, value_name = "NODE")]
+    kill_node: Option<u32>,
+    /// Fault: a second process claims this rank.
+    #[arg(long, value_name = "RANK")]
+    duplicate: Option<u32>,
+    /// Fault: this node's probe listener drops every connection.
+    #[arg(long, value_name = "NODE")]
+    deaf_node: Option<u32>,
+    /// Where rank 0's JSON report goes (default: a temporary file).
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Layout {
+    Flat,
+    Nodes(u32),
+}
+
+fn parse_layout(s: &str) -> Result<Layout, String> {
+    match s {
+        "flat" => Ok(Layout::Flat),
+        _ => s
+            .strip_prefix("nodes:")
+            .and_then(|k| k.parse::<u32>().ok())
+            .filter(|k| *k > 0)
+            .map(Layout::Nodes)
+            .ok_or_else(|| format!("`{s}`: the layout is `flat` or `nodes:K` with K > 0")),
+    }
+}
+
+impl Layout {
+    fn per_node(self, world: u32) -> u32 {
+        match self {
+            Layout::Flat => 8,
+            Layout::Nodes(k) => world.div_ceil(k),
+        }
+        .max(1)
+    }
+
+    fn name(self) -> String {
+        match self {
+            Layout::Flat => "flat".into(),
+            Layout::Nodes(k) => format!("nodes:{k}"),
+        }
+    }
+}
+
+/// Node `k`'s address: node 0 is rank 0's own host (127.0.0.1), the others
+/// 127.1.x.y, every one its own, all on the loopback interface.
+fn node_ip(k: u32) -> Ipv4Addr {
+    if k == 0 {
+        return Ipv4Addr::LOCALHOST;
+    }
+    Ipv4Addr::new(
+        127,
+        1 + (k / 62_500) as u8,
+        ((k / 250) % 250) as u8,
+        (k % 250 + 1) as u8,
+    )
+}
+
+/// A stream that counts the bytes read from it: what rank 0 sent.
+struct Counted<S> {
+    inner: S,
+    read: Arc<AtomicU64>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// What every simulated rank shares.
+struct Job {
+    world: u32,
+    layout: Layout,
+    per_node: u32,
+    master: SocketAddr,
+    token: Token,
+    facts: Facts,
+    rank0_host: String,
+    checklist_hash: String,
+    /// Each node's probe listener address.
+    probe_addrs: Vec<Option<String>>,
+    deadline: Instant,
+    received: Arc<AtomicU64>,
+    kill_node: Option<u32>,
+    /// When the simulated ranks started connecting.
+    t0: Instant,
+}
+
+/// One simulated rank's times (ms since `t0`) and the verdict it got.
+#[derive(Debug, Default, Clone)]
+struct Outcome {
+    connected_ms: Option<f64>,
+    checked_in_ms: Option<f64>,
+    verdict_ms: Option<f64>,
+    verdict: Option<(String, i32)>,
+    error: Option<String>,
+}
+
+fn ms(t0: Instant) -> f64 {
+    t0.elapsed().as_secs_f64() * 1000.0
+}
+
+impl Job {
+    fn node_of(&self, rank: u32) -> u32 {
+        rank / self.per_node
+    }
+
+    fn identity(&self, rank: u32) -> Identity {
+        let (local_rank, local_world) = match self.layout {
+            Layout::Flat => (0, 1),
+            Layout::Nodes(_) => (rank % self.per_node, self.per_node),
+        };
+        Identity {
+            rank,
+            world_size: self.world,
+            local_rank,
+            local_world_size: local_world,
+            node_rank: self.node_of(rank),
+            nnodes: None,
+            master_addr: self.master.ip().to_string(),
+            master_port: self.master.port(),
+            job_id: None,
+            source: "torchrun".into(),
+            nodelist: Vec::new(),
+            probe_ports: None,
+            tasks_per_node: Vec::new(),
+        }
+    }
+
+    fn checkin(&self, rank: u32, clock: Option<crate::result::cluster::Clock>) -> CheckIn {
+        let node = self.node_of(rank);
+        let ip = node_ip(node).to_string();
+        let hostname = if node == 0 {
+            self.rank0_host.clone()
+        } else {
+            format!("sim{node:05}")
+        };
+        let names = self.facts.env_vars().keys().cloned().collect::<Vec<_>>();
+        CheckIn {
+            identity: self.identity(rank),
+            hostname,
+            addr: ip.clone(),
+            pid: std::process::id(),
+            tool_version: crate::result::report::TOOL.version.to_string(),
+            checklist_hash: self.checklist_hash.clone(),
+            local_verdict: "ready".into(),
+            failed: Vec::new(),
+            versions: checkin::versions(&self.facts),
+            env: checkin::launch_env(&self.facts, names.into_iter()),
+            devices: checkin::devices(&self.facts),
+            clock,
+            hostname_addrs: vec![ip],
+            probe_addr: self.probe_addrs[node as usize].clone(),
+            probe_error: None,
+            interface: Some("lo".into()),
+            seen_from: None,
+        }
+    }
+}
+
+async fn connect(job: &Job, node: u32) -> Result<tokio::net::TcpStream, String> {
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        let socket = TcpSocket::new_v4().map_err(|e| e.to_string())?;
+        socket
+            .bind(SocketAddr::new(IpAddr::V4(node_ip(node)), 0))
+            .map_err(|e| format!("bind {}: {e}", node_ip(node)))?;
+        match tokio::time::timeout_at(job.deadline, socket.connect(job.master)).await {
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Ok(Err(e)) if Instant::now() + backoff < job.deadline => {
+                let _ = e;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(100));
+            }
+            Ok(Err(e)) => return Err(format!("connect: {e}")),
+            Err(_) => return Err("connect: deadline".into()),
+        }
+    }
+}
+
+async fn rank(job: Arc<Job>, rank: u32) -> Outcome {
+    let mut out = Outcome::default();
+    let node = job.node_of(rank);
+    let stream = match connect(&job, node).await {
+        Ok(s) => s,
+        Err(e) => {
+            out.error = Some(e);
+            return out;
+        }
+    };
+    let mut counted = Counted {
+        inner: stream,
+        read: Arc::clone(&job.received),
+    };
+    let session = match auth::client(&mut counted, &job.token, job.deadline).await {
+        Ok(s) => s,
+        Err(e) => {
+            out.error = Some(format!("handshake: {e}"));
+            return out;
+        }
+    };
+    let mut ch = session.seal(counted, &job.token, true);
+    out.connected_ms = Some(ms(job.t0));
+    let clock = client::sample_clock(&mut ch, 0, job.deadline).await;
+    let msg = Msg::CheckIn(Box::new(job.checkin(rank, clock)));
+    if let Err(e) = protocol::write(&mut ch, &msg, job.deadline).await {
+        out.error = Some(format!("check-in: {e}"));
+        return out;
+    }
+    out.checked_in_ms = Some(ms(job.t0));
+    if job.kill_node == Some(node) {
+        // The node dies: its connections close after the check-in.
+        drop(ch);
+        out.error = Some("killed after check-in".into());
+        return out;
+    }
+    match client::await_verdict(&mut ch, job.deadline + Duration::from_secs(3)).await {
+        Ok((report, _)) => {
+            out.verdict_ms = Some(ms(job.t0));
+            out.verdict = Some((report.verdict.name().to_string(), report.exit_code));
+        }
+        Err(e) => out.error = Some(e),
+    }
+    out
+}
+
+/// A probe listener that takes every connection and drops it at once.
+async fn deaf(listener: tokio::net::TcpListener) {
+    while let Ok((s, _)) = listener.accept().await {
+        drop(s);
+    }
+}
+
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The tool's entry point; its exit code is 0 when every simulated rank
+/// that lived got a verdict and all of them got rank 0's, else 1 (2 for a
+/// usage error).
+pub fn main() -> i32 {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("preflight-rank-sim: {e}");
+            return 1;
+        }
+    };
+    match runtime.block_on(simulate(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("preflight-rank-sim: {e}");
+            1
+        }
+    }
+}
+
+async fn simulate(args: Args) -> Result<i32, String> {
+    if args.world < 2 {
+        return Err("--world must be 2 or more".into());
+    }
+    crate::cluster::raise_open_files();
+    let per_node = args.layout.per_node(args.world);
+    let nodes = args.world.div_ceil(per_node);
+    let port = match args.port {
+        Some(p) => p,
+        None => free_port().map_err(|e| format!("a free port: {e}"))?,
+    };
+    let secret = {
+        let mut bytes = [0u8; 16];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+            .map_err(|e| format!("/dev/urandom: {e}"))?;
+        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    env.insert("MASTER_ADDR".into(), "127.0.0.1".into());
+    env.insert("MASTER_PORT".into(), port.to_string());
+    env.insert("WORLD_SIZE".into(), args.world.to_string());
+    env.insert("PREFLIGHT_TOKEN".into(), secret.clone());
+    if let Layout::Nodes(_) = args.layout {
+        env.insert("LOCAL_WORLD_SIZE".into(), per_node.to_string());
+    }
+    let token = Token::resolve(&env)?;
+    let facts = Facts::new(args.root.clone(), env.clone(), Vec::new());
+    let report_path = args.report.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("rank-sim-{}-{port}.json", std::process::id()))
+    });
+
+    // Real probe listeners, one per simulated node (node 0 is rank 0's).
+    let mut probe_addrs = vec![None];
+    let mut listeners = Vec::new();
+    for k in 1..nodes {
+        let l = reachability::listen(&node_ip(k).to_string(), None).await?;
+        probe_addrs.push(l.local_addr().ok().map(|a| a.to_string()));
+        listeners.push(if args.deaf_node == Some(k) {
+            tokio::spawn(deaf(l))
+        } else {
+            tokio::spawn(reachability::serve(l))
+        });
+    }
+
+    let started = Instant::now();
+    let mut rank0 = tokio::process::Command::new(&args.preflight);
+    rank0
+        .args(["run", "--no-shipped", "--collective", "off", "--format", "json"])
+        .arg("--root")
+        .arg(&args.root)
+        .arg("--timeout")
+        .arg(humantime::format_duration(args.timeout).to_string())
+        .arg("--output")
+        .arg(&report_path)
+        .env_clear()
+        .envs(&env)
+        .env("RANK", "0")
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if let Layout::Nodes(_) = args.layout {
+        rank0.env("LOCAL_RANK", "0");
+    }
+    let mut rank0 = rank0
+        .spawn()
+        .map_err(|e| format!("{}: {e}", args.preflight.display()))?;
+    let rank0_pid = rank0.id().unwrap_or(0);
+
+    let job = Arc::new(Job {
+        world: args.world,
+        layout: args.layout,
+        per_node,
+        master: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port),
+        token,
+        rank0_host: facts.hostname().to_string(),
+        facts,
+        checklist_hash: crate::checklist::checklist_hash(&[]),
+        probe_addrs,
+        deadline: Instant::now() + args.timeout,
+        received: Arc::new(AtomicU64::new(0)),
+        kill_node: args.kill_node,
+        t0: started,
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    for r in 1..args.world {
+        tasks.spawn(rank(Arc::clone(&job), r));
+    }
+    if let Some(r) = args.duplicate {
+        tasks.spawn(rank(Arc::clone(&job), r));
+    }
+    let mut outcomes = Vec::new();
+    while let Some(o) = tasks.join_next().await {
+        outcomes.push(o.unwrap_or_default());
+    }
+    let status = tokio::time::timeout(args.timeout + Duration::from_secs(10), rank0.wait())
+        .await
+        .map_err(|_| "rank 0 did not exit".to_string())?
+        .map_err(|e| e.to_string())?;
+    for l in listeners {
+        l.abort();
+    }
+    let rss_mb = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .map(|u| u.max_rss() as f64 / 1024.0)
+        .unwrap_or(0.0);
+    let rank0_report: serde_json::Value = std::fs::read_to_string(&report_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    if args.report.is_none() {
+        let _ = std::fs::remove_file(&report_path);
+    }
+    Ok(summarize(&args, &job, &outcomes, status.code(), rank0_pid, &rank0_report, rss_mb, nodes))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    args: &Args,
+    job: &Job,
+    outcomes: &[Outcome],
+    rank0_code: Option<i32>,
+    rank0_pid: u32,
+    rank0_report: &serde_json::Value,
+    rss_mb: f64,
+    nodes: u32,
+) -> i32 {
+    let connected: Vec<f64> = outcomes.iter().filter_map(|o| o.connected_ms).collect();
+    let checked: Vec<f64> = outcomes.iter().filter_map(|o| o.checked_in_ms).collect();
+    let verdicts: Vec<f64> = outcomes.iter().filter_map(|o| o.verdict_ms).collect();
+    let first = connected.iter().copied().fold(f64::INFINITY, f64::min);
+    let first = if first.is_finite() { first } else { 0.0 };
+    let last_checkin = checked.iter().copied().fold(0.0, f64::max);
+    let last_verdict = verdicts.iter().copied().fold(0.0, f64::max);
+    println!(
+        "rank 0: pid {rank0_pid}, exit {}, verdict {}",
+        rank0_code.map_or("by a signal".into(), |c| c.to_string()),
+        rank0_report["verdict"].as_str().unwrap_or("(no report)")
+    );
+    println!(
+        "connect+handshake: {} of {} simulated ranks, first at {first:.0} ms, p50 {:.0} ms, last {:.0} ms",
+        connected.len(),
+        outcomes.len(),
+        percentile(connected.clone(), 0.5),
+        percentile(connected.clone(), 1.0)
+    );
+    println!(
+        "check-in: {} sent, last at {last_checkin:.0} ms",
+        checked.len()
+    );
+    println!(
+        "verdict: {} received, last at {last_verdict:.0} ms ({:.0} ms after the last check-in)",
+        verdicts.len(),
+        (last_verdict - last_checkin).max(0.0)
+    );
+    let mut by_verdict: BTreeMap<String, usize> = BTreeMap::new();
+    for o in outcomes {
+        let key = match (&o.verdict, &o.error) {
+            (Some((v, code)), _) => format!("{v} (exit {code})"),
+            (None, Some(e)) => format!("no verdict: {e}"),
+            (None, None) => "no verdict".into(),
+        };
+        *by_verdict.entry(key).or_default() += 1;
+    }
+    for (k, n) in &by_verdict {
+        println!("ranks: {n} × {k}");
+    }
+    if let Some(culprits) = rank0_report["cluster"]["culprits"].as_array() {
+        for c in culprits.iter().take(8) {
+            println!(
+                "culprit: {} ranks {} · {}",
+                c["node"].as_str().unwrap_or("?"),
+                c["ranks"].as_array().map_or(0, Vec::len),
+                c["reasons"][0].as_str().unwrap_or("")
+            );
+        }
+    }
+    let bytes = job.received.load(Ordering::Relaxed);
+    println!(
+        "ranks={} layout={} nodes={nodes} checkin_ms={:.0} verdict_ms={:.0} rank0_rss_mb={rss_mb:.1} rank0_bytes_sent={bytes}",
+        args.world,
+        args.layout.name(),
+        last_checkin - first,
+        (last_verdict - last_checkin).max(0.0),
+    );
+    // One verdict for the job: every rank that lived to hear it got rank
+    // 0's, and rank 0 exited with its code.
+    let rank0_verdict = rank0_report["verdict"].as_str().map(str::to_string);
+    let agreed = outcomes.iter().all(|o| match &o.verdict {
+        Some((v, code)) => Some(v) == rank0_verdict.as_ref() && Some(*code) == rank0_code,
+        None => job.kill_node.is_some() && o.error.as_deref() == Some("killed after check-in"),
+    });
+    if agreed {
+        println!("one verdict: every rank that lived exited as rank 0 did");
+        0
+    } else {
+        println!("SPLIT: the ranks did not all get rank 0's verdict");
+        1
+    }
+}
