@@ -225,6 +225,22 @@ pub fn count(n: usize, word: &str) -> String {
     }
 }
 
+/// The first `max` items joined by `sep`, and how many more there are:
+/// a message that names nodes stays readable, and its size bounded, at
+/// any number of nodes.
+pub fn listed(items: &[String], sep: &str, max: usize) -> String {
+    let mut out = items
+        .iter()
+        .take(max)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(sep);
+    if items.len() > max {
+        out.push_str(&format!("{sep}and {} more", items.len() - max));
+    }
+    out
+}
+
 /// `0-3,8`
 pub fn rank_ranges(ranks: &[u32]) -> String {
     let mut out: Vec<String> = Vec::new();

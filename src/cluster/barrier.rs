@@ -158,6 +158,24 @@ impl BarrierState {
         self.arrivals.len() as u32 == self.world_size
     }
 
+    /// Every rank has either checked in or checked in and gone away: no
+    /// one is left to wait for (a rank whose connection closed after its
+    /// check-in does not come back), so the verdict need not wait for the
+    /// deadline to name the lost ones.
+    pub fn settled(&self) -> bool {
+        if self.lost.is_empty() {
+            return self.complete();
+        }
+        let gone = self
+            .lost
+            .iter()
+            .map(|l| l.0)
+            .filter(|r| !self.arrivals.contains_key(r))
+            .collect::<std::collections::BTreeSet<u32>>()
+            .len();
+        self.arrivals.len() + gone == self.world_size as usize
+    }
+
     pub fn missing(&self) -> Vec<u32> {
         (0..self.world_size)
             .filter(|r| !self.arrivals.contains_key(r))
@@ -313,10 +331,24 @@ pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
             m.node, m.rank
         ));
     }
+    // A node that dies loses all its ranks at once: one line per node and
+    // cause, its ranks as ranges.
+    let mut lost: Vec<(&str, &str, Vec<u32>)> = Vec::new();
     for l in &b.lost {
+        match lost
+            .iter_mut()
+            .find(|(node, reason, _)| *node == l.node && *reason == l.reason)
+        {
+            Some((_, _, ranks)) => ranks.push(l.rank),
+            None => lost.push((&l.node, &l.reason, vec![l.rank])),
+        }
+    }
+    for (node, reason, mut ranks) in lost {
+        ranks.sort_unstable();
         problems.push(format!(
-            "rank {} on {} checked in, then went away before the verdict ({})",
-            l.rank, l.node, l.reason
+            "{} {} on {node} checked in, then went away before the verdict ({reason})",
+            if ranks.len() == 1 { "rank" } else { "ranks" },
+            crate::values::rank_ranges(&ranks)
         ));
     }
     let (status, message, hint) = if problems.is_empty() {
@@ -332,7 +364,7 @@ pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
     } else {
         (
             Status::Fail,
-            problems.join("; "),
+            crate::values::listed(&problems, "; ", MISSING_NAMED),
             Some(
                 "Start the missing ranks (is the node up, did the launcher reach it?); give every process a distinct RANK and the same WORLD_SIZE."
                     .to_string(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use super::sealed::Channel;
+use super::sealed::{Channel, Sealed};
 use tokio::time::Instant;
 
 use super::auth::HANDSHAKE_LIMIT;
@@ -40,6 +40,21 @@ pub struct ClientConfig {
 /// The error says what the last attempts saw, in words that tell a DROP
 /// from a REJECT from another job on the port.
 pub async fn connect(cfg: &ClientConfig) -> Result<Channel, String> {
+    connect_via(cfg, None, |s| s).await
+}
+
+/// `connect`, from `local` when given (a simulated node's own address),
+/// over `wrap(stream)` (a stream that counts what it reads): the rank
+/// simulator's way in, through the same retries and handshake.
+pub async fn connect_via<S, F>(
+    cfg: &ClientConfig,
+    local: Option<std::net::IpAddr>,
+    wrap: F,
+) -> Result<Sealed<S>, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    F: Fn(TcpStream) -> S,
+{
     let mut backoff = Duration::from_millis(25);
     // How the last attempt ended; `Connected` only until the first one.
     let mut last = Outcome::Connected;
@@ -54,7 +69,7 @@ pub async fn connect(cfg: &ClientConfig) -> Result<Channel, String> {
         }
         attempts += 1;
         let attempt = (now + CONNECT_LIMIT).min(cfg.deadline);
-        match tokio::time::timeout_at(attempt, TcpStream::connect((host.as_str(), port))).await {
+        match tokio::time::timeout_at(attempt, open(host, port, local)).await {
             Err(_) => {
                 last = Outcome::TimedOut;
                 last_text = "connection attempt timed out".into();
@@ -63,8 +78,9 @@ pub async fn connect(cfg: &ClientConfig) -> Result<Channel, String> {
                 last = tcp_connect::classify(&e);
                 last_text = e.to_string();
             }
-            Ok(Ok(mut stream)) => {
+            Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
+                let mut stream = wrap(stream);
                 let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(cfg.deadline);
                 match auth::client(&mut stream, &cfg.token, handshake).await {
                     Ok(session) => return Ok(session.seal(stream, &cfg.token, true)),
@@ -116,6 +132,33 @@ pub async fn connect(cfg: &ClientConfig) -> Result<Channel, String> {
             }
         ),
     })
+}
+
+/// A TCP connection to the master, from `local` when given.
+async fn open(
+    host: &str,
+    port: u16,
+    local: Option<std::net::IpAddr>,
+) -> std::io::Result<TcpStream> {
+    let Some(local) = local else {
+        return TcpStream::connect((host, port)).await;
+    };
+    let mut last = None;
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        let socket = match addr {
+            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        if let Err(e) = socket.bind(std::net::SocketAddr::new(local, 0)) {
+            last = Some(e);
+            continue;
+        }
+        match socket.connect(addr).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no address")))
 }
 
 /// NTP-style: the sample with the smallest round trip.

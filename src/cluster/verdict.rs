@@ -164,7 +164,8 @@ pub(super) fn assemble(
         unreachable: &unreachable,
     };
     let evaluated = crate::checklist::evaluate_cluster(&cfg.checks, &view, &cfg.facts);
-    let culprits = culprits(&nodes, &evaluated, cfg.strict);
+    let mut culprits = culprits(&nodes, &evaluated, cfg.strict);
+    blame_lost(&mut culprits, &barrier.lost);
     checks.extend(evaluated.into_iter().map(|(c, _)| c));
     let mut warnings: Vec<String> = all_interfaces_warning(cfg.bound.as_ref())
         .into_iter()
@@ -307,6 +308,29 @@ fn culprits(
             })
         })
         .collect()
+}
+
+/// Ranks that checked in and went away before the verdict (a node that
+/// died, a leader killed): their node is at fault, named by the host
+/// they checked in from, though it is no longer among the nodes.
+fn blame_lost(culprits: &mut Vec<Culprit>, lost: &[crate::result::cluster::Lost]) {
+    for l in lost {
+        let reason = format!("cluster.barrier: rank {} went away after checking in ({})", l.rank, l.reason);
+        match culprits.iter_mut().find(|c| c.node == l.node) {
+            Some(c) => {
+                c.ranks.push(l.rank);
+                // One reason per cause, not per rank of a dead node.
+                if !c.reasons.iter().any(|r| r.starts_with("cluster.barrier: ")) {
+                    c.reasons.push(reason);
+                }
+            }
+            None => culprits.push(Culprit {
+                node: l.node.clone(),
+                ranks: vec![l.rank],
+                reasons: vec![reason],
+            }),
+        }
+    }
 }
 
 /// Descriptors rank 0 needs beyond one connection per rank: listeners,

@@ -25,10 +25,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpSocket;
 use tokio::time::Instant;
 
-use crate::cluster::auth::{self, Token};
+use crate::cluster::auth::Token;
 use crate::cluster::checkin::{self, CheckIn};
 use crate::cluster::client;
 use crate::cluster::identity::Identity;
@@ -178,6 +177,7 @@ struct Job {
     /// Each node's probe listener address.
     probe_addrs: Vec<Option<String>>,
     deadline: Instant,
+    timeout: Duration,
     received: Arc<AtomicU64>,
     kill_node: Option<u32>,
     /// When the simulated ranks started connecting.
@@ -256,51 +256,31 @@ impl Job {
     }
 }
 
-async fn connect(job: &Job, node: u32) -> Result<tokio::net::TcpStream, String> {
-    let mut backoff = Duration::from_millis(5);
-    loop {
-        let socket = TcpSocket::new_v4().map_err(|e| e.to_string())?;
-        socket
-            .bind(SocketAddr::new(IpAddr::V4(node_ip(node)), 0))
-            .map_err(|e| format!("bind {}: {e}", node_ip(node)))?;
-        match tokio::time::timeout_at(job.deadline, socket.connect(job.master)).await {
-            Ok(Ok(s)) => {
-                let _ = s.set_nodelay(true);
-                return Ok(s);
-            }
-            Ok(Err(e)) if Instant::now() + backoff < job.deadline => {
-                let _ = e;
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(100));
-            }
-            Ok(Err(e)) => return Err(format!("connect: {e}")),
-            Err(_) => return Err("connect: deadline".into()),
-        }
-    }
-}
-
 async fn rank(job: Arc<Job>, rank: u32) -> Outcome {
     let mut out = Outcome::default();
     let node = job.node_of(rank);
-    let stream = match connect(&job, node).await {
-        Ok(s) => s,
+    let cfg = client::ClientConfig {
+        master_addr: job.master.ip().to_string(),
+        master_port: job.master.port(),
+        token: job.token.clone(),
+        deadline: job.deadline,
+        verdict_deadline: job.deadline + Duration::from_secs(3),
+        timeout: job.timeout,
+        clock_offset_ms: 0,
+    };
+    let received = Arc::clone(&job.received);
+    let local = Some(IpAddr::V4(node_ip(node)));
+    let wrap = move |inner| Counted {
+        inner,
+        read: Arc::clone(&received),
+    };
+    let mut ch = match client::connect_via(&cfg, local, wrap).await {
+        Ok(ch) => ch,
         Err(e) => {
             out.error = Some(e);
             return out;
         }
     };
-    let mut counted = Counted {
-        inner: stream,
-        read: Arc::clone(&job.received),
-    };
-    let session = match auth::client(&mut counted, &job.token, job.deadline).await {
-        Ok(s) => s,
-        Err(e) => {
-            out.error = Some(format!("handshake: {e}"));
-            return out;
-        }
-    };
-    let mut ch = session.seal(counted, &job.token, true);
     out.connected_ms = Some(ms(job.t0));
     let clock = client::sample_clock(&mut ch, 0, job.deadline).await;
     let msg = Msg::CheckIn(Box::new(job.checkin(rank, clock)));
@@ -315,7 +295,7 @@ async fn rank(job: Arc<Job>, rank: u32) -> Outcome {
         out.error = Some("killed after check-in".into());
         return out;
     }
-    match client::await_verdict(&mut ch, job.deadline + Duration::from_secs(3)).await {
+    match client::await_verdict(&mut ch, cfg.verdict_deadline).await {
         Ok((report, _)) => {
             out.verdict_ms = Some(ms(job.t0));
             out.verdict = Some((report.verdict.name().to_string(), report.exit_code));
@@ -338,6 +318,36 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// What rank 0 runs: the shipped cluster checks (the comparisons, the
+/// reachability matrix, the barrier), no node checklist, no collectives.
+const RANK0_ARGS: &[&str] = &[
+    "run",
+    "--only",
+    "cluster",
+    "--collective",
+    "off",
+    "--format",
+    "json",
+];
+
+/// The hash of rank 0's checklist, made the way rank 0 makes it: every
+/// simulated rank sends it, and a node with another checklist is named.
+fn checklist_hash(root: &std::path::Path) -> Result<String, String> {
+    #[derive(Parser)]
+    struct Selection {
+        #[command(flatten)]
+        checklist: super::ChecklistArgs,
+    }
+    let mut argv: Vec<std::ffi::OsString> = vec!["rank0".into()];
+    argv.extend(RANK0_ARGS[1..3].iter().map(Into::into));
+    argv.extend(["--root".into(), root.as_os_str().to_owned()]);
+    let sel = Selection::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let checks = super::all_checks(&sel.checklist)
+        .and_then(|c| super::select(c, &sel.checklist))
+        .map_err(|e| e.to_string())?;
+    Ok(crate::checklist::checklist_hash(&checks))
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -397,6 +407,10 @@ async fn simulate(args: Args) -> Result<i32, String> {
     env.insert("MASTER_PORT".into(), port.to_string());
     env.insert("WORLD_SIZE".into(), args.world.to_string());
     env.insert("PREFLIGHT_TOKEN".into(), secret.clone());
+    // Every node's addresses are loopback ones here: Gloo told so, as the
+    // test hosts' jobs are, or `cluster.addresses` would rightly say that
+    // peers on other nodes would connect to themselves.
+    env.insert("GLOO_SOCKET_IFNAME".into(), "lo".into());
     if let Layout::Nodes(_) = args.layout {
         env.insert("LOCAL_WORLD_SIZE".into(), per_node.to_string());
     }
@@ -422,7 +436,7 @@ async fn simulate(args: Args) -> Result<i32, String> {
     let started = Instant::now();
     let mut rank0 = tokio::process::Command::new(&args.preflight);
     rank0
-        .args(["run", "--no-shipped", "--collective", "off", "--format", "json"])
+        .args(RANK0_ARGS)
         .arg("--root")
         .arg(&args.root)
         .arg("--timeout")
@@ -451,9 +465,10 @@ async fn simulate(args: Args) -> Result<i32, String> {
         token,
         rank0_host: facts.hostname().to_string(),
         facts,
-        checklist_hash: crate::checklist::checklist_hash(&[]),
+        checklist_hash: checklist_hash(&args.root)?,
         probe_addrs,
         deadline: Instant::now() + args.timeout,
+        timeout: args.timeout,
         received: Arc::new(AtomicU64::new(0)),
         kill_node: args.kill_node,
         t0: started,

@@ -13,7 +13,7 @@ use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::facts::Facts;
 use crate::result::cluster::{NodeView, Probe as ReachProbe};
 use crate::result::{Finding, Status};
-use crate::values::{Span, count};
+use crate::values::{Span, count, listed};
 
 /// What cluster kinds look at.
 pub struct View<'a> {
@@ -57,13 +57,21 @@ fn odd_ones(groups: &[(String, Vec<String>)]) -> Vec<String> {
     }
 }
 
+/// Nodes named one by one in a message; the rest are counted. The blame
+/// list (`Finding::blame`) still names every node at fault.
+const LISTED: usize = 8;
+
 fn describe(what: &str, groups: &[(String, Vec<String>)]) -> String {
     let parts: Vec<String> = groups
         .iter()
-        .map(|(v, nodes)| format!("{v} on {}", nodes.join(", ")))
+        .map(|(v, nodes)| format!("{v} on {}", listed(nodes, ", ", LISTED)))
         .collect();
     let odd: Vec<String> = groups[1..].iter().flat_map(|g| g.1.clone()).collect();
-    format!("{what}: {} (odd: {})", parts.join("; "), odd.join(", "))
+    format!(
+        "{what}: {} (odd: {})",
+        listed(&parts, "; ", LISTED),
+        listed(&odd, ", ", LISTED)
+    )
 }
 
 macro_rules! cluster_kind {
@@ -158,7 +166,7 @@ impl ClusterProbe for Versions {
                 count(view.nodes.len(), "node")
             ))
         } else {
-            Finding::fail(differences.join("; ")).blame(distinct(odd))
+            Finding::fail(listed(&differences, "; ", LISTED)).blame(distinct(odd))
         }
     }
 }
@@ -237,7 +245,7 @@ impl ClusterProbe for EnvSame {
                 count(view.nodes.len(), "node")
             ))
         } else {
-            Finding::fail(differences.join("; "))
+            Finding::fail(listed(&differences, "; ", LISTED))
                 .measured(format!("{} variables differ", differences.len()))
                 .blame(distinct(odd))
         }
@@ -339,12 +347,12 @@ impl ClusterProbe for ClockSame {
             } else {
                 Vec::new()
             };
-            Finding::fail(bad.join("; "))
+            Finding::fail(listed(&bad, "; ", LISTED))
                 .measured(format!("{worst:.1} ms"))
                 .expected(expected)
                 .blame(blamed)
         } else if !unmeasured.is_empty() {
-            Finding::error(format!("no clock sample from {}", unmeasured.join(", ")))
+            Finding::error(format!("no clock sample from {}", listed(&unmeasured, ", ", LISTED)))
         } else {
             Finding::pass(format!("largest offset {worst:.1} ms"))
                 .measured(format!("{worst:.1} ms"))
@@ -394,9 +402,9 @@ impl ClusterProbe for NodeChecks {
         }
         if !failed.is_empty() {
             failed.extend(incomplete);
-            Finding::fail(failed.join("; ")).blame(at_fault)
+            Finding::fail(listed(&failed, "; ", LISTED)).blame(at_fault)
         } else if !incomplete.is_empty() {
-            Finding::error(incomplete.join("; "))
+            Finding::error(listed(&incomplete, "; ", LISTED))
         } else {
             Finding::pass(format!(
                 "every node's checklist passed ({})",
@@ -443,7 +451,7 @@ impl ClusterProbe for Reach {
         } else if view.probes.is_empty() {
             Finding::error("no probe results arrived before the deadline")
         } else {
-            Finding::fail(view.findings.join("; "))
+            Finding::fail(listed(&view.findings, "; ", LISTED))
                 .measured(format!("{bad} of {} probes failed", view.probes.len()))
                 .blame(view.unreachable.to_vec())
         }
@@ -539,10 +547,10 @@ impl ClusterProbe for Addresses {
             Finding::pass(if notes.is_empty() {
                 "addresses usable".to_string()
             } else {
-                notes.join(", ")
+                listed(&notes, ", ", LISTED)
             })
         } else {
-            Finding::fail(problems.join("; ")).blame(at_fault)
+            Finding::fail(listed(&problems, "; ", LISTED)).blame(at_fault)
         }
     }
 }

@@ -1,0 +1,143 @@
+//! The rendezvous at 2,048 ranks: one real rank 0 (`preflight run`) and
+//! the other ranks played by `preflight-rank-sim`, speaking the real
+//! protocol from 256 simulated nodes, each with its own loopback address
+//! and a real probe listener. Healthy, then one fault at a time: every
+//! rank that lives leaves with rank 0's verdict, and the culprit is named.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+const WORLD: &str = "2048";
+const LAYOUT: &str = "nodes:256";
+
+struct Sim {
+    code: i32,
+    out: String,
+    report: Value,
+}
+
+fn simulate(extra: &[&str]) -> Sim {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("rank0.json");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/h100-ib-healthy");
+    let out = Command::new(env!("CARGO_BIN_EXE_preflight-rank-sim"))
+        .args(["--preflight", env!("CARGO_BIN_EXE_preflight")])
+        .args(["--world", WORLD, "--layout", LAYOUT, "--timeout", "30s"])
+        .arg("--root")
+        .arg(&root)
+        .arg("--report")
+        .arg(&report)
+        .args(extra)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned()
+        + &String::from_utf8_lossy(&out.stderr);
+    let report = std::fs::read_to_string(&report)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| panic!("rank 0 wrote no report\n{text}"));
+    Sim {
+        code: out.status.code().unwrap_or(-1),
+        out: text,
+        report,
+    }
+}
+
+fn culprit_nodes(report: &Value) -> Vec<&str> {
+    report["cluster"]["culprits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["node"].as_str())
+        .collect()
+}
+
+#[test]
+fn two_thousand_healthy_ranks_get_one_ready_verdict() {
+    let sim = simulate(&[]);
+    assert_eq!(sim.code, 0, "{}", sim.out);
+    assert!(sim.out.contains("rank 0: pid"), "{}", sim.out);
+    assert!(sim.out.contains(", exit 0, verdict ready"), "{}", sim.out);
+    assert!(sim.out.contains("ranks: 2047 × ready (exit 0)"), "{}", sim.out);
+    assert!(
+        sim.out.contains("ranks=2048 layout=nodes:256 nodes=256 checkin_ms="),
+        "{}",
+        sim.out
+    );
+    let cluster = &sim.report["cluster"];
+    assert_eq!(cluster["node_count"], 256, "{}", sim.out);
+    assert_eq!(cluster["nodes"].as_array().unwrap().len(), 256);
+    assert!(culprit_nodes(&sim.report).is_empty());
+    // 256 nodes: the sampled matrix, every node probed and probing.
+    assert_eq!(cluster["reachability"]["mode"], "ring + hypercube");
+}
+
+/// A node that dies after checking in: its ranks are lost, named with
+/// their host, and every other rank exits 1 with rank 0's verdict.
+#[test]
+fn a_node_that_dies_after_check_in_is_named_and_every_rank_agrees() {
+    let sim = simulate(&["--kill-node", "77"]);
+    assert_eq!(sim.code, 0, "one verdict for the job\n{}", sim.out);
+    assert!(sim.out.contains("exit 1, verdict not_ready"), "{}", sim.out);
+    assert!(
+        sim.out.contains("ranks: 2039 × not_ready (exit 1)"),
+        "{}",
+        sim.out
+    );
+    assert!(
+        sim.out.contains("ranks: 8 × no verdict: killed after check-in"),
+        "{}",
+        sim.out
+    );
+    let lost = sim.report["cluster"]["barrier"]["lost"].as_array().unwrap();
+    assert_eq!(lost.len(), 8, "{lost:?}");
+    for l in lost {
+        assert_eq!(l["node"], "sim00077", "{l}");
+        let rank = l["rank"].as_u64().unwrap();
+        assert!((77 * 8..78 * 8).contains(&rank), "{l}");
+    }
+    assert_eq!(culprit_nodes(&sim.report), ["sim00077"], "{}", sim.out);
+}
+
+/// Two processes claiming one rank: both named, and the verdict is not
+/// ready on every rank.
+#[test]
+fn two_ranks_claiming_one_rank_are_named() {
+    let sim = simulate(&["--duplicate", "1500"]);
+    assert_eq!(sim.code, 0, "{}", sim.out);
+    assert!(
+        sim.out.contains("ranks: 2048 × not_ready (exit 1)"),
+        "the second claimant hears the verdict too\n{}",
+        sim.out
+    );
+    let dups = sim.report["cluster"]["barrier"]["duplicates"]
+        .as_array()
+        .unwrap();
+    assert_eq!(dups.len(), 1, "{dups:?}");
+    assert_eq!(dups[0]["rank"], 1500);
+    assert_eq!(
+        dups[0]["claimants"].as_array().unwrap().len(),
+        2,
+        "{}",
+        dups[0]
+    );
+}
+
+/// A node whose probe listener drops every connection: reachability
+/// names it, every rank agrees.
+#[test]
+fn a_node_that_drops_its_probes_is_named_in_reachability() {
+    let sim = simulate(&["--deaf-node", "200"]);
+    assert_eq!(sim.code, 0, "{}", sim.out);
+    assert!(
+        sim.out.contains("ranks: 2047 × not_ready (exit 1)"),
+        "{}",
+        sim.out
+    );
+    let reach = &sim.report["cluster"]["reachability"];
+    let findings = reach["findings"].to_string();
+    assert!(findings.contains("sim00200"), "{findings}");
+    assert_eq!(culprit_nodes(&sim.report), ["sim00200"], "{}", sim.out);
+}
