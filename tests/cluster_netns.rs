@@ -453,16 +453,29 @@ fn a_host_whose_firewall_rejects_the_probe_port_is_named_as_refusing() {
         c["nodes"][2]["probe_addr"],
         format!("{}:29601", job.cluster.addr(2))
     );
-    // Every rank leaves with rank 0's verdict and matrix (how rank 0 draws
-    // the matrix for people is tested in src/report/cluster.rs).
+    // Every rank leaves with rank 0's verdict and findings, and the row
+    // and column of the matrix that are its own node's (rank 0 keeps the
+    // whole; how it draws it for people is tested in src/report/cluster.rs).
+    let names = c["reachability"]["nodes"].as_array().unwrap();
     for o in &out[1..] {
-        let r = o.json();
-        assert_eq!(r["cluster"]["verdict"], "not_ready", "{}", o.label);
+        let r = &o.json()["cluster"];
+        assert_eq!(r["verdict"], "not_ready", "{}", o.label);
         assert_eq!(
-            r["cluster"]["reachability"], c["reachability"],
+            r["reachability"]["findings"], c["reachability"]["findings"],
             "{}",
             o.label
         );
+        let own = names
+            .iter()
+            .position(|n| *n == r["nodes"][0]["name"])
+            .unwrap();
+        let mine: Vec<&serde_json::Value> = probes
+            .iter()
+            .filter(|p| p["from"] == own || p["to"] == own)
+            .collect();
+        let got: Vec<&serde_json::Value> =
+            r["reachability"]["probes"].as_array().unwrap().iter().collect();
+        assert_eq!(got, mine, "{}", o.label);
     }
 }
 
