@@ -473,8 +473,11 @@ fn a_host_whose_firewall_rejects_the_probe_port_is_named_as_refusing() {
             .iter()
             .filter(|p| p["from"] == own || p["to"] == own)
             .collect();
-        let got: Vec<&serde_json::Value> =
-            r["reachability"]["probes"].as_array().unwrap().iter().collect();
+        let got: Vec<&serde_json::Value> = r["reachability"]["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .collect();
         assert_eq!(got, mine, "{}", o.label);
     }
 }

@@ -19,12 +19,16 @@ struct Sim {
 }
 
 fn simulate(extra: &[&str]) -> Sim {
+    simulate_in(LAYOUT, extra)
+}
+
+fn simulate_in(layout: &str, extra: &[&str]) -> Sim {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("rank0.json");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/h100-ib-healthy");
     let out = Command::new(env!("CARGO_BIN_EXE_preflight-rank-sim"))
         .args(["--preflight", env!("CARGO_BIN_EXE_preflight")])
-        .args(["--world", WORLD, "--layout", LAYOUT, "--timeout", "30s"])
+        .args(["--world", WORLD, "--layout", layout, "--timeout", "30s"])
         .arg("--root")
         .arg(&root)
         .arg("--report")
@@ -32,8 +36,8 @@ fn simulate(extra: &[&str]) -> Sim {
         .args(extra)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let report = std::fs::read_to_string(&report)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
@@ -60,9 +64,14 @@ fn two_thousand_healthy_ranks_get_one_ready_verdict() {
     assert_eq!(sim.code, 0, "{}", sim.out);
     assert!(sim.out.contains("rank 0: pid"), "{}", sim.out);
     assert!(sim.out.contains(", exit 0, verdict ready"), "{}", sim.out);
-    assert!(sim.out.contains("ranks: 2047 × ready (exit 0)"), "{}", sim.out);
     assert!(
-        sim.out.contains("ranks=2048 layout=nodes:256 nodes=256 checkin_ms="),
+        sim.out.contains("ranks: 2047 × ready (exit 0)"),
+        "{}",
+        sim.out
+    );
+    assert!(
+        sim.out
+            .contains("ranks=2048 layout=nodes:256 nodes=256 checkin_ms="),
         "{}",
         sim.out
     );
@@ -72,6 +81,25 @@ fn two_thousand_healthy_ranks_get_one_ready_verdict() {
     assert!(culprit_nodes(&sim.report).is_empty());
     // 256 nodes: the sampled matrix, every node probed and probing.
     assert_eq!(cluster["reachability"]["mode"], "ring + hypercube");
+    // Hierarchical: one connection per node (rank 0's node's ranks came
+    // through rank 0's own relay, over its local socket).
+    assert_eq!(cluster["barrier"]["connections"], 256, "{}", sim.out);
+}
+
+/// Without a known layout every rank checks in on its own connection, and
+/// the verdict is the same.
+#[test]
+fn two_thousand_ranks_without_a_layout_check_in_one_by_one() {
+    let sim = simulate_in("flat", &[]);
+    assert_eq!(sim.code, 0, "{}", sim.out);
+    assert!(
+        sim.out.contains("ranks: 2047 × ready (exit 0)"),
+        "{}",
+        sim.out
+    );
+    let cluster = &sim.report["cluster"];
+    assert_eq!(cluster["barrier"]["connections"], 2048, "{}", sim.out);
+    assert_eq!(cluster["node_count"], 256, "{}", sim.out);
 }
 
 /// A node that dies after checking in: its ranks are lost, named with
@@ -87,7 +115,8 @@ fn a_node_that_dies_after_check_in_is_named_and_every_rank_agrees() {
         sim.out
     );
     assert!(
-        sim.out.contains("ranks: 8 × no verdict: killed after check-in"),
+        sim.out
+            .contains("ranks: 8 × no verdict: killed after check-in"),
         "{}",
         sim.out
     );

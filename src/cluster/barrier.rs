@@ -142,13 +142,16 @@ impl BarrierState {
     }
 
     /// A connection closed before the verdict.
+    /// A node leader's connection carries its node's ranks: all are lost
+    /// with it.
     pub fn lose(&mut self, conn: ConnId, reason: &str) {
-        let found = self
+        let found: Vec<(u32, String)> = self
             .arrivals
             .iter()
-            .find(|(_, (c, _))| *c == conn)
-            .map(|(r, (_, ci))| (*r, ci.hostname.clone()));
-        if let Some((rank, host)) = found {
+            .filter(|(_, (c, _))| *c == conn)
+            .map(|(r, (_, ci))| (*r, ci.hostname.clone()))
+            .collect();
+        for (rank, host) in found {
             self.arrivals.remove(&rank);
             self.lost.push((rank, host, reason.to_string()));
         }
@@ -260,6 +263,12 @@ impl BarrierState {
                     world_size: c.identity.world_size,
                 })
                 .collect(),
+            connections: self
+                .arrivals
+                .values()
+                .map(|(conn, _)| *conn)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
             lost: self
                 .lost
                 .iter()

@@ -24,6 +24,7 @@ const CONNECT_LIMIT: Duration = Duration::from_secs(2);
 
 const CLOCK_SAMPLES: usize = 5;
 
+#[derive(Clone)]
 pub struct ClientConfig {
     pub master_addr: String,
     pub master_port: u16,
@@ -195,8 +196,23 @@ pub async fn await_verdict<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     deadline: Instant,
 ) -> Result<(ClusterReport, Instant), String> {
+    let (mut rd, wr) = tokio::io::split(stream);
+    await_verdict_on(&mut rd, &tokio::sync::Mutex::new(wr), deadline).await
+}
+
+/// `await_verdict` over a connection split in two: a node leader's writer
+/// is shared with the tasks that relay its node's check-ins.
+pub async fn await_verdict_on<R, W>(
+    rd: &mut R,
+    wr: &tokio::sync::Mutex<W>,
+    deadline: Instant,
+) -> Result<(ClusterReport, Instant), String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     loop {
-        match protocol::read(stream, deadline).await {
+        match protocol::read(rd, deadline).await {
             Ok(Msg::Verdict { report, left_ms }) => {
                 return Ok((*report, Instant::now() + Duration::from_millis(left_ms)));
             }
@@ -207,9 +223,13 @@ pub async fn await_verdict<S: AsyncRead + AsyncWrite + Unpin>(
             }) => {
                 let timeout = Duration::from_millis(timeout_ms.clamp(50, 5000));
                 let results = reachability::probe_all(node, &targets, timeout).await;
-                protocol::write(stream, &Msg::ProbeResults { results }, deadline)
-                    .await
-                    .map_err(|e| format!("cannot send the probe results to the master: {e}"))?;
+                protocol::write(
+                    &mut *wr.lock().await,
+                    &Msg::ProbeResults { results },
+                    deadline,
+                )
+                .await
+                .map_err(|e| format!("cannot send the probe results to the master: {e}"))?;
             }
             Ok(Msg::Rejected { reason }) => {
                 return Err(format!("the master rejected this rank: {reason}"));

@@ -17,6 +17,7 @@ pub mod checkin;
 pub mod client;
 pub mod hostlist;
 pub mod identity;
+pub mod leader;
 pub mod protocol;
 pub mod reachability;
 pub mod sealed;
@@ -49,6 +50,9 @@ pub struct RankInput {
     /// When this process started: the barrier's deadline counts from here.
     pub started: Instant,
     pub token: Token,
+    /// Whether the collective stage may follow: a rank checked in by its
+    /// node's leader then opens its own connection to rank 0's store.
+    pub collective: bool,
 }
 
 /// The test hook's clock offset, bounded to a day either way so that no
@@ -289,8 +293,8 @@ impl Link {
             .await
             .map_err(|e| format!("rank 0's list of hosts: {e}"))?
             .ok_or("rank 0 published no list of hosts")?;
-        let hosts: Vec<String> = serde_json::from_str(&text)
-            .map_err(|e| format!("rank 0's list of hosts: {e}"))?;
+        let hosts: Vec<String> =
+            serde_json::from_str(&text).map_err(|e| format!("rank 0's list of hosts: {e}"))?;
         if hosts.len() != report.world_size as usize {
             return Err(format!(
                 "rank 0's list of hosts names {} ranks, not {}",
@@ -359,21 +363,114 @@ pub async fn rank_stage(input: RankInput, server: Server) -> (ClusterReport, Opt
         timeout: input.timeout,
         clock_offset_ms: offset,
     };
-    let result = session(&cfg, &input).await;
+    let result = if leader::hierarchical(id) && id.local_rank > 0 {
+        // Through the node's leader; straight to rank 0 where the leader
+        // does not answer in time (it died, or never started).
+        let wait = (input.timeout / 10).clamp(Duration::from_secs(1), Duration::from_secs(5));
+        let until = (Instant::now() + wait).min(deadline);
+        match leader::connect(&token, id, until).await {
+            Some(ch) => follower_session(&cfg, &input, ch).await,
+            None => session(&cfg, &input, None).await.map(|(r, l)| (r, Some(l))),
+        }
+    } else {
+        // A leader that cannot bind its socket (another process holds the
+        // name) still checks in; its node's ranks then come on their own.
+        let relay = leader::hierarchical(id)
+            .then(|| leader::listen(&token, id).ok())
+            .flatten();
+        session(&cfg, &input, relay)
+            .await
+            .map(|(r, l)| (r, Some(l)))
+    };
     if let Some(server) = server {
         // Rank 0's own verdict may arrive before the others' are written:
         // stay until the server has sent them all.
         let _ = tokio::time::timeout_at(cfg.verdict_deadline, server).await;
     }
     match result {
-        Ok((report, link)) => (report, Some(link)),
+        Ok((report, link)) => (report, link),
         Err(message) => (failure(id.world_size, master, &token, message), None),
     }
 }
 
+/// What a rank reports of its node besides its checklist: gathered off the
+/// runtime, 3 s at most (a resolver can hang).
+struct Gathered {
+    hostname_addrs: Vec<String>,
+    interface: Option<String>,
+    versions: std::collections::BTreeMap<String, String>,
+    devices: crate::result::cluster::Devices,
+    env: std::collections::BTreeMap<String, String>,
+    hostname: String,
+}
+
+async fn gather(facts: &Arc<Facts>, local_ip: &str) -> Result<Gathered, String> {
+    let facts = Arc::clone(facts);
+    let ip = local_ip.to_string();
+    let gathered = tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio::task::spawn_blocking(move || {
+            let hostname = facts.hostname().to_string();
+            let names = facts.env_vars().keys().cloned().collect::<Vec<_>>();
+            Gathered {
+                hostname_addrs: checkin::resolve_hostname(&facts, &hostname),
+                interface: if ip.is_empty() {
+                    None
+                } else {
+                    checkin::interface_of(&facts, &ip)
+                },
+                versions: checkin::versions(&facts),
+                devices: checkin::devices(&facts),
+                env: checkin::launch_env(&facts, names.into_iter()),
+                hostname,
+            }
+        }),
+    )
+    .await;
+    match gathered {
+        Ok(Ok(g)) => Ok(g),
+        _ => Err("gathering this node's versions and addresses took longer than 3 s".into()),
+    }
+}
+
+fn make_checkin(
+    input: &RankInput,
+    g: Gathered,
+    addr: String,
+    clock: Option<crate::result::cluster::Clock>,
+    probe: (Option<String>, Option<String>),
+) -> checkin::CheckIn {
+    let facts = &input.facts;
+    checkin::CheckIn {
+        identity: input.identity.clone(),
+        hostname: g.hostname,
+        addr,
+        pid: std::process::id(),
+        tool_version: facts
+            .env(checkin::TEST_VERSION)
+            .unwrap_or(crate::result::report::TOOL.version)
+            .to_string(),
+        checklist_hash: input.checklist_hash.clone(),
+        local_verdict: input.local_verdict.name().to_string(),
+        failed: checkin::failed_checks(&input.local),
+        versions: g.versions,
+        env: g.env,
+        devices: g.devices,
+        clock,
+        hostname_addrs: g.hostname_addrs,
+        probe_addr: probe.0,
+        probe_error: probe.1,
+        interface: g.interface,
+        seen_from: None,
+    }
+}
+
+/// Checks in with rank 0 on its own connection; a node leader (`relay`)
+/// also relays its node's ranks' check-ins and hands them the verdict.
 async fn session(
     cfg: &client::ClientConfig,
     input: &RankInput,
+    relay: Option<tokio::net::UnixListener>,
 ) -> Result<(ClusterReport, Link), String> {
     let mut stream = client::connect(cfg).await?;
     let local_ip = stream
@@ -397,52 +494,16 @@ async fn session(
 
     let clock_deadline = (Instant::now() + Duration::from_secs(2)).min(cfg.deadline);
     let clock = client::sample_clock(&mut stream, cfg.clock_offset_ms, clock_deadline).await;
-
-    let facts = Arc::clone(&input.facts);
-    let ip = local_ip.clone();
-    let gathered = tokio::time::timeout(
-        Duration::from_secs(3),
-        tokio::task::spawn_blocking(move || {
-            let hostname = facts.hostname().to_string();
-            let names = facts.env_vars().keys().cloned().collect::<Vec<_>>();
-            (
-                checkin::resolve_hostname(&facts, &hostname),
-                checkin::interface_of(&facts, &ip),
-                checkin::versions(&facts),
-                checkin::devices(&facts),
-                checkin::launch_env(&facts, names.into_iter()),
-                hostname,
-            )
-        }),
-    )
-    .await;
-    let Ok(Ok((hostname_addrs, interface, versions, devices, env, hostname))) = gathered else {
-        return Err("gathering this node's versions and addresses took longer than 3 s".into());
-    };
-    let facts = &input.facts;
-    let link_ip = local_ip.clone();
-    let checkin = checkin::CheckIn {
-        identity: input.identity.clone(),
-        hostname,
-        addr: local_ip,
-        pid: std::process::id(),
-        tool_version: facts
-            .env(checkin::TEST_VERSION)
-            .unwrap_or(crate::result::report::TOOL.version)
-            .to_string(),
-        checklist_hash: input.checklist_hash.clone(),
-        local_verdict: input.local_verdict.name().to_string(),
-        failed: checkin::failed_checks(&input.local),
-        versions,
-        env,
-        devices,
+    let g = gather(&input.facts, &local_ip).await?;
+    let stamp = leader::Stamp {
+        hostname: g.hostname.clone(),
+        addr: local_ip.clone(),
+        interface: g.interface.clone(),
         clock,
-        hostname_addrs,
-        probe_addr,
-        probe_error,
-        interface,
-        seen_from: None,
+        node_rank: input.identity.node_rank,
+        local_world_size: input.identity.local_world_size,
     };
+    let checkin = make_checkin(input, g, local_ip.clone(), clock, (probe_addr, probe_error));
     protocol::write(
         &mut stream,
         &protocol::Msg::CheckIn(Box::new(checkin)),
@@ -450,14 +511,93 @@ async fn session(
     )
     .await
     .map_err(|e| format!("cannot check in with the master: {e}"))?;
-    let (report, until) = client::await_verdict(&mut stream, cfg.verdict_deadline).await?;
+    let (mut rd, wr) = tokio::io::split(stream);
+    let wr = Arc::new(tokio::sync::Mutex::new(wr));
+    let relay = relay
+        .map(|l| leader::Relay::start(l, cfg.token.clone(), stamp, Arc::clone(&wr), cfg.deadline));
+    let verdict = client::await_verdict_on(&mut rd, &wr, cfg.verdict_deadline).await;
+    if let (Some(relay), Ok((report, until))) = (relay, &verdict) {
+        let left = until.saturating_duration_since(Instant::now()).as_millis() as u64;
+        relay.finish(report, left).await;
+    }
+    let (report, until) = verdict?;
+    let wr = Arc::try_unwrap(wr)
+        .map_err(|_| "the node's relay still holds the connection to rank 0".to_string())?
+        .into_inner();
     Ok((
         report,
         Link {
-            stream,
-            local_ip: link_ip,
+            stream: rd.unsplit(wr),
+            local_ip,
             until,
         },
+    ))
+}
+
+/// A rank whose node leader checks it in: its check-in goes to the leader,
+/// the verdict comes from it. For the collective stage it then opens its
+/// own connection to rank 0 and takes over its store keys (`Attach`).
+async fn follower_session(
+    cfg: &client::ClientConfig,
+    input: &RankInput,
+    mut ch: sealed::Sealed<tokio::net::UnixStream>,
+) -> Result<(ClusterReport, Option<Link>), String> {
+    let g = gather(&input.facts, "").await?;
+    // The leader stamps its node's address, interface and clock sample.
+    let checkin = make_checkin(input, g, String::new(), None, (None, None));
+    let rank = input.identity.rank;
+    protocol::write(
+        &mut ch,
+        &protocol::Msg::CheckIn(Box::new(checkin)),
+        cfg.verdict_deadline,
+    )
+    .await
+    .map_err(|e| format!("cannot check in with this node's leader (local rank 0): {e}"))?;
+    let (report, until) = client::await_verdict(&mut ch, cfg.verdict_deadline)
+        .await
+        .map_err(|e| {
+            format!(
+                "this node's leader (local rank 0), which checks its ranks in with rank 0, failed: {}",
+                e.replace("the master", "the leader")
+            )
+        })?;
+    if !(input.collective && report.barrier.complete) {
+        return Ok((report, None));
+    }
+    let attach = client::ClientConfig {
+        deadline: (Instant::now() + Duration::from_secs(10)).min(until),
+        ..cfg.clone()
+    };
+    let mut stream = client::connect(&attach).await?;
+    let deadline = attach.deadline;
+    protocol::write(&mut stream, &protocol::Msg::Attach { rank }, deadline)
+        .await
+        .map_err(|e| format!("cannot attach to rank 0 for the collective stage: {e}"))?;
+    match protocol::read(&mut stream, deadline).await {
+        Ok(protocol::Msg::StoreValue { .. }) => {}
+        Ok(protocol::Msg::Rejected { reason }) => {
+            return Err(format!(
+                "rank 0 refused this rank's store connection: {reason}"
+            ));
+        }
+        other => {
+            return Err(format!(
+                "rank 0 did not answer this rank's store connection: {other:?}"
+            ));
+        }
+    }
+    let local_ip = stream
+        .get_ref()
+        .local_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
+    Ok((
+        report,
+        Some(Link {
+            stream,
+            local_ip,
+            until,
+        }),
     ))
 }
 

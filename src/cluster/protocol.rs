@@ -82,6 +82,11 @@ pub enum Msg {
         key: String,
         value: Option<String>,
     },
+    /// A rank whose node leader checked it in, on its own connection after
+    /// the verdict: it takes over its store keys for the collective stage.
+    Attach {
+        rank: u32,
+    },
     /// The barrier's verdict, and the milliseconds left then until rank 0's
     /// `--timeout` deadline: the run's deadline every rank holds the
     /// collective stage to (each counts from the moment it reads this).

@@ -66,6 +66,12 @@ struct Shared {
     /// Connections that may authenticate at once: in all, and from one
     /// address (`pending_limits`).
     pending: (usize, usize),
+    /// The most check-ins one connection may carry: a node leader's, for
+    /// the ranks of its node (1 where the layout is not known).
+    per_conn: usize,
+    /// Ranks a node leader checked in (not the first on its connection)
+    /// that have not attached on their own connection yet.
+    relayed: std::sync::Mutex<std::collections::HashSet<u32>>,
 }
 
 /// One authenticated connection, counted while it lives.
@@ -84,23 +90,40 @@ fn may_write(shared: &Shared, conn: ConnId, rank: Option<u32>, key: &str) -> Res
     let Some(rank) = rank else {
         return Err("store: this connection has not checked in, and may not write".into());
     };
+    // The key's rank must be one this connection checked in (or attached)
+    // as, first: a node leader's connection writes for its node's ranks
+    // until they attach on their own.
+    let owner = super::store::owner(key);
     let first = shared
         .owners
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .get(&rank)
+        .get(&owner)
         .copied();
-    if first != Some(conn) {
-        return Err(format!(
+    match first {
+        Some(c) if c == conn => Ok(()),
+        _ if owner == rank => Err(format!(
             "store: another process checked in as rank {rank} first; this one may not write"
-        ));
-    }
-    let owner = super::store::owner(key);
-    if owner != rank {
-        return Err(format!(
+        )),
+        _ => Err(format!(
             "store: `{key}` is rank {owner}'s to write, and this connection is rank {rank}'s"
+        )),
+    }
+}
+
+/// A rank that its node leader checked in takes its store keys over on its
+/// own connection, once; a rank that checked in itself, or one attached
+/// already, is refused.
+fn attach(shared: &Shared, conn: ConnId, rank: u32) -> Result<(), String> {
+    let mut owners = shared.owners.lock().unwrap_or_else(|e| e.into_inner());
+    let mut relayed = shared.relayed.lock().unwrap_or_else(|e| e.into_inner());
+    // Taken out of `relayed` on success: a rank attaches once.
+    if !relayed.remove(&rank) {
+        return Err(format!(
+            "store: rank {rank} was not checked in by its node's leader, or has attached already"
         ));
     }
+    owners.insert(rank, conn);
     Ok(())
 }
 
@@ -273,6 +296,8 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         open: std::sync::atomic::AtomicUsize::new(0),
         max_open: 2 * cfg.world_size as usize + 64,
         pending: limits,
+        per_conn: (per_node as usize).max(1),
+        relayed: Default::default(),
     });
     let accept = tokio::spawn(accept_loop(
         listener,
@@ -398,7 +423,10 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     // Rank 0 gets the whole report; every other rank the verdict cut to
     // what it needs (`for_rank`), the same for every rank of one node, so
     // rank 0 sends O(N) bytes in all, not O(N) to each of N ranks.
-    let rank_of: HashMap<ConnId, u32> = state
+    // A node leader's connection carries several ranks: the lowest names
+    // it (rank 0's own node's leader is rank 0).
+    let mut rank_of: HashMap<ConnId, u32> = HashMap::new();
+    for (conn, rank) in state
         .arrivals
         .iter()
         .map(|(rank, (conn, _))| (*conn, *rank))
@@ -409,7 +437,10 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
                 .chain(&state.out_of_range)
                 .map(|(conn, c)| (*conn, c.identity.rank)),
         )
-        .collect();
+    {
+        let r = rank_of.entry(conn).or_insert(rank);
+        *r = (*r).min(rank);
+    }
     let node_of = report.node_of_rank();
     // Which host each rank is on, for the collective stage's messages:
     // O(N), so fetched from the store by the ranks that run that stage,
@@ -691,7 +722,11 @@ async fn connection(
     let (mut rd, wr) = tokio::io::split(stream);
     let writer: Writer = Arc::new(Mutex::new(wr));
     let mut checked_in = false;
+    // The first rank checked in on this connection, how many were, and
+    // the node (hostname, address) they are on.
     let mut rank: Option<u32> = None;
+    let mut checkins = 0usize;
+    let mut node: Option<(String, String)> = None;
     // One store get in flight per connection: a peer cannot pile up
     // waiting tasks.
     let getting = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -725,22 +760,53 @@ async fn connection(
                     return;
                 }
             }
-            Msg::CheckIn(c) if !checked_in => {
+            Msg::CheckIn(c) if checkins < shared.per_conn && (checkins > 0 || rank.is_none()) => {
+                // A node leader relays its node's ranks on its own
+                // connection: every one of them on the first one's node.
+                let c = c.bounded();
+                if let Some((host, addr)) = &node
+                    && (c.hostname != *host || c.addr != *addr)
+                {
+                    continue;
+                }
+                node.get_or_insert_with(|| (c.hostname.clone(), c.addr.clone()));
+                checkins += 1;
                 checked_in = true;
-                rank = Some(c.identity.rank);
-                shared
-                    .owners
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(c.identity.rank)
-                    .or_insert(conn);
-                let mut c = c.bounded();
+                let first = *rank.get_or_insert(c.identity.rank);
+                let mut owners = shared.owners.lock().unwrap_or_else(|e| e.into_inner());
+                if !owners.contains_key(&c.identity.rank) {
+                    owners.insert(c.identity.rank, conn);
+                    if c.identity.rank != first {
+                        shared
+                            .relayed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(c.identity.rank);
+                    }
+                }
+                drop(owners);
+                let mut c = c;
                 c.seen_from = Some(peer.clone());
                 let _ = tx.send(Event::Arrived {
                     conn,
                     checkin: Box::new(c),
                     writer: Arc::clone(&writer),
                 });
+            }
+            Msg::Attach { rank: r } if !checked_in => {
+                let reply = match attach(&shared, conn, r) {
+                    Ok(()) => {
+                        checked_in = true;
+                        rank = Some(r);
+                        Msg::StoreValue {
+                            key: "attach".into(),
+                            value: None,
+                        }
+                    }
+                    Err(reason) => Msg::Rejected { reason },
+                };
+                let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
+                let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
             }
             Msg::ProbeResults { mut results } => {
                 // A node probes a few dozen peers at most (all pairs up to

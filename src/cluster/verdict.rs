@@ -315,7 +315,10 @@ fn culprits(
 /// they checked in from, though it is no longer among the nodes.
 fn blame_lost(culprits: &mut Vec<Culprit>, lost: &[crate::result::cluster::Lost]) {
     for l in lost {
-        let reason = format!("cluster.barrier: rank {} went away after checking in ({})", l.rank, l.reason);
+        let reason = format!(
+            "cluster.barrier: rank {} went away after checking in ({})",
+            l.rank, l.reason
+        );
         match culprits.iter_mut().find(|c| c.node == l.node) {
             Some(c) => {
                 c.ranks.push(l.rank);

@@ -31,6 +31,7 @@ use crate::cluster::auth::Token;
 use crate::cluster::checkin::{self, CheckIn};
 use crate::cluster::client;
 use crate::cluster::identity::Identity;
+use crate::cluster::leader;
 use crate::cluster::protocol::{self, Msg};
 use crate::cluster::reachability;
 use crate::facts::Facts;
@@ -61,8 +62,9 @@ struct Args {
     /// Rank 0's --timeout.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     timeout: Duration,
-    /// Fault: the ranks of this node (1 or more) close their connections
-    /// right after checking in, as a node that dies would.
+    /// Fault: this node (1 or more) dies right after checking in: its
+    /// leader's connection (its ranks' connections in the flat layout)
+    /// closes.
     #[arg(long, value_name = "NODE")]
     kill_node: Option<u32>,
     /// Fault: a second process claims this rank.
@@ -156,10 +158,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
@@ -256,18 +255,38 @@ impl Job {
     }
 }
 
-async fn rank(job: Arc<Job>, rank: u32) -> Outcome {
+impl Job {
+    fn client(&self) -> client::ClientConfig {
+        client::ClientConfig {
+            master_addr: self.master.ip().to_string(),
+            master_port: self.master.port(),
+            token: self.token.clone(),
+            deadline: self.deadline,
+            verdict_deadline: self.deadline + Duration::from_secs(3),
+            timeout: self.timeout,
+            clock_offset_ms: 0,
+        }
+    }
+
+    /// The ranks a connection from `node` checks in: one in the flat
+    /// layout (or for a stray second claimant); all of the node's in the
+    /// `nodes:K` layout, where the connection is the node leader's.
+    fn ranks_of(&self, node: u32) -> Vec<u32> {
+        let first = node * self.per_node;
+        (first..(first + self.per_node).min(self.world)).collect()
+    }
+}
+
+/// One connection to rank 0 from `node`, checking in `ranks` (a rank on
+/// its own, or a node leader with its node's ranks), then the verdict:
+/// one outcome per rank.
+async fn connection(job: Arc<Job>, node: u32, ranks: Vec<u32>) -> Vec<Outcome> {
     let mut out = Outcome::default();
-    let node = job.node_of(rank);
-    let cfg = client::ClientConfig {
-        master_addr: job.master.ip().to_string(),
-        master_port: job.master.port(),
-        token: job.token.clone(),
-        deadline: job.deadline,
-        verdict_deadline: job.deadline + Duration::from_secs(3),
-        timeout: job.timeout,
-        clock_offset_ms: 0,
+    let fail = |mut out: Outcome, e: String| {
+        out.error = Some(e);
+        vec![out; ranks.len()]
     };
+    let cfg = job.client();
     let received = Arc::clone(&job.received);
     let local = Some(IpAddr::V4(node_ip(node)));
     let wrap = move |inner| Counted {
@@ -276,26 +295,53 @@ async fn rank(job: Arc<Job>, rank: u32) -> Outcome {
     };
     let mut ch = match client::connect_via(&cfg, local, wrap).await {
         Ok(ch) => ch,
-        Err(e) => {
-            out.error = Some(e);
-            return out;
-        }
+        Err(e) => return fail(out, e),
     };
     out.connected_ms = Some(ms(job.t0));
     let clock = client::sample_clock(&mut ch, 0, job.deadline).await;
-    let msg = Msg::CheckIn(Box::new(job.checkin(rank, clock)));
-    if let Err(e) = protocol::write(&mut ch, &msg, job.deadline).await {
-        out.error = Some(format!("check-in: {e}"));
-        return out;
+    for r in &ranks {
+        let msg = Msg::CheckIn(Box::new(job.checkin(*r, clock)));
+        if let Err(e) = protocol::write(&mut ch, &msg, job.deadline).await {
+            return fail(out, format!("check-in: {e}"));
+        }
     }
     out.checked_in_ms = Some(ms(job.t0));
     if job.kill_node == Some(node) {
-        // The node dies: its connections close after the check-in.
+        // The node (its leader, or every rank of it) dies after checking
+        // in: the connection closes.
         drop(ch);
-        out.error = Some("killed after check-in".into());
-        return out;
+        return fail(out, "killed after check-in".into());
     }
     match client::await_verdict(&mut ch, cfg.verdict_deadline).await {
+        Ok((report, _)) => {
+            out.verdict_ms = Some(ms(job.t0));
+            out.verdict = Some((report.verdict.name().to_string(), report.exit_code));
+            vec![out; ranks.len()]
+        }
+        Err(e) => fail(out, e),
+    }
+}
+
+/// A rank of rank 0's own node in the `nodes:K` layout: it checks in
+/// through rank 0's process, its node's leader, over the real local
+/// socket, as a real local rank does.
+async fn follower(job: Arc<Job>, rank: u32) -> Outcome {
+    let mut out = Outcome::default();
+    let until = Instant::now() + Duration::from_secs(5);
+    let Some(mut ch) = leader::connect(&job.token, &job.identity(rank), until).await else {
+        out.error = Some("rank 0's node leader socket did not answer".into());
+        return out;
+    };
+    out.connected_ms = Some(ms(job.t0));
+    let mut c = job.checkin(rank, None);
+    c.addr = String::new();
+    c.probe_addr = None;
+    if let Err(e) = protocol::write(&mut ch, &Msg::CheckIn(Box::new(c)), job.deadline).await {
+        out.error = Some(format!("check-in with the leader: {e}"));
+        return out;
+    }
+    out.checked_in_ms = Some(ms(job.t0));
+    match client::await_verdict(&mut ch, job.deadline + Duration::from_secs(3)).await {
         Ok((report, _)) => {
             out.verdict_ms = Some(ms(job.t0));
             out.verdict = Some((report.verdict.name().to_string(), report.exit_code));
@@ -351,7 +397,9 @@ fn checklist_hash(root: &std::path::Path) -> Result<String, String> {
 }
 
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// The tool's entry point; its exit code is 0 when every simulated rank
@@ -474,15 +522,28 @@ async fn simulate(args: Args) -> Result<i32, String> {
         t0: started,
     });
     let mut tasks = tokio::task::JoinSet::new();
-    for r in 1..args.world {
-        tasks.spawn(rank(Arc::clone(&job), r));
+    match args.layout {
+        Layout::Flat => {
+            for r in 1..args.world {
+                tasks.spawn(connection(Arc::clone(&job), job.node_of(r), vec![r]));
+            }
+        }
+        Layout::Nodes(_) => {
+            for r in job.ranks_of(0).into_iter().skip(1) {
+                let job = Arc::clone(&job);
+                tasks.spawn(async move { vec![follower(job, r).await] });
+            }
+            for node in 1..nodes {
+                tasks.spawn(connection(Arc::clone(&job), node, job.ranks_of(node)));
+            }
+        }
     }
     if let Some(r) = args.duplicate {
-        tasks.spawn(rank(Arc::clone(&job), r));
+        tasks.spawn(connection(Arc::clone(&job), job.node_of(r), vec![r]));
     }
     let mut outcomes = Vec::new();
     while let Some(o) = tasks.join_next().await {
-        outcomes.push(o.unwrap_or_default());
+        outcomes.extend(o.unwrap_or_default());
     }
     let status = tokio::time::timeout(args.timeout + Duration::from_secs(10), rank0.wait())
         .await
@@ -501,7 +562,16 @@ async fn simulate(args: Args) -> Result<i32, String> {
     if args.report.is_none() {
         let _ = std::fs::remove_file(&report_path);
     }
-    Ok(summarize(&args, &job, &outcomes, status.code(), rank0_pid, &rank0_report, rss_mb, nodes))
+    Ok(summarize(
+        &args,
+        &job,
+        &outcomes,
+        status.code(),
+        rank0_pid,
+        &rank0_report,
+        rss_mb,
+        nodes,
+    ))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -342,6 +342,7 @@ fn cluster_stage(
         timeout: args.timeout.0,
         started: process_start,
         token: plan.token.clone(),
+        collective: plan.coll.mode != coll::Mode::Off,
     };
     let (report, link) = runtime.block_on(cluster::rank_stage(input, server));
     // Only when every rank is here and agrees on the world: all ranks see
@@ -372,7 +373,9 @@ fn collective_stage(
     let hosts = match runtime.block_on(link.hosts(report)) {
         Ok(h) => h,
         Err(e) => {
-            report.warnings.push(format!("{e}: ranks are named without their hosts"));
+            report
+                .warnings
+                .push(format!("{e}: ranks are named without their hosts"));
             vec![String::new(); report.world_size as usize]
         }
     };

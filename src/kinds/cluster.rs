@@ -352,7 +352,10 @@ impl ClusterProbe for ClockSame {
                 .expected(expected)
                 .blame(blamed)
         } else if !unmeasured.is_empty() {
-            Finding::error(format!("no clock sample from {}", listed(&unmeasured, ", ", LISTED)))
+            Finding::error(format!(
+                "no clock sample from {}",
+                listed(&unmeasured, ", ", LISTED)
+            ))
         } else {
             Finding::pass(format!("largest offset {worst:.1} ms"))
                 .measured(format!("{worst:.1} ms"))

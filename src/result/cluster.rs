@@ -97,6 +97,10 @@ pub struct Barrier {
     pub out_of_range: Vec<Mismatch>,
     /// Ranks that checked in and then went away before the verdict.
     pub lost: Vec<Lost>,
+    /// The connections the ranks checked in on: one per node where node
+    /// leaders checked their nodes in, one per rank otherwise.
+    #[serde(default)]
+    pub connections: usize,
     /// Source addresses of clients of another job (another token) that
     /// knocked on our port, with how often when more than once; at most 32.
     pub other_job_clients: Vec<String>,
@@ -189,6 +193,7 @@ impl ClusterReport {
             world_size_mismatch: cut(&b.world_size_mismatch),
             out_of_range: cut(&b.out_of_range),
             lost: cut(&b.lost),
+            connections: b.connections,
             other_job_clients: cut(&b.other_job_clients),
             other_job_total: b.other_job_total,
             dropped: cut(&b.dropped),
@@ -369,8 +374,16 @@ mod tests {
         let (a, b) = (own(&small, 9), own(&large, 9));
         // The node names' width and the rank numbers differ by a few
         // bytes; the lists do not.
-        assert!(bytes(&b) < bytes(&a) + 256, "{} vs {}", bytes(&a), bytes(&b));
-        assert!(bytes(&large) > 100 * bytes(&b), "the whole report stays on rank 0");
+        assert!(
+            bytes(&b) < bytes(&a) + 256,
+            "{} vs {}",
+            bytes(&a),
+            bytes(&b)
+        );
+        assert!(
+            bytes(&large) > 100 * bytes(&b),
+            "the whole report stays on rank 0"
+        );
         // What it keeps: the verdict, the counts, its own node, its
         // probes, a pointer to the rest.
         assert_eq!(b.verdict, Verdict::NotReady);
@@ -382,11 +395,18 @@ mod tests {
         assert_eq!(b.barrier.missing.len(), PER_RANK_LIST);
         assert_eq!(b.culprits.len(), PER_RANK_LIST);
         assert!(
-            b.warnings.iter().any(|w| w == "4064 more culprit node(s) in rank 0's report"),
+            b.warnings
+                .iter()
+                .any(|w| w == "4064 more culprit node(s) in rank 0's report"),
             "{:?}",
             b.warnings
         );
-        assert!(b.reachability.probes.iter().all(|p| p.from == 1 || p.to == 1));
+        assert!(
+            b.reachability
+                .probes
+                .iter()
+                .all(|p| p.from == 1 || p.to == 1)
+        );
         assert_eq!(b.reachability.probes.len(), 4);
         assert!(b.full_report.as_deref().unwrap().contains("10.0.0.1:29500"));
         // A rank the barrier did not place gets the verdict without a node.

@@ -1,0 +1,228 @@
+//! Hierarchical check-in: where the node layout is known (LOCAL_RANK and
+//! LOCAL_WORLD_SIZE, Slurm's per-node tasks), a node's ranks check in
+//! through its leader (local rank 0) over a local socket, and only the
+//! leaders talk to rank 0: rank 0 holds one connection per node, not per
+//! rank, and sends one verdict per node, which the leader hands on.
+//!
+//! The local socket is an abstract Unix socket, named by the job token's
+//! fingerprint, the rendezvous port and the node's index: nothing on disk
+//! to clean up, private to the host's network namespace, and a rank still
+//! proves the job token on it as it would to rank 0. A rank that cannot
+//! reach its leader in time (the leader died, or never started) checks in
+//! with rank 0 directly, so rank 0 names the leader missing and not its
+//! whole node. A leader that dies after checking its node in takes the
+//! connection down with it: rank 0 names every rank it carried as lost,
+//! with their host, and the ranks waiting on it say that their leader went
+//! away.
+
+use std::os::linux::net::SocketAddrExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncWrite, WriteHalf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Mutex;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::auth::{self, HANDSHAKE_LIMIT, Token};
+use super::checkin::CheckIn;
+use super::identity::Identity;
+use super::protocol::{self, MAX_RANK_FRAME, Msg};
+use super::sealed::Sealed;
+use crate::result::cluster::{Clock, ClusterReport};
+
+/// Whether this rank's node checks in through a leader: its layout is
+/// known and holds more than one rank. Node mode's agent starts its ranks
+/// itself, and they check in on their own.
+pub fn hierarchical(id: &Identity) -> bool {
+    id.local_world_size > 1 && id.local_rank < id.local_world_size && id.source != "node"
+}
+
+/// The leader's socket, in the abstract namespace: the same name on every
+/// rank of one node of one job, another for another job or node.
+fn name(token: &Token, id: &Identity) -> String {
+    format!(
+        "preflight-leader/{}/{}/{}",
+        token.fingerprint(),
+        id.master_port,
+        id.node_rank
+    )
+}
+
+/// The leader's listener, bound as early as the process can, so that its
+/// node's ranks find it rather than falling back to rank 0.
+pub fn listen(token: &Token, id: &Identity) -> Result<UnixListener, String> {
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name(token, id).as_bytes())
+        .map_err(|e| e.to_string())?;
+    let std = std::os::unix::net::UnixListener::bind_addr(&addr)
+        .map_err(|e| format!("the node leader's socket @{}: {e}", name(token, id)))?;
+    std.set_nonblocking(true).map_err(|e| e.to_string())?;
+    UnixListener::from_std(std).map_err(|e| e.to_string())
+}
+
+/// A local rank's connection to its leader, authenticated; `None` when the
+/// leader did not answer by `until`.
+pub async fn connect(token: &Token, id: &Identity, until: Instant) -> Option<Sealed<UnixStream>> {
+    let addr =
+        std::os::unix::net::SocketAddr::from_abstract_name(name(token, id).as_bytes()).ok()?;
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        if let Ok(std) = std::os::unix::net::UnixStream::connect_addr(&addr)
+            && std.set_nonblocking(true).is_ok()
+            && let Ok(mut stream) = UnixStream::from_std(std)
+        {
+            let deadline = (Instant::now() + HANDSHAKE_LIMIT).min(until + HANDSHAKE_LIMIT);
+            return match auth::client(&mut stream, token, deadline).await {
+                Ok(session) => Some(session.seal(stream, token, true)),
+                Err(_) => None,
+            };
+        }
+        if Instant::now() + backoff >= until {
+            return None;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// What the leader stamps on its ranks' check-ins: where the node reaches
+/// rank 0 from, and its clock against rank 0 (one sample per node).
+#[derive(Clone)]
+pub struct Stamp {
+    pub hostname: String,
+    pub addr: String,
+    pub interface: Option<String>,
+    pub clock: Option<Clock>,
+    pub node_rank: u32,
+    pub local_world_size: u32,
+}
+
+type Follower = Sealed<UnixStream>;
+
+/// The leader's side: takes its node's ranks' check-ins and relays them
+/// to rank 0 on its own connection, then hands each the verdict.
+pub struct Relay {
+    tasks: JoinSet<()>,
+    followers: Arc<Mutex<Vec<Follower>>>,
+}
+
+impl Relay {
+    /// Serves `listener` until `finish`: each local rank proves the token,
+    /// sends its check-in, which goes on to rank 0 through `upstream`.
+    pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
+        listener: UnixListener,
+        token: Token,
+        stamp: Stamp,
+        upstream: Arc<Mutex<WriteHalf<W>>>,
+        deadline: Instant,
+    ) -> Relay {
+        let followers: Arc<Mutex<Vec<Follower>>> = Arc::default();
+        let mut tasks = JoinSet::new();
+        let list = Arc::clone(&followers);
+        tasks.spawn(async move {
+            let mut each = JoinSet::new();
+            // One connection per local rank but this one.
+            let mut left = stamp.local_world_size.saturating_sub(1);
+            while left > 0 {
+                let Ok(Ok((stream, _))) =
+                    tokio::time::timeout_at(deadline, listener.accept()).await
+                else {
+                    break;
+                };
+                left -= 1;
+                each.spawn(follow(
+                    stream,
+                    token.clone(),
+                    stamp.clone(),
+                    Arc::clone(&upstream),
+                    Arc::clone(&list),
+                    deadline,
+                ));
+            }
+            while each.join_next().await.is_some() {}
+        });
+        Relay { tasks, followers }
+    }
+
+    /// Stops taking check-ins and hands each local rank the verdict, cut
+    /// to its node; returns once every relay task has ended, so that the
+    /// upstream writer is this rank's alone again.
+    pub async fn finish(mut self, report: &ClusterReport, left_ms: u64) {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        let report = if report.full_report.is_none() {
+            // Rank 0 leads its node: its ranks get what every other rank
+            // gets, not the whole report.
+            let own = report.node_of_rank().get(&0).copied();
+            report.for_rank(own)
+        } else {
+            report.clone()
+        };
+        let msg = Msg::Verdict {
+            report: Box::new(report),
+            left_ms,
+        };
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let mut followers = std::mem::take(&mut *self.followers.lock().await);
+        let mut sends = JoinSet::new();
+        for mut f in followers.drain(..) {
+            let msg = msg.clone();
+            sends.spawn(async move {
+                let _ = protocol::write(&mut f, &msg, deadline).await;
+            });
+        }
+        while sends.join_next().await.is_some() {}
+    }
+}
+
+/// One local rank: its handshake, its check-in (stamped and relayed), then
+/// it waits among the followers for the verdict.
+async fn follow<W: AsyncWrite + Unpin>(
+    mut stream: UnixStream,
+    token: Token,
+    stamp: Stamp,
+    upstream: Arc<Mutex<WriteHalf<W>>>,
+    followers: Arc<Mutex<Vec<Follower>>>,
+    deadline: Instant,
+) {
+    let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(deadline);
+    let Ok(session) = auth::server(&mut stream, &token, handshake).await else {
+        return;
+    };
+    let mut sealed = session.seal(stream, &token, false);
+    let Ok(Msg::CheckIn(c)) = protocol::read_limited(&mut sealed, deadline, MAX_RANK_FRAME).await
+    else {
+        return;
+    };
+    // Only a rank of this node: another node's rank has its own leader.
+    if c.identity.node_rank != stamp.node_rank {
+        let reason = format!(
+            "this is node {}'s leader, and rank {} says it is on node {}",
+            stamp.node_rank, c.identity.rank, c.identity.node_rank
+        );
+        let _ = protocol::write(&mut sealed, &Msg::Rejected { reason }, deadline).await;
+        return;
+    }
+    let relayed = Msg::CheckIn(Box::new(stamped(*c, &stamp)));
+    if protocol::write(&mut *upstream.lock().await, &relayed, deadline)
+        .await
+        .is_ok()
+    {
+        followers.lock().await.push(sealed);
+    }
+}
+
+/// A local rank's check-in as the leader sends it on: on the leader's node
+/// (hostname, address, interface), with the leader's clock sample.
+fn stamped(mut c: CheckIn, stamp: &Stamp) -> CheckIn {
+    c.hostname = stamp.hostname.clone();
+    c.addr = stamp.addr.clone();
+    if c.interface.is_none() {
+        c.interface = stamp.interface.clone();
+    }
+    if c.clock.is_none() {
+        c.clock = stamp.clock;
+    }
+    c
+}
