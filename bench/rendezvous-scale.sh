@@ -27,7 +27,10 @@ if ! $PY -c 'import torch' 2>/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch >/dev/null
 fi
 cargo build --release --quiet --features rank-sim --bins
-# Rank 0 and the simulator each hold a descriptor per rank, and more.
+# Rank 0 holds a descriptor per connection; the simulator one per rank,
+# per node's listener and per probe in flight (2,048 nodes probe about
+# 24,000 pairs at once): as root, up to the kernel's fs.nr_open.
+ulimit -Hn "$(cat /proc/sys/fs/nr_open)" 2>/dev/null || true
 ulimit -n "$(ulimit -Hn)"
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), open files $(ulimit -n), somaxconn $(cat /proc/sys/net/core/somaxconn)"
 echo "== preflight (rank 0 + preflight-rank-sim), $n ranks, $layout"

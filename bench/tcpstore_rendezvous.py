@@ -97,8 +97,27 @@ def clients(port, world):
         end=" ",
         flush=True,
     )
+    # Closed while the server is up: torch 1.13's clients spin on a socket
+    # whose server has gone.
+    stores.clear()
     TCPStore("127.0.0.1", port, world, False, TIMEOUT).set("finished", "1")
     return 0
+
+
+def wait_listening(srv, port):
+    """True once the server listens; False if it exited first. Its start
+    (importing torch takes seconds) is not part of the rendezvous."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if srv.poll() is not None:
+            return False
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    srv.kill()
+    return False
 
 
 def main():
@@ -106,26 +125,27 @@ def main():
     if len(sys.argv) > 2 and sys.argv[2] == "--server":
         server(int(sys.argv[3]), world)
         return 0
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    srv = subprocess.Popen([sys.executable, __file__, str(world), "--server", str(port)])
-    # The server's start (importing torch takes seconds) is not part of the
-    # rendezvous: the clients start once it listens.
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if srv.poll() is not None:
-            return 1
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    # The server binds the wildcard address, which conflicts with any
+    # local address's use of the port (the simulator's thousands of
+    # connections leave many in TIME_WAIT): a port free on the wildcard,
+    # and another try should the server still fail to bind it.
+    for _attempt in range(5):
+        s = socket.socket()
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+        s.close()
+        srv = subprocess.Popen([sys.executable, __file__, str(world), "--server", str(port)])
+        if wait_listening(srv, port):
             break
-        except OSError:
-            time.sleep(0.05)
+    else:
+        return 1
     code = clients(port, world)
     srv.wait(timeout=600)
-    return code
+    sys.stdout.flush()
+    # Not sys.exit: tearing down thousands of TCPStore clients at
+    # interpreter exit spins for minutes in torch 1.13; the figures are out.
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -33,10 +33,10 @@ use super::sealed::Sealed;
 use crate::result::cluster::{Clock, ClusterReport};
 
 /// Whether this rank's node checks in through a leader: its layout is
-/// known and holds more than one rank. Node mode's agent starts its ranks
-/// itself, and they check in on their own.
+/// known (from the launcher, Slurm, or node mode's agent, which starts its
+/// node's ranks) and holds more than one rank.
 pub fn hierarchical(id: &Identity) -> bool {
-    id.local_world_size > 1 && id.local_rank < id.local_world_size && id.source != "node"
+    id.local_world_size > 1 && id.local_rank < id.local_world_size
 }
 
 /// The leader's socket, in the abstract namespace: the same name on every

@@ -156,6 +156,9 @@ pub struct Matrix {
 /// otherwise make rank 0 send O(N) bytes to each of N ranks.
 pub const PER_RANK_LIST: usize = 32;
 
+/// The longest culprit reason a cut-down verdict carries, in bytes.
+const REASON: usize = 256;
+
 impl ClusterReport {
     /// The verdict as rank 0 sends it to `rank`: the verdict and exit code,
     /// the checks, the culprits and the barrier's findings (lists cut to
@@ -181,6 +184,18 @@ impl ClusterReport {
         for c in &mut culprits {
             c.ranks.truncate(PER_RANK_LIST * 8);
             c.reasons.truncate(PER_RANK_LIST);
+            // A reason is a check's whole message, which names up to 8
+            // nodes: the culprit's own line is what a rank acts on.
+            for r in &mut c.reasons {
+                if r.len() > REASON {
+                    let mut end = REASON;
+                    while !r.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    r.truncate(end);
+                    r.push_str("...");
+                }
+            }
         }
         let b = &self.barrier;
         let barrier = Barrier {
