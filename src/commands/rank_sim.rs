@@ -179,6 +179,8 @@ struct Job {
     timeout: Duration,
     received: Arc<AtomicU64>,
     kill_node: Option<u32>,
+    /// Simulated nodes answering their probe plan at once.
+    probing: tokio::sync::Semaphore,
     /// When the simulated ranks started connecting.
     t0: Instant,
 }
@@ -312,13 +314,48 @@ async fn connection(job: Arc<Job>, node: u32, ranks: Vec<u32>) -> Vec<Outcome> {
         drop(ch);
         return fail(out, "killed after check-in".into());
     }
-    match client::await_verdict(&mut ch, cfg.verdict_deadline).await {
-        Ok((report, _)) => {
+    match verdict(&job, &mut ch, cfg.verdict_deadline).await {
+        Ok(report) => {
             out.verdict_ms = Some(ms(job.t0));
             out.verdict = Some((report.verdict.name().to_string(), report.exit_code));
             vec![out; ranks.len()]
         }
         Err(e) => fail(out, e),
+    }
+}
+
+/// `client::await_verdict` for a simulated node: the same messages, and
+/// the probe plan answered by the same `reachability::probe_all`, but a
+/// bounded number of nodes probing at once. Every probe's two ends are in
+/// this one process, whose descriptors (20,000 here, and not raisable)
+/// would run out with 2,048 nodes probing a dozen peers each at once;
+/// real nodes each have their own.
+async fn verdict<S: AsyncRead + AsyncWrite + Unpin>(
+    job: &Job,
+    ch: &mut S,
+    deadline: Instant,
+) -> Result<crate::result::cluster::ClusterReport, String> {
+    loop {
+        match protocol::read(ch, deadline).await {
+            Ok(Msg::Verdict { report, .. }) => return Ok(*report),
+            Ok(Msg::ProbePlan {
+                node,
+                targets,
+                timeout_ms,
+            }) => {
+                let results = {
+                    let _permit = job.probing.acquire().await;
+                    let timeout = Duration::from_millis(timeout_ms.clamp(50, 5000));
+                    reachability::probe_all(node, &targets, timeout).await
+                };
+                protocol::write(ch, &Msg::ProbeResults { results }, deadline)
+                    .await
+                    .map_err(|e| format!("probe results: {e}"))?;
+            }
+            Ok(Msg::Rejected { reason }) => return Err(format!("rejected: {reason}")),
+            Ok(_) => {}
+            Err(e) => return Err(format!("no verdict: {e}")),
+        }
     }
 }
 
@@ -365,6 +402,10 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
+
+/// Simulated nodes probing at once: with a dozen probes each, both ends
+/// in this process, a few thousand descriptors.
+const PROBING: usize = 128;
 
 /// What rank 0 runs: the shipped cluster checks (the comparisons, the
 /// reachability matrix, the barrier), no node checklist, no collectives.
@@ -519,6 +560,7 @@ async fn simulate(args: Args) -> Result<i32, String> {
         timeout: args.timeout,
         received: Arc::new(AtomicU64::new(0)),
         kill_node: args.kill_node,
+        probing: tokio::sync::Semaphore::new(PROBING),
         t0: started,
     });
     let mut tasks = tokio::task::JoinSet::new();
