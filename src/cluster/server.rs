@@ -480,7 +480,7 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
             }))
         };
         sends.spawn(async move {
-            let _ = protocol::write(&mut *w.lock().await, &*msg, frame_deadline).await;
+            let _ = protocol::write(&mut *w.lock().await, &msg, frame_deadline).await;
         });
     }
     while sends.join_next().await.is_some() {}
@@ -774,8 +774,10 @@ async fn connection(
                 checked_in = true;
                 let first = *rank.get_or_insert(c.identity.rank);
                 let mut owners = shared.owners.lock().unwrap_or_else(|e| e.into_inner());
-                if !owners.contains_key(&c.identity.rank) {
-                    owners.insert(c.identity.rank, conn);
+                if let std::collections::hash_map::Entry::Vacant(slot) =
+                    owners.entry(c.identity.rank)
+                {
+                    slot.insert(conn);
                     if c.identity.rank != first {
                         shared
                             .relayed

@@ -454,7 +454,7 @@ impl ClusterProbe for Reach {
         } else if view.probes.is_empty() {
             Finding::error("no probe results arrived before the deadline")
         } else {
-            Finding::fail(listed(&view.findings, "; ", LISTED))
+            Finding::fail(listed(view.findings, "; ", LISTED))
                 .measured(format!("{bad} of {} probes failed", view.probes.len()))
                 .blame(view.unreachable.to_vec())
         }
