@@ -59,23 +59,10 @@ fn two_nodes_of_three_check_in_through_their_leaders() {
     }
 }
 
-/// The processes in `pid`'s network namespace holding sockets named
-/// `@preflight-leader/...` that belong to `pid`: its listener, and one per
-/// rank that connected to it.
+/// The sockets named `@preflight-leader/...` that process `pid` holds: its
+/// listener, and one per rank that connected to it.
 fn leader_sockets(pid: u32) -> usize {
-    let mine: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| std::fs::read_link(e.path()).ok())
-                .filter_map(|l| {
-                    let l = l.to_string_lossy().into_owned();
-                    l.strip_prefix("socket:[")
-                        .and_then(|x| x.strip_suffix(']'))
-                        .map(str::to_string)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let mine = cluster::socket_inodes(pid);
     let table = std::fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap_or_default();
     table
         .lines()

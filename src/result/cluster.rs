@@ -325,7 +325,7 @@ mod tests {
     /// Rank 0's report of `nodes` nodes of 8 ranks, every node failing a
     /// check and named a culprit, every second node missing a rank: the
     /// lists that grow with the world, all long.
-    fn report(nodes: usize) -> ClusterReport {
+    pub(super) fn report(nodes: usize) -> ClusterReport {
         let world = (nodes * 8) as u32;
         let views: Vec<serde_json::Value> = (0..nodes)
             .map(|i| {
@@ -375,7 +375,7 @@ mod tests {
         .unwrap()
     }
 
-    fn bytes(r: &ClusterReport) -> usize {
+    pub(super) fn bytes(r: &ClusterReport) -> usize {
         serde_json::to_vec(r).unwrap().len()
     }
 
@@ -428,5 +428,40 @@ mod tests {
         let unplaced = large.for_rank(None);
         assert!(unplaced.nodes.is_empty() && unplaced.reachability.probes.is_empty());
         assert_eq!(unplaced.verdict, Verdict::NotReady);
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Whatever the world and whichever rank: a rank's verdict says
+        /// what rank 0's says (verdict, exit code, checks, counts), and
+        /// its size stays under a bound that does not grow with the world.
+        #[test]
+        fn every_rank_gets_rank_0s_verdict_in_bounded_bytes(
+            nodes in 1usize..3000,
+            pick in 0usize..100_000,
+        ) {
+            let full = tests::report(nodes);
+            let rank = (pick % (nodes * 8)) as u32;
+            let own = full.node_of_rank().get(&rank).copied();
+            let cut = full.for_rank(own);
+            prop_assert_eq!(cut.verdict, full.verdict);
+            prop_assert_eq!(cut.exit_code, full.exit_code);
+            prop_assert_eq!(cut.world_size, full.world_size);
+            prop_assert_eq!(cut.node_count, nodes);
+            prop_assert_eq!(cut.barrier.missing_count, full.barrier.missing_count);
+            prop_assert_eq!(
+                serde_json::to_string(&cut.checks).unwrap(),
+                serde_json::to_string(&full.checks).unwrap()
+            );
+            prop_assert!(cut.nodes.len() == 1 && cut.nodes[0].ranks.contains(&rank));
+            prop_assert!(tests::bytes(&cut) < 24 << 10, "{} bytes", tests::bytes(&cut));
+        }
     }
 }

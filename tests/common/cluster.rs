@@ -301,25 +301,28 @@ pub fn wait_listening(pid: u32, port: u16) {
     }
 }
 
+/// The inodes of the sockets process `pid` holds.
+pub fn socket_inodes(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .filter_map(|l| {
+                    let l = l.to_string_lossy().into_owned();
+                    l.strip_prefix("socket:[")
+                        .and_then(|x| x.strip_suffix(']'))
+                        .map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Waits until process `pid` holds an established connection to `port`
 /// with nothing left to send, and keeps it so for ten looks in a row: a
 /// rank that has checked in and waits for the verdict.
 pub fn wait_checked_in(pid: u32, port: u16) {
-    let inodes = || -> Vec<String> {
-        std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| std::fs::read_link(e.path()).ok())
-                    .filter_map(|l| {
-                        let l = l.to_string_lossy().into_owned();
-                        l.strip_prefix("socket:[")
-                            .and_then(|x| x.strip_suffix(']'))
-                            .map(str::to_string)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let inodes = || socket_inodes(pid);
     let settled = || {
         let mine = inodes();
         tcp_rows(pid).iter().any(|(_, remote, state, tx, inode)| {
