@@ -426,7 +426,26 @@ impl TorchDistributed {
         d.saturating_sub((d / 4).min(Duration::from_secs(5)))
     }
 
+    /// The local world's port is picked here and bound by torch a moment
+    /// later: another process can take it in between (on a busy node, an
+    /// ephemeral port of some connection). That is a race of ours, not a
+    /// finding about the node: another pick, up to three. A port the job
+    /// named (`rendezvous: job`) is never retried.
     async fn run(&self, facts: &Facts) -> Finding {
+        let mut picks = 0;
+        loop {
+            picks += 1;
+            let finding = self.run_once(facts).await;
+            let raced = self.rendezvous == Rendezvous::Local
+                && finding.status == crate::result::Status::Fail
+                && finding.message.contains("is already in use");
+            if !raced || picks == 3 {
+                return finding;
+            }
+        }
+    }
+
+    async fn run_once(&self, facts: &Facts) -> Finding {
         let python = self.interpreter(facts);
         let master = match self.rendezvous {
             Rendezvous::Local => None,
