@@ -36,7 +36,7 @@ ulimit -n "$(ulimit -Hn)"
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), open files $(ulimit -n), somaxconn $(cat /proc/sys/net/core/somaxconn)"
 echo "== preflight (rank 0 + preflight-rank-sim), $n ranks, $layout"
 target/release/preflight-rank-sim --preflight "$PWD/target/release/preflight" \
-    --world "$n" --layout "$layout" --root fixtures/h100-ib-healthy --timeout "${TIMEOUT:-120s}"
+    --world "$n" --layout "$layout" --root fixtures/h100-ib-healthy/root --timeout "${TIMEOUT:-120s}"
 if [[ ${TCPSTORE:-1} != 0 ]]; then
     echo "== PyTorch TCPStore ($($PY -c 'import torch; print(torch.__version__)')), $n client threads"
     $PY bench/tcpstore_rendezvous.py "$n"

@@ -25,7 +25,7 @@ fn simulate(extra: &[&str]) -> Sim {
 fn simulate_in(layout: &str, extra: &[&str]) -> Sim {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("rank0.json");
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/h100-ib-healthy");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/h100-ib-healthy/root");
     let out = Command::new(env!("CARGO_BIN_EXE_preflight-rank-sim"))
         .args(["--preflight", env!("CARGO_BIN_EXE_preflight")])
         .args(["--world", WORLD, "--layout", layout, "--timeout", "30s"])
@@ -81,6 +81,17 @@ fn two_thousand_healthy_ranks_get_one_ready_verdict() {
     assert!(culprit_nodes(&sim.report).is_empty());
     // 256 nodes: the sampled matrix, every node probed and probing.
     assert_eq!(cluster["reachability"]["mode"], "ring + hypercube");
+    // Every node checked in as the GPU node of the fixture it reads.
+    let devices = cluster["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "cluster.devices")
+        .unwrap();
+    assert_eq!(
+        devices["message"], "8 devices on each of 256 nodes",
+        "{devices}"
+    );
     // Hierarchical: one connection per node (rank 0's node's ranks came
     // through rank 0's own relay, over its local socket).
     assert_eq!(cluster["barrier"]["connections"], 256, "{}", sim.out);
