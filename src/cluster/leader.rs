@@ -103,7 +103,11 @@ type Follower = Sealed<UnixStream>;
 /// The leader's side: takes its node's ranks' check-ins and relays them
 /// to rank 0 on its own connection, then hands each the verdict.
 pub struct Relay {
-    tasks: JoinSet<()>,
+    accept: tokio::task::JoinHandle<()>,
+    /// One task per local rank; each holds the upstream writer while it
+    /// lives, so `finish` waits for them before the writer is this rank's
+    /// alone again.
+    each: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     followers: Arc<Mutex<Vec<Follower>>>,
 }
 
@@ -118,10 +122,9 @@ impl Relay {
         deadline: Instant,
     ) -> Relay {
         let followers: Arc<Mutex<Vec<Follower>>> = Arc::default();
-        let mut tasks = JoinSet::new();
-        let list = Arc::clone(&followers);
-        tasks.spawn(async move {
-            let mut each = JoinSet::new();
+        let each: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let (list, tasks) = (Arc::clone(&followers), Arc::clone(&each));
+        let accept = tokio::spawn(async move {
             // One connection per local rank but this one.
             let mut left = stamp.local_world_size.saturating_sub(1);
             while left > 0 {
@@ -131,7 +134,7 @@ impl Relay {
                     break;
                 };
                 left -= 1;
-                each.spawn(follow(
+                let task = tokio::spawn(follow(
                     stream,
                     token.clone(),
                     stamp.clone(),
@@ -139,18 +142,31 @@ impl Relay {
                     Arc::clone(&list),
                     deadline,
                 ));
+                tasks.lock().unwrap_or_else(|e| e.into_inner()).push(task);
             }
-            while each.join_next().await.is_some() {}
         });
-        Relay { tasks, followers }
+        Relay {
+            accept,
+            each,
+            followers,
+        }
     }
 
-    /// Stops taking check-ins and hands each local rank the verdict, cut
-    /// to its node; returns once every relay task has ended, so that the
-    /// upstream writer is this rank's alone again.
+    /// Stops taking check-ins, lets the relays in flight end (1 s at most:
+    /// a frame cut halfway would garble the connection to rank 0), and
+    /// hands each local rank the verdict, cut to its node. When it
+    /// returns, no task holds the upstream writer.
     pub async fn finish(mut self, report: &ClusterReport, left_ms: u64) {
-        self.tasks.abort_all();
-        while self.tasks.join_next().await.is_some() {}
+        self.accept.abort();
+        let _ = (&mut self.accept).await;
+        let tasks = std::mem::take(&mut *self.each.lock().unwrap_or_else(|e| e.into_inner()));
+        let settle = Instant::now() + Duration::from_secs(1);
+        for mut t in tasks {
+            if tokio::time::timeout_at(settle, &mut t).await.is_err() {
+                t.abort();
+                let _ = t.await;
+            }
+        }
         let report = if report.full_report.is_none() {
             // Rank 0 leads its node: its ranks get what every other rank
             // gets, not the whole report.
@@ -173,6 +189,17 @@ impl Relay {
             });
         }
         while sends.join_next().await.is_some() {}
+    }
+}
+
+impl Drop for Relay {
+    /// A leader that got no verdict: its ranks' relays end with it, and
+    /// the ranks see their connections close.
+    fn drop(&mut self) {
+        self.accept.abort();
+        for t in self.each.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            t.abort();
+        }
     }
 }
 
