@@ -278,15 +278,7 @@ impl Link {
     /// why the list could not be read (the stage then names ranks alone).
     pub async fn hosts(&mut self, report: &ClusterReport) -> Result<Vec<String>, String> {
         if report.full_report.is_none() {
-            let node_of = report.node_of_rank();
-            return Ok((0..report.world_size)
-                .map(|r| {
-                    node_of
-                        .get(&r)
-                        .map(|i| report.nodes[*i].name.clone())
-                        .unwrap_or_default()
-                })
-                .collect());
+            return Ok(report.hosts_by_rank());
         }
         let deadline = (Instant::now() + Duration::from_secs(5)).min(self.until);
         let text = store::get_large(&mut self.stream, store::HOSTS_KEY, Duration::ZERO, deadline)

@@ -445,14 +445,7 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     // Which host each rank is on, for the collective stage's messages:
     // O(N), so fetched from the store by the ranks that run that stage,
     // not sent to all of them in the verdict.
-    let hosts: Vec<String> = (0..cfg.world_size)
-        .map(|r| {
-            node_of
-                .get(&r)
-                .map(|i| report.nodes[*i].name.clone())
-                .unwrap_or_default()
-        })
-        .collect();
+    let hosts = report.hosts_by_rank();
     // The store is empty of ours yet and holds 64 MiB: this cannot fail
     // below millions of ranks, and a rank that finds no list says so.
     let _ = store.set_large(

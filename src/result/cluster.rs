@@ -260,6 +260,20 @@ impl ClusterReport {
             .collect()
     }
 
+    /// Each rank's host (its node's name), indexed by rank; empty for a
+    /// rank no node holds.
+    pub fn hosts_by_rank(&self) -> Vec<String> {
+        let node_of = self.node_of_rank();
+        (0..self.world_size)
+            .map(|r| {
+                node_of
+                    .get(&r)
+                    .map(|i| self.nodes[*i].name.clone())
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
     pub fn problems(&self) -> Vec<&CheckResult> {
         self.checks
             .iter()
