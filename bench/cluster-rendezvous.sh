@@ -30,11 +30,11 @@ free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0));
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 median() { sort -n | awk '{t[NR]=$1} END {m=(NR%2)?t[(NR+1)/2]:(t[NR/2]+t[NR/2+1])/2; printf "%d %d %d\n", m, t[1], t[NR]}'; }
 
-# $1: command (preflight|torch), $2: ranks to start (e.g. "0 1 2 3"), $3: world size
+# $1: command (preflight|torch), $2: ranks to start (e.g. "0 1 2 3"), $3: world size,
+# $4: the port (picked before the clock starts: a python3 start is ~20 ms)
 sys_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 job() {
-    local kind=$1 ranks=$2 world=$3 port pids=() r layout
-    port=$(free_port)
+    local kind=$1 ranks=$2 world=$3 port=$4 pids=() r layout
     for r in $ranks; do
         if [[ ${LAYOUT:-one-node} == one-node ]]; then
             layout="LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world"
@@ -60,18 +60,19 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 echo "torch: $($PY -c 'import torch; print(torch.__version__)')"
 
 "$bin" check >/dev/null 2>&1 || true  # warm the page cache
-for ((i = 0; i < runs; i++)); do timed job preflight "0 1 2 3" 4; done | median >"$out/p"
+for ((i = 0; i < runs; i++)); do timed job preflight "0 1 2 3" 4 "$(free_port)"; done | median >"$out/p"
 read -r p_med p_min p_max <"$out/p"
 echo "healthy, preflight run, 4 ranks, $runs runs: median ${p_med} ms (min ${p_min}, max ${p_max}); rank 0: $(tail -1 "$out/preflight.0")"
-for ((i = 0; i < torch_runs; i++)); do timed job torch "0 1 2 3" 4; done | median >"$out/t"
+grep -E "^ *(WARN|FAIL)" "$out/preflight.0" | sed 's/^ */  rank 0: /' || true
+for ((i = 0; i < torch_runs; i++)); do timed job torch "0 1 2 3" 4 "$(free_port)"; done | median >"$out/t"
 read -r t_med t_min t_max <"$out/t"
 echo "healthy, torch gloo init + allreduce, 4 ranks, $torch_runs runs: median ${t_med} ms (min ${t_min}, max ${t_max}); rank 0: $(cat "$out/torch.0")"
 echo "speedup: $(awk -v a="$t_med" -v b="$p_med" 'BEGIN {printf "%.1f", a / b}')x"
 
-ms=$(LAYOUT=nodes TIMEOUT=10s timed job preflight "0 1 2" 4)
+ms=$(LAYOUT=nodes TIMEOUT=10s timed job preflight "0 1 2" 4 "$(free_port)")
 echo "rank 3 missing, preflight --timeout 10s: verdict after ${ms} ms on every rank"
 grep -h "cluster.barrier:" "$out/preflight.0" | head -1 | sed 's/^ */  rank 0 says: /'
 echo "  rank 1 says: $(tail -1 "$out/preflight.1")"
-ms=$(LAYOUT=nodes TIMEOUT_S=10 timed job torch "0 1 2" 4)
+ms=$(LAYOUT=nodes TIMEOUT_S=10 timed job torch "0 1 2" 4 "$(free_port)")
 echo "rank 3 missing, torch timeout=10 s: exit after ${ms} ms"
 for r in 0 1 2; do echo "  $(cat "$out/torch.$r")"; done

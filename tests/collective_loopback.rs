@@ -651,3 +651,106 @@ fn bench_sweeps_every_size_without_a_checklist() {
     let expected: Vec<u64> = (3..=16).map(|p| 1u64 << p).collect();
     assert_eq!(sizes, expected, "{b:#}");
 }
+
+/// A node without NCCL, a CUDA driver or oneCCL learns so by reading
+/// files: no worker process and no python3 is started (strace sees every
+/// execve of the run and its children). Naming a library starts its
+/// worker, which the same trace sees: the trace can tell.
+#[test]
+fn a_node_without_the_libraries_starts_no_process_to_say_so() {
+    let _serial = serial();
+    if std::process::Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        common::skip_unless_required("strace is not installed (.ci/install installs it)");
+        return;
+    }
+    let cache = std::process::Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if ["libnccl.so.2", "libcuda.so.1", "libccl.so"]
+        .iter()
+        .any(|l| cache.contains(l))
+    {
+        common::skip_unless_required("this machine has NCCL, CUDA or oneCCL installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str], name: &str| -> (Outcome, String) {
+        let trace = dir.path().join(name);
+        let t = trace.display().to_string();
+        let wrapper = ["strace", "-f", "-qq", "-e", "trace=execve", "-o", &t];
+        let mut args = run_args("20s");
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let port = cluster::free_port().to_string();
+        let mut e = env("0", "1", &port);
+        // The system's python3 only: a developer's own may carry NCCL.
+        e.push(("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"));
+        let o = local_under(&wrapper, name, &args, &e).finish(MARGIN);
+        (o, std::fs::read_to_string(&trace).unwrap_or_default())
+    };
+    let backend = |report: &Value, name: &str| -> Value {
+        report["collective"]["backends"]
+            .as_array()
+            .and_then(|b| b.iter().find(|b| b["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} backend in {report:#}"))
+    };
+    let execs = |trace: &str| -> Vec<String> {
+        trace
+            .lines()
+            .filter(|l| l.contains("execve("))
+            .map(str::to_string)
+            .collect()
+    };
+
+    let (o, trace) = run(&["--backends", "auto"], "absent");
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let report = o.json();
+    let nccl = backend(&report, "nccl");
+    assert_eq!(nccl["verdict"], "skip", "{nccl:#}");
+    assert_eq!(nccl["reason"], "no CUDA device (libcuda.so.1 not found)");
+    let oneccl = backend(&report, "oneccl");
+    assert_eq!(oneccl["verdict"], "skip", "{oneccl:#}");
+    let why = oneccl["reason"].as_str().unwrap();
+    assert!(
+        why.starts_with(
+            "oneCCL C API (libccl.so.2) not found: libccl.so.2 or libccl.so.1 (system loader): not in /etc/ld.so.cache or "
+        ),
+        "{why}"
+    );
+    let execs_absent = execs(&trace);
+    assert_eq!(
+        execs_absent.len(),
+        1,
+        "only preflight itself: {execs_absent:#?}"
+    );
+
+    let (o, trace) = run(
+        &[
+            "--backends",
+            "auto",
+            "--oneccl-lib",
+            "/nonexistent/libccl.so.2",
+        ],
+        "named",
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let why = backend(&o.json(), "oneccl")["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        why.contains("/nonexistent/libccl.so.2 (explicit path)"),
+        "{why}"
+    );
+    let workers: Vec<String> = execs(&trace)
+        .into_iter()
+        .filter(|l| l.contains("collective-worker"))
+        .collect();
+    assert_eq!(workers.len(), 1, "one oneCCL worker: {trace}");
+}

@@ -271,20 +271,36 @@ fn library_version(facts: &Facts, prefix: &str) -> Option<String> {
     best
 }
 
-/// glibc's version from the name of its loader's directory entries
-/// (`libc.so.6` does not carry it); else from the ld.so file name.
+/// glibc's version, from the banner in the libc this process has mapped
+/// ("... release version 2.36."): read, not asked of `getconf`, so that a
+/// check-in starts no process.
 fn libc_version(facts: &Facts) -> Option<String> {
     if !facts.is_live() {
         return None;
     }
-    let out = std::process::Command::new("getconf")
-        .arg("GNU_LIBC_VERSION")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split_whitespace().nth(1).map(String::from)
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let path = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| {
+            std::path::Path::new(p)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
+        })?;
+    let bytes = std::fs::read(path).ok()?;
+    libc_banner_version(&bytes)
+}
+
+fn libc_banner_version(bytes: &[u8]) -> Option<String> {
+    static BANNER: std::sync::OnceLock<Option<regex::bytes::Regex>> = std::sync::OnceLock::new();
+    let re = BANNER
+        .get_or_init(|| {
+            regex::bytes::Regex::new(r"GNU C Library [^\n]*release version ([0-9]+\.[0-9]+)").ok()
+        })
+        .as_ref()?;
+    let m = re.captures(bytes)?.get(1)?;
+    Some(String::from_utf8_lossy(m.as_bytes()).into_owned())
 }
 
 /// What the hostname resolves to: the answer Gloo and NCCL get when they
@@ -405,6 +421,41 @@ mod tests {
         ] {
             assert!(!per_process(name), "{name}");
         }
+    }
+
+    #[test]
+    fn glibc_version_is_read_from_the_banner_of_the_mapped_libc() {
+        for (banner, want) in [
+            (
+                &b"\0GNU C Library (Debian GLIBC 2.36-9+deb12u14) stable release version 2.36.\n"[..],
+                "2.36",
+            ),
+            (
+                b"GNU C Library (GNU libc) stable release version 2.28.\n",
+                "2.28",
+            ),
+            (
+                b"GNU C Library (GNU libc) stable release version 2.17, by Roland",
+                "2.17",
+            ),
+        ] {
+            assert_eq!(libc_banner_version(banner).as_deref(), Some(want));
+        }
+        assert_eq!(libc_banner_version(b"musl libc (x86_64)"), None);
+        // This machine's, the same as glibc itself says.
+        let Ok(out) = std::process::Command::new("getconf")
+            .arg("GNU_LIBC_VERSION")
+            .output()
+        else {
+            return;
+        };
+        let said = String::from_utf8_lossy(&out.stdout);
+        let facts = Facts::from_process("/".into(), Vec::new());
+        assert_eq!(
+            libc_version(&facts).as_deref(),
+            said.split_whitespace().nth(1),
+            "getconf: {said}"
+        );
     }
 
     #[test]

@@ -30,6 +30,11 @@ pub struct LibraryBackend {
     pub install_hint: &'static str,
     /// Library settings the worker gets where the job left them unset.
     pub env: fn(&EnvInput<'_, '_>) -> Vec<(String, String)>,
+    /// Why the backend is certainly missing on this node, found by file
+    /// lookups alone, in the words its worker's probe would use; `None`
+    /// where only loading the library tells (a worker is started then).
+    /// The argument is the library the operator named with `flag`.
+    pub absent: fn(Option<&Path>) -> Option<String>,
     /// The worker's entry: probe the library, exchange the id, init, and
     /// exercise the backend, reporting over `link`.
     pub work: fn(&Job, &mut Link) -> Result<(), String>,

@@ -34,7 +34,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use nccl_sys::{
-    Comm, CudaSearch, DataType, Device, DeviceBuffer, Nccl, NcclSearch, RedOp, Stream, UniqueId,
+    Comm, CudaSearch, CudaStatus, DataType, Device, DeviceBuffer, NCCL_SONAMES, Nccl, NcclSearch,
+    RedOp, SITE_PACKAGES_NCCL, Stream, UniqueId,
 };
 use tokio::time::Instant;
 
@@ -42,6 +43,7 @@ use super::job::{Job, Link, ToParent};
 use super::library::{EnvInput, LibraryBackend};
 use super::rank::Found;
 use super::{Backend, Dtype, OpError};
+use crate::facts::shared_library;
 
 pub const LIBRARY: LibraryBackend = LibraryBackend {
     name: "nccl",
@@ -49,8 +51,34 @@ pub const LIBRARY: LibraryBackend = LibraryBackend {
     flag_help: "The NCCL (or RCCL) library for the nccl backend, instead of the search: PREFLIGHT_NCCL_LIB, then libnccl.so.2 and librccl.so.1 by the loader, then Python's site-packages (nvidia/nccl/lib)",
     install_hint: "Install NCCL (or RCCL) where the job can load it, or point --nccl-lib / PREFLIGHT_NCCL_LIB at libnccl.so.2; on a node without a GPU or driver, check nvidia-smi first. Leave nccl out of --backends on CPU-only nodes.",
     env,
+    absent,
     work,
 };
+
+/// The worker's no-GPU sentence, when neither the CUDA driver nor NCCL is
+/// anywhere the worker would look: the common case on a CPU node, told
+/// without a process. Where either is found, the worker loads them and
+/// names what it found (NCCL's version, the devices, or why not).
+fn absent(named: Option<&Path>) -> Option<String> {
+    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    if named.is_some() || set("PREFLIGHT_NCCL_LIB") || set("PREFLIGHT_CUDA_LIB") {
+        return None;
+    }
+    let places = shared_library::Places::of_this_process();
+    let cuda = CudaSearch::from_env(None);
+    let driver = places.find("libcuda.so.1").is_some()
+        || cuda.dirs.iter().any(|d| d.join("libcuda.so.1").exists());
+    let nccl = NCCL_SONAMES.iter().any(|s| places.find(s).is_some())
+        || nccl_sys::site_dirs_by_files()
+            .iter()
+            .any(|d| d.join(SITE_PACKAGES_NCCL).exists());
+    (!driver && !nccl).then(|| {
+        CudaStatus::NotFound {
+            report: Default::default(),
+        }
+        .to_string()
+    })
+}
 
 /// The settings NCCL gets where the job left them unset (an operator's own
 /// value always wins), and reported: `NCCL_DEBUG=INFO` with

@@ -10,15 +10,19 @@
 //! them; the parent kills the worker when a step overruns.
 
 use std::net::IpAddr;
+use std::path::Path;
 use std::time::Duration;
 
-use oneccl_sys::{Comm, DataType, Library, RedOp, UniqueId};
+use oneccl_sys::{
+    Attempt, Comm, DataType, Library, LoadReport, RedOp, SONAMES, Search, Source, UniqueId,
+};
 use tokio::time::Instant;
 
 use super::job::{Job, Link, ToParent};
 use super::library::{EnvInput, LibraryBackend};
 use super::rank::Found;
 use super::{Backend, Dtype, OpError};
+use crate::facts::shared_library;
 
 pub const LIBRARY: LibraryBackend = LibraryBackend {
     name: "oneccl",
@@ -26,8 +30,48 @@ pub const LIBRARY: LibraryBackend = LibraryBackend {
     flag_help: "The oneCCL C library (libccl.so.2, oneCCL 2022 or later) for the oneccl backend, instead of the search: PREFLIGHT_ONECCL_LIB, then the loader, then $CCL_ROOT/lib",
     install_hint: "Install oneCCL 2022 or later (libccl.so.2), source its setvars.sh (CCL_ROOT), or point --oneccl-lib / PREFLIGHT_ONECCL_LIB at it.",
     env,
+    absent,
     work,
 };
+
+/// The worker's not-found sentence when no libccl is anywhere the search
+/// would try (the loader's places, `$CCL_ROOT`), told without a process.
+fn absent(named: Option<&Path>) -> Option<String> {
+    let search = Search::from_env(named);
+    if search.explicit.is_some() || search.env_path.is_some() {
+        return None;
+    }
+    let places = shared_library::Places::of_this_process();
+    if SONAMES.iter().any(|s| places.find(s).is_some()) {
+        return None;
+    }
+    let mut attempts = vec![Attempt {
+        source: Source::Loader,
+        candidate: SONAMES.join(" or "),
+        failure: Some(format!("not in {}", places.describe())),
+    }];
+    if let Some(root) = &search.ccl_root {
+        for dir in [root.join("lib"), root.join("lib").join("intel64")] {
+            for soname in SONAMES {
+                let p = dir.join(soname);
+                if p.exists() {
+                    return None;
+                }
+                attempts.push(Attempt {
+                    source: Source::CclRoot,
+                    candidate: p.display().to_string(),
+                    failure: Some("No such file or directory".into()),
+                });
+            }
+        }
+    }
+    Some(
+        oneccl_sys::Error::NotFound {
+            report: LoadReport { attempts },
+        }
+        .to_string(),
+    )
+}
 
 /// The settings oneCCL gets where the job left them unset (an operator's
 /// own value always wins), and reported:

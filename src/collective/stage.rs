@@ -40,7 +40,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
     };
     let mut mesh: Option<Tcp> = None;
     // The library workers load and probe while the TCP backend runs.
-    let mut starting: Vec<(String, Result<supervisor::StartingWorker, String>)> = cfg
+    let mut starting: Vec<(String, supervisor::Started)> = cfg
         .backends
         .iter()
         .filter(|n| super::builtin(n).is_none())
@@ -93,7 +93,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             let i = starting.iter().position(|(n, _)| n == name);
             let started = match i {
                 Some(i) => starting.swap_remove(i).1,
-                None => Err("no worker was started".into()),
+                None => supervisor::Started::Failed("no worker was started".into()),
             };
             let rb = supervisor::run(name, started, cfg, &mut info).await;
             result.backends.push(rb);

@@ -59,25 +59,51 @@ fn init_timeout(cfg: &Config) -> Duration {
     (cfg.step_timeout * 2).max(Duration::from_secs(30))
 }
 
+/// How a library backend began on this rank.
+pub enum Started {
+    /// The worker, loading and probing its library.
+    Worker(Box<StartingWorker>),
+    /// The library is nowhere its worker would look: why, in the worker's
+    /// words, with no process started.
+    Absent(String),
+    /// The worker could not be started: why.
+    Failed(String),
+}
+
 /// Starts backend `name`'s worker, which loads and probes its library at
-/// once: started before the TCP backend runs, the probe costs no time.
-pub fn start(name: &str, cfg: &Config, info: &RankInfo<'_>) -> Result<StartingWorker, String> {
-    Worker::start(name, cfg, info, init_timeout(cfg))
+/// once: started before the TCP backend runs, the probe costs no time. A
+/// library that file lookups alone show missing starts nothing: a worker
+/// and its loader would cost more than the TCP backend's whole run.
+pub fn start(name: &str, cfg: &Config, info: &RankInfo<'_>) -> Started {
+    let absent = library(name).and_then(|l| (l.absent)(info.libraries.get(name).as_deref()));
+    if let Some(why) = absent {
+        return Started::Absent(why);
+    }
+    match Worker::start(name, cfg, info, init_timeout(cfg)) {
+        Ok(w) => Started::Worker(Box::new(w)),
+        Err(e) => Started::Failed(e),
+    }
 }
 
 /// Runs backend `name` on this rank with the worker `start` gave; every
 /// failure is recorded in the result, never returned.
 pub async fn run(
     name: &str,
-    started: Result<StartingWorker, String>,
+    started: Started,
     cfg: &Config,
     info: &mut RankInfo<'_>,
 ) -> RankBackend {
     let mut rb = RankBackend::new(name, false, String::new());
     let init_timeout = init_timeout(cfg);
     let started = match started {
-        Ok(s) => Worker::connect(s).await,
-        Err(e) => Err((e, Vec::new())),
+        Started::Worker(s) => Worker::connect(*s).await,
+        Started::Failed(e) => Err((e, Vec::new())),
+        Started::Absent(why) => {
+            rb.reason = why;
+            publish_avail(info, name, &rb).await;
+            let _ = plan(info, name, &rb, None, cfg.deadline(init_timeout)).await;
+            return rb;
+        }
     };
     let mut worker = match started {
         Ok(w) => w,

@@ -17,6 +17,7 @@ mod nvml;
 pub mod pci;
 pub mod ports;
 pub mod procs;
+pub mod shared_library;
 pub mod visible;
 
 use std::collections::BTreeMap;

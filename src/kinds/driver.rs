@@ -12,6 +12,7 @@ use super::{
     vendors_to_check,
 };
 use crate::facts::nvidia::{self, compare_versions, valid_version};
+use crate::facts::shared_library::Places;
 use crate::facts::{Facts, GpuReport, Vendor};
 use crate::result::Finding;
 
@@ -105,10 +106,7 @@ impl Params for Driver {
 
 /// Directories the Level Zero loader is installed in by Intel's packages
 /// and oneAPI, besides LD_LIBRARY_PATH.
-const LIB_DIRS: &[&str] = &[
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib64",
-    "/usr/lib",
+const ONEAPI_DIRS: &[&str] = &[
     "/usr/local/lib",
     "/opt/intel/oneapi/redist/lib",
     "/opt/intel/oneapi/compiler/latest/lib",
@@ -264,30 +262,15 @@ impl Driver {
     }
 
     fn level_zero_found(&self, facts: &Facts) -> Option<String> {
-        let from_env = facts
-            .env("LD_LIBRARY_PATH")
-            .unwrap_or_default()
-            .split(':')
-            .filter(|d| !d.is_empty())
-            .map(String::from)
-            .collect::<Vec<_>>();
-        for dir in from_env
-            .iter()
-            .map(String::as_str)
-            .chain(LIB_DIRS.iter().copied())
-        {
-            let path = format!("{}/libze_loader.so.1", dir.trim_end_matches('/'));
-            if facts.host_path(&path).exists() {
-                return Some(path);
-            }
-        }
-        // The dynamic linker's cache lists every library ldconfig found.
-        let cache = std::fs::read(facts.host_path("/etc/ld.so.cache")).unwrap_or_default();
-        let needle = b"libze_loader.so.1";
-        cache
-            .windows(needle.len())
-            .any(|w| w == needle)
-            .then(|| "/etc/ld.so.cache".to_string())
+        let mut places =
+            Places::on_node(&facts.root, facts.env("LD_LIBRARY_PATH").map(String::from));
+        // Where oneAPI installs it, when its setvars.sh was not sourced.
+        places
+            .system_dirs
+            .extend(ONEAPI_DIRS.iter().map(PathBuf::from));
+        places
+            .find("libze_loader.so.1")
+            .map(|(path, _)| path.display().to_string())
     }
 
     fn check(&self, facts: &Facts, report: Option<Result<GpuReport, String>>) -> Finding {

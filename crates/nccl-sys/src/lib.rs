@@ -73,7 +73,7 @@ pub use nccl::{Comm, CommState, DataType, Nccl, NcclVersion, RedOp, UNIQUE_ID_BY
 pub use probe::{CudaStatus, NcclFound, Probe, probe};
 pub use search::{
     Attempt, CudaSearch, LoadReport, NCCL_SONAMES, NcclSearch, SITE_PACKAGES_NCCL, Source,
-    common_site_dirs, python_site_dirs,
+    common_site_dirs, python_site_dirs, site_dirs_by_files,
 };
 
 use std::fmt;

@@ -262,27 +262,118 @@ pub fn common_site_dirs() -> Vec<PathBuf> {
     if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         parents.push(PathBuf::from(home).join(".local/lib"));
     }
+    parents.iter().flat_map(|p| python_dirs_under(p)).collect()
+}
+
+/// Site-packages dirs found by reading files alone, a superset of what
+/// `python3` would report in the usual layouts: the common dirs,
+/// PYTHONPATH, PYTHONUSERBASE, VIRTUAL_ENV and CONDA_PREFIX, the prefix of
+/// each `python3` on PATH (the link's own directory, which a venv's is,
+/// and its target's), and the dirs that `.pth` files in all of these name.
+/// No interpreter is started: a node without NCCL learns so in
+/// microseconds.
+pub fn site_dirs_by_files() -> Vec<PathBuf> {
+    site_dirs_with(&|k| std::env::var_os(k))
+}
+
+/// `site_dirs_by_files` with the environment `env` gives.
+fn site_dirs_with(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+    let var = |k: &str| env(k).filter(|v| !v.is_empty());
+    let mut dirs: Vec<PathBuf> = [PathBuf::from("/usr/local/lib"), PathBuf::from("/usr/lib")]
+        .into_iter()
+        .chain(var("HOME").map(|h| PathBuf::from(h).join(".local/lib")))
+        .flat_map(|p| python_dirs_under(&p))
+        .collect();
+    if let Some(pp) = var("PYTHONPATH") {
+        dirs.extend(std::env::split_paths(&pp).filter(|p| p.is_absolute()));
+    }
+    let mut prefixes: Vec<PathBuf> = ["PYTHONUSERBASE", "VIRTUAL_ENV", "CONDA_PREFIX"]
+        .iter()
+        .filter_map(|k| var(k).map(PathBuf::from))
+        .collect();
+    if let Some(path) = var("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let py = dir.join("python3");
+            if !py.exists() {
+                continue;
+            }
+            prefixes.extend(dir.parent().map(Path::to_path_buf));
+            if let Some(prefix) = std::fs::canonicalize(&py)
+                .ok()
+                .and_then(|r| r.parent().and_then(Path::parent).map(Path::to_path_buf))
+            {
+                prefixes.push(prefix);
+            }
+        }
+    }
+    for prefix in prefixes {
+        for lib in ["lib", "lib64"] {
+            dirs.extend(python_dirs_under(&prefix.join(lib)));
+        }
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for d in dirs {
+        let named = pth_dirs(&d);
+        for x in std::iter::once(d).chain(named) {
+            if !out.contains(&x) {
+                out.push(x);
+            }
+        }
+    }
+    out
+}
+
+/// `parent/python3*/{site,dist}-packages` that exist, sorted.
+fn python_dirs_under(parent: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return Vec::new();
+    };
+    let mut names: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("python3"))
+        })
+        .collect();
+    names.sort();
     let mut out = Vec::new();
-    for parent in parents {
-        let Ok(entries) = std::fs::read_dir(&parent) else {
+    for p in names {
+        for sub in ["site-packages", "dist-packages"] {
+            let d = p.join(sub);
+            if d.is_dir() {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// The directories that `dir`'s `.pth` files add to Python's path, as
+/// `site` reads them: one per line, relative to `dir`, `#` comments and
+/// `import` lines skipped. Bounded: a .pth file is one line per package.
+fn pth_dirs(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "pth") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&p) else {
             continue;
         };
-        let mut names: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("python3"))
-            })
-            .collect();
-        names.sort();
-        for p in names {
-            for sub in ["site-packages", "dist-packages"] {
-                let d = p.join(sub);
-                if d.is_dir() {
-                    out.push(d);
-                }
+        for line in text.lines().take(1000) {
+            let line = line.trim_end();
+            if line.is_empty() || line.starts_with('#') || line.starts_with("import") {
+                continue;
+            }
+            let d = dir.join(line);
+            if d.is_dir() {
+                out.push(d);
             }
         }
     }
@@ -340,6 +431,65 @@ pub fn python_site_dirs(python: &OsString, deadline: Duration) -> Result<Vec<Pat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn site_dirs_are_found_by_files_as_python_lays_them_out() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let mk = |p: &str| {
+            let d = root.join(p);
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        };
+        // A venv: bin/python3 links to an interpreter elsewhere.
+        let venv_site = mk("venv/lib/python3.11/site-packages");
+        let real_site = mk("usr/lib/python3.11/site-packages");
+        mk("venv/bin");
+        mk("usr/bin");
+        std::fs::write(root.join("usr/bin/python3"), b"").unwrap();
+        std::os::unix::fs::symlink(root.join("usr/bin/python3"), root.join("venv/bin/python3"))
+            .unwrap();
+        // A conda env, PYTHONPATH, the user site, and a .pth in the venv.
+        let conda_site = mk("conda/lib64/python3.12/dist-packages");
+        let on_path = mk("pp");
+        let user_site = mk("home/.local/lib/python3.11/site-packages");
+        let pth_target = mk("editable/src");
+        std::fs::write(
+            venv_site.join("x.pth"),
+            format!(
+                "# a comment\nimport os\n{}\n../../../../missing\n",
+                pth_target.display()
+            ),
+        )
+        .unwrap();
+        let env = |k: &str| -> Option<OsString> {
+            match k {
+                "PATH" => Some(format!("/nonexistent:{}", root.join("venv/bin").display()).into()),
+                "PYTHONPATH" => Some(format!("{}:relative", on_path.display()).into()),
+                "CONDA_PREFIX" => Some(root.join("conda").into()),
+                "HOME" => Some(root.join("home").into()),
+                _ => None,
+            }
+        };
+        let got = site_dirs_with(&env);
+        for want in [
+            &venv_site,
+            &real_site,
+            &conda_site,
+            &on_path,
+            &user_site,
+            &pth_target,
+        ] {
+            assert!(got.contains(want), "{} not in {got:#?}", want.display());
+        }
+        assert!(
+            !got.iter()
+                .any(|d| d.ends_with("missing") || d.ends_with("relative"))
+        );
+        let mut unique = got.clone();
+        unique.dedup();
+        assert_eq!(unique.len(), got.len());
+    }
 
     #[test]
     fn explicit_then_env_stop_the_search() {
