@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::{self, ExplainArgs, ListArgs, RunArgs, Stage, ValidateArgs};
+use crate::commands::{self, ExplainArgs, ListArgs, RunArgs, SlurmArgs, Stage, ValidateArgs};
 
 const AFTER_HELP: &str = "\
 Exit codes:
@@ -39,6 +39,10 @@ pub enum Command {
     /// The rendezvous and the collective stage's full sweep (default up to
     /// 64 MiB), no checklist: an nccl-tests replacement that needs no MPI.
     Bench(RunArgs),
+    /// The programs slurmd runs: healthcheck (HealthCheckProgram), prolog,
+    /// epilog. Settings come from /etc/preflight (PREFLIGHT_CONFIG_DIR);
+    /// a node that is not ready is drained with a reason naming the check.
+    Slurm(SlurmArgs),
     /// Print a fresh 128-bit job secret (32 hex digits) for PREFLIGHT_TOKEN
     /// or PREFLIGHT_TOKEN_FILE: make one per job, give it to every node.
     Token,
@@ -59,6 +63,7 @@ pub fn main() -> i32 {
         Command::List(args) => commands::list(args),
         Command::Explain(args) => commands::explain(args),
         Command::Validate(args) => commands::validate(args),
+        Command::Slurm(args) => commands::slurm(args),
         Command::Token => commands::token(),
         Command::CollectiveWorker => return crate::collective::worker::main(),
     };

@@ -113,8 +113,10 @@ pub async fn run(
         .map(|(index, result)| {
             result.unwrap_or_else(|| {
                 let check = &checks[index];
-                let finding = Finding::fail(format!(
-                    "timed out: the checklist's deadline ({}) passed before this check finished",
+                // Not evaluated: the check's own timeout had not passed, so
+                // nothing says the node is at fault; the run is incomplete.
+                let finding = Finding::error(format!(
+                    "not evaluated: the checklist's deadline ({}) passed before this check finished",
                     format_duration(run_timeout)
                 ));
                 complete(check, finding, run_start.elapsed(), facts)

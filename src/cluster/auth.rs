@@ -143,30 +143,53 @@ fn check_length(what: &str, secret: &str) -> Result<(), String> {
 /// The secret in a file that only its owner may read: a file others can
 /// read is a secret no more.
 fn read_secret_file(path: &std::path::Path) -> Result<String, String> {
+    read_secret(path, &format!("{TOKEN_FILE_VAR}={}", path.display()))
+}
+
+/// A secret file's trimmed text, refused unless it is this user's own,
+/// readable by no one else, and long enough; errors start with `named`.
+fn read_secret(path: &std::path::Path, named: &str) -> Result<String, String> {
     use std::os::unix::fs::MetadataExt;
     let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("{TOKEN_FILE_VAR}={shown}: {e}"))?;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{named}: {e}"))?;
     if !meta.is_file() {
-        return Err(format!("{TOKEN_FILE_VAR}={shown}: not a regular file"));
+        return Err(format!("{named}: not a regular file"));
     }
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me {
         return Err(format!(
-            "{TOKEN_FILE_VAR}={shown} belongs to uid {}, not to this user (uid {me}): the job's secret must be its user's own",
+            "{named} belongs to uid {}, not to this user (uid {me}): the secret must be its user's own",
             meta.uid()
         ));
     }
     let mode = meta.mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(format!(
-            "{TOKEN_FILE_VAR}={shown} can be read by others (mode {mode:04o}): `chmod 600 {shown}`"
+            "{named} can be read by others (mode {mode:04o}): `chmod 600 {shown}`"
         ));
     }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("{TOKEN_FILE_VAR}={shown}: {e}"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{named}: {e}"))?;
     let secret = text.trim().to_string();
-    check_length(&format!("the secret in {TOKEN_FILE_VAR}={shown}"), &secret)?;
+    check_length(&format!("the secret in {named}"), &secret)?;
     Ok(secret)
+}
+
+/// A Slurm job's secret: the site key's HMAC of the job id, as hex. Every
+/// node's prolog (root, which can read the key) computes the same; no
+/// user can, though every user can read the job id.
+pub fn job_secret(site_key: &std::path::Path, job_id: &str) -> Result<String, String> {
+    let named = format!("the site key {}", site_key.display());
+    let key = read_secret(site_key, &named).map_err(|e| {
+        format!(
+            "{e} (make one on every node: `preflight token > {0}; chmod 600 {0}`)",
+            site_key.display()
+        )
+    })?;
+    let mut mac = <HmacSha256 as Mac>::new_from_slice(key.as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+    mac.update(b"preflight slurm job:");
+    mac.update(job_id.as_bytes());
+    Ok(hex(&mac.finalize().into_bytes()))
 }
 
 /// A fresh 128-bit secret as 32 hex digits, from the kernel's random

@@ -37,7 +37,8 @@ pub fn emit_cluster_only(
     )
 }
 
-pub fn emit(
+/// The report document of a run, and this process's rank (0 alone).
+pub fn report_of(
     args: &RunArgs,
     stage: Stage,
     facts: &Facts,
@@ -45,7 +46,7 @@ pub fn emit(
     cluster: Option<(ClusterReport, u32)>,
     started_at: SystemTime,
     elapsed: Duration,
-) -> Result<ExitCode, Failure> {
+) -> (Report, u32) {
     let node = Node {
         hostname: facts.hostname().to_string(),
         root: args.checklist.root.display().to_string(),
@@ -65,6 +66,19 @@ pub fn emit(
         report = report.with_cluster(c);
         rank = r;
     }
+    (report, rank)
+}
+
+pub fn emit(
+    args: &RunArgs,
+    stage: Stage,
+    facts: &Facts,
+    results: Vec<CheckResult>,
+    cluster: Option<(ClusterReport, u32)>,
+    started_at: SystemTime,
+    elapsed: Duration,
+) -> Result<ExitCode, Failure> {
+    let (report, rank) = report_of(args, stage, facts, results, cluster, started_at, elapsed);
     let human = |style: Style| {
         if rank != 0
             && let Some(c) = &report.cluster

@@ -25,7 +25,7 @@ pub struct ExplainArgs {
 pub fn explain(args: &ExplainArgs) -> Result<ExitCode, Failure> {
     let checks = all_checks(&args.checklist)?;
     let text = if let Some(check) = checks.iter().find(|c| c.id == args.id) {
-        let applies = facts(&args.checklist)?.pipe(|f| check.when.unmet(&f));
+        let applies = facts(&args.checklist, None)?.pipe(|f| check.when.unmet(&f));
         explain_check(check, applies)
     } else if let Some(kind) = kinds::lookup(&args.id) {
         explain_kind(kind)

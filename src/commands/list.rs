@@ -48,7 +48,7 @@ struct Entry<'a> {
 
 pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
     let checks = select_all(all_checks(&args.checklist)?, &args.checklist)?;
-    let facts = facts(&args.checklist)?;
+    let facts = facts(&args.checklist, None)?;
     let entries: Vec<Entry> = checks
         .iter()
         .map(|c| {

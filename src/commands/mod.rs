@@ -8,6 +8,8 @@ mod node;
 #[cfg(feature = "rank-sim")]
 pub mod rank_sim;
 mod run;
+pub mod site;
+mod slurm;
 mod token;
 mod validate;
 
@@ -20,6 +22,7 @@ use std::sync::Arc;
 pub use explain::{ExplainArgs, explain};
 pub use list::{ListArgs, list};
 pub use run::{RunArgs, Stage, run};
+pub use slurm::{SlurmArgs, slurm};
 pub use token::token;
 pub use validate::{ValidateArgs, validate};
 
@@ -223,17 +226,25 @@ pub fn select_all(checks: Vec<Check>, args: &ChecklistArgs) -> Result<Vec<Arc<Ch
         .collect())
 }
 
-pub fn facts(args: &ChecklistArgs) -> Result<Facts, Failure> {
+/// This node's facts, with the job's environment: `env` where a command
+/// makes one (a Slurm prolog gives the stages their identity so), else
+/// this process's.
+pub fn facts(
+    args: &ChecklistArgs,
+    env: Option<std::collections::BTreeMap<String, String>>,
+) -> Result<Facts, Failure> {
     if !args.root.is_dir() {
         return Err(Failure::Usage(format!(
             "--root {}: not a directory",
             args.root.display()
         )));
     }
-    Ok(
-        Facts::from_process(args.root.clone(), args.backends.0.clone())
-            .with_init_method(args.init_method.clone()),
-    )
+    let backends = args.backends.0.clone();
+    let facts = match env {
+        Some(env) => Facts::new(args.root.clone(), env, backends),
+        None => Facts::from_process(args.root.clone(), backends),
+    };
+    Ok(facts.with_init_method(args.init_method.clone()))
 }
 
 /// `--color`: the choice is the report's; its spelling on the command line

@@ -2,6 +2,7 @@
 //! `run` and `bench`) the cluster and collective stages, and the report.
 //! `check` never leaves this node.
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -76,11 +77,47 @@ const REQUIRE_SECRET_VAR: &str = "PREFLIGHT_REQUIRE_SECRET";
 /// `run`, `check` and `bench`: the checklist, then the cluster and
 /// collective stages as they apply, then the report.
 pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
+    match execute(args, stage, None)? {
+        Executed::Agent(code) => Ok(code),
+        Executed::Done(o) => emit(
+            args,
+            stage,
+            &o.facts,
+            o.results,
+            o.cluster,
+            o.started_at,
+            o.elapsed,
+        ),
+    }
+}
+
+/// What the stages found, before it is written anywhere.
+pub struct Outcome {
+    pub facts: Arc<Facts>,
+    pub results: Vec<CheckResult>,
+    /// The cluster's report and this process's rank, where a rendezvous ran.
+    pub cluster: Option<(ClusterReport, u32)>,
+    pub started_at: SystemTime,
+    pub elapsed: Duration,
+}
+
+pub enum Executed {
+    Done(Outcome),
+    /// A node agent, which started its node's ranks and has reported.
+    Agent(ExitCode),
+}
+
+/// The stages, with the job's environment (`env`, else this process's).
+pub fn execute(
+    args: &RunArgs,
+    stage: Stage,
+    env: Option<BTreeMap<String, String>>,
+) -> Result<Executed, Failure> {
     let process_start = tokio::time::Instant::now();
     if stage != Stage::Checklist {
         crate::cluster::raise_open_files();
     }
-    let plan = Plan::new(args, stage)?;
+    let plan = Plan::new(args, stage, env)?;
     let identity = match plan.role(args)? {
         Role::Node(node_plan) => {
             return super::node::agent(
@@ -90,7 +127,8 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
                 plan.cluster_checks,
                 process_start,
                 plan.linger,
-            );
+            )
+            .map(Executed::Agent);
         }
         Role::Rank(id) => Some(id),
         Role::Alone => None,
@@ -141,15 +179,13 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
     // Probes stuck in blocking reads past their timeout must not hold the
     // process open: the verdict is already known.
     runtime.shutdown_background();
-    emit(
-        args,
-        stage,
-        &plan.facts,
+    Ok(Executed::Done(Outcome {
+        facts: plan.facts,
         results,
         cluster,
         started_at,
-        start.elapsed(),
-    )
+        elapsed: start.elapsed(),
+    }))
 }
 
 /// What `run` settles before any stage: the settings, the checks split by
@@ -187,7 +223,11 @@ enum Role {
 }
 
 impl Plan {
-    fn new(args: &RunArgs, stage: Stage) -> Result<Plan, Failure> {
+    fn new(
+        args: &RunArgs,
+        stage: Stage,
+        env: Option<BTreeMap<String, String>>,
+    ) -> Result<Plan, Failure> {
         let coll = collective_config(args, stage);
         // A bad setting is the operator's to fix before anything runs, not
         // a failure found halfway through the stage.
@@ -205,7 +245,7 @@ impl Plan {
             Stage::Bench => Vec::new(),
             _ => select(all_checks(&args.checklist)?, &args.checklist)?,
         };
-        let facts = Arc::new(facts(&args.checklist)?);
+        let facts = Arc::new(facts(&args.checklist, env)?);
         // A secret too short or readable by others is refused before
         // anything runs; `check` meets no peer and needs none.
         let token = match stage {

@@ -7,6 +7,7 @@
 pub mod skip;
 
 pub mod netns;
+pub mod slurm;
 
 use std::path::Path;
 use std::process::Command;

@@ -1,0 +1,310 @@
+//! The site configuration: `/etc/preflight/` (or `PREFLIGHT_CONFIG_DIR`),
+//! read by the modes a scheduler starts with an almost empty environment
+//! (`preflight slurm healthcheck|prolog|epilog`): `settings.yaml` says
+//! what each mode runs and does, `checks.d/*.yaml` adds the site's checks.
+//! Both are YAML in the checklists' dialect, and every error names the
+//! file, line and column; `preflight validate` reads them too.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::Failure;
+use crate::checklist::{ChecklistError, ChecklistErrors};
+use crate::kinds::ports::PortRange;
+use crate::values::Span;
+use crate::yaml;
+
+pub const CONFIG_DIR_VAR: &str = "PREFLIGHT_CONFIG_DIR";
+pub const DEFAULT_CONFIG_DIR: &str = "/etc/preflight";
+pub const SETTINGS_FILE: &str = "settings.yaml";
+pub const CHECKS_DIR: &str = "checks.d";
+
+/// What `incomplete` (a required check that could not be evaluated, or
+/// a deadline) does to a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Incomplete {
+    /// Not proof of a fault: logged and reported, the node left as it is.
+    Ignore,
+    /// Treated as a failure: the node is drained (LBNL NHC's watchdog does
+    /// so for a check that hangs).
+    Drain,
+}
+
+/// One mode's selection and deadline.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mode {
+    /// Checks or tags to run (empty: all).
+    #[serde(default)]
+    pub only: Vec<String>,
+    /// Checks or tags to leave out; wins over `only`.
+    #[serde(default)]
+    pub skip: Vec<String>,
+    /// The whole mode's deadline.
+    pub timeout: Option<Span>,
+    pub incomplete: Option<Incomplete>,
+}
+
+/// The prolog's own settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prolog {
+    #[serde(default)]
+    pub only: Vec<String>,
+    #[serde(default)]
+    pub skip: Vec<String>,
+    pub timeout: Option<Span>,
+    pub incomplete: Option<Incomplete>,
+    /// Run the cluster stage across the job's allocation (`--cluster`).
+    #[serde(default)]
+    pub cluster: bool,
+    /// Where the allocation's rendezvous listens: one port per job, picked
+    /// from the range by the job id, the same on every node.
+    pub ports: Option<PortRange>,
+    /// Where each node's reachability probe listener may listen (else an
+    /// ephemeral port): the range a site's firewall opens.
+    pub probe_ports: Option<PortRange>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Secret {
+    /// A root-only file every node holds: combined with the job id, the
+    /// job's secret, which every prolog can compute and no user can.
+    pub site_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    drain_prefix: Option<String>,
+    report_dir: Option<PathBuf>,
+    scontrol: Option<PathBuf>,
+    incomplete: Option<Incomplete>,
+    secret: Option<Secret>,
+    healthcheck: Option<Mode>,
+    prolog: Option<Prolog>,
+    epilog: Option<Mode>,
+}
+
+/// The settings with every default filled in.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub dir: PathBuf,
+    /// Where the settings came from (`defaults` when the file is absent).
+    pub source: String,
+    /// Every reason preflight sets starts with it; only a node whose
+    /// reason does is ever resumed by preflight.
+    pub drain_prefix: String,
+    /// Reports are written here, one file per mode (the prolog's and
+    /// epilog's with the job id).
+    pub report_dir: PathBuf,
+    /// `scontrol`, when not found in the usual places.
+    pub scontrol: Option<PathBuf>,
+    pub site_key_file: PathBuf,
+    pub healthcheck: Resolved,
+    pub prolog: Resolved,
+    pub prolog_cluster: bool,
+    pub prolog_ports: PortRange,
+    pub prolog_probe_ports: Option<PortRange>,
+    pub epilog: Resolved,
+}
+
+/// One mode with its defaults applied.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub only: Vec<String>,
+    pub skip: Vec<String>,
+    pub timeout: Duration,
+    pub incomplete: Incomplete,
+}
+
+/// The checks the epilog runs by default: what a job leaves behind.
+pub const EPILOG_TAG: &str = "epilog";
+/// Left out of every mode by default: checks that take seconds.
+pub const SLOW_TAG: &str = "slow";
+
+impl Settings {
+    /// The configuration directory this process uses.
+    pub fn dir_from_env(flag: Option<&Path>) -> PathBuf {
+        flag.map(Path::to_path_buf)
+            .or_else(|| {
+                std::env::var_os(CONFIG_DIR_VAR)
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR))
+    }
+
+    /// Reads `dir/settings.yaml` (absent: the defaults). A file that is
+    /// there but wrong is an error naming where.
+    pub fn load(dir: &Path) -> Result<Settings, Failure> {
+        let file = dir.join(SETTINGS_FILE);
+        let name = file.display().to_string();
+        let (raw, source) = match std::fs::read_to_string(&file) {
+            Ok(text) => (parse(&name, &text)?, name),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                (Raw::default(), "defaults".to_string())
+            }
+            Err(e) => {
+                return Err(Failure::Checklist(ChecklistErrors(vec![
+                    ChecklistError::unreadable(&name, e),
+                ])));
+            }
+        };
+        Ok(Settings::resolve(dir, raw, source))
+    }
+
+    fn resolve(dir: &Path, raw: Raw, source: String) -> Settings {
+        let incomplete = raw.incomplete.unwrap_or(Incomplete::Ignore);
+        let mode = |m: Option<Mode>, only: &[&str], timeout: u64| {
+            let m = m.unwrap_or(Mode {
+                only: only.iter().map(|s| s.to_string()).collect(),
+                skip: vec![SLOW_TAG.into()],
+                timeout: None,
+                incomplete: None,
+            });
+            Resolved {
+                only: m.only,
+                skip: m.skip,
+                timeout: m.timeout.map_or(Duration::from_secs(timeout), |s| s.0),
+                incomplete: m.incomplete.unwrap_or(incomplete),
+            }
+        };
+        let prolog = raw.prolog.clone();
+        Settings {
+            dir: dir.to_path_buf(),
+            source,
+            drain_prefix: raw.drain_prefix.unwrap_or_else(|| "preflight:".into()),
+            report_dir: raw
+                .report_dir
+                .unwrap_or_else(|| PathBuf::from("/var/lib/preflight")),
+            scontrol: raw.scontrol,
+            site_key_file: raw
+                .secret
+                .and_then(|s| s.site_key_file)
+                .unwrap_or_else(|| dir.join("site.key")),
+            // slurmd kills a HealthCheckProgram after 60 s.
+            healthcheck: mode(raw.healthcheck, &[], 45),
+            prolog: mode(
+                prolog.as_ref().map(|p| Mode {
+                    only: p.only.clone(),
+                    skip: p.skip.clone(),
+                    timeout: p.timeout,
+                    incomplete: p.incomplete,
+                }),
+                &[],
+                60,
+            ),
+            prolog_cluster: prolog.as_ref().is_some_and(|p| p.cluster),
+            prolog_probe_ports: prolog.as_ref().and_then(|p| p.probe_ports),
+            prolog_ports: prolog.and_then(|p| p.ports).unwrap_or(PortRange {
+                first: 29400,
+                last: 29499,
+            }),
+            epilog: mode(raw.epilog, &[EPILOG_TAG], 45),
+        }
+    }
+
+    /// The site's checks directory.
+    pub fn checks_dir(&self) -> PathBuf {
+        self.dir.join(CHECKS_DIR)
+    }
+}
+
+fn parse(file: &str, text: &str) -> Result<Raw, Failure> {
+    let located = |e| Failure::Checklist(ChecklistErrors(vec![ChecklistError::from_yaml(file, e)]));
+    let node = yaml::parse_document(text).map_err(located)?;
+    if yaml::type_name(&node) == "null" {
+        return Ok(Raw::default());
+    }
+    let raw: Raw = yaml::from_node(&node).map_err(located)?;
+    if let Some(p) = &raw.drain_prefix
+        && (p.trim().is_empty() || p.len() > 32 || p.contains(['\n', '"', '\'']))
+    {
+        let at = yaml::mapping_entries(&node)
+            .and_then(|e| {
+                e.into_iter()
+                    .find(|(k, _)| yaml::scalar_text(k).as_deref() == Some("drain_prefix"))
+            })
+            .map(|(_, v)| v);
+        return Err(located(match at {
+            Some(v) => yaml::YamlError::at(
+                "drain_prefix must be 1 to 32 characters, no quotes or newlines: it starts every reason preflight sets, and only reasons that start with it are resumed",
+                v,
+            ),
+            None => yaml::YamlError::new("drain_prefix is invalid", None),
+        }));
+    }
+    Ok(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Settings, String> {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(SETTINGS_FILE), text).unwrap();
+        Settings::load(d.path()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn no_file_is_the_defaults() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Settings::load(d.path()).unwrap();
+        assert_eq!(s.source, "defaults");
+        assert_eq!(s.drain_prefix, "preflight:");
+        assert_eq!(s.healthcheck.timeout, Duration::from_secs(45));
+        assert_eq!(s.healthcheck.skip, vec!["slow"]);
+        assert_eq!(s.healthcheck.incomplete, Incomplete::Ignore);
+        assert_eq!(s.epilog.only, vec!["epilog"]);
+        assert!(!s.prolog_cluster);
+        assert_eq!(s.prolog_ports.to_string(), "29400-29499");
+        assert_eq!(s.site_key_file, d.path().join("site.key"));
+    }
+
+    #[test]
+    fn every_setting_is_read() {
+        let s = load(
+            "drain_prefix: 'pf:'\nreport_dir: /r\nincomplete: drain\nsecret: {site_key_file: /k}\n\
+             healthcheck: {only: [quick], timeout: 20s, incomplete: ignore}\n\
+             prolog: {cluster: true, ports: 30000-30009, timeout: 90s}\nepilog: {skip: []}\n",
+        )
+        .unwrap();
+        assert_eq!(s.drain_prefix, "pf:");
+        assert_eq!(s.report_dir, PathBuf::from("/r"));
+        assert_eq!(s.site_key_file, PathBuf::from("/k"));
+        assert_eq!(s.healthcheck.only, vec!["quick"]);
+        assert_eq!(s.healthcheck.timeout, Duration::from_secs(20));
+        assert_eq!(s.healthcheck.incomplete, Incomplete::Ignore);
+        assert_eq!(s.prolog.incomplete, Incomplete::Drain);
+        assert!(s.prolog_cluster);
+        assert_eq!(s.prolog_ports.to_string(), "30000-30009");
+        assert_eq!(s.prolog.timeout, Duration::from_secs(90));
+        assert!(s.epilog.only.is_empty() && s.epilog.skip.is_empty());
+    }
+
+    #[test]
+    fn errors_name_file_line_and_column() {
+        let e = load("healthcheck:\n  timeout: 45\n").unwrap_err();
+        assert!(e.contains("settings.yaml:2:"), "{e}");
+        assert!(
+            e.contains("healthcheck.timeout") && e.contains("needs a unit"),
+            "{e}"
+        );
+        let e = load("prolog:\n  ports: 29500-29400\n").unwrap_err();
+        assert!(e.contains(":2:") && e.contains("backwards"), "{e}");
+        let e = load("healthchek: {}\n").unwrap_err();
+        assert!(e.contains(":1:1") && e.contains("healthchek"), "{e}");
+        let e = load("incomplete: maybe\n").unwrap_err();
+        assert!(e.contains("maybe"), "{e}");
+        let e = load("drain_prefix: \"\"\n").unwrap_err();
+        assert!(e.contains(":1:15") && e.contains("drain_prefix"), "{e}");
+        let e = load("a: [\n").unwrap_err();
+        assert!(e.contains("invalid YAML"), "{e}");
+    }
+}

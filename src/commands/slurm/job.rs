@@ -1,0 +1,112 @@
+//! The prolog's cluster stage: the job's allocation meets before the job
+//! starts. A prolog sees SLURM_NODELIST (not the SLURM_JOB_NODELIST of a
+//! job step), SLURM_JOB_ID and SLURMD_NODENAME; from them every node
+//! derives the same world without talking: its rank is its position in
+//! the expanded nodelist, the master is the first node (at its NodeAddr),
+//! the port is picked from the site's range by the job id, and the secret
+//! is the site key's HMAC of the job id, which every prolog (root) can
+//! compute and no user can.
+
+use std::collections::BTreeMap;
+
+use super::reason::{Action, reason};
+use super::scontrol::Slurm;
+use crate::cluster::auth::job_secret;
+use crate::cluster::hostlist;
+use crate::commands::site::Settings;
+use crate::result::Verdict;
+use crate::result::cluster::ClusterReport;
+
+/// The variables the stages read to place this node in the job.
+pub fn environment(
+    settings: &Settings,
+    slurm: &Slurm,
+    env: &BTreeMap<String, String>,
+    own: &str,
+) -> Result<BTreeMap<String, String>, String> {
+    let get = |k: &str| env.get(k).filter(|v| !v.is_empty()).cloned();
+    let list = get("SLURM_NODELIST")
+        .or_else(|| get("SLURM_JOB_NODELIST"))
+        .ok_or("the prolog's cluster stage needs SLURM_NODELIST (set by slurmd for a prolog)")?;
+    let nodes = hostlist::expand(&list).map_err(|e| format!("SLURM_NODELIST: {e}"))?;
+    let rank = nodes.iter().position(|n| n == own).ok_or_else(|| {
+        format!("this node ({own}, SLURMD_NODENAME) is not in SLURM_NODELIST={list}")
+    })?;
+    let job = get("SLURM_JOB_ID").ok_or("the prolog's cluster stage needs SLURM_JOB_ID")?;
+    let job_number: u64 = job
+        .split(['_', '.'])
+        .next()
+        .and_then(|j| j.parse().ok())
+        .ok_or_else(|| format!("SLURM_JOB_ID={job} is not a job number"))?;
+    let range = settings.prolog_ports;
+    let span = u64::from(range.last - range.first) + 1;
+    let port = range.first + (job_number % span) as u16;
+    let master = slurm.node_addr(&nodes[0])?;
+    let secret = job_secret(&settings.site_key_file, &job)?;
+    let mut out = env.clone();
+    for (k, v) in [
+        ("RANK", rank.to_string()),
+        ("WORLD_SIZE", nodes.len().to_string()),
+        ("LOCAL_RANK", "0".into()),
+        ("LOCAL_WORLD_SIZE", "1".into()),
+        ("GROUP_RANK", rank.to_string()),
+        ("MASTER_ADDR", master),
+        ("MASTER_PORT", port.to_string()),
+        ("SLURM_JOB_NODELIST", list.clone()),
+        ("PREFLIGHT_TOKEN", secret),
+    ] {
+        out.insert(k.into(), v);
+    }
+    if let Some(p) = settings.prolog_probe_ports {
+        out.insert(
+            crate::cluster::identity::PROBE_PORTS_VAR.into(),
+            p.to_string(),
+        );
+    }
+    // The job's own token settings must not override the site's.
+    out.remove("PREFLIGHT_TOKEN_FILE");
+    Ok(out)
+}
+
+/// What the verdict means for this node: drain it when it is named as a
+/// culprit; when the allocation is not ready and no node is named (a node
+/// that never arrived, a deadline), rank 0 holds the job back and nothing
+/// is drained; otherwise this node is fine.
+pub fn cluster_action(c: &ClusterReport, rank: u32, prefix: &str) -> Action {
+    if let Some(culprit) = c.culprits.iter().find(|x| x.ranks.contains(&rank)) {
+        let first = culprit
+            .reasons
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "named by the allocation's verdict".into());
+        return Action::Drain(reason(
+            prefix,
+            &first,
+            culprit.reasons.len().saturating_sub(1),
+        ));
+    }
+    match (c.verdict, rank) {
+        (Verdict::Ready, _) => Action::Keep("ready".into()),
+        (_, 0) if c.culprits.is_empty() => {
+            let why = c
+                .checks
+                .iter()
+                .find(|x| {
+                    x.status == crate::result::Status::Fail
+                        || x.status == crate::result::Status::Error
+                })
+                .map(|x| format!("{}: {}", x.id, x.message))
+                .unwrap_or_else(|| "the allocation is not ready".into());
+            Action::StopJob(reason(prefix, &why, 0))
+        }
+        (_, 0) => Action::Keep(format!(
+            "not ready; the named node(s) drain themselves: {}",
+            c.culprits
+                .iter()
+                .map(|x| x.node.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        _ => Action::Keep("not this node's fault (rank 0 acts for the job)".into()),
+    }
+}

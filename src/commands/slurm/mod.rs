@@ -1,0 +1,300 @@
+//! `preflight slurm healthcheck|prolog|epilog`: the programs slurmd runs
+//! (HealthCheckProgram, Prolog, Epilog), with the site configuration
+//! (`site`) instead of arguments, a report file for later collection, and
+//! the node's state in Slurm as the outcome: a node that is not ready is
+//! drained with a reason naming what is wrong; a node preflight drained
+//! is resumed once it is ready again; a node anyone else drained is left
+//! alone.
+
+mod job;
+mod reason;
+pub mod scontrol;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+
+use super::Failure;
+use super::emit::report_of;
+use super::run::{Executed, Format, RunArgs, Stage, execute};
+use super::site::{Resolved, Settings};
+use crate::exit::ExitCode;
+use crate::result::Verdict;
+use crate::result::report::Report;
+use reason::{Action, node_action};
+use scontrol::Slurm;
+
+#[derive(Debug, Args)]
+pub struct SlurmArgs {
+    #[command(subcommand)]
+    pub mode: SlurmMode,
+    /// The site configuration directory (default: PREFLIGHT_CONFIG_DIR,
+    /// else /etc/preflight).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub config_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+pub enum SlurmMode {
+    /// For HealthCheckProgram: this node's checklist (the quick tier by
+    /// default); drains the node when it is not ready, resumes it when
+    /// preflight drained it and it is ready again.
+    Healthcheck,
+    /// For Prolog: this node's checklist and, with `--cluster` (or the
+    /// setting), the cluster stage across the job's allocation before the
+    /// job starts; only a node named as the culprit drains itself and
+    /// exits non-zero.
+    Prolog {
+        /// Meet the allocation's other nodes (rendezvous, comparisons,
+        /// reachability).
+        #[arg(long)]
+        cluster: bool,
+    },
+    /// For Epilog: the checks for what a job leaves behind (tag
+    /// `epilog`); drains the node when one fails.
+    Epilog,
+}
+
+impl SlurmMode {
+    fn name(self) -> &'static str {
+        match self {
+            SlurmMode::Healthcheck => "healthcheck",
+            SlurmMode::Prolog { .. } => "prolog",
+            SlurmMode::Epilog => "epilog",
+        }
+    }
+
+    fn settings(self, s: &Settings) -> &Resolved {
+        match self {
+            SlurmMode::Healthcheck => &s.healthcheck,
+            SlurmMode::Prolog { .. } => &s.prolog,
+            SlurmMode::Epilog => &s.epilog,
+        }
+    }
+}
+
+pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
+    let settings = Settings::load(&Settings::dir_from_env(args.config_dir.as_deref()))?;
+    let env: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let get = |k: &str| env.get(k).cloned();
+    let mode = args.mode;
+    let own = settings_node_name(&env)?;
+    let slurm = Slurm::find(settings.scontrol.as_deref(), &get).map_err(Failure::Usage)?;
+    let resolved = mode.settings(&settings);
+    let cluster = matches!(mode, SlurmMode::Prolog { cluster: true })
+        || (matches!(mode, SlurmMode::Prolog { .. }) && settings.prolog_cluster);
+    let job_id = get("SLURM_JOB_ID").filter(|j| !j.is_empty());
+    let (stage, job_env) = if cluster {
+        let env = job::environment(&settings, &slurm, &env, &own).map_err(Failure::Usage)?;
+        (Stage::Full, Some(env))
+    } else {
+        (Stage::Checklist, None)
+    };
+    let run_args = run_args(&settings, resolved, stage)?;
+    let outcome = match execute(&run_args, stage, job_env)? {
+        Executed::Done(o) => o,
+        Executed::Agent(_) => {
+            return Err(Failure::Usage(
+                "the prolog's job environment made a node agent, not a rank".into(),
+            ));
+        }
+    };
+    let (report, rank) = report_of(
+        &run_args,
+        stage,
+        &outcome.facts,
+        outcome.results,
+        outcome.cluster,
+        outcome.started_at,
+        outcome.elapsed,
+    );
+    let file = report_file(&settings.report_dir, &own, mode, job_id.as_deref());
+    let mut problems: Vec<String> = Vec::new();
+    if let Err(e) = write_report(&file, &report) {
+        problems.push(e);
+    }
+    let action = match (&report.cluster, mode) {
+        (Some(c), _) => job::cluster_action(c, rank, &settings.drain_prefix),
+        (None, SlurmMode::Healthcheck) => {
+            node_action(&report, resolved.incomplete, &settings.drain_prefix, true)
+        }
+        (None, _) => node_action(&report, resolved.incomplete, &settings.drain_prefix, false),
+    };
+    let done = act(
+        &slurm,
+        &own,
+        job_id.as_deref(),
+        &action,
+        &settings.drain_prefix,
+    );
+    let line = summary(mode, &own, &report, &action, &done, &file);
+    let _ = crate::report::output::write_stdout(&format!("{line}\n"));
+    for p in problems.iter().chain(done.as_ref().err()) {
+        eprintln!("preflight slurm {}: {p}", mode.name());
+    }
+    // A Slurm call that failed is exit 2, whatever the verdict: a drain
+    // that did not happen must not look like one that did.
+    Ok(match (&action, &done) {
+        (_, Err(_)) => ExitCode::Usage,
+        (Action::Drain(_), _) => ExitCode::NotReady,
+        _ if mode == SlurmMode::Healthcheck => report.verdict.exit_code(),
+        _ => ExitCode::Ready,
+    })
+}
+
+/// The node's name in Slurm: SLURMD_NODENAME, which slurmd gives every
+/// program it runs; else the short hostname.
+fn settings_node_name(env: &BTreeMap<String, String>) -> Result<String, Failure> {
+    if let Some(n) = env.get("SLURMD_NODENAME").filter(|n| !n.is_empty()) {
+        return Ok(n.clone());
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().split('.').next().unwrap_or_default().to_string())
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| {
+            Failure::Usage(
+                "SLURMD_NODENAME is unset and the hostname is unreadable: which node is this?"
+                    .into(),
+            )
+        })
+}
+
+/// The stages' arguments from the site settings: the shipped checklist,
+/// the site's `checks.d`, the mode's selection and deadline, JSON.
+fn run_args(settings: &Settings, mode: &Resolved, stage: Stage) -> Result<RunArgs, Failure> {
+    #[derive(clap::Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: RunArgs,
+    }
+    let mut argv: Vec<String> = vec!["preflight".into(), "--format".into(), "json".into()];
+    let checks = settings.checks_dir();
+    if checks.is_dir() {
+        argv.extend(["--checks".into(), checks.display().to_string()]);
+    }
+    for o in &mode.only {
+        argv.extend(["--only".into(), o.clone()]);
+    }
+    for s in &mode.skip {
+        argv.extend(["--skip".into(), s.clone()]);
+    }
+    argv.extend([
+        "--timeout".into(),
+        format!("{}ms", mode.timeout.as_millis()),
+    ]);
+    if stage == Stage::Full {
+        argv.extend(["--collective".into(), "off".into()]);
+    }
+    let wrap = <Wrap as clap::Parser>::try_parse_from(&argv).map_err(|e| {
+        Failure::Usage(format!(
+            "the site settings ({}) make bad arguments: {e}",
+            settings.source
+        ))
+    })?;
+    debug_assert!(wrap.args.format == Format::Json);
+    Ok(wrap.args)
+}
+
+/// `DIR/healthcheck.json`, `DIR/prolog-JOB.json`, `DIR/epilog-JOB.json`;
+/// `%n` in DIR is the node's name, as in slurm.conf (for a report
+/// directory on a shared filesystem).
+fn report_file(dir: &Path, node: &str, mode: SlurmMode, job: Option<&str>) -> PathBuf {
+    let dir = PathBuf::from(dir.display().to_string().replace("%n", node));
+    let job: String = job
+        .unwrap_or("nojob")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+        .take(64)
+        .collect();
+    match mode {
+        SlurmMode::Healthcheck => dir.join("healthcheck.json"),
+        m => dir.join(format!("{}-{job}.json", m.name())),
+    }
+}
+
+fn write_report(file: &Path, report: &Report) -> Result<(), String> {
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    crate::report::write_report(
+        &crate::report::Destination::File(file.to_path_buf()),
+        &crate::report::json(report),
+    )
+    .map_err(|e| format!("cannot write the report to {}: {e}", file.display()))
+}
+
+/// Carries out `action` on this node (or, for a job that cannot start,
+/// on the job); what was done, in words.
+fn act(
+    slurm: &Slurm,
+    own: &str,
+    job: Option<&str>,
+    action: &Action,
+    prefix: &str,
+) -> Result<String, String> {
+    match action {
+        Action::Drain(reason) => slurm
+            .drain(own, reason)
+            .map(|()| format!("drained: {reason}")),
+        Action::ResumeIfOurs => {
+            let n = slurm.node(own)?;
+            match &n.reason {
+                Some(r) if n.out_of_service() && r.starts_with(prefix) => slurm
+                    .resume(own)
+                    .map(|()| format!("resumed (was drained: {r})")),
+                Some(r) if n.out_of_service() => {
+                    Ok(format!("left {} (reason not preflight's: {r})", n.state))
+                }
+                _ => Ok(format!("state {}", n.state)),
+            }
+        }
+        Action::Keep(why) => Ok(why.clone()),
+        Action::StopJob(reason) => match job {
+            Some(j) => slurm
+                .stop_job(j, reason)
+                .map(|()| format!("job {j} held back: {reason}")),
+            None => Err(format!(
+                "the job cannot start ({reason}), but SLURM_JOB_ID is unset"
+            )),
+        },
+    }
+}
+
+fn summary(
+    mode: SlurmMode,
+    own: &str,
+    report: &Report,
+    action: &Action,
+    done: &Result<String, String>,
+    file: &Path,
+) -> String {
+    let verdict = match report.verdict {
+        Verdict::Ready => "ready",
+        Verdict::NotReady => "NOT READY",
+        Verdict::Incomplete => "INCOMPLETE",
+    };
+    let what = match done {
+        Ok(d) => d.clone(),
+        Err(e) => format!(
+            "{} failed: {e}",
+            match action {
+                Action::Drain(_) => "drain",
+                Action::ResumeIfOurs => "resume",
+                Action::StopJob(_) => "holding the job back",
+                Action::Keep(_) => "nothing",
+            }
+        ),
+    };
+    format!(
+        "preflight slurm {} on {own}: {verdict} ({} checks, {} ms); {what}; report {}",
+        mode.name(),
+        report.checks.len(),
+        report.duration_ms,
+        file.display()
+    )
+}

@@ -1,0 +1,234 @@
+//! `preflight slurm` on a real Slurm 22.05 cluster built by the test
+//! (munged, slurmctld, one slurmd per network namespace with its own
+//! hostname; see tests/common/slurm.rs): the health check slurmd runs
+//! drains the faulty node with a reason naming the check and resumes it
+//! once fixed, never an admin's drain; `incomplete` follows the setting
+//! and a hanging check leaves no process behind; the prolog's cluster
+//! stage drains only the node whose firewall drops the probes, and the
+//! job's script never runs on that allocation; srun gating.
+//!
+//! The wrappers slurmd runs are contrib/slurm's, started through a
+//! two-line script that tells them where the binary and the settings are
+//! (slurmd gives them no environment to carry that).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::BIN;
+use common::slurm::{Options, Slurm, wait_until};
+
+/// One Slurm cluster at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const CONTRIB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/contrib/slurm");
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The site configuration: settings.yaml and checks.d/site.yaml with a
+/// check that fails on a node whose fault file exists, and one that hangs
+/// where its hang file exists.
+fn site(dir: &Path, settings: &str) -> PathBuf {
+    let etc = dir.join("etc");
+    std::fs::create_dir_all(etc.join("checks.d")).unwrap();
+    std::fs::create_dir_all(dir.join("faults")).unwrap();
+    std::fs::write(
+        etc.join("settings.yaml"),
+        settings.replace("{dir}", &dir.display().to_string()),
+    )
+    .unwrap();
+    let faults = dir.join("faults").display().to_string();
+    std::fs::write(
+        etc.join("checks.d/site.yaml"),
+        format!(
+            "checks:\n\
+             \x20 - id: site.fault_file\n    kind: command\n    tags: [site]\n\
+             \x20   argv: [sh, -c, 'test ! -e {faults}/$SLURMD_NODENAME']\n\
+             \x20   hint: remove the planted fault\n\
+             \x20 - id: site.hang\n    kind: command\n    tags: [site]\n    timeout: 60s\n\
+             \x20   argv: [sh, -c, 'if test -e {faults}/hang-$SLURMD_NODENAME; then exec sleep 300; fi']\n"
+        ),
+    )
+    .unwrap();
+    let key = etc.join("site.key");
+    std::fs::write(&key, "0123456789abcdef0123456789abcdef\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    etc
+}
+
+/// `dir/NAME`: contrib/slurm/NAME started with the binary and settings.
+fn wrapper(dir: &Path, name: &str, etc: &Path, args: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nexport PREFLIGHT={BIN} PREFLIGHT_CONFIG_DIR={}\nexec sh {CONTRIB}/{name} {args}\n",
+            etc.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Processes of node `i`'s namespace whose command line contains `what`.
+fn processes_in(s: &Slurm, i: usize, what: &str) -> Vec<String> {
+    let pids = std::process::Command::new("ip")
+        .args(["netns", "pids", &s.net.hosts[i].ns])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&pids.stdout)
+        .split_whitespace()
+        .filter_map(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(what))
+        .collect()
+}
+
+#[test]
+fn the_health_check_drains_the_faulty_node_resumes_it_and_never_an_admins_drain() {
+    let _s = serial();
+    let settings = "report_dir: {dir}/reports/%n\nhealthcheck:\n  only: [site]\n  timeout: 2s\n";
+    let prepared = Mutex::new(None::<PathBuf>);
+    let before = |d: &Path| {
+        let etc = site(d, settings);
+        wrapper(d, "preflight-healthcheck", &etc, "");
+        // slurmd runs the health check as it starts: h3 is faulty then.
+        std::fs::write(d.join("faults/h3"), "").unwrap();
+        *prepared.lock().unwrap() = Some(etc);
+    };
+    let extra = [
+        "HealthCheckProgram={dir}/preflight-healthcheck".to_string(),
+        "HealthCheckInterval=3600".to_string(),
+        "HealthCheckNodeState=ANY".to_string(),
+    ];
+    let Some(s) = Slurm::start(Options {
+        nodes: 3,
+        extra: &extra,
+        before_start: &before,
+    }) else {
+        return;
+    };
+    let d = s.dir.path().to_path_buf();
+    let etc = prepared.lock().unwrap().clone().unwrap();
+    let hc = d.join("preflight-healthcheck").display().to_string();
+
+    // Run by slurmd itself, with its empty environment: scontrol and
+    // slurm.conf were found without SLURM_CONF.
+    assert!(
+        wait_until(LIMIT, || s
+            .reason("h3")
+            .starts_with("preflight: site.fault_file:")),
+        "h3 was not drained by the health check slurmd ran:\n{}\n{}",
+        s.sinfo(),
+        s.log("h3")
+    );
+    assert_eq!(s.state("h1"), "idle", "{}", s.sinfo());
+    assert!(d.join("reports/h3/healthcheck.json").exists());
+
+    // By hand, as an operator runs it (SLURMD_NODENAME, and SLURM_CONF
+    // since no slurmd is its parent and this slurm.conf is not in
+    // /etc/slurm).
+    let conf = s.conf.display().to_string();
+    let node = |n: &'static str| [("SLURMD_NODENAME", n), ("SLURM_CONF", conf.as_str())];
+    std::fs::write(d.join("faults/h2"), "").unwrap();
+    let o = s.on_node(1, &hc, &[], &node("h2"));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(s.state("h2"), "drain", "{}", s.sinfo());
+    let reason = s.reason("h2");
+    assert!(
+        reason.starts_with("preflight: site.fault_file: sh ended with exit 1"),
+        "{reason}"
+    );
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.join("reports/h2/healthcheck.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(report["verdict"], "not_ready", "{report:#}");
+
+    // Fixed: resumed, because the reason is preflight's.
+    std::fs::remove_file(d.join("faults/h2")).unwrap();
+    let o = s.on_node(1, &hc, &[], &node("h2"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("resumed"),
+        "{}",
+        text(&o)
+    );
+    assert!(s.wait_state("h2", "idle", LIMIT), "{}", s.sinfo());
+
+    // An admin's drain stays through a passing health check.
+    s.scontrol(&["update", "nodename=h1", "state=drain", "reason=maintenance"]);
+    let o = s.on_node(0, &hc, &[], &node("h1"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(s.state("h1"), "drain", "{}", s.sinfo());
+    assert_eq!(s.reason("h1"), "maintenance");
+
+    // A check that hangs: the health check still ends, as incomplete, and
+    // with `incomplete: ignore` (the default) the node stays in service;
+    // no `sleep 300` is left behind.
+    std::fs::write(d.join("faults/hang-h2"), "").unwrap();
+    let o = s.on_node(1, &hc, &[], &node("h2"));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("INCOMPLETE"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(s.state("h2"), "idle", "{}", s.sinfo());
+    assert!(processes_in(&s, 1, "sleep 300").is_empty());
+    // With `incomplete: drain`, the same run drains it, naming the check.
+    std::fs::write(
+        etc.join("settings.yaml"),
+        format!("{settings}  incomplete: drain\n").replace("{dir}", &d.display().to_string()),
+    )
+    .unwrap();
+    let o = s.on_node(1, &hc, &[], &node("h2"));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        s.reason("h2")
+            .starts_with("preflight: site.hang: could not be evaluated"),
+        "{}",
+        s.sinfo()
+    );
+    assert!(processes_in(&s, 1, "sleep 300").is_empty());
+}
+
+#[test]
+fn a_settings_error_names_the_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("settings.yaml"),
+        "healthcheck:\n  timeout: 45\n",
+    )
+    .unwrap();
+    let o = std::process::Command::new(BIN)
+        .args(["slurm", "healthcheck"])
+        .env_clear()
+        .env("PREFLIGHT_CONFIG_DIR", dir.path())
+        .env("SLURMD_NODENAME", "h1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("settings.yaml:2:") && err.contains("healthcheck.timeout"),
+        "{err}"
+    );
+}
