@@ -232,3 +232,203 @@ fn a_settings_error_names_the_file_line_and_column() {
         "{err}"
     );
 }
+
+/// `squeue`'s state and reason for a job, e.g. `PENDING JobHeldAdmin`.
+fn job_state(s: &Slurm, job: &str) -> String {
+    let o = s.run("squeue", &["-h", "-j", job, "-o", "%T %r"]);
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn sbatch(s: &Slurm, d: &Path, marker: &str) -> String {
+    let o = s.run(
+        "sbatch",
+        &[
+            "--parsable",
+            "-N3",
+            "--chdir",
+            &d.display().to_string(),
+            "-o",
+            "/dev/null",
+            "--wrap",
+            &format!("touch {}", d.join(marker).display()),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+#[test]
+fn the_prolog_drains_only_the_firewalled_node_and_the_job_starts_once_it_is_fixed() {
+    let _s = serial();
+    let settings = "report_dir: {dir}/reports/%n\n\
+                    prolog:\n  cluster: true\n  only: [cluster, site]\n  ports: 29400-29409\n  \
+                    probe_ports: 29450-29459\n  timeout: 10s\n";
+    let before = |d: &Path| {
+        let etc = site(d, settings);
+        wrapper(d, "preflight-prolog", &etc, "");
+    };
+    let extra = [
+        "Prolog={dir}/preflight-prolog".to_string(),
+        "PrologFlags=Alloc".to_string(),
+    ];
+    let Some(s) = Slurm::start(Options {
+        nodes: 3,
+        extra: &extra,
+        before_start: &before,
+    }) else {
+        return;
+    };
+    let d = s.dir.path().to_path_buf();
+
+    // Healthy: the prolog passes on every node and the job runs.
+    let job = sbatch(&s, &d, "ran-healthy");
+    assert!(
+        wait_until(LIMIT, || d.join("ran-healthy").exists()),
+        "the job did not run: {} {}\n{}",
+        job_state(&s, &job),
+        s.sinfo(),
+        s.log("ctld")
+    );
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.join(format!("reports/h1/prolog-{job}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(report["verdict"], "ready", "{report:#}");
+    assert_eq!(report["cluster"]["nodes"].as_array().map(Vec::len), Some(3));
+    assert!(
+        report["cluster"]["token"]
+            .as_str()
+            .unwrap()
+            .starts_with("PREFLIGHT_TOKEN"),
+        "the site key's secret: {report:#}"
+    );
+
+    // h2's firewall drops the probe ports: only h2 is drained, naming
+    // the unreachable port, and the job's script does not run.
+    s.net.iptables(
+        1,
+        &[
+            "-A",
+            "INPUT",
+            "-i",
+            "eth0",
+            "-p",
+            "tcp",
+            "--dport",
+            "29450:29459",
+            "-j",
+            "DROP",
+        ],
+    );
+    let job = sbatch(&s, &d, "ran-faulty");
+    assert!(
+        wait_until(LIMIT, || s.state("h2") == "drain"),
+        "h2 was not drained: {}\n{}",
+        s.sinfo(),
+        job_state(&s, &job)
+    );
+    let reason = s.reason("h2");
+    assert!(
+        reason.starts_with("preflight: cluster.reachability:"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("h2 drops incoming connections (a firewall DROP rule?)"),
+        "{reason}"
+    );
+    for healthy in ["h1", "h3"] {
+        assert!(!s.state(healthy).starts_with("drain"), "{}", s.sinfo());
+        assert_eq!(s.reason(healthy), "none", "{}", s.sinfo());
+    }
+    assert!(
+        wait_until(LIMIT, || job_state(&s, &job).starts_with("PENDING")),
+        "{}",
+        job_state(&s, &job)
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !d.join("ran-faulty").exists(),
+        "the job ran on a faulty allocation"
+    );
+    // Its owner sees why in the job's comment.
+    let shown =
+        String::from_utf8_lossy(&s.run("scontrol", &["show", "job", &job]).stdout).into_owned();
+    assert!(
+        shown.contains("Comment=preflight: not ready: h2 drained (cluster.reachability:"),
+        "{shown}"
+    );
+
+    // Fixed and resumed: the job runs.
+    s.net.iptables(1, &["-F", "INPUT"]);
+    s.scontrol(&["update", "nodename=h2", "state=resume"]);
+    let _ = s.run("scontrol", &["release", &job]);
+    // Slurm holds a requeued job back for about two minutes (BeginTime).
+    s.scontrol(&["update", &format!("jobid={job}"), "starttime=now"]);
+    assert!(
+        wait_until(LIMIT, || d.join("ran-faulty").exists()),
+        "the job did not run once h2 was fixed: {}\n{}",
+        job_state(&s, &job),
+        s.sinfo()
+    );
+}
+
+#[test]
+fn a_master_nobody_can_reach_holds_the_job_back_and_drains_no_node() {
+    let _s = serial();
+    let settings = "report_dir: {dir}/reports/%n\n\
+                    prolog:\n  cluster: true\n  only: [cluster, site]\n  ports: 29400-29409\n  \
+                    timeout: 6s\n";
+    let before = |d: &Path| {
+        let etc = site(d, settings);
+        wrapper(d, "preflight-prolog", &etc, "");
+    };
+    let extra = [
+        "Prolog={dir}/preflight-prolog".to_string(),
+        "PrologFlags=Alloc".to_string(),
+    ];
+    let Some(s) = Slurm::start(Options {
+        nodes: 3,
+        extra: &extra,
+        before_start: &before,
+    }) else {
+        return;
+    };
+    let d = s.dir.path().to_path_buf();
+    // The first node (the master) drops the rendezvous ports: the others
+    // never arrive, and whether they are dead or cut off cannot be told.
+    s.net.iptables(
+        0,
+        &[
+            "-A",
+            "INPUT",
+            "-i",
+            "eth0",
+            "-p",
+            "tcp",
+            "--dport",
+            "29400:29409",
+            "-j",
+            "DROP",
+        ],
+    );
+    let job = sbatch(&s, &d, "ran");
+    assert!(
+        wait_until(LIMIT, || job_state(&s, &job).contains("held")),
+        "the job was not held: {}\n{}",
+        job_state(&s, &job),
+        s.sinfo()
+    );
+    assert!(
+        !d.join("ran").exists(),
+        "the job ran on an allocation that is not ready"
+    );
+    for n in ["h1", "h2", "h3"] {
+        assert!(!s.state(n).starts_with("drain"), "{}", s.sinfo());
+    }
+    let shown =
+        String::from_utf8_lossy(&s.run("scontrol", &["show", "job", &job]).stdout).into_owned();
+    assert!(
+        shown.contains("Comment=preflight: cluster.barrier:"),
+        "{shown}"
+    );
+}

@@ -14,8 +14,8 @@ use super::scontrol::Slurm;
 use crate::cluster::auth::job_secret;
 use crate::cluster::hostlist;
 use crate::commands::site::Settings;
-use crate::result::Verdict;
 use crate::result::cluster::ClusterReport;
+use crate::result::{Status, Verdict};
 
 /// The variables the stages read to place this node in the job.
 pub fn environment(
@@ -69,9 +69,12 @@ pub fn environment(
 }
 
 /// What the verdict means for this node: drain it when it is named as a
-/// culprit; when the allocation is not ready and no node is named (a node
-/// that never arrived, a deadline), rank 0 holds the job back and nothing
-/// is drained; otherwise this node is fine.
+/// culprit. Otherwise, when the allocation is not ready, rank 0 (the
+/// first node, where a batch script starts once its own prolog ends)
+/// takes the job off the allocation before it starts: requeued where
+/// culprits drain themselves (the scheduler places it elsewhere), requeued
+/// and held where no node can be named (a node that never arrived, a
+/// deadline), so it does not start into a hang; nothing is drained then.
 pub fn cluster_action(c: &ClusterReport, rank: u32, prefix: &str) -> Action {
     if let Some(culprit) = c.culprits.iter().find(|x| x.ranks.contains(&rank)) {
         let first = culprit
@@ -87,26 +90,33 @@ pub fn cluster_action(c: &ClusterReport, rank: u32, prefix: &str) -> Action {
     }
     match (c.verdict, rank) {
         (Verdict::Ready, _) => Action::Keep("ready".into()),
-        (_, 0) if c.culprits.is_empty() => {
-            let why = c
-                .checks
-                .iter()
-                .find(|x| {
-                    x.status == crate::result::Status::Fail
-                        || x.status == crate::result::Status::Error
-                })
-                .map(|x| format!("{}: {}", x.id, x.message))
-                .unwrap_or_else(|| "the allocation is not ready".into());
-            Action::StopJob(reason(prefix, &why, 0))
+        (_, 0) => {
+            let why = match c.culprits.as_slice() {
+                [] => c
+                    .checks
+                    .iter()
+                    .find(|x| matches!(x.status, Status::Fail | Status::Error))
+                    .map(|x| format!("{}: {}", x.id, x.message))
+                    .unwrap_or_else(|| "the allocation is not ready".into()),
+                named => format!(
+                    "not ready: {} drained ({})",
+                    named
+                        .iter()
+                        .map(|x| x.node.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    named[0]
+                        .reasons
+                        .first()
+                        .map(String::as_str)
+                        .unwrap_or_default()
+                ),
+            };
+            Action::StopJob {
+                reason: reason(prefix, &why, 0),
+                hold: c.culprits.is_empty(),
+            }
         }
-        (_, 0) => Action::Keep(format!(
-            "not ready; the named node(s) drain themselves: {}",
-            c.culprits
-                .iter()
-                .map(|x| x.node.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
         _ => Action::Keep("not this node's fault (rank 0 acts for the job)".into()),
     }
 }

@@ -254,10 +254,8 @@ fn act(
             }
         }
         Action::Keep(why) => Ok(why.clone()),
-        Action::StopJob(reason) => match job {
-            Some(j) => slurm
-                .stop_job(j, reason)
-                .map(|()| format!("job {j} held back: {reason}")),
+        Action::StopJob { reason, hold } => match job {
+            Some(j) => slurm.stop_job(j, reason, *hold),
             None => Err(format!(
                 "the job cannot start ({reason}), but SLURM_JOB_ID is unset"
             )),
@@ -285,7 +283,7 @@ fn summary(
             match action {
                 Action::Drain(_) => "drain",
                 Action::ResumeIfOurs => "resume",
-                Action::StopJob(_) => "holding the job back",
+                Action::StopJob { .. } => "taking the job off this allocation",
                 Action::Keep(_) => "nothing",
             }
         ),

@@ -20,9 +20,10 @@ pub enum Action {
     ResumeIfOurs,
     /// Leave the node as it is, and why.
     Keep(String),
-    /// The job must not start, and no node here is the one to blame:
-    /// hold it back with the reason, drain nothing.
-    StopJob(String),
+    /// The job must not start on this allocation: requeue it (held when
+    /// no node was named, so that it does not loop back onto the same
+    /// nodes) with the reason in its comment; drain nothing here.
+    StopJob { reason: String, hold: bool },
 }
 
 /// `PREFIX check.id: message (+N more)`, one line, at most REASON_MAX.

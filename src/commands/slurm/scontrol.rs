@@ -160,36 +160,42 @@ impl Slurm {
             .ok_or_else(|| format!("scontrol show node {name}: no NodeAddr"))
     }
 
-    /// Cancels a job with the reason in its comment, so that its owner
-    /// sees why (`scontrol show job`, `sacct -o comment`).
-    pub fn stop_job(&self, job: &str, reason: &str) -> Result<(), String> {
+    /// Takes a job off its allocation before it starts, with the reason
+    /// in its comment so that its owner sees why (`scontrol show job`,
+    /// `sacct -o comment`): a batch job is requeued (and held, with
+    /// `hold`, until an operator releases it); an interactive one, which
+    /// cannot be requeued, is cancelled. Says what was done.
+    pub fn stop_job(&self, job: &str, reason: &str, hold: bool) -> Result<String, String> {
         let _ = self.call(&[
             "update",
             &format!("jobid={job}"),
             &format!("comment={reason}"),
         ]);
-        // A batch job goes back to the queue, held, to run once an
-        // operator has looked; an interactive one can only be cancelled.
-        match self.call(&["requeuehold", job]) {
-            Ok(_) => Ok(()),
-            Err(_) => {
-                let scancel = self.scontrol.with_file_name("scancel");
-                let mut cmd = Command::new(&scancel);
-                cmd.arg(job)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped());
-                if let Some(c) = &self.conf {
-                    cmd.env("SLURM_CONF", c);
-                }
-                match run_bounded(cmd, CALL_DEADLINE) {
-                    Ok((true, _, _)) => Ok(()),
-                    Ok((false, _, err)) => {
-                        Err(format!("scancel {job} failed: {}", one_line(&err, 300)))
-                    }
-                    Err(e) => Err(format!("scancel {job}: {e}")),
-                }
-            }
+        let verb = if hold { "requeuehold" } else { "requeue" };
+        let requeued = self.call(&[verb, job]);
+        if requeued.is_ok() {
+            return Ok(format!(
+                "job {job} requeued{}: {reason}",
+                if hold { " and held" } else { "" }
+            ));
+        }
+        let scancel = self.scontrol.with_file_name("scancel");
+        let mut cmd = Command::new(&scancel);
+        cmd.arg(job)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(c) = &self.conf {
+            cmd.env("SLURM_CONF", c);
+        }
+        match run_bounded(cmd, CALL_DEADLINE) {
+            Ok((true, _, _)) => Ok(format!("job {job} cancelled: {reason}")),
+            Ok((false, _, err)) => Err(format!(
+                "{}; scancel {job} failed: {}",
+                requeued.err().unwrap_or_default(),
+                one_line(&err, 300)
+            )),
+            Err(e) => Err(format!("scancel {job}: {e}")),
         }
     }
 }
