@@ -432,3 +432,155 @@ fn a_master_nobody_can_reach_holds_the_job_back_and_drains_no_node() {
         "{shown}"
     );
 }
+
+/// `srun` of `preflight run` with this cluster's settings: every task's
+/// report in DIR/out-TASK, srun's own exit code.
+fn srun_preflight(s: &Slurm, d: &Path, tag: &str, shape: &[&str]) -> (i32, Vec<serde_json::Value>) {
+    let checks = concat!(env!("CARGO_MANIFEST_DIR"), "/checks/cluster.yaml");
+    let out = d.join(format!("{tag}-%t"));
+    let mut args: Vec<String> = ["-N3", "--kill-on-bad-exit=1", "-o"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(out.display().to_string());
+    args.extend(shape.iter().map(|s| s.to_string()));
+    args.extend(
+        [
+            BIN,
+            "run",
+            "--no-shipped",
+            "--checks",
+            checks,
+            "--timeout",
+            "20s",
+            "--format",
+            "json",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = s
+        .cmd("srun", &argv)
+        .env("PREFLIGHT_PROBE_PORTS", "29450-29459")
+        .env("PREFLIGHT_TOKEN", "0123456789abcdef0123456789abcdef")
+        .output()
+        .unwrap();
+    let mut reports = Vec::new();
+    for t in 0.. {
+        let Ok(text) = std::fs::read_to_string(d.join(format!("{tag}-{t}"))) else {
+            break;
+        };
+        reports
+            .push(serde_json::from_str(&text).unwrap_or_else(|e| panic!("task {t}: {e}: {text}")));
+    }
+    (o.status.code().unwrap_or(-1), reports)
+}
+
+#[test]
+fn srun_gates_on_preflight_run_per_node_and_per_gpu_and_the_sbatch_example_stops_short() {
+    let _s = serial();
+    let Some(s) = Slurm::start(Options {
+        nodes: 3,
+        extra: &[],
+        before_start: &|_| {},
+    }) else {
+        return;
+    };
+    let d = s.dir.path().to_path_buf();
+    for (tag, shape, tasks) in [
+        ("node", &[][..], 3),
+        ("gpu", &["--ntasks-per-node=2"][..], 6),
+    ] {
+        let (code, reports) = srun_preflight(&s, &d, tag, shape);
+        assert_eq!(reports.len(), tasks, "{tag}");
+        for r in &reports {
+            assert_eq!(r["verdict"], "ready", "{tag}: {r:#}");
+            assert_eq!(r["cluster"]["world_size"], tasks, "{tag}: {r:#}");
+        }
+        assert_eq!(code, 0, "{tag}");
+    }
+
+    // h2 drops the probe ports: every task exits 1 naming h2.
+    s.net.iptables(
+        1,
+        &[
+            "-A",
+            "INPUT",
+            "-i",
+            "eth0",
+            "-p",
+            "tcp",
+            "--dport",
+            "29450:29459",
+            "-j",
+            "DROP",
+        ],
+    );
+    let (code, reports) = srun_preflight(&s, &d, "faulty", &[]);
+    assert_eq!(code, 1);
+    assert_eq!(reports.len(), 3);
+    for r in &reports {
+        assert_eq!(r["verdict"], "not_ready", "{r:#}");
+        let culprits: Vec<&str> = r["cluster"]["culprits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["node"].as_str())
+            .collect();
+        assert_eq!(culprits, ["h2"], "{r:#}");
+    }
+
+    // The sbatch example with h2 still firewalled: the training step
+    // does not run; fixed, it does.
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/contrib/slurm/sbatch-example.sh"
+    );
+    let submit = |marker: &str| -> String {
+        let o = s
+            .cmd(
+                "sbatch",
+                &[
+                    "--parsable",
+                    "-N3",
+                    "--chdir",
+                    &d.display().to_string(),
+                    "-o",
+                    &d.join(format!("{marker}.out")).display().to_string(),
+                    example,
+                ],
+            )
+            .env("PREFLIGHT", BIN)
+            .env(
+                "PREFLIGHT_ARGS",
+                format!(
+                    "--no-shipped --checks {}/checks/cluster.yaml",
+                    env!("CARGO_MANIFEST_DIR")
+                ),
+            )
+            .env("PREFLIGHT_PROBE_PORTS", "29450-29459")
+            .env("TRAIN", format!("touch {}", d.join(marker).display()))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let gone = |job: &str| s.run("squeue", &["-h", "-j", job]).stdout.is_empty();
+    let job = submit("trained-faulty");
+    assert!(wait_until(LIMIT, || gone(&job)), "{}", job_state(&s, &job));
+    let out = std::fs::read_to_string(d.join("trained-faulty.out")).unwrap_or_default();
+    assert!(
+        !d.join("trained-faulty").exists(),
+        "the training ran: {out}"
+    );
+    assert!(out.contains("the allocation is not ready"), "{out}");
+    s.net.iptables(1, &["-F", "INPUT"]);
+    let job = submit("trained");
+    assert!(wait_until(LIMIT, || gone(&job)), "{}", job_state(&s, &job));
+    let out = std::fs::read_to_string(d.join("trained.out")).unwrap_or_default();
+    assert!(
+        d.join("trained").exists(),
+        "the training did not run: {out}"
+    );
+}
