@@ -584,3 +584,73 @@ fn srun_gates_on_preflight_run_per_node_and_per_gpu_and_the_sbatch_example_stops
         "the training did not run: {out}"
     );
 }
+
+#[test]
+fn the_epilog_drains_a_node_where_the_jobs_user_left_a_process() {
+    let _s = serial();
+    let settings = "report_dir: {dir}/reports/%n\n\
+                    epilog:\n  only: [epilog, slurm.leftover_processes]\n";
+    let before = |d: &Path| {
+        let etc = site(d, settings);
+        wrapper(d, "preflight-epilog", &etc, "");
+    };
+    let extra = ["Epilog={dir}/preflight-epilog".to_string()];
+    let Some(s) = Slurm::start(Options {
+        nodes: 2,
+        extra: &extra,
+        before_start: &before,
+    }) else {
+        return;
+    };
+    let d = s.dir.path().to_path_buf();
+    let run_as_nobody = |node: &str, script: &str| {
+        let o = s.run(
+            "sbatch",
+            &[
+                "--parsable",
+                "--uid=nobody",
+                "-w",
+                node,
+                "--chdir",
+                "/",
+                "-o",
+                "/dev/null",
+                "--wrap",
+                script,
+            ],
+        );
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    // A clean job: the epilog passes and the node stays in service.
+    let job = run_as_nobody("h1", "true");
+    let report = d.join(format!("reports/h1/epilog-{job}.json"));
+    assert!(
+        wait_until(LIMIT, || report.exists()),
+        "no epilog report: {}\n{}",
+        s.sinfo(),
+        s.log("h1")
+    );
+    assert!(!s.state("h1").starts_with("drain"), "{}", s.sinfo());
+
+    // A job whose child escaped it (a new session, reparented to init).
+    let job = run_as_nobody(
+        "h2",
+        "setsid sleep 300 < /dev/null > /dev/null 2>&1 & sleep 1",
+    );
+    assert!(
+        wait_until(LIMIT, || s.state("h2") == "drain"),
+        "h2 was not drained: {}\n{}",
+        s.sinfo(),
+        s.log("h2")
+    );
+    let reason = s.reason("h2");
+    assert!(
+        reason.starts_with(
+            "preflight: slurm.leftover_processes: 1 process of uid 65534 left after the job:"
+        ) && reason.ends_with(" sleep"),
+        "{reason}"
+    );
+    assert!(d.join(format!("reports/h2/epilog-{job}.json")).exists());
+    assert_eq!(processes_in(&s, 1, "sleep 300").len(), 1);
+}

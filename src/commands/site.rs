@@ -46,6 +46,9 @@ pub struct Mode {
     /// The whole mode's deadline.
     pub timeout: Option<Span>,
     pub incomplete: Option<Incomplete>,
+    /// Warnings drain too (`--strict`): the epilog's default, where a
+    /// warning such as GPU memory still in use is left by the job.
+    pub strict: Option<bool>,
 }
 
 /// The prolog's own settings.
@@ -58,6 +61,7 @@ pub struct Prolog {
     pub skip: Vec<String>,
     pub timeout: Option<Span>,
     pub incomplete: Option<Incomplete>,
+    pub strict: Option<bool>,
     /// Run the cluster stage across the job's allocation (`--cluster`).
     #[serde(default)]
     pub cluster: bool,
@@ -120,6 +124,7 @@ pub struct Resolved {
     pub skip: Vec<String>,
     pub timeout: Duration,
     pub incomplete: Incomplete,
+    pub strict: bool,
 }
 
 /// The checks the epilog runs by default: what a job leaves behind.
@@ -160,18 +165,20 @@ impl Settings {
 
     fn resolve(dir: &Path, raw: Raw, source: String) -> Settings {
         let incomplete = raw.incomplete.unwrap_or(Incomplete::Ignore);
-        let mode = |m: Option<Mode>, only: &[&str], timeout: u64| {
+        let mode = |m: Option<Mode>, only: &[&str], timeout: u64, strict: bool| {
             let m = m.unwrap_or(Mode {
                 only: only.iter().map(|s| s.to_string()).collect(),
                 skip: vec![SLOW_TAG.into()],
                 timeout: None,
                 incomplete: None,
+                strict: None,
             });
             Resolved {
                 only: m.only,
                 skip: m.skip,
                 timeout: m.timeout.map_or(Duration::from_secs(timeout), |s| s.0),
                 incomplete: m.incomplete.unwrap_or(incomplete),
+                strict: m.strict.unwrap_or(strict),
             }
         };
         let prolog = raw.prolog.clone();
@@ -188,16 +195,18 @@ impl Settings {
                 .and_then(|s| s.site_key_file)
                 .unwrap_or_else(|| dir.join("site.key")),
             // slurmd kills a HealthCheckProgram after 60 s.
-            healthcheck: mode(raw.healthcheck, &[], 45),
+            healthcheck: mode(raw.healthcheck, &[], 45, false),
             prolog: mode(
                 prolog.as_ref().map(|p| Mode {
                     only: p.only.clone(),
                     skip: p.skip.clone(),
                     timeout: p.timeout,
                     incomplete: p.incomplete,
+                    strict: p.strict,
                 }),
                 &[],
                 60,
+                false,
             ),
             prolog_cluster: prolog.as_ref().is_some_and(|p| p.cluster),
             prolog_probe_ports: prolog.as_ref().and_then(|p| p.probe_ports),
@@ -205,7 +214,7 @@ impl Settings {
                 first: 29400,
                 last: 29499,
             }),
-            epilog: mode(raw.epilog, &[EPILOG_TAG], 45),
+            epilog: mode(raw.epilog, &[EPILOG_TAG], 45, true),
         }
     }
 
@@ -262,6 +271,7 @@ mod tests {
         assert_eq!(s.healthcheck.skip, vec!["slow"]);
         assert_eq!(s.healthcheck.incomplete, Incomplete::Ignore);
         assert_eq!(s.epilog.only, vec!["epilog"]);
+        assert!(s.epilog.strict && !s.healthcheck.strict && !s.prolog.strict);
         assert!(!s.prolog_cluster);
         assert_eq!(s.prolog_ports.to_string(), "29400-29499");
         assert_eq!(s.site_key_file, d.path().join("site.key"));

@@ -31,6 +31,7 @@ pub mod resolve;
 pub mod tcp_connect;
 mod time_sync;
 mod torch_distributed;
+mod user_processes;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -121,6 +122,7 @@ pub const KINDS: &[&KindInfo] = &[
     &tcp_connect::KIND,
     &time_sync::KIND,
     &torch_distributed::KIND,
+    &user_processes::KIND,
     &cluster::ADDRESSES,
     &cluster::CLOCK,
     &cluster::DEVICES,

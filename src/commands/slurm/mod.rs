@@ -186,6 +186,9 @@ fn run_args(settings: &Settings, mode: &Resolved, stage: Stage) -> Result<RunArg
         "--timeout".into(),
         format!("{}ms", mode.timeout.as_millis()),
     ]);
+    if mode.strict {
+        argv.push("--strict".into());
+    }
     if stage == Stage::Full {
         argv.extend(["--collective".into(), "off".into()]);
     }
