@@ -654,3 +654,46 @@ fn the_epilog_drains_a_node_where_the_jobs_user_left_a_process() {
     assert!(d.join(format!("reports/h2/epilog-{job}.json")).exists());
     assert_eq!(processes_in(&s, 1, "sleep 300").len(), 1);
 }
+
+#[test]
+fn validate_site_checks_the_settings_the_checks_d_and_every_modes_selection() {
+    let dir = tempfile::tempdir().unwrap();
+    let etc = site(dir.path(), "healthcheck:\n  only: [site]\n");
+    let validate = |extra: &[(&str, &str)]| {
+        let mut c = std::process::Command::new(BIN);
+        c.args(["validate", "--site", "--config-dir"])
+            .arg(&etc)
+            .env_clear();
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let o = validate(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 site checklist file"),
+        "{}",
+        text(&o)
+    );
+
+    std::fs::write(etc.join("settings.yaml"), "epilog:\n  only: [sitee]\n").unwrap();
+    let o = validate(&[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("epilog: --only `sitee` matches no check id or tag (did you mean `site`?)"),
+        "{err}"
+    );
+
+    std::fs::write(etc.join("settings.yaml"), "").unwrap();
+    std::fs::write(
+        etc.join("checks.d/bad.yaml"),
+        "checks:\n  - id: x\n    kind: nope\n",
+    )
+    .unwrap();
+    let o = validate(&[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bad.yaml:3:") && err.contains("nope"), "{err}");
+}

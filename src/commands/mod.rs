@@ -66,6 +66,22 @@ pub struct ChecklistArgs {
     pub init_method: Option<String>,
 }
 
+impl ChecklistArgs {
+    /// The shipped checklist plus `checks`, nothing selected: as a
+    /// command that takes no checklist flags (the `slurm` modes) starts.
+    pub fn shipped_with(checks: Vec<PathBuf>) -> ChecklistArgs {
+        ChecklistArgs {
+            checks,
+            no_shipped: false,
+            only: Vec::new(),
+            skip: Vec::new(),
+            root: PathBuf::from("/"),
+            backends: BackendList(Backend::ALL.to_vec(), false),
+            init_method: None,
+        }
+    }
+}
+
 /// The backends selected; `explicit` when named rather than `auto`: a
 /// backend named on the command line is required (missing: not ready),
 /// while `auto` skips the ones a node lacks.

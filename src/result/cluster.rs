@@ -181,6 +181,14 @@ impl ClusterReport {
             ));
         }
         let mut culprits = cut(&self.culprits);
+        // A rank's own node, when named, is what it acts on (a Slurm
+        // prolog drains itself by it): never cut away.
+        if let Some(name) = own.map(|i| &self.nodes[i].name)
+            && !culprits.iter().any(|c| &c.node == name)
+            && let Some(c) = self.culprits.iter().find(|c| &c.node == name)
+        {
+            culprits.push(c.clone());
+        }
         for c in &mut culprits {
             c.ranks.truncate(PER_RANK_LIST * 8);
             c.reasons.truncate(PER_RANK_LIST);
@@ -438,6 +446,12 @@ mod tests {
         );
         assert_eq!(b.reachability.probes.len(), 4);
         assert!(b.full_report.as_deref().unwrap().contains("10.0.0.1:29500"));
+        // A rank on a culprit node far down the list still sees itself
+        // named: it is what that rank acts on.
+        let last = large.culprits.last().unwrap().clone();
+        let cut = large.for_rank(large.nodes.iter().position(|n| n.name == last.node));
+        assert_eq!(cut.culprits.len(), PER_RANK_LIST + 1);
+        assert_eq!(cut.culprits.last().unwrap().node, last.node);
         // A rank the barrier did not place gets the verdict without a node.
         let unplaced = large.for_rank(None);
         assert!(unplaced.nodes.is_empty() && unplaced.reachability.probes.is_empty());
