@@ -697,3 +697,142 @@ fn validate_site_checks_the_settings_the_checks_d_and_every_modes_selection() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("bad.yaml:3:") && err.contains("nope"), "{err}");
 }
+
+fn median_ms(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Benchmark, not a test (`bench/slurm.sh` runs it with the release
+/// build): `preflight slurm healthcheck` against LBNL NHC's shipped
+/// nhc.conf on the same node, 20 runs each; sbatch to the job's first
+/// line with and without the prolog's cluster stage, 3 nodes, 10 jobs
+/// each. NHC_DIR: an NHC source tree (its scripts run from it).
+#[test]
+#[ignore]
+fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
+    let _s = serial();
+    let runs = 20;
+    let nhc_dir = std::env::var("NHC_DIR").ok().map(PathBuf::from);
+    for cluster in [false, true] {
+        let settings = format!(
+            "report_dir: {{dir}}/reports/%n\nprolog:\n  cluster: {cluster}\n  ports: 29400-29409\n"
+        );
+        let before = |d: &Path| {
+            let etc = site(d, &settings);
+            wrapper(d, "preflight-healthcheck", &etc, "");
+            wrapper(d, "preflight-prolog", &etc, "");
+        };
+        let mut extra = vec!["PrologFlags=Alloc".to_string()];
+        if cluster {
+            extra.push("Prolog={dir}/preflight-prolog".into());
+        }
+        let Some(s) = Slurm::start(Options {
+            nodes: 3,
+            extra: &extra,
+            before_start: &before,
+        }) else {
+            return;
+        };
+        let d = s.dir.path().to_path_buf();
+        let conf = s.conf.display().to_string();
+        if !cluster {
+            let hc = d.join("preflight-healthcheck").display().to_string();
+            let env = [("SLURMD_NODENAME", "h1"), ("SLURM_CONF", conf.as_str())];
+            let mut times = Vec::new();
+            for _ in 0..runs {
+                let t = std::time::Instant::now();
+                let o = s.on_node(0, &hc, &[], &env);
+                times.push(t.elapsed().as_secs_f64() * 1000.0);
+                assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+            }
+            let report: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(d.join("reports/h1/healthcheck.json")).unwrap(),
+            )
+            .unwrap();
+            println!(
+                "preflight slurm healthcheck (shipped checklist without `slow`, {} checks, ready): median {:.1} ms of {runs}",
+                report["checks"].as_array().map_or(0, Vec::len),
+                median_ms(times)
+            );
+            if let Some(nhc) = &nhc_dir {
+                let cfg = d.join("nhc.conf");
+                let shipped = std::fs::read_to_string(nhc.join("nhc.conf")).unwrap();
+                // No sshd in a test host: its slurmd instead.
+                std::fs::write(&cfg, shipped.replace("-S sshd", "-S slurmd")).unwrap();
+                let confdir = d.join("nhc.d");
+                std::fs::create_dir_all(&confdir).unwrap();
+                let _ = std::os::unix::fs::symlink(nhc.join("scripts"), confdir.join("scripts"));
+                let args = [
+                    "-c".to_string(),
+                    cfg.display().to_string(),
+                    "-D".into(),
+                    confdir.display().to_string(),
+                    "-l".into(),
+                    d.join("nhc.log").display().to_string(),
+                    "-t".into(),
+                    "30".into(),
+                    format!("HELPERDIR={}/helpers", nhc.display()),
+                    "NHC_RM=slurm".into(),
+                ];
+                let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+                let prog = nhc.join("nhc").display().to_string();
+                let mut times = Vec::new();
+                for _ in 0..runs {
+                    let t = std::time::Instant::now();
+                    let o = s.on_node(0, &prog, &argv, &env);
+                    times.push(t.elapsed().as_secs_f64() * 1000.0);
+                    assert_eq!(
+                        o.status.code(),
+                        Some(0),
+                        "{}\n{}",
+                        text(&o),
+                        std::fs::read_to_string(d.join("nhc.log")).unwrap_or_default()
+                    );
+                }
+                let checks = shipped
+                    .lines()
+                    .filter(|l| l.trim_start().starts_with("* ||"))
+                    .count();
+                println!(
+                    "LBNL NHC ({} shipped nhc.conf lines, NHC_RM=slurm, ready): median {:.1} ms of {runs}",
+                    checks,
+                    median_ms(times)
+                );
+            }
+        }
+        let mut times = Vec::new();
+        for i in 0..10 {
+            let marker = d.join(format!("first-line-{i}"));
+            let t = std::time::Instant::now();
+            let o = s.run(
+                "sbatch",
+                &[
+                    "--parsable",
+                    "-N3",
+                    "--chdir",
+                    &d.display().to_string(),
+                    "-o",
+                    "/dev/null",
+                    "--wrap",
+                    &format!("touch {}", marker.display()),
+                ],
+            );
+            assert!(o.status.success(), "{}", text(&o));
+            assert!(
+                wait_until(LIMIT, || marker.exists()),
+                "job {i} did not start"
+            );
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        println!(
+            "sbatch -N3 to the job's first line, prolog {}: median {:.0} ms of 10",
+            if cluster {
+                "with --cluster (node checks + the allocation's cluster stage)"
+            } else {
+                "off"
+            },
+            median_ms(times)
+        );
+    }
+}

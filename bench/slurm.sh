@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Issue 22: `preflight slurm healthcheck` beside LBNL NHC on the same node
+# (a real Slurm 22.05 cluster in network namespaces, as tests/slurm.rs
+# builds it), and sbatch to the job's first line with the prolog's cluster
+# stage on and off (3 nodes). Installs Slurm and munge when missing.
+# NHC is not packaged for Debian: NHC_DIR names its source tree (a clone
+# of github.com/mej/nhc; its scripts run from there); without it, only
+# preflight's side is measured.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for p in slurmctld slurmd slurm-client munge; do
+    dpkg -s "$p" >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
+done
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), $(date -u +%Y-%m-%d); $(slurmctld -V)"
+if [[ -n "${NHC_DIR:-}" ]]; then
+    chmod +x "$NHC_DIR"/nhc "$NHC_DIR"/helpers/* 2>/dev/null || true
+fi
+cargo test --release --quiet --test slurm -- --ignored --nocapture bench_healthcheck_beside_nhc 2>&1 \
+    | grep -E "^(preflight|LBNL|sbatch)"
