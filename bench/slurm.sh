@@ -16,4 +16,4 @@ if [[ -n "${NHC_DIR:-}" ]]; then
     chmod +x "$NHC_DIR"/nhc "$NHC_DIR"/helpers/* 2>/dev/null || true
 fi
 cargo test --release --quiet --test slurm -- --ignored --nocapture bench_healthcheck_beside_nhc 2>&1 \
-    | grep -E "^(preflight|LBNL|sbatch)"
+    | grep -E "^(preflight|LBNL|sbatch|the prolog)"

@@ -819,11 +819,45 @@ fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
                 ],
             );
             assert!(o.status.success(), "{}", text(&o));
-            assert!(
-                wait_until(LIMIT, || marker.exists()),
-                "job {i} did not start"
-            );
+            let job = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            if !wait_until(LIMIT, || marker.exists()) {
+                let mut why = String::new();
+                for n in ["h1", "h2", "h3"] {
+                    let f = d.join(format!("reports/{n}/prolog-{job}.json"));
+                    let r: serde_json::Value =
+                        serde_json::from_str(&std::fs::read_to_string(&f).unwrap_or_default())
+                            .unwrap_or_default();
+                    for c in r["checks"].as_array().into_iter().flatten() {
+                        if c["status"] != "pass" && c["status"] != "skip" {
+                            why.push_str(&format!(
+                                "{n}: {} {} {}\n",
+                                c["id"], c["status"], c["message"]
+                            ));
+                        }
+                    }
+                }
+                panic!(
+                    "job {job} did not start: {}\n{}\n{why}",
+                    job_state(&s, &job),
+                    s.sinfo()
+                );
+            }
             times.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        if cluster {
+            let mut took = Vec::new();
+            for e in std::fs::read_dir(d.join("reports/h1")).unwrap().flatten() {
+                let r: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
+                if let Some(ms) = r["duration_ms"].as_f64() {
+                    took.push(ms);
+                }
+            }
+            println!(
+                "the prolog on the first node (its report's duration: checklist, rendezvous, verdict): median {:.0} ms of {}",
+                median_ms(took.clone()),
+                took.len()
+            );
         }
         println!(
             "sbatch -N3 to the job's first line, prolog {}: median {:.0} ms of 10",

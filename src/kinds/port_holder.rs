@@ -8,6 +8,8 @@ use crate::facts::Facts;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     pub pid: u32,
+    /// Its parent, from /proc/PID/stat (0 when unreadable).
+    pub ppid: u32,
     pub cmdline: String,
 }
 
@@ -99,12 +101,32 @@ fn cmdline(proc_dir: &Path) -> String {
 
 /// The processes holding `port`, or `Err` when the socket exists but its
 /// owner cannot be seen (another user's process and we are not root).
-/// Whether the holder is this process or the preflight node agent that
-/// started it. Only meaningful on the real root, where pids are ours.
+/// Whether the holder is this process, a child of it between fork and
+/// exec (a `command` check's program, which holds a copy of every
+/// descriptor until its exec closes them), or the preflight node agent
+/// that started it. Only meaningful on the real root, where pids are ours.
 pub fn is_this_job(holder: &Holder) -> bool {
-    holder.pid == std::process::id()
+    let me = std::process::id();
+    holder.pid == me
+        || holder.ppid == me
         || (holder.pid == std::os::unix::process::parent_id()
             && holder.role() == Some("another preflight"))
+}
+
+/// The parent pid in /proc/PID/stat (after the command name, which is in
+/// parentheses and may hold anything).
+fn parent_of(proc_dir: &Path) -> u32 {
+    std::fs::read_to_string(proc_dir.join("stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
 }
 
 pub fn holders(facts: &Facts, port: u16) -> Result<Vec<Holder>, String> {
@@ -140,6 +162,7 @@ pub fn holders(facts: &Facts, port: u16) -> Result<Vec<Holder>, String> {
         if holds && !found.iter().any(|h| h.pid == pid) {
             found.push(Holder {
                 pid,
+                ppid: parent_of(&dir),
                 cmdline: cmdline(&dir),
             });
         }
@@ -161,9 +184,30 @@ pub fn holders(facts: &Facts, port: u16) -> Result<Vec<Holder>, String> {
 mod tests {
     use super::*;
 
+    /// A forked child still holds our sockets until its exec: it is this
+    /// job, not a stranger on the port (seen in a Slurm prolog, where a
+    /// `command` check forked while the port check read /proc).
+    #[test]
+    fn a_child_of_ours_is_this_job_and_a_stranger_is_not() {
+        let me = std::process::id();
+        let holder = |pid, ppid| Holder {
+            pid,
+            ppid,
+            cmdline: "/usr/local/bin/preflight slurm prolog".into(),
+        };
+        assert!(is_this_job(&holder(me, 1)));
+        assert!(is_this_job(&holder(4_000_000, me)));
+        assert!(!is_this_job(&holder(4_000_000, 1)));
+        assert_eq!(
+            parent_of(Path::new("/proc/self")),
+            std::os::unix::process::parent_id()
+        );
+    }
+
     #[test]
     fn roles_are_recognised() {
         let h = |c: &str| Holder {
+            ppid: 1,
             pid: 1,
             cmdline: c.into(),
         };
