@@ -334,8 +334,14 @@ fn a_skewed_clock_is_named() {
     let out = job.all("15s", &[(2, &[("PREFLIGHT_TEST_CLOCK_OFFSET_MS", "750")])]);
     all_exit(&out, 1);
     let msg = out[0].message("cluster.clock");
+    // About +750 ms, measured: 749.9 and 750.2 are both right.
+    let offset: f64 = msg
+        .split_once("h2 is +")
+        .and_then(|(_, rest)| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{msg}"));
     assert!(
-        msg.starts_with("fail") && msg.contains("h2 is +75"),
+        msg.starts_with("fail") && (700.0..800.0).contains(&offset),
         "{msg}"
     );
     assert!(!msg.contains("h1 is"), "{msg}");

@@ -870,3 +870,49 @@ fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
         );
     }
 }
+
+/// A drain Slurm refused is said, with what scontrol said, and exit 2:
+/// it must not look like a drain that happened.
+#[test]
+fn a_failing_scontrol_is_reported_not_hidden() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("scontrol");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'slurm_update error: Invalid node name specified' >&2\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let etc = site(
+        dir.path(),
+        &format!(
+            "report_dir: {{dir}}/reports\nscontrol: {}\nhealthcheck:\n  only: [site]\n",
+            fake.display()
+        ),
+    );
+    std::fs::write(dir.path().join("faults/h9"), "").unwrap();
+    let o = std::process::Command::new(BIN)
+        .args(["slurm", "healthcheck"])
+        .env_clear()
+        .env("PREFLIGHT_CONFIG_DIR", &etc)
+        .env("SLURMD_NODENAME", "h9")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("NOT READY") && out.contains("drain failed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  fail site.fault_file: sh ended with exit 1"),
+        "{out}"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("scontrol update nodename=h9 state=drain")
+            && err.contains("Invalid node name specified"),
+        "{err}"
+    );
+}

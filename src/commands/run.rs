@@ -102,7 +102,7 @@ pub struct Outcome {
 }
 
 pub enum Executed {
-    Done(Outcome),
+    Done(Box<Outcome>),
     /// A node agent, which started its node's ranks and has reported.
     Agent(ExitCode),
 }
@@ -179,13 +179,13 @@ pub fn execute(
     // Probes stuck in blocking reads past their timeout must not hold the
     // process open: the verdict is already known.
     runtime.shutdown_background();
-    Ok(Executed::Done(Outcome {
+    Ok(Executed::Done(Box::new(Outcome {
         facts: plan.facts,
         results,
         cluster,
         started_at,
         elapsed: start.elapsed(),
-    }))
+    })))
 }
 
 /// What `run` settles before any stage: the settings, the checks split by

@@ -20,8 +20,8 @@ use super::emit::report_of;
 use super::run::{Executed, Format, RunArgs, Stage, execute};
 use super::site::{Resolved, Settings};
 use crate::exit::ExitCode;
-use crate::result::Verdict;
 use crate::result::report::Report;
+use crate::result::{Status, Verdict};
 use reason::{Action, node_action};
 use scontrol::Slurm;
 
@@ -95,7 +95,7 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
     };
     let run_args = run_args(&settings, resolved, stage)?;
     let outcome = match execute(&run_args, stage, job_env)? {
-        Executed::Done(o) => o,
+        Executed::Done(o) => *o,
         Executed::Agent(_) => {
             return Err(Failure::Usage(
                 "the prolog's job environment made a node agent, not a rank".into(),
@@ -130,8 +130,22 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
         &action,
         &settings.drain_prefix,
     );
-    let line = summary(mode, &own, &report, &action, &done, &file);
-    let _ = crate::report::output::write_stdout(&format!("{line}\n"));
+    let mut text = summary(mode, &own, &report, &action, &done, &file);
+    text.push('\n');
+    // Every problem on its own line, for the log (the reason holds one).
+    for c in report
+        .checks
+        .iter()
+        .filter(|c| matches!(c.status, Status::Fail | Status::Error | Status::Warn))
+    {
+        text.push_str(&format!(
+            "  {} {}: {}\n",
+            c.status.name(),
+            c.id,
+            scontrol::one_line(&c.message, 400)
+        ));
+    }
+    let _ = crate::report::output::write_stdout(&text);
     for p in problems.iter().chain(done.as_ref().err()) {
         eprintln!("preflight slurm {}: {p}", mode.name());
     }
