@@ -82,7 +82,8 @@ pub fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Fac
         Status::Fail | Status::Warn | Status::Error => check
             .hint
             .as_ref()
-            .map(|h| h.render(&check.id, &finding, facts)),
+            .map(|h| h.render(&check.id, &finding, facts))
+            .filter(|h| !h.is_empty()),
         Status::Pass | Status::Skip => None,
     };
     CheckResult {

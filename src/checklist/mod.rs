@@ -112,6 +112,8 @@ pub fn hint_vars() -> &'static [&'static str] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::facts::Facts;
+    use crate::result::Finding;
 
     #[test]
     fn shipped_checks_load_and_explain_themselves() {
@@ -135,5 +137,64 @@ mod tests {
             }
         }
         assert!(!ids.is_empty());
+    }
+
+    /// Every shipped hint, rendered as a probe that could not tell would
+    /// fill it (nothing set, or `unknown`/`none` for every value), says
+    /// neither word unless its own text does, and never `(unknown)`.
+    #[test]
+    fn no_shipped_hint_ever_says_unknown_or_none() {
+        let words = |t: &str, w: &str| {
+            t.to_lowercase()
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .filter(|x| *x == w)
+                .count()
+        };
+        let facts = Facts::new("/".into(), Default::default(), vec![]);
+        let mut rendered = 0;
+        for source in shipped() {
+            for check in load_text(&source.name, &source.text).unwrap() {
+                let Some(hint) = &check.hint else { continue };
+                let vars: Vec<&'static str> = check.kind.hint_vars.to_vec();
+                let with = |value: Option<&str>| {
+                    let mut f = Finding::fail("m");
+                    if let Some(v) = value {
+                        f = f.measured(v).expected(v);
+                        for name in &vars {
+                            f = f.var(name, v);
+                        }
+                    }
+                    hint.render(&check.id, &f, &facts)
+                };
+                for value in [
+                    None,
+                    Some("unknown"),
+                    Some("none"),
+                    Some("(unknown)"),
+                    Some(""),
+                ] {
+                    let text = with(value);
+                    for w in ["unknown", "none"] {
+                        assert!(
+                            words(&text, w) <= words(&hint.template, w),
+                            "{} ({}) with {value:?} says `{w}`: {text}",
+                            check.id,
+                            check.source
+                        );
+                    }
+                    assert!(!text.contains("(unknown)"), "{}: {text}", check.id);
+                }
+                // And the values do reach the operator when known.
+                if hint.template.contains('{') && !hint.template.contains("{{") {
+                    let text = with(Some("VALUE-X"));
+                    let uses_env = hint.template.contains("{env.")
+                        || hint.template.contains("{host}")
+                        || hint.template.contains("{id}");
+                    assert!(text.contains("VALUE-X") || uses_env, "{}: {text}", check.id);
+                }
+                rendered += 1;
+            }
+        }
+        assert!(rendered >= 40, "only {rendered} hints");
     }
 }

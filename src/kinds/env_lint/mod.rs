@@ -180,11 +180,13 @@ impl EnvLint {
             .map(|i| i.variable.clone())
             .collect::<Vec<_>>()
             .join(", ");
+        // Unset when no rule suggests a value: the hint then leaves its
+        // "(suggested: ...)" out.
         let suggestion = issues
             .iter()
             .filter(|i| i.level > Level::Note)
             .find_map(|i| i.suggestion.clone())
-            .unwrap_or_else(|| "none".into());
+            .unwrap_or_default();
         let finding = match worst {
             Some(Level::Fail) => Finding::fail(shown(Level::Warn).join("; ")),
             Some(Level::Warn) => Finding::warn(shown(Level::Warn).join("; ")),

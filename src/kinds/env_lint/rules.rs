@@ -155,11 +155,12 @@ pub fn lint_one(
         "NCCL_DEBUG" if !allow_debug => {
             let v = value.trim().to_ascii_uppercase();
             if v == "INFO" || v == "TRACE" {
-                push(
+                suggest(
                     issues,
                     Level::Warn,
                     name,
                     format!("NCCL_DEBUG={value} logs every connection and slows start-up; use WARN in production"),
+                    "NCCL_DEBUG=WARN".into(),
                 );
             }
         }
