@@ -978,3 +978,80 @@ print(opened)
         "{barrier:#}"
     );
 }
+
+/// One cause, shown once, with the right remedy: a typo in the job's
+/// GLOO_SOCKET_IFNAME fails env.lint; cluster.node_checks and the TCP
+/// backend fail because of it and say so instead of posing as two more
+/// problems, no node is blamed (a job's variable never drains a node),
+/// and the verdict line names the cause.
+#[test]
+fn a_bad_job_variable_is_one_cause_and_drains_nothing() {
+    let args: Vec<String> = [
+        "run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "--timeout",
+        "20s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let env = [("GLOO_SOCKET_IFNAME", "eth9")];
+    let mut json_args = args.clone();
+    json_args.extend([
+        "--format".to_string(),
+        "json".to_string(),
+        "--backends".into(),
+        "tcp".into(),
+    ]);
+    let o = local("node", &json_args, &env).finish(MARGIN);
+    assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
+    let report = o.json();
+    let check = |id: &str| -> serde_json::Value {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {id} in {report:#}"))
+    };
+    assert_eq!(check("env.lint")["status"], "fail");
+    assert!(check("env.lint")["caused_by"].is_null());
+    for consequence in ["cluster.node_checks", "collective.tcp"] {
+        assert_eq!(check(consequence)["status"], "fail", "{consequence}");
+        assert_eq!(check(consequence)["caused_by"], "env.lint", "{consequence}");
+    }
+    let hint = check("cluster.node_checks")["hint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!hint.contains("drain the"), "{hint}");
+    assert_eq!(
+        report["cluster"]["culprits"].as_array().map(Vec::len),
+        Some(0)
+    );
+
+    let mut human = args;
+    human.extend(["--backends".to_string(), "tcp".into()]);
+    let o = local("node", &human, &env).finish(MARGIN);
+    let last = o
+        .stdout
+        .trim_end()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        last.starts_with("NOT READY") && last.ends_with("· cause: env.lint"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("collective.tcp: caused by env.lint"),
+        "{}",
+        o.stdout
+    );
+}

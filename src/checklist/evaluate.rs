@@ -99,5 +99,6 @@ pub fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Fac
         hint,
         duration,
         source: check.source.clone(),
+        caused_by: None,
     }
 }

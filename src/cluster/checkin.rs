@@ -125,6 +125,7 @@ impl CheckIn {
         self.failed.truncate(ITEMS);
         for f in &mut self.failed {
             cut(&mut f.id, NAME);
+            cut(&mut f.area, NAME);
             cut(&mut f.message, TEXT);
             if let Some(h) = &mut f.hint {
                 cut(h, TEXT);
@@ -136,6 +137,7 @@ impl CheckIn {
                 status: Status::Fail,
                 message: format!("{extra} more failed checks not listed"),
                 hint: None,
+                area: String::new(),
             });
         }
         cut_map(&mut self.versions);
@@ -157,6 +159,7 @@ pub fn failed_checks(results: &[CheckResult]) -> Vec<FailedCheck> {
             status: r.status,
             message: r.message.clone(),
             hint: r.hint.clone(),
+            area: r.area.clone(),
         })
         .collect()
 }
@@ -380,6 +383,7 @@ mod tests {
                 status: Status::Fail,
                 message: "é".repeat(5_000),
                 hint: Some("x".repeat(5_000)),
+                area: "a".repeat(5_000),
             })
             .collect();
         c.devices.models = vec!["m".repeat(1000); 1000];

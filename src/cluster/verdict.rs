@@ -294,10 +294,13 @@ fn culprits(
                 .map(|(c, _)| format!("{}: {}", c.id, c.message))
                 .collect();
             if n.local_verdict == "not_ready" {
+                // The job's own settings are the job's to fix: they never
+                // make a node the one to drain.
                 reasons.extend(
                     n.failed
                         .iter()
                         .filter(|f| f.status == Status::Fail || strict)
+                        .filter(|f| !crate::result::cause::is_job_setting(&f.area))
                         .map(|f| format!("{}: {}", f.id, f.message)),
                 );
             }

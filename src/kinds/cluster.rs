@@ -371,7 +371,7 @@ pub const NODE_CHECKS: KindInfo = KindInfo {
     area: "cluster",
     summary: "No node's own checklist failed: any node's failed local checks make the cluster not ready, listed by node.",
     params: &[],
-    hint_vars: &[],
+    hint_vars: &["remedy"],
     parse: parse_params::<NodeChecks>,
 };
 
@@ -387,6 +387,8 @@ impl ClusterProbe for NodeChecks {
         let mut failed = Vec::new();
         let mut incomplete = Vec::new();
         let mut at_fault = Vec::new();
+        // Only the job's own settings failed: fix the job, drain nothing.
+        let mut job_settings_only = true;
         for n in view.nodes {
             let list: Vec<String> = n
                 .failed
@@ -396,6 +398,11 @@ impl ClusterProbe for NodeChecks {
                 .collect();
             match n.local_verdict.as_str() {
                 "not_ready" => {
+                    job_settings_only &= n
+                        .failed
+                        .iter()
+                        .filter(|f| f.status == Status::Fail)
+                        .all(|f| crate::result::cause::is_job_setting(&f.area));
                     at_fault.push(n.name.clone());
                     failed.push(format!("{}: {}", n.name, list.join(", ")))
                 }
@@ -405,7 +412,17 @@ impl ClusterProbe for NodeChecks {
         }
         if !failed.is_empty() {
             failed.extend(incomplete);
-            Finding::fail(listed(&failed, "; ", LISTED)).blame(at_fault)
+            let finding = Finding::fail(listed(&failed, "; ", LISTED));
+            if job_settings_only {
+                finding.var(
+                    "remedy",
+                    "Fix the job's settings named (the job's, not the nodes': no node needs draining)",
+                )
+            } else {
+                finding
+                    .blame(at_fault)
+                    .var("remedy", "Fix or drain the named nodes")
+            }
         } else if !incomplete.is_empty() {
             Finding::error(listed(&incomplete, "; ", LISTED))
         } else {

@@ -85,6 +85,16 @@ pub fn problems<'a>(checks: impl Iterator<Item = &'a CheckResult>, s: &Style) ->
     if !problems.is_empty() {
         let _ = writeln!(out, "\n{}", s.bold("Problems"));
         for check in problems {
+            // A consequence is named once, under its cause's remedy.
+            if let Some(cause) = &check.caused_by {
+                let _ = writeln!(
+                    out,
+                    "  {}  {}: caused by {cause} (its remedy above fixes this too)",
+                    s.mark(check.status),
+                    check.id
+                );
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "  {}  {}: {}",
@@ -117,7 +127,7 @@ fn values_line(check: &CheckResult) -> String {
 pub fn verdict_line(report: &Report, s: &Style) -> String {
     let n = &report.summary;
     format!(
-        "{}  {} pass · {} warn · {} fail · {} skip · {} error  ({}){}",
+        "{}  {} pass · {} warn · {} fail · {} skip · {} error  ({}){}{}",
         s.verdict(report.verdict),
         n.pass,
         n.warn,
@@ -125,8 +135,25 @@ pub fn verdict_line(report: &Report, s: &Style) -> String {
         n.skip,
         n.error,
         format_duration(std::time::Duration::from_millis(report.duration_ms)),
-        if report.strict { "  [strict]" } else { "" }
+        if report.strict { "  [strict]" } else { "" },
+        root_causes(report)
     )
+}
+
+/// `  · cause: env.lint` where some failures are another's consequence:
+/// the line names what to fix first.
+fn root_causes(report: &Report) -> String {
+    if !report.checks.iter().any(|c| c.caused_by.is_some()) {
+        return String::new();
+    }
+    let roots: Vec<String> = crate::result::cause::roots(&report.checks)
+        .iter()
+        .map(|c| c.id.clone())
+        .collect();
+    if roots.is_empty() {
+        return String::new();
+    }
+    format!("  · cause: {}", crate::values::listed(&roots, ", ", 3))
 }
 
 /// One progress line for stderr, rewritten in place as checks finish.

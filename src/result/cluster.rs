@@ -296,6 +296,10 @@ pub struct FailedCheck {
     pub status: Status,
     pub message: String,
     pub hint: Option<String>,
+    /// The check's area: `environment` and `launch` are the job's own
+    /// settings, not the node's state.
+    #[serde(default)]
+    pub area: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]

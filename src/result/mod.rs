@@ -1,6 +1,7 @@
 //! The result model: what a probe finds, what a check reports, and the
 //! verdict with its exit code.
 
+pub mod cause;
 pub mod cluster;
 pub mod collective;
 pub mod report;
@@ -145,6 +146,10 @@ pub struct CheckResult {
     pub duration: Duration,
     /// Where the check is defined, `file:line`.
     pub source: String,
+    /// The failing check this one is a consequence of (see `cause`): it
+    /// is reported as such, not as a second problem to fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caused_by: Option<String>,
 }
 
 impl CheckResult {
@@ -172,6 +177,7 @@ impl CheckResult {
             hint,
             duration: Duration::ZERO,
             source: "built-in".into(),
+            caused_by: None,
         }
     }
 }

@@ -62,9 +62,10 @@ impl Report {
         node: Node,
         started_at: std::time::SystemTime,
         duration: std::time::Duration,
-        checks: Vec<CheckResult>,
+        mut checks: Vec<CheckResult>,
         strict: bool,
     ) -> Report {
+        super::cause::attribute(&mut checks);
         let verdict = Verdict::of(&checks, strict);
         Report {
             schema: SCHEMA,
@@ -88,6 +89,7 @@ impl Report {
     pub fn with_cluster(mut self, mut cluster: ClusterReport) -> Report {
         self.collective = cluster.collective.take();
         self.checks.extend(cluster.checks.iter().cloned());
+        super::cause::attribute(&mut self.checks);
         self.summary = Summary::of(&self.checks);
         self.verdict = cluster.verdict;
         self.exit_code = cluster.exit_code;
