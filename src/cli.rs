@@ -55,11 +55,23 @@ pub enum Command {
 /// Parses the command line, runs the command, and returns the process's
 /// exit code; a command that cannot do its job says why on stderr.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // A flag the command would ignore is the operator's mistake to hear of.
+    let run = |args: &RunArgs, stage: Stage, name: &str| {
+        let sub = matches.subcommand_matches(name);
+        match sub.map(|m| commands::unused_flags(stage, m)) {
+            Some(Err(e)) => Err(commands::Failure::Usage(e)),
+            _ => commands::run(args, stage),
+        }
+    };
     let outcome = match &cli.command {
-        Command::Run(args) => commands::run(args, Stage::Full),
-        Command::Check(args) => commands::run(args, Stage::Checklist),
-        Command::Bench(args) => commands::run(args, Stage::Bench),
+        Command::Run(args) => run(args, Stage::Full, "run"),
+        Command::Check(args) => run(args, Stage::Checklist, "check"),
+        Command::Bench(args) => run(args, Stage::Bench, "bench"),
         Command::List(args) => commands::list(args),
         Command::Explain(args) => commands::explain(args),
         Command::Validate(args) => commands::validate(args),

@@ -516,3 +516,43 @@ fn counts_of_one_are_singular() {
     let two = run(preflight().args(["validate", file.to_str().unwrap(), MIXED]));
     assert!(two.stdout.starts_with("ok: 2 files, "), "{}", two.stdout);
 }
+
+/// A flag the command would ignore is refused with exit 2, naming it and
+/// why; the same flags where they do something are accepted.
+#[test]
+fn flags_that_would_do_nothing_are_refused() {
+    for (args, named) in [
+        (&["check", "--master-addr", "10.0.0.1"][..], "--master-addr"),
+        (
+            &["check", "--nnodes", "3", "--collective", "full"][..],
+            "--nnodes, --collective",
+        ),
+        (
+            &["check", "--nccl-lib", "/x/libnccl.so.2"][..],
+            "--nccl-lib",
+        ),
+        (
+            &["bench", "--checks", MIXED, "--only", "x", "--strict"][..],
+            "--checks, --only, --strict",
+        ),
+    ] {
+        let out = run(preflight().args(args));
+        assert_eq!(out.code, 2, "{args:?}: {}\n{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.contains(&format!("{named} does nothing here")),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    // Defaults are not "given": a plain check and one with a checklist
+    // flag it uses pass.
+    let out = run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        MIXED,
+        "--only",
+        "kernel",
+    ]));
+    assert_ne!(out.code, 2, "{}", out.stderr);
+}

@@ -194,6 +194,11 @@ fn drop_unknowns(mut toks: Vec<Tok>) -> String {
     for (from, to) in [(" .", "."), (" ,", ","), (" ;", ";"), ("( ", "(")] {
         out = out.replace(from, to);
     }
+    // A clause left last ends the hint as a sentence does.
+    if out.ends_with([';', ',', ':']) {
+        out.pop();
+        out.push('.');
+    }
     out
 }
 
@@ -254,6 +259,10 @@ mod tests {
             "Kill the leftover."
         );
         assert_eq!(render("Use {iface}.", &f), "");
+        assert_eq!(
+            render("Start a time daemon (chronyd); running: {pid}.", &f),
+            "Start a time daemon (chronyd)."
+        );
         // Known values keep everything, and their own dots and brackets
         // are not the template's.
         let f = Finding::fail("m")

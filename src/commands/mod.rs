@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 pub use explain::{ExplainArgs, explain};
 pub use list::{ListArgs, list};
+pub use run::args::unused_flags;
 pub use run::{RunArgs, Stage, run};
 pub use slurm::{SlurmArgs, slurm};
 pub use token::token;

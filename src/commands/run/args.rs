@@ -234,3 +234,65 @@ impl Stage {
         }
     }
 }
+
+/// Flags `stage` takes but would ignore: `check` meets no other rank and
+/// runs no collective; `bench` runs no checklist. Given on the command
+/// line they are an error (exit 2), never silently dropped.
+pub fn unused_flags(stage: Stage, given: &clap::ArgMatches) -> Result<(), String> {
+    use clap::parser::ValueSource;
+    const CLUSTER: &[&str] = &[
+        "nnodes",
+        "node_rank",
+        "nproc_per_node",
+        "master_addr",
+        "master_port",
+        "probe_ports",
+        "require_secret",
+    ];
+    const COLLECTIVE: &[&str] = &[
+        "collective",
+        "max_size",
+        "step_factor",
+        "warmup",
+        "iters",
+        "step_timeout",
+    ];
+    const CHECKLIST: &[&str] = &[
+        "checks",
+        "no_shipped",
+        "only",
+        "skip",
+        "strict",
+        "init_method",
+    ];
+    let set = |id: &str| {
+        given.try_get_raw(id).ok().flatten().is_some()
+            && given.value_source(id) == Some(ValueSource::CommandLine)
+    };
+    let (ids, why): (Vec<&str>, &str) = match stage {
+        Stage::Checklist => (
+            CLUSTER
+                .iter()
+                .chain(COLLECTIVE)
+                .copied()
+                .chain(LIBRARIES.iter().map(|l| l.flag))
+                .collect(),
+            "`check` runs this node's checklist only: it meets no other rank and runs no collective (use `preflight run`)",
+        ),
+        Stage::Bench => (
+            CHECKLIST.to_vec(),
+            "`bench` runs no checklist, only the rendezvous and the collective sweep (use `preflight run`)",
+        ),
+        Stage::Full => (Vec::new(), ""),
+    };
+    let named: Vec<String> = ids
+        .into_iter()
+        .filter(|id| set(id))
+        .map(|id| format!("--{}", id.replace('_', "-")))
+        .collect();
+    if named.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} does nothing here: {why}", named.join(", ")))
+    }
+}
