@@ -14,7 +14,8 @@
 //! 5. `kinds`: every check kind, over facts and stage results.
 //! 6. `result`: what every layer shares: findings, check results, verdicts
 //!    and the stages' results.
-//! 7. Ground: `facts`, `values`, `yaml`, `exit`, `suggest`.
+//! 7. Ground: `facts`, `values`, `yaml`, `exit`, `suggest`, and
+//!    `test_hooks` (fault switches, in test builds only).
 
 // The layers stay private to the library: the compiler's dead-code
 // analysis then covers the whole tree, as it did for the binary alone. A
@@ -37,6 +38,8 @@ mod kinds;
 mod report;
 mod result;
 mod suggest;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
 mod values;
 mod yaml;
 

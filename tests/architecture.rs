@@ -12,7 +12,7 @@
 //!   4 checklist, report
 //!   5 kinds
 //!   6 result
-//!   7 facts, values, yaml, exit, suggest (ground)
+//!   7 facts, values, yaml, exit, suggest, test_hooks (ground)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -33,10 +33,11 @@ const FLOORS: &[(&str, u8)] = &[
     ("yaml", 7),
     ("exit", 7),
     ("suggest", 7),
+    ("test_hooks", 7),
 ];
 
 /// The ground: plain values that any of them may use.
-const GROUND: &[&str] = &["facts", "values", "yaml", "exit", "suggest"];
+const GROUND: &[&str] = &["facts", "values", "yaml", "exit", "suggest", "test_hooks"];
 
 /// Imports between modules of one floor that the plan allows: the
 /// collective stage moves its data over the cluster stage's store, its
@@ -630,6 +631,46 @@ fn the_tree_keeps_its_floors() {
     let violations = check(&files);
     let shown: Vec<String> = violations.iter().map(ToString::to_string).collect();
     assert!(violations.is_empty(), "\n{}", shown.join("\n"));
+}
+
+/// The fault switches tests use live in one module that only a build
+/// with the `test-hooks` feature compiles: no other file names them, so
+/// a release binary holds none.
+#[test]
+fn fault_switches_exist_only_in_test_builds() {
+    let mut files = BTreeMap::new();
+    read_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let naming: Vec<&String> = files
+        .iter()
+        .filter(|(_, text)| text.contains("PREFLIGHT_TEST_"))
+        .map(|(f, _)| f)
+        .collect();
+    assert_eq!(naming, ["src/test_hooks.rs"]);
+    let lib = &files["src/lib.rs"];
+    assert!(
+        lib.contains("#[cfg(feature = \"test-hooks\")]\nmod test_hooks;"),
+        "src/lib.rs must compile test_hooks only with the feature"
+    );
+    for (f, text) in &files {
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("test_hooks::") {
+                let before: Vec<&str> = text.lines().take(n).collect();
+                let gated = before
+                    .iter()
+                    .rev()
+                    .take(12)
+                    .any(|l| l.contains("cfg(feature = \"test-hooks\")"));
+                assert!(
+                    gated,
+                    "{f}:{}: test_hooks used outside a cfg(feature = \"test-hooks\") item",
+                    n + 1
+                );
+            }
+        }
+    }
 }
 
 fn tree(files: &[(&str, &str)]) -> BTreeMap<String, String> {

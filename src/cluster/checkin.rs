@@ -12,10 +12,6 @@ use crate::kinds::cluster::LAUNCH_PREFIXES;
 use crate::result::cluster::{Clock, Devices, FailedCheck};
 use crate::result::{CheckResult, Status};
 
-/// Test hook: report this tool version instead of the real one, so a test
-/// can stage "one node runs another preflight" without building two.
-pub const TEST_VERSION: &str = "PREFLIGHT_TEST_VERSION";
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckIn {
     pub identity: Identity,

@@ -55,15 +55,33 @@ pub struct RankInput {
     pub collective: bool,
 }
 
-/// The test hook's clock offset, bounded to a day either way so that no
-/// value of it can overflow the clock arithmetic.
+/// The test hook's clock offset (`test_hooks`), bounded to a day either
+/// way so that no value of it can overflow the clock arithmetic; 0 in a
+/// build without the `test-hooks` feature.
+#[cfg(feature = "test-hooks")]
 pub fn clock_offset(facts: &Facts) -> i64 {
     const DAY_MS: i64 = 24 * 3600 * 1000;
     facts
-        .env(protocol::TEST_CLOCK_OFFSET)
+        .env(crate::test_hooks::CLOCK_OFFSET_MS)
         .and_then(|v| v.trim().parse::<i64>().ok())
         .unwrap_or(0)
         .clamp(-DAY_MS, DAY_MS)
+}
+
+#[cfg(not(feature = "test-hooks"))]
+pub fn clock_offset(_facts: &Facts) -> i64 {
+    0
+}
+
+/// The tool version this rank reports: the test hook's (`test_hooks`) in
+/// a test build, else the real one.
+fn tool_version(facts: &Facts) -> String {
+    #[cfg(feature = "test-hooks")]
+    if let Some(v) = facts.env(crate::test_hooks::VERSION) {
+        return v.to_string();
+    }
+    let _ = facts;
+    crate::result::report::TOOL.version.to_string()
 }
 
 pub fn master_label(host: &str, port: u16) -> String {
@@ -438,10 +456,7 @@ fn make_checkin(
         hostname: g.hostname,
         addr,
         pid: std::process::id(),
-        tool_version: facts
-            .env(checkin::TEST_VERSION)
-            .unwrap_or(crate::result::report::TOOL.version)
-            .to_string(),
+        tool_version: tool_version(facts),
         checklist_hash: input.checklist_hash.clone(),
         local_verdict: input.local_verdict.name().to_string(),
         failed: checkin::failed_checks(&input.local),

@@ -246,10 +246,6 @@ pub fn after(d: std::time::Duration) -> Instant {
     Instant::now() + d
 }
 
-/// Test hook: milliseconds added to this process's wall clock readings, so
-/// a test stages a skewed node without touching the machine's clock.
-pub const TEST_CLOCK_OFFSET: &str = "PREFLIGHT_TEST_CLOCK_OFFSET_MS";
-
 pub fn now_us(offset_ms: i64) -> i64 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

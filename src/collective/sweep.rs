@@ -39,7 +39,8 @@ pub struct Failure {
     pub own_contribution_wrong: Option<String>,
 }
 
-/// Test-only fault hooks, inert unless their variables are set.
+/// Test-only fault hooks (`test_hooks`): always unset in a build without
+/// the `test-hooks` feature.
 #[derive(Debug, Clone, Default)]
 pub struct Hooks {
     /// This rank stops taking part in steps above this many bytes.
@@ -48,22 +49,19 @@ pub struct Hooks {
     pub corrupt_from: Option<usize>,
 }
 
-pub const TEST_HANG: &str = "PREFLIGHT_TEST_COLL_HANG";
-pub const TEST_CORRUPT: &str = "PREFLIGHT_TEST_COLL_CORRUPT";
-
 impl Hooks {
-    /// `RANK:BYTES` for each variable; anything else is ignored.
+    #[cfg(feature = "test-hooks")]
     pub fn from_env(get: impl Fn(&str) -> Option<String>, rank: u32) -> Hooks {
-        let parse = |v: Option<String>| -> Option<usize> {
-            let v = v?;
-            let (r, b) = v.split_once(':')?;
-            (r.trim().parse::<u32>().ok()? == rank).then_some(())?;
-            b.trim().parse().ok()
-        };
+        use crate::test_hooks::{COLL_CORRUPT, COLL_HANG, rank_bytes};
         Hooks {
-            hang_above: parse(get(TEST_HANG)),
-            corrupt_from: parse(get(TEST_CORRUPT)),
+            hang_above: rank_bytes(&get, COLL_HANG, rank),
+            corrupt_from: rank_bytes(&get, COLL_CORRUPT, rank),
         }
+    }
+
+    #[cfg(not(feature = "test-hooks"))]
+    pub fn from_env(_get: impl Fn(&str) -> Option<String>, _rank: u32) -> Hooks {
+        Hooks::default()
     }
 }
 
@@ -288,12 +286,5 @@ mod tests {
         assert!((g.busbw - 0.75).abs() < 1e-9);
         let b = Row::new(Op::Broadcast, 1_000_000, Dtype::F32, 1000.0, 4);
         assert!((b.busbw - 1.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn hooks_apply_to_their_rank_only() {
-        let env = |k: &str| (k == TEST_HANG).then(|| "2:65536".to_string());
-        assert_eq!(Hooks::from_env(env, 2).hang_above, Some(65536));
-        assert_eq!(Hooks::from_env(env, 1).hang_above, None);
     }
 }

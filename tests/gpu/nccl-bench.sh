@@ -23,7 +23,8 @@
 # reports beside it (nccl-bench.json, nccl-abort.json), for bench/RESULTS.md.
 # The bench runs twice (human, then JSON): the sweep is short on GPUs.
 #
-# Env: PREFLIGHT_BIN (a prebuilt preflight: it links neither CUDA nor NCCL,
+# Env: PREFLIGHT_BIN (a prebuilt preflight, built with `--features
+# test-hooks` for the hang test: it links neither CUDA nor NCCL,
 # so one built elsewhere runs here), PREFLIGHT_NCCL_LIB (else the loader,
 # then Python's site-packages, then the test cache of
 # tests/setup/collective-libs.sh). Leave NCCL_DEBUG unset to get the
@@ -70,7 +71,7 @@ if [ -z "$bin" ]; then
         say "skip: no cargo to build preflight; set PREFLIGHT_BIN to a prebuilt binary"
         exit 2
     fi
-    cargo build --release -q --bin preflight
+    cargo build --release -q --bin preflight --features test-hooks
     bin=target/release/preflight
 fi
 if [ ! -x "$bin" ]; then
