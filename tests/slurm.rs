@@ -78,6 +78,33 @@ fn wrapper(dir: &Path, name: &str, etc: &Path, args: &str) -> PathBuf {
     path
 }
 
+/// Node `i`'s firewall drops incoming TCP to `ports` (`first:last`).
+fn drop_tcp(s: &Slurm, i: usize, ports: &str) {
+    s.net.iptables(
+        i,
+        &[
+            "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", ports, "-j", "DROP",
+        ],
+    );
+}
+
+/// A 3-node cluster whose prolog is contrib's, with `settings`.
+fn with_prolog(settings: &str) -> Option<Slurm> {
+    let before = |d: &Path| {
+        let etc = site(d, settings);
+        wrapper(d, "preflight-prolog", &etc, "");
+    };
+    let extra = [
+        "Prolog={dir}/preflight-prolog".to_string(),
+        "PrologFlags=Alloc".to_string(),
+    ];
+    Slurm::start(Options {
+        nodes: 3,
+        extra: &extra,
+        before_start: &before,
+    })
+}
+
 fn text(o: &std::process::Output) -> String {
     format!(
         "exit {:?}\nstdout: {}\nstderr: {}",
@@ -263,19 +290,7 @@ fn the_prolog_drains_only_the_firewalled_node_and_the_job_starts_once_it_is_fixe
     let settings = "report_dir: {dir}/reports/%n\n\
                     prolog:\n  cluster: true\n  only: [cluster, site]\n  ports: 29400-29409\n  \
                     probe_ports: 29450-29459\n  timeout: 10s\n";
-    let before = |d: &Path| {
-        let etc = site(d, settings);
-        wrapper(d, "preflight-prolog", &etc, "");
-    };
-    let extra = [
-        "Prolog={dir}/preflight-prolog".to_string(),
-        "PrologFlags=Alloc".to_string(),
-    ];
-    let Some(s) = Slurm::start(Options {
-        nodes: 3,
-        extra: &extra,
-        before_start: &before,
-    }) else {
+    let Some(s) = with_prolog(settings) else {
         return;
     };
     let d = s.dir.path().to_path_buf();
@@ -305,21 +320,7 @@ fn the_prolog_drains_only_the_firewalled_node_and_the_job_starts_once_it_is_fixe
 
     // h2's firewall drops the probe ports: only h2 is drained, naming
     // the unreachable port, and the job's script does not run.
-    s.net.iptables(
-        1,
-        &[
-            "-A",
-            "INPUT",
-            "-i",
-            "eth0",
-            "-p",
-            "tcp",
-            "--dport",
-            "29450:29459",
-            "-j",
-            "DROP",
-        ],
-    );
+    drop_tcp(&s, 1, "29450:29459");
     let job = sbatch(&s, &d, "ran-faulty");
     assert!(
         wait_until(LIMIT, || s.state("h2") == "drain"),
@@ -378,39 +379,13 @@ fn a_master_nobody_can_reach_holds_the_job_back_and_drains_no_node() {
     let settings = "report_dir: {dir}/reports/%n\n\
                     prolog:\n  cluster: true\n  only: [cluster, site]\n  ports: 29400-29409\n  \
                     timeout: 6s\n";
-    let before = |d: &Path| {
-        let etc = site(d, settings);
-        wrapper(d, "preflight-prolog", &etc, "");
-    };
-    let extra = [
-        "Prolog={dir}/preflight-prolog".to_string(),
-        "PrologFlags=Alloc".to_string(),
-    ];
-    let Some(s) = Slurm::start(Options {
-        nodes: 3,
-        extra: &extra,
-        before_start: &before,
-    }) else {
+    let Some(s) = with_prolog(settings) else {
         return;
     };
     let d = s.dir.path().to_path_buf();
     // The first node (the master) drops the rendezvous ports: the others
     // never arrive, and whether they are dead or cut off cannot be told.
-    s.net.iptables(
-        0,
-        &[
-            "-A",
-            "INPUT",
-            "-i",
-            "eth0",
-            "-p",
-            "tcp",
-            "--dport",
-            "29400:29409",
-            "-j",
-            "DROP",
-        ],
-    );
+    drop_tcp(&s, 0, "29400:29409");
     let job = sbatch(&s, &d, "ran");
     assert!(
         wait_until(LIMIT, || job_state(&s, &job).contains("held")),
@@ -502,21 +477,7 @@ fn srun_gates_on_preflight_run_per_node_and_per_gpu_and_the_sbatch_example_stops
     }
 
     // h2 drops the probe ports: every task exits 1 naming h2.
-    s.net.iptables(
-        1,
-        &[
-            "-A",
-            "INPUT",
-            "-i",
-            "eth0",
-            "-p",
-            "tcp",
-            "--dport",
-            "29450:29459",
-            "-j",
-            "DROP",
-        ],
-    );
+    drop_tcp(&s, 1, "29450:29459");
     let (code, reports) = srun_preflight(&s, &d, "faulty", &[]);
     assert_eq!(code, 1);
     assert_eq!(reports.len(), 3);
@@ -805,21 +766,7 @@ fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
         for i in 0..10 {
             let marker = d.join(format!("first-line-{i}"));
             let t = std::time::Instant::now();
-            let o = s.run(
-                "sbatch",
-                &[
-                    "--parsable",
-                    "-N3",
-                    "--chdir",
-                    &d.display().to_string(),
-                    "-o",
-                    "/dev/null",
-                    "--wrap",
-                    &format!("touch {}", marker.display()),
-                ],
-            );
-            assert!(o.status.success(), "{}", text(&o));
-            let job = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            let job = sbatch(&s, &d, &format!("first-line-{i}"));
             if !wait_until(LIMIT, || marker.exists()) {
                 let mut why = String::new();
                 for n in ["h1", "h2", "h3"] {

@@ -117,21 +117,15 @@ impl Slurm {
             dir,
         };
         let d = slurm.dir.path().to_path_buf();
-        let munged = Command::new("munged")
+        let mut munged = Command::new("munged");
+        munged
             .args(["-F", "-f"])
             .arg(format!("--socket={}/munge/sock", d.display()))
             .arg(format!("--key-file={}", key_file.display()))
             .arg(format!("--pid-file={}/munge/pid", d.display()))
             .arg(format!("--log-file={}/munge/log", d.display()))
-            .arg(format!("--seed-file={}/munge/seed", d.display()))
-            .env_clear()
-            .env("PATH", PATH)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start munged");
-        slurm.daemons.push(munged);
+            .arg(format!("--seed-file={}/munge/seed", d.display()));
+        slurm.daemon(munged);
         wait_for(|| d.join("munge/sock").exists(), "munged's socket");
         let conf = slurm.conf.display().to_string();
         let hosts = d.join("hosts");
@@ -140,50 +134,22 @@ impl Slurm {
             text.push_str(&format!("{} {n}\n", slurm.net.addr(i)));
         }
         std::fs::write(&hosts, text).unwrap();
-        let ctld = Command::new("unshare")
-            .args([
-                "--uts",
-                "sh",
-                "-c",
-                "hostname ctl; exec slurmctld -D -i -f \"$0\"",
-                &conf,
-            ])
-            .env_clear()
-            .env("PATH", PATH)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start slurmctld");
-        slurm.daemons.push(ctld);
+        let mut ctld = Command::new("unshare");
+        ctld.args([
+            "--uts",
+            "sh",
+            "-c",
+            "hostname ctl; exec slurmctld -D -i -f \"$0\"",
+            &conf,
+        ]);
+        slurm.daemon(ctld);
         for (i, n) in slurm.nodes.clone().iter().enumerate() {
             std::fs::create_dir_all(d.join("spool").join(n)).unwrap();
-            let ns = format!("/run/netns/{}", slurm.net.hosts[i].ns);
             // Its own hostname and /etc/hosts (the cluster's names), as a
             // real node has: the programs slurmd starts inherit both.
-            let child = Command::new("nsenter")
-                .arg(format!("--net={ns}"))
-                .args([
-                    "unshare",
-                    "--uts",
-                    "--mount",
-                    "--propagation",
-                    "private",
-                    "sh",
-                    "-c",
-                    "mount --bind \"$2\" /etc/hosts && hostname \"$1\" && exec slurmd -D -f \"$0\" -N \"$1\"",
-                    &conf,
-                    n,
-                    &hosts.display().to_string(),
-                ])
-                .env_clear()
-                .env("PATH", PATH)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start slurmd");
-            slurm.daemons.push(child);
+            let mut c = slurm.as_node(i);
+            c.args(["slurmd", "-D", "-f", &conf, "-N", n]);
+            slurm.daemon(c);
         }
         let all = slurm.nodes.clone();
         let ok = wait_until(Duration::from_secs(60), || {
@@ -267,6 +233,18 @@ impl Slurm {
     /// Runs `program` in node i's namespace with exactly `env` (plus
     /// PATH), as slurmd would run it there.
     pub fn on_node(&self, i: usize, program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = self.as_node(i);
+        c.arg(program).args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().expect("run on a node")
+    }
+
+    /// A command run as node `i`: in its network namespace, with its own
+    /// hostname and the cluster's /etc/hosts, exactly `PATH` in its
+    /// environment; the program and its arguments follow.
+    fn as_node(&self, i: usize) -> Command {
         let ns = format!("/run/netns/{}", self.net.hosts[i].ns);
         let mut c = Command::new("nsenter");
         c.arg(format!("--net={ns}"))
@@ -282,15 +260,20 @@ impl Slurm {
             ])
             .arg(&self.nodes[i])
             .arg(self.dir.path().join("hosts"))
-            .arg(program)
-            .args(args)
             .env_clear()
             .env("PATH", PATH)
             .stdin(Stdio::null());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        c.output().expect("run on a node")
+        c
+    }
+
+    /// Starts a daemon in the foreground, owned (killed in `Drop`).
+    fn daemon(&mut self, mut c: Command) {
+        c.env_clear()
+            .env("PATH", PATH)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.daemons.push(c.spawn().expect("start a Slurm daemon"));
     }
 
     /// Waits until every node is `state` (sinfo's short form).
