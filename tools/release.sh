@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The release binary: x86_64 Linux, starting on glibc 2.17 and later
+# (RHEL/CentOS 7, Rocky/RHEL 8 with 2.28, Ubuntu 18.04+), built with
+# `cargo zigbuild` against glibc 2.17's symbol versions. It stays
+# dynamically linked: libnccl and libccl are loaded with dlopen at run
+# time, which a static (musl) binary cannot do.
+#
+# Needs zig (the `ziglang` package on PyPI, in the venv PREFLIGHT_ZIG_VENV,
+# default /opt/preflight-zig) and cargo-zigbuild (`cargo install
+# cargo-zigbuild`); `.ci/install` installs both. Writes dist/preflight and
+# dist/SHA256SUMS, and says the highest GLIBC symbol version the binary
+# needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${PREFLIGHT_ZIG_VENV:-/opt/preflight-zig}
+# cargo-zigbuild runs `python3 -m ziglang` when no `zig` is on PATH.
+export PATH="$venv/bin:$HOME/.cargo/bin:$PATH"
+target=x86_64-unknown-linux-gnu
+cargo zigbuild --release --quiet --locked --target "$target.2.17" --bin preflight
+mkdir -p dist
+cp "target/$target/release/preflight" dist/preflight
+(cd dist && sha256sum preflight > SHA256SUMS)
+highest=$(objdump -T dist/preflight | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
+echo "dist/preflight: needs $highest at most; $(cut -c1-16 dist/SHA256SUMS)… (dist/SHA256SUMS)"
