@@ -72,7 +72,13 @@ impl Places {
         }
     }
 
+    /// `p` as this process reads it: under the root for a fixture tree;
+    /// on the live node a relative LD_LIBRARY_PATH entry (an empty one is
+    /// `.`) is the working directory's, as the loader reads it.
     fn under_root(&self, p: &Path) -> PathBuf {
+        if p.is_relative() && self.root == Path::new("/") {
+            return p.to_path_buf();
+        }
         self.root.join(p.strip_prefix("/").unwrap_or(p))
     }
 
@@ -346,6 +352,19 @@ mod tests {
             p.describe().starts_with("LD_LIBRARY_PATH, "),
             "{}",
             p.describe()
+        );
+    }
+
+    #[test]
+    fn a_relative_ld_library_path_entry_is_the_working_directorys() {
+        let cwd = std::env::current_dir().unwrap();
+        let d = tempfile::tempdir_in(&cwd).unwrap();
+        std::fs::write(d.path().join("librel.so.1"), b"").unwrap();
+        let rel = d.path().strip_prefix(&cwd).unwrap().display().to_string();
+        let p = Places::on_node(Path::new("/"), Some(format!("/nonexistent:{rel}")));
+        assert_eq!(
+            p.find("librel.so.1"),
+            Some((PathBuf::from(&rel).join("librel.so.1"), Via::LdLibraryPath))
         );
     }
 

@@ -81,7 +81,7 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
         .collect();
     let get = |k: &str| env.get(k).cloned();
     let mode = args.mode;
-    let own = settings_node_name(&env)?;
+    let own = node_name(&env)?;
     let slurm = Slurm::find(settings.scontrol.as_deref(), &get).map_err(Failure::Usage)?;
     let resolved = mode.settings(&settings);
     let cluster = matches!(mode, SlurmMode::Prolog { cluster: true })
@@ -161,7 +161,7 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
 
 /// The node's name in Slurm: SLURMD_NODENAME, which slurmd gives every
 /// program it runs; else the short hostname.
-fn settings_node_name(env: &BTreeMap<String, String>) -> Result<String, Failure> {
+fn node_name(env: &BTreeMap<String, String>) -> Result<String, Failure> {
     if let Some(n) = env.get("SLURMD_NODENAME").filter(|n| !n.is_empty()) {
         return Ok(n.clone());
     }
