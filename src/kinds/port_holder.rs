@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::facts::Facts;
+use crate::facts::{Facts, procs};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
@@ -113,22 +113,6 @@ pub fn is_this_job(holder: &Holder) -> bool {
             && holder.role() == Some("another preflight"))
 }
 
-/// The parent pid in /proc/PID/stat (after the command name, which is in
-/// parentheses and may hold anything).
-fn parent_of(proc_dir: &Path) -> u32 {
-    std::fs::read_to_string(proc_dir.join("stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
-}
-
 pub fn holders(facts: &Facts, port: u16) -> Result<Vec<Holder>, String> {
     let wanted = inodes(facts, port);
     if wanted.is_empty() {
@@ -162,7 +146,7 @@ pub fn holders(facts: &Facts, port: u16) -> Result<Vec<Holder>, String> {
         if holds && !found.iter().any(|h| h.pid == pid) {
             found.push(Holder {
                 pid,
-                ppid: parent_of(&dir),
+                ppid: procs::parent(&dir).unwrap_or(0),
                 cmdline: cmdline(&dir),
             });
         }
@@ -198,10 +182,6 @@ mod tests {
         assert!(is_this_job(&holder(me, 1)));
         assert!(is_this_job(&holder(4_000_000, me)));
         assert!(!is_this_job(&holder(4_000_000, 1)));
-        assert_eq!(
-            parent_of(Path::new("/proc/self")),
-            std::os::unix::process::parent_id()
-        );
     }
 
     #[test]

@@ -3,13 +3,12 @@
 //! proctrack/linuxproc and holds GPU memory, ports or files into the next
 //! job). Reads /proc/PID/status under --root.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
-use crate::facts::Facts;
+use crate::facts::{Facts, procs};
 use crate::result::Finding;
 
 /// Processes named in a message; the count says how many more there are.
@@ -66,42 +65,6 @@ impl Params for UserProcesses {
     }
 }
 
-/// (pid, command name) of every process whose real uid is `uid`.
-fn owned_by(proc_dir: &Path, uid: u32) -> Vec<(u32, String)> {
-    let Ok(entries) = std::fs::read_dir(proc_dir) else {
-        return Vec::new();
-    };
-    let mut out: Vec<(u32, String)> = entries
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .parse::<u32>()
-                .ok()
-                .map(|p| (p, e.path()))
-        })
-        .filter_map(|(pid, dir)| {
-            // A process that ended while we read is simply not there.
-            let status = std::fs::read_to_string(dir.join("status")).ok()?;
-            let real: u32 = status
-                .lines()
-                .find_map(|l| l.strip_prefix("Uid:"))?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()?;
-            let name = status
-                .lines()
-                .find_map(|l| l.strip_prefix("Name:"))
-                .map(|n| n.trim().to_string())
-                .unwrap_or_default();
-            (real == uid).then_some((pid, name))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 impl UserProcesses {
     fn check(&self, facts: &Facts) -> Finding {
         let Some(raw) = facts.env(&self.uid_var).filter(|v| !v.trim().is_empty()) else {
@@ -120,7 +83,7 @@ impl UserProcesses {
             ));
         }
         let ours = std::process::id();
-        let left: Vec<(u32, String)> = owned_by(&facts.host_path("/proc"), uid)
+        let left: Vec<(u32, String)> = procs::owned_by(&facts.host_path("/proc"), uid)
             .into_iter()
             .filter(|(pid, name)| *pid != ours && !self.ignore.iter().any(|i| i == name))
             .collect();
@@ -160,30 +123,5 @@ impl UserProcesses {
 impl Probe for UserProcesses {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         blocking(move || self.check(&facts))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_the_real_uid_of_each_process() {
-        let d = tempfile::tempdir().unwrap();
-        for (pid, uid, name) in [(10, 1000, "python3"), (11, 0, "sshd"), (12, 1000, "sleep")] {
-            let p = d.path().join(pid.to_string());
-            std::fs::create_dir_all(&p).unwrap();
-            std::fs::write(
-                p.join("status"),
-                format!("Name:\t{name}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"),
-            )
-            .unwrap();
-        }
-        std::fs::create_dir_all(d.path().join("self")).unwrap();
-        assert_eq!(
-            owned_by(d.path(), 1000),
-            vec![(10, "python3".into()), (12, "sleep".into())]
-        );
-        assert!(owned_by(d.path(), 7).is_empty());
     }
 }

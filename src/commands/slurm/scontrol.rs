@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::facts::procs;
+
 /// Where `scontrol` lives on the distributions and site layouts seen.
 const SCONTROL_DIRS: &[&str] = &[
     "/usr/bin",
@@ -204,15 +206,7 @@ impl Slurm {
 fn slurmd_conf() -> Option<PathBuf> {
     let mut pid = std::process::id();
     for _ in 0..8 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // The command name is in parentheses and may hold spaces.
-        let ppid: u32 = stat
-            .rsplit_once(')')?
-            .1
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()?;
+        let ppid = procs::parent(Path::new(&format!("/proc/{pid}")))?;
         if ppid <= 1 {
             return None;
         }
