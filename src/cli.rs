@@ -1,8 +1,10 @@
-//! The command line: `preflight run|check|list|explain|validate|bench|token`.
+//! The command line: `preflight run|check|list|explain|validate|bench|slurm|report|token`.
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::{self, ExplainArgs, ListArgs, RunArgs, SlurmArgs, Stage, ValidateArgs};
+use crate::commands::{
+    self, ExplainArgs, ListArgs, ReportArgs, RunArgs, SlurmArgs, Stage, ValidateArgs,
+};
 
 const AFTER_HELP: &str = "\
 Exit codes:
@@ -43,6 +45,9 @@ pub enum Command {
     /// epilog. Settings come from /etc/preflight (PREFLIGHT_CONFIG_DIR);
     /// a node that is not ready is drained with a reason naming the check.
     Slurm(SlurmArgs),
+    /// Merge JSON reports (a run's, or many nodes' gathered by Ansible or
+    /// Slurm) into one cluster report: HTML, Markdown or JSON.
+    Report(ReportArgs),
     /// Print a fresh 128-bit job secret (32 hex digits) for PREFLIGHT_TOKEN
     /// or PREFLIGHT_TOKEN_FILE: make one per job, give it to every node.
     Token,
@@ -76,6 +81,7 @@ pub fn main() -> i32 {
         Command::Explain(args) => commands::explain(args),
         Command::Validate(args) => commands::validate(args),
         Command::Slurm(args) => commands::slurm(args),
+        Command::Report(args) => commands::report(args),
         Command::Token => commands::token(),
         Command::CollectiveWorker => return crate::collective::worker::main(),
     };

@@ -250,3 +250,81 @@ checks:
         assert_eq!(o.code, code, "{}: {}\n{}", o.label, o.stdout, o.stderr);
     }
 }
+
+/// Records `fixtures/reports/run-4node/`: every rank's JSON report of one
+/// real 4-host run with a firewall culprit (h3 drops new connections), a
+/// straggler (h2 throttled by tbf) and a failed node check (h1 started with
+/// `ulimit -n 1024`). The report tests (`tests/report.rs`) render it; run
+/// this by hand to record it again:
+/// `cargo test --test collective_netns record_the_report_fixture -- --ignored`.
+#[test]
+#[ignore = "records fixtures/reports/run-4node/ (by hand)"]
+fn record_the_report_fixture() {
+    let _serial = serial();
+    let Some(job) = job(4) else { return };
+    job.cluster.must(
+        2,
+        &[
+            "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "100mbit", "burst",
+            "256kb", "latency", "50ms",
+        ],
+    );
+    job.cluster.iptables(
+        3,
+        &[
+            "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--syn", "-j", "DROP",
+        ],
+    );
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reports");
+    let record = root.join("record-checks.yaml").display().to_string();
+    let mut args = cluster::run_args("20s");
+    args.extend(
+        [
+            "--checks",
+            &record,
+            "--backends",
+            "tcp",
+            "--collective",
+            "full",
+            "--max-size",
+            "4MiB",
+            "--step-timeout",
+            "30s",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let script = "hostname \"$1\" && mount --bind \"$2\" /etc/hosts && shift 2 && exec \"$@\"";
+    let procs: Vec<Proc> = (0..4u32)
+        .map(|h| {
+            let env = launcher_env(&job.cluster, h, 4);
+            let hostname = format!("h{h}");
+            let hosts = job.files.paths[h as usize].display().to_string();
+            let mut all: Vec<&str> = vec![
+                "--uts", "--mount", "sh", "-c", script, "sh", &hostname, &hosts,
+            ];
+            if h == 1 {
+                all.extend(["prlimit", "--nofile=1024:1024"]);
+            }
+            all.push(cluster::BIN);
+            all.extend(args.iter().map(String::as_str));
+            let child = job
+                .cluster
+                .spawn_preflight(h as usize, "unshare", &all, &pairs(&env));
+            Proc::new(&hostname, child)
+        })
+        .collect();
+    let out = finish(procs);
+    let dir = root.join("run-4node");
+    std::fs::create_dir_all(&dir).expect("fixture dir");
+    for (rank, o) in out.iter().enumerate() {
+        assert!(
+            o.stdout.starts_with('{'),
+            "{}: {}\n{}",
+            o.label,
+            o.stdout,
+            o.stderr
+        );
+        std::fs::write(dir.join(format!("rank{rank}.json")), &o.stdout).expect("write");
+    }
+}

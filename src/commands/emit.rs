@@ -19,6 +19,9 @@ use crate::result::report::{Node, Report};
 /// write `--output` files over the first rank's.
 pub const SPEAKER: &str = "PREFLIGHT_NODE_SPEAKER";
 
+/// The least time `--post` gets, even after a run that used its deadline.
+const POST_FLOOR: Duration = Duration::from_secs(2);
+
 /// A node agent that could not start its ranks still reports, in the
 /// format asked for, why.
 pub fn emit_cluster_only(
@@ -78,7 +81,19 @@ pub fn emit(
     started_at: SystemTime,
     elapsed: Duration,
 ) -> Result<ExitCode, Failure> {
-    let (report, rank) = report_of(args, stage, facts, results, cluster, started_at, elapsed);
+    let (mut report, rank) = report_of(args, stage, facts, results, cluster, started_at, elapsed);
+    // A node agent's other local ranks: nobody reads them, and they must
+    // not overwrite the first rank's report file.
+    let muted = facts.env(SPEAKER) == Some("0");
+    if let (Some(url), false) = (&args.post, muted) {
+        // What is left of the deadline, and a moment even when nothing is:
+        // the run's result is worth one short try.
+        let budget = args.timeout.0.saturating_sub(elapsed).max(POST_FLOOR);
+        if let Err(warning) = super::post::post(url, report::json(&report), budget, facts) {
+            eprintln!("preflight: warning: {warning}");
+            report.warnings.push(warning);
+        }
+    }
     let human = |style: Style| {
         if rank != 0
             && let Some(c) = &report.cluster
@@ -117,12 +132,10 @@ pub fn emit(
     let text = match args.format {
         Format::Json => report::json(&report),
         Format::Junit => report::junit(&report),
+        Format::Prometheus => report::prometheus(&report),
         Format::Human if args.output.is_some() => human(Style { color: false }),
         Format::Human => human(Style::for_stdout(args.display.color)),
     };
-    // A node agent's other local ranks: nobody reads them, and they must
-    // not overwrite the first rank's report file.
-    let muted = facts.env(SPEAKER) == Some("0");
     match (&args.output, muted) {
         (_, true) => Ok(()),
         (None, false) => report::write_report(&Destination::Stdout, &text),

@@ -5,8 +5,10 @@ mod emit;
 mod explain;
 mod list;
 mod node;
+pub mod post;
 #[cfg(feature = "rank-sim")]
 pub mod rank_sim;
+mod report;
 mod run;
 pub mod site;
 mod slurm;
@@ -21,6 +23,7 @@ use std::sync::Arc;
 
 pub use explain::{ExplainArgs, explain};
 pub use list::{ListArgs, list};
+pub use report::{ReportArgs, report};
 pub use run::args::unused_flags;
 pub use run::{RunArgs, Stage, run};
 pub use slurm::{SlurmArgs, slurm};

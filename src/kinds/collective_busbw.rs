@@ -19,7 +19,7 @@ use super::cluster::{ClusterProbe, NOT_HERE, View};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::facts::Facts;
 use crate::result::Finding;
-use crate::result::collective::{CollectiveReport, RankLink};
+use crate::result::collective::{CollectiveReport, RankLink, Threshold};
 
 pub const KIND: KindInfo = KindInfo {
     name: "collective_busbw",
@@ -188,6 +188,12 @@ impl CollectiveProbe for Busbw {
         }
         let minimum = minimum.unwrap_or(0.0);
         let expected = format!(">= {minimum:.3} GB/s");
+        let threshold = Threshold {
+            backend: b.name.clone(),
+            op: self.op.clone(),
+            bytes: size.or(row.map(|r| r.bytes)),
+            min_busbw: minimum,
+        };
         // Cut short by the run's deadline: a missing size, or the largest
         // of the sizes done, says nothing about the one meant.
         if b.verdict == "incomplete" && (row.is_none() || size.is_none()) {
@@ -199,7 +205,8 @@ impl CollectiveProbe for Busbw {
                     .unwrap_or_else(|| "the sweep's largest size".into()),
                 b.ended.as_deref().unwrap_or("the sweep did not finish")
             ))
-            .expected(expected);
+            .expected(expected)
+            .threshold(threshold);
         }
         let Some(row) = row else {
             let what = size
@@ -209,7 +216,8 @@ impl CollectiveProbe for Busbw {
                 "{} {} has no verified result at {what} (the sweep ended early, or does not reach that size: --max-size)",
                 b.name, self.op
             ))
-            .expected(expected);
+            .expected(expected)
+            .threshold(threshold);
         };
         let measured = format!("{:.3} GB/s", row.busbw);
         let mut text = format!(
@@ -227,7 +235,7 @@ impl CollectiveProbe for Busbw {
         } else {
             Finding::fail(text)
         };
-        f.measured(measured).expected(expected)
+        f.measured(measured).expected(expected).threshold(threshold)
     }
 }
 

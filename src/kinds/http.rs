@@ -130,7 +130,7 @@ fn env_either<'a>(facts: &'a Facts, name: &str) -> Option<&'a str> {
 /// The proxy the job would use for `url`, per the usual conventions:
 /// HTTPS_PROXY or HTTP_PROXY by scheme, else ALL_PROXY, unless NO_PROXY
 /// names the host (exactly, as a domain suffix, or `*`).
-fn proxy_for(facts: &Facts, url: &reqwest::Url) -> Option<String> {
+pub fn proxy_for(facts: &Facts, url: &reqwest::Url) -> Option<String> {
     let host = url
         .host_str()?
         .trim_matches(['[', ']'])
@@ -159,7 +159,7 @@ fn proxy_for(facts: &Facts, url: &reqwest::Url) -> Option<String> {
 /// The innermost cause, which is where reqwest keeps the useful part
 /// ("Connection refused", "invalid peer certificate"); the outer layers
 /// only repeat the URL.
-fn causes(e: &dyn std::error::Error) -> String {
+pub fn causes(e: &dyn std::error::Error) -> String {
     let mut innermost = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -15,7 +15,7 @@ mod env_lint;
 mod file;
 mod firewall;
 mod gpu_health;
-mod http;
+pub mod http;
 pub mod ifname_spec;
 mod infiniband;
 mod interface;

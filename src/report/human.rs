@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use super::style::Style;
 use crate::result::report::Report;
-use crate::result::{CheckResult, Status};
+use crate::result::{CheckResult, Status, Verdict};
 use crate::values::format_duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,10 +141,27 @@ pub fn verdict_line(report: &Report, s: &Style) -> String {
 }
 
 /// `  · cause: env.lint` where some failures are another's consequence:
-/// the line names what to fix first.
+/// the line names what to fix first; otherwise, on a node that is not
+/// ready, `  · failed: id, id`, so that the one line alone (a Slurm log,
+/// a node-problem-detector condition) says what to look at.
 fn root_causes(report: &Report) -> String {
     if !report.checks.iter().any(|c| c.caused_by.is_some()) {
-        return String::new();
+        let (label, status) = match report.verdict {
+            Verdict::Ready => return String::new(),
+            Verdict::NotReady if report.summary.fail == 0 => ("warned", Status::Warn),
+            Verdict::NotReady => ("failed", Status::Fail),
+            Verdict::Incomplete => ("not evaluated", Status::Error),
+        };
+        let ids: Vec<String> = report
+            .checks
+            .iter()
+            .filter(|c| c.status == status)
+            .map(|c| c.id.clone())
+            .collect();
+        if ids.is_empty() {
+            return String::new();
+        }
+        return format!("  · {label}: {}", crate::values::listed(&ids, ", ", 3));
     }
     let roots: Vec<String> = crate::result::cause::roots(&report.checks)
         .iter()

@@ -58,7 +58,7 @@ pub fn junit(report: &Report) -> String {
     let _ = writeln!(
         out,
         "  <testsuite name=\"preflight.{}\" hostname=\"{}\" tests=\"{}\" failures=\"{failures}\" errors=\"{}\" skipped=\"{}\" time=\"{time:.3}\" timestamp=\"{}\">",
-        escape(report.command),
+        escape(&report.command),
         escape(&report.node.hostname),
         report.checks.len(),
         n.error,

@@ -1,16 +1,25 @@
 //! Rendering only: the report document (`result::report`) as human text,
-//! JSON or JUnit, and the cluster and collective views of the stages'
-//! results; where it goes (stdout or a file, atomically).
+//! JSON, JUnit or Prometheus metrics, and the cluster and collective views
+//! of the stages' results; the merged cluster report
+//! (`result::merged`) as HTML or Markdown; where it goes (stdout or a
+//! file, atomically).
 
+mod chart;
 pub mod cluster;
 pub mod collective;
+mod html;
 pub mod human;
 mod json;
 mod junit;
+mod markdown;
 pub mod output;
+mod prometheus;
 pub mod style;
 
+pub use html::html;
 pub use human::{Human, progress_line};
 pub use json::json;
 pub use junit::junit;
+pub use markdown::markdown;
 pub use output::{Destination, write_report};
+pub use prometheus::prometheus;

@@ -41,7 +41,7 @@ fn variables(message: &str) -> Vec<&str> {
 }
 
 /// The check ids `cluster.node_checks` lists: `node: id (fail: ...)`.
-fn listed_ids(message: &str) -> Vec<&str> {
+pub fn listed_ids(message: &str) -> Vec<&str> {
     let mut out = Vec::new();
     for marker in [" (fail: ", " (error: "] {
         for (i, _) in message.match_indices(marker) {

@@ -97,6 +97,19 @@ impl Row {
     }
 }
 
+/// What a `collective_busbw` check compared: the sweep row it judged and
+/// the minimum it held that row to, so that a report can draw the line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Threshold {
+    pub backend: String,
+    pub op: String,
+    /// The row's size; `None` where the check named a size the sweep never
+    /// reached.
+    pub bytes: Option<usize>,
+    /// GB/s.
+    pub min_busbw: f64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PairRate {
     pub a: u32,

@@ -4,6 +4,7 @@
 pub mod cause;
 pub mod cluster;
 pub mod collective;
+pub mod merged;
 pub mod report;
 
 use std::time::Duration;
@@ -56,6 +57,8 @@ pub struct Finding {
     /// For checks across nodes: the nodes this finding holds responsible
     /// (empty where no node can be singled out).
     pub blames: Box<[String]>,
+    /// For a bandwidth threshold: what it compared, for reports to draw.
+    pub threshold: Option<collective::Threshold>,
 }
 
 impl Finding {
@@ -67,6 +70,7 @@ impl Finding {
             message: message.into(),
             vars: Vec::new(),
             blames: Box::default(),
+            threshold: None,
         }
     }
 
@@ -115,6 +119,11 @@ impl Finding {
         self
     }
 
+    pub fn threshold(mut self, threshold: collective::Threshold) -> Finding {
+        self.threshold = Some(threshold);
+        self
+    }
+
     /// A failure of a `severity: warn` check is reported as a warning.
     pub fn with_severity(mut self, severity: Severity) -> Finding {
         if self.status == Status::Fail && severity == Severity::Warn {
@@ -150,6 +159,9 @@ pub struct CheckResult {
     /// is reported as such, not as a second problem to fix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caused_by: Option<String>,
+    /// A bandwidth threshold's row and minimum (`collective_busbw`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<collective::Threshold>,
 }
 
 impl CheckResult {
@@ -178,6 +190,7 @@ impl CheckResult {
             duration: Duration::ZERO,
             source: "built-in".into(),
             caused_by: None,
+            threshold: None,
         }
     }
 }
@@ -260,7 +273,7 @@ impl Verdict {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Summary {
     pub pass: usize,
     pub warn: usize,

@@ -1,7 +1,9 @@
 //! The report document: one node's (or rank's) checks, verdict and stage
 //! results, as `--format json` serializes it (`preflight.report/v1`).
 
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 
 use super::cluster::ClusterReport;
 use super::collective::CollectiveReport;
@@ -10,11 +12,13 @@ use super::{CheckResult, Summary, Verdict};
 pub const SCHEMA: &str = "preflight.report/v1";
 
 /// Who produced the report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Node {
     pub hostname: String,
     /// `--root`: "/" on a real node, a fixture tree in tests.
+    #[serde(default)]
     pub root: String,
+    #[serde(default)]
     pub pid: u32,
     /// `run` with a cluster stage: the rank whose report this is (in node
     /// mode, the node's first rank).
@@ -22,38 +26,46 @@ pub struct Node {
     pub rank: Option<u32>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Tool {
-    pub name: &'static str,
-    pub version: &'static str,
+    pub name: Cow<'static, str>,
+    pub version: Cow<'static, str>,
 }
 
 pub const TOOL: Tool = Tool {
-    name: "preflight",
-    version: env!("CARGO_PKG_VERSION"),
+    name: Cow::Borrowed("preflight"),
+    version: Cow::Borrowed(env!("CARGO_PKG_VERSION")),
 };
 
-#[derive(Debug, Clone, Serialize)]
+/// Read back by `preflight report`: the fields added since v1 first
+/// shipped have defaults, so that older v1 reports still read.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
-    pub schema: &'static str,
+    pub schema: Cow<'static, str>,
     pub tool: Tool,
-    /// The subcommand: `run` or `check`.
-    pub command: &'static str,
+    /// The subcommand: `run`, `check`, `bench` or a `slurm` mode.
+    pub command: Cow<'static, str>,
     pub verdict: Verdict,
     pub exit_code: i32,
+    #[serde(default)]
     pub strict: bool,
     pub node: Node,
     /// RFC 3339, UTC, whole seconds.
     pub started_at: String,
     pub duration_ms: u64,
+    #[serde(default)]
     pub summary: Summary,
     pub checks: Vec<CheckResult>,
     /// `preflight run`'s cluster stage, as rank 0 sent it to every rank.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterReport>,
     /// The collective stage, as rank 0 assembled it.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collective: Option<CollectiveReport>,
+    /// What went wrong around the checks without changing the verdict (a
+    /// report that could not be posted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Report {
@@ -68,9 +80,9 @@ impl Report {
         super::cause::attribute(&mut checks);
         let verdict = Verdict::of(&checks, strict);
         Report {
-            schema: SCHEMA,
+            schema: Cow::Borrowed(SCHEMA),
             tool: TOOL,
-            command,
+            command: Cow::Borrowed(command),
             verdict,
             exit_code: verdict.exit_code().code(),
             strict,
@@ -81,6 +93,7 @@ impl Report {
             checks,
             cluster: None,
             collective: None,
+            warnings: Vec::new(),
         }
     }
 

@@ -30,6 +30,8 @@ pub enum Format {
     Human,
     Json,
     Junit,
+    /// Text exposition format, for node_exporter's textfile collector.
+    Prometheus,
 }
 
 #[derive(Debug, Args)]
@@ -45,6 +47,11 @@ pub struct RunArgs {
     /// gets the one-line verdict.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// After the run, POST the JSON report to this http(s) URL (a
+    /// collector), through the job's proxy, retried within the deadline; a
+    /// failed upload is a warning, never a change of verdict.
+    #[arg(long, value_name = "URL", value_parser = crate::commands::post::parse_url)]
+    pub post: Option<reqwest::Url>,
     /// Deadline for the whole run; checks still running then are reported
     /// as timed out, and a collective stage not finished then is
     /// incomplete.

@@ -1,0 +1,386 @@
+//! `preflight report --format markdown`: the merged cluster report as
+//! tables for a ticket or a chat, the largest of them cut to their failing
+//! rows with a count of the rest.
+
+use std::fmt::Write;
+
+use crate::result::Status;
+use crate::result::merged::{MergedReport, Problem};
+use crate::values::{count, format_bytes, rank_ranges};
+
+/// Rows kept of a table cut to its failing rows.
+const ROWS: usize = 50;
+
+pub fn markdown(m: &MergedReport) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    let _ = writeln!(w, "# preflight cluster report: {}\n", verdict_words(m));
+    let c = &m.counts;
+    let _ = writeln!(
+        w,
+        "**{}** (exit {}) · {}: {} ready, {} not ready, {} incomplete · {} · reports from {} to {}\n",
+        m.verdict.name(),
+        m.exit_code,
+        count(c.nodes, "node"),
+        c.ready,
+        c.not_ready,
+        c.incomplete,
+        count(m.sources.len(), "report"),
+        m.oldest_report_at,
+        m.newest_report_at,
+    );
+    culprits(w, m);
+    problems(w, &m.problems);
+    matrix(w, m);
+    reachability(w, m);
+    collective(w, m);
+    if !m.warnings.is_empty() {
+        let _ = writeln!(w, "## Warnings\n");
+        for x in &m.warnings {
+            let _ = writeln!(w, "- {}", inline(x));
+        }
+        w.push('\n');
+    }
+    let _ = writeln!(w, "## Sources\n");
+    let _ = writeln!(
+        w,
+        "| file | command | host | rank | started | verdict | used for |\n|---|---|---|---|---|---|---|"
+    );
+    for s in &m.sources {
+        let _ = writeln!(
+            w,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            cell(&s.file),
+            cell(&s.command),
+            cell(&s.hostname),
+            s.rank.map(|r| r.to_string()).unwrap_or_default(),
+            s.started_at,
+            s.verdict.name(),
+            cell(&s.used_for)
+        );
+    }
+    out
+}
+
+pub fn verdict_words(m: &MergedReport) -> &'static str {
+    match m.verdict {
+        crate::result::Verdict::Ready => "READY",
+        crate::result::Verdict::NotReady => "NOT READY",
+        crate::result::Verdict::Incomplete => "INCOMPLETE",
+    }
+}
+
+/// The mark of a status, readable without colour.
+pub fn mark(s: Status) -> &'static str {
+    match s {
+        Status::Pass => "✓",
+        Status::Warn => "!",
+        Status::Fail => "✗",
+        Status::Skip => "–",
+        Status::Error => "?",
+    }
+}
+
+fn culprits(w: &mut String, m: &MergedReport) {
+    if m.culprits.is_empty() {
+        return;
+    }
+    let _ = writeln!(w, "## Culprits\n\n| node | ranks | why |\n|---|---|---|");
+    for c in m.culprits.iter().take(ROWS) {
+        let _ = writeln!(
+            w,
+            "| {} | {} | {} |",
+            cell(&c.node),
+            rank_ranges(&c.ranks),
+            cell(&c.reasons.join("; "))
+        );
+    }
+    more(w, m.culprits.len(), "culprit");
+    w.push('\n');
+}
+
+fn problems(w: &mut String, problems: &[Problem]) {
+    if problems.is_empty() {
+        return;
+    }
+    let _ = writeln!(w, "## Problems\n");
+    for p in problems {
+        let _ = writeln!(
+            w,
+            "### {} {} `{}`\n",
+            mark(p.status),
+            p.status.name().to_uppercase(),
+            p.id
+        );
+        if let Some(cause) = &p.caused_by {
+            let _ = writeln!(w, "Caused by `{cause}`: fix that first.\n");
+        }
+        for (node, message) in p.nodes.iter().take(ROWS) {
+            let _ = writeln!(w, "- **{}**: {}", inline(node), inline(message));
+        }
+        more(w, p.nodes.len(), "node");
+        if let Some(h) = &p.hint {
+            let _ = writeln!(w, "\nHint: {}", inline(h));
+        }
+        w.push('\n');
+    }
+}
+
+/// Nodes with a problem × checks with a problem; the rest counted.
+fn matrix(w: &mut String, m: &MergedReport) {
+    let ids: Vec<&String> = m
+        .check_ids
+        .iter()
+        .filter(|id| {
+            m.nodes
+                .iter()
+                .any(|n| n.checks.get(*id).is_some_and(|c| bad(c.status)))
+        })
+        .collect();
+    let rows: Vec<_> = m
+        .nodes
+        .iter()
+        .filter(|n| n.checks.values().any(|c| bad(c.status)))
+        .collect();
+    let _ = writeln!(w, "## Nodes\n");
+    if rows.is_empty() {
+        let _ = writeln!(
+            w,
+            "No node has a problem ({} checked, {} check(s) in all).\n",
+            count(m.nodes.len(), "node"),
+            m.check_ids.len()
+        );
+        return;
+    }
+    let _ = write!(w, "| node | ranks | verdict |");
+    for id in &ids {
+        let _ = write!(w, " {} |", cell(id));
+    }
+    let _ = write!(w, "\n|---|---|---|");
+    w.push_str(&"---|".repeat(ids.len()));
+    w.push('\n');
+    for n in rows.iter().take(ROWS) {
+        let _ = write!(
+            w,
+            "| {} | {} | {} |",
+            cell(&n.name),
+            rank_ranges(&n.ranks),
+            n.verdict.name()
+        );
+        for id in &ids {
+            let text = match n.checks.get(*id) {
+                Some(c) => format!("{} {}", mark(c.status), c.status.name()),
+                None if n.complete => "not run".into(),
+                None => "·".into(),
+            };
+            let _ = write!(w, " {text} |");
+        }
+        w.push('\n');
+    }
+    more(w, rows.len(), "node with a problem");
+    let quiet = m.nodes.len() - rows.len();
+    let _ = writeln!(
+        w,
+        "\n{} without a problem; {} passed or were skipped on every node{}. `·`: not failed (rank 0's summary lists failures only).\n",
+        count(quiet, "more node"),
+        count(m.check_ids.len() - ids.len(), "other check"),
+        if m.skipped_everywhere > 0 {
+            format!(" ({} skipped everywhere)", m.skipped_everywhere)
+        } else {
+            String::new()
+        }
+    );
+}
+
+fn reachability(w: &mut String, m: &MergedReport) {
+    let Some(c) = &m.cluster else { return };
+    let r = &c.reachability;
+    if r.probes.is_empty() {
+        return;
+    }
+    let failed: Vec<_> = r.probes.iter().filter(|p| p.status != "ok").collect();
+    let _ = writeln!(
+        w,
+        "## Reachability ({}, {})\n",
+        r.mode,
+        count(r.probes.len(), "probe")
+    );
+    for f in &r.findings {
+        let _ = writeln!(w, "- {}", inline(f));
+    }
+    if failed.is_empty() {
+        let _ = writeln!(w, "Every probe reached its peer.\n");
+        return;
+    }
+    let _ = writeln!(w, "\n| from | to | outcome | detail |\n|---|---|---|---|");
+    let name = |i: usize| r.nodes.get(i).map_or("?", String::as_str).to_string();
+    for p in failed.iter().take(ROWS) {
+        let _ = writeln!(
+            w,
+            "| {} | {} | {} | {} |",
+            cell(&name(p.from)),
+            cell(&name(p.to)),
+            p.status,
+            cell(p.detail.as_deref().unwrap_or(""))
+        );
+    }
+    more(w, failed.len(), "failed probe");
+    let _ = writeln!(
+        w,
+        "\n{} reached their peer.\n",
+        count(r.probes.len() - failed.len(), "other probe")
+    );
+}
+
+fn collective(w: &mut String, m: &MergedReport) {
+    let Some(c) = &m.collective else { return };
+    let _ = writeln!(
+        w,
+        "## Collective ({}, {})\n",
+        c.mode,
+        count(c.world_size as usize, "rank")
+    );
+    for b in &c.backends {
+        let _ = writeln!(w, "### {}: {}\n", b.name, b.verdict);
+        if !b.available {
+            let _ = writeln!(w, "{}\n", inline(&b.reason));
+            continue;
+        }
+        if let Some(lib) = &b.library {
+            let _ = writeln!(w, "{}\n", inline(lib));
+        }
+        for note in &b.notes {
+            let _ = writeln!(w, "- {}", inline(note));
+        }
+        let bad_ops: Vec<_> = b.ops.iter().filter(|o| o.status != "verified").collect();
+        for o in &bad_ops {
+            let _ = writeln!(
+                w,
+                "- {} {}: {}",
+                o.op,
+                o.status,
+                inline(o.detail.as_deref().unwrap_or(""))
+            );
+        }
+        if let Some(e) = &b.ended {
+            let _ = writeln!(w, "- ended early: {}", inline(e));
+        }
+        if b.sweep.is_empty() {
+            w.push('\n');
+            continue;
+        }
+        // Per operation: the largest sizes, where bandwidth is judged.
+        if !w.ends_with("\n\n") {
+            w.push('\n');
+        }
+        let _ = writeln!(
+            w,
+            "| op | size | time (µs) | algbw (GB/s) | busbw (GB/s) |\n|---|---:|---:|---:|---:|"
+        );
+        let mut ops = Vec::new();
+        for r in &b.sweep {
+            if !ops.contains(&r.op) {
+                ops.push(r.op);
+            }
+        }
+        let mut left = 0;
+        for op in ops {
+            let rows: Vec<_> = b.sweep.iter().filter(|r| r.op == op).collect();
+            let keep = rows.len().min(3);
+            left += rows.len() - keep;
+            for r in &rows[rows.len() - keep..] {
+                let _ = writeln!(
+                    w,
+                    "| {} | {} | {:.1} | {:.3} | {:.3} |",
+                    op.name(),
+                    format_bytes(r.bytes as u64),
+                    r.time_us,
+                    r.algbw,
+                    r.busbw
+                );
+            }
+        }
+        if left > 0 {
+            let _ = writeln!(
+                w,
+                "\n{} at smaller sizes in the HTML and JSON reports.",
+                count(left, "more row")
+            );
+        }
+        for t in m
+            .thresholds
+            .iter()
+            .filter(|t| t.threshold.backend == b.name)
+        {
+            let _ = writeln!(
+                w,
+                "\nThreshold `{}`: {} at {} ≥ {:.3} GB/s: {} {}",
+                t.check,
+                t.threshold.op,
+                t.threshold
+                    .bytes
+                    .map_or("the largest size".into(), |b| format_bytes(b as u64)),
+                t.threshold.min_busbw,
+                mark(t.status),
+                t.status.name()
+            );
+        }
+        w.push('\n');
+    }
+    if !c.stragglers.is_empty() {
+        let _ = writeln!(w, "### Stragglers\n");
+        for s in &c.stragglers {
+            let _ = writeln!(w, "- {}", inline(s));
+        }
+        w.push('\n');
+    }
+    if !c.pairs.is_empty() {
+        let mut pairs = c.pairs.clone();
+        pairs.sort_by(|a, b| a.gbps.total_cmp(&b.gbps));
+        let _ = writeln!(
+            w,
+            "Slowest pairs (GB/s each way): {}\n",
+            pairs
+                .iter()
+                .take(5)
+                .map(|p| format!("{}↔{} {:.3}", p.a, p.b, p.gbps))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+}
+
+fn bad(s: Status) -> bool {
+    matches!(s, Status::Fail | Status::Warn | Status::Error)
+}
+
+fn more(w: &mut String, total: usize, what: &str) {
+    if total > ROWS {
+        let _ = writeln!(w, "\n… and {} more {what}(s)", total - ROWS);
+    }
+}
+
+/// Text inside a table cell: no pipe ends the cell, no newline the row.
+fn cell(text: &str) -> String {
+    inline(text).replace('|', "\\|")
+}
+
+/// Text on one line, with what Markdown would read as markup escaped.
+fn inline(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        match ch {
+            '\n' | '\r' => out.push(' '),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            // Intraword underscores and mid-line hashes are plain text in
+            // CommonMark; backticks stay: hints quote commands with them.
+            '*' | '[' | ']' => {
+                out.push('\\');
+                out.push(ch);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -1,0 +1,477 @@
+//! `preflight report`: JSON reports merged into one cluster report, from
+//! the recorded 4-host run in fixtures/reports/run-4node/ (a firewall
+//! culprit, a throttled straggler, a failed node check; recorded by
+//! `tests/collective_netns.rs::record_the_report_fixture`) and from real
+//! `check` reports; the HTML opened in headless Chromium; the Markdown as
+//! a snapshot.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use support::{assert_snapshot, preflight, repo, run};
+
+#[path = "support/skip.rs"]
+mod skip;
+
+const RUN: &str = "fixtures/reports/run-4node";
+
+fn report(args: &[&str]) -> support::Run {
+    run(preflight().arg("report").args(args))
+}
+
+fn merged(args: &[&str]) -> (support::Run, Value) {
+    let mut all = vec!["--format", "json"];
+    all.extend_from_slice(args);
+    let out = report(&all);
+    let v: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", out.stdout, out.stderr));
+    (out, v)
+}
+
+fn rank_file(rank: u32) -> String {
+    format!("{RUN}/rank{rank}.json")
+}
+
+fn node<'a>(m: &'a Value, name: &str) -> &'a Value {
+    m["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == name)
+        .unwrap_or_else(|| panic!("no node {name}: {m:#}"))
+}
+
+/// A real `check` report of this machine, renamed to `host` and dated
+/// `at`, written into `dir`.
+fn check_report(dir: &Path, file: &str, host: &str, at: &str) -> PathBuf {
+    let out = run(preflight().args([
+        "check",
+        "--root",
+        "fixtures/h100-ib-broken",
+        "--format",
+        "json",
+    ]));
+    let mut v: Value = serde_json::from_str(&out.stdout).expect("a check report");
+    v["node"]["hostname"] = host.into();
+    v["started_at"] = at.into();
+    let path = dir.join(file);
+    std::fs::write(&path, serde_json::to_string(&v).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn a_runs_reports_merge_into_one_cluster_view_with_every_node() {
+    let (out, m) = merged(&[RUN]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(m["schema"], "preflight.merged-report/v1");
+    assert_eq!(m["verdict"], "not_ready");
+    assert_eq!(m["exit_code"], 1);
+    let culprits: Vec<&str> = m["culprits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(culprits, ["h1", "h3"], "{m:#}");
+    assert_eq!(m["counts"]["nodes"], 4);
+    // Every rank's own report gave its node's every check.
+    for h in ["h0", "h1", "h2", "h3"] {
+        assert_eq!(node(&m, h)["complete"], true, "{h}");
+    }
+    assert_eq!(node(&m, "h1")["checks"]["limits.nofile"]["status"], "fail");
+    assert_eq!(node(&m, "h0")["checks"]["limits.nofile"]["status"], "pass");
+    // The barrier's restatement of h1's failure is its consequence, and
+    // comes after the root causes.
+    let problems = m["problems"].as_array().unwrap();
+    let restated = problems
+        .iter()
+        .position(|p| p["id"] == "cluster.node_checks")
+        .expect("node_checks");
+    assert_eq!(problems[restated]["caused_by"], "limits.nofile");
+    assert_eq!(restated, problems.len() - 1, "{problems:#?}");
+    assert_eq!(m["thresholds"][0]["check"], "collective.tcp_busbw");
+    assert_eq!(m["thresholds"][0]["threshold"]["min_busbw"], 0.05);
+    assert!(
+        m["collective"]["stragglers"][0]
+            .as_str()
+            .unwrap()
+            .contains("rank 2 (h2")
+    );
+}
+
+#[test]
+fn rank_0s_report_alone_gives_every_node_from_its_summary() {
+    let (out, m) = merged(&[&rank_file(0)]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(m["counts"]["nodes"], 4);
+    let h1 = node(&m, "h1");
+    assert_eq!(h1["complete"], false);
+    assert_eq!(h1["checks"]["limits.nofile"]["status"], "fail");
+    assert_eq!(h1["verdict"], "not_ready");
+    assert_eq!(node(&m, "h0")["complete"], true);
+    assert!(m["warnings"].as_array().unwrap().is_empty(), "{m:#}");
+}
+
+#[test]
+fn another_ranks_report_alone_says_the_view_is_cut_down() {
+    let (out, m) = merged(&[&rank_file(2)]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let w = m["warnings"][0].as_str().unwrap();
+    assert!(w.contains("rank 0's report is not among the inputs"), "{w}");
+    assert!(w.contains("rank 2's copy"), "{w}");
+    // The culprits travel in every rank's verdict.
+    assert_eq!(m["culprits"].as_array().unwrap().len(), 2, "{m:#}");
+}
+
+#[test]
+fn node_reports_mix_with_a_run_and_the_newest_report_of_a_node_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = check_report(dir.path(), "h5-old.json", "h5", "2026-01-01T00:00:00Z");
+    let new = check_report(dir.path(), "h5-new.json", "h5", "2026-01-02T00:00:00Z");
+    // The old one passed: its failing checks flipped, to tell them apart.
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&old).unwrap()).unwrap();
+    for c in v["checks"].as_array_mut().unwrap() {
+        if c["status"] == "fail" {
+            c["status"] = "pass".into();
+            c["message"] = "the old report's pass".into();
+        }
+    }
+    std::fs::write(&old, v.to_string()).unwrap();
+    let (out, m) = merged(&[
+        RUN,
+        old.to_str().unwrap(),
+        new.to_str().unwrap(),
+        // The same file twice is one report.
+        new.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(m["counts"]["nodes"], 5, "{m:#}");
+    let h5 = node(&m, "h5");
+    assert_eq!(h5["verdict"], "not_ready");
+    assert!(
+        h5["from"].as_str().unwrap().contains("h5-new.json"),
+        "{h5:#}"
+    );
+    let superseded = m["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .find(|w| w.contains("h5-old.json"))
+        .unwrap_or_else(|| panic!("no warning names the old report: {m:#}"));
+    assert!(superseded.contains("superseded"), "{superseded}");
+    // h5's failures are problems once each, and make it a culprit.
+    for p in m["problems"].as_array().unwrap() {
+        let on_h5 = p["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n[0] == "h5")
+            .count();
+        assert!(on_h5 <= 1, "{p:#}");
+    }
+    assert!(
+        m["culprits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["node"] == "h5"),
+        "{m:#}"
+    );
+}
+
+#[test]
+fn files_that_are_not_reports_are_named_and_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.json");
+    std::fs::write(&garbage, "{ not json").unwrap();
+    let other = dir.path().join("other.json");
+    std::fs::write(&other, r#"{"hello": "world"}"#).unwrap();
+    let newer = dir.path().join("newer.json");
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(rank_file(1)).unwrap()).unwrap();
+    v["schema"] = "preflight.report/v2".into();
+    std::fs::write(&newer, v.to_string()).unwrap();
+    let (out, m) = merged(&[&rank_file(0), dir.path().to_str().unwrap()]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    for (file, why) in [
+        (
+            &garbage,
+            "not JSON: key must be a string at line 1 column 3",
+        ),
+        (&other, "not a preflight report (no `schema`)"),
+        (
+            &newer,
+            "schema preflight.report/v2: written by another preflight version",
+        ),
+    ] {
+        let line = format!("{}: left out: {why}", file.display());
+        assert!(out.stderr.contains(&line), "{line}\n{}", out.stderr);
+        assert!(
+            m["warnings"]
+                .to_string()
+                .contains(&file.display().to_string())
+        );
+    }
+    assert_eq!(m["sources"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_v1_report_without_the_fields_added_since_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(rank_file(0)).unwrap()).unwrap();
+    for key in ["strict", "summary", "warnings"] {
+        v.as_object_mut().unwrap().remove(key);
+    }
+    for key in ["culprits", "node_count"] {
+        v["cluster"].as_object_mut().unwrap().remove(key);
+    }
+    for c in v["checks"].as_array_mut().unwrap() {
+        c.as_object_mut().unwrap().remove("caused_by");
+        c.as_object_mut().unwrap().remove("threshold");
+    }
+    let path = dir.path().join("early-v1.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let (out, m) = merged(&[path.to_str().unwrap()]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(m["counts"]["nodes"], 4);
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
+}
+
+#[test]
+fn nothing_readable_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("x.json"), "[]").unwrap();
+    let out = report(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("no report could be read from"),
+        "{}",
+        out.stderr
+    );
+    let out = report(&["/nonexistent/report.json"]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("/nonexistent/report.json: No such file"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn markdown_report_snapshot() {
+    let out = report(&["--format", "markdown", RUN]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_snapshot("run-4node.md", &out.stdout);
+}
+
+/// Chromium with no network of its own to use: a proxy that counts the
+/// connections it gets, so that any request the page made would show.
+fn chromium(args: &[&str], proxy: &str, profile: &Path) -> std::process::Output {
+    let mut c = Command::new("chromium");
+    c.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-default-apps",
+        "--hide-scrollbars",
+    ])
+    .arg(format!("--proxy-server={proxy}"))
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .args(args)
+    .env("HOME", profile);
+    c.output().expect("chromium runs")
+}
+
+/// A proxy that answers every request 502 at once and keeps its request
+/// line: any request a page makes shows here.
+struct Proxy {
+    url: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Proxy {
+    fn start() -> Proxy {
+        use std::io::{BufRead, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = seen.clone();
+        // Lives until the test process ends; it only ever answers 502.
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+                let mut line = String::new();
+                let _ = std::io::BufReader::new(&stream).read_line(&mut line);
+                keep.lock().unwrap().push(line.trim_end().to_string());
+                let _ = stream.write_all(
+                    b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+            }
+        });
+        Proxy { url, seen }
+    }
+
+    /// The request lines so far, once the browser has gone.
+    fn take(&self) -> Vec<String> {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+#[test]
+fn the_html_report_opens_offline_in_chromium_with_every_part() {
+    if Command::new("chromium").arg("--version").output().is_err() {
+        skip::skip("chromium is not installed (Debian's chromium package)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("report.html");
+    let out = report(&["--format", "html", "--output", page.to_str().unwrap(), RUN]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let html = std::fs::read_to_string(&page).unwrap();
+    // Self-contained: nothing to fetch from anywhere.
+    for outside in [
+        "http://", "https://", " src=", "<link", "<script", "url(", "@import",
+    ] {
+        assert!(!html.contains(outside), "the page holds `{outside}`");
+    }
+    let counter = Proxy::start();
+    let proxy = counter.url.clone();
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", page.display());
+    let dump = chromium(&["--dump-dom", &url], &proxy, profile.path());
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    let dom = String::from_utf8_lossy(&dump.stdout).into_owned();
+    // Chromium's own background requests (time, component updates,
+    // accounts) go through the proxy too, page or not: anything else
+    // would be the page's.
+    let requests = counter.take();
+    let browser_own = [
+        "clients2.google.com",
+        "googleapis.com",
+        "accounts.google.com",
+        "gvt1.com",
+    ];
+    let page_made: Vec<&String> = requests
+        .iter()
+        .filter(|r| !browser_own.iter().any(|h| r.contains(h)))
+        .collect();
+    assert!(
+        page_made.is_empty(),
+        "the page made requests: {page_made:?}"
+    );
+    let section = |id: &str| -> &str {
+        let start = dom
+            .find(&format!("id=\"{id}\""))
+            .unwrap_or_else(|| panic!("no #{id} in the DOM"));
+        let end = dom[start..]
+            .find("</section>")
+            .map_or(dom.len(), |e| start + e);
+        &dom[start..end]
+    };
+    assert!(dom.contains("NOT READY"));
+    let culprits = section("culprits");
+    for who in [
+        "<th scope=\"row\">h1</th>",
+        "<th scope=\"row\">h3</th>",
+        "drops incoming connections",
+    ] {
+        assert!(
+            culprits.contains(who),
+            "{who} not in the culprits:\n{culprits}"
+        );
+    }
+    let matrix = section("matrix");
+    for h in ["h0", "h1", "h2", "h3"] {
+        assert!(
+            matrix.contains(&format!("data-node=\"{h}\"")),
+            "{h} has no row"
+        );
+    }
+    let h1 = &matrix[matrix.find("data-node=\"h1\"").unwrap()..];
+    let h1 = &h1[..h1.find("</tr>").unwrap()];
+    assert!(
+        h1.contains("class=\"cell s-fail\" tabindex=\"0\" data-check=\"limits.nofile\""),
+        "{h1}"
+    );
+    assert!(
+        h1.contains("open files limited to 1024"),
+        "the cell's message: {h1}"
+    );
+    let reach = section("reachability");
+    assert_eq!(
+        reach.matches("data-probe=\"timed_out\"").count(),
+        3,
+        "{reach}"
+    );
+    assert_eq!(reach.matches("data-probe=\"ok\"").count(), 9, "{reach}");
+    let collective = section("collective");
+    let tcp = collective
+        .find("data-backend=\"tcp\"")
+        .expect("the tcp backend");
+    assert!(
+        collective[tcp..].contains("<svg class=\"chart\""),
+        "no chart"
+    );
+    assert_eq!(
+        collective.matches("<polyline").count(),
+        3,
+        "one line per operation"
+    );
+    assert!(
+        collective.contains("class=\"threshold\""),
+        "the threshold is drawn"
+    );
+    assert!(collective.contains("rank 2 (h2"), "the straggler");
+    // The control: a page that does fetch something is caught.
+    let fetching = dir.path().join("fetching.html");
+    std::fs::write(
+        &fetching,
+        "<img src=\"http://report-control.invalid/x.png\">",
+    )
+    .unwrap();
+    let control = format!("file://{}", fetching.display());
+    chromium(&["--dump-dom", &control], &proxy, profile.path());
+    let requests = counter.take();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.contains("report-control.invalid")),
+        "the proxy did not see the control page's request: {requests:?}"
+    );
+    // The picture for the README.
+    let png = dir.path().join("report.png");
+    let shot = chromium(
+        &[
+            &format!("--screenshot={}", png.display()),
+            "--window-size=1280,2300",
+            &url,
+        ],
+        &proxy,
+        profile.path(),
+    );
+    assert!(
+        shot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shot.stderr)
+    );
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    if std::env::var("UPDATE_SNAPSHOTS").is_ok_and(|v| v == "1") {
+        std::fs::write(repo().join("docs/report-html.png"), &bytes).unwrap();
+    }
+}
