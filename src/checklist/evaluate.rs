@@ -100,6 +100,6 @@ pub fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Fac
         duration,
         source: check.source.clone(),
         caused_by: None,
-        threshold: finding.threshold.clone(),
+        threshold: finding.threshold.map(|t| *t),
     }
 }

@@ -111,9 +111,9 @@ fn prose(text: &str) -> String {
 
 fn header(s: &mut String, m: &MergedReport) {
     let c = &m.counts;
-    let _ = write!(
+    let _ = writeln!(
         s,
-        "<header><h1>preflight cluster report</h1><p><span class=\"verdict v-{}\" id=\"verdict\">{} {}</span> exit code {} · {}: {} ready, {} not ready, {} incomplete</p><p class=\"small\">{} from {} to {} · preflight {}</p></header>\n",
+        "<header><h1>preflight cluster report</h1><p><span class=\"verdict v-{}\" id=\"verdict\">{} {}</span> exit code {} · {}: {} ready, {} not ready, {} incomplete</p><p class=\"small\">{} from {} to {} · preflight {}</p></header>",
         m.verdict.name(),
         match m.verdict {
             crate::result::Verdict::Ready => "✓",

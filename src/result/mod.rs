@@ -53,12 +53,15 @@ pub struct Finding {
     pub expected: Option<String>,
     pub message: String,
     /// Kind-specific values that hints may interpolate.
-    pub vars: Vec<(&'static str, String)>,
+    /// (A boxed slice, as `blames`: a finding stays small enough to
+    /// travel in a `Result`.)
+    pub vars: Box<[(&'static str, String)]>,
     /// For checks across nodes: the nodes this finding holds responsible
     /// (empty where no node can be singled out).
     pub blames: Box<[String]>,
-    /// For a bandwidth threshold: what it compared, for reports to draw.
-    pub threshold: Option<collective::Threshold>,
+    /// For a bandwidth threshold: what it compared, for reports to draw
+    /// (boxed: findings travel in `Result`s, and most have none).
+    pub threshold: Option<Box<collective::Threshold>>,
 }
 
 impl Finding {
@@ -68,7 +71,7 @@ impl Finding {
             measured: None,
             expected: None,
             message: message.into(),
-            vars: Vec::new(),
+            vars: Box::default(),
             blames: Box::default(),
             threshold: None,
         }
@@ -107,7 +110,9 @@ impl Finding {
     }
 
     pub fn var(mut self, name: &'static str, value: impl Into<String>) -> Finding {
-        self.vars.push((name, value.into()));
+        let mut all = std::mem::take(&mut self.vars).into_vec();
+        all.push((name, value.into()));
+        self.vars = all.into_boxed_slice();
         self
     }
 
@@ -120,7 +125,7 @@ impl Finding {
     }
 
     pub fn threshold(mut self, threshold: collective::Threshold) -> Finding {
-        self.threshold = Some(threshold);
+        self.threshold = Some(Box::new(threshold));
         self
     }
 
