@@ -137,16 +137,39 @@ fn plain_types(message: &str) -> String {
     text
 }
 
+/// The tab at or just before `col` on `line` (1-based line, 0-based
+/// column, in characters), else the first one after it: (line, column),
+/// both 1-based.
+fn tab_near(text: &str, line: usize, col: usize) -> Option<(usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let here: Vec<char> = lines.get(line.checked_sub(1)?)?.chars().collect();
+    if let Some(at) = here.iter().take(col + 1).rposition(|c| *c == '\t') {
+        return Some((line, at + 1));
+    }
+    if let Some(at) = here.iter().skip(col).position(|c| *c == '\t') {
+        return Some((line, col + at + 1));
+    }
+    lines.iter().enumerate().skip(line).find_map(|(i, l)| {
+        l.chars().position(|c| c == '\t').map(|at| (i + 1, at + 1))
+    })
+}
+
 /// Parses one YAML document; an empty file is a null node.
 pub fn parse_document(text: &str) -> Result<Node, YamlError> {
     let mut docs = Node::load_from_str(text).map_err(|e| {
         let mark = e.marker();
+        let (mut line, mut column) = (mark.line(), mark.col() + 1);
+        // The scanner reports a tab it refuses where it stopped: after the
+        // tab, or at the start of the scalar the tab interrupts. The
+        // operator needs the tab's own line and column.
+        if e.info().contains("tab")
+            && let Some((l, c)) = tab_near(text, mark.line(), mark.col())
+        {
+            (line, column) = (l, c);
+        }
         YamlError::new(
             format!("invalid YAML: {}", e.info()),
-            Some(Location {
-                line: mark.line(),
-                column: mark.col() + 1,
-            }),
+            Some(Location { line, column }),
         )
     })?;
     match docs.len() {

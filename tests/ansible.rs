@@ -357,6 +357,20 @@ fn validate_fails_only_the_host_with_a_planted_fault_and_gathers_every_report() 
     assert_eq!(p["id"], "site.somaxconn", "{s:#}");
     assert_eq!(p["hosts"], json!(["h1"]), "{s:#}");
     assert!(ran.out.contains("not_ready (1): h1"), "{}", ran.out);
+    // The cluster page beside the reports (`preflight report`), though
+    // its exit code said "not ready".
+    let page = std::fs::read_to_string(site.path("reports").join("cluster.html"))
+        .unwrap_or_else(|e| panic!("no cluster.html: {e}\n{}", ran.out));
+    for h in ["h0", "h1", "h2"] {
+        assert!(
+            page.contains(&format!("data-node=\"{h}\"")),
+            "{h} has no row"
+        );
+    }
+    assert!(
+        page.contains("class=\"cell s-fail\" tabindex=\"0\" data-check=\"site.somaxconn\""),
+        "h1's failure is not in the matrix"
+    );
 }
 
 #[test]

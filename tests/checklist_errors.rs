@@ -236,3 +236,29 @@ fn yaml_merge_keys_are_refused_clearly() {
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("merge.yaml:4:5: checks[1]: YAML merge keys (`<<`) are not supported: write the keys out"), "{}", out.stderr);
 }
+
+#[test]
+fn every_error_of_a_check_is_reported_at_once() {
+    for expected in [
+        "4:11: checks[0].kind: unknown kind `nosuch`",
+        "5:15: checks[0].severity: unknown variant `huge`, expected `fail` or `warn`",
+        "6:14: checks[0].timeout: a check's timeout must be longer than zero",
+        "7:9: checks[1].id: invalid id `Bad Id`",
+    ] {
+        rejects("many-errors.yaml", expected);
+    }
+}
+
+/// A tab is one character: the error points at the tab itself, not where
+/// the scanner stopped after it.
+#[test]
+fn a_tab_is_located_at_its_own_column() {
+    rejects(
+        "tab-indent.yaml",
+        "2:1: invalid YAML: tabs disallowed within this context",
+    );
+    rejects(
+        "tab-in-scalar.yaml",
+        "3:5: invalid YAML: while scanning a plain scalar, found a tab",
+    );
+}

@@ -198,7 +198,12 @@ fn quiet_and_verbose() {
         .env("PREFLIGHT_FIXTURE_TOKEN", "x"));
     assert!(!quiet.stdout.contains("PASS"), "{}", quiet.stdout);
     assert!(quiet.stdout.contains("Problems"));
-    assert!(quiet.stdout.trim_end().ends_with(')'));
+    // The verdict line, naming what failed.
+    let last = quiet.stdout.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("NOT READY") && last.contains(")  · failed: "),
+        "{last}"
+    );
     let verbose = run(preflight().args(base).arg("-v"));
     assert!(
         verbose

@@ -54,11 +54,13 @@ pub fn load_text(file: &str, text: &str) -> Result<Vec<Check>, ChecklistErrors> 
                     checks.push(check);
                 }
             }
-            Err(e) => errors.push(ChecklistError::from_yaml(
-                file,
-                e.under(Segment::Index(index))
-                    .under(Segment::Key("checks".into())),
-            )),
+            Err(all) => errors.extend(all.into_iter().map(|e| {
+                ChecklistError::from_yaml(
+                    file,
+                    e.under(Segment::Index(index))
+                        .under(Segment::Key("checks".into())),
+                )
+            })),
         }
     }
     if errors.is_empty() {
@@ -118,14 +120,18 @@ fn field<'a, T: serde::Deserialize<'a>>(name: &str, node: &'a Node) -> Result<T,
     yaml::from_node(node).map_err(|e| e.under(Segment::Key(name.to_string())))
 }
 
-fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
+/// One check, or every error in it: a checklist author fixes them in one
+/// pass, not one per run. (A kind's own parameters stop at their first
+/// error: serde reads them.)
+fn parse_check(file: &str, node: &Node) -> Result<Check, Vec<YamlError>> {
     let entries = yaml::mapping_entries(node).ok_or_else(|| {
-        YamlError::at(
+        vec![YamlError::at(
             format!("a check is a mapping, found a {}", yaml::type_name(node)),
             node,
-        )
+        )]
     })?;
     let location = Location::of(node);
+    let mut errors: Vec<YamlError> = Vec::new();
     let mut id: Option<(String, &Node)> = None;
     let mut kind: Option<&'static KindInfo> = None;
     let mut severity = Severity::default();
@@ -138,73 +144,110 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
     let mut hint_node = None;
     let mut opt_in = false;
     let mut params = Vec::new();
+    // The value, or the error kept for the report.
+    fn ok<T>(errors: &mut Vec<YamlError>, r: Result<T, YamlError>) -> Option<T> {
+        r.map_err(|e| errors.push(e)).ok()
+    }
 
     for (key, value) in entries.iter().copied() {
         let name = yaml::scalar_text(key).unwrap_or_default();
         match name.as_str() {
             "id" => {
-                let text: String = field("id", value)?;
-                validate_id(&text)
-                    .map_err(|m| YamlError::at(m, value).under(Segment::Key("id".into())))?;
-                id = Some((text, value));
+                let text = ok(&mut errors, field::<String>("id", value));
+                if let Some(text) = text {
+                    match validate_id(&text) {
+                        Ok(()) => id = Some((text, value)),
+                        Err(m) => {
+                            errors.push(YamlError::at(m, value).under(Segment::Key("id".into())))
+                        }
+                    }
+                }
             }
             "kind" => {
-                let text: String = field("kind", value)?;
-                kind = Some(kinds::lookup(&text).ok_or_else(|| {
-                    YamlError::at(unknown_kind_message(&text), value)
-                        .under(Segment::Key("kind".into()))
-                })?);
-            }
-            "severity" => severity = field("severity", value)?,
-            "scope" => scope = Some((field("scope", value)?, value)),
-            "timeout" => {
-                timeout = field::<Span>("timeout", value)?.0;
-                if timeout.is_zero() {
-                    return Err(
-                        YamlError::at("a check's timeout must be longer than zero", value)
-                            .under(Segment::Key("timeout".into())),
+                if let Some(text) = ok(&mut errors, field::<String>("kind", value)) {
+                    kind = ok(
+                        &mut errors,
+                        kinds::lookup(&text).ok_or_else(|| {
+                            YamlError::at(unknown_kind_message(&text), value)
+                                .under(Segment::Key("kind".into()))
+                        }),
                     );
                 }
             }
-            "tags" => tags = field("tags", value)?,
-            "area" => area = Some(field::<String>("area", value)?),
-            "when" => when = field("when", value)?,
-            "description" => description = Some(field::<String>("description", value)?),
-            "hint" => hint_node = Some(value),
-            "opt_in" => opt_in = field("opt_in", value)?,
-            "<<" => {
-                return Err(YamlError::at(
-                    "YAML merge keys (`<<`) are not supported: write the keys out",
-                    key,
-                ));
+            "severity" => severity = ok(&mut errors, field("severity", value)).unwrap_or_default(),
+            "scope" => {
+                scope = ok(&mut errors, field("scope", value)).map(|s| (s, value));
             }
+            "timeout" => {
+                if let Some(span) = ok(&mut errors, field::<Span>("timeout", value)) {
+                    if span.0.is_zero() {
+                        errors.push(
+                            YamlError::at("a check's timeout must be longer than zero", value)
+                                .under(Segment::Key("timeout".into())),
+                        );
+                    } else {
+                        timeout = span.0;
+                    }
+                }
+            }
+            "tags" => tags = ok(&mut errors, field("tags", value)).unwrap_or_default(),
+            "area" => area = ok(&mut errors, field::<String>("area", value)),
+            "when" => when = ok(&mut errors, field("when", value)).unwrap_or_default(),
+            "description" => description = ok(&mut errors, field::<String>("description", value)),
+            "hint" => hint_node = Some(value),
+            "opt_in" => opt_in = ok(&mut errors, field("opt_in", value)).unwrap_or_default(),
+            "<<" => errors.push(YamlError::at(
+                "YAML merge keys (`<<`) are not supported: write the keys out",
+                key,
+            )),
             _ => params.push((key, value)),
         }
     }
 
-    let Some((id, _)) = id else {
-        return Err(YamlError::at("missing key `id`", node));
-    };
-    let Some(kind) = kind else {
-        return Err(YamlError::at(
+    let has_id = entries
+        .iter()
+        .any(|(k, _)| yaml::scalar_text(k).as_deref() == Some("id"));
+    let has_kind = entries
+        .iter()
+        .any(|(k, _)| yaml::scalar_text(k).as_deref() == Some("kind"));
+    if !has_id {
+        errors.push(YamlError::at("missing key `id`", node));
+    }
+    if !has_kind {
+        let who = id
+            .as_ref()
+            .map_or("the check".to_string(), |(id, _)| format!("check `{id}`"));
+        errors.push(YamlError::at(
             format!(
-                "check `{id}` is missing key `kind`; valid kinds: {}",
+                "{who} is missing key `kind`; valid kinds: {}",
                 kinds::names().join(", ")
             ),
             node,
         ));
-    };
-    let hint = match hint_node {
-        Some(value) => {
-            let text: String = field("hint", value)?;
-            Some(
-                Hint::parse(&text, kind.hint_vars)
-                    .map_err(|m| YamlError::at(m, value).under(Segment::Key("hint".into())))?,
-            )
+    }
+    let hint = match (hint_node, kind) {
+        (Some(value), Some(kind)) => {
+            ok(&mut errors, field::<String>("hint", value)).and_then(|text| {
+                ok(
+                    &mut errors,
+                    Hint::parse(&text, kind.hint_vars)
+                        .map_err(|m| YamlError::at(m, value).under(Segment::Key("hint".into()))),
+                )
+            })
         }
-        None => None,
+        _ => None,
     };
-    let probe = (kind.parse)(node, params).map_err(|e| explain_unknown_key(e, kind))?;
+    // The kind's parameters, when there is a kind to read them by.
+    let probe = kind.and_then(|kind| {
+        ok(
+            &mut errors,
+            (kind.parse)(node, params).map_err(|e| explain_unknown_key(e, kind)),
+        )
+    });
+    let (Some((id, _)), Some(kind), Some(probe), true) = (id, kind, probe, errors.is_empty())
+    else {
+        return Err(errors);
+    };
     let kind_scope = if probe.cluster().is_some() {
         Scope::Cluster
     } else {
@@ -223,7 +266,9 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, YamlError> {
                 kind.name
             ),
         };
-        return Err(YamlError::at(message, value).under(Segment::Key("scope".into())));
+        return Err(vec![
+            YamlError::at(message, value).under(Segment::Key("scope".into())),
+        ]);
     }
     let scope = kind_scope;
     Ok(Check {

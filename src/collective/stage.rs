@@ -265,5 +265,10 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
 /// CPUs this process may use.
 fn oversubscribed(local_world: u32) -> Option<String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (local_world as usize > cpus).then(|| format!("{local_world} ranks on {cpus} CPUs"))
+    (local_world as usize > cpus).then(|| {
+        format!(
+            "{local_world} ranks on {}",
+            crate::values::count(cpus, "CPU")
+        )
+    })
 }

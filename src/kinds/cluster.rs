@@ -272,7 +272,9 @@ cluster_kind!(DevicesSame);
 
 impl ClusterProbe for DevicesSame {
     fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
-        let g = groups(view.nodes, |n| format!("{} devices", n.devices.count));
+        let g = groups(view.nodes, |n| {
+            crate::values::count(n.devices.count, "device")
+        });
         if g.len() > 1 {
             Finding::fail(describe("device count", &g)).blame(odd_ones(&g))
         } else {

@@ -267,9 +267,11 @@ impl Devices {
             let count = units(facts, vendor, &usable).len();
             if local > count as u64 {
                 problems.push(format!(
-                        "LOCAL_WORLD_SIZE={local} ranks on this node, but only {count} usable {} devices",
-                        vendor.name()
-                    ));
+                    "LOCAL_WORLD_SIZE={local} ranks on this node, but only {} usable {} {}",
+                    count,
+                    vendor.name(),
+                    if count == 1 { "device" } else { "devices" }
+                ));
             }
         }
         if let Some(rank) = launch.local_rank

@@ -146,9 +146,9 @@ fn matrix(w: &mut String, m: &MergedReport) {
     if rows.is_empty() {
         let _ = writeln!(
             w,
-            "No node has a problem ({} checked, {} check(s) in all).\n",
+            "No node has a problem ({} checked, {} in all).\n",
             count(m.nodes.len(), "node"),
-            m.check_ids.len()
+            count(m.check_ids.len(), "check")
         );
         return;
     }

@@ -306,9 +306,9 @@ fn summary(
         ),
     };
     format!(
-        "preflight slurm {} on {own}: {verdict} ({} checks, {} ms); {what}; report {}",
+        "preflight slurm {} on {own}: {verdict} ({}, {} ms); {what}; report {}",
         mode.name(),
-        report.checks.len(),
+        crate::values::count(report.checks.len(), "check"),
         report.duration_ms,
         file.display()
     )
