@@ -22,6 +22,8 @@ pub enum Progress<'a> {
         done: usize,
         total: usize,
         result: &'a CheckResult,
+        /// The checks still running, in checklist order.
+        running: Vec<&'a str>,
     },
 }
 
@@ -37,6 +39,7 @@ pub async fn run(
     let total = checks.len();
     let mut results: Vec<Option<CheckResult>> = vec![None; total];
     let mut done = 0;
+    let mut running = std::collections::BTreeSet::new();
 
     let limit = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL));
     let mut tasks = JoinSet::new();
@@ -54,10 +57,12 @@ pub async fn run(
                 done,
                 total,
                 result: &result,
+                running: Vec::new(),
             });
             results[index] = Some(result);
             continue;
         }
+        running.insert(index);
         let check = Arc::clone(check);
         let facts = Arc::clone(facts);
         let limit = Arc::clone(&limit);
@@ -90,10 +95,12 @@ pub async fn run(
             Ok(Some(Ok((index, start, finding)))) => {
                 let result = complete(&checks[index], finding, start.elapsed(), facts);
                 done += 1;
+                running.remove(&index);
                 progress(Progress::Finished {
                     done,
                     total,
                     result: &result,
+                    running: running.iter().map(|i| checks[*i].id.as_str()).collect(),
                 });
                 results[index] = Some(result);
             }

@@ -149,9 +149,11 @@ fn tab_near(text: &str, line: usize, col: usize) -> Option<(usize, usize)> {
     if let Some(at) = here.iter().skip(col).position(|c| *c == '\t') {
         return Some((line, col + at + 1));
     }
-    lines.iter().enumerate().skip(line).find_map(|(i, l)| {
-        l.chars().position(|c| c == '\t').map(|at| (i + 1, at + 1))
-    })
+    lines
+        .iter()
+        .enumerate()
+        .skip(line)
+        .find_map(|(i, l)| l.chars().position(|c| c == '\t').map(|at| (i + 1, at + 1)))
 }
 
 /// Parses one YAML document; an empty file is a null node.

@@ -137,7 +137,7 @@ fn colour_follows_the_flag_and_no_color() {
     ];
     let always = run(preflight().args(args).args(["--color", "always"]));
     assert!(
-        always.stdout.contains("\x1b[32mPASS\x1b[0m"),
+        always.stdout.contains("\x1b[1;32mREADY\x1b[0m"),
         "{}",
         always.stdout
     );
@@ -162,7 +162,11 @@ fn colour_follows_the_flag_and_no_color() {
     };
     let tty = on_tty(&[]);
     assert_eq!(tty.code, 0, "{}{}", tty.stdout, tty.stderr);
-    assert!(tty.stdout.contains("\x1b[32mPASS\x1b[0m"), "{}", tty.stdout);
+    assert!(
+        tty.stdout.contains("\x1b[1;32mREADY\x1b[0m"),
+        "{}",
+        tty.stdout
+    );
     // On a terminal, progress goes to stderr (which `script` shows too).
     assert!(
         tty.stdout.contains("[1/1] pass shell.true"),
@@ -172,7 +176,7 @@ fn colour_follows_the_flag_and_no_color() {
     for env in [[("NO_COLOR", "1")], [("TERM", "dumb")]] {
         let plain = on_tty(&env);
         assert_eq!(plain.code, 0, "{env:?}: {}{}", plain.stdout, plain.stderr);
-        assert!(plain.stdout.contains("PASS"), "{env:?}: {}", plain.stdout);
+        assert!(plain.stdout.contains("READY"), "{env:?}: {}", plain.stdout);
         assert!(
             !colour.is_match(&plain.stdout),
             "{env:?}: {:?}",
@@ -560,4 +564,110 @@ fn flags_that_would_do_nothing_are_refused() {
         "kernel",
     ]));
     assert_ne!(out.code, 2, "{}", out.stderr);
+}
+
+/// Quiet when healthy: the default output is the problems and one line for
+/// the rest; `-v` lists every check, with values and durations for those
+/// that ran (none for a skipped one: nothing was measured).
+#[test]
+fn the_default_output_is_the_problems_and_one_line_for_the_rest() {
+    let base = [
+        "check",
+        "--no-shipped",
+        "--checks",
+        MIXED,
+        "--root",
+        "fixtures/minimal-root",
+    ];
+    let out = run(preflight().args(base));
+    assert!(!out.stdout.contains("PASS"), "{}", out.stdout);
+    assert!(!out.stdout.contains("SKIP"), "{}", out.stdout);
+    assert!(out.stdout.contains("\nProblems\n"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("passed, ") && out.stdout.contains("-v lists every check"),
+        "{}",
+        out.stdout
+    );
+    let verbose = run(preflight().args(base).arg("-v"));
+    assert!(verbose.stdout.contains("PASS"), "{}", verbose.stdout);
+    let lines: Vec<&str> = verbose.stdout.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim_start().starts_with("SKIP") {
+            let next = lines.get(i + 1).copied().unwrap_or_default();
+            assert!(
+                !next.trim_start().starts_with('('),
+                "a duration under a skip: {next}"
+            );
+        }
+    }
+}
+
+/// `check` meets no other node: the checks across nodes are `run`'s and
+/// not listed as skipped.
+#[test]
+fn check_leaves_out_the_checks_across_nodes() {
+    let out = run(preflight().args(["check", "--format", "json"]));
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let ids: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert!(!ids.is_empty());
+    assert!(!ids.iter().any(|id| id.starts_with("cluster.")), "{ids:?}");
+}
+
+/// Without a UTF-8 locale (unset is C), the report is plain ASCII.
+#[test]
+fn the_report_is_ascii_without_a_utf8_locale() {
+    let base = [
+        "check",
+        "--no-shipped",
+        "--checks",
+        MIXED,
+        "--root",
+        "fixtures/minimal-root",
+    ];
+    let utf8 = run(preflight().args(base));
+    assert!(utf8.stdout.contains(" · "), "{}", utf8.stdout);
+    for lang in [None, Some("C"), Some("en_US.ISO-8859-1")] {
+        let mut cmd = preflight();
+        cmd.args(base).env_remove("LANG");
+        if let Some(l) = lang {
+            cmd.env("LANG", l);
+        }
+        let out = run(&mut cmd);
+        assert!(out.stdout.is_ascii(), "{lang:?}: {}", out.stdout);
+        assert!(out.stdout.contains(" - "), "{lang:?}: {}", out.stdout);
+    }
+}
+
+/// On a terminal, the progress line names the checks still running.
+#[test]
+fn the_progress_line_names_the_checks_still_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("slow.yaml");
+    std::fs::write(
+        &list,
+        "checks:\n  - id: shell.slow\n    kind: command\n    argv: [sleep, \"1\"]\n  - id: shell.quick\n    kind: command\n    argv: [\"true\"]\n",
+    )
+    .unwrap();
+    let command = format!(
+        "{} check --no-shipped --checks {}",
+        env!("CARGO_BIN_EXE_preflight"),
+        list.display()
+    );
+    let tty = run(std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TERM", "xterm")
+        .env("LANG", "C.UTF-8"));
+    assert_eq!(tty.code, 0, "{}{}", tty.stdout, tty.stderr);
+    assert!(
+        tty.stdout.contains("pass shell.quick  running: shell.slow"),
+        "{:?}",
+        tty.stdout
+    );
 }

@@ -560,3 +560,21 @@ fn rank_0_draws_the_matrix_and_the_others_print_one_line() {
         );
     }
 }
+
+#[test]
+fn no_job_token_across_hosts_is_a_warning_in_the_report() {
+    let Some(job) = job(3, None) else { return };
+    let none: &[(&str, &str)] = &[("PREFLIGHT_TOKEN", "")];
+    let out = job.all("15s", &[(0, none), (1, none), (2, none)]);
+    // A warning, not a failure: the job is ready.
+    all_exit(&out, 0);
+    for o in &out {
+        let c = &o.json()["cluster"];
+        assert!(c["token"].as_str().unwrap().starts_with("none"), "{c:#}");
+        assert!(
+            c["warnings"].to_string().contains("no job token"),
+            "{}: {c:#}",
+            o.label
+        );
+    }
+}

@@ -754,3 +754,25 @@ fn a_node_without_the_libraries_starts_no_process_to_say_so() {
         .collect();
     assert_eq!(workers.len(), 1, "one oneCCL worker: {trace}");
 }
+
+/// One rank has no peer to measure against: no table of memory-copy
+/// "bandwidths", and the way to run more.
+#[test]
+fn one_rank_says_there_is_nothing_to_measure_between_ranks() {
+    let _serial = serial();
+    let port = cluster::free_port().to_string();
+    let mut args = run_args("20s");
+    args.truncate(args.len() - 2);
+    args.extend(["--backends", "tcp"].iter().map(|s| s.to_string()));
+    let mut e = env("0", "1", &port);
+    e.push(("LANG", "C.UTF-8"));
+    let out = local("rank0", &args, &e).finish(MARGIN);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("1 rank: nothing to measure between ranks"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("busbw"), "{}", out.stdout);
+    assert!(!out.stdout.contains("every pair over TCP"), "{}", out.stdout);
+}

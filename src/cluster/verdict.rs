@@ -170,17 +170,31 @@ pub(super) fn assemble(
     let mut warnings: Vec<String> = all_interfaces_warning(cfg.bound.as_ref())
         .into_iter()
         .collect();
-    if cfg.token.is_none() {
-        warnings.push(
-            "no job token (PREFLIGHT_TOKEN, SLURM_JOB_ID and TORCHELASTIC_RUN_ID are unset): any preflight that reaches this port is accepted into this job"
-                .to_string(),
-        );
-    } else if !cfg.token.is_secret() {
-        warnings.push(format!(
-            "the job token is derived from {}, which any user of the cluster can read (squeue, ps): it keeps apart jobs that share a port by accident, not a stranger on purpose; set PREFLIGHT_TOKEN or PREFLIGHT_TOKEN_FILE to a secret (`preflight token` prints one), and --require-secret refuses a job across nodes without one",
-            cfg.token.source
-        ));
+    // A self-test on one machine, served on loopback: no other node can
+    // reach it, and a secret would protect nothing worth a warning.
+    let master_ip = cfg.master.rsplit_once(':').and_then(|(host, _)| {
+        host.trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .ok()
+    });
+    let loopback_only = match &cfg.bound {
+        Some((_, addr)) => addr.ip().is_loopback(),
+        None => master_ip.is_some_and(|ip| ip.is_loopback()),
+    } && nodes.len() <= 1;
+    if !loopback_only {
+        if cfg.token.is_none() {
+            warnings.push(
+                "no job token (PREFLIGHT_TOKEN, SLURM_JOB_ID and TORCHELASTIC_RUN_ID are unset): any preflight that reaches this port is accepted into this job"
+                    .to_string(),
+            );
+        } else if !cfg.token.is_secret() {
+            warnings.push(format!(
+                "the job token is derived from {}, which any user of the cluster can read (squeue, ps): it keeps apart jobs that share a port by accident, not a stranger on purpose; set PREFLIGHT_TOKEN or PREFLIGHT_TOKEN_FILE to a secret (`preflight token` prints one), and --require-secret refuses a job across nodes without one",
+                cfg.token.source
+            ));
+        }
     }
+
     if !barrier.other_job_clients.is_empty() {
         let (what, verb) = match barrier.other_job_total {
             1 => ("a preflight".to_string(), "was rejected: it is"),

@@ -72,6 +72,16 @@ pub fn report_of(
     (report, rank)
 }
 
+/// Text for people in the locale's character set: ASCII unless it is
+/// UTF-8.
+fn plain(text: String) -> String {
+    if crate::report::style::utf8_locale(|k| std::env::var(k).ok()) {
+        text
+    } else {
+        crate::report::style::ascii(&text)
+    }
+}
+
 pub fn emit(
     args: &RunArgs,
     stage: Stage,
@@ -133,8 +143,8 @@ pub fn emit(
         Format::Json => report::json(&report),
         Format::Junit => report::junit(&report),
         Format::Prometheus => report::prometheus(&report),
-        Format::Human if args.output.is_some() => human(Style { color: false }),
-        Format::Human => human(Style::for_stdout(args.display.color)),
+        Format::Human if args.output.is_some() => plain(human(Style { color: false })),
+        Format::Human => plain(human(Style::for_stdout(args.display.color))),
     };
     match (&args.output, muted) {
         (_, true) => Ok(()),
@@ -152,7 +162,10 @@ pub fn emit(
                 let style = Style::for_stdout(args.display.color);
                 report::write_report(
                     &Destination::Stdout,
-                    &format!("{}\n", report::human::verdict_line(&report, &style)),
+                    &plain(format!(
+                        "{}\n",
+                        report::human::verdict_line(&report, &style)
+                    )),
                 )
             }
         }

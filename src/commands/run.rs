@@ -257,9 +257,10 @@ impl Plan {
             (Vec::new(), Vec::new(), Vec::new());
         for check in checks {
             match (stage, check.evaluator()) {
-                // `check` lists the cluster checks as skipped, with the
-                // reason.
-                (Stage::Checklist, _) | (_, Evaluator::Node) => node_checks.push(check),
+                (_, Evaluator::Node) => node_checks.push(check),
+                // `check` meets no other node: the checks across nodes are
+                // `run`'s, and not listed (`list` says which they are).
+                (Stage::Checklist, _) => {}
                 (_, Evaluator::Cluster) => cluster_checks.push(check),
                 // Busbw thresholds: every rank evaluates them over the same
                 // report; rank 0 keeps them out of the barrier's checks.
@@ -348,10 +349,11 @@ fn checklist_stage(
                     done,
                     total,
                     result,
+                    running,
                 },
             ) = (show_progress, event)
             {
-                eprint!("{}", report::progress_line(done, total, result));
+                eprint!("{}", report::progress_line(done, total, result, &running));
             }
         },
     ));

@@ -61,7 +61,14 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
                 let _ = writeln!(out, "          {}: {d}", o.op);
             }
         }
-        if !b.sweep.is_empty() {
+        // One rank has no peer: its "bandwidth" is a memory copy.
+        if r.world_size == 1 {
+            let _ = writeln!(
+                out,
+                "  {:<7} 1 rank: nothing to measure between ranks; start 2 or more (WORLD_SIZE=2 per rank, or `preflight run --nnodes 1 --nproc-per-node 2`)",
+                ""
+            );
+        } else if !b.sweep.is_empty() {
             let _ = writeln!(
                 out,
                 "  {:>10} {:>12} {:>10} {:>6} {:>12} {:>9} {:>9}",
@@ -118,7 +125,7 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
     if let Some(u) = &r.unjudged {
         let _ = writeln!(out, "  {u}");
     }
-    if let Some(l) = describe_links(&r.links) {
+    if let Some(l) = describe_links(&r.links).filter(|_| r.world_size > 1) {
         let _ = writeln!(out, "  tcp links: {l}");
     }
     out

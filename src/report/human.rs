@@ -12,8 +12,11 @@ use crate::values::format_duration;
 pub enum Detail {
     /// Problems and the verdict only.
     Quiet,
+    /// Problems, one line for what passed or does not apply, and the
+    /// verdict.
     Normal,
-    /// Measured and expected values and durations on every line.
+    /// Every check by area, with measured and expected values and
+    /// durations (not for skipped checks: nothing was measured).
     Verbose,
 }
 
@@ -26,7 +29,34 @@ impl Human {
     pub fn render(&self, report: &Report) -> String {
         let mut out = String::new();
         let s = &self.style;
-        if self.detail != Detail::Quiet {
+        if self.detail == Detail::Normal {
+            // Quiet when healthy, as NHC and goss are: the problems, then
+            // one line for everything else.
+            let _ = writeln!(
+                out,
+                "{} {} · {} · {} · {}",
+                s.bold("preflight"),
+                report.tool.version,
+                report.command,
+                report.node.hostname,
+                crate::values::count(report.checks.len(), "check")
+            );
+            out.push_str(&problems(report.checks.iter(), s));
+            let n = &report.summary;
+            let _ = writeln!(
+                out,
+                "\n{} passed, {} do not apply here{}; -v lists every check",
+                n.pass,
+                n.skip,
+                match n.warn + n.fail + n.error {
+                    0 => String::new(),
+                    k => format!(", {k} listed above"),
+                }
+            );
+            let _ = writeln!(out, "\n{}", verdict_line(report, s));
+            return out;
+        }
+        if self.detail == Detail::Verbose {
             let _ = writeln!(
                 out,
                 "{} {} · {} · {} · {}",
@@ -53,7 +83,7 @@ impl Human {
                         check.id,
                         check.message
                     );
-                    if self.detail == Detail::Verbose {
+                    if check.status != Status::Skip {
                         let values = values_line(check);
                         let _ = writeln!(
                             out,
@@ -174,10 +204,20 @@ fn root_causes(report: &Report) -> String {
 }
 
 /// One progress line for stderr, rewritten in place as checks finish.
-pub fn progress_line(done: usize, total: usize, last: &CheckResult) -> String {
-    format!(
+/// `[12/48] pass net.hostname  running: ib.rate, time.sync`: what
+/// finished last, and what the run is still waiting for.
+pub fn progress_line(done: usize, total: usize, last: &CheckResult, running: &[&str]) -> String {
+    let mut line = format!(
         "\r\x1b[K[{done}/{total}] {} {}",
         last.status.name(),
         last.id
-    )
+    );
+    if !running.is_empty() {
+        let shown: Vec<String> = running.iter().map(|s| s.to_string()).collect();
+        line.push_str(&format!(
+            "  running: {}",
+            crate::values::listed(&shown, ", ", 3)
+        ));
+    }
+    line
 }

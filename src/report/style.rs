@@ -72,3 +72,77 @@ impl Style {
         self.paint(code, text)
     }
 }
+
+/// Whether the locale's character set is UTF-8, from LC_ALL, LC_CTYPE and
+/// LANG as the C library reads them (the first one set wins); unset is
+/// the C locale, which is ASCII.
+pub fn utf8_locale(env: impl Fn(&str) -> Option<String>) -> bool {
+    ["LC_ALL", "LC_CTYPE", "LANG"]
+        .iter()
+        .find_map(|k| env(k).filter(|v| !v.is_empty()))
+        .is_some_and(|v| {
+            let v = v.to_ascii_lowercase();
+            v.contains("utf-8") || v.contains("utf8")
+        })
+}
+
+/// Text for a terminal or log that is not UTF-8: the marks and symbols
+/// the report uses in ASCII, anything else from a message as `?`.
+pub fn ascii(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            c if c.is_ascii() => out.push(c),
+            '·' | '•' => out.push('-'),
+            '—' | '–' => out.push_str("--"),
+            'µ' | 'μ' => out.push('u'),
+            '≥' => out.push_str(">="),
+            '≤' => out.push_str("<="),
+            '×' => out.push('x'),
+            '→' => out.push_str("->"),
+            '←' => out.push_str("<-"),
+            '↔' => out.push_str("<->"),
+            '…' => out.push_str("..."),
+            '✓' => out.push_str("ok"),
+            '✗' => out.push('X'),
+            '‘' | '’' => out.push('\''),
+            '“' | '”' => out.push('"'),
+            _ => out.push('?'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_locale_decides_utf8() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(utf8_locale(env(&[("LANG", "en_US.UTF-8")])));
+        assert!(utf8_locale(env(&[("LC_ALL", "C.utf8"), ("LANG", "C")])));
+        assert!(!utf8_locale(env(&[
+            ("LC_ALL", "C"),
+            ("LANG", "en_US.UTF-8")
+        ])));
+        assert!(!utf8_locale(env(&[])));
+        assert!(!utf8_locale(env(&[("LANG", "de_DE.ISO-8859-1")])));
+    }
+
+    #[test]
+    fn ascii_keeps_meaning() {
+        assert_eq!(
+            ascii("READY  1 pass · 0 warn  (5µs) ≥ 2 → ok…"),
+            "READY  1 pass - 0 warn  (5us) >= 2 -> ok..."
+        );
+        assert!(ascii("GPU «x»").is_ascii());
+    }
+}

@@ -12,9 +12,12 @@ pub fn repo() -> PathBuf {
 /// would have set, so the developer's own variables never leak in.
 pub fn preflight() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_preflight"));
+    // A UTF-8 locale, as an operator's terminal has: without one the
+    // report is ASCII (tests/cli.rs holds both).
     cmd.current_dir(repo())
         .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LANG", "C.UTF-8");
     cmd
 }
 
