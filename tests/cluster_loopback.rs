@@ -1039,3 +1039,47 @@ fn a_bad_job_variable_is_one_cause_and_drains_nothing() {
         o.stdout
     );
 }
+
+/// Rank 0's port held by another program: `run` says what `check` says
+/// (the holder's pid and command), keeps the checklist's results, gives
+/// the remedy for a port that cannot be bound, and shows the rendezvous
+/// failure as a consequence of the port check, not a second problem.
+#[test]
+fn a_port_held_by_another_program_is_named_with_its_holder_in_run() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port().to_string();
+    let pid = std::process::id();
+    let args: Vec<String> = [
+        "run",
+        "--only",
+        "net.master_port_free",
+        "--timeout",
+        "20s",
+        "--format",
+        "json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = local("rank0", &args, &env("0", "1", &port)).finish(MARGIN);
+    drop(holder);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let report = out.json();
+    let checks = report["checks"].as_array().unwrap();
+    let find = |id: &str| {
+        checks
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("no {id}: {report:#}"))
+    };
+    let free = find("net.master_port_free");
+    assert_eq!(free["status"], "fail", "{free:#}");
+    let rendezvous = find("cluster.rendezvous");
+    let message = rendezvous["message"].as_str().unwrap();
+    assert!(message.contains(&format!("held by pid {pid}")), "{message}");
+    let hint = rendezvous["hint"].as_str().unwrap();
+    assert!(hint.contains(&format!("`kill {pid}`")), "{hint}");
+    assert!(!hint.contains("firewall"), "{hint}");
+    assert_eq!(rendezvous["caused_by"], "net.master_port_free", "{rendezvous:#}");
+    assert!(report["duration_ms"].as_u64().unwrap() > 0, "{report:#}");
+}

@@ -229,9 +229,16 @@ pub async fn start_server(id: &Identity, input: ServerInput<'_>) -> Server {
             Ok(Some(spawn_server(input, serving, listener)))
         }
         Err(e) => {
-            let why = bind_failure(&id.master_addr, id.master_port, &e, &token).await;
+            let (why, hint) =
+                bind_failure(&id.master_addr, id.master_port, &e, &token, input.facts).await;
             let master = master_label(&id.master_addr, id.master_port);
-            Err(Box::new(failure(id.world_size, master, &token, why)))
+            Err(Box::new(failure_with_hint(
+                id.world_size,
+                master,
+                &token,
+                why,
+                &hint,
+            )))
         }
     }
 }
@@ -271,9 +278,9 @@ pub async fn start_node_server(
             Ok((spawn_server(input, serving, listener), port))
         }
         Err(e) => {
-            let why = bind_failure(&plan.master_addr, port, &e, token).await;
+            let (why, hint) = bind_failure(&plan.master_addr, port, &e, token, input.facts).await;
             let master = master_label(&plan.master_addr, port);
-            Err(failure(world_size, master, token, why))
+            Err(failure_with_hint(world_size, master, token, why, &hint))
         }
     }
 }
@@ -618,11 +625,23 @@ impl Drop for AbortOnDrop {
 
 /// Why rank 0 cannot serve on the port: another job's preflight there is
 /// named as such (we ask it, with our token, and it says the tokens differ).
-pub async fn bind_failure(host: &str, port: u16, error: &std::io::Error, token: &Token) -> String {
+pub async fn bind_failure(
+    host: &str,
+    port: u16,
+    error: &std::io::Error,
+    token: &Token,
+    facts: &Facts,
+) -> (String, String) {
+    let cannot_bind = format!(
+        "Rank 0 must be able to listen on MASTER_PORT {port}: stop what holds it, or choose another MASTER_PORT for this job, the same on every node."
+    );
     if error.kind() != std::io::ErrorKind::AddrInUse {
-        return format!(
-            "rank 0 cannot listen on {}: {error}",
-            master_label(host, port)
+        return (
+            format!(
+                "rank 0 cannot listen on {}: {error}",
+                master_label(host, port)
+            ),
+            cannot_bind,
         );
     }
     let probe = async {
@@ -630,17 +649,35 @@ pub async fn bind_failure(host: &str, port: u16, error: &std::io::Error, token: 
         let deadline = Instant::now() + Duration::from_secs(2);
         Some(auth::client(&mut s, token, deadline).await)
     };
-    match tokio::time::timeout(Duration::from_secs(3), probe).await {
+    let message = match tokio::time::timeout(Duration::from_secs(3), probe).await {
         Ok(Some(Err(auth::AuthError::OtherJob))) => format!(
             "port {port} on {host} is in use by another job: a preflight with another job token already serves there"
         ),
         Ok(Some(Ok(_))) => format!(
             "port {port} on {host} is in use by another preflight of this same job: two processes think they are rank 0"
         ),
-        _ => format!(
-            "port {port} on {host} is in use by another program (`ss -ltnp 'sport = :{port}'` names it); pick another MASTER_PORT"
-        ),
-    }
+        // As `net.master_port_free` says it: the holder by pid and command.
+        _ => match crate::kinds::port_holder::holders(facts, port) {
+            Ok(found) if !found.is_empty() => {
+                let who: Vec<String> = found.iter().map(|h| h.describe()).collect();
+                let kill: Vec<String> = found.iter().map(|h| h.pid.to_string()).collect();
+                return (
+                    format!(
+                        "port {port} on {host} is in use by another program: held by {}",
+                        who.join(", ")
+                    ),
+                    format!(
+                        "Stop what holds MASTER_PORT {port} on rank 0's host (`kill {}`), or choose another MASTER_PORT for this job, the same on every node.",
+                        kill.join(" ")
+                    ),
+                );
+            }
+            _ => format!(
+                "port {port} on {host} is in use by another program (`ss -ltnp 'sport = :{port}'` names it)"
+            ),
+        },
+    };
+    (message, cannot_bind)
 }
 
 /// A one-node job picks its own port. The kernel's choice would come from

@@ -25,7 +25,7 @@ mod memory;
 mod pcie_link;
 mod ping;
 mod port;
-mod port_holder;
+pub mod port_holder;
 pub mod ports;
 pub mod resolve;
 pub mod tcp_connect;

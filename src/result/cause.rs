@@ -55,6 +55,18 @@ pub fn listed_ids(message: &str) -> Vec<&str> {
     out
 }
 
+/// The processes a message names as holding a port: `held by pid N`.
+fn holders(message: &str) -> Vec<&str> {
+    message
+        .match_indices("held by pid ")
+        .filter_map(|(i, m)| {
+            let rest = &message[i + m.len()..];
+            let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            (end > 0).then(|| &rest[..end])
+        })
+        .collect()
+}
+
 /// Marks each failure that follows from another failure in `checks`.
 pub fn attribute(checks: &mut [CheckResult]) {
     let roots: Vec<(String, Vec<String>)> = checks
@@ -75,8 +87,25 @@ pub fn attribute(checks: &mut [CheckResult]) {
         .filter(|c| failing(c) && c.id != "cluster.node_checks")
         .map(|c| c.id.clone())
         .collect();
+    // The first failure to name a port's holder is the cause; a later one
+    // naming the same process (rank 0 could not listen there) follows.
+    let mut held: Vec<(String, String)> = Vec::new();
+    for c in checks.iter().filter(|c| failing(c)) {
+        for pid in holders(&c.message) {
+            if !held.iter().any(|(p, _)| p == pid) {
+                held.push((pid.to_string(), c.id.clone()));
+            }
+        }
+    }
     for c in checks.iter_mut() {
         if !failing(c) || c.caused_by.is_some() || is_job_setting(&c.area) {
+            continue;
+        }
+        if let Some((_, root)) = held
+            .iter()
+            .find(|(pid, root)| *root != c.id && holders(&c.message).contains(&pid.as_str()))
+        {
+            c.caused_by = Some(root.clone());
             continue;
         }
         if c.id == "cluster.node_checks" {
@@ -108,6 +137,28 @@ mod tests {
 
     fn result(id: &str, area: &str, status: Status, message: &str) -> CheckResult {
         CheckResult::built_in(id, "k", area, status, message.into(), None)
+    }
+
+    #[test]
+    fn a_port_holder_named_twice_is_one_cause() {
+        let mut checks = vec![
+            result(
+                "net.master_port_free",
+                "network",
+                Status::Fail,
+                "1 of 1 port(s) on 0.0.0.0 taken: 29577 (held by pid 9065 `python3`)",
+            ),
+            result(
+                "cluster.rendezvous",
+                "cluster",
+                Status::Fail,
+                "port 29577 on 127.0.0.1 is in use by another program: held by pid 9065 `python3`",
+            ),
+            result("other.port", "network", Status::Fail, "taken (held by pid 77 `x`)"),
+        ];
+        attribute(&mut checks);
+        let causes: Vec<Option<&str>> = checks.iter().map(|c| c.caused_by.as_deref()).collect();
+        assert_eq!(causes, [None, Some("net.master_port_free"), None]);
     }
 
     #[test]
