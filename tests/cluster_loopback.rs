@@ -184,15 +184,20 @@ fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
     let msg = intruder.message("cluster.rendezvous");
     assert!(
         msg.contains(&format!(
-            "port {port} on 127.0.0.1 is in use by another job"
+            "the preflight at 127.0.0.1:{port} has another job token: this rank's job secret differs from rank 0's (fingerprints "
         )),
         "{msg}"
     );
+    assert!(msg.contains("export the same PREFLIGHT_TOKEN"), "{msg}");
     // It knew at once: had it waited for its deadline, it would say it
     // timed out, not that another job holds the port.
     let r1 = local("jobA-rank1", &args, &env("1", "2", &port));
     let a0 = r0.finish(MARGIN);
     let a1 = r1.finish(MARGIN);
+    // Both fingerprints, as each side prints its own.
+    let theirs = a0.json()["cluster"]["token"].as_str().unwrap().to_string();
+    let theirs = theirs.rsplit('(').next().unwrap().trim_end_matches(')');
+    assert!(msg.contains(&format!("/{theirs}, from PREFLIGHT_TOKEN here")), "{msg}");
     all_exit(&[a0.clone_outcome(), a1], 0);
     let warnings = a0.json()["cluster"]["warnings"].to_string();
     assert!(warnings.contains("another job"), "{warnings}");

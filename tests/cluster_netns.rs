@@ -295,7 +295,9 @@ fn another_jobs_preflight_on_the_same_port() {
     let msg = intruder.message("cluster.rendezvous");
     let master = job.cluster.addr(0);
     assert!(
-        msg.contains(&format!("port 29500 on {master} is in use by another job")),
+        msg.contains(&format!(
+            "the preflight at {master}:29500 has another job token: this rank's job secret differs from rank 0's"
+        )),
         "{msg}"
     );
     let a1 = job.rank(2, 1, 2, "6s", &[]);

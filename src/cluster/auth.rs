@@ -231,8 +231,9 @@ pub fn nonce() -> String {
 
 #[derive(Debug)]
 pub enum AuthError {
-    /// The peer proved another token: another job (or a wrong token).
-    OtherJob,
+    /// The peer proved another token: another job (or a wrong token);
+    /// the server's token fingerprint when it named one.
+    OtherJob { theirs: Option<String> },
     /// The peer said it rejects us, and why.
     RejectedByPeer(String),
     Frame(FrameError),
@@ -243,7 +244,7 @@ pub enum AuthError {
 impl std::fmt::Display for AuthError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            AuthError::OtherJob => write!(f, "{OTHER_JOB}"),
+            AuthError::OtherJob { .. } => write!(f, "{OTHER_JOB}"),
             AuthError::RejectedByPeer(r) => write!(f, "rejected: {r}"),
             AuthError::Frame(e) => write!(f, "{e}"),
             AuthError::Protocol(m) => write!(f, "{m}"),
@@ -314,7 +315,7 @@ pub async fn client<S: AsyncRead + AsyncWrite + Unpin>(
     let theirs =
         match protocol::read_limited(stream, deadline, protocol::MAX_HANDSHAKE_FRAME).await? {
             Msg::Challenge { nonce } if nonce.len() <= 128 => nonce,
-            Msg::Rejected { reason } => return Err(AuthError::RejectedByPeer(reason)),
+            Msg::Rejected { reason, .. } => return Err(AuthError::RejectedByPeer(reason)),
             other => return Err(unexpected("a challenge", &other)),
         };
     let proof = token.proof("client", &mine, &theirs);
@@ -326,9 +327,15 @@ pub async fn client<S: AsyncRead + AsyncWrite + Unpin>(
         }),
         // A server that accepted a proof it could not check, or forged
         // its own: not this job's.
-        Msg::Welcome { .. } => Err(AuthError::OtherJob),
-        Msg::Rejected { reason } if reason == OTHER_JOB => Err(AuthError::OtherJob),
-        Msg::Rejected { reason } => Err(AuthError::RejectedByPeer(reason)),
+        Msg::Welcome { .. } => Err(AuthError::OtherJob { theirs: None }),
+        Msg::Rejected {
+            reason,
+            fingerprint,
+        } if reason == OTHER_JOB => Err(AuthError::OtherJob {
+            // Four bytes of hex, or nothing: a peer's word, bounded.
+            theirs: fingerprint.filter(|f| f.len() == 8 && f.bytes().all(|b| b.is_ascii_hexdigit())),
+        }),
+        Msg::Rejected { reason, .. } => Err(AuthError::RejectedByPeer(reason)),
         other => Err(unexpected("a welcome", &other)),
     }
 }
@@ -369,14 +376,17 @@ pub async fn server<S: AsyncRead + AsyncWrite + Unpin>(
                 stream,
                 &Msg::Rejected {
                     reason: OTHER_JOB.into(),
+                    fingerprint: Some(token.fingerprint()),
                 },
                 deadline,
             )
             .await;
-            Err(AuthError::OtherJob)
+            Err(AuthError::OtherJob { theirs: None })
         }
-        Msg::Rejected { reason } if reason == OTHER_JOB => Err(AuthError::OtherJob),
-        Msg::Rejected { reason } => Err(AuthError::RejectedByPeer(reason)),
+        Msg::Rejected { reason, .. } if reason == OTHER_JOB => {
+            Err(AuthError::OtherJob { theirs: None })
+        }
+        Msg::Rejected { reason, .. } => Err(AuthError::RejectedByPeer(reason)),
         other => Err(unexpected("a proof", &other)),
     }
 }
@@ -525,8 +535,8 @@ mod tests {
     #[test]
     fn other_token_is_rejected_and_both_sides_know() {
         let (c, s) = handshake(Token::new(b"job-a", "t"), Token::new(b"job-b", "t"));
-        assert!(matches!(c, Err(AuthError::OtherJob)), "{c:?}");
-        assert!(matches!(s, Err(AuthError::OtherJob)), "{s:?}");
+        assert!(matches!(c, Err(AuthError::OtherJob { .. })), "{c:?}");
+        assert!(matches!(s, Err(AuthError::OtherJob { .. })), "{s:?}");
     }
 
     #[test]

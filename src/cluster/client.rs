@@ -85,7 +85,14 @@ where
                 let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(cfg.deadline);
                 match auth::client(&mut stream, &cfg.token, handshake).await {
                     Ok(session) => return Ok(session.seal(stream, &cfg.token, true)),
-                    Err(AuthError::OtherJob) => {
+                    Err(AuthError::OtherJob { theirs: Some(theirs) }) => {
+                        let mine = cfg.token.fingerprint();
+                        return Err(format!(
+                            "the preflight at {host}:{port} has another job token: this rank's job secret differs from rank 0's (fingerprints {mine}/{theirs}, from {} here): export the same PREFLIGHT_TOKEN (or PREFLIGHT_TOKEN_FILE) on every node; if {host}:{port} is not this job's master, another job holds that port",
+                            cfg.token.source
+                        ));
+                    }
+                    Err(AuthError::OtherJob { theirs: None }) => {
                         return Err(format!(
                             "port {port} on {host} is in use by another job: the preflight there proves another job token (PREFLIGHT_TOKEN / SLURM_JOB_ID / TORCHELASTIC_RUN_ID), so this job's master is not there"
                         ));
@@ -231,7 +238,7 @@ where
                 .await
                 .map_err(|e| format!("cannot send the probe results to the master: {e}"))?;
             }
-            Ok(Msg::Rejected { reason }) => {
+            Ok(Msg::Rejected { reason, .. }) => {
                 return Err(format!("the master rejected this rank: {reason}"));
             }
             Ok(_) => {}

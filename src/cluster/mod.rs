@@ -589,7 +589,7 @@ async fn follower_session(
         .map_err(|e| format!("cannot attach to rank 0 for the collective stage: {e}"))?;
     match protocol::read(&mut stream, deadline).await {
         Ok(protocol::Msg::StoreValue { .. }) => {}
-        Ok(protocol::Msg::Rejected { reason }) => {
+        Ok(protocol::Msg::Rejected { reason, .. }) => {
             return Err(format!(
                 "rank 0 refused this rank's store connection: {reason}"
             ));
@@ -650,7 +650,7 @@ pub async fn bind_failure(
         Some(auth::client(&mut s, token, deadline).await)
     };
     let message = match tokio::time::timeout(Duration::from_secs(3), probe).await {
-        Ok(Some(Err(auth::AuthError::OtherJob))) => format!(
+        Ok(Some(Err(auth::AuthError::OtherJob { .. }))) => format!(
             "port {port} on {host} is in use by another job: a preflight with another job token already serves there"
         ),
         Ok(Some(Ok(_))) => format!(

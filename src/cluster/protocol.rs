@@ -46,9 +46,14 @@ pub enum Msg {
     Welcome {
         proof: String,
     },
-    /// Either side: why it ends the connection.
+    /// Either side: why it ends the connection. A server that rejects a
+    /// proof names its own token's fingerprint, so that a rank of the same
+    /// job with a different secret can say so (32 bits of a keyed hash:
+    /// nothing to guess a 128-bit secret by).
     Rejected {
         reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fingerprint: Option<String>,
     },
     /// NTP-style clock sample: client's send time (µs since the epoch).
     TimeRequest {
@@ -271,6 +276,7 @@ mod tests {
     fn an_oversized_frame_is_refused_by_its_sender() {
         let msg = Msg::Rejected {
             reason: "x".repeat(MAX_FRAME as usize),
+            fingerprint: None,
         };
         let mut sink: Vec<u8> = Vec::new();
         let e = rt()

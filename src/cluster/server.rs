@@ -519,7 +519,7 @@ impl Closed {
             {
                 let reason = self.too_late(&checkin);
                 let deadline = Instant::now() + Duration::from_secs(1);
-                let msg = Msg::Rejected { reason };
+                let msg = Msg::Rejected { reason, fingerprint: None };
                 let _ = protocol::write(&mut *writer.lock().await, &msg, deadline).await;
             }
         }
@@ -679,7 +679,7 @@ async fn connection(
     let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(store_end);
     let session = match auth::server(&mut stream, &token, handshake).await {
         Ok(session) => session,
-        Err(AuthError::OtherJob) => {
+        Err(AuthError::OtherJob { .. }) => {
             let _ = tx.send(Event::OtherJob { peer });
             return;
         }
@@ -704,6 +704,7 @@ async fn connection(
             &mut stream,
             &Msg::Rejected {
                 reason: reason.clone(),
+                fingerprint: None,
             },
             deadline,
         )
@@ -798,7 +799,7 @@ async fn connection(
                             value: None,
                         }
                     }
-                    Err(reason) => Msg::Rejected { reason },
+                    Err(reason) => Msg::Rejected { reason, fingerprint: None },
                 };
                 let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
                 let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
@@ -819,7 +820,7 @@ async fn connection(
                 let allowed = may_write(&shared, conn, rank, &key);
                 let reply = match allowed.and_then(|()| store.set(key.clone(), value)) {
                     Ok(()) => Msg::StoreValue { key, value: None },
-                    Err(reason) => Msg::Rejected { reason },
+                    Err(reason) => Msg::Rejected { reason, fingerprint: None },
                 };
                 let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
                 let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
@@ -838,7 +839,7 @@ async fn connection(
                 };
                 if let Some(reason) = refused {
                     let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
-                    let reply = Msg::Rejected { reason };
+                    let reply = Msg::Rejected { reason, fingerprint: None };
                     let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
                     continue;
                 }
@@ -1087,7 +1088,7 @@ mod tests {
             protocol::write(&mut c, &get("a"), deadline).await.unwrap();
             protocol::write(&mut c, &get("b"), deadline).await.unwrap();
             match protocol::read(&mut c, deadline).await.unwrap() {
-                Msg::Rejected { reason } => {
+                Msg::Rejected { reason, .. } => {
                     assert!(reason.contains("one get at a time"), "{reason}")
                 }
                 other => panic!("{other:?}"),
@@ -1113,7 +1114,7 @@ mod tests {
                 protocol::write(&mut conn, &ping, deadline).await.unwrap();
                 match protocol::read(&mut conn, deadline).await {
                     Ok(Msg::TimeReply { .. }) => held.push(conn),
-                    Ok(Msg::Rejected { reason }) => {
+                    Ok(Msg::Rejected { reason, .. }) => {
                         turned_away = Some(reason);
                         break;
                     }

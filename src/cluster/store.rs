@@ -144,7 +144,7 @@ pub async fn set<S: AsyncRead + AsyncWrite + Unpin>(
     protocol::write(conn, &msg, deadline).await?;
     match protocol::read(conn, deadline).await? {
         Msg::StoreValue { .. } => Ok(()),
-        Msg::Rejected { reason } => Err(FrameError::Refused(reason)),
+        Msg::Rejected { reason, .. } => Err(FrameError::Refused(reason)),
         _ => Err(FrameError::Body("unexpected answer to a store set".into())),
     }
 }
@@ -163,7 +163,7 @@ pub async fn get<S: AsyncRead + AsyncWrite + Unpin>(
     protocol::write(conn, &msg, deadline).await?;
     match protocol::read(conn, deadline).await? {
         Msg::StoreValue { value, .. } => Ok(value),
-        Msg::Rejected { reason } => Err(FrameError::Refused(reason)),
+        Msg::Rejected { reason, .. } => Err(FrameError::Refused(reason)),
         _ => Err(FrameError::Body("unexpected answer to a store get".into())),
     }
 }

@@ -352,7 +352,7 @@ async fn verdict<S: AsyncRead + AsyncWrite + Unpin>(
                     .await
                     .map_err(|e| format!("probe results: {e}"))?;
             }
-            Ok(Msg::Rejected { reason }) => return Err(format!("rejected: {reason}")),
+            Ok(Msg::Rejected { reason, .. }) => return Err(format!("rejected: {reason}")),
             Ok(_) => {}
             Err(e) => return Err(format!("no verdict: {e}")),
         }
