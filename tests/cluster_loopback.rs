@@ -197,7 +197,10 @@ fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
     // Both fingerprints, as each side prints its own.
     let theirs = a0.json()["cluster"]["token"].as_str().unwrap().to_string();
     let theirs = theirs.rsplit('(').next().unwrap().trim_end_matches(')');
-    assert!(msg.contains(&format!("/{theirs}, from PREFLIGHT_TOKEN here")), "{msg}");
+    assert!(
+        msg.contains(&format!("/{theirs}, from PREFLIGHT_TOKEN here")),
+        "{msg}"
+    );
     all_exit(&[a0.clone_outcome(), a1], 0);
     let warnings = a0.json()["cluster"]["warnings"].to_string();
     assert!(warnings.contains("another job"), "{warnings}");
@@ -1085,6 +1088,9 @@ fn a_port_held_by_another_program_is_named_with_its_holder_in_run() {
     let hint = rendezvous["hint"].as_str().unwrap();
     assert!(hint.contains(&format!("`kill {pid}`")), "{hint}");
     assert!(!hint.contains("firewall"), "{hint}");
-    assert_eq!(rendezvous["caused_by"], "net.master_port_free", "{rendezvous:#}");
+    assert_eq!(
+        rendezvous["caused_by"], "net.master_port_free",
+        "{rendezvous:#}"
+    );
     assert!(report["duration_ms"].as_u64().unwrap() > 0, "{report:#}");
 }

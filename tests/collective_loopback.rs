@@ -769,10 +769,15 @@ fn one_rank_says_there_is_nothing_to_measure_between_ranks() {
     let out = local("rank0", &args, &e).finish(MARGIN);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(
-        out.stdout.contains("1 rank: nothing to measure between ranks"),
+        out.stdout
+            .contains("1 rank: nothing to measure between ranks"),
         "{}",
         out.stdout
     );
     assert!(!out.stdout.contains("busbw"), "{}", out.stdout);
-    assert!(!out.stdout.contains("every pair over TCP"), "{}", out.stdout);
+    assert!(
+        !out.stdout.contains("every pair over TCP"),
+        "{}",
+        out.stdout
+    );
 }

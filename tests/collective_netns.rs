@@ -106,6 +106,23 @@ fn a_rank_killed_in_an_allreduce_is_named_by_the_others_within_the_deadline() {
     let msg = out[0].message("collective.tcp");
     assert!(msg.contains("h3"), "{msg}");
     assert!(msg.contains("gave no result (gone)"), "{msg}");
+    // An operation with rows ran: it is never listed as not run.
+    let report = out[0].json();
+    let tcp = &report["collective"]["backends"][0];
+    let sweep = tcp["sweep"].as_array().unwrap();
+    let mut partial = 0;
+    for op in tcp["ops"].as_array().unwrap() {
+        let rows = sweep.iter().filter(|r| r["op"] == op["op"]).count();
+        if op["status"] == "not_run" {
+            assert_eq!(rows, 0, "{op} has {rows} rows: {tcp:#}");
+        }
+        if op["status"] == "partial" {
+            partial += 1;
+            let detail = op["detail"].as_str().unwrap();
+            assert!(detail.contains("no result from rank 3"), "{detail}");
+        }
+    }
+    assert!(partial > 0, "{tcp:#}");
 }
 
 #[test]

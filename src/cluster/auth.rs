@@ -233,7 +233,9 @@ pub fn nonce() -> String {
 pub enum AuthError {
     /// The peer proved another token: another job (or a wrong token);
     /// the server's token fingerprint when it named one.
-    OtherJob { theirs: Option<String> },
+    OtherJob {
+        theirs: Option<String>,
+    },
     /// The peer said it rejects us, and why.
     RejectedByPeer(String),
     Frame(FrameError),
@@ -333,7 +335,8 @@ pub async fn client<S: AsyncRead + AsyncWrite + Unpin>(
             fingerprint,
         } if reason == OTHER_JOB => Err(AuthError::OtherJob {
             // Four bytes of hex, or nothing: a peer's word, bounded.
-            theirs: fingerprint.filter(|f| f.len() == 8 && f.bytes().all(|b| b.is_ascii_hexdigit())),
+            theirs: fingerprint
+                .filter(|f| f.len() == 8 && f.bytes().all(|b| b.is_ascii_hexdigit())),
         }),
         Msg::Rejected { reason, .. } => Err(AuthError::RejectedByPeer(reason)),
         other => Err(unexpected("a welcome", &other)),

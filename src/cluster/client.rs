@@ -85,7 +85,9 @@ where
                 let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(cfg.deadline);
                 match auth::client(&mut stream, &cfg.token, handshake).await {
                     Ok(session) => return Ok(session.seal(stream, &cfg.token, true)),
-                    Err(AuthError::OtherJob { theirs: Some(theirs) }) => {
+                    Err(AuthError::OtherJob {
+                        theirs: Some(theirs),
+                    }) => {
                         let mine = cfg.token.fingerprint();
                         return Err(format!(
                             "the preflight at {host}:{port} has another job token: this rank's job secret differs from rank 0's (fingerprints {mine}/{theirs}, from {} here): export the same PREFLIGHT_TOKEN (or PREFLIGHT_TOKEN_FILE) on every node; if {host}:{port} is not this job's master, another job holds that port",

@@ -228,7 +228,15 @@ async fn follow<W: AsyncWrite + Unpin>(
             "this is node {}'s leader, and rank {} says it is on node {}",
             stamp.node_rank, c.identity.rank, c.identity.node_rank
         );
-        let _ = protocol::write(&mut sealed, &Msg::Rejected { reason, fingerprint: None }, deadline).await;
+        let _ = protocol::write(
+            &mut sealed,
+            &Msg::Rejected {
+                reason,
+                fingerprint: None,
+            },
+            deadline,
+        )
+        .await;
         return;
     }
     let relayed = Msg::CheckIn(Box::new(stamped(*c, &stamp)));

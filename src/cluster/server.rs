@@ -519,7 +519,10 @@ impl Closed {
             {
                 let reason = self.too_late(&checkin);
                 let deadline = Instant::now() + Duration::from_secs(1);
-                let msg = Msg::Rejected { reason, fingerprint: None };
+                let msg = Msg::Rejected {
+                    reason,
+                    fingerprint: None,
+                };
                 let _ = protocol::write(&mut *writer.lock().await, &msg, deadline).await;
             }
         }
@@ -799,7 +802,10 @@ async fn connection(
                             value: None,
                         }
                     }
-                    Err(reason) => Msg::Rejected { reason, fingerprint: None },
+                    Err(reason) => Msg::Rejected {
+                        reason,
+                        fingerprint: None,
+                    },
                 };
                 let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
                 let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
@@ -820,7 +826,10 @@ async fn connection(
                 let allowed = may_write(&shared, conn, rank, &key);
                 let reply = match allowed.and_then(|()| store.set(key.clone(), value)) {
                     Ok(()) => Msg::StoreValue { key, value: None },
-                    Err(reason) => Msg::Rejected { reason, fingerprint: None },
+                    Err(reason) => Msg::Rejected {
+                        reason,
+                        fingerprint: None,
+                    },
                 };
                 let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
                 let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
@@ -839,7 +848,10 @@ async fn connection(
                 };
                 if let Some(reason) = refused {
                     let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
-                    let reply = Msg::Rejected { reason, fingerprint: None };
+                    let reply = Msg::Rejected {
+                        reason,
+                        fingerprint: None,
+                    };
                     let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
                     continue;
                 }

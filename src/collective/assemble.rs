@@ -168,15 +168,24 @@ pub fn assemble(
         ]
         .into_iter()
         .map(|op| {
-            let everywhere = !per.is_empty()
-                && missing.is_empty()
-                && per.iter().all(|(_, b)| b.verified.contains(&op));
+            let by_present = !per.is_empty() && per.iter().all(|(_, b)| b.verified.contains(&op));
             let (status, detail) = if failed_op == Some(op) && incomplete {
                 ("not_finished", ended.clone())
             } else if failed_op == Some(op) {
                 ("failed", ended.clone())
-            } else if everywhere {
+            } else if by_present && missing.is_empty() {
                 ("verified", None)
+            } else if by_present {
+                // It ran: the ranks that answered verified it; the ones
+                // gone say nothing about it either way.
+                (
+                    "partial",
+                    Some(format!(
+                        "verified by the {} that gave a result; no result from {}",
+                        crate::values::count(per.len(), "rank"),
+                        rank_list(&missing)
+                    )),
+                )
             } else {
                 ("not_run", None)
             };

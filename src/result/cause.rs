@@ -61,7 +61,9 @@ fn holders(message: &str) -> Vec<&str> {
         .match_indices("held by pid ")
         .filter_map(|(i, m)| {
             let rest = &message[i + m.len()..];
-            let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            let end = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
             (end > 0).then(|| &rest[..end])
         })
         .collect()
@@ -154,7 +156,12 @@ mod tests {
                 Status::Fail,
                 "port 29577 on 127.0.0.1 is in use by another program: held by pid 9065 `python3`",
             ),
-            result("other.port", "network", Status::Fail, "taken (held by pid 77 `x`)"),
+            result(
+                "other.port",
+                "network",
+                Status::Fail,
+                "taken (held by pid 77 `x`)",
+            ),
         ];
         attribute(&mut checks);
         let causes: Vec<Option<&str>> = checks.iter().map(|c| c.caused_by.as_deref()).collect();

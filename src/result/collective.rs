@@ -58,7 +58,9 @@ pub struct BackendReport {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpStatus {
     pub op: String,
-    /// verified, failed or not_run.
+    /// verified; partial (verified by every rank that gave a result, some
+    /// gave none); failed; not_finished (the deadline came during it);
+    /// not_run.
     pub status: String,
     pub detail: Option<String>,
 }
