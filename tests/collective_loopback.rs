@@ -781,3 +781,43 @@ fn one_rank_says_there_is_nothing_to_measure_between_ranks() {
         out.stdout
     );
 }
+
+/// `bench` as nccl-tests users read it: on rank 0's terminal each row as
+/// it is measured, then one table per operation closed by its average bus
+/// bandwidth.
+#[test]
+fn bench_shows_rows_as_measured_and_a_table_per_operation() {
+    let _serial = serial();
+    let port = cluster::free_port().to_string();
+    let flags = "bench --backends tcp --max-size 64KiB --timeout 60s";
+    let peer_args: Vec<String> = flags.split(' ').map(String::from).collect();
+    let peer = local("rank1", &peer_args, &env("1", "2", &port));
+    let command = format!("{} {flags}", env!("CARGO_BIN_EXE_preflight"));
+    let tty = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TERM", "xterm")
+        .env("LANG", "C.UTF-8")
+        .envs(env("0", "2", &port))
+        .output()
+        .expect("script");
+    let text = String::from_utf8_lossy(&tty.stdout).into_owned();
+    let out = peer.finish(MARGIN);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(tty.status.success(), "{text}");
+    // Live: every row of the sweep passed through the progress line.
+    assert!(
+        text.contains("[tcp] allreduce 8 B:") && text.contains("[tcp] broadcast 65536 B:"),
+        "{text:?}"
+    );
+    // Then a table per operation, each with its average.
+    for op in ["allreduce", "allgather", "broadcast"] {
+        let at = text
+            .find(&format!("  {op:<10}      size(B)"))
+            .unwrap_or_else(|| panic!("no {op} table: {text}"));
+        let table = &text[at..];
+        let avg = table.find("avg busbw ").expect("an average line");
+        assert!(table[avg..].contains("GB/s over 14 sizes"), "{table}");
+    }
+}

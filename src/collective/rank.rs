@@ -106,6 +106,9 @@ pub struct RankInfo<'a> {
     pub conn: &'a mut crate::cluster::store::Channel,
     /// The job's token: the TCP mesh's connections prove it.
     pub token: crate::cluster::auth::Token,
+    /// Told each timed step this rank passes (backend, row): progress for
+    /// a person watching rank 0's terminal.
+    pub on_row: Option<&'a dyn Fn(&str, &crate::result::collective::Row)>,
 }
 
 /// The library a probe found.

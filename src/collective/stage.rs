@@ -69,7 +69,15 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
                 Ok(mut b) => {
                     rb.init_ms = Some(t.elapsed().as_millis() as u64);
                     result.link = Some(b.link(&info.interfaces));
-                    exercise(&mut b, cfg, &info.hooks, &mut rb, &mut |_| {}).await;
+                    let on_row = info.on_row;
+                    exercise(&mut b, cfg, &info.hooks, &mut rb, &mut |p| {
+                        if let (Some(f), super::exercise::Progress::Passed { row: Some(r), .. }) =
+                            (on_row, p)
+                        {
+                            f(name, r);
+                        }
+                    })
+                    .await;
                     // Out of time, the connections stay open: a peer whose
                     // clock reads the deadline a moment later must not see
                     // this rank leave and blame it.

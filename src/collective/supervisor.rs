@@ -225,6 +225,9 @@ pub async fn run(
                 if !rb.verified.contains(&op) {
                     rb.verified.push(op);
                 }
+                if let (Some(f), Some(r)) = (info.on_row, &row) {
+                    f(name, r);
+                }
                 rb.rows.extend(row);
             }
             Ok(ToParent::Note { warning, text }) => rb.notes.push((warning, text)),

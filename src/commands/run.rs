@@ -421,6 +421,16 @@ fn collective_stage(
             vec![String::new(); report.world_size as usize]
         }
     };
+    // Rows as they are measured, on rank 0's terminal: a full sweep takes
+    // a while, and nccl-tests users watch it grow.
+    let watching = args.format == Format::Human
+        && !args.display.quiet
+        && args.output.is_none()
+        && rank == 0
+        && std::io::stderr().is_terminal();
+    let live = watching.then_some(|backend: &str, row: &crate::result::collective::Row| {
+        eprint!("{}", report::collective::live_row(backend, row));
+    });
     let info = RankInfo {
         rank,
         world: report.world_size,
@@ -438,6 +448,7 @@ fn collective_stage(
         hosts,
         conn: &mut link.stream,
         token: plan.token.clone(),
+        on_row: live.as_ref().map(|f| f as &dyn Fn(&str, &crate::result::collective::Row)),
     };
     // The stage ends by the run's deadline, rank 0's, as every rank reads
     // it from the verdict.
@@ -446,6 +457,9 @@ fn collective_stage(
         ..plan.coll.clone()
     };
     let c = runtime.block_on(stage::run(&cfg, info));
+    if watching {
+        eprint!("\r\x1b[K");
+    }
     report
         .checks
         .extend(crate::collective::checks::checks(&c, &plan.coll.required));

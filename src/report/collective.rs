@@ -69,28 +69,7 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
                 ""
             );
         } else if !b.sweep.is_empty() {
-            let _ = writeln!(
-                out,
-                "  {:>10} {:>12} {:>10} {:>6} {:>12} {:>9} {:>9}",
-                "op", "size", "count", "type", "time(us)", "algbw", "busbw"
-            );
-            for row in &b.sweep {
-                let _ = writeln!(
-                    out,
-                    "  {:>10} {:>12} {:>10} {:>6} {:>12.1} {:>9.3} {:>9.3}",
-                    row.op.name(),
-                    row.bytes,
-                    row.count,
-                    row.dtype.name(),
-                    row.time_us,
-                    row.algbw,
-                    row.busbw
-                );
-            }
-            let _ = writeln!(
-                out,
-                "  (GB/s; busbw as nccl-tests: allreduce ×2(n−1)/n, allgather ×(n−1)/n)"
-            );
+            out.push_str(&sweep_tables(&b.sweep));
         }
         if let Some(e) = &b.ended {
             let _ = writeln!(out, "  {:<7} {e}", "");
@@ -128,6 +107,69 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
     if let Some(l) = describe_links(&r.links).filter(|_| r.world_size > 1) {
         let _ = writeln!(out, "  tcp links: {l}");
     }
+    out
+}
+
+/// The progress line for a step just measured on rank 0: its own time,
+/// the table's is the slowest rank's.
+pub fn live_row(backend: &str, row: &crate::result::collective::Row) -> String {
+    format!(
+        "\r\x1b[K[{backend}] {} {} B: {:.1} us, busbw {:.3} GB/s (rank 0's time)",
+        row.op.name(),
+        row.bytes,
+        row.time_us,
+        row.busbw
+    )
+}
+
+/// As nccl-tests prints it: one table per operation (size, count, type,
+/// time, algbw, busbw), each closed by its average bus bandwidth.
+pub fn sweep_tables(rows: &[crate::result::collective::Row]) -> String {
+    let mut out = String::new();
+    let mut ops = Vec::new();
+    for r in rows {
+        if !ops.contains(&r.op) {
+            ops.push(r.op);
+        }
+    }
+    for op in ops {
+        let mine: Vec<_> = rows.iter().filter(|r| r.op == op).collect();
+        let _ = writeln!(
+            out,
+            "  {:<10} {:>12} {:>10} {:>6} {:>12} {:>9} {:>9}",
+            op.name(),
+            "size(B)",
+            "count",
+            "type",
+            "time(us)",
+            "algbw",
+            "busbw"
+        );
+        for row in &mine {
+            let _ = writeln!(
+                out,
+                "  {:<10} {:>12} {:>10} {:>6} {:>12.1} {:>9.3} {:>9.3}",
+                "",
+                row.bytes,
+                row.count,
+                row.dtype.name(),
+                row.time_us,
+                row.algbw,
+                row.busbw
+            );
+        }
+        let avg = mine.iter().map(|r| r.busbw).sum::<f64>() / mine.len().max(1) as f64;
+        let _ = writeln!(
+            out,
+            "  {:<10} avg busbw {avg:.3} GB/s over {}",
+            "",
+            crate::values::count(mine.len(), "size")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  (GB/s; time: the slowest rank's mean; busbw as nccl-tests: allreduce ×2(n−1)/n, allgather ×(n−1)/n)"
+    );
     out
 }
 
