@@ -81,12 +81,14 @@ pub struct CollectiveArgs {
     /// Sweep sizes grow by this factor: 2 or 4.
     #[arg(long, value_name = "2|4", default_value = "2", value_parser = parse_factor)]
     pub step_factor: usize,
-    /// Untimed iterations per sweep step.
-    #[arg(long, value_name = "N", default_value = "2")]
-    pub warmup: u32,
-    /// Timed iterations per sweep step.
-    #[arg(long, value_name = "N", default_value = "5")]
-    pub iters: u32,
+    /// Untimed iterations per sweep step [default: 5 for the full sweep
+    /// (bench), 2 for run's short one].
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u32>,
+    /// Timed iterations per sweep step [default: 20 for the full sweep
+    /// (bench, as nccl-tests), 5 for run's short one].
+    #[arg(long, value_name = "N")]
+    pub iters: Option<u32>,
     /// Deadline of each step (all its iterations): a hang at one size ends
     /// that backend's sweep, named, and the run goes on.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_span)]
