@@ -108,8 +108,11 @@ pub struct RankInfo<'a> {
     pub token: crate::cluster::auth::Token,
     /// Told each timed step this rank passes (backend, row): progress for
     /// a person watching rank 0's terminal.
-    pub on_row: Option<&'a dyn Fn(&str, &crate::result::collective::Row)>,
+    pub on_row: Option<OnRow<'a>>,
 }
+
+/// Told a backend's name and a step's row as rank 0 measures it.
+pub type OnRow<'a> = &'a dyn Fn(&str, &crate::result::collective::Row);
 
 /// The library a probe found.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -67,8 +67,12 @@ pub fn collective_config(args: &RunArgs, stage: Stage) -> coll::Config {
         // Measured (bench/RESULTS.md, issue 14): at 20 timed iterations the
         // spread of busbw between runs at 8 KiB to 256 KiB falls from 69 %
         // to 29 %; the short stage is a pass/fail check and stays quick.
-        warmup: c.warmup.unwrap_or(if mode == coll::Mode::Full { 5 } else { 2 }),
-        iters: c.iters.unwrap_or(if mode == coll::Mode::Full { 20 } else { 5 }),
+        warmup: c
+            .warmup
+            .unwrap_or(if mode == coll::Mode::Full { 5 } else { 2 }),
+        iters: c
+            .iters
+            .unwrap_or(if mode == coll::Mode::Full { 20 } else { 5 }),
         step_timeout: c.step_timeout.0,
         until: None,
     }
@@ -451,7 +455,9 @@ fn collective_stage(
         hosts,
         conn: &mut link.stream,
         token: plan.token.clone(),
-        on_row: live.as_ref().map(|f| f as &dyn Fn(&str, &crate::result::collective::Row)),
+        on_row: live
+            .as_ref()
+            .map(|f| f as crate::collective::rank::OnRow<'_>),
     };
     // The stage ends by the run's deadline, rank 0's, as every rank reads
     // it from the verdict.

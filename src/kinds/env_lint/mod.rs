@@ -208,9 +208,14 @@ impl EnvLint {
                 }
             }
         };
-        let problems = issues.iter().filter(|i| i.level > Level::Note).count();
+        // What was read: the variables at fault, or how many were valid.
+        let measured = if variables.is_empty() {
+            format!("{} valid", crate::values::count(count, "variable"))
+        } else {
+            format!("at fault: {variables}")
+        };
         finding
-            .measured(format!("{count} set, {problems} with problems"))
+            .measured(measured)
             .var("variables", variables)
             .var("suggestion", suggestion)
     }
