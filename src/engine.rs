@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use crate::checklist::{Check, Evaluator, complete};
+use crate::checklist::{Check, Evaluator, complete, complete_all};
 use crate::facts::Facts;
 use crate::result::{CheckResult, Finding};
 use crate::values::{Span, format_duration};
@@ -37,7 +37,8 @@ pub async fn run(
     // Durations are capped when parsed; this only guards the arithmetic.
     let deadline = now.checked_add(run_timeout).unwrap_or(now + Span::LONGEST);
     let total = checks.len();
-    let mut results: Vec<Option<CheckResult>> = vec![None; total];
+    // One check may report several lines (a finding with parts).
+    let mut results: Vec<Option<Vec<CheckResult>>> = vec![None; total];
     let mut done = 0;
     let mut running = std::collections::BTreeSet::new();
 
@@ -59,7 +60,7 @@ pub async fn run(
                 result: &result,
                 running: Vec::new(),
             });
-            results[index] = Some(result);
+            results[index] = Some(vec![result]);
             continue;
         }
         running.insert(index);
@@ -93,16 +94,18 @@ pub async fn run(
         match tokio::time::timeout_at(deadline, tasks.join_next()).await {
             Ok(None) => break,
             Ok(Some(Ok((index, start, finding)))) => {
-                let result = complete(&checks[index], finding, start.elapsed(), facts);
+                let lines = complete_all(&checks[index], finding, start.elapsed(), facts);
                 done += 1;
                 running.remove(&index);
-                progress(Progress::Finished {
-                    done,
-                    total,
-                    result: &result,
-                    running: running.iter().map(|i| checks[*i].id.as_str()).collect(),
-                });
-                results[index] = Some(result);
+                if let Some(first) = lines.first() {
+                    progress(Progress::Finished {
+                        done,
+                        total,
+                        result: first,
+                        running: running.iter().map(|i| checks[*i].id.as_str()).collect(),
+                    });
+                }
+                results[index] = Some(lines);
             }
             // Only cancellation ends a task without a result, and only the
             // deadline cancels; the check is reported as timed out below.
@@ -117,7 +120,7 @@ pub async fn run(
     results
         .into_iter()
         .enumerate()
-        .map(|(index, result)| {
+        .flat_map(|(index, result)| {
             result.unwrap_or_else(|| {
                 let check = &checks[index];
                 // Not evaluated: the check's own timeout had not passed, so
@@ -126,7 +129,7 @@ pub async fn run(
                     "not evaluated: the checklist's deadline ({}) passed before this check finished",
                     format_duration(run_timeout)
                 ));
-                complete(check, finding, run_start.elapsed(), facts)
+                vec![complete(check, finding, run_start.elapsed(), facts)]
             })
         })
         .collect()

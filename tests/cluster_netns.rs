@@ -579,4 +579,13 @@ fn no_job_token_across_hosts_is_a_warning_in_the_report() {
             o.label
         );
     }
+    // A run id anyone can read in `ps`: accepted, with a warning.
+    let derived: &[(&str, &str)] = &[("PREFLIGHT_TOKEN", ""), ("TORCHELASTIC_RUN_ID", "job-4242")];
+    let out = job.all("15s", &[(0, derived), (1, derived), (2, derived)]);
+    all_exit(&out, 0);
+    let warnings = out[0].json()["cluster"]["warnings"].to_string();
+    assert!(
+        warnings.contains("the job token is derived from TORCHELASTIC_RUN_ID, which any user of the cluster can read"),
+        "{warnings}"
+    );
 }

@@ -10,6 +10,10 @@ const EXIT: &str = "fixtures/checklists/valid/exit-codes.yaml";
 const ROOT: &str = "fixtures/minimal-root";
 
 fn mixed(format: &str) -> support::Run {
+    mixed_with(format, &[])
+}
+
+fn mixed_with(format: &str, extra: &[&str]) -> support::Run {
     run(preflight()
         .args([
             "check",
@@ -21,6 +25,7 @@ fn mixed(format: &str) -> support::Run {
             "--format",
             format,
         ])
+        .args(extra)
         .env("PREFLIGHT_FIXTURE_TOKEN", "abc")
         .env("PREFLIGHT_FIXTURE_MODE", "turbo"))
 }
@@ -86,7 +91,8 @@ fn junit_report_snapshot() {
 
 #[test]
 fn human_report_groups_by_area_and_repeats_problems_with_hints() {
-    let out = mixed("human");
+    // Every check by area is `-v`'s; the default is quiet when healthy.
+    let out = mixed_with("human", &["-v"]);
     assert_eq!(out.code, 1);
     let text = &out.stdout;
     let kernel = text.find("\nkernel\n").expect("kernel area");

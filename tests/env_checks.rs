@@ -61,32 +61,72 @@ fn env_lint_reports_typos_values_and_risks() {
         ],
     );
     assert_eq!(code, 1);
-    assert_eq!(status(&r, "lint"), "fail");
-    let m = message(&r, "lint");
-    for part in [
-        "CCL_LOG_LEVEL=fatal is not a valid level: oneCCL hangs",
-        "GLOO_SOCKET_IFNAME=`^lo`: Gloo does not support `^` exclusion",
-        "NCCL_DEBUG=INFO logs every connection",
-        "NCCL_IB_DISABLE=1 while RDMA ports are active (mlx5_0:1)",
-        "NCCL_SOCKET_IFACE is not a variable any library reads (ignored); did you mean NCCL_SOCKET_IFNAME? (nccl: https://docs.nvidia.com/",
+    // One result per variable at fault, each with its own status, value
+    // and hint: a warning never sits inside another variable's failure.
+    for (variable, status_, part, hint) in [
+        (
+            "CCL_LOG_LEVEL",
+            "fail",
+            "CCL_LOG_LEVEL=fatal is not a valid level: oneCCL hangs",
+            "fix CCL_LOG_LEVEL (error)",
+        ),
+        (
+            "GLOO_SOCKET_IFNAME",
+            "fail",
+            "GLOO_SOCKET_IFNAME=`^lo`: Gloo does not support `^` exclusion",
+            "fix GLOO_SOCKET_IFNAME",
+        ),
+        (
+            "NCCL_DEBUG",
+            "warn",
+            "NCCL_DEBUG=INFO logs every connection",
+            "fix NCCL_DEBUG (NCCL_DEBUG=WARN)",
+        ),
+        (
+            "NCCL_IB_DISABLE",
+            "warn",
+            "NCCL_IB_DISABLE=1 while RDMA ports are active (mlx5_0:1)",
+            "fix NCCL_IB_DISABLE",
+        ),
+        (
+            "NCCL_SOCKET_IFACE",
+            "fail",
+            "NCCL_SOCKET_IFACE is not a variable any library reads (ignored); did you mean NCCL_SOCKET_IFNAME? (nccl: https://docs.nvidia.com/",
+            "fix NCCL_SOCKET_IFACE (NCCL_SOCKET_IFNAME)",
+        ),
     ] {
-        assert!(m.contains(part), "missing `{part}` in {m}");
+        let id = format!("lint:{variable}");
+        assert_eq!(status(&r, &id), status_, "{id}");
+        let m = message(&r, &id);
+        assert!(m.starts_with(part), "`{part}` in {m}");
+        assert!(
+            result(&r, &id)["measured"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{variable}="))
+        );
+        assert!(
+            result(&r, &id)["hint"].as_str().unwrap().starts_with(hint),
+            "{id}: {r:#}"
+        );
     }
-    assert_eq!(
-        result(&r, "lint")["measured"],
-        "at fault: CCL_LOG_LEVEL, GLOO_SOCKET_IFNAME, NCCL_DEBUG, NCCL_IB_DISABLE, NCCL_SOCKET_IFACE"
-    );
-    assert_eq!(
-        result(&r, "lint")["hint"],
-        "fix CCL_LOG_LEVEL, GLOO_SOCKET_IFNAME, NCCL_DEBUG, NCCL_IB_DISABLE, NCCL_SOCKET_IFACE (error)"
+    assert!(
+        !r["checks"].to_string().contains("\"id\":\"lint\""),
+        "no summary line beside the parts: {r:#}"
     );
     // Only NCCL_ variables, debug allowed: the typo and IB still count.
-    let m = message(&r, "lint_nccl");
-    assert!(
-        !m.contains("CCL_LOG_LEVEL") && !m.contains("NCCL_DEBUG"),
-        "{m}"
+    let nccl: Vec<&str> = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .filter(|id| id.starts_with("lint_nccl:"))
+        .collect();
+    assert_eq!(
+        nccl,
+        ["lint_nccl:NCCL_IB_DISABLE", "lint_nccl:NCCL_SOCKET_IFACE"],
+        "{r:#}"
     );
-    assert!(m.contains("NCCL_SOCKET_IFACE"), "{m}");
     // One setting alone: the IB warning and nothing else.
     assert_eq!(status(&r, "ib"), "warn");
     assert!(message(&r, "ib").starts_with("NCCL_IB_DISABLE=1 while RDMA ports are active"));

@@ -81,13 +81,15 @@ fn shipped_checks_name_what_is_wrong() {
         "{}",
         hint(&r, "net.firewall")
     );
-    assert_eq!(status(&r, "env.lint"), "fail");
+    // env.lint: one result per variable at fault.
+    let ifname = "env.lint:NCCL_SOCKET_IFNAME";
+    assert_eq!(status(&r, ifname), "fail");
     assert!(
-        message(&r, "env.lint").contains("NCCL_SOCKET_IFNAME=`eth1`: no interface matching `eth1`"),
+        message(&r, ifname).contains("NCCL_SOCKET_IFNAME=`eth1`: no interface matching `eth1`"),
         "{}",
-        message(&r, "env.lint")
+        message(&r, ifname)
     );
-    assert!(message(&r, "env.lint").contains("did you mean NCCL_SOCKET_IFNAME?"));
+    assert!(message(&r, "env.lint:NCCL_SOCKET_IFACE").contains("did you mean NCCL_SOCKET_IFNAME?"));
     assert_eq!(
         status(&r, "launch.env"),
         "pass",

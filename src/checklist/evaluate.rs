@@ -74,6 +74,33 @@ pub fn evaluate_collective(
         .collect()
 }
 
+/// A check's lines in the report: one, or one per problem where the
+/// finding has parts (`<id>:<subject>`, each with its own status and
+/// hint).
+pub fn complete_all(
+    check: &Check,
+    mut finding: Finding,
+    duration: Duration,
+    facts: &Facts,
+) -> Vec<CheckResult> {
+    let parts = finding
+        .extra
+        .as_mut()
+        .map(|e| std::mem::take(&mut e.parts))
+        .unwrap_or_default();
+    if parts.is_empty() {
+        return vec![complete(check, finding, duration, facts)];
+    }
+    parts
+        .into_iter()
+        .map(|(subject, part)| {
+            let mut r = complete(check, part, duration, facts);
+            r.id = format!("{}:{subject}", check.id);
+            r
+        })
+        .collect()
+}
+
 /// A check's line in the report: the finding with the check's severity
 /// applied and its hint rendered.
 pub fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Facts) -> CheckResult {
@@ -100,6 +127,6 @@ pub fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Fac
         duration,
         source: check.source.clone(),
         caused_by: None,
-        threshold: finding.threshold.map(|t| *t),
+        threshold: finding.extra.and_then(|e| e.threshold),
     }
 }

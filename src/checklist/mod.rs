@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ChecklistError, ChecklistErrors};
-pub use evaluate::{Evaluator, complete, evaluate_cluster, evaluate_collective};
+pub use evaluate::{Evaluator, complete, complete_all, evaluate_cluster, evaluate_collective};
 pub use hash::checklist_hash;
 pub use hint::Hint;
 pub use load::{load_file, load_text};

@@ -59,9 +59,19 @@ pub struct Finding {
     /// For checks across nodes: the nodes this finding holds responsible
     /// (empty where no node can be singled out).
     pub blames: Box<[String]>,
-    /// For a bandwidth threshold: what it compared, for reports to draw
-    /// (boxed: findings travel in `Result`s, and most have none).
-    pub threshold: Option<Box<collective::Threshold>>,
+    /// What few findings carry (boxed: findings travel in `Result`s, and
+    /// most have none of it).
+    pub extra: Option<Box<Extra>>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Extra {
+    /// For a bandwidth threshold: what it compared, for reports to draw.
+    pub threshold: Option<collective::Threshold>,
+    /// A check that found several problems reports each as its own
+    /// result, with its own status: (subject, finding), the subject
+    /// naming it after the check's id (`env.lint:NCCL_DEBUG`).
+    pub parts: Vec<(String, Finding)>,
 }
 
 impl Finding {
@@ -73,7 +83,7 @@ impl Finding {
             message: message.into(),
             vars: Box::default(),
             blames: Box::default(),
-            threshold: None,
+            extra: None,
         }
     }
 
@@ -125,7 +135,17 @@ impl Finding {
     }
 
     pub fn threshold(mut self, threshold: collective::Threshold) -> Finding {
-        self.threshold = Some(Box::new(threshold));
+        self.extra.get_or_insert_default().threshold = Some(threshold);
+        self
+    }
+
+    /// One problem among several this check found, reported on its own
+    /// as `<check id>:<subject>` with its own status.
+    pub fn part(mut self, subject: impl Into<String>, finding: Finding) -> Finding {
+        self.extra
+            .get_or_insert_default()
+            .parts
+            .push((subject.into(), finding));
         self
     }
 

@@ -167,6 +167,8 @@ pub fn local_under(wrapper: &[&str], label: &str, args: &[String], env: &[(&str,
     c.args(args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        // The human report in UTF-8, as on an operator's terminal.
+        .env("LANG", "C.UTF-8")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -210,7 +212,8 @@ pub fn host_files(cluster: &Cluster, override_addr: Option<(usize, &str)>) -> Ho
 }
 
 /// preflight on namespace host `host`, with hostname `h{host}` and its own
-/// /etc/hosts, as a real process with exactly `env`.
+/// /etc/hosts, as a real process with exactly `env` (and a UTF-8 LANG
+/// unless `env` names one, for the human report).
 pub fn on_host(
     cluster: &Cluster,
     files: &HostFiles,
@@ -225,7 +228,11 @@ pub fn on_host(
         "--uts", "--mount", "sh", "-c", script, "sh", &hostname, &hosts, BIN,
     ];
     all.extend(args.iter().map(String::as_str));
-    let child = cluster.spawn_preflight(host, "unshare", &all, env);
+    let mut env = env.to_vec();
+    if !env.iter().any(|(k, _)| *k == "LANG") {
+        env.push(("LANG", "C.UTF-8"));
+    }
+    let child = cluster.spawn_preflight(host, "unshare", &all, &env);
     Proc::new(&format!("h{host}"), child)
 }
 

@@ -214,10 +214,52 @@ impl EnvLint {
         } else {
             format!("at fault: {variables}")
         };
-        finding
+        let mut finding = finding
             .measured(measured)
             .var("variables", variables)
-            .var("suggestion", suggestion)
+            .var("suggestion", suggestion);
+        // One result per variable at fault, each with its own status: a
+        // warning (NCCL_DEBUG=INFO) never sits inside another's failure.
+        // A check of one named variable is that variable's already.
+        let one_variable = self.variables.as_ref().is_some_and(|v| v.len() == 1);
+        let mut at_fault: Vec<&str> = Vec::new();
+        for i in issues
+            .iter()
+            .filter(|i| i.level > Level::Note && !one_variable)
+        {
+            if !at_fault.contains(&i.variable.as_str()) {
+                at_fault.push(&i.variable);
+            }
+        }
+        for variable in at_fault {
+            let mine: Vec<&Issue> = issues
+                .iter()
+                .filter(|i| i.level > Level::Note && i.variable == variable)
+                .collect();
+            let message = mine
+                .iter()
+                .map(|i| i.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; ");
+            let part = if mine.iter().any(|i| i.level == Level::Fail) {
+                Finding::fail(message)
+            } else {
+                Finding::warn(message)
+            };
+            let suggestion = mine
+                .iter()
+                .find_map(|i| i.suggestion.clone())
+                .unwrap_or_default();
+            let part = part
+                .measured(match facts.env(variable) {
+                    Some(value) => format!("{variable}={value}"),
+                    None => format!("{variable} unset"),
+                })
+                .var("variables", variable)
+                .var("suggestion", suggestion);
+            finding = finding.part(variable, part);
+        }
+        finding
     }
 }
 
