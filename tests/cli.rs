@@ -616,6 +616,23 @@ fn check_leaves_out_the_checks_across_nodes() {
         .collect();
     assert!(!ids.is_empty());
     assert!(!ids.iter().any(|id| id.starts_with("cluster.")), "{ids:?}");
+    // And `list` does not count them as applying on this node.
+    let listed = run(preflight().args(["list", "--format", "json"]));
+    let entries: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    let versions = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == "cluster.versions")
+        .unwrap();
+    assert_eq!(versions["applies"], false, "{versions:#}");
+    assert!(
+        versions["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("preflight run only"),
+        "{versions:#}"
+    );
 }
 
 /// Without a UTF-8 locale (unset is C), the report is plain ASCII.

@@ -58,11 +58,11 @@ fn route_interface_and_socket_variables() {
         message(&r, "route")
     );
     assert_eq!(result(&r, "route")["hint"], "set NCCL_SOCKET_IFNAME=eth0");
-    assert_eq!(status(&r, "lint"), "fail");
+    assert_eq!(status(&r, "lint:NCCL_SOCKET_IFNAME"), "fail");
     assert!(
-        message(&r, "lint").contains("no interface matching `ib0`"),
+        message(&r, "lint:NCCL_SOCKET_IFNAME").contains("no interface matching `ib0`"),
         "{}",
-        message(&r, "lint")
+        message(&r, "lint:NCCL_SOCKET_IFNAME")
     );
 
     // A down interface named by the variables.
@@ -70,12 +70,13 @@ fn route_interface_and_socket_variables() {
     assert_eq!(status(&r, "route"), "fail");
     assert!(message(&r, "route").contains("GLOO_SOCKET_IFNAME=`eth1` selects eth1, but the route"));
     assert!(
-        message(&r, "lint").contains("selects only interfaces that are down: eth1 (down"),
+        message(&r, "lint:GLOO_SOCKET_IFNAME")
+            .contains("selects only interfaces that are down: eth1 (down"),
         "{}",
-        message(&r, "lint")
+        message(&r, "lint:GLOO_SOCKET_IFNAME")
     );
     let r = run(&[("GLOO_SOCKET_IFNAME", "^lo")]);
-    assert!(message(&r, "lint").contains("does not support `^`"));
+    assert!(message(&r, "lint:GLOO_SOCKET_IFNAME").contains("does not support `^`"));
     // NCCL's exclusion syntax that leaves eth0 is fine.
     let r = run(&[("NCCL_SOCKET_IFNAME", "^lo,eth1")]);
     assert_eq!(status(&r, "route"), "pass", "{}", message(&r, "route"));

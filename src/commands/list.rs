@@ -58,6 +58,9 @@ pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
                     "opt-in: runs only with --only {}",
                     c.tags.first().unwrap_or(&c.id)
                 ))
+            } else if c.evaluator() != crate::checklist::Evaluator::Node {
+                // `check` never runs it; `run` does, across the nodes.
+                Some("preflight run only: it compares nodes (check meets none)".to_string())
             } else {
                 c.when.unmet(&facts)
             };
