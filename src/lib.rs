@@ -3,7 +3,8 @@
 //! The layers, from the top; a module imports only from the floors below
 //! its own (`tests/architecture.rs` holds this):
 //!
-//! 1. `cli`: the command tree and its dispatch.
+//! 1. `cli`: the command tree and its dispatch; `fuzzing`, the fuzz
+//!    targets' entry points (the `fuzzing` feature only).
 //! 2. `commands`: one file per command, each with its arguments.
 //! 3. The stages: `engine` (the checklist), `cluster` (rendezvous,
 //!    comparison, reachability), `collective` (real collectives per
@@ -18,9 +19,8 @@
 //!    `test_hooks` (fault switches, in test builds only).
 
 // The layers stay private to the library: the compiler's dead-code
-// analysis then covers the whole tree, as it did for the binary alone. A
-// fuzz target or benchmark that needs one (the checklist loader, the wire
-// decoder) makes it public when it comes.
+// analysis then covers the whole tree, as it did for the binary alone.
+// The fuzz targets reach the parsers through `fuzzing`, inside the crate.
 //
 // Hardware probes read sysfs and load NVML through safe wrappers only;
 // `unsafe` lives in the -sys crates.
@@ -34,6 +34,9 @@ mod commands;
 mod engine;
 mod exit;
 mod facts;
+/// Entry points for the fuzz targets in `fuzz/` (the `fuzzing` feature).
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod kinds;
 mod report;
 mod result;

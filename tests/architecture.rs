@@ -6,7 +6,7 @@
 //!
 //! Floors, from the top (see src/lib.rs):
 //!   0 lib.rs, main.rs
-//!   1 cli
+//!   1 cli, fuzzing (the fuzz targets' entry points, feature `fuzzing`)
 //!   2 commands
 //!   3 engine, cluster, collective (the stages)
 //!   4 checklist, report
@@ -20,6 +20,7 @@ use std::path::Path;
 /// The floor of each top-level module of the crate.
 const FLOORS: &[(&str, u8)] = &[
     ("cli", 1),
+    ("fuzzing", 1),
     ("commands", 2),
     ("engine", 3),
     ("cluster", 3),
@@ -915,4 +916,39 @@ fn use_trees_expand() {
             "crate::a::self"
         ]
     );
+}
+
+/// The fuzz targets' entry points compile only with the `fuzzing` feature,
+/// and only the fuzz crate and they name it: no shipped binary holds them.
+#[test]
+fn fuzzing_entry_points_exist_only_in_fuzz_builds() {
+    let mut files = BTreeMap::new();
+    read_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let lib = &files["src/lib.rs"];
+    assert!(
+        lib.contains("#[cfg(feature = \"fuzzing\")]\npub mod fuzzing;"),
+        "src/lib.rs must compile fuzzing only with the feature"
+    );
+    for (f, text) in &files {
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("fn parse_for_fuzzing") || line.contains("fn parse_settings") {
+                let gated = text
+                    .lines()
+                    .take(n)
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .rev()
+                    .take(4)
+                    .any(|l| l.contains("cfg(feature = \"fuzzing\")"));
+                assert!(
+                    gated,
+                    "{f}:{}: a fuzzing entry outside cfg(feature = \"fuzzing\")",
+                    n + 1
+                );
+            }
+        }
+    }
 }

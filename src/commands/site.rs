@@ -224,6 +224,13 @@ impl Settings {
     }
 }
 
+/// The settings file's reader on untrusted text (`fuzz/`): read, or why
+/// not.
+#[cfg(feature = "fuzzing")]
+pub fn parse_settings(file: &str, text: &str) -> Result<(), String> {
+    parse(file, text).map(|_| ()).map_err(|e| e.to_string())
+}
+
 fn parse(file: &str, text: &str) -> Result<Raw, Failure> {
     let located = |e| Failure::Checklist(ChecklistErrors(vec![ChecklistError::from_yaml(file, e)]));
     let node = yaml::parse_document(text).map_err(located)?;

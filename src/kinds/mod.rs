@@ -13,7 +13,7 @@ mod driver;
 mod env;
 mod env_lint;
 mod file;
-mod firewall;
+pub mod firewall;
 mod gpu_health;
 pub mod http;
 pub mod ifname_spec;

@@ -454,3 +454,24 @@ impl Probe for Firewall {
         Box::pin(async move { self.run(&facts).await })
     }
 }
+
+/// The ruleset readers on untrusted text (`fuzz/`): nft's JSON or
+/// iptables-save's dump, `choice` picking.
+#[cfg(feature = "fuzzing")]
+pub fn parse_for_fuzzing(choice: u8, text: &str) {
+    if choice.is_multiple_of(2) {
+        let _ = nft::parse(text, "");
+        let _ = nft::texts(text);
+    } else {
+        let tables = iptables::parse(text, Family::V4, "iptables");
+        // What the check asks of the tables must hold on any of them.
+        for hook in [Hook::Input, Hook::Output] {
+            let packet = Packet {
+                hook,
+                port: 29500,
+                peer: Some(std::net::IpAddr::from([10, 0, 0, 2])),
+            };
+            let _ = blocks(&tables, &packet);
+        }
+    }
+}

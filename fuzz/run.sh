@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for SECONDS (default 60) each, from seed corpora
+# made of the project's own fixtures and tests (fuzz/corpus/TARGET, not
+# committed: rebuilt here each time, and what the fuzzer adds is kept
+# between runs on one machine). A crash stops the run with the input
+# under fuzz/artifacts/TARGET/; turn it into a regression test before
+# fixing it. cargo fuzz needs nightly flags: RUSTC_BOOTSTRAP=1 lets the
+# stable toolchain take them.
+set -euo pipefail
+cd "$(dirname "$0")"
+SECONDS_EACH=${1:-60}
+export RUSTC_BOOTSTRAP=1
+root=..
+seed() {
+    local target=$1; shift
+    mkdir -p "corpus/$target"
+    for f in "$@"; do
+        [[ -f $f ]] && cp -f "$f" "corpus/$target/seed-$(basename "$(dirname "$f")")-$(basename "$f")"
+    done
+    return 0
+}
+seed checklist $root/checks/*.yaml $root/fixtures/checklists/*/*.yaml $root/fixtures/reports/record-checks.yaml
+seed site_settings $root/contrib/slurm/*.yaml $root/fixtures/checklists/valid/*.yaml
+seed report $root/fixtures/reports/run-4node/*.json $root/tests/snapshots/mixed.json
+seed nvidia_smi_xml $(find $root/fixtures -name '*.xml' | head -20)
+seed proc_text $(find $root/fixtures -path '*proc*' -type f | head -40)
+seed nodelist /dev/null
+printf 'gpu[001-004,010],login1' > corpus/nodelist/seed-list
+printf 'rack[1-2]-node[01-03]' > corpus/nodelist/seed-nested
+printf '2(x3),1' > corpus/nodelist/seed-counts
+mkdir -p corpus/interface_selector corpus/firewall corpus/frame corpus/handshake
+printf '\x00^lo,docker' > corpus/interface_selector/seed-nccl
+printf '\x02=mlx5_0:1,mlx5_1' > corpus/interface_selector/seed-hca
+printf '\x01*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 29500:29510 -j DROP\nCOMMIT\n' > corpus/firewall/seed-iptables
+# Frames as src/cluster/protocol.rs writes them: "PFL", version 3, a
+# big-endian length, a JSON body.
+python3 - <<'PY'
+import json, struct
+def frame(msg):
+    body = json.dumps(msg).encode()
+    return b"PFL\x03" + struct.pack(">I", len(body)) + body
+hello = frame({"type": "hello", "nonce": "00" * 16, "version": "0.1.0"})
+challenge = frame({"type": "challenge", "nonce": "11" * 16})
+proof = frame({"type": "proof", "proof": "22" * 32})
+welcome = frame({"type": "welcome", "proof": "33" * 32})
+rejected = frame({"type": "rejected", "reason": "another job", "fingerprint": "cffb3797"})
+for name, data in [("hello", hello), ("rejected", rejected)]:
+    open(f"corpus/frame/seed-{name}", "wb").write(data)
+open("corpus/handshake/seed-server", "wb").write(hello + proof)
+open("corpus/handshake/seed-client", "wb").write(challenge + welcome)
+PY
+targets=$(ls fuzz_targets | sed 's/\.rs$//')
+cargo fuzz build -O $targets >/dev/null 2>&1 || cargo fuzz build -O
+for t in $targets; do
+    echo "fuzz: $t for ${SECONDS_EACH}s"
+    cargo fuzz run -O "$t" "corpus/$t" -- -max_total_time="$SECONDS_EACH" -max_len=65536 -rss_limit_mb=2048 2>&1 \
+        | grep -E "^(#[0-9]+ +DONE|Done|==[0-9]+==|SUMMARY|.*panicked)" | tail -3
+done

@@ -1,0 +1,203 @@
+//! Entry points for the fuzz targets in `fuzz/` (the `fuzzing` feature,
+//! never in a shipped binary): every input that comes from outside (files
+//! an operator writes, bytes a peer sends, text the kernel and tools
+//! print) through the real parser. A panic is a finding; where a parser
+//! has a property beyond "no panic", it is asserted here, so that the
+//! fuzzer checks it too.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::cluster::{auth, hostlist, protocol};
+use crate::facts::Interface;
+
+/// A YAML checklist: checks, or errors that name the file.
+pub fn checklist(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Err(errors) = crate::checklist::load_text("fuzz.yaml", text) {
+        for e in &errors.0 {
+            assert!(e.to_string().starts_with("fuzz.yaml"), "{e}");
+        }
+    }
+}
+
+/// The site settings file of /etc/preflight.
+pub fn site_settings(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = crate::commands::site::parse_settings("settings.yaml", text);
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a current-thread runtime")
+}
+
+/// A frame as a peer sends it; one that decodes encodes back to itself.
+pub fn frame(data: &[u8]) {
+    let rt = runtime();
+    rt.block_on(async {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut input = data;
+        let Ok(msg) = protocol::read_limited(&mut input, deadline, protocol::MAX_RANK_FRAME).await
+        else {
+            return;
+        };
+        let encoded = protocol::encode(&msg);
+        let mut again = encoded.as_slice();
+        let back = protocol::read_limited(&mut again, deadline, protocol::MAX_RANK_FRAME)
+            .await
+            .expect("an encoded frame decodes");
+        assert_eq!(
+            serde_json::to_value(&msg).ok(),
+            serde_json::to_value(&back).ok()
+        );
+    });
+}
+
+/// A stream that reads the fuzzer's bytes and swallows what is written:
+/// the other side of a handshake, hostile.
+struct Peer<'a> {
+    input: &'a [u8],
+}
+
+impl tokio::io::AsyncRead for Peer<'_> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.input).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Peer<'_> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Both sides of the handshake against a peer that sends these bytes:
+/// it never authenticates without the secret.
+pub fn handshake(data: &[u8]) {
+    let rt = runtime();
+    let token = auth::Token::new(b"fuzzing-secret-0123456789abcdef", "fuzz");
+    rt.block_on(async {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut server_side = Peer { input: data };
+        let accepted = auth::server(&mut server_side, &token, deadline).await;
+        assert!(accepted.is_err(), "a stranger's bytes passed the server");
+        let mut client_side = Peer { input: data };
+        let welcomed = auth::client(&mut client_side, &token, deadline).await;
+        assert!(welcomed.is_err(), "a stranger's bytes passed the client");
+    });
+}
+
+/// SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE. An expansion written out
+/// as a plain list expands to itself.
+pub fn nodelist(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(names) = hostlist::expand(text) {
+        let plain = names
+            .iter()
+            .all(|n| !n.is_empty() && !n.contains(['[', ']', ',']));
+        if plain && !names.is_empty() {
+            assert_eq!(hostlist::expand(&names.join(",")).ok(), Some(names));
+        }
+    }
+    let _ = hostlist::counts(text);
+}
+
+fn interface(name: &str, up: bool) -> Interface {
+    Interface {
+        name: name.into(),
+        operstate: if up { "up" } else { "down" }.into(),
+        carrier: Some(up),
+        mtu: Some(1500),
+        speed_mbps: None,
+        link_type: "ether".into(),
+        hw_address: None,
+        addresses: vec![std::net::IpAddr::from([10, 0, 0, 1])],
+    }
+}
+
+/// NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME selectors and NCCL_IB_HCA, the
+/// first byte choosing the variable.
+pub fn interface_selector(data: &[u8]) {
+    let Some((first, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(value) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let variable = match first % 3 {
+        0 => "NCCL_SOCKET_IFNAME",
+        1 => "GLOO_SOCKET_IFNAME",
+        _ => "NCCL_IB_HCA",
+    };
+    let interfaces = [
+        interface("lo", true),
+        interface("eth0", true),
+        interface("ib0", false),
+    ];
+    let _ = crate::kinds::ifname_spec::check(variable, value, &interfaces);
+    for i in &interfaces {
+        let _ = crate::kinds::ifname_spec::picks(variable, value, &i.name);
+    }
+}
+
+/// `nvidia-smi -q -x`.
+pub fn nvidia_smi_xml(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = crate::facts::gpu_status::parse_xml("nvidia-smi", text);
+    }
+}
+
+/// Text from /proc and /sys: meminfo, limits, the NVIDIA driver's version
+/// file, an IB port's rate.
+pub fn proc_text(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let _ = crate::facts::meminfo::field(text, "MemAvailable");
+    let _ = crate::facts::limits::soft_limit(text, "Max open files");
+    let _ = crate::facts::nvidia::proc_version(text);
+    let _ = crate::facts::infiniband::parse_rate(text);
+}
+
+/// `nft -j list ruleset` and `iptables-save`, the first byte choosing.
+pub fn firewall(data: &[u8]) {
+    let Some((first, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    crate::kinds::firewall::parse_for_fuzzing(*first, text);
+}
+
+/// A JSON report as `preflight report` reads it, merged and drawn.
+pub fn report(data: &[u8]) {
+    let Ok(report) = serde_json::from_slice::<crate::result::report::Report>(data) else {
+        return;
+    };
+    let merged = crate::result::merged::merge(vec![("fuzz.json".into(), report)], Vec::new());
+    let _ = crate::report::html(&merged);
+    let _ = crate::report::markdown(&merged);
+}
