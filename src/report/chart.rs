@@ -68,8 +68,8 @@ pub fn sweep_chart(backend: &str, rows: &[Row], thresholds: &[&ThresholdResult])
     let _ = write!(
         s,
         r#"<svg class="chart" role="img" aria-label="{}" viewBox="0 0 {W} {H}" width="{W}" height="{H}"><title>{}</title>"#,
-        super::html::escape(&label),
-        super::html::escape(&label)
+        super::markup::escape(&label),
+        super::markup::escape(&label)
     );
     // Axes, grid and ticks.
     let _ = write!(
@@ -178,8 +178,8 @@ pub fn sweep_chart(backend: &str, rows: &[Row], thresholds: &[&ThresholdResult])
             s,
             r##"<g class="threshold"><line x1="{LEFT}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="{colour}" stroke-width="1.5" stroke-dasharray="10 4"/><title>{}: {} at {at} ≥ {:.3} GB/s ({})</title></g>"##,
             W - RIGHT,
-            super::html::escape(&t.check),
-            super::html::escape(&t.threshold.op),
+            super::markup::escape(&t.check),
+            super::markup::escape(&t.threshold.op),
             t.threshold.min_busbw,
             t.status.name()
         );
@@ -199,7 +199,7 @@ pub fn sweep_chart(backend: &str, rows: &[Row], thresholds: &[&ThresholdResult])
             lx0 + 34.0,
             ly + 4.0,
             t.threshold.min_busbw,
-            super::html::escape(&t.threshold.op),
+            super::markup::escape(&t.threshold.op),
             t.status.name()
         );
     }

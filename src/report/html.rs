@@ -11,6 +11,7 @@ use std::fmt::Write;
 
 use super::chart::sweep_chart;
 use super::markdown::{mark, verdict_words};
+use super::markup::escape;
 use crate::result::Status;
 use crate::result::merged::{MergedNode, MergedReport};
 use crate::values::{count, rank_ranges};
@@ -77,23 +78,6 @@ pub fn html(m: &MergedReport) -> String {
     sources(&mut s, m);
     s.push_str("</main></body></html>\n");
     s
-}
-
-/// Text as HTML: the five characters that could open markup or end an
-/// attribute.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Backquoted spans of a hint as code, the rest as text.
@@ -555,7 +539,7 @@ mod tests {
     fn escaping_leaves_no_markup() {
         assert_eq!(
             escape(r#"<script>"a" & 'b'</script>"#),
-            "&lt;script&gt;&quot;a&quot; &amp; &#39;b&#39;&lt;/script&gt;"
+            "&lt;script&gt;&quot;a&quot; &amp; &apos;b&apos;&lt;/script&gt;"
         );
         assert_eq!(
             prose("run `kill <1>` now"),

@@ -32,15 +32,7 @@ impl Human {
         if self.detail == Detail::Normal {
             // Quiet when healthy, as NHC and goss are: the problems, then
             // one line for everything else.
-            let _ = writeln!(
-                out,
-                "{} {} · {} · {} · {}",
-                s.bold("preflight"),
-                report.tool.version,
-                report.command,
-                report.node.hostname,
-                crate::values::count(report.checks.len(), "check")
-            );
+            let _ = writeln!(out, "{}", header(report, s));
             out.push_str(&problems(report.checks.iter(), s));
             let n = &report.summary;
             let _ = writeln!(
@@ -57,15 +49,7 @@ impl Human {
             return out;
         }
         if self.detail == Detail::Verbose {
-            let _ = writeln!(
-                out,
-                "{} {} · {} · {} · {}",
-                s.bold("preflight"),
-                report.tool.version,
-                report.command,
-                report.node.hostname,
-                crate::values::count(report.checks.len(), "check")
-            );
+            let _ = writeln!(out, "{}", header(report, s));
             let width = report.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
             let mut areas: Vec<&str> = Vec::new();
             for check in &report.checks {
@@ -103,6 +87,18 @@ impl Human {
         let _ = writeln!(out, "\n{}", verdict_line(report, s));
         out
     }
+}
+
+/// `preflight 0.1.0 · check · gpu017 · 41 checks`
+fn header(report: &Report, s: &Style) -> String {
+    format!(
+        "{} {} · {} · {} · {}",
+        s.bold("preflight"),
+        report.tool.version,
+        report.command,
+        report.node.hostname,
+        crate::values::count(report.checks.len(), "check")
+    )
 }
 
 /// The "Problems" section: every failed, warning or unevaluated check with

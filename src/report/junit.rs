@@ -4,25 +4,9 @@
 
 use std::fmt::Write;
 
+use super::markup::escape;
 use crate::result::Status;
 use crate::result::report::Report;
-
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // XML 1.0 forbids most control characters even when escaped.
-            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\r' | '\t') => out.push('\u{fffd}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 fn details(check: &crate::result::CheckResult) -> String {
     let mut text = check.message.clone();

@@ -12,6 +12,7 @@ pub mod human;
 mod json;
 mod junit;
 mod markdown;
+mod markup;
 pub mod output;
 mod prometheus;
 pub mod style;

@@ -96,6 +96,18 @@ pub struct Cell {
     pub caused_by: Option<String>,
 }
 
+impl From<&CheckResult> for Cell {
+    fn from(c: &CheckResult) -> Cell {
+        Cell {
+            status: c.status,
+            area: c.area.clone(),
+            message: c.message.clone(),
+            hint: c.hint.clone(),
+            caused_by: c.caused_by.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Problem {
     pub id: String,
@@ -269,13 +281,7 @@ pub fn merge(reports: Vec<(String, Report)>, mut warnings: Vec<String>) -> Merge
             node.ranks.sort_unstable();
         }
         for c in own {
-            let cell = Cell {
-                status: c.status,
-                area: c.area.clone(),
-                message: c.message.clone(),
-                hint: c.hint.clone(),
-                caused_by: c.caused_by.clone(),
-            };
+            let cell = Cell::from(c);
             match node.checks.get(&c.id) {
                 Some(old) if severity(old.status) >= severity(c.status) => {}
                 _ => {
@@ -439,14 +445,7 @@ fn problems(nodes: &[MergedNode], cluster_checks: &[CheckResult]) -> Vec<Problem
         p.nodes.push((node.to_string(), cell.message.clone()));
     };
     for c in cluster_checks.iter().filter(|c| is_problem(c.status)) {
-        let cell = Cell {
-            status: c.status,
-            area: c.area.clone(),
-            message: c.message.clone(),
-            hint: c.hint.clone(),
-            caused_by: c.caused_by.clone(),
-        };
-        add(&c.id, CLUSTER, c.status, &cell);
+        add(&c.id, CLUSTER, c.status, &Cell::from(c));
     }
     for n in nodes {
         for (id, cell) in n.checks.iter().filter(|(_, c)| is_problem(c.status)) {
