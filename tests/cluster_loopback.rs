@@ -184,7 +184,7 @@ fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
     let msg = intruder.message("cluster.rendezvous");
     assert!(
         msg.contains(&format!(
-            "the preflight at 127.0.0.1:{port} has another job token: this rank's job secret differs from rank 0's (fingerprints "
+            "the preflight at 127.0.0.1:{port} has another job token: this rank's job secret differs from rank 0's (rank 0's: PREFLIGHT_TOKEN; this rank's: PREFLIGHT_TOKEN, fingerprint "
         )),
         "{msg}"
     );
@@ -194,13 +194,11 @@ fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
     let r1 = local("jobA-rank1", &args, &env("1", "2", &port));
     let a0 = r0.finish(MARGIN);
     let a1 = r1.finish(MARGIN);
-    // Both fingerprints, as each side prints its own.
+    // Rank 0's secret's fingerprint is never told to a stranger: it
+    // would let one test guesses offline.
     let theirs = a0.json()["cluster"]["token"].as_str().unwrap().to_string();
     let theirs = theirs.rsplit('(').next().unwrap().trim_end_matches(')');
-    assert!(
-        msg.contains(&format!("/{theirs}, from PREFLIGHT_TOKEN here")),
-        "{msg}"
-    );
+    assert!(!msg.contains(theirs), "{msg}");
     all_exit(&[a0.clone_outcome(), a1], 0);
     let warnings = a0.json()["cluster"]["warnings"].to_string();
     assert!(warnings.contains("another job"), "{warnings}");
@@ -1098,4 +1096,44 @@ fn a_port_held_by_another_program_is_named_with_its_holder_in_run() {
         "{rendezvous:#}"
     );
     assert!(report["duration_ms"].as_u64().unwrap() > 0, "{report:#}");
+}
+
+/// The usual mismatch: rank 0 has the job's secret, this rank none. It
+/// says so, naming where each token comes from; a public token's
+/// fingerprint is told, a secret's never.
+#[test]
+fn a_rank_without_the_secret_says_its_token_differs_from_rank_0s() {
+    let port = cluster::free_port().to_string();
+    let args = run_args("20s");
+    let r0 = local("rank0", &args, &env("0", "2", &port));
+    cluster::wait_listening(r0.pid, port.parse().unwrap());
+    let mut none = env("1", "2", &port);
+    none.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
+    let r1 = local("rank1", &args, &none).finish(MARGIN);
+    r0.kill();
+    let _ = r0.finish(MARGIN);
+    assert_eq!(r1.code, 1, "{}", r1.stderr);
+    let msg = r1.message("cluster.rendezvous");
+    assert!(
+        msg.contains("this rank's job secret differs from rank 0's (rank 0's: PREFLIGHT_TOKEN; this rank's: none, fingerprint "),
+        "{msg}"
+    );
+    // Two public tokens: both fingerprints, nothing to hide.
+    let port = cluster::free_port().to_string();
+    let derived = |rank: &'static str, id: &'static str| {
+        let mut e = env(rank, "2", &port);
+        e.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
+        e.push(("TORCHELASTIC_RUN_ID", id));
+        e
+    };
+    let r0 = local("rank0", &args, &derived("0", "run-1"));
+    cluster::wait_listening(r0.pid, port.parse().unwrap());
+    let r1 = local("rank1", &args, &derived("1", "run-2")).finish(MARGIN);
+    r0.kill();
+    let _ = r0.finish(MARGIN);
+    let msg = r1.message("cluster.rendezvous");
+    assert!(
+        msg.contains("(rank 0's: TORCHELASTIC_RUN_ID, fingerprint "),
+        "{msg}"
+    );
 }

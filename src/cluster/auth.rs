@@ -232,7 +232,8 @@ pub fn nonce() -> String {
 #[derive(Debug)]
 pub enum AuthError {
     /// The peer proved another token: another job (or a wrong token);
-    /// the server's token fingerprint when it named one.
+    /// where the server's token comes from (and a public one's
+    /// fingerprint), when it said.
     OtherJob {
         theirs: Option<String>,
     },
@@ -332,15 +333,30 @@ pub async fn client<S: AsyncRead + AsyncWrite + Unpin>(
         Msg::Welcome { .. } => Err(AuthError::OtherJob { theirs: None }),
         Msg::Rejected {
             reason,
+            source,
             fingerprint,
         } if reason == OTHER_JOB => Err(AuthError::OtherJob {
-            // Four bytes of hex, or nothing: a peer's word, bounded.
-            theirs: fingerprint
-                .filter(|f| f.len() == 8 && f.bytes().all(|b| b.is_ascii_hexdigit())),
+            theirs: their_token(source, fingerprint),
         }),
         Msg::Rejected { reason, .. } => Err(AuthError::RejectedByPeer(reason)),
         other => Err(unexpected("a welcome", &other)),
     }
+}
+
+/// What a rejecting server said of its token, in words, when what it said
+/// is well formed: a variable's name (or `none`), and a public token's
+/// fingerprint. A peer's word, bounded.
+fn their_token(source: Option<String>, fingerprint: Option<String>) -> Option<String> {
+    let source = source.filter(|s| {
+        (1..=40).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+            || s == "none"
+    })?;
+    let fingerprint =
+        fingerprint.filter(|f| f.len() == 8 && f.bytes().all(|b| b.is_ascii_hexdigit()));
+    Some(match fingerprint {
+        Some(f) => format!("{source}, fingerprint {f}"),
+        None => source,
+    })
 }
 
 /// The server's side: a nonce, the client's proof checked, then its own.
@@ -379,7 +395,10 @@ pub async fn server<S: AsyncRead + AsyncWrite + Unpin>(
                 stream,
                 &Msg::Rejected {
                     reason: OTHER_JOB.into(),
-                    fingerprint: Some(token.fingerprint()),
+                    source: Some(token.source.to_string()),
+                    // A secret's fingerprint would be an offline oracle for
+                    // guesses; a public token's gives nothing away.
+                    fingerprint: (!token.is_secret()).then(|| token.fingerprint()),
                 },
                 deadline,
             )

@@ -88,10 +88,10 @@ where
                     Err(AuthError::OtherJob {
                         theirs: Some(theirs),
                     }) => {
-                        let mine = cfg.token.fingerprint();
                         return Err(format!(
-                            "the preflight at {host}:{port} has another job token: this rank's job secret differs from rank 0's (fingerprints {mine}/{theirs}, from {} here): export the same PREFLIGHT_TOKEN (or PREFLIGHT_TOKEN_FILE) on every node; if {host}:{port} is not this job's master, another job holds that port",
-                            cfg.token.source
+                            "the preflight at {host}:{port} has another job token: this rank's job secret differs from rank 0's (rank 0's: {theirs}; this rank's: {}, fingerprint {}): export the same PREFLIGHT_TOKEN (or PREFLIGHT_TOKEN_FILE) on every node; if {host}:{port} is not this job's master, another job holds that port",
+                            cfg.token.source,
+                            cfg.token.fingerprint()
                         ));
                     }
                     Err(AuthError::OtherJob { theirs: None }) => {

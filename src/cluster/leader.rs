@@ -232,6 +232,7 @@ async fn follow<W: AsyncWrite + Unpin>(
             &mut sealed,
             &Msg::Rejected {
                 reason,
+                source: None,
                 fingerprint: None,
             },
             deadline,

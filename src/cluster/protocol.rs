@@ -47,11 +47,13 @@ pub enum Msg {
         proof: String,
     },
     /// Either side: why it ends the connection. A server that rejects a
-    /// proof names its own token's fingerprint, so that a rank of the same
-    /// job with a different secret can say so (32 bits of a keyed hash:
-    /// nothing to guess a 128-bit secret by).
+    /// proof says where its token comes from, and its fingerprint only
+    /// when the token is public anyway (derived from a job id): a secret's
+    /// fingerprint would let a stranger test guesses offline.
     Rejected {
         reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fingerprint: Option<String>,
     },
@@ -276,6 +278,7 @@ mod tests {
     fn an_oversized_frame_is_refused_by_its_sender() {
         let msg = Msg::Rejected {
             reason: "x".repeat(MAX_FRAME as usize),
+            source: None,
             fingerprint: None,
         };
         let mut sink: Vec<u8> = Vec::new();

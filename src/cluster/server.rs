@@ -521,6 +521,7 @@ impl Closed {
                 let deadline = Instant::now() + Duration::from_secs(1);
                 let msg = Msg::Rejected {
                     reason,
+                    source: None,
                     fingerprint: None,
                 };
                 let _ = protocol::write(&mut *writer.lock().await, &msg, deadline).await;
@@ -707,6 +708,7 @@ async fn connection(
             &mut stream,
             &Msg::Rejected {
                 reason: reason.clone(),
+                source: None,
                 fingerprint: None,
             },
             deadline,
@@ -804,6 +806,7 @@ async fn connection(
                     }
                     Err(reason) => Msg::Rejected {
                         reason,
+                        source: None,
                         fingerprint: None,
                     },
                 };
@@ -828,6 +831,7 @@ async fn connection(
                     Ok(()) => Msg::StoreValue { key, value: None },
                     Err(reason) => Msg::Rejected {
                         reason,
+                        source: None,
                         fingerprint: None,
                     },
                 };
@@ -850,6 +854,7 @@ async fn connection(
                     let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
                     let reply = Msg::Rejected {
                         reason,
+                        source: None,
                         fingerprint: None,
                     };
                     let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
