@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use crate::result::collective::{Op, Row};
+use crate::result::collective::{Row, ops_in_order};
 use crate::result::merged::ThresholdResult;
 use crate::values::format_bytes;
 
@@ -114,12 +114,7 @@ pub fn sweep_chart(backend: &str, rows: &[Row], thresholds: &[&ThresholdResult])
         TOP + (H - TOP - BOTTOM) / 2.0
     );
     // One line per operation, in the order measured.
-    let mut ops: Vec<Op> = Vec::new();
-    for r in &rows {
-        if !ops.contains(&r.op) {
-            ops.push(r.op);
-        }
-    }
+    let ops = ops_in_order(rows.iter().copied());
     for (i, op) in ops.iter().enumerate() {
         let (colour, dash, shape) = STYLES[i % STYLES.len()];
         let points: Vec<(f64, f64, &Row)> = rows
@@ -272,6 +267,7 @@ fn tick(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::result::collective::Op;
 
     #[test]
     fn nice_ceilings_are_round_and_not_below() {

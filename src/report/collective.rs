@@ -126,12 +126,7 @@ pub fn live_row(backend: &str, row: &crate::result::collective::Row) -> String {
 /// time, algbw, busbw), each closed by its average bus bandwidth.
 pub fn sweep_tables(rows: &[crate::result::collective::Row]) -> String {
     let mut out = String::new();
-    let mut ops = Vec::new();
-    for r in rows {
-        if !ops.contains(&r.op) {
-            ops.push(r.op);
-        }
-    }
+    let ops = crate::result::collective::ops_in_order(rows);
     for op in ops {
         let mine: Vec<_> = rows.iter().filter(|r| r.op == op).collect();
         let _ = writeln!(

@@ -277,12 +277,7 @@ fn collective(w: &mut String, m: &MergedReport) {
             w,
             "| op | size | time (µs) | algbw (GB/s) | busbw (GB/s) |\n|---|---:|---:|---:|---:|"
         );
-        let mut ops = Vec::new();
-        for r in &b.sweep {
-            if !ops.contains(&r.op) {
-                ops.push(r.op);
-            }
-        }
+        let ops = crate::result::collective::ops_in_order(&b.sweep);
         let mut left = 0;
         for op in ops {
             let rows: Vec<_> = b.sweep.iter().filter(|r| r.op == op).collect();

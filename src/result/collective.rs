@@ -80,6 +80,17 @@ pub struct Row {
     pub busbw: f64,
 }
 
+/// The operations of a sweep, each once, in the order they were measured.
+pub fn ops_in_order<'a>(rows: impl IntoIterator<Item = &'a Row>) -> Vec<Op> {
+    let mut ops = Vec::new();
+    for r in rows {
+        if !ops.contains(&r.op) {
+            ops.push(r.op);
+        }
+    }
+    ops
+}
+
 impl Row {
     pub fn new(op: Op, bytes: usize, dtype: Dtype, time_us: f64, world: u32) -> Row {
         let algbw = if time_us > 0.0 {
