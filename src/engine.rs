@@ -90,8 +90,20 @@ pub async fn run(
         });
     }
 
+    // A signal ends the checklist at once; a check that ends with it (a
+    // command the same Ctrl-C killed) is not evaluated rather than failed.
+    let mut interrupted = None;
     loop {
-        match tokio::time::timeout_at(deadline, tasks.join_next()).await {
+        let next = tokio::select! {
+            biased;
+            i = crate::interrupt::wait() => {
+                interrupted = Some(i);
+                tasks.abort_all();
+                break;
+            }
+            next = tokio::time::timeout_at(deadline, tasks.join_next()) => next,
+        };
+        match next {
             Ok(None) => break,
             Ok(Some(Ok((index, start, finding)))) => {
                 let lines = complete_all(&checks[index], finding, start.elapsed(), facts);
@@ -125,10 +137,16 @@ pub async fn run(
                 let check = &checks[index];
                 // Not evaluated: the check's own timeout had not passed, so
                 // nothing says the node is at fault; the run is incomplete.
-                let finding = Finding::error(format!(
-                    "not evaluated: the checklist's deadline ({}) passed before this check finished",
-                    format_duration(run_timeout)
-                ));
+                let finding = Finding::error(match &interrupted {
+                    Some(i) => format!(
+                        "not evaluated: the run was interrupted by {} before this check finished",
+                        i.signal
+                    ),
+                    None => format!(
+                        "not evaluated: the checklist's deadline ({}) passed before this check finished",
+                        format_duration(run_timeout)
+                    ),
+                });
                 vec![complete(check, finding, run_start.elapsed(), facts)]
             })
         })

@@ -15,8 +15,9 @@
 //! 5. `kinds`: every check kind, over facts and stage results.
 //! 6. `result`: what every layer shares: findings, check results, verdicts
 //!    and the stages' results.
-//! 7. Ground: `facts`, `values`, `yaml`, `exit`, `suggest`, and
-//!    `test_hooks` (fault switches, in test builds only).
+//! 7. Ground: `facts`, `values`, `yaml`, `exit`, `suggest`, `interrupt`
+//!    (the signals that end a run), and `test_hooks` (fault switches, in
+//!    test builds only).
 
 // The layers stay private to the library: the compiler's dead-code
 // analysis then covers the whole tree, as it did for the binary alone.
@@ -37,6 +38,7 @@ mod facts;
 /// Entry points for the fuzz targets in `fuzz/` (the `fuzzing` feature).
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod interrupt;
 mod kinds;
 mod report;
 mod result;

@@ -12,7 +12,7 @@
 //!   4 checklist, report
 //!   5 kinds
 //!   6 result
-//!   7 facts, values, yaml, exit, suggest, test_hooks (ground)
+//!   7 facts, values, yaml, exit, suggest, interrupt, test_hooks (ground)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -34,11 +34,20 @@ const FLOORS: &[(&str, u8)] = &[
     ("yaml", 7),
     ("exit", 7),
     ("suggest", 7),
+    ("interrupt", 7),
     ("test_hooks", 7),
 ];
 
 /// The ground: plain values that any of them may use.
-const GROUND: &[&str] = &["facts", "values", "yaml", "exit", "suggest", "test_hooks"];
+const GROUND: &[&str] = &[
+    "facts",
+    "values",
+    "yaml",
+    "exit",
+    "suggest",
+    "interrupt",
+    "test_hooks",
+];
 
 /// Imports between modules of one floor that the plan allows: the
 /// collective stage moves its data over the cluster stage's store, its

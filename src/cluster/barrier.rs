@@ -299,7 +299,9 @@ pub const MISSING_LISTED: usize = 256;
 const MISSING_NAMED: usize = 16;
 
 /// The barrier as a check result: what went wrong, every culprit named.
-pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
+/// `window` says how long the barrier waited: `within 1m`, or up to the
+/// signal that closed it.
+pub fn result(b: &Barrier, world_size: u32, window: &str) -> CheckResult {
     let mut problems = Vec::new();
     if b.missing_count > 0 {
         let mut list: Vec<String> = b
@@ -315,7 +317,7 @@ pub fn result(b: &Barrier, world_size: u32, timeout_text: &str) -> CheckResult {
             list.push(format!("... (all missing: ranks {})", b.missing_ranks));
         }
         problems.push(format!(
-            "{} of {world_size} ranks never checked in within {timeout_text}: {}",
+            "{} of {world_size} ranks never checked in {window}: {}",
             b.missing_count,
             list.join(", ")
         ));
@@ -454,7 +456,7 @@ mod tests {
         b.arrive(6, checkin(3, 5, "h3"));
         b.lose(6, "the peer closed the connection");
         assert!(!b.complete());
-        let r = result(&b.summary(10), 5, "1s");
+        let r = result(&b.summary(10), 5, "within 1s");
         assert_eq!(r.status, Status::Fail);
         for want in [
             "rank 4 (expected on h4)",
@@ -490,7 +492,7 @@ mod tests {
         for r in [0, 1, 2, 4] {
             b.arrive(u64::from(r) + 1, checkin(r, 7, "x"));
         }
-        let r = result(&b.summary(10), 7, "1s");
+        let r = result(&b.summary(10), 7, "within 1s");
         for want in [
             "rank 3 (expected on gpu002)",
             "rank 5 (expected on gpu003)",
@@ -515,7 +517,7 @@ mod tests {
         let mut c = checkin(3, 6, "n1");
         c.addr = "10.0.0.2".into();
         b.arrive(1, c);
-        let r = result(&b.summary(10), 6, "1s");
+        let r = result(&b.summary(10), 6, "within 1s");
         for want in [
             "rank 0 (expected on head)",
             "rank 1 (expected on head)",
@@ -532,6 +534,6 @@ mod tests {
         b.arrive(1, checkin(0, 2, "a"));
         b.arrive(2, checkin(1, 2, "b"));
         assert!(b.complete());
-        assert_eq!(result(&b.summary(5), 2, "1s").status, Status::Pass);
+        assert_eq!(result(&b.summary(5), 2, "within 1s").status, Status::Pass);
     }
 }

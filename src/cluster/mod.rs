@@ -128,6 +128,7 @@ fn failure_with_hint(
         reachability: Default::default(),
         culprits: Vec::new(),
         warnings: Vec::new(),
+        interrupted: None,
         collective: None,
     }
 }
@@ -179,6 +180,8 @@ struct Serving {
     world_size: u32,
     placement: barrier::Placement,
     token: Token,
+    /// 0 for rank 0's server, none for node mode's agent.
+    rank: Option<u32>,
 }
 
 fn spawn_server(
@@ -201,6 +204,7 @@ fn spawn_server(
             checks: input.cluster_checks,
             facts: Arc::clone(input.facts),
             linger: input.linger,
+            serving_rank: serving.rank,
         },
         listener,
     ))
@@ -225,6 +229,7 @@ pub async fn start_server(id: &Identity, input: ServerInput<'_>) -> Server {
                     master_host: Some(id.master_addr.clone()),
                 },
                 token,
+                rank: Some(id.rank),
             };
             Ok(Some(spawn_server(input, serving, listener)))
         }
@@ -274,6 +279,7 @@ pub async fn start_node_server(
                     master_host: Some(plan.master_addr.clone()),
                 },
                 token: token.clone(),
+                rank: None,
             };
             Ok((spawn_server(input, serving, listener), port))
         }
@@ -323,7 +329,9 @@ impl Link {
     }
 }
 
-pub async fn rank_stage(input: RankInput, server: Server) -> (ClusterReport, Option<Link>) {
+/// One rank's cluster stage. Rank 0's server is borrowed, not taken: a
+/// run cut short by a signal still reads the verdict it sent the others.
+pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport, Option<Link>) {
     let id = &input.identity;
     let facts = &input.facts;
     let token = input.token.clone();
@@ -332,7 +340,7 @@ pub async fn rank_stage(input: RankInput, server: Server) -> (ClusterReport, Opt
     let master = master_label(&id.master_addr, id.master_port);
     let server = match server {
         Ok(s) => s,
-        Err(report) => return (*report, None),
+        Err(report) => return ((**report).clone(), None),
     };
     // A rank outside the world cannot take part: it says so at once, where
     // it would otherwise retry the master until the deadline for a
@@ -399,10 +407,16 @@ pub async fn rank_stage(input: RankInput, server: Server) -> (ClusterReport, Opt
             .await
             .map(|(r, l)| (r, Some(l)))
     };
-    if let Some(server) = server {
+    if let Some(handle) = server.as_mut() {
         // Rank 0's own verdict may arrive before the others' are written:
         // stay until the server has sent them all.
-        let _ = tokio::time::timeout_at(cfg.verdict_deadline, server).await;
+        if tokio::time::timeout_at(cfg.verdict_deadline, handle)
+            .await
+            .is_ok()
+        {
+            // Done: a finished task must not be polled again.
+            *server = None;
+        }
     }
     match result {
         Ok((report, link)) => (report, link),

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::checkin::CheckIn;
 use crate::result::cluster::{ClusterReport, Probe};
+use crate::result::report::Interrupted;
 
 pub const MAGIC: &[u8; 3] = b"PFL";
 /// 3: the client proves the token first, the server answers with its
@@ -101,6 +102,11 @@ pub enum Msg {
         report: Box<ClusterReport>,
         left_ms: u64,
     },
+    /// Server, after the verdict: rank 0 was interrupted by a signal and
+    /// is leaving; every request from now on gets this answer.
+    Interrupted {
+        notice: Box<Interrupted>,
+    },
 }
 
 #[derive(Debug)]
@@ -121,6 +127,8 @@ pub enum FrameError {
     /// A well-formed answer that says no (the store refused a value, or
     /// holds something that is not what was asked for).
     Refused(String),
+    /// Rank 0 was interrupted by a signal: no answer will come.
+    Interrupted(Box<Interrupted>),
     Io(std::io::Error),
 }
 
@@ -140,6 +148,7 @@ impl fmt::Display for FrameError {
             FrameError::Timeout => write!(f, "the peer sent nothing before the deadline"),
             FrameError::Body(e) => write!(f, "a malformed message: {e}"),
             FrameError::Refused(e) => write!(f, "{e}"),
+            FrameError::Interrupted(i) => write!(f, "{}", i.describe()),
             FrameError::Io(e) => write!(f, "{e}"),
         }
     }

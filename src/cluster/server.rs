@@ -72,6 +72,8 @@ struct Shared {
     /// Ranks a node leader checked in (not the first on its connection)
     /// that have not attached on their own connection yet.
     relayed: std::sync::Mutex<std::collections::HashSet<u32>>,
+    /// Who the ranks are told was interrupted: this process's rank, host.
+    serving: (Option<u32>, String),
 }
 
 /// One authenticated connection, counted while it lives.
@@ -219,6 +221,27 @@ pub struct ServerConfig {
     /// How long after the verdict the ranks' connections stay open, for
     /// the collective stage's use of the store.
     pub linger: Duration,
+    /// The rank this process is (0), or none for node mode's agent: who
+    /// the ranks are told was interrupted.
+    pub serving_rank: Option<u32>,
+}
+
+/// What the ranks are told when this process is interrupted.
+fn notice(
+    i: &crate::interrupt::Interruption,
+    rank: Option<u32>,
+    host: &str,
+) -> crate::result::report::Interrupted {
+    crate::result::report::Interrupted {
+        signal: i.signal.to_string(),
+        phase: i.phase.clone(),
+        rank,
+        host: match rank {
+            Some(_) => host.to_string(),
+            None => format!("{host}, the rendezvous server"),
+        },
+        remote: true,
+    }
 }
 
 /// Binds the rendezvous port: MASTER_ADDR's address where it is local,
@@ -298,6 +321,7 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         pending: limits,
         per_conn: (per_node as usize).max(1),
         relayed: Default::default(),
+        serving: (cfg.serving_rank, cfg.facts.hostname().to_string()),
     });
     let accept = tokio::spawn(accept_loop(
         listener,
@@ -315,24 +339,38 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     let mut planned: Planned = HashMap::new();
     let mut replies = 0usize;
 
+    // A signal closes the barrier at once: the ranks here are told why
+    // there is no verdict instead of waiting for the deadline.
+    let mut interrupted = None;
     while !state.settled() {
-        match tokio::time::timeout_at(cfg.deadline, rx.recv()).await {
-            Ok(Some(ev)) => handle(
-                ev,
-                &mut state,
-                &mut writers,
-                &mut probes,
-                &mut planned,
-                &mut replies,
-            ),
-            Ok(None) | Err(_) => break,
+        tokio::select! {
+            biased;
+            i = crate::interrupt::wait() => {
+                interrupted = Some(i);
+                break;
+            }
+            ev = tokio::time::timeout_at(cfg.deadline, rx.recv()) => match ev {
+                Ok(Some(ev)) => handle(
+                    ev,
+                    &mut state,
+                    &mut writers,
+                    &mut probes,
+                    &mut planned,
+                    &mut replies,
+                ),
+                Ok(None) | Err(_) => break,
+            },
         }
     }
     let waited = cfg.started.elapsed();
 
     // Reachability among the nodes that are here.
     let nodes = build_nodes(&state);
-    let n = nodes.len();
+    let n = if interrupted.is_some() {
+        0
+    } else {
+        nodes.len()
+    };
     let now = Instant::now();
     let probe_deadline = (now + Duration::from_secs(2))
         .min((cfg.deadline + Duration::from_millis(800)).max(now + Duration::from_millis(300)));
@@ -415,7 +453,10 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         }
     }
 
-    let report = assemble(&cfg, &state, nodes, probes, &deaf, waited);
+    let told = interrupted
+        .as_ref()
+        .map(|i| notice(i, cfg.serving_rank, cfg.facts.hostname()));
+    let report = assemble(&cfg, &state, nodes, probes, &deaf, waited, told);
     let left_ms = cfg
         .deadline
         .saturating_duration_since(Instant::now())
@@ -477,6 +518,10 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         });
     }
     while sends.join_next().await.is_some() {}
+    if interrupted.is_some() {
+        accept.abort();
+        return report;
+    }
     // The barrier has closed. A process that checks in from now on (a
     // second claimant of a rank, a rank that started late) is not in this
     // verdict and cannot change it: it is told so, and exits not ready,
@@ -729,8 +774,25 @@ async fn connection(
     // One store get in flight per connection: a peer cannot pile up
     // waiting tasks.
     let getting = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Once this process is interrupted, a rank that checked in is told at
+    // once, and every request after gets the same answer: a rank blocked
+    // in the collective stage learns it on its next use of the store.
+    let mut told: Option<Msg> = None;
     loop {
-        let msg = match protocol::read_limited(&mut rd, store_end, protocol::MAX_RANK_FRAME).await {
+        let read = tokio::select! {
+            read = protocol::read_limited(&mut rd, store_end, protocol::MAX_RANK_FRAME) => read,
+            i = crate::interrupt::wait(), if told.is_none() && checked_in => {
+                let (rank, host) = &shared.serving;
+                let msg = Msg::Interrupted {
+                    notice: Box::new(notice(&i, *rank, host)),
+                };
+                let deadline = Instant::now() + Duration::from_millis(300);
+                let _ = protocol::write(&mut *writer.lock().await, &msg, deadline).await;
+                told = Some(msg);
+                continue;
+            }
+        };
+        let msg = match read {
             Ok(m) => m,
             Err(FrameError::Timeout) => return,
             Err(e) => {
@@ -743,6 +805,13 @@ async fn connection(
                 return;
             }
         };
+        if let (Some(answer), Msg::StoreGet { .. } | Msg::StoreSet { .. } | Msg::Attach { .. }) =
+            (&told, &msg)
+        {
+            let deadline = Instant::now() + Duration::from_millis(300);
+            let _ = protocol::write(&mut *writer.lock().await, answer, deadline).await;
+            continue;
+        }
         match msg {
             Msg::TimeRequest { t0 } => {
                 let t1 = now_us(offset_ms);

@@ -145,6 +145,7 @@ pub async fn set<S: AsyncRead + AsyncWrite + Unpin>(
     match protocol::read(conn, deadline).await? {
         Msg::StoreValue { .. } => Ok(()),
         Msg::Rejected { reason, .. } => Err(FrameError::Refused(reason)),
+        Msg::Interrupted { notice } => Err(FrameError::Interrupted(notice)),
         _ => Err(FrameError::Body("unexpected answer to a store set".into())),
     }
 }
@@ -164,7 +165,20 @@ pub async fn get<S: AsyncRead + AsyncWrite + Unpin>(
     match protocol::read(conn, deadline).await? {
         Msg::StoreValue { value, .. } => Ok(value),
         Msg::Rejected { reason, .. } => Err(FrameError::Refused(reason)),
+        Msg::Interrupted { notice } => Err(FrameError::Interrupted(notice)),
         _ => Err(FrameError::Body("unexpected answer to a store get".into())),
+    }
+}
+
+/// Rank 0's word that a signal interrupted it, if it has said so: once
+/// interrupted, it answers every request with it.
+pub async fn rank0_interrupted<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut S,
+) -> Option<Box<crate::result::report::Interrupted>> {
+    let deadline = Instant::now() + Duration::from_millis(500);
+    match get(conn, "coll/interrupted", Duration::ZERO, deadline).await {
+        Err(FrameError::Interrupted(notice)) => Some(notice),
+        _ => None,
     }
 }
 

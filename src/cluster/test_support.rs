@@ -51,6 +51,7 @@ pub async fn server(
         checks: Vec::new(),
         facts: Arc::new(Facts::new("/".into(), Default::default(), Vec::new())),
         linger: Duration::ZERO,
+        serving_rank: Some(0),
     };
     let client = ClientConfig {
         master_addr: "127.0.0.1".into(),

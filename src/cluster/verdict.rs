@@ -11,6 +11,7 @@ use super::reachability;
 use super::server::ServerConfig;
 use crate::kinds::cluster::View;
 use crate::result::cluster::{ClusterReport, Culprit, FailedCheck, Matrix, NodeView, Probe};
+use crate::result::report::Interrupted;
 use crate::result::{CheckResult, Status, Verdict};
 use crate::values::format_duration;
 
@@ -115,6 +116,7 @@ pub(super) fn assemble(
     probes: Vec<Probe>,
     deaf: &[(usize, String)],
     waited: Duration,
+    interrupted: Option<Interrupted>,
 ) -> ClusterReport {
     let nodes: Vec<NodeView> = nodes.into_iter().map(|(v, _)| v).collect();
     let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
@@ -145,8 +147,22 @@ pub(super) fn assemble(
         }
     }
     let barrier = state.summary(waited.as_millis() as u64);
-    let mut barrier_result =
-        barrier::result(&barrier, cfg.world_size, &format_duration(cfg.timeout));
+    let window = match &interrupted {
+        Some(i) => format!(
+            "before {} was interrupted by {}, {} after it started",
+            i.rank
+                .map_or("the rendezvous server".into(), |r| format!("rank {r}")),
+            i.signal,
+            format_duration(waited)
+        ),
+        None => format!("within {}", format_duration(cfg.timeout)),
+    };
+    let mut barrier_result = barrier::result(&barrier, cfg.world_size, &window);
+    if interrupted.is_some() && barrier_result.status == Status::Fail {
+        // The barrier did not run its course: nothing says these ranks
+        // would not have come.
+        barrier_result.status = Status::Error;
+    }
     if let Some((name, bound)) = &cfg.bound
         && bound.ip().is_loopback()
         && !barrier.missing.is_empty()
@@ -243,10 +259,16 @@ pub(super) fn assemble(
     // Every node's own verdict counts whether or not `cluster.node_checks`
     // was selected: a node whose checklist failed is not ready, and the
     // cluster with it.
-    let verdict = nodes
+    let mut verdict = nodes
         .iter()
         .map(|n| Verdict::from_name(&n.local_verdict))
         .fold(Verdict::of(&checks, cfg.strict), Verdict::worst);
+    if interrupted.is_some() {
+        // A run that was stopped says nothing either way, and blames
+        // nobody.
+        verdict = Verdict::Incomplete;
+        culprits.clear();
+    }
     let mode = if nodes.len() > reachability::ALL_PAIRS_MAX {
         "ring + hypercube"
     } else {
@@ -272,6 +294,7 @@ pub(super) fn assemble(
         barrier,
         checks,
         warnings,
+        interrupted,
         collective: None,
     }
 }

@@ -288,6 +288,7 @@ pub fn assemble(
         unjudged,
         missing,
         links: present.iter().filter_map(|x| x.link.clone()).collect(),
+        interrupted: None,
     }
 }
 

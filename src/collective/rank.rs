@@ -53,6 +53,10 @@ pub struct RankBackend {
     /// The run's deadline ended the probe, the plan or init.
     #[serde(default)]
     pub out_of_time: bool,
+    /// Rank 0 said a signal interrupted it, while this backend waited on
+    /// the library: this rank's own knowledge, never sent.
+    #[serde(skip)]
+    pub told: Option<Box<crate::result::report::Interrupted>>,
 }
 
 impl RankBackend {
@@ -71,6 +75,7 @@ impl RankBackend {
             notes: Vec::new(),
             log: Vec::new(),
             out_of_time: false,
+            told: None,
         }
     }
 

@@ -25,6 +25,7 @@ use super::{Backend, OpError};
 use crate::cluster::store;
 use crate::cluster::store::FrameError;
 use crate::result::collective::CollectiveReport;
+use crate::result::report::Interrupted;
 
 /// One rank's whole stage; every rank returns the same report (or, when
 /// rank 0 is gone, its own view).
@@ -47,6 +48,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         .map(|n| (n.clone(), supervisor::start(n, cfg, &info)))
         .collect();
     for name in &cfg.backends {
+        crate::interrupt::enter(format!("collective stage ({name})"));
         if let Some(avail) = super::builtin(name) {
             let mut rb = RankBackend::new(name, avail.available, avail.reason);
             let t = Instant::now();
@@ -106,6 +108,19 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             let rb = supervisor::run(name, started, cfg, &mut info).await;
             result.backends.push(rb);
         }
+        // A failure may be rank 0's leaving: a rank that rank 0 told of
+        // its interruption stops here instead of starting the next backend.
+        let last = result.backends.last_mut();
+        let told = last.as_ref().and_then(|b| b.told.clone());
+        let failed = last.is_some_and(|b| b.failure.is_some() || b.init_error.is_some());
+        let told = match told {
+            Some(notice) => Some(notice),
+            None if failed && info.rank != 0 => store::rank0_interrupted(info.conn).await,
+            None => None,
+        };
+        if let Some(notice) = told {
+            return interrupted(cfg, &info.hosts, result, *notice);
+        }
     }
     // Not when a backend ran out of time: the round would only wait for
     // ranks that are done.
@@ -137,6 +152,9 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         Instant::now() + Duration::from_secs(5),
     )
     .await;
+    if let (Err(FrameError::Interrupted(notice)), false) = (&published, info.rank == 0) {
+        return interrupted(cfg, &info.hosts, result, (**notice).clone());
+    }
     if let (Err(e), false) = (&published, info.rank == 0) {
         return alone(
             cfg,
@@ -253,6 +271,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
                 result,
                 "rank 0 sent no collective report in time".into(),
             ),
+            Err(FrameError::Interrupted(notice)) => interrupted(cfg, &info.hosts, result, *notice),
             Err(e @ FrameError::Refused(_)) => alone(
                 cfg,
                 &info.hosts,
@@ -267,6 +286,21 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             ),
         }
     }
+}
+
+/// This rank's own view, with no verdict: rank 0 was interrupted.
+fn interrupted(
+    cfg: &Config,
+    hosts: &[String],
+    own: RankResult,
+    notice: Interrupted,
+) -> CollectiveReport {
+    let mut r = alone(cfg, hosts, own, notice.describe());
+    for b in r.backends.iter_mut().filter(|b| b.verdict == "fail") {
+        b.verdict = "incomplete".into();
+    }
+    r.interrupted = Some(notice);
+    r
 }
 
 /// `Some("N ranks on M CPUs")` when this host runs more ranks than the

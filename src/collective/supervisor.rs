@@ -170,7 +170,7 @@ pub async fn run(
     }
     let init_end = cfg.deadline(init_timeout);
     loop {
-        match worker.recv(init_end).await {
+        match next(&mut worker, init_end, info).await {
             Ok(ToParent::Init { ms }) => {
                 rb.init_ms = Some(ms.max(t.elapsed().as_millis() as u64));
                 break;
@@ -184,7 +184,12 @@ pub async fn run(
                 rb.init_error = Some(format!("the worker answered {other:?} during init"));
                 break;
             }
-            Err(e) => {
+            Err(Heard::Rank0(notice)) => {
+                rb.init_error = Some(notice.describe());
+                rb.told = Some(notice);
+                break;
+            }
+            Err(Heard::Worker(e)) => {
                 rb.out_of_time = e == TIMED_OUT && cfg.out_of_time();
                 rb.init_error = Some(match e.as_str() {
                     TIMED_OUT if rb.out_of_time => format!(
@@ -216,7 +221,7 @@ pub async fn run(
     let mut current: Option<(Op, usize)> = None;
     let mut deadline = step_end();
     loop {
-        match worker.recv(deadline).await {
+        match next(&mut worker, deadline, info).await {
             Ok(ToParent::Step { op, bytes }) => {
                 current = Some((op, bytes));
                 deadline = step_end();
@@ -246,13 +251,18 @@ pub async fn run(
                 rb.failure = Some(stalled(current, format!("the worker said {other:?}")));
                 break;
             }
-            Err(e) if e == TIMED_OUT && cfg.out_of_time() => {
+            Err(Heard::Rank0(notice)) => {
+                rb.failure = Some(stalled(current, notice.describe()));
+                rb.told = Some(notice);
+                break;
+            }
+            Err(Heard::Worker(e)) if e == TIMED_OUT && cfg.out_of_time() => {
                 let mut f = stalled(current, String::new());
                 f.error = Some(OpError::RunDeadline { waiting_for: None });
                 rb.failure = Some(f);
                 break;
             }
-            Err(e) => {
+            Err(Heard::Worker(e)) => {
                 let what = match e.as_str() {
                     TIMED_OUT => format!(
                         "did not complete within {}s; killed (the library does not say which peer it waits for)",
@@ -275,6 +285,38 @@ pub async fn run(
         }
     }
     rb
+}
+
+/// What ended a wait on the worker: its own failure, or rank 0's word
+/// that a signal interrupted it.
+enum Heard {
+    Worker(String),
+    Rank0(Box<crate::result::report::Interrupted>),
+}
+
+/// The worker's next message. A library blocked on a rank that left may
+/// not notice for a long time: meanwhile a rank other than 0 asks rank 0
+/// now and then (less often in a large world) whether a signal
+/// interrupted it.
+async fn next(
+    worker: &mut Worker,
+    deadline: Instant,
+    info: &mut RankInfo<'_>,
+) -> Result<ToParent, Heard> {
+    if info.rank == 0 {
+        return worker.recv(deadline).await.map_err(Heard::Worker);
+    }
+    let every = Duration::from_secs(1 + u64::from(info.world / 512));
+    loop {
+        let tick = (Instant::now() + every).min(deadline);
+        match worker.recv(tick).await {
+            Err(e) if e == TIMED_OUT && Instant::now() < deadline => {}
+            got => return got.map_err(Heard::Worker),
+        }
+        if let Some(notice) = crate::cluster::store::rank0_interrupted(info.conn).await {
+            return Err(Heard::Rank0(notice));
+        }
+    }
 }
 
 fn stalled(current: Option<(Op, usize)>, detail: String) -> Failure {

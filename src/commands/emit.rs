@@ -2,6 +2,7 @@
 //! stdout or a file, with the cluster and collective views where the
 //! stages ran; and the exit code it carries.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::Failure;
@@ -13,6 +14,7 @@ use crate::report::style::Style;
 use crate::report::{self, Destination, Human};
 use crate::result::CheckResult;
 use crate::result::cluster::ClusterReport;
+use crate::result::report::Interrupted;
 use crate::result::report::{Node, Report};
 
 /// Set to 0 for the local ranks whose output nobody reads: they must not
@@ -22,52 +24,64 @@ pub const SPEAKER: &str = "PREFLIGHT_NODE_SPEAKER";
 /// The least time `--post` gets, even after a run that used its deadline.
 const POST_FLOOR: Duration = Duration::from_secs(2);
 
+/// What the stages found, before it is written anywhere.
+pub struct Outcome {
+    pub facts: Arc<Facts>,
+    pub results: Vec<CheckResult>,
+    /// The cluster's report and this process's rank, where a rendezvous ran.
+    pub cluster: Option<(ClusterReport, u32)>,
+    pub started_at: SystemTime,
+    pub elapsed: Duration,
+    /// A signal cut the run short.
+    pub interrupted: Option<Interrupted>,
+}
+
 /// A node agent that could not start its ranks still reports, in the
 /// format asked for, why.
 pub fn emit_cluster_only(
     args: &RunArgs,
-    facts: &Facts,
+    facts: Arc<Facts>,
     cluster: ClusterReport,
 ) -> Result<ExitCode, Failure> {
     emit(
         args,
         Stage::Full,
-        facts,
-        Vec::new(),
-        Some((cluster, 0)),
-        SystemTime::now(),
-        Duration::ZERO,
+        Outcome {
+            facts,
+            results: Vec::new(),
+            cluster: Some((cluster, 0)),
+            started_at: SystemTime::now(),
+            elapsed: Duration::ZERO,
+            interrupted: None,
+        },
     )
 }
 
 /// The report document of a run, and this process's rank (0 alone).
-pub fn report_of(
-    args: &RunArgs,
-    stage: Stage,
-    facts: &Facts,
-    results: Vec<CheckResult>,
-    cluster: Option<(ClusterReport, u32)>,
-    started_at: SystemTime,
-    elapsed: Duration,
-) -> (Report, u32) {
+pub fn report_of(args: &RunArgs, stage: Stage, o: Outcome) -> (Report, u32) {
     let node = Node {
-        hostname: facts.hostname().to_string(),
+        hostname: o.facts.hostname().to_string(),
         root: args.checklist.root.display().to_string(),
         pid: std::process::id(),
-        rank: cluster.as_ref().map(|(_, rank)| *rank),
+        rank: o.cluster.as_ref().map(|(_, rank)| *rank),
     };
     let mut report = Report::new(
         stage.command(),
         node,
-        started_at,
-        elapsed,
-        results,
+        o.started_at,
+        o.elapsed,
+        o.results,
         args.strict,
     );
     let mut rank = 0;
-    if let Some((c, r)) = cluster {
+    if let Some((c, r)) = o.cluster {
         report = report.with_cluster(c);
         rank = r;
+    }
+    // This process's own signal, over any rank 0 told it of.
+    if let Some(how) = o.interrupted {
+        report.node.rank = report.node.rank.or(how.rank);
+        report = report.interrupted(how);
     }
     (report, rank)
 }
@@ -82,16 +96,11 @@ fn plain(text: String) -> String {
     }
 }
 
-pub fn emit(
-    args: &RunArgs,
-    stage: Stage,
-    facts: &Facts,
-    results: Vec<CheckResult>,
-    cluster: Option<(ClusterReport, u32)>,
-    started_at: SystemTime,
-    elapsed: Duration,
-) -> Result<ExitCode, Failure> {
-    let (mut report, rank) = report_of(args, stage, facts, results, cluster, started_at, elapsed);
+pub fn emit(args: &RunArgs, stage: Stage, outcome: Outcome) -> Result<ExitCode, Failure> {
+    let facts = Arc::clone(&outcome.facts);
+    let facts = facts.as_ref();
+    let elapsed = outcome.elapsed;
+    let (mut report, rank) = report_of(args, stage, outcome);
     // A node agent's other local ranks: nobody reads them, and they must
     // not overwrite the first rank's report file.
     let muted = facts.env(SPEAKER) == Some("0");
@@ -105,6 +114,14 @@ pub fn emit(
         }
     }
     let human = |style: Style| {
+        if let (true, Some(how), Some(c)) = (rank != 0, &report.interrupted, &report.cluster) {
+            return format!(
+                "{}  rank {rank} of {} · {}\n",
+                style.verdict(report.verdict),
+                c.world_size,
+                how.describe()
+            );
+        }
         if rank != 0
             && let Some(c) = &report.cluster
         {

@@ -55,6 +55,9 @@ pub fn agent(
         .map_err(|e| Failure::Usage(format!("cannot find this program to start the ranks: {e}")))?;
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
 
+    // The agent serves (node 0) and waits for its ranks: its part of the
+    // rendezvous, whatever stage the ranks are in.
+    crate::interrupt::enter("rendezvous");
     let outcome = runtime.block_on(async {
         let mut port = plan.master_port;
         let server = if plan.node_rank == 0 {
@@ -114,6 +117,19 @@ pub fn agent(
                 }
             }
         }
+        // A signal to the agent goes on to its ranks: each ends as an
+        // interrupted rank does, with its report, which the agent passes on.
+        let pids: Vec<u32> = children.iter().filter_map(|c| c.id()).collect();
+        tokio::spawn(async move {
+            let i = crate::interrupt::wait().await;
+            let sig = i
+                .signal
+                .parse::<nix::sys::signal::Signal>()
+                .unwrap_or(nix::sys::signal::Signal::SIGTERM);
+            for pid in pids {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+            }
+        });
         // The ranks run the collective stage after the verdict.
         let end = started + timeout + GRACE + linger;
         let mut speaker = None;
@@ -138,7 +154,7 @@ pub fn agent(
     });
     runtime.shutdown_background();
     match outcome {
-        Err(report) => emit_cluster_only(args, &facts, report),
+        Err(report) => emit_cluster_only(args, facts, report),
         Ok((Some((stdout, code)), _)) => {
             crate::report::output::write_stdout(&String::from_utf8_lossy(&stdout))
                 .map_err(|e| Failure::Usage(format!("cannot write the report: {e}")))?;

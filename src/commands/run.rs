@@ -11,6 +11,7 @@ pub mod args;
 
 pub use args::{CollectiveMode, Format, RunArgs, Stage};
 
+pub use super::emit::Outcome;
 use super::emit::emit;
 use super::{Failure, all_checks, facts, select};
 use crate::checklist::{self, Check, Evaluator};
@@ -26,6 +27,7 @@ use crate::exit::ExitCode;
 use crate::facts::Facts;
 use crate::report;
 use crate::result::cluster::ClusterReport;
+use crate::result::report::Interrupted;
 use crate::result::{CheckResult, Verdict};
 
 /// The collective stage's settings for this command.
@@ -86,26 +88,8 @@ const REQUIRE_SECRET_VAR: &str = "PREFLIGHT_REQUIRE_SECRET";
 pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
     match execute(args, stage, None)? {
         Executed::Agent(code) => Ok(code),
-        Executed::Done(o) => emit(
-            args,
-            stage,
-            &o.facts,
-            o.results,
-            o.cluster,
-            o.started_at,
-            o.elapsed,
-        ),
+        Executed::Done(o) => emit(args, stage, *o),
     }
-}
-
-/// What the stages found, before it is written anywhere.
-pub struct Outcome {
-    pub facts: Arc<Facts>,
-    pub results: Vec<CheckResult>,
-    /// The cluster's report and this process's rank, where a rendezvous ran.
-    pub cluster: Option<(ClusterReport, u32)>,
-    pub started_at: SystemTime,
-    pub elapsed: Duration,
 }
 
 pub enum Executed {
@@ -121,6 +105,12 @@ pub fn execute(
     env: Option<BTreeMap<String, String>>,
 ) -> Result<Executed, Failure> {
     let process_start = tokio::time::Instant::now();
+    if let Err(e) = crate::interrupt::install() {
+        eprintln!(
+            "preflight: warning: cannot take over SIGTERM, SIGINT and SIGHUP ({e}): a signal ends this run without a report"
+        );
+    }
+    crate::interrupt::enter("startup");
     if stage != Stage::Checklist {
         crate::cluster::raise_open_files();
     }
@@ -162,37 +152,93 @@ pub fn execute(
             },
         ))
     });
+    crate::interrupt::enter("checks");
     let results = checklist_stage(&runtime, args, &plan, identity.as_ref());
-    let cluster = identity.zip(server).map(|(identity, server)| {
+    let rank = identity.as_ref().map(|id| id.rank);
+    let cluster = identity.zip(server).and_then(|(identity, mut server)| {
         let place = Place {
             rank: identity.rank,
             local_rank: identity.local_rank,
             local_world: identity.local_world_size,
         };
+        if crate::interrupt::get().is_some() {
+            // Rank 0's server closed its barrier at the signal and told
+            // the ranks here; the others never checked in.
+            return sent_verdict(&runtime, &mut server).map(|r| (r, place.rank));
+        }
+        crate::interrupt::enter("rendezvous");
         let (mut report, link) = cluster_stage(
             &runtime,
             args,
             &plan,
             identity,
-            server,
+            &mut server,
             &results,
             process_start,
-        );
-        if let Some(link) = link {
+        )?;
+        if let Some(link) = link
+            && crate::interrupt::get().is_none()
+        {
             collective_stage(&runtime, args, &plan, &mut report, link, place);
         }
-        (report, place.rank)
+        Some((report, place.rank))
     });
+    crate::interrupt::enter("report");
     // Probes stuck in blocking reads past their timeout must not hold the
     // process open: the verdict is already known.
     runtime.shutdown_background();
+    let interrupted = crate::interrupt::get().map(|i| {
+        // Children end with their tasks (kill_on_drop); what they started
+        // in turn ends here.
+        crate::interrupt::kill_descendants();
+        #[cfg(feature = "test-hooks")]
+        if let Some(ms) = plan
+            .facts
+            .env(crate::test_hooks::INTERRUPT_DELAY_MS)
+            .and_then(|v| v.parse().ok())
+        {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        Interrupted {
+            signal: i.signal.to_string(),
+            phase: i.phase,
+            rank,
+            host: plan.facts.hostname().to_string(),
+            remote: false,
+        }
+    });
     Ok(Executed::Done(Box::new(Outcome {
         facts: plan.facts,
         results,
         cluster,
         started_at,
         elapsed: start.elapsed(),
+        interrupted,
     })))
+}
+
+/// After a signal: how long rank 0's part of the rendezvous may go on. Its
+/// server closes the barrier at once and sends every rank that checked in,
+/// itself included, the verdict that says so.
+const RANK0_GRACE: Duration = Duration::from_millis(800);
+
+/// After a signal in the collective stage: how long rank 0 keeps serving
+/// the store, so that the ranks it tells hear it before its sockets close.
+const TELL_PEERS: Duration = Duration::from_millis(300);
+
+/// The verdict rank 0's server sent when a signal closed its barrier; none
+/// on the other ranks, which serve nothing.
+fn sent_verdict(
+    runtime: &tokio::runtime::Runtime,
+    server: &mut cluster::Server,
+) -> Option<ClusterReport> {
+    let Ok(Some(handle)) = server else {
+        return None;
+    };
+    runtime
+        .block_on(tokio::time::timeout(RANK0_GRACE, handle))
+        .ok()?
+        .ok()
 }
 
 /// What `run` settles before any stage: the settings, the checks split by
@@ -377,11 +423,12 @@ fn cluster_stage(
     args: &RunArgs,
     plan: &Plan,
     identity: Identity,
-    server: cluster::Server,
+    server: &mut cluster::Server,
     results: &[CheckResult],
     process_start: tokio::time::Instant,
-) -> (ClusterReport, Option<cluster::Link>) {
+) -> Option<(ClusterReport, Option<cluster::Link>)> {
     let own_world = identity.world_size;
+    let rank0 = identity.rank == 0;
     let input = RankInput {
         identity,
         facts: Arc::clone(&plan.facts),
@@ -393,7 +440,24 @@ fn cluster_stage(
         token: plan.token.clone(),
         collective: plan.coll.mode != coll::Mode::Off,
     };
-    let (report, link) = runtime.block_on(cluster::rank_stage(input, server));
+    // A signal ends the stage: at once on a rank, which has nothing to tell
+    // anyone; rank 0's own part is given a moment to receive the verdict
+    // its server sent.
+    let staged = runtime.block_on(async {
+        tokio::select! {
+            staged = cluster::rank_stage(input, server) => Some(staged),
+            _ = async {
+                crate::interrupt::wait().await;
+                if rank0 {
+                    tokio::time::sleep(RANK0_GRACE).await;
+                }
+            } => None,
+        }
+    });
+    let (report, link) = match staged {
+        Some(staged) => staged,
+        None => return sent_verdict(runtime, server).map(|r| (r, None)),
+    };
     // Only when every rank is here and agrees on the world: all ranks see
     // the same barrier in the same verdict, so all of them run the stage or
     // none. A rank also holds the verdict's world to its own WORLD_SIZE
@@ -404,7 +468,7 @@ fn cluster_stage(
             && report.world_size == own_world
             && plan.coll.mode != coll::Mode::Off
     });
-    (report, link)
+    Some((report, link))
 }
 
 /// Real collectives on every backend, then the checks over their report;
@@ -465,9 +529,25 @@ fn collective_stage(
         until: Some(link.until),
         ..plan.coll.clone()
     };
-    let c = runtime.block_on(stage::run(&cfg, info));
+    let c = runtime.block_on(async {
+        tokio::select! {
+            c = stage::run(&cfg, info) => Some(c),
+            _ = crate::interrupt::wait() => None,
+        }
+    });
     if watching {
         eprint!("\r\x1b[K");
+    }
+    let Some(c) = c else {
+        if rank == 0 {
+            // The server's connections tell the ranks meanwhile.
+            runtime.block_on(async { tokio::time::sleep(TELL_PEERS).await });
+        }
+        return;
+    };
+    // Rank 0 was interrupted, and told this rank so.
+    if let Some(notice) = &c.interrupted {
+        report.interrupted = Some(notice.clone());
     }
     report
         .checks

@@ -134,6 +134,7 @@ mod tests {
             unjudged: None,
             missing: Vec::new(),
             links: Vec::new(),
+            interrupted: None,
         }
     }
 

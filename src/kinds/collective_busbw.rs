@@ -322,6 +322,7 @@ mod tests {
             unjudged: None,
             missing: Vec::new(),
             links,
+            interrupted: None,
         }
     }
 

@@ -171,6 +171,9 @@ pub fn verdict_line(report: &Report, s: &Style) -> String {
 /// ready, `  · failed: id, id`, so that the one line alone (a Slurm log,
 /// a node-problem-detector condition) says what to look at.
 fn root_causes(report: &Report) -> String {
+    if let Some(how) = &report.interrupted {
+        return format!("  · {}", how.describe());
+    }
     if !report.checks.iter().any(|c| c.caused_by.is_some()) {
         let (label, status) = match report.verdict {
             Verdict::Ready => return String::new(),

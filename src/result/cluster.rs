@@ -40,6 +40,10 @@ pub struct ClusterReport {
     #[serde(default)]
     pub culprits: Vec<Culprit>,
     pub warnings: Vec<String>,
+    /// Rank 0 was interrupted by a signal before it could give a verdict:
+    /// it says so to every rank it can still reach.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<super::report::Interrupted>,
     /// The collective stage, run after the verdict; the report moves it to
     /// its own top-level `collective` section.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -255,6 +259,7 @@ impl ClusterReport {
             },
             culprits,
             warnings,
+            interrupted: self.interrupted.clone(),
             collective: None,
         }
     }

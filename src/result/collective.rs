@@ -22,6 +22,10 @@ pub struct CollectiveReport {
     /// Each rank's TCP-backend interface, link speed and Unix-socket peers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<RankLink>,
+    /// Rank 0 was interrupted by a signal during the stage, as it told
+    /// this rank: the stage has no verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<super::report::Interrupted>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -37,6 +37,47 @@ pub const TOOL: Tool = Tool {
     version: Cow::Borrowed(env!("CARGO_PKG_VERSION")),
 };
 
+/// A run cut short by a signal: the verdict is `incomplete`, whatever the
+/// checks that finished found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Interrupted {
+    /// `SIGTERM`, `SIGINT` or `SIGHUP`.
+    pub signal: String,
+    /// What the interrupted process was doing: `startup`, `checks`,
+    /// `rendezvous`, `collective (BACKEND)` or `report`.
+    pub phase: String,
+    /// The rank that was interrupted, in a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// Its host.
+    pub host: String,
+    /// Another process's interruption that this one was told of (rank 0's,
+    /// on the other ranks); false on the interrupted process itself.
+    #[serde(default)]
+    pub remote: bool,
+}
+
+impl Interrupted {
+    /// "interrupted by SIGTERM during the checks", or for a peer's: "rank 0
+    /// (h1) was interrupted by SIGTERM during the rendezvous".
+    pub fn describe(&self) -> String {
+        let during = match self.phase.as_str() {
+            "startup" => "before any check ran".to_string(),
+            "report" => "while writing the report".to_string(),
+            p => format!("during the {p}"),
+        };
+        if self.remote {
+            let who = match self.rank {
+                Some(r) => format!("rank {r} ({})", self.host),
+                None => self.host.clone(),
+            };
+            format!("{who} was interrupted by {} {during}", self.signal)
+        } else {
+            format!("interrupted by {} {during}", self.signal)
+        }
+    }
+}
+
 /// Read back by `preflight report`: the fields added since v1 first
 /// shipped have defaults, so that older v1 reports still read.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -66,6 +107,10 @@ pub struct Report {
     /// report that could not be posted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Set when a signal cut the run short (this process's, or rank 0's
+    /// that it told this rank of): the verdict is then `incomplete`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interrupted>,
 }
 
 impl Report {
@@ -94,7 +139,17 @@ impl Report {
             cluster: None,
             collective: None,
             warnings: Vec::new(),
+            interrupted: None,
         }
+    }
+
+    /// A signal cut the run short: whatever was found, nothing says the
+    /// node is ready or not, so the verdict is `incomplete` (exit 3).
+    pub fn interrupted(mut self, how: Interrupted) -> Report {
+        self.verdict = Verdict::Incomplete;
+        self.exit_code = self.verdict.exit_code().code();
+        self.interrupted = Some(how);
+        self
     }
 
     /// Adds the cluster stage: its checks join this node's, and its verdict,
@@ -106,7 +161,12 @@ impl Report {
         self.summary = Summary::of(&self.checks);
         self.verdict = cluster.verdict;
         self.exit_code = cluster.exit_code;
+        // Rank 0 interrupted: every rank it told is as incomplete as it.
+        let told = cluster.interrupted.clone();
         self.cluster = Some(cluster);
-        self
+        match told {
+            Some(how) => self.interrupted(how),
+            None => self,
+        }
     }
 }

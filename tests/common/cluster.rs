@@ -347,3 +347,28 @@ pub fn wait_checked_in(pid: u32, port: u16) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Whether process `pid` holds an established connection on which neither
+/// end is `master_port`: the collective stage's mesh, so the rank is past
+/// the rendezvous and inside the stage.
+pub fn in_mesh(pid: u32, master_port: u16) -> bool {
+    let mine = socket_inodes(pid);
+    tcp_rows(pid)
+        .iter()
+        .any(|(local, remote, state, _, inode)| {
+            state == "01" && *local != master_port && *remote != master_port && mine.contains(inode)
+        })
+}
+
+/// Waits (30 s at most) until `ready` holds, polling: the event a test
+/// waits for instead of sleeping.
+pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{what}: not after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -102,15 +102,7 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
             ));
         }
     };
-    let (report, rank) = report_of(
-        &run_args,
-        stage,
-        &outcome.facts,
-        outcome.results,
-        outcome.cluster,
-        outcome.started_at,
-        outcome.elapsed,
-    );
+    let (report, rank) = report_of(&run_args, stage, outcome);
     let file = report_file(&settings.report_dir, &own, mode, job_id.as_deref());
     let mut problems: Vec<String> = Vec::new();
     if let Err(e) = write_report(&file, &report) {
