@@ -23,7 +23,7 @@ seed checklist $root/checks/*.yaml $root/fixtures/checklists/*/*.yaml $root/fixt
 seed site_settings $root/contrib/slurm/*.yaml $root/fixtures/checklists/valid/*.yaml
 seed report $root/fixtures/reports/run-4node/*.json $root/tests/snapshots/mixed.json
 seed nvidia_smi_xml $(find $root/fixtures -name '*.xml' | head -20)
-seed proc_text $(find $root/fixtures -path '*proc*' -type f | head -40)
+seed proc_text $(find $root/fixtures -path '*proc*' -type f | head -40) /proc/net/tcp /proc/net/tcp6 /proc/self/stat
 seed nodelist /dev/null
 printf 'gpu[001-004,010],login1' > corpus/nodelist/seed-list
 printf 'rack[1-2]-node[01-03]' > corpus/nodelist/seed-nested

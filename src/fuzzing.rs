@@ -21,6 +21,8 @@ pub fn checklist(data: &[u8]) {
             assert!(e.to_string().starts_with("fuzz.yaml"), "{e}");
         }
     }
+    // The same data spelled by saphyr's emitter loads to the same checks.
+    crate::checklist::reemit::assert_reemitted_loads_the_same("fuzz.yaml", text);
 }
 
 /// The site settings file of /etc/preflight.
@@ -179,6 +181,12 @@ pub fn proc_text(data: &[u8]) {
     let _ = crate::facts::limits::soft_limit(text, "Max open files");
     let _ = crate::facts::nvidia::proc_version(text);
     let _ = crate::facts::infiniband::parse_rate(text);
+    // /proc/net/tcp: every inode found for the port is written in the text.
+    for inode in crate::kinds::port_holder::bound_inodes(text, 29500) {
+        assert!(text.contains(&inode.to_string()), "{inode}");
+    }
+    // /proc/PID/stat, as a signal's cleanup reads it to find descendants.
+    let _ = crate::interrupt::parse_stat(1, text);
 }
 
 /// `nft -j list ruleset` and `iptables-save`, the first byte choosing.

@@ -502,7 +502,7 @@ fn a_library_worker_ends_with_its_interrupted_rank_and_the_peer_is_told() {
         .iter()
         .map(|s| s.to_string()),
     );
-    let (mut procs, _) = start_ranks(
+    let (mut procs, port) = start_ranks(
         2,
         &[0, 1],
         &args,
@@ -516,6 +516,8 @@ fn a_library_worker_ends_with_its_interrupted_rank_and_the_peer_is_told() {
             .unwrap_or(0);
         worker != 0
     });
+    // Inside oneCCL: its own connections between the workers are up.
+    wait_until("oneCCL's connections", || in_mesh(worker, port));
     let rank1 = procs.pop().unwrap();
     let rank0 = procs.pop().unwrap();
     let sent = send("TERM", rank0.pid);

@@ -6,6 +6,8 @@ mod evaluate;
 mod hash;
 mod hint;
 mod load;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod reemit;
 pub mod when;
 
 use std::sync::Arc;

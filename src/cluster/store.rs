@@ -170,14 +170,18 @@ pub async fn get<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Rank 0's word that a signal interrupted it, if it has said so: once
-/// interrupted, it answers every request with it.
-pub async fn rank0_interrupted<S: AsyncRead + AsyncWrite + Unpin>(
+/// Rank 0's word that a signal interrupted it, if it has said so. Rank 0
+/// pushes it to every connection when the signal comes, unasked: it is
+/// read here from what already arrived, without a request (so that asking
+/// costs rank 0 nothing at any scale, and works after rank 0 has exited:
+/// the frame stays readable before the connection's end). Only between
+/// requests, when nothing else can be on the way.
+pub async fn rank0_interrupted<S: AsyncRead + Unpin>(
     conn: &mut S,
 ) -> Option<Box<crate::result::report::Interrupted>> {
-    let deadline = Instant::now() + Duration::from_millis(500);
-    match get(conn, "coll/interrupted", Duration::ZERO, deadline).await {
-        Err(FrameError::Interrupted(notice)) => Some(notice),
+    let deadline = Instant::now() + Duration::from_millis(20);
+    match super::protocol::read(conn, deadline).await {
+        Ok(Msg::Interrupted { notice }) => Some(notice),
         _ => None,
     }
 }

@@ -295,9 +295,9 @@ enum Heard {
 }
 
 /// The worker's next message. A library blocked on a rank that left may
-/// not notice for a long time: meanwhile a rank other than 0 asks rank 0
-/// now and then (less often in a large world) whether a signal
-/// interrupted it.
+/// not notice for a long time: meanwhile a rank other than 0 looks, every
+/// half second, for rank 0's word that a signal interrupted it (pushed to
+/// it, not asked for: it costs rank 0 nothing).
 async fn next(
     worker: &mut Worker,
     deadline: Instant,
@@ -306,7 +306,7 @@ async fn next(
     if info.rank == 0 {
         return worker.recv(deadline).await.map_err(Heard::Worker);
     }
-    let every = Duration::from_secs(1 + u64::from(info.world / 512));
+    let every = Duration::from_millis(500);
     loop {
         let tick = (Instant::now() + every).min(deadline);
         match worker.recv(tick).await {

@@ -58,26 +58,37 @@ fn inodes(facts: &Facts, port: u16) -> Vec<u64> {
         let Ok(text) = std::fs::read_to_string(facts.host_path(table)) else {
             continue;
         };
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-            let (Some(local), Some(inode)) = (fields.get(1), fields.get(9)) else {
-                continue;
-            };
-            let Some(local_port) = local
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok())
-            else {
-                continue;
-            };
-            if local_port == port
-                && let Ok(inode) = inode.parse::<u64>()
-                && inode != 0
-                && !found.contains(&inode)
-            {
+        for inode in bound_inodes(&text, port) {
+            if !found.contains(&inode) {
                 found.push(inode);
             }
+        }
+    }
+    found
+}
+
+/// The inodes of the sockets bound to `port` in one table's text
+/// (/proc/net/tcp or tcp6): the kernel's, or a fixture's, or garbage.
+pub(crate) fn bound_inodes(text: &str, port: u16) -> Vec<u64> {
+    let mut found = Vec::new();
+    for line in text.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+        let (Some(local), Some(inode)) = (fields.get(1), fields.get(9)) else {
+            continue;
+        };
+        let Some(local_port) = local
+            .rsplit(':')
+            .next()
+            .and_then(|p| u16::from_str_radix(p, 16).ok())
+        else {
+            continue;
+        };
+        if local_port == port
+            && let Ok(inode) = inode.parse::<u64>()
+            && inode != 0
+        {
+            found.push(inode);
         }
     }
     found

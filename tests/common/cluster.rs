@@ -113,13 +113,23 @@ impl Proc {
         // Reaped: its pid may belong to another process from now on.
         self.done = result.is_ok();
         match result {
-            Ok(Ok(out)) => Outcome {
-                label: self.label.clone(),
-                code: out.status.code().unwrap_or(-1),
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-                elapsed: self.started.elapsed(),
-            },
+            Ok(Ok(out)) => {
+                // The fault matrix's time column (docs/faults.md) comes
+                // from these lines: `cargo test -- --nocapture`.
+                println!(
+                    "{}: exit {:?} after {:.2?}",
+                    self.label,
+                    out.status.code(),
+                    self.started.elapsed()
+                );
+                Outcome {
+                    label: self.label.clone(),
+                    code: out.status.code().unwrap_or(-1),
+                    stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                    stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                    elapsed: self.started.elapsed(),
+                }
+            }
             Ok(Err(e)) => panic!("{}: {e}", self.label),
             Err(_) => panic!(
                 "{} still running after {limit:?}: something waited without a deadline",
