@@ -146,7 +146,7 @@ fn a_checklist_replaced_mid_read_is_read_whole_or_refused_with_its_place() {
             std::thread::spawn(move || {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let text = if n % 2 == 0 { &b } else { &a };
+                    let text = if n.is_multiple_of(2) { &b } else { &a };
                     if in_place {
                         let mut f = std::fs::File::create(&path).unwrap();
                         let cut = text.len() / 2;

@@ -126,15 +126,13 @@ pub fn assemble(
         }
         let init_ms = per.iter().filter_map(|(_, b)| b.init_ms).max();
         let mut ended = None;
-        if let Some((r, b)) = per
+        let init_failed: Vec<(u32, &RankBackend)> = per
             .iter()
-            .find(|(_, b)| b.init_error.is_some() && !b.out_of_time)
-        {
-            ended = Some(format!(
-                "init failed on rank {r}{}: {}",
-                host(*r),
-                b.init_error.clone().unwrap_or_default()
-            ));
+            .filter(|(_, b)| b.init_error.is_some() && !b.out_of_time)
+            .copied()
+            .collect();
+        if !init_failed.is_empty() {
+            ended = Some(init_failure(&init_failed, per.len(), &host));
         }
         let failures: Vec<(u32, &Failure)> = per
             .iter()
@@ -381,6 +379,49 @@ fn out_of_time(cut: &[(u32, &RankBackend)], host: &dyn Fn(u32) -> String) -> Str
     text
 }
 
+/// Why init failed: a rank that failed by itself is named first, with
+/// the ranks that waited on it; when every failed rank was only waiting
+/// at its deadline, all of them are named, for inside a library nobody can
+/// tell who held up whom.
+fn init_failure(
+    failed: &[(u32, &RankBackend)],
+    ranks: usize,
+    host: &dyn Fn(u32) -> String,
+) -> String {
+    let stalled: Vec<u32> = failed
+        .iter()
+        .filter(|(_, b)| b.init_stalled)
+        .map(|(r, _)| *r)
+        .collect();
+    let (r, b) = failed
+        .iter()
+        .find(|(_, b)| !b.init_stalled)
+        .unwrap_or(&failed[0]);
+    let error = b.init_error.as_deref().unwrap_or_default();
+    if !b.init_stalled {
+        let mut text = format!("init failed on rank {r}{}: {error}", host(*r));
+        if !stalled.is_empty() {
+            text.push_str(&format!(
+                "; {} waited for init until the deadline",
+                rank_list(&stalled)
+            ));
+        }
+        text
+    } else if stalled.len() > 1 {
+        let every = if stalled.len() == ranks {
+            " (every rank)"
+        } else {
+            ""
+        };
+        format!(
+            "init did not finish on {}{every}: rank {r} says: {error}; the library does not say which rank held up the others",
+            rank_list(&stalled)
+        )
+    } else {
+        format!("init failed on rank {r}{}: {error}", host(*r))
+    }
+}
+
 fn rank_list(ranks: &[u32]) -> String {
     let names: Vec<String> = ranks.iter().map(u32::to_string).collect();
     if ranks.len() == 1 {
@@ -407,8 +448,8 @@ fn explain(
             m.dtype.name(),
             crate::values::format_bytes(f.bytes as u64),
             m.index,
-            m.expected,
-            m.got,
+            super::verify::element_text(m.expected),
+            super::verify::element_text(m.got),
             m.bad
         );
         if let Some(c) = &m.culprit {
@@ -475,6 +516,57 @@ fn explain(
                 crate::values::format_bytes(f.bytes as u64),
                 rank_list(&waiting),
                 host(c)
+            );
+        }
+        // Ranks that stalled ended their own operation at the deadline
+        // and none is missing or held: inside a library nobody can tell
+        // who held up whom, so every rank that waited is named, not the
+        // first to report. A rank that failed otherwise beside them saw
+        // the aborts close its connections (a rank whose own error came
+        // first aborts at once, and its peers see that, not a stall).
+        let first_stalled = failures
+            .iter()
+            .find(|(_, f)| matches!(f.error, Some(OpError::Stalled { .. })));
+        let others: Vec<&(u32, &Failure)> = failures
+            .iter()
+            .filter(|(_, f)| !matches!(f.error, Some(OpError::Stalled { .. })))
+            .collect();
+        let several = waiting.len() > 1 || !others.is_empty();
+        if let (true, true, Some((_, first))) = (culprits.is_empty(), several, first_stalled) {
+            let every = if waiting.len() == present.len() {
+                " (every rank)"
+            } else {
+                ""
+            };
+            let said = |f: &Failure| {
+                f.error
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            };
+            let then = others
+                .first()
+                .map(|(r, f)| {
+                    let ranks: Vec<u32> = others.iter().map(|(r, _)| *r).collect();
+                    let whose = if ranks.len() > 1 {
+                        format!("rank {r}: ")
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "; then {} saw the aborts ({whose}{})",
+                        rank_list(&ranks),
+                        said(f)
+                    )
+                })
+                .unwrap_or_default();
+            return format!(
+                "{} timed out at {} on {}{every}: rank {} says: {}{then}; the library does not say which rank held up the others (the tcp backend over the same hosts names it)",
+                first.op.name(),
+                crate::values::format_bytes(first.bytes as u64),
+                rank_list(&waiting),
+                waiting[0],
+                said(first)
             );
         }
     }
@@ -597,6 +689,87 @@ mod tests {
         assemble(&cfg(), all.len() as u32, all, &hosts)
             .backends
             .remove(0)
+    }
+
+    /// Rank `rank`'s tcp backend failed init with `error`.
+    fn init_failed(rank: u32, error: &str, stalled: bool) -> Option<RankResult> {
+        let mut r = stopped(rank, None)?;
+        r.backends[0].init_ms = None;
+        r.backends[0].init_error = Some(error.into());
+        r.backends[0].init_stalled = stalled;
+        Some(r)
+    }
+
+    /// Found by the NCCL stand-in: a rank that never finished init left
+    /// every rank waiting, and rank 0 alone was named; a rank that failed
+    /// by itself is named before those that only waited for it.
+    #[test]
+    fn init_names_the_rank_that_failed_or_every_rank_that_waited() {
+        let waited = |r: u32| init_failed(r, &format!("rank {r} still in progress"), true);
+        let ended = one(&[waited(0), waited(1)]).ended.unwrap();
+        assert!(
+            ended.starts_with("init did not finish on ranks 0, 1 (every rank): rank 0 says: rank 0 still in progress"),
+            "{ended}"
+        );
+        let ended = one(&[
+            waited(0),
+            init_failed(1, "ncclSystemError", false),
+            waited(2),
+        ])
+        .ended
+        .unwrap();
+        assert_eq!(
+            ended,
+            "init failed on rank 1 (h1): ncclSystemError; ranks 0, 2 waited for init until the deadline"
+        );
+        let ended = one(&[waited(0), stopped(1, None)]).ended.unwrap();
+        assert_eq!(
+            ended,
+            "init failed on rank 0 (h0): rank 0 still in progress"
+        );
+    }
+
+    /// Found by the NCCL stand-in: every rank of a library backend stalled
+    /// and none was held or gone; the first rank's words alone named rank 0
+    /// as if it were the one at fault.
+    #[test]
+    fn every_rank_stalled_inside_a_library_names_them_all_and_blames_none() {
+        let stall = |r: u32| {
+            stopped(
+                r,
+                Some(OpError::Stalled {
+                    detail: format!("NCCL operation on rank {r} of 3 not done by the deadline"),
+                }),
+            )
+        };
+        let ended = one(&[stall(0), stall(1), stall(2)]).ended.unwrap();
+        assert!(
+            ended.starts_with("allreduce timed out at 128 KiB on ranks 0, 1, 2 (every rank): rank 0 says: NCCL operation on rank 0 of 3 not done")
+                && ended.contains("does not say which rank held up the others"),
+            "{ended}"
+        );
+        let ended = one(&[stall(0), stopped(1, None), stall(2)]).ended.unwrap();
+        assert!(ended.contains("on ranks 0, 2: rank 0 says"), "{ended}");
+        // Rank 1 hit its deadline first and aborted; rank 0, still
+        // waiting, saw its connection to rank 1 close.
+        let closed = stopped(
+            0,
+            Some(OpError::Other {
+                detail: "Connection closed by remote peer rank 1".into(),
+            }),
+        );
+        let ended = one(&[closed, stall(1)]).ended.unwrap();
+        assert!(
+            ended.starts_with("allreduce timed out at 128 KiB on rank 1: rank 1 says: NCCL operation on rank 1 of 3 not done")
+                && ended.contains("; then rank 0 saw the aborts (Connection closed by remote peer rank 1)"),
+            "{ended}"
+        );
+        // One rank's own stall, alone: said as it is.
+        let ended = one(&[stall(0), stopped(1, None)]).ended.unwrap();
+        assert!(
+            ended.starts_with("allreduce failed at 128 KiB on rank 0 (h0): NCCL operation"),
+            "{ended}"
+        );
     }
 
     #[test]

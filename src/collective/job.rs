@@ -45,6 +45,13 @@ pub struct Job {
     pub init_timeout_ms: u64,
     /// A directory private to this child (NCCL's debug file goes there).
     pub scratch: PathBuf,
+    /// `--root`: the node's /sys as the checks read it.
+    #[serde(default = "system_root")]
+    pub root: PathBuf,
+}
+
+fn system_root() -> PathBuf {
+    PathBuf::from("/")
 }
 
 /// The sweep settings of [`Config`], as they travel.
@@ -127,6 +134,10 @@ pub enum ToParent {
     },
     InitFailed {
         error: String,
+        /// Init was still in progress at its deadline (and was aborted):
+        /// this rank waited, rather than failed on its own.
+        #[serde(default)]
+        stalled: bool,
     },
     /// A step begins; the parent's deadline for it starts now.
     Step {

@@ -171,15 +171,25 @@ pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
     let comm = match comm {
         Ok(c) => c,
         Err(e) => {
+            let mut error = e.to_string();
+            // NCCL names the ranks; how they came to share a device is
+            // ours to say.
+            if error.contains("Duplicate GPU detected") {
+                error.push_str(&format!(
+                    "; this rank (local rank {}) took GPU {ordinal} of the {count} it sees (local rank modulo the devices): start no more ranks on a node than it has GPUs, or give each rank its own (CUDA_VISIBLE_DEVICES)",
+                    job.local_rank
+                ));
+            }
             return link.send(&ToParent::InitFailed {
-                error: e.to_string(),
+                stalled: matches!(e, nccl_sys::Error::Timeout { .. }),
+                error,
             });
         }
     };
     link.send(&ToParent::Init {
         ms: t.elapsed().as_millis() as u64,
     })?;
-    for (warning, text) in transport_notes() {
+    for (warning, text) in transport_notes(&job.root) {
         link.send(&ToParent::Note { warning, text })?;
     }
     let stream = dev.stream().map_err(|e| e.to_string())?;
@@ -198,7 +208,7 @@ pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
 /// What NCCL's INFO lines say about the network it chose, once init has
 /// finished (NCCL picks it during init and writes its debug file
 /// unbuffered, so the lines are there by now).
-fn transport_notes() -> Vec<transport::Note> {
+fn transport_notes(root: &Path) -> Vec<transport::Note> {
     use transport::{NetLog, Source};
     let env = |k: &str| std::env::var(k).ok();
     let level = env("NCCL_DEBUG").unwrap_or_default();
@@ -226,7 +236,7 @@ fn transport_notes() -> Vec<transport::Note> {
         },
         _ => String::new(),
     };
-    let hcas = crate::facts::infiniband::scan(Path::new("/sys/class/infiniband"));
+    let hcas = crate::facts::infiniband::scan(&root.join("sys/class/infiniband"));
     transport::assess(
         &NetLog::parse(&text),
         &source,

@@ -162,6 +162,7 @@ pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
         Err(e) => {
             return link.send(&ToParent::InitFailed {
                 error: e.to_string(),
+                stalled: false,
             });
         }
     };

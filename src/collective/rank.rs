@@ -40,6 +40,10 @@ pub struct RankBackend {
     pub env_set: Vec<String>,
     pub init_ms: Option<u64>,
     pub init_error: Option<String>,
+    /// Init was still waiting at its deadline: the rank waited on others,
+    /// it did not fail by itself.
+    #[serde(default)]
+    pub init_stalled: bool,
     pub verified: Vec<Op>,
     pub rows: Vec<Row>,
     pub failure: Option<Failure>,
@@ -69,6 +73,7 @@ impl RankBackend {
             env_set: Vec::new(),
             init_ms: None,
             init_error: None,
+            init_stalled: false,
             verified: Vec::new(),
             rows: Vec::new(),
             failure: None,
@@ -104,6 +109,9 @@ pub struct RankInfo<'a> {
     pub same_host: Option<String>,
     /// The node's interface facts, for the TCP backend's link speed.
     pub interfaces: Vec<crate::facts::Interface>,
+    /// `--root`: where a library worker reads the node's /sys (the
+    /// InfiniBand ports NCCL's network choice is judged against).
+    pub root: PathBuf,
     pub hooks: Hooks,
     /// Each rank's node as the cluster report names it, for ranks whose
     /// own result never arrives.

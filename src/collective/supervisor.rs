@@ -168,15 +168,18 @@ pub async fn run(
         rb.log = worker.log_tail();
         return rb;
     }
-    let init_end = cfg.deadline(init_timeout);
+    // The worker's library aborts init at init_timeout itself and says
+    // so; the same instant here would race it and kill the worker first.
+    let init_end = cfg.deadline(init_timeout + GRACE);
     loop {
         match next(&mut worker, init_end, info).await {
             Ok(ToParent::Init { ms }) => {
                 rb.init_ms = Some(ms.max(t.elapsed().as_millis() as u64));
                 break;
             }
-            Ok(ToParent::InitFailed { error }) => {
+            Ok(ToParent::InitFailed { error, stalled }) => {
                 rb.init_error = Some(error);
+                rb.init_stalled = stalled;
                 break;
             }
             Ok(ToParent::Note { warning, text }) => rb.notes.push((warning, text)),
@@ -191,6 +194,7 @@ pub async fn run(
             }
             Err(Heard::Worker(e)) => {
                 rb.out_of_time = e == TIMED_OUT && cfg.out_of_time();
+                rb.init_stalled = e == TIMED_OUT;
                 rb.init_error = Some(match e.as_str() {
                     TIMED_OUT if rb.out_of_time => format!(
                         "init had not finished when the run's deadline (--timeout) came, {}s after it began",
@@ -500,6 +504,7 @@ impl Worker {
             corrupt_from: info.hooks.corrupt_from,
             init_timeout_ms: init_timeout.as_millis() as u64,
             scratch: scratch.path().to_path_buf(),
+            root: info.root.clone(),
         };
         let job = serde_json::to_string(&job).map_err(|e| e.to_string())?;
         let mut cmd = Command::new(exe);

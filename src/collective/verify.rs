@@ -114,6 +114,20 @@ pub struct Mismatch {
     pub rank: Option<u32>,
 }
 
+/// An element as a person reads it: integers whole, other values in
+/// f32's shortest form, with an exponent when tiny or huge (a flipped
+/// exponent bit gives 1.4693679e-38, not 38 zeros).
+pub fn element_text(v: f64) -> String {
+    let tiny_or_huge = v != 0.0 && (v.abs() < 1e-4 || v.abs() >= 1e15);
+    if v.is_finite() && v.fract() == 0.0 && !tiny_or_huge {
+        format!("{v}")
+    } else if v.is_finite() && tiny_or_huge {
+        format!("{:e}", v as f32)
+    } else {
+        format!("{}", v as f32)
+    }
+}
+
 pub fn check(
     buf: &[u8],
     op: Op,
@@ -204,6 +218,21 @@ pub fn received(buf: &[u8], from: u32, dtype: Dtype) -> Option<Mismatch> {
 mod tests {
     use super::*;
     use crate::collective::tcp::reduce;
+
+    /// Found by the NCCL stand-in, whose corruption flips a float's
+    /// exponent: the report said "got 0.0000…014693679385278594".
+    #[test]
+    fn elements_read_as_numbers_not_as_forty_digits() {
+        let flipped = f32::from_bits(5.0f32.to_bits() ^ 0x4000_0000);
+        assert_eq!(element_text(flipped as f64), "1.469368e-38");
+        assert_eq!(element_text(5.0), "5");
+        assert_eq!(element_text(-7.0), "-7");
+        assert_eq!(element_text(0.1f32 as f64), "0.1");
+        assert_eq!(element_text(0.0), "0");
+        assert_eq!(element_text(3.0e20), "3e20");
+        assert_eq!(element_text(f64::NAN), "NaN");
+        assert_eq!(element_text(f64::INFINITY), "inf");
+    }
 
     #[test]
     fn sums_are_exact_and_a_missing_rank_is_named() {

@@ -515,6 +515,7 @@ fn collective_stage(
             .env(crate::collective::tcp::SAME_HOST_VAR)
             .map(str::to_string),
         interfaces: facts.interfaces().to_vec(),
+        root: args.checklist.root.clone(),
         hooks: Hooks::from_env(|k| facts.env(k).map(str::to_string), rank),
         hosts,
         conn: &mut link.stream,

@@ -182,6 +182,10 @@ pub fn local_under(wrapper: &[&str], label: &str, args: &[String], env: &[(&str,
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // tools/coverage.sh: where an instrumented build writes its counters.
+    if let Some(v) = std::env::var_os("LLVM_PROFILE_FILE") {
+        c.env("LLVM_PROFILE_FILE", v);
+    }
     for (k, v) in env {
         c.env(k, v);
     }

@@ -8,6 +8,7 @@ pub mod skip;
 
 pub mod netns;
 pub mod slurm;
+pub mod standin;
 
 use std::path::Path;
 use std::process::Command;

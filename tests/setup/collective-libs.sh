@@ -14,7 +14,8 @@ cache=${PREFLIGHT_LIB_CACHE:-/var/cache/preflight-test-libs}
 oneccl_dir=$cache/oneccl/lib
 oneccl2021_dir=$cache/oneccl-2021/lib
 nccl_dir=$cache/nccl/lib
-mkdir -p "$oneccl_dir" "$oneccl2021_dir" "$nccl_dir"
+nccl_include=$cache/nccl/include
+mkdir -p "$oneccl_dir" "$oneccl2021_dir" "$nccl_dir" "$nccl_include"
 
 pip_bin=()
 if command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1; then
@@ -71,12 +72,19 @@ if [ ! -s "$oneccl2021_dir/libccl.so.1" ]; then
     rm -rf "$tmp/wheels" "$tmp/lib"
 fi
 
-if [ "${PREFLIGHT_SKIP_NCCL:-0}" != 1 ] && [ ! -s "$nccl_dir/libnccl.so.2" ]; then
-    "${pip_bin[@]}" download -q --no-deps nvidia-nccl-cu12 -d "$tmp/wheels" >&2
-    mkdir -p "$tmp/lib"
+# NCCL 2.32.3: the library itself, and its nccl.h, against which the tests'
+# CPU stand-in (tests/standin/) is compiled so that each NCCL function it
+# defines is held to the real prototype.
+nccl_version=2.32.3
+if [ "${PREFLIGHT_SKIP_NCCL:-0}" != 1 ] &&
+    { [ ! -s "$nccl_dir/libnccl.so.2" ] || [ ! -s "$nccl_include/nccl.h" ]; }; then
+    "${pip_bin[@]}" download -q --no-deps "nvidia-nccl-cu12==$nccl_version" -d "$tmp/wheels" >&2
+    mkdir -p "$tmp/lib" "$tmp/include"
     unzip -q -j -o "$tmp"/wheels/nvidia_nccl_cu12-*.whl '*/lib/libnccl.so.2' -d "$tmp/lib"
+    unzip -q -j -o "$tmp"/wheels/nvidia_nccl_cu12-*.whl '*/include/nccl.h' -d "$tmp/include"
+    mv -f "$tmp/include/nccl.h" "$nccl_include/nccl.h"
     mv -f "$tmp/lib/libnccl.so.2" "$nccl_dir/libnccl.so.2"
-    rm -rf "$tmp/wheels" "$tmp/lib"
+    rm -rf "$tmp/wheels" "$tmp/lib" "$tmp/include"
 fi
 
 echo "PREFLIGHT_TEST_ONECCL_LIB=$oneccl_dir/libccl.so.2"
