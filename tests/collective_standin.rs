@@ -64,6 +64,17 @@ fn node(libs: &Libs, ranks: u32, extra: &[&str], env: &[(&str, &str)]) -> Outcom
     local("node", &args, &all).finish(MARGIN)
 }
 
+/// A run that must fail in the nccl backend: exit 1, the backend's verdict
+/// `fail`; the report and the backend's part of it.
+fn failing(libs: &Libs, ranks: u32, extra: &[&str], env: &[(&str, &str)]) -> (Value, Value) {
+    let out = node(libs, ranks, extra, env);
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    let report = out.json();
+    let b = nccl(&report).clone();
+    assert_eq!(b["verdict"], "fail", "{b:#}");
+    (report, b)
+}
+
 fn nccl(report: &Value) -> &Value {
     report["collective"]["backends"]
         .as_array()
@@ -154,7 +165,7 @@ fn one_to_four_ranks_verify_every_operation_and_sweep() {
 fn a_hang_at_one_size_ends_in_ncclcommabort_at_the_step_deadline() {
     let Some(libs) = standin() else { return };
     let _serial = serial();
-    let out = node(
+    let (_, b) = failing(
         libs,
         2,
         &[
@@ -171,11 +182,7 @@ fn a_hang_at_one_size_ends_in_ncclcommabort_at_the_step_deadline() {
         ],
         &[("PREFLIGHT_STANDIN_HANG", "1:65536")],
     );
-    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
-    let report = out.json();
-    let b = nccl(&report);
-    assert_eq!(b["verdict"], "fail", "{b:#}");
-    let text = failure_text(b);
+    let text = failure_text(&b);
     assert!(text.contains("ncclCommAbort"), "{text}");
     // The ranks that waited to the deadline are named and none is blamed
     // alone (NCCL cannot say which held up the other): both, or rank 1
@@ -206,17 +213,13 @@ fn a_hang_at_one_size_ends_in_ncclcommabort_at_the_step_deadline() {
 fn an_init_that_never_completes_is_aborted_at_its_deadline() {
     let Some(libs) = standin() else { return };
     let _serial = serial();
-    let out = node(
+    let (report, b) = failing(
         libs,
         2,
         &["--step-timeout", "2s"],
         &[("PREFLIGHT_STANDIN_INIT_HANG", "1")],
     );
-    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
-    let report = out.json();
-    let b = nccl(&report);
-    assert_eq!(b["verdict"], "fail", "{b:#}");
-    let text = failure_text(b);
+    let text = failure_text(&b);
     assert!(
         b["ended"]
             .as_str()
@@ -236,16 +239,12 @@ fn an_init_that_never_completes_is_aborted_at_its_deadline() {
 fn a_corrupted_result_is_detected_and_the_rank_named() {
     let Some(libs) = standin() else { return };
     let _serial = serial();
-    let out = node(
+    let (_, b) = failing(
         libs,
         2,
         &["--collective", "full", "--max-size", "64KiB"],
         &[("PREFLIGHT_STANDIN_CORRUPT", "1:4096")],
     );
-    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
-    let report = out.json();
-    let b = nccl(&report);
-    assert_eq!(b["verdict"], "fail", "{b:#}");
     let ended = b["ended"].as_str().unwrap();
     // The stand-in flips the byte holding the float's exponent: 5 arrives
     // as a denormal, said as a number a person can read.
@@ -270,16 +269,12 @@ fn a_corrupted_result_is_detected_and_the_rank_named() {
 fn an_async_error_is_reported_in_nccls_words() {
     let Some(libs) = standin() else { return };
     let _serial = serial();
-    let out = node(
+    let (_, b) = failing(
         libs,
         2,
         &["--collective", "full", "--max-size", "256KiB"],
         &[("PREFLIGHT_STANDIN_ASYNC_ERROR", "1:65536")],
     );
-    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
-    let report = out.json();
-    let b = nccl(&report);
-    assert_eq!(b["verdict"], "fail", "{b:#}");
     let ended = b["ended"].as_str().unwrap();
     assert!(
         ended.starts_with("allreduce failed at 64 KiB on rank 0")
@@ -381,7 +376,7 @@ fn the_network_nccl_chose_is_judged_against_the_nodes_ib_ports() {
 fn two_ranks_on_one_gpu_fail_init_with_nccls_duplicate_check() {
     let Some(libs) = libs() else { return };
     let _serial = serial();
-    let out = node(
+    let (_, b) = failing(
         libs,
         2,
         &["--step-timeout", "5s"],
@@ -390,10 +385,6 @@ fn two_ranks_on_one_gpu_fail_init_with_nccls_duplicate_check() {
             ("CUDA_VISIBLE_DEVICES", "0"),
         ],
     );
-    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
-    let report = out.json();
-    let b = nccl(&report);
-    assert_eq!(b["verdict"], "fail", "{b:#}");
     let ended = b["ended"].as_str().unwrap();
     assert!(
         ended.starts_with("init failed on rank ")
