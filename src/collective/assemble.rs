@@ -132,7 +132,7 @@ pub fn assemble(
             .copied()
             .collect();
         if !init_failed.is_empty() {
-            ended = Some(init_failure(&init_failed, per.len(), &host));
+            ended = Some(init_failure(&init_failed, &missing, world, &host));
         }
         let failures: Vec<(u32, &Failure)> = per
             .iter()
@@ -379,47 +379,66 @@ fn out_of_time(cut: &[(u32, &RankBackend)], host: &dyn Fn(u32) -> String) -> Str
     text
 }
 
-/// Why init failed: a rank that failed by itself is named first, with
-/// the ranks that waited on it; when every failed rank was only waiting
-/// at its deadline, all of them are named, for inside a library nobody can
-/// tell who held up whom.
+/// Why init failed: the ranks that failed by themselves are named first,
+/// with the ranks that waited on them; else a rank that gave no result
+/// (gone), for which the others waited; else, when every failed rank was
+/// only waiting at its deadline, all of them, for inside a library nobody
+/// can tell who held up whom.
 fn init_failure(
     failed: &[(u32, &RankBackend)],
-    ranks: usize,
+    missing: &[u32],
+    world: u32,
     host: &dyn Fn(u32) -> String,
 ) -> String {
+    let error = |b: &RankBackend| b.init_error.clone().unwrap_or_default();
     let stalled: Vec<u32> = failed
         .iter()
         .filter(|(_, b)| b.init_stalled)
         .map(|(r, _)| *r)
         .collect();
-    let (r, b) = failed
-        .iter()
-        .find(|(_, b)| !b.init_stalled)
-        .unwrap_or(&failed[0]);
-    let error = b.init_error.as_deref().unwrap_or_default();
-    if !b.init_stalled {
-        let mut text = format!("init failed on rank {r}{}: {error}", host(*r));
-        if !stalled.is_empty() {
-            text.push_str(&format!(
-                "; {} waited for init until the deadline",
-                rank_list(&stalled)
-            ));
+    let waited = if stalled.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} waited for init until the deadline",
+            rank_list(&stalled)
+        )
+    };
+    let gone = if missing.is_empty() {
+        String::new()
+    } else {
+        format!("; {} gave no result (gone)", rank_list(missing))
+    };
+    let own: Vec<&(u32, &RankBackend)> = failed.iter().filter(|(_, b)| !b.init_stalled).collect();
+    if let Some((r, b)) = own.first() {
+        let mut text = format!("init failed on rank {r}{}: {}", host(*r), error(b));
+        for (k, other) in own.iter().skip(1) {
+            text.push_str(&format!("; rank {k} also: {}", error(other)));
         }
-        text
-    } else if stalled.len() > 1 {
-        let every = if stalled.len() == ranks {
+        return format!("{text}{waited}{gone}");
+    }
+    let (r, b) = failed[0];
+    if !missing.is_empty() {
+        return format!(
+            "init did not finish on {}: rank {r} says: {}; {} gave no result (gone), which the others were waiting for",
+            rank_list(&stalled),
+            error(b),
+            rank_list(missing)
+        );
+    }
+    if stalled.len() > 1 {
+        let every = if stalled.len() == world as usize {
             " (every rank)"
         } else {
             ""
         };
-        format!(
-            "init did not finish on {}{every}: rank {r} says: {error}; the library does not say which rank held up the others",
-            rank_list(&stalled)
-        )
-    } else {
-        format!("init failed on rank {r}{}: {error}", host(*r))
+        return format!(
+            "init did not finish on {}{every}: rank {r} says: {}; the library does not say which rank held up the others",
+            rank_list(&stalled),
+            error(b)
+        );
     }
+    format!("init failed on rank {r}{}: {}", host(r), error(b))
 }
 
 fn rank_list(ranks: &[u32]) -> String {
@@ -520,60 +539,89 @@ fn explain(
         }
         // Ranks that stalled ended their own operation at the deadline
         // and none is missing or held: inside a library nobody can tell
-        // who held up whom, so every rank that waited is named, not the
-        // first to report. A rank that failed otherwise beside them saw
-        // the aborts close its connections (a rank whose own error came
-        // first aborts at once, and its peers see that, not a stall).
+        // who held up whom. A rank that failed by itself (not the
+        // library's remote error, which is what a peer's abort looks
+        // like) comes first, with those that waited; else every rank that
+        // waited is named, not the first to report, with those that saw
+        // the aborts.
+        let said = |f: &Failure| {
+            f.error
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        };
         let first_stalled = failures
             .iter()
             .find(|(_, f)| matches!(f.error, Some(OpError::Stalled { .. })));
-        let others: Vec<&(u32, &Failure)> = failures
-            .iter()
-            .filter(|(_, f)| !matches!(f.error, Some(OpError::Stalled { .. })))
-            .collect();
-        let several = waiting.len() > 1 || !others.is_empty();
-        if let (true, true, Some((_, first))) = (culprits.is_empty(), several, first_stalled) {
-            let every = if waiting.len() == present.len() {
-                " (every rank)"
-            } else {
-                ""
-            };
-            let said = |f: &Failure| {
-                f.error
-                    .as_ref()
-                    .map(ToString::to_string)
-                    .unwrap_or_default()
-            };
-            let then = others
-                .first()
-                .map(|(r, f)| {
-                    let ranks: Vec<u32> = others.iter().map(|(r, _)| *r).collect();
-                    let whose = if ranks.len() > 1 {
-                        format!("rank {r}: ")
-                    } else {
-                        String::new()
-                    };
-                    format!(
-                        "; then {} saw the aborts ({whose}{})",
-                        rank_list(&ranks),
-                        said(f)
-                    )
-                })
-                .unwrap_or_default();
-            return format!(
-                "{} timed out at {} on {}{every}: rank {} says: {}{then}; the library does not say which rank held up the others (the tcp backend over the same hosts names it)",
-                first.op.name(),
-                crate::values::format_bytes(first.bytes as u64),
-                rank_list(&waiting),
-                waiting[0],
-                said(first)
-            );
+        let (mut remote, mut own) = (Vec::new(), Vec::new());
+        for x in failures {
+            match x.1.error {
+                Some(OpError::Stalled { .. }) => {}
+                Some(OpError::Remote { .. }) => remote.push(x),
+                _ => own.push(x),
+            }
+        }
+        if let (true, Some((_, first))) = (culprits.is_empty(), first_stalled) {
+            if let Some((r, f)) = own.first() {
+                let mut text = format!(
+                    "{} failed at {} on rank {r}{}: {}",
+                    f.op.name(),
+                    crate::values::format_bytes(f.bytes as u64),
+                    host(*r),
+                    said(f)
+                );
+                for (k, g) in own.iter().skip(1) {
+                    text.push_str(&format!("; rank {k} also: {}", said(g)));
+                }
+                text.push_str(&format!(
+                    "; {} waited until the deadline",
+                    rank_list(&waiting)
+                ));
+                return text;
+            }
+            if waiting.len() > 1 || !remote.is_empty() {
+                let every = if waiting.len() == present.len() {
+                    " (every rank)"
+                } else {
+                    ""
+                };
+                let then = remote
+                    .first()
+                    .map(|(r, f)| {
+                        let ranks: Vec<u32> = remote.iter().map(|(r, _)| *r).collect();
+                        let whose = if ranks.len() > 1 {
+                            format!("rank {r}: ")
+                        } else {
+                            String::new()
+                        };
+                        format!(
+                            "; then {} saw the aborts ({whose}{})",
+                            rank_list(&ranks),
+                            said(f)
+                        )
+                    })
+                    .unwrap_or_default();
+                return format!(
+                    "{} timed out at {} on {}{every}: rank {} says: {}{then}; the library does not say which rank held up the others (the tcp backend over the same hosts names it)",
+                    first.op.name(),
+                    crate::values::format_bytes(first.bytes as u64),
+                    rank_list(&waiting),
+                    waiting[0],
+                    said(first)
+                );
+            }
         }
     }
     let (victim, culprit, f) = match best {
         Some(b) => b,
         None => {
-            let (victim, f) = failures[0];
+            // A rank's own failure before the library's remote errors it
+            // caused on its peers.
+            let (victim, f) = failures
+                .iter()
+                .find(|(_, f)| !matches!(f.error, Some(OpError::Remote { .. })))
+                .copied()
+                .unwrap_or(failures[0]);
             match f.error.as_ref().and_then(OpError::blames) {
                 Some(c) => (victim, c, f),
                 None => {
@@ -727,6 +775,25 @@ mod tests {
             ended,
             "init failed on rank 0 (h0): rank 0 still in progress"
         );
+        // Every failure is said, and a rank that gave no result is the one
+        // the waiting ranks are said to have waited for.
+        let ended = one(&[
+            init_failed(0, "ncclSystemError", false),
+            init_failed(1, "CUDA_ERROR_ECC_UNCORRECTABLE", false),
+            waited(2),
+            None,
+        ])
+        .ended
+        .unwrap();
+        assert_eq!(
+            ended,
+            "init failed on rank 0 (h0): ncclSystemError; rank 1 also: CUDA_ERROR_ECC_UNCORRECTABLE; rank 2 waited for init until the deadline; rank 3 gave no result (gone)"
+        );
+        let ended = one(&[waited(0), waited(1), None]).ended.unwrap();
+        assert_eq!(
+            ended,
+            "init did not finish on ranks 0, 1: rank 0 says: rank 0 still in progress; rank 2 gave no result (gone), which the others were waiting for"
+        );
     }
 
     /// Found by the NCCL stand-in: every rank of a library backend stalled
@@ -754,15 +821,44 @@ mod tests {
         // waiting, saw its connection to rank 1 close.
         let closed = stopped(
             0,
-            Some(OpError::Other {
+            Some(OpError::Remote {
                 detail: "Connection closed by remote peer rank 1".into(),
             }),
         );
-        let ended = one(&[closed, stall(1)]).ended.unwrap();
+        let ended = one(&[closed.clone(), stall(1)]).ended.unwrap();
         assert!(
             ended.starts_with("allreduce timed out at 128 KiB on rank 1: rank 1 says: NCCL operation on rank 1 of 3 not done")
                 && ended.contains("; then rank 0 saw the aborts (Connection closed by remote peer rank 1)"),
             "{ended}"
+        );
+        // A rank that failed by itself (a CUDA error, a crashed worker)
+        // comes first, whatever its rank; the remote errors it caused and
+        // the ranks left waiting come after, or not at all.
+        let own = |r: u32, what: &str| {
+            stopped(
+                r,
+                Some(OpError::Other {
+                    detail: what.into(),
+                }),
+            )
+        };
+        let ended = one(&[
+            closed.clone(),
+            stall(1),
+            own(2, "the worker was killed by signal 11"),
+        ])
+        .ended
+        .unwrap();
+        assert_eq!(
+            ended,
+            "allreduce failed at 128 KiB on rank 2 (h2): the worker was killed by signal 11; rank 1 waited until the deadline"
+        );
+        let ended = one(&[closed, own(1, "an illegal memory access")])
+            .ended
+            .unwrap();
+        assert_eq!(
+            ended,
+            "allreduce failed at 128 KiB on rank 1 (h1): an illegal memory access"
         );
         // One rank's own stall, alone: said as it is.
         let ended = one(&[stall(0), stopped(1, None)]).ended.unwrap();

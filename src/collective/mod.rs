@@ -57,6 +57,10 @@ pub enum OpError {
     /// The operation did not complete by its deadline, and the library
     /// does not say which peer it waits for (NCCL, oneCCL).
     Stalled { detail: String },
+    /// The library says a peer went away or the network failed (NCCL's
+    /// ncclRemoteError): what a rank sees when a peer aborted or died,
+    /// not a fault of its own; the peer is not named.
+    Remote { detail: String },
     /// Any other failure, in words.
     Other { detail: String },
     /// The run's deadline (`--timeout`) came before the operation ended:
@@ -74,6 +78,7 @@ impl OpError {
             OpError::Closed { peer, .. } => Some(*peer),
             OpError::Held
             | OpError::Stalled { .. }
+            | OpError::Remote { .. }
             | OpError::Other { .. }
             | OpError::RunDeadline { .. } => None,
         }
@@ -105,7 +110,7 @@ impl fmt::Display for OpError {
             }
             OpError::Held => write!(f, "held by the test hook"),
             OpError::Stalled { detail } => write!(f, "{detail}"),
-            OpError::Other { detail } => write!(f, "{detail}"),
+            OpError::Remote { detail } | OpError::Other { detail } => write!(f, "{detail}"),
             OpError::RunDeadline { waiting_for: None } => {
                 write!(f, "the run's deadline (--timeout) came first")
             }

@@ -304,6 +304,9 @@ fn failed(e: nccl_sys::Error) -> OpError {
         nccl_sys::Error::Timeout { what } => OpError::Stalled {
             detail: format!("{what} by the deadline; aborted with ncclCommAbort"),
         },
+        remote if remote.is_remote() => OpError::Remote {
+            detail: remote.to_string(),
+        },
         other => OpError::Other {
             detail: other.to_string(),
         },

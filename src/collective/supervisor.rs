@@ -252,7 +252,7 @@ pub async fn run(
                 break;
             }
             Ok(other) => {
-                rb.failure = Some(stalled(current, format!("the worker said {other:?}")));
+                rb.failure = Some(broke(current, format!("the worker said {other:?}")));
                 break;
             }
             Err(Heard::Rank0(notice)) => {
@@ -261,20 +261,22 @@ pub async fn run(
                 break;
             }
             Err(Heard::Worker(e)) if e == TIMED_OUT && cfg.out_of_time() => {
-                let mut f = stalled(current, String::new());
-                f.error = Some(OpError::RunDeadline { waiting_for: None });
-                rb.failure = Some(f);
+                rb.failure = Some(failure(current, OpError::RunDeadline { waiting_for: None }));
                 break;
             }
             Err(Heard::Worker(e)) => {
-                let what = match e.as_str() {
-                    TIMED_OUT => format!(
-                        "did not complete within {}s; killed (the library does not say which peer it waits for)",
-                        (cfg.step_timeout + GRACE).as_secs()
+                // Only a worker still waiting at the deadline stalled; one
+                // that died (a crash inside the library) failed by itself.
+                rb.failure = Some(match e.as_str() {
+                    TIMED_OUT => stalled(
+                        current,
+                        format!(
+                            "did not complete within {}s; killed (the library does not say which peer it waits for)",
+                            (cfg.step_timeout + GRACE).as_secs()
+                        ),
                     ),
-                    _ => format!("the worker {e}"),
-                };
-                rb.failure = Some(stalled(current, what));
+                    _ => broke(current, format!("the worker {e}")),
+                });
                 break;
             }
         }
@@ -323,15 +325,27 @@ async fn next(
     }
 }
 
-fn stalled(current: Option<(Op, usize)>, detail: String) -> Failure {
+/// The step `current` (or, before any step, the barrier at 0 bytes)
+/// failed with `error`.
+fn failure(current: Option<(Op, usize)>, error: OpError) -> Failure {
     let (op, bytes) = current.unwrap_or((Op::Barrier, 0));
     Failure {
         op,
         bytes,
-        error: Some(OpError::Stalled { detail }),
+        error: Some(error),
         mismatch: None,
         own_contribution_wrong: None,
     }
+}
+
+/// Still waiting at the deadline, on whom the library does not say.
+fn stalled(current: Option<(Op, usize)>, detail: String) -> Failure {
+    failure(current, OpError::Stalled { detail })
+}
+
+/// Failed by itself: the worker died or broke the protocol.
+fn broke(current: Option<(Op, usize)>, detail: String) -> Failure {
+    failure(current, OpError::Other { detail })
 }
 
 async fn publish_avail(info: &mut RankInfo<'_>, name: &str, rb: &RankBackend) {

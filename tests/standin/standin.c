@@ -23,17 +23,24 @@
  *   allocation fails with CUDA_ERROR_INVALID_VALUE.
  * - Streams are queues run in order by one thread each; cuStreamQuery says
  *   CUDA_ERROR_NOT_READY while work is queued; cuMemcpy and cuMemFree wait
- *   for the context's streams first, as the legacy default stream and the
- *   driver's implicit synchronisation do.
+ *   for the context's blocking streams first (cuMemFree for all), as the
+ *   legacy default stream and the driver's implicit synchronisation do: a
+ *   CU_STREAM_NON_BLOCKING stream is not waited for by a copy.
  * - Communicators: the unique id carries the bootstrap root's address (a
  *   listener of the process that called ncclGetUniqueId); ranks connect to
  *   it, learn each other's addresses, and connect pairwise over loopback
  *   TCP. ncclCommInitRankConfig with blocking = 0 returns ncclInProgress
  *   and ncclCommGetAsyncError reports ncclInProgress until the
  *   communicator is ready, then ncclSuccess or the error; operations are
- *   queued on the caller's stream; ncclGroupStart/End batch send/recv;
+ *   queued on the caller's stream; a non-blocking communicator's first
+ *   operation returns ncclInProgress while it "connects" (see submit); a
+ *   send moves no data before its peer's recv is posted (CH_CTS), so send
+ *   and recv outside a group deadlock as in NCCL; ncclGroupStart/End batch
+ *   send/recv;
  *   ncclCommAbort unblocks every wait of the communicator (its init, its
- *   queued operations) at once; errors come with ncclGetLastError text.
+ *   queued operations) at once, and a later call on an aborted or
+ *   destroyed communicator aborts the process (NCCL has freed it); errors
+ *   come with ncclGetLastError text.
  * - NCCL_DEBUG=INFO writes NCCL-style lines ("host:pid:tid [dev] NCCL INFO
  *   ...") to NCCL_DEBUG_FILE (%h and %p expanded as NCCL does), among them
  *   the network choice lines src/collective/nccl/transport.rs reads, in
@@ -206,6 +213,7 @@ struct CUstream_st {
     pthread_cond_t cv;
     struct op *head, *tail;
     int running, destroyed;
+    unsigned int flags; /* CU_STREAM_NON_BLOCKING (1): no implicit sync with the legacy stream */
 };
 
 struct CUctx_st {
@@ -266,14 +274,22 @@ static void stream_wait_idle(struct CUstream_st *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static void ctx_sync(struct CUctx_st *c) {
+/* Waits for the context's streams: all of them (cuCtxSynchronize, and
+ * cuMemFree, which synchronises the device), or, for the synchronous
+ * copies that run on the legacy default stream, only the blocking ones: a
+ * CU_STREAM_NON_BLOCKING stream's work is not waited for, as in CUDA, so
+ * a copy made without waiting on such a stream reads what is there. */
+static void ctx_sync_streams(struct CUctx_st *c, int legacy_only) {
     pthread_mutex_lock(&g_lock);
     int n = c->nstreams;
     struct CUstream_st *list[MAX_STREAMS];
     memcpy(list, c->streams, sizeof(list[0]) * (size_t)n);
     pthread_mutex_unlock(&g_lock);
-    for (int i = 0; i < n; i++) stream_wait_idle(list[i]);
+    for (int i = 0; i < n; i++)
+        if (!(legacy_only && (list[i]->flags & 1))) stream_wait_idle(list[i]);
 }
+
+static void ctx_sync(struct CUctx_st *c) { ctx_sync_streams(c, 0); }
 
 EXPORT CUresult cuInit(unsigned int flags) {
     if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -398,7 +414,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
 EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
     if (!g_current) return CUDA_ERROR_INVALID_CONTEXT;
     if (!src && bytes) return CUDA_ERROR_INVALID_VALUE;
-    ctx_sync(g_current);
+    ctx_sync_streams(g_current, 1);
     unsigned char *h = host_of((const void *)(uintptr_t)dst, bytes, NULL);
     if (!h) return CUDA_ERROR_INVALID_VALUE;
     memcpy(h, src, bytes);
@@ -408,7 +424,7 @@ EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) 
 EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
     if (!g_current) return CUDA_ERROR_INVALID_CONTEXT;
     if (!dst && bytes) return CUDA_ERROR_INVALID_VALUE;
-    ctx_sync(g_current);
+    ctx_sync_streams(g_current, 1);
     unsigned char *h = host_of((const void *)(uintptr_t)src, bytes, NULL);
     if (!h) return CUDA_ERROR_INVALID_VALUE;
     memcpy(dst, h, bytes);
@@ -451,12 +467,12 @@ static void *stream_main(void *arg) {
 }
 
 EXPORT CUresult cuStreamCreate(CUstream *ps, unsigned int flags) {
-    (void)flags;
-    if (!ps) return CUDA_ERROR_INVALID_VALUE;
+    if (!ps || flags > 1) return CUDA_ERROR_INVALID_VALUE;
     if (!g_current) return CUDA_ERROR_INVALID_CONTEXT;
     struct CUstream_st *s = calloc(1, sizeof *s);
     if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
     s->ctx = g_current;
+    s->flags = flags;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_lock(&g_lock);
@@ -529,7 +545,11 @@ EXPORT CUresult cuGetErrorString(CUresult error, const char **text) {
 
 #define MAX_RANKS 512
 #define ID_MAGIC 0x50465349u /* "PFSI" */
-enum { CH_COLL = 0, CH_P2P = 1 };
+/* CH_CTS: a recv, once it runs, tells its peer it is posted ("clear to
+ * send"); a send waits for that before its data moves, as NCCL's does (its
+ * proxy cannot move data into a buffer not yet posted), so that send and
+ * recv outside a group deadlock as they do in NCCL. */
+enum { CH_COLL = 0, CH_P2P = 1, CH_CTS = 2 };
 
 struct msg {
     struct msg *next;
@@ -554,6 +574,9 @@ struct ncclComm {
     uint64_t coll_seq, send_seq[MAX_RANKS], recv_seq[MAX_RANKS];
     int pending;
     struct sockaddr_in root;
+    int blocking;  /* 0: made by ncclCommInitRankConfig with blocking = 0 */
+    int connected; /* the first operation has "connected" (non-blocking: ncclInProgress once) */
+    int dead;      /* aborted or destroyed: NCCL has freed it; any later call is a use after free */
 };
 
 struct op {
@@ -566,6 +589,7 @@ struct op {
     int dt, redop, peer;
     uint64_t seq;
     struct op *group; /* OP_GROUP: its operations, in order */
+    int cts_sent;     /* OP_RECV: its clear-to-send already went (a group sends them all first) */
 };
 enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_SEND, OP_RECV, OP_GROUP };
 
@@ -905,6 +929,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     c->async = ncclInProgress;
+    c->blocking = blocking;
     *out = c;
     if (blocking) {
         ncclResult_t r = init_comm(c);
@@ -933,7 +958,17 @@ EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUni
     return init_rank(comm, nranks, commId, rank, blocking);
 }
 
+/* NCCL frees an aborted or destroyed communicator: a later call on it is a
+ * use after free, which here ends the process loudly instead of passing. */
+static void alive(const struct ncclComm *c, const char *fn) {
+    if (c && c->dead) {
+        fprintf(stderr, "preflight NCCL stand-in: %s on a communicator already aborted or destroyed (NCCL has freed it: a use after free)\n", fn);
+        abort();
+    }
+}
+
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
+    alive(comm, "ncclCommGetAsyncError");
     if (!comm || !asyncError) return fail(ncclInvalidArgument, "CommGetAsyncError : comm or asyncError is NULL");
     *asyncError = (ncclResult_t)comm->async;
     return ncclSuccess;
@@ -948,6 +983,8 @@ static void cut(struct ncclComm *c) {
 
 EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
+    alive(comm, "ncclCommAbort");
+    comm->dead = 1;
     pthread_mutex_lock(&comm->mu);
     comm->aborted = 1;
     pthread_cond_broadcast(&comm->cv);
@@ -960,6 +997,8 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
 
 EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
+    alive(comm, "ncclCommDestroy");
+    comm->dead = 1;
     pthread_mutex_lock(&comm->mu);
     while (comm->pending > 0 && !comm->aborted) pthread_cond_wait(&comm->cv, &comm->mu);
     comm->aborted = 1;
@@ -984,7 +1023,7 @@ EXPORT const char *ncclGetErrorString(ncclResult_t code) {
 }
 
 EXPORT const char *ncclGetLastError(ncclComm_t comm) {
-    (void)comm;
+    alive(comm, "ncclGetLastError");
     return last_error;
 }
 
@@ -1166,9 +1205,15 @@ static ncclResult_t exec_one(struct op *o) {
         break;
     }
     case OP_SEND:
+        if ((r = take(c, o->peer, CH_CTS, o->seq, &m)) != ncclSuccess) break;
+        free(m);
         if (send_msg(c, o->peer, CH_P2P, o->seq, send, bytes)) r = fail(ncclRemoteError, "NET/Socket : send to rank %d failed", o->peer);
         break;
     case OP_RECV:
+        if (!o->cts_sent && send_msg(c, o->peer, CH_CTS, o->seq, "", 0)) {
+            r = fail(ncclRemoteError, "NET/Socket : send to rank %d failed", o->peer);
+            break;
+        }
         if ((r = take(c, o->peer, CH_P2P, o->seq, &m)) == ncclSuccess) {
             if (m->len != bytes) r = fail(ncclInvalidUsage, "Recv : rank %d sent %zu bytes, this rank posted %zu", o->peer, m->len, bytes);
             else memcpy(recv, m->data, bytes);
@@ -1191,7 +1236,9 @@ static void release(struct ncclComm *c) {
 
 static void run_one(struct op *o) {
     struct ncclComm *c = o->comm;
-    if (!c->aborted && c->async == ncclSuccess) {
+    /* ncclInProgress: the communicator is still connecting the operation
+     * queued last (see submit); this one is on the stream, so it runs. */
+    if (!c->aborted && (c->async == ncclSuccess || c->async == ncclInProgress)) {
         ncclResult_t r = exec_one(o);
         if (r != ncclSuccess && !c->aborted) set_error(c, r);
     }
@@ -1200,6 +1247,15 @@ static void run_one(struct op *o) {
 
 static void run_op(struct op *op) {
     if (op->kind == OP_GROUP) {
+        /* A group posts all its recvs before any of its sends waits: what
+         * makes a grouped exchange with a peer (or with itself) complete. */
+        for (struct op *o = op->group; o; o = o->next) {
+            struct ncclComm *c = o->comm;
+            if (o->kind != OP_RECV || c->aborted) continue;
+            if (send_msg(c, o->peer, CH_CTS, o->seq, "", 0) && !c->aborted)
+                set_error(c, fail(ncclRemoteError, "NET/Socket : send to rank %d failed", o->peer));
+            o->cts_sent = 1;
+        }
         for (struct op *o = op->group, *next; o; o = next) {
             next = o->next;
             run_one(o);
@@ -1221,6 +1277,46 @@ static void enqueue(struct CUstream_st *s, struct op *op) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A non-blocking communicator's first operation connects to its peers
+ * before it is queued, as NCCL's lazy connection setup does: the call
+ * returns ncclInProgress, ncclCommGetAsyncError says ncclInProgress until
+ * the operation is on its stream (an empty stream meanwhile looks done),
+ * and any other call on the communicator before then is refused. */
+struct later { struct CUstream_st *stream; struct op *op; struct ncclComm *comm; };
+
+static void *connect_main(void *p) {
+    struct later l = *(struct later *)p;
+    free(p);
+    usleep(20000);
+    enqueue(l.stream, l.op);
+    pthread_mutex_lock(&l.comm->mu);
+    if (l.comm->async == ncclInProgress) l.comm->async = ncclSuccess;
+    pthread_cond_broadcast(&l.comm->cv);
+    pthread_mutex_unlock(&l.comm->mu);
+    return NULL;
+}
+
+static ncclResult_t submit(struct ncclComm *c, struct CUstream_st *s, struct op *op) {
+    struct later *l = c->blocking || c->connected ? NULL : malloc(sizeof *l);
+    pthread_t t;
+    if (l) {
+        c->connected = 1;
+        *l = (struct later){s, op, c};
+        pthread_mutex_lock(&c->mu);
+        c->async = ncclInProgress;
+        pthread_mutex_unlock(&c->mu);
+        if (pthread_create(&t, NULL, connect_main, l) == 0) {
+            pthread_detach(t);
+            INFO("Connected all rings, use ring PXN 0 GDR 0");
+            return ncclInProgress;
+        }
+        free(l);
+        c->async = ncclSuccess;
+    }
+    enqueue(s, op);
+    return ncclSuccess;
+}
+
 /* ncclGroupStart/End: operations issued in between are kept per thread and
  * queued together at the outermost End, on the first one's stream. */
 static __thread int group_depth;
@@ -1235,6 +1331,7 @@ static const char *op_name(int kind) {
 static ncclResult_t issue(int kind, const void *send, void *recv, size_t count, ncclDataType_t dt, int redop,
                           int peer, ncclComm_t c, cudaStream_t stream) {
     const char *name = op_name(kind);
+    alive(c, name);
     if (!c) return fail(ncclInvalidArgument, "%s : comm argument is NULL", name);
     if (c->async == ncclInProgress) return fail(ncclInvalidUsage, "%s : the communicator is still being initialised", name);
     if (c->aborted) return fail(ncclInvalidUsage, "%s : the communicator was aborted", name);
@@ -1259,7 +1356,7 @@ static ncclResult_t issue(int kind, const void *send, void *recv, size_t count, 
     if (!stream || !known_stream(stream)) return fail(ncclUnhandledCudaError, "Cuda failure 'invalid resource handle'");
     struct op *o = calloc(1, sizeof *o);
     if (!o) return ncclSystemError;
-    *o = (struct op){NULL, kind, c, send, recv, count, (int)dt, redop, peer, 0, NULL};
+    *o = (struct op){NULL, kind, c, send, recv, count, (int)dt, redop, peer, 0, NULL, 0};
     pthread_mutex_lock(&c->mu);
     if (kind == OP_SEND) o->seq = c->send_seq[peer]++;
     else if (kind == OP_RECV) o->seq = c->recv_seq[peer]++;
@@ -1272,8 +1369,7 @@ static ncclResult_t issue(int kind, const void *send, void *recv, size_t count, 
         group_tail = o;
         return ncclSuccess;
     }
-    enqueue(stream, o);
-    return ncclSuccess;
+    return submit(c, stream, o);
 }
 
 EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
@@ -1323,8 +1419,8 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
     }
     *st = rest;
     g->group = sends;
-    enqueue(group_stream, g);
+    struct CUstream_st *stream = group_stream;
     group_head = group_tail = NULL;
     group_stream = NULL;
-    return ncclSuccess;
+    return submit(g->group->comm, stream, g);
 }

@@ -138,6 +138,15 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl Error {
+    /// ncclRemoteError (6): "a call failed possibly due to a network error
+    /// or a remote process exiting prematurely", as nccl.h puts it: what a
+    /// rank sees when a peer went away or aborted, not a fault of its own.
+    pub fn is_remote(&self) -> bool {
+        matches!(self, Error::Nccl { code: 6, .. })
+    }
+}
+
 /// dlopen with RTLD_NODELETE: NCCL and the CUDA runtime start threads and
 /// register exit handlers, so unmapping them when a `Library` is dropped
 /// crashes the process later (seen as a SIGSEGV at test exit). The library

@@ -536,8 +536,14 @@ impl Comm<'_> {
     pub fn wait(&self, stream: &Stream<'_>, deadline: Instant) -> Result<(), Error> {
         loop {
             // Ready first: with a non-blocking communicator an operation may
-            // still be being enqueued, and an empty stream looks done.
-            if self.state()? == CommState::Ready && stream.is_done()? {
+            // still be being enqueued, and an empty stream looks done. And
+            // again after: an operation that fails records its error, then
+            // leaves the stream, which between the two reads would pass
+            // for an operation done (the CPU stand-in found this).
+            if self.state()? == CommState::Ready
+                && stream.is_done()?
+                && self.state()? == CommState::Ready
+            {
                 return Ok(());
             }
             if Instant::now() >= deadline {
