@@ -186,7 +186,7 @@ fn rule_matches(rule: &Rule, p: &Packet) -> Tri {
 }
 
 /// Why a connection would not get through.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Block {
     pub table: String,
     pub chain: String,
@@ -196,64 +196,140 @@ pub struct Block {
     pub uncertain: bool,
 }
 
+#[derive(Clone)]
 enum Outcome {
     Accepted,
     Blocked(Block),
-    /// Fell off the end of a non-base chain, or hit `return`.
-    Returned,
 }
 
-fn walk(table: &Table, chain: &Chain, p: &Packet, depth: usize, maybe: &mut Vec<Block>) -> Outcome {
-    if depth > 16 {
-        return Outcome::Returned;
-    }
-    for rule in &chain.rules {
-        let m = rule_matches(rule, p);
-        if m == Tri::No {
-            continue;
+/// What walking a chain gave: its outcome (`None`: it fell off its end or
+/// hit `return`) and the blocks that may apply on the way (in the order
+/// met, each once).
+#[derive(Clone, Default)]
+struct Walked {
+    outcome: Option<Outcome>,
+    maybe: Vec<Block>,
+}
+
+/// One table's walk for one packet. A chain's answer does not depend on
+/// who jumped to it, so each is walked once and remembered: a ruleset
+/// whose chains jump to the same chains again and again (fan-out at every
+/// level) costs its size, not its number of paths, which the fuzzer showed
+/// growing exponentially (a 258-byte ruleset took 50 s). A jump back into
+/// a chain on the current path is a loop, which iptables and nft refuse
+/// to load: it is cut, as a return.
+struct Walk<'a> {
+    table: &'a Table,
+    p: &'a Packet,
+    done: std::collections::HashMap<&'a str, Walked>,
+    path: Vec<&'a str>,
+}
+
+/// Deeper than any ruleset loads (the kernel's own limit on nested
+/// jumps is far below): a bound, not a rule.
+const MAX_DEPTH: usize = 64;
+
+impl<'a> Walk<'a> {
+    fn new(table: &'a Table, p: &'a Packet) -> Walk<'a> {
+        Walk {
+            table,
+            p,
+            done: std::collections::HashMap::new(),
+            path: Vec::new(),
         }
-        let block = || Block {
-            table: table.label.clone(),
-            chain: chain.name.clone(),
-            rule: rule.text.clone(),
-            uncertain: m == Tri::Maybe,
+    }
+
+    fn chain(&mut self, chain: &'a Chain) -> Walked {
+        if let Some(w) = self.done.get(chain.name.as_str()) {
+            return w.clone();
+        }
+        if self.path.contains(&chain.name.as_str()) || self.path.len() >= MAX_DEPTH {
+            return Walked::default();
+        }
+        self.path.push(&chain.name);
+        let mut maybe = Maybe::default();
+        let outcome = self.rules(chain, &mut maybe);
+        self.path.pop();
+        let w = Walked {
+            outcome,
+            maybe: maybe.list,
         };
-        match &rule.verdict {
-            Verdict::Accept if m == Tri::Yes => return Outcome::Accepted,
-            Verdict::Accept => {}
-            Verdict::Drop | Verdict::Reject if m == Tri::Yes => return Outcome::Blocked(block()),
-            Verdict::Drop | Verdict::Reject => maybe.push(block()),
-            Verdict::Jump(target) | Verdict::Goto(target) => {
-                let Some(next) = table.chains.iter().find(|c| &c.name == target) else {
-                    continue;
-                };
-                match walk(table, next, p, depth + 1, maybe) {
-                    Outcome::Returned => {
-                        if matches!(rule.verdict, Verdict::Goto(_)) && m == Tri::Yes {
-                            return Outcome::Returned;
-                        }
-                    }
-                    // Only a certain jump makes the sub-chain's answer ours.
-                    decided if m == Tri::Yes => return decided,
-                    Outcome::Blocked(b) => maybe.push(Block {
-                        uncertain: true,
-                        ..b
-                    }),
-                    Outcome::Accepted => {}
-                }
+        self.done.insert(&chain.name, w.clone());
+        w
+    }
+
+    /// The chain's rules in order; `None`: it returned.
+    fn rules(&mut self, chain: &'a Chain, maybe: &mut Maybe) -> Option<Outcome> {
+        let (table, p) = (self.table, self.p);
+        for rule in &chain.rules {
+            let m = rule_matches(rule, p);
+            if m == Tri::No {
+                continue;
             }
-            Verdict::Return if m == Tri::Yes => return Outcome::Returned,
-            Verdict::Return | Verdict::Continue => {}
+            let block = || Block {
+                table: table.label.clone(),
+                chain: chain.name.clone(),
+                rule: rule.text.clone(),
+                uncertain: m == Tri::Maybe,
+            };
+            match &rule.verdict {
+                Verdict::Accept if m == Tri::Yes => return Some(Outcome::Accepted),
+                Verdict::Accept => {}
+                Verdict::Drop | Verdict::Reject if m == Tri::Yes => {
+                    return Some(Outcome::Blocked(block()));
+                }
+                Verdict::Drop | Verdict::Reject => maybe.push(block()),
+                Verdict::Jump(target) | Verdict::Goto(target) => {
+                    let Some(next) = table.chains.iter().find(|c| &c.name == target) else {
+                        continue;
+                    };
+                    let sub = self.chain(next);
+                    for b in sub.maybe {
+                        maybe.push(b);
+                    }
+                    match sub.outcome {
+                        None => {
+                            if matches!(rule.verdict, Verdict::Goto(_)) && m == Tri::Yes {
+                                return None;
+                            }
+                        }
+                        // Only a certain jump makes the sub-chain's answer ours.
+                        Some(decided) if m == Tri::Yes => return Some(decided),
+                        Some(Outcome::Blocked(b)) => maybe.push(Block {
+                            uncertain: true,
+                            ..b
+                        }),
+                        Some(Outcome::Accepted) => {}
+                    }
+                }
+                Verdict::Return if m == Tri::Yes => return None,
+                Verdict::Return | Verdict::Continue => {}
+            }
+        }
+        None
+    }
+}
+
+/// Blocks that may apply, each once, in the order met.
+#[derive(Default)]
+struct Maybe {
+    list: Vec<Block>,
+    seen: std::collections::HashSet<Block>,
+}
+
+impl Maybe {
+    fn push(&mut self, b: Block) {
+        if self.seen.insert(b.clone()) {
+            self.list.push(b);
         }
     }
-    Outcome::Returned
 }
 
 /// Every base chain on the packet's hook and family must let it through;
 /// the first definite block is returned, else the uncertain ones.
 pub fn blocks(tables: &[Table], p: &Packet) -> Vec<Block> {
     let v6 = p.peer.is_some_and(|ip| ip.is_ipv6());
-    let mut uncertain = Vec::new();
+    let mut uncertain = Maybe::default();
     for table in tables {
         let applies = match table.family {
             Family::Both => true,
@@ -263,13 +339,14 @@ pub fn blocks(tables: &[Table], p: &Packet) -> Vec<Block> {
         if !applies {
             continue;
         }
+        let mut walk = Walk::new(table, p);
         for chain in table.chains.iter().filter(|c| c.hook == Some(p.hook)) {
-            let mut maybe = Vec::new();
-            match walk(table, chain, p, 0, &mut maybe) {
-                Outcome::Blocked(b) if !b.uncertain => return vec![b],
-                Outcome::Blocked(b) => uncertain.push(b),
-                Outcome::Accepted => {}
-                Outcome::Returned => {
+            let w = walk.chain(chain);
+            match w.outcome {
+                Some(Outcome::Blocked(b)) if !b.uncertain => return vec![b],
+                Some(Outcome::Blocked(b)) => uncertain.push(b),
+                Some(Outcome::Accepted) => {}
+                None => {
                     if matches!(chain.policy, Some(Verdict::Drop | Verdict::Reject)) {
                         return vec![Block {
                             table: table.label.clone(),
@@ -280,11 +357,12 @@ pub fn blocks(tables: &[Table], p: &Packet) -> Vec<Block> {
                     }
                 }
             }
-            uncertain.extend(maybe);
+            for b in w.maybe {
+                uncertain.push(b);
+            }
         }
     }
-    uncertain.dedup();
-    uncertain
+    uncertain.list
 }
 
 #[cfg(test)]
@@ -318,6 +396,70 @@ mod tests {
             port,
             peer: peer.map(|p| p.parse().unwrap()),
         }
+    }
+
+    /// Chains c0..c{depth}, each jumping twice to the next (once for a
+    /// condition preflight cannot judge), the last dropping the port:
+    /// 2^depth paths through the table.
+    fn fan_out(depth: usize) -> Table {
+        let mut t = table(
+            Verdict::Accept,
+            vec![rule(Vec::new(), Verdict::Jump("c0".into()), "jump c0")],
+        );
+        for i in 0..depth {
+            let next = format!("c{}", i + 1);
+            let unknown = Cond::Unknown("mark 0x1".into());
+            t.chains.push(Chain {
+                name: format!("c{i}"),
+                hook: None,
+                policy: None,
+                rules: vec![
+                    rule(vec![unknown], Verdict::Jump(next.clone()), "mark jump"),
+                    rule(Vec::new(), Verdict::Jump(next), "jump"),
+                ],
+            });
+        }
+        t.chains.push(Chain {
+            name: format!("c{depth}"),
+            hook: None,
+            policy: None,
+            rules: vec![rule(
+                vec![Cond::DPort(vec![(29500, 29500)])],
+                Verdict::Drop,
+                "tcp dport 29500 drop",
+            )],
+        });
+        t
+    }
+
+    /// Found by the fuzzer (fuzz/artifacts/firewall, a 258-byte
+    /// iptables-save text with `-A INPUT -j INPUT` in it took 50 s): every
+    /// chain is walked once, so 2^40 paths cost 41 chains, and a loop,
+    /// which iptables and nft refuse to load, is cut.
+    #[test]
+    fn chains_are_walked_once_whatever_the_paths_and_loops_are_cut() {
+        let t = fan_out(40);
+        let b = blocks(std::slice::from_ref(&t), &input(29500, None));
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert_eq!((b[0].chain.as_str(), b[0].uncertain), ("c40", false));
+        assert!(blocks(&[t], &input(29501, None)).is_empty());
+
+        let mut looped = table(
+            Verdict::Accept,
+            vec![
+                rule(Vec::new(), Verdict::Jump("input".into()), "jump input"),
+                rule(Vec::new(), Verdict::Jump("input".into()), "jump input"),
+                rule(
+                    vec![Cond::DPort(vec![(29500, 29500)])],
+                    Verdict::Drop,
+                    "tcp dport 29500 drop",
+                ),
+            ],
+        );
+        let b = blocks(std::slice::from_ref(&looped), &input(29500, None));
+        assert_eq!(b[0].rule, "tcp dport 29500 drop");
+        looped.chains[0].rules.pop();
+        assert!(blocks(&[looped], &input(29500, None)).is_empty());
     }
 
     #[test]
