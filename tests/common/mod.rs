@@ -69,6 +69,17 @@ pub fn checklist(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, path)
 }
 
+/// The cache tests/setup/collective-libs.sh fills: PREFLIGHT_LIB_CACHE,
+/// default /var/cache/preflight-test-libs.
+pub fn lib_cache() -> std::path::PathBuf {
+    std::env::var_os("PREFLIGHT_LIB_CACHE")
+        .filter(|v| !v.is_empty())
+        .map_or_else(
+            || std::path::PathBuf::from("/var/cache/preflight-test-libs"),
+            std::path::PathBuf::from,
+        )
+}
+
 /// A real collective library for the tests: `var` when set, else
 /// `relative` under the cache tests/setup/collective-libs.sh fills
 /// (PREFLIGHT_LIB_CACHE, default /var/cache/preflight-test-libs). `None`
@@ -76,12 +87,7 @@ pub fn checklist(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
 /// PREFLIGHT_REQUIRE_LIBS=1 (CI), where a skip would hide a regression.
 pub fn cached_lib(var: &str, relative: &str) -> Option<std::path::PathBuf> {
     use std::path::PathBuf;
-    let cache = std::env::var_os("PREFLIGHT_LIB_CACHE")
-        .filter(|v| !v.is_empty())
-        .map_or_else(
-            || PathBuf::from("/var/cache/preflight-test-libs"),
-            PathBuf::from,
-        );
+    let cache = lib_cache();
     let path = std::env::var_os(var)
         .filter(|v| !v.is_empty())
         .map_or_else(|| cache.join(relative), PathBuf::from);

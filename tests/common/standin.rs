@@ -23,15 +23,6 @@ pub struct Libs {
     pub max_ranks: u32,
 }
 
-fn cache() -> PathBuf {
-    std::env::var_os("PREFLIGHT_LIB_CACHE")
-        .filter(|v| !v.is_empty())
-        .map_or_else(
-            || PathBuf::from("/var/cache/preflight-test-libs"),
-            PathBuf::from,
-        )
-}
-
 fn real() -> Option<Libs> {
     let cuda = std::env::var_os("PREFLIGHT_GPU_CUDA_LIB").filter(|v| !v.is_empty())?;
     let nccl = std::env::var_os("PREFLIGHT_GPU_NCCL_LIB").filter(|v| !v.is_empty())?;
@@ -63,7 +54,7 @@ fn build() -> Result<Libs, String> {
     .arg("-o")
     .arg(&lib)
     .arg(&src);
-    let header = cache().join("nccl/include/nccl.h");
+    let header = super::lib_cache().join("nccl/include/nccl.h");
     if header.exists() {
         cc.arg("-DSTANDIN_NCCL_H")
             .arg("-I")
