@@ -38,6 +38,25 @@ pub fn parent(proc_pid: &Path) -> Option<u32> {
         .ok()
 }
 
+/// The ancestors of process `pid`, its parent first, up to (not counting)
+/// pid 1 or the first parent this user cannot see (a container's PID
+/// namespace ends the chain at 0). Bounded: a corrupt or hostile /proc
+/// cannot make it loop.
+pub fn ancestors(proc_dir: &Path, pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut at = pid;
+    while out.len() < 64 {
+        match parent(&proc_dir.join(at.to_string())) {
+            Some(p) if p > 1 && p != at && !out.contains(&p) => {
+                out.push(p);
+                at = p;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
 /// (pid, command name) of every process whose real uid is `uid`, by pid.
 pub fn owned_by(proc_dir: &Path, uid: u32) -> Vec<(u32, String)> {
     let Ok(entries) = std::fs::read_dir(proc_dir) else {
@@ -96,6 +115,22 @@ mod tests {
             vec![(10, "python3".into()), (12, "sleep".into())]
         );
         assert!(owned_by(d.path(), 7).is_empty());
+    }
+
+    #[test]
+    fn ancestors_stop_at_init_and_never_loop() {
+        let d = tempfile::tempdir().unwrap();
+        for (pid, ppid) in [(30, 20), (20, 10), (10, 1), (7, 8), (8, 7)] {
+            let p = d.path().join(pid.to_string());
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("stat"), format!("{pid} (x) S {ppid} 0 0")).unwrap();
+        }
+        assert_eq!(ancestors(d.path(), 30), vec![20, 10]);
+        assert_eq!(ancestors(d.path(), 7), vec![8]);
+        assert!(
+            ancestors(Path::new("/proc"), std::process::id())
+                .contains(&std::os::unix::process::parent_id())
+        );
     }
 
     #[test]

@@ -81,6 +81,12 @@ impl DiskFree {
                         low.push(path.clone());
                     }
                 }
+                Err(e) if e == nix::errno::Errno::EACCES || e == nix::errno::Errno::EPERM => {
+                    return super::needs_privilege(
+                        &format!("measuring {path}"),
+                        "access to it (root)",
+                    );
+                }
                 Err(e) => {
                     return Finding::error(format!("cannot statvfs {path}: {e}"));
                 }

@@ -144,6 +144,12 @@ impl FileCheck {
                     Finding::pass(format!("{path} does not exist")).measured("missing"),
                 );
             }
+            (Err(e), _) if super::is_denied(&e) => {
+                return with_path(super::needs_privilege(
+                    &format!("inspecting {path}"),
+                    "read access to its directory (root)",
+                ));
+            }
             (Err(e), _) => return with_path(Finding::error(format!("cannot inspect {path}: {e}"))),
             (Ok(_), false) => {
                 return with_path(
@@ -194,6 +200,12 @@ impl FileCheck {
                 Ok(())
             });
             if let Err(e) = read {
+                if super::is_denied(&e) {
+                    return with_path(super::needs_privilege(
+                        &format!("reading {path}"),
+                        "read access to it (root)",
+                    ));
+                }
                 return with_path(Finding::error(format!("cannot read {path}: {e}")));
             }
             if let Some(p) = &self.contains

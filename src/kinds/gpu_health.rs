@@ -312,19 +312,30 @@ impl GpuHealth {
 
     /// The kernel log's text, or why there is none. `Ok(None)`: no log to
     /// read under a fixture root, which is not a failure of the node.
-    fn kernel_log(&self, facts: &Facts) -> Result<Option<String>, String> {
+    /// `Err(LogError::Denied)`: this user may not read the kernel log
+    /// (kernel.dmesg_restrict), which says nothing about the GPUs.
+    fn kernel_log(&self, facts: &Facts) -> Result<Option<String>, LogError> {
         if let Some(path) = &self.kernel_log {
-            return std::fs::read_to_string(path)
-                .map(Some)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()));
+            return std::fs::read_to_string(path).map(Some).map_err(|e| {
+                let what = format!("reading {}", path.display());
+                if super::is_denied(&e) {
+                    LogError::Denied(what)
+                } else {
+                    LogError::Failed(format!("cannot read {}: {e}", path.display()))
+                }
+            });
         }
         let kmsg = facts.host_path("/dev/kmsg");
         if !facts.is_live() && !kmsg.exists() {
             return Ok(None);
         }
-        kmsg::read_kmsg(&kmsg)
-            .map(Some)
-            .map_err(|e| format!("cannot read /dev/kmsg: {e} (run as root, or set kernel_log)"))
+        kmsg::read_kmsg(&kmsg).map(Some).map_err(|e| {
+            if super::is_denied(&e) {
+                LogError::Denied("reading the kernel log (/dev/kmsg) for Xid errors".into())
+            } else {
+                LogError::Failed(format!("cannot read /dev/kmsg: {e} (or set kernel_log)"))
+            }
+        })
     }
 
     fn check(
@@ -354,6 +365,7 @@ impl GpuHealth {
         // rest, never in place of them.
         let mut unreadable: Vec<String> = Vec::new();
         let mut source = None;
+        let mut denied: Option<String> = None;
         if self.needs_report() {
             match report {
                 Some(Ok(r)) => {
@@ -390,7 +402,8 @@ impl GpuHealth {
                     );
                 }
                 Ok(None) => notes.push("no kernel log under --root".into()),
-                Err(e) => unreadable.push(e),
+                Err(LogError::Failed(e)) => unreadable.push(e),
+                Err(LogError::Denied(what)) => denied = Some(what),
             }
         }
         let count = problems.len();
@@ -402,6 +415,16 @@ impl GpuHealth {
             ))
         } else if !unreadable.is_empty() {
             Finding::error(unreadable.join("; "))
+        } else if let Some(what) = denied {
+            // What could be read is kept; what could not is this user's
+            // limit, not the node's fault.
+            let skipped = super::needs_privilege(&what, KMSG_PRIVILEGE);
+            if notes.is_empty() {
+                skipped
+            } else {
+                Finding::pass(format!("{}; {}", notes.join("; "), skipped.message))
+                    .measured("healthy")
+            }
         } else {
             Finding::pass(notes.join("; ")).measured("healthy")
         };
@@ -410,6 +433,17 @@ impl GpuHealth {
             .var("source", source.unwrap_or_default())
     }
 }
+
+/// Why the kernel log could not be read.
+enum LogError {
+    /// This user lacks the privilege: what was being read.
+    Denied(String),
+    Failed(String),
+}
+
+/// Reading the kernel log where kernel.dmesg_restrict is set (the default
+/// on most distributions).
+const KMSG_PRIVILEGE: &str = "root or CAP_SYSLOG";
 
 impl Probe for GpuHealth {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {

@@ -142,6 +142,9 @@ impl KernelParam {
                     self.name
                 ));
             }
+            Err(e) if super::is_denied(&e) => {
+                return super::needs_privilege(&format!("reading {path}"), "root");
+            }
             Err(e) => return Finding::error(format!("cannot read {path}: {e}")),
         };
         let value = text.split_whitespace().collect::<Vec<_>>().join(" ");

@@ -213,6 +213,23 @@ impl IfMissing {
     }
 }
 
+/// Whether an I/O error is this user's lack of a privilege (EACCES, EPERM)
+/// rather than a fault of the node.
+pub fn is_denied(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::PermissionDenied
+}
+
+/// What a probe reports when the user it runs as lacks a privilege it
+/// needs: a skip naming the privilege, never an error. `preflight run`
+/// and `srun ... preflight run` run as the job's user, and a healthy node
+/// must not look incomplete to them; the node's health check runs as root
+/// and reads what this user cannot.
+pub fn needs_privilege(what: &str, privilege: &str) -> Finding {
+    Finding::skip(format!(
+        "{what} needs {privilege}; the node's root health check covers it"
+    ))
+}
+
 /// Keeps secrets out of reports: values of variables that look like
 /// credentials are shown by length only.
 pub fn redact(name: &str, value: &str) -> String {

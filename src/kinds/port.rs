@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::port_holder::Ours;
 use super::ports::{PortRange, with_env_port};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
 use crate::facts::Facts;
@@ -93,6 +94,8 @@ impl PortCheck {
             ));
         }
         let mut taken = Vec::new();
+        // Ports this job's own launcher holds: said, not failed.
+        let mut launchers: Vec<String> = Vec::new();
         let mut first_holder: Option<(String, String)> = None;
         for &port in &ports {
             let address = SocketAddr::new(self.address, port);
@@ -103,13 +106,25 @@ impl PortCheck {
                         Ok(list) if list.is_empty() => {
                             "held by a socket not visible in /proc/net/tcp (another network namespace?)".to_string()
                         }
-                        // This preflight's own rendezvous (rank 0, or the
-                        // node agent that started this rank) holds the job's
-                        // port by design: that is the port working.
+                        // This job holds it: preflight's own rendezvous (rank
+                        // 0, a sibling rank, the node agent), or the launcher
+                        // that started this rank (torchrun's agent listens on
+                        // MASTER_PORT for its store). That is the port
+                        // working, not a stranger on it.
                         Ok(list)
-                            if facts.is_live()
-                                && list.iter().all(super::port_holder::is_this_job) =>
+                            if list
+                                .iter()
+                                .all(|h| super::port_holder::this_jobs(facts, h).is_some()) =>
                         {
+                            for h in &list {
+                                if let Some(Ours::Launcher(who)) =
+                                    super::port_holder::this_jobs(facts, h)
+                                {
+                                    launchers.push(format!(
+                                        "{port} held by this job's launcher, {who}"
+                                    ));
+                                }
+                            }
                             continue;
                         }
                         Ok(list) => {
@@ -140,9 +155,16 @@ impl PortCheck {
         }
         let listed = super::ports::describe(&ports);
         if taken.is_empty() {
-            return Finding::pass(format!("{listed} free on {}", self.address))
-                .measured("free")
-                .var("ports", listed);
+            let message = if launchers.is_empty() {
+                format!("{listed} free on {}", self.address)
+            } else {
+                format!(
+                    "{listed} free on {} or this job's: {}",
+                    self.address,
+                    launchers.join("; ")
+                )
+            };
+            return Finding::pass(message).measured("free").var("ports", listed);
         }
         let (holder, pid) = first_holder.unwrap_or_else(|| ("unknown".into(), "unknown".into()));
         Finding::fail(format!(

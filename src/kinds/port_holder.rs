@@ -110,18 +110,73 @@ fn cmdline(proc_dir: &Path) -> String {
     }
 }
 
-/// The processes holding `port`, or `Err` when the socket exists but its
-/// owner cannot be seen (another user's process and we are not root).
-/// Whether the holder is this process, a child of it between fork and
-/// exec (a `command` check's program, which holds a copy of every
-/// descriptor until its exec closes them), or the preflight node agent
-/// that started it. Only meaningful on the real root, where pids are ours.
-pub fn is_this_job(holder: &Holder) -> bool {
+/// Why a port's holder is this job's own, when it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ours {
+    /// This process, or a child of it between fork and exec (a `command`
+    /// check's program holds a copy of every descriptor until its exec
+    /// closes them).
+    Itself,
+    /// A process this one descends from: the launcher that started the
+    /// job (torchrun's agent holds MASTER_PORT for its store, mpirun,
+    /// slurmstepd) or preflight's own node agent. What it is, for the
+    /// report: "torchrun pid 4242".
+    Launcher(String),
+    /// Another rank of this job: the same program started by the same
+    /// parent (rank 0 listening where its siblings look).
+    Sibling,
+}
+
+/// Whether `holder` belongs to this job rather than a stranger: itself,
+/// an ancestor, or a sibling rank. Only on the real root, where the pids
+/// are this machine's; a parent hidden by a PID namespace is not seen,
+/// and its port then counts as a stranger's.
+pub fn this_jobs(facts: &Facts, holder: &Holder) -> Option<Ours> {
+    if !facts.is_live() {
+        return None;
+    }
     let me = std::process::id();
-    holder.pid == me
-        || holder.ppid == me
-        || (holder.pid == std::os::unix::process::parent_id()
-            && holder.role() == Some("another preflight"))
+    if holder.pid == me || holder.ppid == me {
+        return Some(Ours::Itself);
+    }
+    let proc_dir = facts.host_path("/proc");
+    if procs::ancestors(&proc_dir, me).contains(&holder.pid) {
+        return Some(Ours::Launcher(format!(
+            "{} pid {}",
+            launcher_name(holder, &proc_dir),
+            holder.pid
+        )));
+    }
+    let parent = std::os::unix::process::parent_id();
+    if parent > 1 && holder.ppid == parent && same_program(&proc_dir, holder.pid) {
+        return Some(Ours::Sibling);
+    }
+    None
+}
+
+/// Whether process `pid` runs the same executable as this one.
+fn same_program(proc_dir: &Path, pid: u32) -> bool {
+    let theirs = std::fs::read_link(proc_dir.join(pid.to_string()).join("exe"));
+    let ours = std::fs::read_link(proc_dir.join("self/exe"));
+    matches!((theirs, ours), (Ok(a), Ok(b)) if a == b)
+}
+
+/// What a launcher is called in the report: the name operators know it
+/// by, not python3's.
+fn launcher_name(holder: &Holder, proc_dir: &Path) -> String {
+    if holder.role() == Some("a PyTorch job") {
+        return "torchrun".into();
+    }
+    if same_program(proc_dir, holder.pid) {
+        return "preflight's node agent".into();
+    }
+    let argv0 = holder.cmdline.split(' ').next().unwrap_or("");
+    let program = argv0.rsplit('/').next().unwrap_or(argv0);
+    if program.is_empty() {
+        "the launcher".into()
+    } else {
+        program.to_string()
+    }
 }
 
 pub fn holders(facts: &Facts, port: u16) -> Result<Vec<Holder>, String> {
@@ -181,18 +236,31 @@ mod tests {
 
     /// A forked child still holds our sockets until its exec: it is this
     /// job, not a stranger on the port (seen in a Slurm prolog, where a
-    /// `command` check forked while the port check read /proc).
+    /// `command` check forked while the port check read /proc). The
+    /// process that started this one (the launcher) is this job's too,
+    /// named as what it is.
     #[test]
-    fn a_child_of_ours_is_this_job_and_a_stranger_is_not() {
+    fn a_child_or_an_ancestor_of_ours_is_this_job_and_a_stranger_is_not() {
+        let facts = Facts::new("/".into(), Default::default(), Vec::new());
         let me = std::process::id();
-        let holder = |pid, ppid| Holder {
+        let holder = |pid, ppid, cmd: &str| Holder {
             pid,
             ppid,
-            cmdline: "/usr/local/bin/preflight slurm prolog".into(),
+            cmdline: cmd.into(),
         };
-        assert!(is_this_job(&holder(me, 1)));
-        assert!(is_this_job(&holder(4_000_000, me)));
-        assert!(!is_this_job(&holder(4_000_000, 1)));
+        let cmd = "/usr/local/bin/preflight slurm prolog";
+        assert_eq!(this_jobs(&facts, &holder(me, 1, cmd)), Some(Ours::Itself));
+        assert_eq!(
+            this_jobs(&facts, &holder(4_000_000, me, cmd)),
+            Some(Ours::Itself)
+        );
+        assert_eq!(this_jobs(&facts, &holder(4_000_000, 1, cmd)), None);
+        let parent = std::os::unix::process::parent_id();
+        let torch = "/usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 --no_python x";
+        assert_eq!(
+            this_jobs(&facts, &holder(parent, 1, torch)),
+            Some(Ours::Launcher(format!("torchrun pid {parent}")))
+        );
     }
 
     #[test]

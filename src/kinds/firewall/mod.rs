@@ -2,8 +2,10 @@
 //! policies that would drop or reject new TCP connections to the
 //! rendezvous ports or between the cluster's addresses, quoting the rule.
 //! nft first (`nft -j list ruleset`), iptables-save/ip6tables-save where
-//! nft is absent. No tool is a skip and no permission an error, with the
-//! reason: an unreadable firewall is never a pass.
+//! nft is absent. No tool is a skip, with the reason, and so is a user
+//! without the privilege to read the ruleset (root or CAP_NET_ADMIN): the
+//! job's user cannot tell, and the node's root health check can. Any other
+//! failure to read is an error: an unreadable firewall is never a pass.
 
 mod iptables;
 mod nft;
@@ -141,7 +143,23 @@ impl Params for Firewall {
 
 enum ToolError {
     Missing,
+    /// This user may not read the ruleset: the command and what it said.
+    Denied(String),
     Failed(String),
+}
+
+/// Reading a ruleset is a privileged operation: root or CAP_NET_ADMIN.
+const PRIVILEGE: &str = "root or CAP_NET_ADMIN";
+
+/// A tool's stderr on one line: it goes into a check's message, under the
+/// check, not as lines of its own.
+fn one_line(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 async fn run_tool(program: &str, args: &[&str], limit: Duration) -> Result<String, ToolError> {
@@ -165,17 +183,22 @@ async fn run_tool(program: &str, args: &[&str], limit: Duration) -> Result<Strin
         ))),
         Ok(Err(e)) => Err(ToolError::Failed(format!("`{shown}`: {e}"))),
         Ok(Ok(out)) if !out.status.success() => {
-            let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-            let why = if err.contains("Operation not permitted")
-                || err.contains("Permission denied")
+            let err = one_line(&out.stderr);
+            if [
+                "Operation not permitted",
+                "Permission denied",
+                "must be root",
+            ]
+            .iter()
+            .any(|s| err.contains(s))
             {
-                format!(
-                    "`{shown}` is not permitted for this user (run preflight as root, or with CAP_NET_ADMIN): {err}"
-                )
+                Err(ToolError::Denied(format!("`{shown}` ({err})")))
             } else {
-                format!("`{shown}` failed ({}): {err}", out.status)
-            };
-            Err(ToolError::Failed(why))
+                Err(ToolError::Failed(format!(
+                    "`{shown}` failed ({}): {err}",
+                    out.status
+                )))
+            }
         }
         Ok(Ok(out)) => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
     }
@@ -210,6 +233,12 @@ impl Firewall {
                     return Ok((tables, "nft"));
                 }
                 Err(ToolError::Failed(e)) => return Err(Finding::error(e)),
+                Err(ToolError::Denied(e)) => {
+                    return Err(super::needs_privilege(
+                        &format!("reading the ruleset {e}"),
+                        PRIVILEGE,
+                    ));
+                }
                 Err(ToolError::Missing) if self.backend == Backend::Nft => {
                     return Err(Finding::skip(
                         "nft is not installed: cannot read the ruleset",
@@ -224,6 +253,10 @@ impl Firewall {
                 "neither nft nor iptables-save is installed: cannot read the firewall ruleset",
             )),
             Err(ToolError::Failed(e)) => Err(Finding::error(e)),
+            Err(ToolError::Denied(e)) => Err(super::needs_privilege(
+                &format!("reading the ruleset {e}"),
+                PRIVILEGE,
+            )),
         }
     }
 
@@ -258,6 +291,12 @@ impl Firewall {
                     )));
                 }
                 Err(ToolError::Failed(e)) => return Err(Finding::error(e)),
+                Err(ToolError::Denied(e)) => {
+                    return Err(super::needs_privilege(
+                        &format!("reading the legacy iptables rules {e}"),
+                        PRIVILEGE,
+                    ));
+                }
             }
         }
         Ok(tables)
