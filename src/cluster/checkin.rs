@@ -122,6 +122,7 @@ impl CheckIn {
         for f in &mut self.failed {
             cut(&mut f.id, NAME);
             cut(&mut f.area, NAME);
+            cut(&mut f.kind, NAME);
             cut(&mut f.message, TEXT);
             if let Some(h) = &mut f.hint {
                 cut(h, TEXT);
@@ -134,6 +135,7 @@ impl CheckIn {
                 message: format!("{extra} more failed checks not listed"),
                 hint: None,
                 area: String::new(),
+                kind: String::new(),
             });
         }
         cut_map(&mut self.versions);
@@ -156,6 +158,7 @@ pub fn failed_checks(results: &[CheckResult]) -> Vec<FailedCheck> {
             message: r.message.clone(),
             hint: r.hint.clone(),
             area: r.area.clone(),
+            kind: r.kind.clone(),
         })
         .collect()
 }
@@ -380,6 +383,7 @@ mod tests {
                 message: "é".repeat(5_000),
                 hint: Some("x".repeat(5_000)),
                 area: "a".repeat(5_000),
+                kind: "k".repeat(5_000),
             })
             .collect();
         c.devices.models = vec!["m".repeat(1000); 1000];

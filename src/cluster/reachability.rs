@@ -176,43 +176,94 @@ pub async fn probe_all(from: usize, targets: &[Target], timeout: Duration) -> Ve
 /// while it reaches them is the one whose firewall (or listener) is at
 /// fault; a node that reaches nobody has a fault on its own side. Each
 /// finding comes with the node it singles out, if one.
-pub fn culprits(n: usize, probes: &[Probe], names: &[String]) -> Vec<(Option<usize>, String)> {
+///
+/// A pattern blames a node only on evidence that points at it and not at
+/// its peer: several peers that agree, or the node's own checks
+/// (`own_fault[x]`: its firewall check found a rule that blocks). One
+/// failed pair and nothing else (two nodes, A cannot reach B, B reaches
+/// A, no rule on either) fits B's inbound as well as A's outbound or a
+/// filter between them: the link is named and nobody is blamed, so that
+/// a Slurm prolog drains nobody on a guess.
+pub fn culprits(
+    n: usize,
+    probes: &[Probe],
+    names: &[String],
+    own_fault: &[bool],
+) -> Vec<(Option<usize>, String)> {
     let mut out = Vec::new();
+    let mut blamed = vec![false; n];
+    let faulty = |x: usize| own_fault.get(x).copied().unwrap_or(false);
     for (x, name) in names.iter().enumerate().take(n) {
         let inbound: Vec<&Probe> = probes.iter().filter(|p| p.to == x).collect();
         let outbound: Vec<&Probe> = probes.iter().filter(|p| p.from == x).collect();
         let in_failed = inbound.iter().filter(|p| p.status != "ok").count();
         let out_ok = outbound.iter().filter(|p| p.status == "ok").count();
+        let evidence = |peers: usize| {
+            if faulty(x) {
+                " (its own firewall check found a blocking rule)"
+            } else if peers >= 2 {
+                ""
+            } else {
+                "?"
+            }
+        };
         if !inbound.is_empty() && in_failed == inbound.len() && out_ok > 0 {
+            let why = evidence(inbound.len());
+            if why == "?" {
+                continue;
+            }
             let kind = &inbound[0].status;
             let how = match kind.as_str() {
                 "timed_out" => "drops incoming connections (a firewall DROP rule?)",
                 "refused" => "refuses incoming connections (a firewall REJECT rule?)",
                 _ => "cannot be reached",
             };
+            blamed[x] = true;
             out.push((
                 Some(x),
                 format!(
-                    "{name} {how}: every peer failed to reach it ({kind}) while it reached {out_ok} of {}",
+                    "{name} {how}: every peer failed to reach it ({kind}) while it reached {out_ok} of {}{why}",
                     outbound.len()
                 ),
             ));
         } else if !outbound.is_empty() && out_ok == 0 && in_failed < inbound.len() {
+            let why = evidence(outbound.len());
+            if why == "?" {
+                continue;
+            }
+            blamed[x] = true;
             out.push((
                 Some(x),
                 format!(
-                    "{name} reaches none of its peers while they reach it: its outgoing traffic is blocked"
+                    "{name} reaches none of its peers while they reach it: its outgoing traffic is blocked{why}"
                 ),
             ));
         }
     }
-    if out.is_empty() {
-        for p in probes.iter().filter(|p| p.status != "ok") {
-            out.push((
-                None,
-                format!("{} -> {}: {}", names[p.from], names[p.to], p.status),
-            ));
+    // What no blamed node explains is a link: named, with both ends of
+    // the doubt, blaming neither.
+    for p in probes.iter().filter(|p| p.status != "ok") {
+        if blamed.get(p.from).copied().unwrap_or(false)
+            || blamed.get(p.to).copied().unwrap_or(false)
+        {
+            continue;
         }
+        let (from, to) = (&names[p.from], &names[p.to]);
+        let back = probes
+            .iter()
+            .find(|q| q.from == p.to && q.to == p.from)
+            .map(|q| q.status.as_str());
+        let doubt = if back == Some("ok") {
+            format!(
+                "{to}'s inbound or {from}'s outbound is filtered, or something between them is ({to} reaches {from}; neither node's own checks found a rule)"
+            )
+        } else {
+            "the link between them, or a filter on it, fails".to_string()
+        };
+        out.push((
+            None,
+            format!("{from} to {to} fails ({}): {doubt}", p.status),
+        ));
     }
     out
 }
@@ -274,6 +325,60 @@ mod tests {
         });
     }
 
+    fn probe(from: usize, to: usize, status: &str) -> Probe {
+        Probe {
+            from,
+            to,
+            status: status.into(),
+            rtt_ms: None,
+            detail: None,
+        }
+    }
+
+    /// Two nodes, A cannot reach B, B reaches A: B's inbound, A's
+    /// outbound or a filter between them. Only B's own firewall rule
+    /// decides; without it the link is named and nobody blamed.
+    #[test]
+    fn one_failed_pair_blames_only_the_node_whose_own_checks_agree() {
+        let names: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+        let probes = [probe(0, 1, "timed_out"), probe(1, 0, "ok")];
+        let c = culprits(2, &probes, &names, &[false, true]);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].0, Some(1), "{c:?}");
+        assert!(c[0].1.starts_with("b drops incoming connections"), "{c:?}");
+        assert!(
+            c[0].1
+                .ends_with("(its own firewall check found a blocking rule)"),
+            "{c:?}"
+        );
+
+        let c = culprits(2, &probes, &names, &[false, false]);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].0, None, "nobody is blamed on a guess: {c:?}");
+        assert_eq!(
+            c[0].1,
+            "a to b fails (timed_out): b's inbound or a's outbound is filtered, or something between them is (b reaches a; neither node's own checks found a rule)"
+        );
+    }
+
+    /// Three nodes, A's outgoing connections blocked: two peers agree.
+    #[test]
+    fn a_node_that_reaches_none_of_several_peers_is_named() {
+        let names: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let mut probes = Vec::new();
+        for from in 0..3 {
+            for to in 0..3 {
+                if from != to {
+                    probes.push(probe(from, to, if from == 0 { "timed_out" } else { "ok" }));
+                }
+            }
+        }
+        let c = culprits(3, &probes, &names, &[false; 3]);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].0, Some(0), "{c:?}");
+        assert!(c[0].1.contains("its outgoing traffic is blocked"), "{c:?}");
+    }
+
     #[test]
     fn a_node_everyone_fails_to_reach_is_named() {
         let names: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
@@ -291,7 +396,7 @@ mod tests {
                 }
             }
         }
-        let c = culprits(3, &probes, &names);
+        let c = culprits(3, &probes, &names, &[false; 3]);
         assert_eq!(c.len(), 1, "{c:?}");
         assert_eq!(c[0].0, Some(2), "{c:?}");
         assert!(c[0].1.starts_with("c drops"), "{c:?}");

@@ -137,7 +137,22 @@ pub(super) fn assemble(
         .cloned()
         .collect();
     if heard.iter().any(|p| p.status != "ok") {
-        singled.extend(reachability::culprits(nodes.len(), &heard, &names));
+        // A node's own firewall check that found a blocking rule is
+        // evidence against it; by kind, not by message.
+        let own_fault: Vec<bool> = nodes
+            .iter()
+            .map(|n| {
+                n.failed
+                    .iter()
+                    .any(|f| f.kind == "firewall" && f.status == Status::Fail)
+            })
+            .collect();
+        singled.extend(reachability::culprits(
+            nodes.len(),
+            &heard,
+            &names,
+            &own_fault,
+        ));
     }
     let findings: Vec<String> = singled.iter().map(|(_, f)| f.clone()).collect();
     let mut unreachable: Vec<String> = Vec::new();

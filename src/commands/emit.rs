@@ -125,17 +125,19 @@ pub fn emit(args: &RunArgs, stage: Stage, outcome: Outcome) -> Result<ExitCode, 
         if rank != 0
             && let Some(c) = &report.cluster
         {
-            let mut line = format!("{}\n", report::cluster::one_line(c, rank, &style));
-            // A rank that never reached rank 0 is the only one that knows
-            // its own problems: it shows them under its line.
-            if c.checks.iter().any(|x| x.id == "cluster.rendezvous") {
-                let own = report
-                    .checks
-                    .iter()
-                    .filter(|x| x.id != "cluster.rendezvous");
-                line.push_str(&report::human::problems(own, &style));
+            // Its own problems, the cluster's included (a rank that never
+            // reached rank 0 is the only one that knows why), with their
+            // hints; then its verdict, last: srun and torchrun logs are
+            // read from the tail.
+            let mut text = report::human::problems(report.checks.iter(), &style)
+                .trim_start_matches('\n')
+                .to_string();
+            if !text.is_empty() {
+                text.push('\n');
             }
-            return line;
+            text.push_str(&report::cluster::one_line(c, rank, &style));
+            text.push('\n');
+            return text;
         }
         let detail = if args.display.quiet {
             Detail::Quiet

@@ -33,6 +33,12 @@ pub const KIND: KindInfo = KindInfo {
             doc: "/dev/shm must be at least this large (statvfs on the real machine; the size= mount option in /proc/mounts under a fixture root).",
         },
         ParamDoc {
+            name: "min_shm_free",
+            ty: "size",
+            default: Some("unset"),
+            doc: "/dev/shm must have at least this free (statvfs on the real machine; under a fixture root, its size less the files under DIR/dev/shm). A failure names the largest files there with their owners: leftovers of a crashed job.",
+        },
+        ParamDoc {
             name: "min_hugepages",
             ty: "integer",
             default: Some("unset"),
@@ -51,7 +57,7 @@ pub const KIND: KindInfo = KindInfo {
             doc: "The open-files limit must be at least this many times WORLD_SIZE: each rank may hold sockets to every peer.",
         },
     ],
-    hint_vars: &["available", "shm", "nofile"],
+    hint_vars: &["available", "shm", "shm_free", "shm_files", "nofile"],
     parse: parse_params::<Memory>,
 };
 
@@ -62,6 +68,8 @@ pub struct Memory {
     min_available: Option<Bytes>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     min_shm: Option<Bytes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    min_shm_free: Option<Bytes>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     min_hugepages: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -74,11 +82,12 @@ impl Params for Memory {
     fn validate(&self) -> Result<(), String> {
         if self.min_available.is_none()
             && self.min_shm.is_none()
+            && self.min_shm_free.is_none()
             && self.min_hugepages.is_none()
             && self.min_nofile.is_none()
             && self.nofile_per_rank.is_none()
         {
-            return Err("memory needs a threshold: min_available, min_shm, min_hugepages, min_nofile or nofile_per_rank".into());
+            return Err("memory needs a threshold: min_available, min_shm, min_shm_free, min_hugepages, min_nofile or nofile_per_rank".into());
         }
         Ok(())
     }
@@ -120,6 +129,91 @@ pub fn shm_size(facts: &Facts, mem_total: Option<u64>) -> Result<u64, String> {
     }
 }
 
+/// Free space in /dev/shm: statvfs on the real machine (what this user
+/// may still allocate); under a fixture root, its size less what the
+/// files under DIR/dev/shm take.
+fn shm_free(facts: &Facts, size: u64) -> Result<u64, String> {
+    if facts.is_live() {
+        let st = nix::sys::statvfs::statvfs("/dev/shm")
+            .map_err(|e| format!("cannot statvfs /dev/shm: {e}"))?;
+        return Ok(st.blocks_available() * st.fragment_size());
+    }
+    let used: u64 = shm_files(facts).iter().map(|f| f.bytes).sum();
+    Ok(size.saturating_sub(used))
+}
+
+/// A file in /dev/shm: a segment of NCCL (`nccl-*`), oneCCL, PyTorch's
+/// data loaders (`torch_*`), or a crashed job's leftover.
+struct ShmFile {
+    path: String,
+    bytes: u64,
+    uid: u32,
+}
+
+/// The files under /dev/shm, largest first; at most a few thousand are
+/// looked at, and directories two levels deep (a hostile or huge tree
+/// cannot stall the check).
+fn shm_files(facts: &Facts) -> Vec<ShmFile> {
+    use std::os::unix::fs::MetadataExt;
+    const MAX_ENTRIES: usize = 4096;
+    let base = facts.host_path("/dev/shm");
+    let mut out = Vec::new();
+    let mut dirs = vec![(base.clone(), 0)];
+    let mut seen = 0usize;
+    while let Some((dir, depth)) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > MAX_ENTRIES {
+                break;
+            }
+            let Ok(meta) = e.metadata() else { continue };
+            let path = e.path();
+            if meta.is_dir() {
+                if depth < 2 {
+                    dirs.push((path, depth + 1));
+                }
+                continue;
+            }
+            // tmpfs files may be sparse: what they hold is their blocks.
+            // A fixture's stand-in files are sparse on purpose: their
+            // length says what they stand for.
+            let bytes = if facts.is_live() {
+                meta.blocks() * 512
+            } else {
+                meta.len()
+            };
+            let shown = path
+                .strip_prefix(&base)
+                .map(|p| format!("/dev/shm/{}", p.display()))
+                .unwrap_or_else(|_| path.display().to_string());
+            out.push(ShmFile {
+                path: shown,
+                bytes,
+                uid: meta.uid(),
+            });
+        }
+    }
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.path.cmp(&b.path)));
+    out
+}
+
+/// A user's name from the root's /etc/passwd, else the number.
+fn user_name(facts: &Facts, uid: u32) -> String {
+    std::fs::read_to_string(facts.host_path("/etc/passwd"))
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                let mut f = l.split(':');
+                let name = f.next()?;
+                (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+            })
+        })
+        .unwrap_or_else(|| format!("uid {uid}"))
+}
+
 /// What one aspect of the check (available RAM, /dev/shm, hugepages, open
 /// files) found when it could not compare: unreadable, or nothing to read
 /// on this node.
@@ -137,8 +231,10 @@ impl Memory {
         let mut notes = Vec::new();
         let mut unchecked: Vec<Unchecked> = Vec::new();
         let mut finding_vars: Vec<(&'static str, String)> = Vec::new();
-        let needs_meminfo =
-            self.min_available.is_some() || self.min_hugepages.is_some() || self.min_shm.is_some();
+        let needs_meminfo = self.min_available.is_some()
+            || self.min_hugepages.is_some()
+            || self.min_shm.is_some()
+            || self.min_shm_free.is_some();
         let meminfo = if needs_meminfo {
             std::fs::read_to_string(facts.host_path("/proc/meminfo"))
                 .map_err(|e| format!("cannot read /proc/meminfo: {e}"))
@@ -164,16 +260,66 @@ impl Memory {
                 Err(e) => unchecked.push(Unchecked::Unreadable(e)),
             }
         }
-        if let Some(min) = self.min_shm {
+        if self.min_shm.is_some() || self.min_shm_free.is_some() {
             match shm_size(facts, field("MemTotal").ok()) {
                 Ok(size) => {
                     finding_vars.push(("shm", format_bytes(size)));
-                    notes.push(format!("/dev/shm {}", format_bytes(size)));
-                    if size < min.0 {
+                    if let Some(min) = self.min_shm
+                        && size < min.0
+                    {
                         problems.push(format!(
                             "/dev/shm is {}, expected at least {min}: NCCL and oneCCL fail or fall back",
                             format_bytes(size)
                         ));
+                    }
+                    match self.min_shm_free.map(|min| (min, shm_free(facts, size))) {
+                        None => notes.push(format!("/dev/shm {}", format_bytes(size))),
+                        Some((_, Err(e))) => {
+                            notes.push(format!("/dev/shm {}", format_bytes(size)));
+                            unchecked.push(Unchecked::Unreadable(e));
+                        }
+                        Some((min, Ok(free))) => {
+                            notes.push(format!(
+                                "/dev/shm {} ({} free)",
+                                format_bytes(size),
+                                format_bytes(free)
+                            ));
+                            finding_vars.push(("shm_free", format_bytes(free)));
+                            if free < min.0 {
+                                let files = shm_files(facts);
+                                let largest: Vec<String> = files
+                                    .iter()
+                                    .take(5)
+                                    .map(|f| {
+                                        format!(
+                                            "{} {} ({})",
+                                            f.path,
+                                            format_bytes(f.bytes),
+                                            user_name(facts, f.uid)
+                                        )
+                                    })
+                                    .collect();
+                                let held = if largest.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!(
+                                        "; largest files: {}{}",
+                                        largest.join(", "),
+                                        if files.len() > largest.len() {
+                                            format!(" and {} more", files.len() - largest.len())
+                                        } else {
+                                            String::new()
+                                        }
+                                    )
+                                };
+                                finding_vars.push(("shm_files", largest.join(", ")));
+                                problems.push(format!(
+                                    "/dev/shm has {} free of {}, expected at least {min}: NCCL cannot create its segments (\"Error while creating shared memory segment\", \"No space left on device\"){held}",
+                                    format_bytes(free),
+                                    format_bytes(size)
+                                ));
+                            }
+                        }
                     }
                 }
                 Err(e) => unchecked.push(Unchecked::Unreadable(e)),

@@ -65,7 +65,7 @@ impl Human {
                         "  {}  {:<width$}  {}",
                         s.mark(check.status),
                         check.id,
-                        check.message
+                        under(&check.message, width + 10)
                     );
                     if check.status != Status::Skip {
                         let values = values_line(check);
@@ -126,18 +126,30 @@ pub fn problems<'a>(checks: impl Iterator<Item = &'a CheckResult>, s: &Style) ->
                 "  {}  {}: {}",
                 s.mark(check.status),
                 check.id,
-                check.message
+                under(&check.message, 8)
             );
             let values = values_line(check);
             if !values.is_empty() {
-                let _ = writeln!(out, "        {values}");
+                let _ = writeln!(out, "        {}", under(&values, 8));
             }
             if let Some(hint) = &check.hint {
-                let _ = writeln!(out, "        hint: {hint}");
+                let _ = writeln!(out, "        hint: {}", under(hint, 14));
             }
         }
     }
     out
+}
+
+/// Text that may hold line breaks (a foreign tool's stderr, a quoted
+/// log) kept under its check: every line after the first indented by
+/// `indent`, never at column 0 where it would read as output of its own.
+fn under(text: &str, indent: usize) -> String {
+    let text = text.trim_end();
+    if !text.contains('\n') {
+        return text.to_string();
+    }
+    let pad = format!("\n{}", " ".repeat(indent));
+    text.lines().collect::<Vec<_>>().join(&pad)
 }
 
 fn values_line(check: &CheckResult) -> String {
@@ -219,4 +231,21 @@ pub fn progress_line(done: usize, total: usize, last: &CheckResult, running: &[&
         ));
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::under;
+
+    #[test]
+    fn a_message_of_several_lines_stays_under_its_check() {
+        assert_eq!(under("one line", 8), "one line");
+        assert_eq!(
+            under(
+                "nft failed: Operation not permitted\nnetlink: Error: cache initialization failed\n",
+                8
+            ),
+            "nft failed: Operation not permitted\n        netlink: Error: cache initialization failed"
+        );
+    }
 }

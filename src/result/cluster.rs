@@ -305,6 +305,11 @@ pub struct FailedCheck {
     /// settings, not the node's state.
     #[serde(default)]
     pub area: String,
+    /// The check's kind: what rank 0 weighs as evidence against the node
+    /// (its own `firewall` check found a blocking rule), by field, not by
+    /// the words of a message.
+    #[serde(default)]
+    pub kind: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]

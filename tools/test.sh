@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Every test of the project, from a fresh clone, as root on a Debian
+# machine: installs what the tests need (.ci/install: apt packages, the
+# real collective libraries, ansible-core, zig, cargo-fuzz; what is there
+# already is kept), builds the binary to ship (tools/release.sh, which
+# tests/release.rs checks), runs `cargo test --workspace`, then every fuzz
+# target for PREFLIGHT_FUZZ_SECONDS (default 20) each. This is the README's
+# one test command and what CI runs (.ci/run reads it from the README).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# Sourced, not run: it exports where the libraries and virtual
+# environments are, and finds cargo.
+. .ci/install
+tools/release.sh
+cargo test --workspace
+bash fuzz/run.sh "${PREFLIGHT_FUZZ_SECONDS:-20}"
