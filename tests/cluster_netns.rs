@@ -518,7 +518,7 @@ fn a_host_whose_probe_port_range_is_taken_is_named() {
 
 /// What people read: rank 0 draws the cluster view and, with a failed
 /// probe, the reachability matrix naming the host; every other rank
-/// prints one line with the verdict and its problems.
+/// prints its problems and ends with its verdict line.
 #[test]
 fn rank_0_draws_the_matrix_and_the_others_print_one_line() {
     let Some(job) = job(3, None) else { return };
@@ -550,15 +550,28 @@ fn rank_0_draws_the_matrix_and_the_others_print_one_line() {
     ] {
         assert!(view.contains(part), "rank 0 lacks {part:?}:\n{view}");
     }
+    // The others: their own problems, the cluster's included, and the
+    // verdict as the last line (logs are read from the tail).
     for (r, o) in out.iter().enumerate().skip(1) {
         let lines: Vec<&str> = o.stdout.lines().filter(|l| !l.trim().is_empty()).collect();
-        assert_eq!(lines.len(), 1, "rank {r}:\n{}", o.stdout);
         assert!(
-            lines[0].starts_with(&format!(
+            lines.last().is_some_and(|l| l.starts_with(&format!(
                 "NOT READY  rank {r} of 3 · 3 nodes · problems: cluster.reachability"
-            )),
-            "{}",
-            lines[0]
+            ))),
+            "rank {r}:\n{}",
+            o.stdout
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("  FAIL  cluster.reachability: ")),
+            "rank {r}:\n{}",
+            o.stdout
+        );
+        assert!(
+            !o.stdout.contains("Reachability  ("),
+            "only rank 0 draws the matrix:\n{}",
+            o.stdout
         );
     }
 }
@@ -587,5 +600,293 @@ fn no_job_token_across_hosts_is_a_warning_in_the_report() {
     assert!(
         warnings.contains("the job token is derived from TORCHELASTIC_RUN_ID, which any user of the cluster can read"),
         "{warnings}"
+    );
+}
+
+/// `run` with the cluster checks and the node's own firewall check (its
+/// evidence), no collective stage: the verdict is what is judged.
+fn with_firewall_check(timeout: &str) -> Vec<String> {
+    let mut args = run_args(timeout);
+    args.extend(
+        [
+            "--checks",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/checks/network.yaml"),
+            "--only",
+            "cluster",
+            "--only",
+            "net.firewall",
+            "--collective",
+            "off",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    args
+}
+
+fn culprit_names(o: &Outcome) -> Vec<String> {
+    o.json()["cluster"]["culprits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}: no culprits list: {}", o.label, o.stdout))
+        .iter()
+        .filter_map(|c| c["node"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Two hosts, B (h1) drops new inbound TCP on 1024-65535 with nft: A
+/// cannot reach B, B reaches A. B's own firewall check quotes the rule,
+/// so B is the culprit, and the healthy master is not.
+#[test]
+fn two_hosts_with_an_inbound_drop_on_one_blame_only_that_one() {
+    let Some(job) = job(2, None) else { return };
+    let c = &job.cluster;
+    c.nft(1, &["add", "table", "inet", "f"]);
+    c.nft(
+        1,
+        &[
+            "add",
+            "chain",
+            "inet",
+            "f",
+            "input",
+            "{ type filter hook input priority 0; policy accept; }",
+        ],
+    );
+    c.nft(
+        1,
+        &[
+            "add",
+            "rule",
+            "inet",
+            "f",
+            "input",
+            "ct",
+            "state",
+            "new",
+            "tcp",
+            "dport",
+            "1024-65535",
+            "drop",
+        ],
+    );
+    let procs: Vec<Proc> = (0..2)
+        .map(|h| {
+            let env = launcher_env(c, h, 2);
+            on_host(
+                c,
+                &job.files,
+                h as usize,
+                &with_firewall_check("15s"),
+                &pairs(&env),
+            )
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 1);
+    for o in &out {
+        assert_eq!(culprit_names(o), ["h1"], "{}", o.stdout);
+    }
+    let msg = out[0].message("cluster.reachability");
+    assert!(
+        msg.contains("h1 drops incoming connections")
+            && msg.contains("its own firewall check found a blocking rule"),
+        "{msg}"
+    );
+    assert!(!msg.contains("h0 reaches none"), "{msg}");
+}
+
+/// Three hosts, A (h0, the master) cannot open connections out (an
+/// output chain drops `ct state new` on eth0): both peers agree, so A is
+/// the culprit and nobody else.
+#[test]
+fn three_hosts_with_one_hosts_outbound_blocked_blame_that_host() {
+    let Some(job) = job(3, None) else { return };
+    let c = &job.cluster;
+    c.nft(0, &["add", "table", "inet", "f"]);
+    c.nft(
+        0,
+        &[
+            "add",
+            "chain",
+            "inet",
+            "f",
+            "output",
+            "{ type filter hook output priority 0; policy accept; }",
+        ],
+    );
+    c.nft(
+        0,
+        &[
+            "add",
+            "rule",
+            "inet",
+            "f",
+            "output",
+            "oifname",
+            "eth0",
+            "ct",
+            "state",
+            "new",
+            "tcp",
+            "dport",
+            "1024-65535",
+            "drop",
+        ],
+    );
+    let args = {
+        let mut a = run_args("15s");
+        a.extend(["--collective", "off"].iter().map(|s| s.to_string()));
+        a
+    };
+    let procs: Vec<Proc> = (0..3)
+        .map(|h| {
+            let env = launcher_env(c, h, 3);
+            on_host(c, &job.files, h as usize, &args, &pairs(&env))
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 1);
+    for o in &out {
+        assert_eq!(culprit_names(o), ["h0"], "{}", o.stdout);
+    }
+    let msg = out[0].message("cluster.reachability");
+    assert!(msg.contains("h0 reaches none of its peers"), "{msg}");
+}
+
+/// A (h0) and B (h2) on two subnets with a router (host 1) between them
+/// whose FORWARD chain drops new connections from A to B: A cannot reach
+/// B, B reaches A, and neither has a rule. The link is named; nobody is
+/// blamed, so nobody would be drained.
+#[test]
+fn a_filter_between_two_hosts_names_the_link_and_blames_nobody() {
+    let Some(mut cluster) = Cluster::new(2) else {
+        return;
+    };
+    let x = cluster.subnet;
+    let other = format!("10.232.{x}.");
+    let routes = std::process::Command::new("ip")
+        .args(["-4", "addr"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&routes.stdout).contains(&other),
+        "{other}0/24 is in use on this machine"
+    );
+    // Host 2 (B) behind host 1 (the router), on 10.232.X.0/24.
+    let b_ns = format!("{}-b", cluster.hosts[1].ns);
+    let b_addr: std::net::Ipv4Addr = format!("10.232.{x}.1").parse().unwrap();
+    let ip = |args: &[&str]| {
+        let o = std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    ip(&["netns", "add", &b_ns]);
+    cluster.hosts.push(common::netns::Host {
+        ns: b_ns.clone(),
+        addr: b_addr,
+        iface: "eth0",
+    });
+    let r_ns = cluster.hosts[1].ns.clone();
+    let r_link = format!("pfr{x}b{}", std::process::id() % 10000);
+    ip(&[
+        "-n", &r_ns, "link", "add", &r_link, "type", "veth", "peer", "name", "eth0", "netns", &b_ns,
+    ]);
+    ip(&[
+        "-n",
+        &r_ns,
+        "addr",
+        "add",
+        &format!("10.232.{x}.254/24"),
+        "dev",
+        &r_link,
+    ]);
+    ip(&["-n", &r_ns, "link", "set", &r_link, "up"]);
+    ip(&["-n", &b_ns, "link", "set", "lo", "up"]);
+    ip(&[
+        "-n",
+        &b_ns,
+        "addr",
+        "add",
+        &format!("{b_addr}/24"),
+        "dev",
+        "eth0",
+    ]);
+    ip(&["-n", &b_ns, "link", "set", "eth0", "up"]);
+    ip(&[
+        "-n",
+        &b_ns,
+        "route",
+        "add",
+        "default",
+        "via",
+        &format!("10.232.{x}.254"),
+    ]);
+    ip(&[
+        "-n",
+        &cluster.hosts[0].ns,
+        "route",
+        "add",
+        &format!("10.232.{x}.0/24"),
+        "via",
+        &cluster.addr(1),
+    ]);
+    cluster.must(1, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    let a = cluster.addr(0);
+    cluster.iptables(
+        1,
+        &[
+            "-A",
+            "FORWARD",
+            "-s",
+            &a,
+            "-d",
+            &b_addr.to_string(),
+            "-p",
+            "tcp",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-j",
+            "DROP",
+        ],
+    );
+    let files = cluster::host_files_named(&cluster, &[(0, "h0"), (2, "h2")]);
+    let procs: Vec<Proc> = [(0usize, 0u32), (2, 1)]
+        .iter()
+        .map(|&(host, rank)| {
+            let env = [
+                ("RANK", rank.to_string()),
+                ("WORLD_SIZE", "2".to_string()),
+                ("LOCAL_RANK", "0".to_string()),
+                ("LOCAL_WORLD_SIZE", "1".to_string()),
+                ("MASTER_ADDR", a.clone()),
+                ("MASTER_PORT", "29500".to_string()),
+                ("PREFLIGHT_TOKEN", "job-a-secret-0001".to_string()),
+            ];
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            cluster::on_host(&cluster, &files, host, &with_firewall_check("15s"), &env)
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 1);
+    for o in &out {
+        assert_eq!(culprit_names(o), Vec::<String>::new(), "{}", o.stdout);
+        assert_eq!(o.status("net.firewall"), "pass", "{}", o.stdout);
+    }
+    let findings = out[0].json()["cluster"]["reachability"]["findings"].clone();
+    assert_eq!(
+        findings,
+        serde_json::json!([
+            "h0 to h2 fails (timed_out): h2's inbound or h0's outbound is filtered, or something between them is (h2 reaches h0; neither node's own checks found a rule)"
+        ]),
+        "{}",
+        out[0].stdout
     );
 }

@@ -325,7 +325,7 @@ mod tests {
         });
     }
 
-    fn probe(from: usize, to: usize, status: &str) -> Probe {
+    fn seen(from: usize, to: usize, status: &str) -> Probe {
         Probe {
             from,
             to,
@@ -341,7 +341,7 @@ mod tests {
     #[test]
     fn one_failed_pair_blames_only_the_node_whose_own_checks_agree() {
         let names: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
-        let probes = [probe(0, 1, "timed_out"), probe(1, 0, "ok")];
+        let probes = [seen(0, 1, "timed_out"), seen(1, 0, "ok")];
         let c = culprits(2, &probes, &names, &[false, true]);
         assert_eq!(c.len(), 1, "{c:?}");
         assert_eq!(c[0].0, Some(1), "{c:?}");
@@ -369,7 +369,7 @@ mod tests {
         for from in 0..3 {
             for to in 0..3 {
                 if from != to {
-                    probes.push(probe(from, to, if from == 0 { "timed_out" } else { "ok" }));
+                    probes.push(seen(from, to, if from == 0 { "timed_out" } else { "ok" }));
                 }
             }
         }

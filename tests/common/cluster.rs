@@ -225,6 +225,24 @@ pub fn host_files(cluster: &Cluster, override_addr: Option<(usize, &str)>) -> Ho
     HostFiles { _dir: dir, paths }
 }
 
+/// One /etc/hosts for every host: `names` gives each named host's name
+/// (its address is the host's own), the rest are left out.
+pub fn host_files_named(cluster: &Cluster, names: &[(usize, &str)]) -> HostFiles {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut text = String::from("127.0.0.1 localhost\n");
+    for (h, name) in names {
+        text.push_str(&format!("{} {name}\n", cluster.hosts[*h].addr));
+    }
+    let paths = (0..cluster.hosts.len())
+        .map(|me| {
+            let p = dir.path().join(format!("hosts{me}"));
+            std::fs::write(&p, &text).expect("write hosts");
+            p
+        })
+        .collect();
+    HostFiles { _dir: dir, paths }
+}
+
 /// preflight on namespace host `host`, with hostname `h{host}` and its own
 /// /etc/hosts, as a real process with exactly `env` (and a UTF-8 LANG
 /// unless `env` names one, for the human report).
@@ -235,13 +253,28 @@ pub fn on_host(
     args: &[String],
     env: &[(&str, &str)],
 ) -> Proc {
+    let mut argv = vec![BIN.to_string()];
+    argv.extend(args.iter().cloned());
+    on_host_cmd(cluster, files, host, &argv, env)
+}
+
+/// Any command on namespace host `host` (a launcher that starts
+/// preflight, `setpriv` to run it as another user), with hostname
+/// `h{host}`, its own /etc/hosts and exactly `env`.
+pub fn on_host_cmd(
+    cluster: &Cluster,
+    files: &HostFiles,
+    host: usize,
+    argv: &[String],
+    env: &[(&str, &str)],
+) -> Proc {
     let script = "hostname \"$1\" && mount --bind \"$2\" /etc/hosts && shift 2 && exec \"$@\"";
     let hostname = format!("h{host}");
     let hosts = files.paths[host].display().to_string();
     let mut all: Vec<&str> = vec![
-        "--uts", "--mount", "sh", "-c", script, "sh", &hostname, &hosts, BIN,
+        "--uts", "--mount", "sh", "-c", script, "sh", &hostname, &hosts,
     ];
-    all.extend(args.iter().map(String::as_str));
+    all.extend(argv.iter().map(String::as_str));
     let mut env = env.to_vec();
     if !env.iter().any(|(k, _)| *k == "LANG") {
         env.push(("LANG", "C.UTF-8"));

@@ -1,0 +1,96 @@
+//! The README's commands are the ones that work: `cargo run` knows which
+//! binary to run, the fresh-machine section shows exactly one command
+//! each for running preflight and the tests, and CI (.ci/run) runs those
+//! very lines, read from the README, so they cannot drift apart. The
+//! launch lines are run by tests/deployed.rs and tests/slurm.rs.
+
+use std::process::Command;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn commands(heading: &str) -> Result<Vec<String>, String> {
+    let out = Command::new(format!("{ROOT}/tools/readme-commands.sh"))
+        .arg(heading)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("no commands under {heading:?}"));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+#[test]
+fn the_fresh_machine_section_shows_one_command_each() {
+    assert_eq!(
+        commands("Run the preflight on this machine").unwrap(),
+        ["cargo run --release -- run"]
+    );
+    assert_eq!(commands("Run the tests").unwrap(), ["bash tools/test.sh"]);
+    assert!(commands("No such heading").is_err());
+}
+
+/// `cargo run` with two binaries in the package needs `default-run`;
+/// without it the README's first command fails on a fresh clone.
+#[test]
+fn cargo_run_runs_preflight() {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let package = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "preflight")
+        .unwrap();
+    assert_eq!(package["default_run"], "preflight", "{package:#}");
+    let bins = package["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["kind"] == serde_json::json!(["bin"]))
+        .count();
+    assert!(bins > 1, "default-run matters only with several binaries");
+}
+
+/// CI runs the README's lines themselves, not a copy of them.
+#[test]
+fn ci_runs_the_readme_commands_as_printed() {
+    let ci = std::fs::read_to_string(format!("{ROOT}/.ci/run")).unwrap();
+    for heading in ["Run the tests", "Run the preflight on this machine"] {
+        assert!(
+            ci.contains(&format!("one_command \"{heading}\"")),
+            ".ci/run does not read {heading:?} from the README:\n{ci}"
+        );
+    }
+    assert!(
+        ci.contains("bash -c \"$tests\"") && ci.contains("bash -c \"$first\""),
+        "{ci}"
+    );
+    // The test script is what the README says it is.
+    let script = std::fs::read_to_string(format!("{ROOT}/tools/test.sh")).unwrap();
+    for step in [
+        ". .ci/install",
+        "tools/release.sh",
+        "cargo test --workspace",
+        "fuzz/run.sh",
+    ] {
+        assert!(script.contains(step), "tools/test.sh lacks {step}");
+    }
+}
