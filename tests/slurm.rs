@@ -476,6 +476,60 @@ fn srun_gates_on_preflight_run_per_node_and_per_gpu_and_the_sbatch_example_stops
         assert_eq!(code, 0, "{tag}");
     }
 
+    // The README's srun line as printed (`preflight` the binary), in a
+    // batch job on the three nodes: every task READY, exit 0.
+    let readme = std::process::Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tools/readme-commands.sh"
+    ))
+    .arg("Launch lines")
+    .output()
+    .unwrap();
+    let line = String::from_utf8_lossy(&readme.stdout)
+        .lines()
+        .find(|l| l.starts_with("srun "))
+        .expect("the README's srun line")
+        .split_whitespace()
+        .map(|w| if w == "preflight" { BIN } else { w })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = d.join("readme-srun.out");
+    let o = s
+        .cmd(
+            "sbatch",
+            &[
+                "--parsable",
+                "-N3",
+                "--chdir",
+                &d.display().to_string(),
+                "-o",
+                &out.display().to_string(),
+                "--wrap",
+                &format!("{line}; echo srun-exit=$?"),
+            ],
+        )
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let job = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let gone = |job: &str| s.run("squeue", &["-h", "-j", job]).stdout.is_empty();
+    assert!(wait_until(LIMIT, || gone(&job)), "{}", job_state(&s, &job));
+    let printed = std::fs::read_to_string(&out).unwrap_or_default();
+    let verdicts: Vec<&str> = printed
+        .lines()
+        .filter(|l| {
+            ["READY  ", "NOT READY  ", "INCOMPLETE  "]
+                .iter()
+                .any(|v| l.starts_with(v))
+        })
+        .collect();
+    assert_eq!(verdicts.len(), 3, "{line}:\n{printed}");
+    assert!(
+        verdicts.iter().all(|v| v.starts_with("READY  ")),
+        "{printed}"
+    );
+    assert!(printed.contains("srun-exit=0"), "{printed}");
+
     // h2 drops the probe ports: every task exits 1 naming h2.
     drop_tcp(&s, 1, "29450:29459");
     let (code, reports) = srun_preflight(&s, &d, "faulty", &[]);
@@ -527,7 +581,6 @@ fn srun_gates_on_preflight_run_per_node_and_per_gpu_and_the_sbatch_example_stops
         assert!(o.status.success(), "{}", text(&o));
         String::from_utf8_lossy(&o.stdout).trim().to_string()
     };
-    let gone = |job: &str| s.run("squeue", &["-h", "-j", job]).stdout.is_empty();
     let job = submit("trained-faulty");
     assert!(wait_until(LIMIT, || gone(&job)), "{}", job_state(&s, &job));
     let out = std::fs::read_to_string(d.join("trained-faulty.out")).unwrap_or_default();
