@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 heading=${1:?usage: tools/readme-commands.sh HEADING}
 awk -v want="$heading" '
-    /^#+ / {
+    !fence && /^#+ / {
         level = index($0, " ") - 1
         title = substr($0, level + 2)
         if (inside && level <= depth) { inside = 0 }

@@ -50,6 +50,7 @@ pub struct CheckIn {
 const NAME: usize = 256;
 const TEXT: usize = 512;
 const ITEMS: usize = 64;
+const KIND: usize = 32;
 /// Node names in a nodelist: the largest worlds this tool is built for.
 const NODES: usize = 100_000;
 
@@ -122,7 +123,8 @@ impl CheckIn {
         for f in &mut self.failed {
             cut(&mut f.id, NAME);
             cut(&mut f.area, NAME);
-            cut(&mut f.kind, NAME);
+            // A kind's name is a short word; what is longer is a peer's.
+            cut(&mut f.kind, KIND);
             cut(&mut f.message, TEXT);
             if let Some(h) = &mut f.hint {
                 cut(h, TEXT);

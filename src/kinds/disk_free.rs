@@ -81,7 +81,7 @@ impl DiskFree {
                         low.push(path.clone());
                     }
                 }
-                Err(e) if e == nix::errno::Errno::EACCES || e == nix::errno::Errno::EPERM => {
+                Err(e) if super::is_denied(&std::io::Error::from(e)) => {
                     return super::needs_privilege(
                         &format!("measuring {path}"),
                         "access to it (root)",

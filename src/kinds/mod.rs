@@ -213,10 +213,12 @@ impl IfMissing {
     }
 }
 
-/// Whether an I/O error is this user's lack of a privilege (EACCES, EPERM)
-/// rather than a fault of the node.
+/// Whether an I/O error is an ordinary user's lack of a privilege (EACCES,
+/// EPERM) rather than a fault of the node. As root the same error is the
+/// node's (an NFS mount that maps root to nobody, a container without the
+/// capability): the root health check must not pass over it.
 pub fn is_denied(e: &std::io::Error) -> bool {
-    e.kind() == std::io::ErrorKind::PermissionDenied
+    e.kind() == std::io::ErrorKind::PermissionDenied && !nix::unistd::geteuid().is_root()
 }
 
 /// What a probe reports when the user it runs as lacks a privilege it

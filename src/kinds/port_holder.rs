@@ -140,7 +140,13 @@ pub fn this_jobs(facts: &Facts, holder: &Holder) -> Option<Ours> {
         return Some(Ours::Itself);
     }
     let proc_dir = facts.host_path("/proc");
-    if procs::ancestors(&proc_dir, me).contains(&holder.pid) {
+    // Only a launcher whose port the job's ranks use rather than bind:
+    // torchrun's agent (its store is the ranks' store) and preflight's own
+    // node agent. slurmstepd, mpirun or a shell holding MASTER_PORT is a
+    // real conflict: the training's rank 0 must bind it.
+    let shared_store =
+        holder.role() == Some("a PyTorch job") || same_program(&proc_dir, holder.pid);
+    if shared_store && procs::ancestors(&proc_dir, me).contains(&holder.pid) {
         return Some(Ours::Launcher(format!(
             "{} pid {}",
             launcher_name(holder, &proc_dir),
@@ -237,8 +243,9 @@ mod tests {
     /// A forked child still holds our sockets until its exec: it is this
     /// job, not a stranger on the port (seen in a Slurm prolog, where a
     /// `command` check forked while the port check read /proc). The
-    /// process that started this one (the launcher) is this job's too,
-    /// named as what it is.
+    /// process that started this one is this job's too when it is
+    /// torchrun's agent, named as what it is; another launcher (a shell,
+    /// slurmstepd) holding the port is a conflict.
     #[test]
     fn a_child_or_an_ancestor_of_ours_is_this_job_and_a_stranger_is_not() {
         let facts = Facts::new("/".into(), Default::default(), Vec::new());
@@ -256,11 +263,15 @@ mod tests {
         );
         assert_eq!(this_jobs(&facts, &holder(4_000_000, 1, cmd)), None);
         let parent = std::os::unix::process::parent_id();
-        let torch = "/usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 --no_python x";
-        assert_eq!(
-            this_jobs(&facts, &holder(parent, 1, torch)),
-            Some(Ours::Launcher(format!("torchrun pid {parent}")))
-        );
+        if parent > 1 {
+            let torch =
+                "/usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 --no_python x";
+            assert_eq!(
+                this_jobs(&facts, &holder(parent, 1, torch)),
+                Some(Ours::Launcher(format!("torchrun pid {parent}")))
+            );
+            assert_eq!(this_jobs(&facts, &holder(parent, 1, "bash")), None);
+        }
     }
 
     #[test]
