@@ -373,89 +373,68 @@ fn the_prolog_drains_only_the_firewalled_node_and_the_job_starts_once_it_is_fixe
     );
 }
 
-/// A two-node job whose second node (h2) drops new inbound TCP above
-/// 1024 (Slurm's own port left open): the master cannot reach h2, h2
-/// reaches the master. h2's own firewall check quotes the rule, so the
-/// prolog drains h2 alone; the healthy master h1 stays up.
+/// Three nodes, the master h1 cannot open connections out (an output
+/// chain drops new TCP on eth0 but Slurm's own): both peers agree, so
+/// the prolog drains h1 alone.
 #[test]
-fn the_prolog_drains_the_node_with_the_inbound_drop_not_the_healthy_master() {
+fn the_prolog_drains_the_master_whose_outgoing_traffic_is_blocked_and_no_other() {
     let _s = serial();
     let settings = "report_dir: {dir}/reports/%n\n\
-                    prolog:\n  cluster: true\n  only: [cluster, site, net.firewall]\n  ports: 29400-29409\n  \
+                    prolog:\n  cluster: true\n  only: [cluster, site]\n  ports: 29400-29409\n  \
                     probe_ports: 29450-29459\n  timeout: 10s\n";
     let Some(s) = with_prolog(settings) else {
         return;
     };
     let d = s.dir.path().to_path_buf();
-    s.net.nft(1, &["add", "table", "inet", "f"]);
+    s.net.nft(0, &["add", "table", "inet", "f"]);
     s.net.nft(
-        1,
+        0,
         &[
             "add",
             "chain",
             "inet",
             "f",
-            "input",
-            "{ type filter hook input priority 0; policy accept; }",
+            "output",
+            "{ type filter hook output priority 0; policy accept; }",
         ],
     );
     s.net.nft(
-        1,
-        &[
-            "add", "rule", "inet", "f", "input", "tcp", "dport", "6818", "accept",
-        ],
-    );
-    s.net.nft(
-        1,
+        0,
         &[
             "add",
             "rule",
             "inet",
             "f",
-            "input",
+            "output",
+            "oifname",
+            "eth0",
             "ct",
             "state",
             "new",
             "tcp",
             "dport",
-            "1024-65535",
+            "29450-29459",
             "drop",
         ],
     );
-    let o = s
-        .cmd(
-            "sbatch",
-            &[
-                "--parsable",
-                "-N2",
-                "-w",
-                "h1,h2",
-                "--chdir",
-                &d.display().to_string(),
-                "-o",
-                "/dev/null",
-                "--wrap",
-                &format!("touch {}", d.join("ran").display()),
-            ],
-        )
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let job = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let job = sbatch(&s, &d, "ran");
     assert!(
-        wait_until(LIMIT, || s.state("h2") == "drain"),
-        "h2 was not drained: {}\n{}",
+        wait_until(LIMIT, || s.state("h1") == "drain"),
+        "h1 was not drained: {}\n{}",
         s.sinfo(),
         job_state(&s, &job)
     );
-    let reason = s.reason("h2");
-    assert!(reason.starts_with("preflight: "), "{reason}");
+    let reason = s.reason("h1");
+    assert!(
+        reason.starts_with("preflight: cluster.reachability"),
+        "{reason}"
+    );
     assert!(
         wait_until(LIMIT, || job_state(&s, &job).starts_with("PENDING")),
         "{}",
         job_state(&s, &job)
     );
-    for healthy in ["h1", "h3"] {
+    for healthy in ["h2", "h3"] {
         assert!(!s.state(healthy).starts_with("drain"), "{}", s.sinfo());
         assert_eq!(s.reason(healthy), "none", "{}", s.sinfo());
     }
