@@ -640,34 +640,10 @@ fn culprit_names(o: &Outcome) -> Vec<String> {
 fn two_hosts_with_an_inbound_drop_on_one_blame_only_that_one() {
     let Some(job) = job(2, None) else { return };
     let c = &job.cluster;
-    c.nft(1, &["add", "table", "inet", "f"]);
-    c.nft(
+    c.nft_rule(
         1,
-        &[
-            "add",
-            "chain",
-            "inet",
-            "f",
-            "input",
-            "{ type filter hook input priority 0; policy accept; }",
-        ],
-    );
-    c.nft(
-        1,
-        &[
-            "add",
-            "rule",
-            "inet",
-            "f",
-            "input",
-            "ct",
-            "state",
-            "new",
-            "tcp",
-            "dport",
-            "1024-65535",
-            "drop",
-        ],
+        "input",
+        &["ct", "state", "new", "tcp", "dport", "1024-65535", "drop"],
     );
     let procs: Vec<Proc> = (0..2)
         .map(|h| {
@@ -702,26 +678,10 @@ fn two_hosts_with_an_inbound_drop_on_one_blame_only_that_one() {
 fn three_hosts_with_one_hosts_outbound_blocked_blame_that_host() {
     let Some(job) = job(3, None) else { return };
     let c = &job.cluster;
-    c.nft(0, &["add", "table", "inet", "f"]);
-    c.nft(
+    c.nft_rule(
         0,
+        "output",
         &[
-            "add",
-            "chain",
-            "inet",
-            "f",
-            "output",
-            "{ type filter hook output priority 0; policy accept; }",
-        ],
-    );
-    c.nft(
-        0,
-        &[
-            "add",
-            "rule",
-            "inet",
-            "f",
-            "output",
             "oifname",
             "eth0",
             "ct",

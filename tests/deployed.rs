@@ -339,25 +339,7 @@ fn an_ordinary_user_gets_ready_on_a_healthy_node_and_root_still_finds_a_drop_rul
     let (code, r, err) = check_as(&cluster, &shared.bin, false);
     assert_eq!(common::status(&r, "net.firewall"), "pass", "{r:#}\n{err}");
     assert_eq!(code, 0, "{r:#}");
-
-    cluster.nft(0, &["add", "table", "inet", "f"]);
-    cluster.nft(
-        0,
-        &[
-            "add",
-            "chain",
-            "inet",
-            "f",
-            "input",
-            "{ type filter hook input priority 0; policy accept; }",
-        ],
-    );
-    cluster.nft(
-        0,
-        &[
-            "add", "rule", "inet", "f", "input", "tcp", "dport", "29500", "drop",
-        ],
-    );
+    cluster.nft_rule(0, "input", &["tcp", "dport", "29500", "drop"]);
     let (code, r, _) = check_as(&cluster, &shared.bin, false);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(common::status(&r, "net.firewall"), "fail", "{r:#}");

@@ -386,26 +386,10 @@ fn the_prolog_drains_the_master_whose_outgoing_traffic_is_blocked_and_no_other()
         return;
     };
     let d = s.dir.path().to_path_buf();
-    s.net.nft(0, &["add", "table", "inet", "f"]);
-    s.net.nft(
+    s.net.nft_rule(
         0,
+        "output",
         &[
-            "add",
-            "chain",
-            "inet",
-            "f",
-            "output",
-            "{ type filter hook output priority 0; policy accept; }",
-        ],
-    );
-    s.net.nft(
-        0,
-        &[
-            "add",
-            "rule",
-            "inet",
-            "f",
-            "output",
             "oifname",
             "eth0",
             "ct",

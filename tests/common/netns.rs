@@ -265,6 +265,17 @@ impl Cluster {
         self.must(host, &all);
     }
 
+    /// A rule (`tcp dport 29500 drop`, ...) in the base chain for `hook`
+    /// (`input`, `output`) of table `inet f`, both made when missing.
+    pub fn nft_rule(&self, host: usize, hook: &str, rule: &[&str]) {
+        let chain = format!("{{ type filter hook {hook} priority 0; policy accept; }}");
+        self.nft(host, &["add", "table", "inet", "f"]);
+        self.nft(host, &["add", "chain", "inet", "f", hook, &chain]);
+        let mut all = vec!["add", "rule", "inet", "f", hook];
+        all.extend_from_slice(rule);
+        self.nft(host, &all);
+    }
+
     /// Starts a long-running command in the namespace; it is killed (by
     /// PID) at teardown. Waits until it prints a first line, if `ready`.
     pub fn spawn(&self, host: usize, args: &[&str], ready: bool) -> u32 {
