@@ -632,7 +632,9 @@ fn a_rank_outside_the_world_fails_at_once_naming_its_variables() {
 }
 
 /// A rank that cannot reach rank 0 is the only one that knows its own
-/// problems: its human output shows them under the one line.
+/// problems: its human output lists them, the failing rendezvous with its
+/// hint among them, and ends with the verdict line (srun logs are read from
+/// the tail).
 #[test]
 fn a_rank_that_cannot_reach_the_master_shows_its_own_problems() {
     let dir = tempfile::tempdir().unwrap();
@@ -658,10 +660,11 @@ fn a_rank_that_cannot_reach_the_master_shows_its_own_problems() {
     .collect();
     let out = local("rank1", &args, &env("1", "2", &port)).finish(MARGIN);
     assert_eq!(out.code, 1, "{}", out.stderr);
-    let first = out.stdout.lines().next().unwrap_or("");
-    assert!(first.contains("rank 1 of 2"), "{}", out.stdout);
-    assert!(first.contains("connection refused"), "{}", out.stdout);
-    let problems = out.stdout.split_once("\nProblems\n").map(|(_, p)| p);
+    let last = out.stdout.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+    assert!(last.starts_with("NOT READY"), "{}", out.stdout);
+    assert!(last.contains("rank 1 of 2"), "{}", out.stdout);
+    assert!(last.contains("connection refused"), "{}", out.stdout);
+    let problems = out.stdout.split_once("Problems\n").map(|(_, p)| p);
     let problems = problems.unwrap_or_else(|| panic!("no Problems section:\n{}", out.stdout));
     assert!(problems.contains("own.scratch: "), "{}", out.stdout);
     assert!(
@@ -669,8 +672,13 @@ fn a_rank_that_cannot_reach_the_master_shows_its_own_problems() {
         "{}",
         out.stdout
     );
-    // The rendezvous failure is the line above, not repeated below it.
-    assert!(!problems.contains("cluster.rendezvous"), "{}", out.stdout);
+    // The rank's own failing cluster check is listed too, with its hint.
+    assert!(problems.contains("FAIL  cluster.rendezvous: "), "{}", out.stdout);
+    assert!(
+        problems.contains("hint: Compare MASTER_ADDR and MASTER_PORT"),
+        "{}",
+        out.stdout
+    );
 }
 
 /// Python: wait (10 s at most) until rank 0 listens on `port`.
