@@ -660,7 +660,11 @@ fn a_rank_that_cannot_reach_the_master_shows_its_own_problems() {
     .collect();
     let out = local("rank1", &args, &env("1", "2", &port)).finish(MARGIN);
     assert_eq!(out.code, 1, "{}", out.stderr);
-    let last = out.stdout.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+    let last = out
+        .stdout
+        .lines()
+        .rfind(|l| !l.trim().is_empty())
+        .unwrap_or("");
     assert!(last.starts_with("NOT READY"), "{}", out.stdout);
     assert!(last.contains("rank 1 of 2"), "{}", out.stdout);
     assert!(last.contains("connection refused"), "{}", out.stdout);
@@ -673,7 +677,11 @@ fn a_rank_that_cannot_reach_the_master_shows_its_own_problems() {
         out.stdout
     );
     // The rank's own failing cluster check is listed too, with its hint.
-    assert!(problems.contains("FAIL  cluster.rendezvous: "), "{}", out.stdout);
+    assert!(
+        problems.contains("FAIL  cluster.rendezvous: "),
+        "{}",
+        out.stdout
+    );
     assert!(
         problems.contains("hint: Compare MASTER_ADDR and MASTER_PORT"),
         "{}",

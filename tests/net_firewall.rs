@@ -293,3 +293,41 @@ fn legacy_iptables_rules_are_read_next_to_nft() {
         "nft + iptables-legacy-save: `-A INPUT -p tcp -m tcp --dport 29507 -j DROP` (iptables-legacy table filter, chain INPUT) blocks incoming TCP to port 29507"
     );
 }
+
+/// The cluster stage's probes listen in PREFLIGHT_PROBE_PORTS (the Slurm
+/// prolog sets it from the site's `probe_ports`): a rule that drops that
+/// range is this node's fault, and the firewall check must say so, or the
+/// node its peers cannot reach is not told apart from the peers.
+#[test]
+fn the_probe_range_is_checked_where_the_cluster_stage_listens() {
+    let Some(c) = Cluster::new(1) else { return };
+    c.nft_rule(
+        0,
+        "input",
+        &["ct", "state", "new", "tcp", "dport", "29450-29459", "drop"],
+    );
+    let (_dir, path) = checklist("checks:\n  - {id: fw, kind: firewall, data_ports: false}\n");
+    let path = path.to_string_lossy().to_string();
+    let args = ["check", "--no-shipped", "--checks", path.as_str()];
+
+    let (_, r) = c.preflight(0, BIN, &args, &[]);
+    assert_eq!(status(&r, "fw"), "pass", "{}", message(&r, "fw"));
+
+    let (code, r) = c.preflight(0, BIN, &args, &[("PREFLIGHT_PROBE_PORTS", "29450-29459")]);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(status(&r, "fw"), "fail", "{r:#}");
+    assert!(
+        message(&r, "fw").contains("blocks incoming TCP to ports 29450-29459"),
+        "{}",
+        message(&r, "fw")
+    );
+
+    let (code, r) = c.preflight(0, BIN, &args, &[("PREFLIGHT_PROBE_PORTS", "29459-29450")]);
+    assert_eq!(status(&r, "fw"), "error", "{r:#}");
+    assert_eq!(code, 3, "{r:#}");
+    assert!(
+        message(&r, "fw").starts_with("PREFLIGHT_PROBE_PORTS=`29459-29450`: "),
+        "{}",
+        message(&r, "fw")
+    );
+}

@@ -260,28 +260,84 @@ fn a_settings_error_names_the_file_line_and_column() {
     );
 }
 
+/// slurmd starts Prolog, Epilog and HealthCheckProgram with no PATH at
+/// all; a program started that way still finds the system's tools (nft
+/// is in /usr/sbin, which the C library's fallback search path lacks),
+/// or every check that runs one skips and the node's evidence is lost.
+#[test]
+fn a_program_slurmd_starts_without_path_still_finds_the_systems_tools() {
+    if !Path::new("/usr/sbin/nft").exists() {
+        common::netns::skip_or_panic("nft is not installed in /usr/sbin");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    std::fs::create_dir_all(dir.path().join("checks.d")).unwrap();
+    std::fs::write(
+        dir.path().join("settings.yaml"),
+        format!("report_dir: {d}/reports\nscontrol: /bin/true\nhealthcheck:\n  only: [site]\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("checks.d/site.yaml"),
+        "checks:\n  - {id: site.nft, kind: command, tags: [site], argv: [nft, --version]}\n",
+    )
+    .unwrap();
+    let o = std::process::Command::new(BIN)
+        .args(["slurm", "healthcheck"])
+        .env_clear()
+        .env("PREFLIGHT_CONFIG_DIR", dir.path())
+        .env("SLURMD_NODENAME", "h1")
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("reports/healthcheck.json"))
+            .unwrap_or_else(|e| panic!("no report ({e}): {}", text(&o))),
+    )
+    .unwrap();
+    let check = &report["checks"][0];
+    assert_eq!(check["id"], "site.nft", "{report:#}");
+    assert_eq!(check["status"], "pass", "{report:#}");
+}
+
 /// `squeue`'s state and reason for a job, e.g. `PENDING JobHeldAdmin`.
 fn job_state(s: &Slurm, job: &str) -> String {
     let o = s.run("squeue", &["-h", "-j", job, "-o", "%T %r"]);
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
+/// A batch job on all three nodes that touches `marker` when it runs.
 fn sbatch(s: &Slurm, d: &Path, marker: &str) -> String {
-    let o = s.run(
-        "sbatch",
-        &[
-            "--parsable",
-            "-N3",
-            "--chdir",
-            &d.display().to_string(),
-            "-o",
-            "/dev/null",
-            "--wrap",
-            &format!("touch {}", d.join(marker).display()),
-        ],
-    );
+    sbatch_on(s, d, marker, &["-N3"])
+}
+
+fn sbatch_on(s: &Slurm, d: &Path, marker: &str, shape: &[&str]) -> String {
+    let dir = d.display().to_string();
+    let touch = format!("touch {}", d.join(marker).display());
+    let mut args = vec!["--parsable"];
+    args.extend_from_slice(shape);
+    args.extend(["--chdir", &dir, "-o", "/dev/null", "--wrap", &touch]);
+    let o = s.run("sbatch", &args);
     assert!(o.status.success(), "{}", text(&o));
     String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// Waits until `culprit` is drained by preflight (its reason, returned),
+/// and checks that no other node is drained or has a reason.
+fn drained_alone(s: &Slurm, job: &str, culprit: &str) -> String {
+    assert!(
+        wait_until(LIMIT, || s.state(culprit) == "drain"),
+        "{culprit} was not drained: {}\n{}",
+        s.sinfo(),
+        job_state(s, job)
+    );
+    for healthy in ["h1", "h2", "h3"].into_iter().filter(|n| *n != culprit) {
+        assert!(!s.state(healthy).starts_with("drain"), "{}", s.sinfo());
+        assert_eq!(s.reason(healthy), "none", "{}", s.sinfo());
+    }
+    let reason = s.reason(culprit);
+    assert!(reason.starts_with("preflight: "), "{reason}");
+    reason
 }
 
 #[test]
@@ -322,13 +378,7 @@ fn the_prolog_drains_only_the_firewalled_node_and_the_job_starts_once_it_is_fixe
     // the unreachable port, and the job's script does not run.
     drop_tcp(&s, 1, "29450:29459");
     let job = sbatch(&s, &d, "ran-faulty");
-    assert!(
-        wait_until(LIMIT, || s.state("h2") == "drain"),
-        "h2 was not drained: {}\n{}",
-        s.sinfo(),
-        job_state(&s, &job)
-    );
-    let reason = s.reason("h2");
+    let reason = drained_alone(&s, &job, "h2");
     assert!(
         reason.starts_with("preflight: cluster.reachability:"),
         "{reason}"
@@ -337,10 +387,6 @@ fn the_prolog_drains_only_the_firewalled_node_and_the_job_starts_once_it_is_fixe
         reason.contains("h2 drops incoming connections (a firewall DROP rule?)"),
         "{reason}"
     );
-    for healthy in ["h1", "h3"] {
-        assert!(!s.state(healthy).starts_with("drain"), "{}", s.sinfo());
-        assert_eq!(s.reason(healthy), "none", "{}", s.sinfo());
-    }
     assert!(
         wait_until(LIMIT, || job_state(&s, &job).starts_with("PENDING")),
         "{}",
@@ -402,13 +448,7 @@ fn the_prolog_drains_the_master_whose_outgoing_traffic_is_blocked_and_no_other()
         ],
     );
     let job = sbatch(&s, &d, "ran");
-    assert!(
-        wait_until(LIMIT, || s.state("h1") == "drain"),
-        "h1 was not drained: {}\n{}",
-        s.sinfo(),
-        job_state(&s, &job)
-    );
-    let reason = s.reason("h1");
+    let reason = drained_alone(&s, &job, "h1");
     assert!(
         reason.starts_with("preflight: cluster.reachability"),
         "{reason}"
@@ -418,13 +458,99 @@ fn the_prolog_drains_the_master_whose_outgoing_traffic_is_blocked_and_no_other()
         "{}",
         job_state(&s, &job)
     );
-    for healthy in ["h2", "h3"] {
-        assert!(!s.state(healthy).starts_with("drain"), "{}", s.sinfo());
-        assert_eq!(s.reason(healthy), "none", "{}", s.sinfo());
-    }
     assert!(
         !d.join("ran").exists(),
         "the job ran on a faulty allocation"
+    );
+}
+
+/// A two-node job whose second node drops incoming connections to the
+/// probe ports: only h1 fails to reach h2, so the probes alone cannot say
+/// which of the two is at fault; h2's own firewall check, which quotes
+/// the rule, decides. h2 is drained, the master is not.
+#[test]
+fn in_a_two_node_job_the_node_whose_own_firewall_drops_the_probes_is_drained() {
+    let _s = serial();
+    let settings = "report_dir: {dir}/reports/%n\n\
+                    prolog:\n  cluster: true\n  only: [cluster, site, firewall]\n  \
+                    ports: 29400-29409\n  probe_ports: 29450-29459\n  timeout: 10s\n";
+    let Some(s) = with_prolog(settings) else {
+        return;
+    };
+    let d = s.dir.path().to_path_buf();
+    s.net.nft_rule(
+        1,
+        "input",
+        &[
+            "iifname",
+            "eth0",
+            "ct",
+            "state",
+            "new",
+            "tcp",
+            "dport",
+            "29450-29459",
+            "drop",
+        ],
+    );
+    let job = sbatch_on(&s, &d, "ran", &["-N2", "-w", "h1,h2"]);
+    let reason = drained_alone(&s, &job, "h2");
+    assert!(
+        reason.starts_with("preflight: cluster.reachability: h2 drops incoming connections"),
+        "{reason}"
+    );
+    assert!(reason.contains("its own firewall check found"), "{reason}");
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.join(format!("reports/h1/prolog-{job}.json"))).unwrap(),
+    )
+    .unwrap();
+    let culprits: Vec<&str> = report["cluster"]["culprits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["node"].as_str())
+        .collect();
+    assert_eq!(culprits, ["h2"], "{report:#}");
+    assert!(
+        !d.join("ran").exists(),
+        "the job ran on a faulty allocation"
+    );
+}
+
+/// A filter between h1 and h2 (on the bridge, on neither node) drops
+/// h1's probes to h2: h3 reaches h2, h2 reaches h1, and no node's own
+/// checks find a rule. Nobody can be blamed: the link is named, the job
+/// is held, and no node is drained.
+#[test]
+fn a_filter_between_two_nodes_holds_the_job_and_drains_no_node() {
+    let _s = serial();
+    let settings = "report_dir: {dir}/reports/%n\n\
+                    prolog:\n  cluster: true\n  only: [cluster, site, firewall]\n  \
+                    ports: 29400-29409\n  probe_ports: 29450-29459\n  timeout: 10s\n";
+    let Some(s) = with_prolog(settings) else {
+        return;
+    };
+    let d = s.dir.path().to_path_buf();
+    s.net.filter_between(0, 1, "29450-29459");
+    let job = sbatch(&s, &d, "ran");
+    assert!(
+        wait_until(LIMIT, || job_state(&s, &job).contains("held")),
+        "the job was not held: {}\n{}",
+        job_state(&s, &job),
+        s.sinfo()
+    );
+    for n in ["h1", "h2", "h3"] {
+        assert!(!s.state(n).starts_with("drain"), "{}", s.sinfo());
+    }
+    assert!(
+        !d.join("ran").exists(),
+        "the job ran on an allocation that is not ready"
+    );
+    let shown =
+        String::from_utf8_lossy(&s.run("scontrol", &["show", "job", &job]).stdout).into_owned();
+    assert!(
+        shown.contains("Comment=preflight: cluster.reachability: h1 to h2 fails"),
+        "{shown}"
     );
 }
 

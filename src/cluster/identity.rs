@@ -27,8 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::hostlist;
 use crate::kinds::ports::PortRange;
 
-/// The probe listener's port range when `--probe-ports` is not given.
-pub const PROBE_PORTS_VAR: &str = "PREFLIGHT_PROBE_PORTS";
+pub use crate::kinds::ports::PROBE_PORTS_VAR;
 
 pub const DEFAULT_PORT: u16 = 29500;
 /// Far above any real job; a typo beyond it is an error, not a barrier

@@ -298,6 +298,22 @@ impl Plan {
             Stage::Bench => Vec::new(),
             _ => select(all_checks(&args.checklist)?, &args.checklist)?,
         };
+        // The firewall check reads the probe range where the stage does.
+        let env = match (args.cluster.probe_ports, stage) {
+            (Some(range), Stage::Full) => {
+                let mut env = env.unwrap_or_else(|| {
+                    std::env::vars_os()
+                        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                        .collect()
+                });
+                env.insert(
+                    crate::kinds::ports::PROBE_PORTS_VAR.into(),
+                    range.to_string(),
+                );
+                Some(env)
+            }
+            _ => env,
+        };
         let facts = Arc::new(facts(&args.checklist, env)?);
         // A secret too short or readable by others is refused before
         // anything runs; `check` meets no peer and needs none.

@@ -131,9 +131,22 @@ impl Kind {
     }
 }
 
+/// Why no echo was sent or counted.
+enum PingError {
+    /// Neither socket is open to this (unprivileged) user.
+    Denied,
+    Failed(String),
+}
+
+impl From<String> for PingError {
+    fn from(text: String) -> PingError {
+        PingError::Failed(text)
+    }
+}
+
 /// An ICMP socket for the target's family, as a std UdpSocket for its safe
 /// send/recv API.
-pub fn open(v6: bool) -> Result<(UdpSocket, Kind), String> {
+fn open(v6: bool) -> Result<(UdpSocket, Kind), PingError> {
     let (domain, protocol) = if v6 {
         (Domain::IPV6, Protocol::ICMPV6)
     } else {
@@ -146,9 +159,12 @@ pub fn open(v6: bool) -> Result<(UdpSocket, Kind), String> {
     };
     match Socket::new(domain, Type::RAW, Some(protocol)) {
         Ok(s) => Ok((s.into(), Kind::Raw)),
-        Err(raw_err) => Err(format!(
+        Err(raw_err) if super::is_denied(&raw_err) && super::is_denied(&dgram_err) => {
+            Err(PingError::Denied)
+        }
+        Err(raw_err) => Err(PingError::Failed(format!(
             "cannot open an ICMP socket: unprivileged datagram socket: {dgram_err} (net.ipv4.ping_group_range does not include this user's group); raw socket: {raw_err} (needs root or CAP_NET_RAW)"
-        )),
+        ))),
     }
 }
 
@@ -216,7 +232,7 @@ impl Stats {
 }
 
 impl Ping {
-    fn ping_one(&self, target: IpAddr) -> Result<(Stats, Kind), String> {
+    fn ping_one(&self, target: IpAddr) -> Result<(Stats, Kind), PingError> {
         let v6 = target.is_ipv6();
         let (socket, kind) = open(v6)?;
         let token: [u8; 8] = {
@@ -324,7 +340,13 @@ impl Ping {
             let target = ips[0];
             let (stats, kind) = match self.ping_one(target) {
                 Ok(r) => r,
-                Err(e) => return Finding::error(e),
+                Err(PingError::Denied) => {
+                    return super::needs_privilege(
+                        "an ICMP echo",
+                        "root, CAP_NET_RAW or a group in net.ipv4.ping_group_range",
+                    );
+                }
+                Err(PingError::Failed(e)) => return Finding::error(e),
             };
             socket_kind = Some(kind);
             let loss = stats.loss_percent();

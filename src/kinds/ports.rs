@@ -5,6 +5,10 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
+/// The probe listener's port range when `--probe-ports` is not given: the
+/// cluster stage listens there, and the firewall kind checks it.
+pub const PROBE_PORTS_VAR: &str = "PREFLIGHT_PROBE_PORTS";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortRange {
     pub first: u16,

@@ -276,6 +276,47 @@ impl Cluster {
         self.nft(host, &all);
     }
 
+    /// The bridge between the hosts drops TCP from host `from` to host
+    /// `to` for ports `dports` (`29450-29459`): a filter on the path, on
+    /// neither host, as a switch ACL or a router's would be. The rule
+    /// names only this cluster's veths, in a table of its own (deleted at
+    /// teardown).
+    pub fn filter_between(&self, from: usize, to: usize, dports: &str) {
+        let table = self.bridge_table();
+        let tag = self.bridge.trim_start_matches("pfb");
+        let (iif, oif) = (format!("pfv{tag}{from}"), format!("pfv{tag}{to}"));
+        for args in [
+            vec!["add", "table", "bridge", table.as_str()],
+            vec![
+                "add",
+                "chain",
+                "bridge",
+                &table,
+                "forward",
+                "{ type filter hook forward priority 0; policy accept; }",
+            ],
+            vec![
+                "add", "rule", "bridge", &table, "forward", "iifname", &iif, "oifname", &oif,
+                "tcp", "dport", dports, "drop",
+            ],
+        ] {
+            let o = Command::new("nft")
+                .args(&args)
+                .env("PATH", PATH)
+                .output()
+                .expect("nft");
+            assert!(
+                o.status.success(),
+                "nft {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+
+    fn bridge_table(&self) -> String {
+        format!("pft{}", self.bridge.trim_start_matches("pfb"))
+    }
+
     /// Starts a long-running command in the namespace; it is killed (by
     /// PID) at teardown. Waits until it prints a first line, if `ready`.
     pub fn spawn(&self, host: usize, args: &[&str], ready: bool) -> u32 {
@@ -411,6 +452,11 @@ impl Drop for Cluster {
             let _ = ip(&["netns", "del", &h.ns]);
         }
         let _ = ip(&["link", "del", &self.bridge]);
+        let _ = Command::new("nft")
+            .args(["delete", "table", "bridge", &self.bridge_table()])
+            .env("PATH", PATH)
+            .stderr(Stdio::null())
+            .output();
         let _ = std::fs::remove_file(&self.lock_file);
     }
 }

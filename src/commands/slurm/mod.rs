@@ -74,7 +74,27 @@ impl SlurmMode {
     }
 }
 
+/// Where the tools the checks run live (nft, iptables-save, dmesg,
+/// nvidia-smi, ...) on the distributions we ship for.
+const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
+    // slurmd runs Prolog, Epilog and HealthCheckProgram with no search
+    // path at all: every check that runs a tool would find none and skip
+    // (the firewall unread, the node's evidence lost). Restarted with
+    // one: the environment is set before any thread reads it.
+    if std::env::var_os("PATH").is_none_or(|p| p.is_empty()) {
+        use std::os::unix::process::CommandExt;
+        let exe = std::env::current_exe()
+            .map_err(|e| Failure::Usage(format!("PATH is unset and this program's path is unreadable ({e}): set PATH in the script slurmd runs")))?;
+        let err = std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .env("PATH", SYSTEM_PATH)
+            .exec();
+        return Err(Failure::Usage(format!(
+            "PATH is unset and restarting with PATH={SYSTEM_PATH} failed: {err}"
+        )));
+    }
     let settings = Settings::load(&Settings::dir_from_env(args.config_dir.as_deref()))?;
     let env: BTreeMap<String, String> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))

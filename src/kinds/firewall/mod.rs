@@ -44,6 +44,12 @@ pub const KIND: KindInfo = KindInfo {
             doc: "Also check the port in this variable, when set.",
         },
         ParamDoc {
+            name: "probe_ports_var",
+            ty: "string",
+            default: Some("PREFLIGHT_PROBE_PORTS"),
+            doc: "Also check the ports in this variable, when set: the range the cluster stage's reachability probes listen on (a range over 1024 ports is checked at its two ends).",
+        },
+        ParamDoc {
             name: "peers",
             ty: "list of strings",
             default: Some("[]"),
@@ -94,6 +100,8 @@ pub struct Firewall {
     ports: Vec<PortRange>,
     #[serde(default = "master_port")]
     port_var: String,
+    #[serde(default = "probe_ports_var")]
+    probe_ports_var: String,
     #[serde(default)]
     peers: Vec<String>,
     #[serde(default = "master_addr")]
@@ -114,6 +122,9 @@ fn default_ports() -> Vec<PortRange> {
 }
 fn master_port() -> String {
     "MASTER_PORT".into()
+}
+fn probe_ports_var() -> String {
+    super::ports::PROBE_PORTS_VAR.into()
 }
 fn master_addr() -> String {
     "MASTER_ADDR".into()
@@ -347,6 +358,31 @@ impl Firewall {
         }
         let env_port = facts.env(&self.port_var);
         let mut ports = with_env_port(&self.ports, env_port);
+        // The reachability probes listen in this range: a rule that drops
+        // it makes the node unreachable to its peers, and is the evidence
+        // that names this node rather than the peer that failed to reach it.
+        if let Some(v) = facts
+            .env(&self.probe_ports_var)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+        {
+            let range = match PortRange::parse(v) {
+                Ok(r) => r,
+                Err(e) => {
+                    return Finding::error(format!("{}=`{v}`: {e}", self.probe_ports_var));
+                }
+            };
+            let probe: Vec<u16> = if range.last - range.first < 1024 {
+                range.ports().collect()
+            } else {
+                vec![range.first, range.last]
+            };
+            for p in probe {
+                if !ports.contains(&p) {
+                    ports.push(p);
+                }
+            }
+        }
         // Data connections go to ports the kernel hands out; one sample
         // stands for the range, since rules rarely split it.
         let sample = self
