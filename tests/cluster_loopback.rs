@@ -179,18 +179,19 @@ fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
     let mut other = env("1", "2", &port);
     other.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
     other.push(("PREFLIGHT_TOKEN", "job-b-secret-0002"));
-    let intruder = local("jobB-rank1", &args, &other).finish(MARGIN);
+    // An answer that proves another secret ends no retry (a stranger can
+    // give one before rank 0 binds): the intruder tries to its own
+    // deadline, then says what it saw.
+    let intruder = local("jobB-rank1", &run_args("4s"), &other).finish(MARGIN);
     assert_eq!(intruder.code, 1, "{}", intruder.stderr);
     let msg = intruder.message("cluster.rendezvous");
     assert!(
         msg.contains(&format!(
-            "the preflight at 127.0.0.1:{port} has another job token: this rank's job secret differs from rank 0's (rank 0's: PREFLIGHT_TOKEN; this rank's: PREFLIGHT_TOKEN, fingerprint "
+            "the preflight at 127.0.0.1:{port} has another job token: this rank's job secret differs from rank 0's (rank 0's: PREFLIGHT_TOKEN; this rank's: PREFLIGHT_TOKEN)"
         )),
         "{msg}"
     );
     assert!(msg.contains("export the same PREFLIGHT_TOKEN"), "{msg}");
-    // It knew at once: had it waited for its deadline, it would say it
-    // timed out, not that another job holds the port.
     let r1 = local("jobA-rank1", &args, &env("1", "2", &port));
     let a0 = r0.finish(MARGIN);
     let a1 = r1.finish(MARGIN);
@@ -983,7 +984,7 @@ print(opened)
     assert!(
         barrier["dropped"]
             .to_string()
-            .contains("127.0.0.2: closed at once: 64 connections from this address were already authenticating"),
+            .contains("127.0.0.2: closed unproven to make room for a newer connection"),
         "{barrier:#}"
     );
 }
@@ -1120,7 +1121,9 @@ fn a_port_held_by_another_program_is_named_with_its_holder_in_run() {
 #[test]
 fn a_rank_without_the_secret_says_its_token_differs_from_rank_0s() {
     let port = cluster::free_port().to_string();
-    let args = run_args("20s");
+    // Rank 1 keeps trying to its deadline (an answer that proves no secret
+    // is noise), then says what it saw.
+    let args = run_args("5s");
     let r0 = local("rank0", &args, &env("0", "2", &port));
     cluster::wait_listening(r0.pid, port.parse().unwrap());
     let mut none = env("1", "2", &port);
@@ -1131,7 +1134,7 @@ fn a_rank_without_the_secret_says_its_token_differs_from_rank_0s() {
     assert_eq!(r1.code, 1, "{}", r1.stderr);
     let msg = r1.message("cluster.rendezvous");
     assert!(
-        msg.contains("this rank's job secret differs from rank 0's (rank 0's: PREFLIGHT_TOKEN; this rank's: none, fingerprint "),
+        msg.contains("this rank's job secret differs from rank 0's (rank 0's: PREFLIGHT_TOKEN; this rank's: none)"),
         "{msg}"
     );
     // Two public tokens: both fingerprints, nothing to hide.
@@ -1152,4 +1155,155 @@ fn a_rank_without_the_secret_says_its_token_differs_from_rank_0s() {
         msg.contains("(rank 0's: TORCHELASTIC_RUN_ID, fingerprint "),
         "{msg}"
     );
+}
+
+/// A stranger holds MASTER_PORT before rank 0 binds it and answers each
+/// connection with garbage, then leaves. Until a server has proven the job
+/// secret its words are noise: rank 1 keeps trying, and both ranks are
+/// ready once rank 0 comes up.
+#[test]
+fn an_unproven_answer_on_the_port_does_not_end_a_ranks_retries() {
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port().to_string();
+    let args = run_args("20s");
+    let r1 = local("rank1", &args, &env("1", "2", &port));
+    squatter.set_nonblocking(true).unwrap();
+    let start = std::time::Instant::now();
+    let mut answered = 0;
+    while answered < 2 {
+        match squatter.accept() {
+            Ok((mut s, _)) => {
+                let _ = s.set_nonblocking(false);
+                let _ = s.write_all(b"HTTP/1.0 400 Bad Request\r\n\r\n");
+                answered += 1;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(
+                    start.elapsed() < Duration::from_secs(15),
+                    "rank 1 never came back after the first answer"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    drop(squatter);
+    let r0 = local("rank0", &args, &env("0", "2", &port));
+    let (r0, r1) = (r0.finish(MARGIN), r1.finish(MARGIN));
+    assert_eq!(r1.code, 0, "{}{}", r1.stdout, r1.stderr);
+    assert_eq!(r0.code, 0, "{}{}", r0.stdout, r0.stderr);
+}
+
+/// Python: a stranger who opens `per_source` handshakes from each of
+/// `sources`, each with a valid hello, and never sends its proof; whatever
+/// rank 0 closes is opened again at once, for `seconds`. Prints "holding"
+/// once every one was opened, and at the end how many it opened.
+fn handshake_holder(port: &str, sources: &[String], per_source: usize, seconds: u32) -> String {
+    let sources = sources
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        r#"
+import json, os, resource, select, socket, struct, sys, time
+resource.setrlimit(resource.RLIMIT_NOFILE, (4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+port = {port}
+def frame(msg):
+    body = json.dumps(msg).encode()
+    return b"PFL\x03" + struct.pack(">I", len(body)) + body
+def hold(src):
+    s = socket.socket()
+    s.bind((src, 0))
+    s.settimeout(2)
+    try:
+        s.connect(("127.0.0.1", port))
+        s.sendall(frame({{"type": "hello", "nonce": os.urandom(16).hex(), "version": "0.1.0"}}))
+    except OSError:
+        s.close()
+        return None
+    s.setblocking(False)
+    return s
+{await_rank_0}held = {{}}
+opened = 0
+for src in [{sources}]:
+    for _ in range({per_source}):
+        s = hold(src)
+        if s is not None:
+            held[s] = src; opened += 1
+print("holding", len(held), flush=True)
+end = time.time() + {seconds}
+while time.time() < end:
+    ready, _, _ = select.select(list(held), [], [], 0.05)
+    for s in ready:
+        try:
+            data = s.recv(65536)
+        except OSError:
+            data = b""
+        if data:
+            continue  # the challenge: read, never answered
+        src = held.pop(s)
+        s.close()
+        n = hold(src)
+        if n is not None:
+            held[n] = src; opened += 1
+print(opened, flush=True)
+"#,
+        await_rank_0 = AWAIT_RANK_0
+    )
+}
+
+/// Runs a 2-rank job while `holder` (Python) holds rank 0's unproven
+/// slots; both ranks must be ready, and rank 0 must have closed some of
+/// the stranger's connections to make room.
+fn ready_while_held(port: &str, holder: &str, limit_files: bool) {
+    let mut args = run_args("10s");
+    args.extend(["--collective".to_string(), "off".to_string()]);
+    let wrapper: &[&str] = if limit_files {
+        &["prlimit", "--nofile=512:512"]
+    } else {
+        &[]
+    };
+    let r0 = local_under(wrapper, "rank0", &args, &env("0", "2", port));
+    let mut stranger = std::process::Command::new("python3")
+        .args(["-c", holder])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    let mut reader = std::io::BufReader::new(stranger.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    assert!(line.starts_with("holding "), "{line}");
+    let r1 = local("rank1", &args, &env("1", "2", port));
+    let out = [r0.finish(MARGIN), r1.finish(MARGIN)];
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+    all_exit(&out, 0);
+    let dropped = out[0].json()["cluster"]["barrier"]["dropped"].to_string();
+    assert!(
+        dropped.contains("closed unproven to make room for a newer connection"),
+        "{dropped}"
+    );
+}
+
+/// A stranger on the ranks' own address (127.0.0.1) holds every
+/// handshake slot that address has, with valid hellos, reopening each one
+/// rank 0 closes: the job's ranks still get in.
+#[test]
+fn a_stranger_holding_the_ranks_own_address_slots_locks_no_rank_out() {
+    let port = cluster::free_port().to_string();
+    let holder = handshake_holder(&port, &["127.0.0.1".to_string()], 80, 12);
+    ready_while_held(&port, &holder, false);
+}
+
+/// A stranger on 100 addresses holds every handshake slot rank 0 has in
+/// all (its descriptors limited to 512), with valid hellos: the job's
+/// ranks still get in.
+#[test]
+fn a_stranger_holding_every_handshake_slot_from_many_addresses_locks_no_rank_out() {
+    let port = cluster::free_port().to_string();
+    let sources: Vec<String> = (10..110).map(|i| format!("127.0.0.{i}")).collect();
+    let holder = handshake_holder(&port, &sources, 4, 12);
+    ready_while_held(&port, &holder, true);
 }

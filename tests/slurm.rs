@@ -517,6 +517,100 @@ fn in_a_two_node_job_the_node_whose_own_firewall_drops_the_probes_is_drained() {
     );
 }
 
+/// A stranger (nobody) on node `i` holds `ports` (every address) before
+/// the job starts: listening, accepting nobody.
+fn squat(s: &Slurm, i: usize, ports: &[u16]) {
+    let list = ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let script = format!(
+        "import socket, sys, time\nheld = []\nfor p in [{list}]:\n    s = socket.socket()\n    s.bind(('0.0.0.0', p))\n    s.listen(64)\n    held.append(s)\nprint('holding', flush=True)\ntime.sleep(600)\n"
+    );
+    s.net.spawn(
+        i,
+        &["runuser", "-u", "nobody", "--", "python3", "-c", &script],
+        true,
+    );
+}
+
+/// The prolog's settings for the squatting tests: the cluster stage,
+/// fixed rendezvous and probe ranges, as a site would set them.
+const SQUATTED_SITE: &str = "report_dir: {dir}/reports/%n\n\
+                             prolog:\n  cluster: true\n  only: [cluster, site]\n  \
+                             ports: 29400-29409\n  probe_ports: 29450-29459\n  timeout: 15s\n";
+
+/// A stranger binds every port of h2's probe range before the job: the
+/// job still runs, nobody is drained, and rank 0's report names the
+/// stranger's hold.
+#[test]
+fn a_stranger_holding_the_probe_ports_drains_nobody_and_the_job_runs() {
+    let _s = serial();
+    let Some(s) = with_prolog(SQUATTED_SITE) else {
+        return;
+    };
+    let d = s.dir.path().to_path_buf();
+    squat(&s, 1, &(29450..=29459).collect::<Vec<u16>>());
+    let job = sbatch(&s, &d, "ran");
+    assert!(
+        wait_until(LIMIT, || d.join("ran").exists()),
+        "the job did not run: {}\n{}",
+        job_state(&s, &job),
+        s.sinfo()
+    );
+    for n in ["h1", "h2", "h3"] {
+        assert!(!s.state(n).starts_with("drain"), "{}", s.sinfo());
+    }
+    let report = std::fs::read_to_string(d.join(format!("reports/h1/prolog-{job}.json"))).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(report["verdict"], "ready", "{report:#}");
+    let warnings = report["cluster"]["warnings"].to_string();
+    assert!(
+        warnings.contains("h2: every port of the probe range 29450-29459 is taken (by pid ")
+            && warnings.contains("(user nobody)"),
+        "{report:#}"
+    );
+}
+
+/// A stranger reads the job id while the job waits (squeue) and binds
+/// the rendezvous port derived from it on the master before the prolog
+/// runs: rank 0 serves on the next port of the range, the ranks find it
+/// by its proof, and the job runs; nobody is drained, nothing is held.
+#[test]
+fn a_stranger_holding_the_derived_rendezvous_port_does_not_stop_the_job() {
+    let _s = serial();
+    let Some(s) = with_prolog(SQUATTED_SITE) else {
+        return;
+    };
+    let d = s.dir.path().to_path_buf();
+    let job = sbatch_on(&s, &d, "ran", &["-N3", "--hold"]);
+    let number: u16 = (job.parse::<u64>().unwrap() % 10) as u16;
+    let port = 29400 + number;
+    squat(&s, 0, &[port]);
+    let o = s.run("scontrol", &["release", &job]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        wait_until(LIMIT, || d.join("ran").exists()),
+        "the job did not run: {}\n{}",
+        job_state(&s, &job),
+        s.sinfo()
+    );
+    for n in ["h1", "h2", "h3"] {
+        assert!(!s.state(n).starts_with("drain"), "{}", s.sinfo());
+    }
+    let report = std::fs::read_to_string(d.join(format!("reports/h1/prolog-{job}.json"))).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(report["verdict"], "ready", "{report:#}");
+    let warnings = report["cluster"]["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!("MASTER_PORT {port} on "))
+            && warnings.contains("was taken: rank 0 serves on")
+            && warnings.contains("(user nobody)"),
+        "{report:#}"
+    );
+}
+
 /// A filter between h1 and h2 (on the bridge, on neither node) drops
 /// h1's probes to h2: h3 reaches h2, h2 reaches h1, and no node's own
 /// checks find a rule. Nobody can be blamed: the link is named, the job

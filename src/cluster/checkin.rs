@@ -347,6 +347,7 @@ pub fn sample(rank: u32, world: u32, host: &str) -> CheckIn {
             source: "torchrun".into(),
             nodelist: Vec::new(),
             probe_ports: None,
+            master_ports: None,
             tasks_per_node: Vec::new(),
         },
         hostname: host.into(),

@@ -35,6 +35,10 @@ pub struct ClientConfig {
     pub verdict_deadline: Instant,
     pub timeout: Duration,
     pub clock_offset_ms: i64,
+    /// Where else rank 0 may serve (PREFLIGHT_MASTER_PORTS after
+    /// MASTER_PORT): looked at in turn, the first that proves the job
+    /// secret wins.
+    pub alternates: Vec<u16>,
 }
 
 /// Connects and authenticates, retrying with backoff until the deadline.
@@ -57,63 +61,67 @@ where
     F: Fn(TcpStream) -> S,
 {
     let mut backoff = Duration::from_millis(25);
-    // How the last attempt ended; `Connected` only until the first one.
+    // How the last attempt on MASTER_PORT ended; `Connected` only until
+    // the first one.
     let mut last = Outcome::Connected;
     let mut last_text = String::new();
+    // The first answer that did not prove the job secret: until the
+    // server has proven itself its words are noise (a stranger on the
+    // port before rank 0 binds it), so they end no retry, but they are
+    // what is reported if rank 0 never answers.
+    let mut answered: Option<String> = None;
+    // The first handshake that broke off after connecting (a server that
+    // closed on us: full, or locked by a flood): kept, since a last
+    // attempt after rank 0 has gone would say only "refused".
+    let mut broke: Option<String> = None;
     let mut attempts = 0u32;
     let host = &cfg.master_addr;
-    let port = cfg.master_port;
-    loop {
-        let now = Instant::now();
-        if now >= cfg.deadline {
-            break;
-        }
-        attempts += 1;
-        let attempt = (now + CONNECT_LIMIT).min(cfg.deadline);
-        match tokio::time::timeout_at(attempt, open(host, port, local)).await {
-            Err(_) => {
-                last = Outcome::TimedOut;
-                last_text = "connection attempt timed out".into();
+    let ports: Vec<u16> = std::iter::once(cfg.master_port)
+        .chain(cfg.alternates.iter().copied().filter(|p| *p != cfg.master_port))
+        .collect();
+    // Ports that answered without proving the secret are tried last.
+    let mut squatted = vec![false; ports.len()];
+    'rounds: loop {
+        let mut order: Vec<usize> = (0..ports.len()).collect();
+        order.sort_by_key(|&i| squatted[i]);
+        for i in order {
+            let port = ports[i];
+            let now = Instant::now();
+            if now >= cfg.deadline {
+                break 'rounds;
             }
-            Ok(Err(e)) => {
-                last = tcp_connect::classify(&e);
-                last_text = e.to_string();
-            }
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
-                let mut stream = wrap(stream);
-                let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(cfg.deadline);
-                match auth::client(&mut stream, &cfg.token, handshake).await {
-                    Ok(session) => return Ok(session.seal(stream, &cfg.token, true)),
-                    Err(AuthError::OtherJob {
-                        theirs: Some(theirs),
-                    }) => {
-                        return Err(format!(
-                            "the preflight at {host}:{port} has another job token: this rank's job secret differs from rank 0's (rank 0's: {theirs}; this rank's: {}, fingerprint {}): export the same PREFLIGHT_TOKEN (or PREFLIGHT_TOKEN_FILE) on every node; if {host}:{port} is not this job's master, another job holds that port",
-                            cfg.token.source,
-                            cfg.token.fingerprint()
-                        ));
+            attempts += 1;
+            let attempt = (now + CONNECT_LIMIT).min(cfg.deadline);
+            let (outcome, text) =
+                match tokio::time::timeout_at(attempt, open(host, port, local)).await {
+                    Err(_) => (Outcome::TimedOut, "connection attempt timed out".to_string()),
+                    Ok(Err(e)) => (tcp_connect::classify(&e), e.to_string()),
+                    Ok(Ok(stream)) => {
+                        let _ = stream.set_nodelay(true);
+                        let mut stream = wrap(stream);
+                        let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(cfg.deadline);
+                        match auth::client(&mut stream, &cfg.token, handshake).await {
+                            Ok(session) => return Ok(session.seal(stream, &cfg.token, true)),
+                            Err(e) => {
+                                squatted[i] = true;
+                                let said = unproven_answer(cfg, port, &e);
+                                if answered.is_none() {
+                                    answered = said.clone();
+                                }
+                                let text = said.unwrap_or_else(|| {
+                                    format!("connected to port {port}, but the handshake failed: {e}")
+                                });
+                                if broke.is_none() {
+                                    broke = Some(text.clone());
+                                }
+                                (Outcome::Other, text)
+                            }
+                        }
                     }
-                    Err(AuthError::OtherJob { theirs: None }) => {
-                        return Err(format!(
-                            "port {port} on {host} is in use by another job: the preflight there proves another job token (PREFLIGHT_TOKEN / SLURM_JOB_ID / TORCHELASTIC_RUN_ID), so this job's master is not there"
-                        ));
-                    }
-                    Err(AuthError::RejectedByPeer(r)) if r == OTHER_JOB => {
-                        return Err(format!(
-                            "port {port} on {host} is in use by another job: it rejected this job's token"
-                        ));
-                    }
-                    Err(AuthError::Frame(e @ (FrameError::Garbage | FrameError::Version(_)))) => {
-                        return Err(format!(
-                            "port {port} on {host} is in use by something that is not this job's preflight ({e})"
-                        ));
-                    }
-                    Err(e) => {
-                        last = Outcome::Other;
-                        last_text = format!("connected, but the handshake failed: {e}");
-                    }
-                }
+                };
+            if port == cfg.master_port {
+                last = outcome;
+                last_text = text;
             }
         }
         let left = cfg.deadline.saturating_duration_since(Instant::now());
@@ -123,6 +131,17 @@ where
         backoff = (backoff * 2).min(Duration::from_millis(250));
     }
     let waited = format_duration(cfg.timeout);
+    let port = cfg.master_port;
+    if let Some(said) = answered {
+        return Err(format!(
+            "{said}; no preflight proving this job's secret answered there within {waited} ({attempts} attempts)"
+        ));
+    }
+    if let Some(first) = broke.filter(|_| last != Outcome::Other) {
+        return Err(format!(
+            "cannot reach the master {host}:{port} (rank 0) within {waited} ({attempts} attempts): {first} (the first failure seen; the last attempt: {last_text})"
+        ));
+    }
     Err(match last {
         Outcome::TimedOut => format!(
             "cannot reach the master {host}:{port} (rank 0): every connection attempt timed out for {waited} ({attempts} attempts): packets to port {port} are dropped, by a firewall DROP rule on {host} or on the way"
@@ -142,6 +161,30 @@ where
             }
         ),
     })
+}
+
+/// What an answer that did not prove the job secret says about the port,
+/// in words; `None` for a handshake that merely broke off.
+fn unproven_answer(cfg: &ClientConfig, port: u16, e: &AuthError) -> Option<String> {
+    let host = &cfg.master_addr;
+    match e {
+        AuthError::OtherJob {
+            theirs: Some(theirs),
+        } => Some(format!(
+            "the preflight at {host}:{port} has another job token: this rank's job secret differs from rank 0's (rank 0's: {theirs}; this rank's: {}): export the same PREFLIGHT_TOKEN (or PREFLIGHT_TOKEN_FILE) on every node; if {host}:{port} is not this job's master, another job holds that port",
+            cfg.token.source,
+        )),
+        AuthError::OtherJob { theirs: None } => Some(format!(
+            "port {port} on {host} is in use by another job: the preflight there proves another job token (PREFLIGHT_TOKEN / SLURM_JOB_ID / TORCHELASTIC_RUN_ID), so this job's master is not there"
+        )),
+        AuthError::RejectedByPeer(r) if r == OTHER_JOB => Some(format!(
+            "port {port} on {host} is in use by another job: it rejected this job's token"
+        )),
+        AuthError::Frame(e @ (FrameError::Garbage | FrameError::Version(_))) => Some(format!(
+            "port {port} on {host} is in use by something that is not this job's preflight ({e})"
+        )),
+        _ => None,
+    }
 }
 
 /// A TCP connection to the master, from `local` when given.

@@ -29,6 +29,16 @@ use crate::kinds::ports::PortRange;
 
 pub use crate::kinds::ports::PROBE_PORTS_VAR;
 
+/// A range around MASTER_PORT where rank 0 may serve when MASTER_PORT is
+/// taken, and where the ranks look for it (the Slurm prolog sets it: its
+/// port is derived from the job id, which anyone can read, and bind
+/// first).
+pub const MASTER_PORTS_VAR: &str = "PREFLIGHT_MASTER_PORTS";
+
+/// At most this many ports are tried, MASTER_PORT first: each costs every
+/// rank a connection attempt per round.
+pub const MAX_MASTER_PORTS: usize = 16;
+
 pub const DEFAULT_PORT: u16 = 29500;
 /// Far above any real job; a typo beyond it is an error, not a barrier
 /// that waits for millions of ranks.
@@ -78,6 +88,10 @@ pub struct Identity {
     /// else PREFLIGHT_PROBE_PORTS); `None`: an ephemeral port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_ports: Option<PortRange>,
+    /// PREFLIGHT_MASTER_PORTS: where rank 0 may move when MASTER_PORT is
+    /// taken; it holds MASTER_PORT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master_ports: Option<PortRange>,
     /// Slurm's ranks per node, in nodelist order (SLURM_STEP_TASKS_PER_NODE,
     /// else SLURM_TASKS_PER_NODE, expanded): where each rank runs when
     /// nodes hold different numbers of tasks.
@@ -191,6 +205,32 @@ fn master_port(flags: &Flags, env: &Env, default: u16) -> Result<u16, String> {
             .map_err(|_| format!("MASTER_PORT=`{v}` is not a port number")),
         None => Ok(default),
     }
+}
+
+/// PREFLIGHT_MASTER_PORTS, which must hold `master_port`.
+fn master_ports(env: &Env, master_port: u16) -> Result<Option<PortRange>, String> {
+    let Some(v) = text(env, &[MASTER_PORTS_VAR]) else {
+        return Ok(None);
+    };
+    let range = PortRange::parse(&v).map_err(|e| format!("{MASTER_PORTS_VAR}=`{v}`: {e}"))?;
+    if !range.ports().any(|p| p == master_port) {
+        return Err(format!(
+            "{MASTER_PORTS_VAR}=`{v}` does not hold MASTER_PORT {master_port}"
+        ));
+    }
+    Ok(Some(range))
+}
+
+/// The ports rank 0 tries, in order, and the ranks look at: MASTER_PORT,
+/// then the ports after it in the range, wrapping, `MAX_MASTER_PORTS` in
+/// all at most.
+pub fn rendezvous_ports(master_port: u16, range: Option<PortRange>) -> Vec<u16> {
+    let Some(range) = range else {
+        return vec![master_port];
+    };
+    let after = range.ports().skip_while(|&p| p != master_port);
+    let before = range.ports().take_while(|&p| p != master_port);
+    after.chain(before).take(MAX_MASTER_PORTS).collect()
 }
 
 fn probe_ports(flags: &Flags, env: &Env) -> Result<Option<PortRange>, String> {
@@ -319,6 +359,7 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
         .unwrap_or(0);
     let node_rank = node_var.unwrap_or(rank / local_world_size.max(1));
     let source = if child { "node" } else { source_of(rank_var) };
+    let port = master_port(flags, env, DEFAULT_PORT)?;
     Ok(Role::Rank(Identity {
         rank,
         world_size,
@@ -327,11 +368,12 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
         node_rank,
         nnodes: first(env, NNODES).map(|(v, _)| v),
         master_addr: master_addr(flags, env, &nodes),
-        master_port: master_port(flags, env, DEFAULT_PORT)?,
+        master_port: port,
         job_id,
         source: source.to_string(),
         nodelist: nodes,
         probe_ports,
+        master_ports: master_ports(env, port)?,
         tasks_per_node,
     }))
 }
@@ -484,6 +526,33 @@ mod tests {
         assert_eq!(plan.nnodes, 1);
         assert_eq!(plan.master_addr, "127.0.0.1");
         assert_eq!(plan.master_port, 0);
+    }
+
+    #[test]
+    fn rank_0_may_move_within_the_master_range_from_master_port_on() {
+        let range = PortRange::parse("29400-29409").unwrap();
+        assert_eq!(rendezvous_ports(29500, None), vec![29500]);
+        assert_eq!(
+            rendezvous_ports(29407, Some(range)),
+            vec![29407, 29408, 29409, 29400, 29401, 29402, 29403, 29404, 29405, 29406]
+        );
+        let wide = PortRange::parse("20000-29999").unwrap();
+        let ports = rendezvous_ports(29999, Some(wide));
+        assert_eq!(ports.len(), MAX_MASTER_PORTS);
+        assert_eq!(&ports[..3], &[29999, 20000, 20001]);
+        let id = rank(
+            &Flags::default(),
+            &[("RANK", "0"), ("MASTER_PORT", "29403"), (MASTER_PORTS_VAR, "29400-29409")],
+        );
+        assert_eq!(id.master_ports, Some(range));
+        let outside = resolve(
+            &Flags::default(),
+            &env(&[("RANK", "0"), ("MASTER_PORT", "29500"), (MASTER_PORTS_VAR, "29400-29409")]),
+        );
+        assert_eq!(
+            outside.unwrap_err(),
+            "PREFLIGHT_MASTER_PORTS=`29400-29409` does not hold MASTER_PORT 29500"
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod server;
 pub mod store;
 #[cfg(test)]
 pub mod test_support;
+pub mod unproven;
 pub mod verdict;
 
 use std::sync::Arc;
@@ -182,6 +183,8 @@ struct Serving {
     token: Token,
     /// 0 for rank 0's server, none for node mode's agent.
     rank: Option<u32>,
+    /// For the report's warnings: why it serves where it does.
+    notes: Vec<String>,
 }
 
 fn spawn_server(
@@ -205,6 +208,7 @@ fn spawn_server(
             facts: Arc::clone(input.facts),
             linger: input.linger,
             serving_rank: serving.rank,
+            notes: serving.notes,
         },
         listener,
     ))
@@ -216,11 +220,11 @@ pub async fn start_server(id: &Identity, input: ServerInput<'_>) -> Server {
         return Ok(None);
     }
     let token = input.token.clone();
-    match server::bind(&id.master_addr, id.master_port).await {
-        Ok(listener) => {
+    match bind_in_range(id, input.facts).await {
+        Ok((listener, port, notes)) => {
             let serving = Serving {
                 addr: id.master_addr.clone(),
-                port: id.master_port,
+                port,
                 world_size: id.world_size,
                 placement: barrier::Placement {
                     nodelist: id.nodelist.clone(),
@@ -230,12 +234,21 @@ pub async fn start_server(id: &Identity, input: ServerInput<'_>) -> Server {
                 },
                 token,
                 rank: Some(id.rank),
+                notes,
             };
             Ok(Some(spawn_server(input, serving, listener)))
         }
         Err(e) => {
-            let (why, hint) =
+            let (mut why, hint) =
                 bind_failure(&id.master_addr, id.master_port, &e, &token, input.facts).await;
+            if let Some(range) = id.master_ports.filter(|_| e.kind() == std::io::ErrorKind::AddrInUse) {
+                let tried = identity::rendezvous_ports(id.master_port, Some(range)).len();
+                why.push_str(&format!(
+                    "; so are the {} other ports rank 0 may move to ({} {range})",
+                    tried - 1,
+                    identity::MASTER_PORTS_VAR
+                ));
+            }
             let master = master_label(&id.master_addr, id.master_port);
             Err(Box::new(failure_with_hint(
                 id.world_size,
@@ -246,6 +259,56 @@ pub async fn start_server(id: &Identity, input: ServerInput<'_>) -> Server {
             )))
         }
     }
+}
+
+/// Rank 0's listener: on MASTER_PORT, else, with PREFLIGHT_MASTER_PORTS,
+/// on the first free port after it in that range (a stranger who binds
+/// the port first, which anyone can compute from the job id in the Slurm
+/// prolog, moves the rendezvous instead of stopping it; the ranks find it
+/// by its proof of the job secret). The port it holds, and a note naming
+/// what held the ports it passed over. `Err`: MASTER_PORT's error, when
+/// no port could be had.
+async fn bind_in_range(
+    id: &Identity,
+    facts: &Facts,
+) -> Result<(tokio::net::TcpListener, u16, Vec<String>), std::io::Error> {
+    let ports = identity::rendezvous_ports(id.master_port, id.master_ports);
+    let mut taken: Vec<u16> = Vec::new();
+    let mut first_error = None;
+    for &port in &ports {
+        match server::bind(&id.master_addr, port).await {
+            Ok(listener) => {
+                let mut notes = Vec::new();
+                if !taken.is_empty() {
+                    let held: Vec<String> = taken
+                        .iter()
+                        .map(|&p| match crate::kinds::port_holder::holders(facts, p) {
+                            Ok(found) if !found.is_empty() => format!(
+                                "{p} (held by {})",
+                                found.iter().map(|h| h.describe()).collect::<Vec<_>>().join(", ")
+                            ),
+                            _ => format!("{p} (held by a process this user cannot inspect)"),
+                        })
+                        .collect();
+                    notes.push(format!(
+                        "MASTER_PORT {} on {} was taken: rank 0 serves on {port} instead, within {} {}; taken: {}",
+                        id.master_port,
+                        id.master_addr,
+                        identity::MASTER_PORTS_VAR,
+                        id.master_ports.map(|r| r.to_string()).unwrap_or_default(),
+                        held.join(", ")
+                    ));
+                }
+                return Ok((listener, port, notes));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && ports.len() > 1 => {
+                taken.push(port);
+                first_error.get_or_insert(e);
+            }
+            Err(e) => return Err(first_error.unwrap_or(e)),
+        }
+    }
+    Err(first_error.unwrap_or_else(|| std::io::Error::other("no port to bind")))
 }
 
 /// Node mode's rendezvous, served by the node-rank-0 agent for every rank
@@ -280,6 +343,7 @@ pub async fn start_node_server(
                 },
                 token: token.clone(),
                 rank: None,
+                notes: Vec::new(),
             };
             Ok((spawn_server(input, serving, listener), port))
         }
@@ -387,6 +451,7 @@ pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport
         verdict_deadline: deadline + Duration::from_secs(3),
         timeout: input.timeout,
         clock_offset_ms: offset,
+        alternates: identity::rendezvous_ports(id.master_port, id.master_ports),
     };
     let result = if leader::hierarchical(id) && id.local_rank > 0 {
         // Through the node's leader; straight to rank 0 where the leader
@@ -433,6 +498,38 @@ struct Gathered {
     devices: crate::result::cluster::Devices,
     env: std::collections::BTreeMap<String, String>,
     hostname: String,
+}
+
+/// Why this node's probe listener is outside the probe range: every port
+/// of it is held, by whom (the first holders this user can see).
+fn probe_range_taken(
+    facts: &Facts,
+    range: crate::kinds::ports::PortRange,
+    listener: &tokio::net::TcpListener,
+) -> String {
+    let mut who: Vec<String> = Vec::new();
+    for port in range.ports() {
+        if let Ok(found) = crate::kinds::port_holder::holders(facts, port) {
+            for h in found {
+                let d = h.describe();
+                if !who.contains(&d) {
+                    who.push(d);
+                }
+            }
+        }
+        if who.len() >= 3 {
+            break;
+        }
+    }
+    let held = if who.is_empty() {
+        "by processes this user cannot inspect".to_string()
+    } else {
+        format!("by {}", who.join(", "))
+    };
+    format!(
+        "every port of the probe range {range} is taken ({held}): its probe listener took port {} instead",
+        listener.local_addr().map(|a| a.port()).unwrap_or(0)
+    )
 }
 
 async fn gather(facts: &Arc<Facts>, local_ip: &str) -> Result<Gathered, String> {
@@ -510,7 +607,10 @@ async fn session(
     // from: the one its peers will have to reach.
     let (probe_listener, probe_error) =
         match reachability::listen(&local_ip, input.identity.probe_ports).await {
-            Ok(l) => (Some(l), None),
+            Ok(l) => {
+                let note = l.taken.map(|range| probe_range_taken(&input.facts, range, &l.listener));
+                (Some(l.listener), note)
+            }
             Err(e) => (None, Some(e)),
         };
     let probe_addr = probe_listener

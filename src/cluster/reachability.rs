@@ -50,35 +50,53 @@ pub fn partners(i: usize, n: usize) -> Vec<usize> {
 }
 
 /// The probe listener on `ip`: the first port of `ports` that can be
-/// bound (a taken one moves on to the next), or an ephemeral port. `Err`
-/// says why none could be had, for the matrix.
-pub async fn listen(ip: &str, ports: Option<PortRange>) -> Result<TcpListener, String> {
-    let Some(range) = ports else {
-        return TcpListener::bind((ip, 0))
+/// bound (a taken one moves on to the next), or an ephemeral port. When
+/// every port of the range is taken (a stranger can bind them all before
+/// the job starts), an ephemeral port, with the ports that were taken:
+/// the listener's port is announced through the authenticated check-in,
+/// so a squatter moves the probe, it does not make the node unreachable.
+/// `Err` says why no listener could be had at all, for the matrix.
+pub async fn listen(ip: &str, ports: Option<PortRange>) -> Result<Listening, String> {
+    let ephemeral = || async {
+        TcpListener::bind((ip, 0))
             .await
-            .map_err(|e| format!("cannot open a probe listener on {ip}: {e}"));
+            .map_err(|e| format!("cannot open a probe listener on {ip}: {e}"))
     };
-    let mut in_use = 0usize;
+    let Some(range) = ports else {
+        return Ok(Listening {
+            listener: ephemeral().await?,
+            taken: None,
+        });
+    };
     let mut other = None;
     for port in range.ports() {
         match TcpListener::bind((ip, port)).await {
-            Ok(l) => return Ok(l),
-            Err(e) if e.kind() == ErrorKind::AddrInUse => in_use += 1,
+            Ok(l) => {
+                return Ok(Listening {
+                    listener: l,
+                    taken: None,
+                });
+            }
+            Err(e) if e.kind() == ErrorKind::AddrInUse => {}
             Err(e) => other = Some(format!("port {port}: {e}")),
         }
     }
-    let total = usize::from(range.last - range.first) + 1;
-    Err(match other {
-        None if total == 1 => format!(
-            "no probe listener: the probe port {range} is in use on {ip} (--probe-ports / PREFLIGHT_PROBE_PORTS)"
-        ),
-        None => format!(
-            "no probe listener: all {total} ports of the probe range {range} are in use on {ip} (--probe-ports / PREFLIGHT_PROBE_PORTS)"
-        ),
-        Some(e) => format!(
-            "no probe listener: no port of the probe range {range} could be bound on {ip} ({in_use} in use; {e}) (--probe-ports / PREFLIGHT_PROBE_PORTS)"
-        ),
-    })
+    match other {
+        None => Ok(Listening {
+            listener: ephemeral().await?,
+            taken: Some(range),
+        }),
+        Some(e) => Err(format!(
+            "no probe listener: no port of the probe range {range} could be bound on {ip} ({e}) (--probe-ports / PREFLIGHT_PROBE_PORTS)"
+        )),
+    }
+}
+
+pub struct Listening {
+    pub listener: TcpListener,
+    /// The probe range, when every port of it was taken and the listener
+    /// is on an ephemeral port instead.
+    pub taken: Option<PortRange>,
 }
 
 /// Serves echoes until the task is dropped. Each connection gets one
@@ -283,7 +301,7 @@ mod tests {
     }
 
     #[test]
-    fn a_taken_probe_port_moves_on_and_an_exhausted_range_says_so() {
+    fn a_taken_probe_port_moves_on_and_an_exhausted_range_falls_back_to_an_ephemeral_port() {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -302,26 +320,17 @@ mod tests {
                 last: first + 1,
             };
             let l = listen("127.0.0.1", Some(range)).await.unwrap();
-            assert_eq!(l.local_addr().unwrap().port(), first + 1);
-            let e = listen("127.0.0.1", Some(range)).await.unwrap_err();
-            assert!(
-                e.contains(&format!(
-                    "all 2 ports of the probe range {range} are in use"
-                )),
-                "{e}"
-            );
+            assert_eq!(l.listener.local_addr().unwrap().port(), first + 1);
+            assert_eq!(l.taken, None);
+            // Both taken now: an ephemeral port, and the range said.
+            let e = listen("127.0.0.1", Some(range)).await.unwrap();
+            let port = e.listener.local_addr().unwrap().port();
+            assert!(port != first && port != first + 1 && port != 0);
+            assert_eq!(e.taken, Some(range));
             drop(held);
-            let one = PortRange {
-                first: first + 1,
-                last: first + 1,
-            };
-            let e = listen("127.0.0.1", Some(one)).await.unwrap_err();
-            assert!(
-                e.contains(&format!("the probe port {} is in use", first + 1)),
-                "{e}"
-            );
             let eph = listen("127.0.0.1", None).await.unwrap();
-            assert_ne!(eph.local_addr().unwrap().port(), 0);
+            assert_ne!(eph.listener.local_addr().unwrap().port(), 0);
+            assert_eq!(eph.taken, None);
         });
     }
 

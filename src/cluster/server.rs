@@ -29,6 +29,7 @@ use super::protocol::{self, FrameError, Msg};
 use super::reachability::{self, Target};
 use super::sealed::Channel;
 use super::store::Store;
+use super::unproven::Unproven;
 use super::verdict::{assemble, build_nodes, deaf_nodes};
 use crate::checklist::Check;
 use crate::facts::Facts;
@@ -131,41 +132,6 @@ fn attach(shared: &Shared, conn: ConnId, rank: u32) -> Result<(), String> {
 
 /// One source address's connections still authenticating; the count goes
 /// down when the guard is dropped.
-struct SourceSlot {
-    counts: Arc<std::sync::Mutex<HashMap<std::net::IpAddr, usize>>>,
-    ip: std::net::IpAddr,
-}
-
-impl SourceSlot {
-    fn take(
-        counts: &Arc<std::sync::Mutex<HashMap<std::net::IpAddr, usize>>>,
-        ip: std::net::IpAddr,
-        limit: usize,
-    ) -> Option<SourceSlot> {
-        let mut map = counts.lock().unwrap_or_else(|e| e.into_inner());
-        let n = map.entry(ip).or_default();
-        if *n >= limit {
-            return None;
-        }
-        *n += 1;
-        Some(SourceSlot {
-            counts: Arc::clone(counts),
-            ip,
-        })
-    }
-}
-
-impl Drop for SourceSlot {
-    fn drop(&mut self) {
-        let mut map = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = map.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&self.ip);
-            }
-        }
-    }
-}
 /// Probe results kept from one message.
 const MAX_PROBE_RESULTS: usize = 1024;
 
@@ -224,6 +190,8 @@ pub struct ServerConfig {
     /// The rank this process is (0), or none for node mode's agent: who
     /// the ranks are told was interrupted.
     pub serving_rank: Option<u32>,
+    /// Said in the report's warnings: why rank 0 serves where it does.
+    pub notes: Vec<String>,
 }
 
 /// What the ranks are told when this process is interrupted.
@@ -659,18 +627,14 @@ async fn accept_loop(
 ) {
     let (all, per_source) = shared.pending;
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    let pending = Arc::new(tokio::sync::Semaphore::new(all));
-    let sources = Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let unproven = Unproven::new(all, per_source);
     loop {
         // Past `all` connections authenticating at once, the next waits in
-        // the kernel's accept queue rather than being closed: a burst of
-        // thousands of ranks is served as fast as handshakes finish, with
-        // no rank sent into its retry backoff, while a flood still holds
-        // no more than `all` slots (each for 1 s at most, its first frame's
-        // deadline).
-        let Ok(permit) = Arc::clone(&pending).acquire_owned().await else {
-            return;
-        };
+        // the kernel's accept queue rather than being closed (a burst of
+        // thousands of ranks is served as fast as handshakes finish),
+        // until the oldest of them has had its grace and is closed for it:
+        // a flood holds no slot against the job's ranks for long.
+        unproven.room().await;
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
@@ -683,17 +647,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Some(slot) = SourceSlot::take(&sources, peer.ip(), per_source) else {
-            let _ = tx.send(Event::Dropped {
-                peer: peer.ip().to_string(),
-                reason: format!(
-                    "closed at once: {per_source} connections from this address were already authenticating"
-                ),
-            });
-            drop(stream);
-            continue;
-        };
-        let permit = (permit, slot);
+        let permit = unproven.admit(peer.ip());
         let conn = NEXT.fetch_add(1, Ordering::Relaxed);
         let token = token.clone();
         let tx = tx.clone();
@@ -718,7 +672,7 @@ async fn connection(
     store: Arc<Store>,
     store_end: Instant,
     offset_ms: i64,
-    permit: (tokio::sync::OwnedSemaphorePermit, SourceSlot),
+    permit: super::unproven::Slot,
     shared: Arc<Shared>,
 ) {
     let _ = stream.set_nodelay(true);
@@ -726,7 +680,18 @@ async fn connection(
     // Until the store's end: a process that comes after the verdict is
     // still told that it came too late.
     let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(store_end);
-    let session = match auth::server(&mut stream, &token, handshake).await {
+    let evicted = Arc::clone(&permit.evicted);
+    let authenticated = tokio::select! {
+        r = auth::server(&mut stream, &token, handshake) => r,
+        _ = evicted.notified() => {
+            let _ = tx.send(Event::Dropped {
+                peer,
+                reason: "closed unproven to make room for a newer connection".to_string(),
+            });
+            return;
+        }
+    };
+    let session = match authenticated {
         Ok(session) => session,
         Err(AuthError::OtherJob { .. }) => {
             let _ = tx.send(Event::OtherJob { peer });
@@ -1225,7 +1190,10 @@ mod tests {
             let (server, client) = server(3, 5).await;
             let mut conns = Vec::new();
             for (rank, host) in [(2u32, "h2"), (0, "h0"), (1, "h1")] {
-                let listener = reachability::listen("127.0.0.1", None).await.unwrap();
+                let listener = reachability::listen("127.0.0.1", None)
+                    .await
+                    .unwrap()
+                    .listener;
                 let addr = listener.local_addr().unwrap().to_string();
                 tokio::spawn(reachability::serve(listener));
                 let mut c = crate::cluster::checkin::sample(rank, 3, host);

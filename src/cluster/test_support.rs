@@ -52,6 +52,7 @@ pub async fn server(
         facts: Arc::new(Facts::new("/".into(), Default::default(), Vec::new())),
         linger: Duration::ZERO,
         serving_rank: Some(0),
+        notes: Vec::new(),
     };
     let client = ClientConfig {
         master_addr: "127.0.0.1".into(),
@@ -61,6 +62,7 @@ pub async fn server(
         verdict_deadline: start + timeout + Duration::from_secs(3),
         timeout,
         clock_offset_ms: 0,
+        alternates: Vec::new(),
     };
     (tokio::spawn(serve(cfg, listener)), client)
 }
@@ -96,9 +98,7 @@ pub async fn stranger(client: &ClientConfig, deadline: Instant) -> Channel {
     let late = ClientConfig {
         deadline,
         verdict_deadline: deadline,
-        master_addr: client.master_addr.clone(),
-        token: client.token.clone(),
-        ..*client
+        ..client.clone()
     };
     connect(&late).await.unwrap()
 }

@@ -118,6 +118,16 @@ pub(super) fn assemble(
     waited: Duration,
     interrupted: Option<Interrupted>,
 ) -> ClusterReport {
+    // A node that probes from outside its range says why (a stranger
+    // holding the range), as a warning: the probes still ran.
+    let moved: Vec<String> = nodes
+        .iter()
+        .filter_map(|(v, rep)| {
+            let c = &state.arrivals.get(rep)?.1;
+            c.probe_addr.as_ref()?;
+            Some(format!("{}: {}", v.name, c.probe_error.as_ref()?))
+        })
+        .collect();
     let nodes: Vec<NodeView> = nodes.into_iter().map(|(v, _)| v).collect();
     let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
     // Probe results are a peer's input: indices outside the plan are
@@ -200,6 +210,8 @@ pub(super) fn assemble(
     checks.extend(evaluated.into_iter().map(|(c, _)| c));
     let mut warnings: Vec<String> = all_interfaces_warning(cfg.bound.as_ref())
         .into_iter()
+        .chain(cfg.notes.iter().cloned())
+        .chain(moved)
         .collect();
     // A self-test on one machine, served on loopback: no other node can
     // reach it, and a secret would protect nothing worth a warning.

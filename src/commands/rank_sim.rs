@@ -222,6 +222,7 @@ impl Job {
             source: "torchrun".into(),
             nodelist: Vec::new(),
             probe_ports: None,
+            master_ports: None,
             tasks_per_node: Vec::new(),
         }
     }
@@ -267,6 +268,7 @@ impl Job {
             verdict_deadline: self.deadline + Duration::from_secs(3),
             timeout: self.timeout,
             clock_offset_ms: 0,
+            alternates: Vec::new(),
         }
     }
 
@@ -513,7 +515,7 @@ async fn simulate(args: Args) -> Result<i32, String> {
     let mut probe_addrs = vec![None];
     let mut listeners = Vec::new();
     for k in 1..nodes {
-        let l = reachability::listen(&node_ip(k).to_string(), None).await?;
+        let l = reachability::listen(&node_ip(k).to_string(), None).await?.listener;
         probe_addrs.push(l.local_addr().ok().map(|a| a.to_string()));
         listeners.push(if args.deaf_node == Some(k) {
             tokio::spawn(deaf(l))

@@ -88,6 +88,20 @@ impl Facts {
         Facts::new(root, env, backends)
     }
 
+    /// A user's name from the root's /etc/passwd, else the number.
+    pub fn user_name(&self, uid: u32) -> String {
+        std::fs::read_to_string(self.host_path("/etc/passwd"))
+            .ok()
+            .and_then(|text| {
+                text.lines().find_map(|l| {
+                    let mut f = l.split(':');
+                    let name = f.next()?;
+                    (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+                })
+            })
+            .unwrap_or_else(|| format!("uid {uid}"))
+    }
+
     /// A path on the node, resolved under `--root`.
     pub fn host_path(&self, path: impl AsRef<Path>) -> PathBuf {
         let path = path.as_ref();

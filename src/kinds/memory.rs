@@ -200,20 +200,6 @@ fn shm_files(facts: &Facts) -> Vec<ShmFile> {
     out
 }
 
-/// A user's name from the root's /etc/passwd, else the number.
-fn user_name(facts: &Facts, uid: u32) -> String {
-    std::fs::read_to_string(facts.host_path("/etc/passwd"))
-        .ok()
-        .and_then(|text| {
-            text.lines().find_map(|l| {
-                let mut f = l.split(':');
-                let name = f.next()?;
-                (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
-            })
-        })
-        .unwrap_or_else(|| format!("uid {uid}"))
-}
-
 /// What one aspect of the check (available RAM, /dev/shm, hugepages, open
 /// files) found when it could not compare: unreadable, or nothing to read
 /// on this node.
@@ -295,7 +281,7 @@ impl Memory {
                                             "{} {} ({})",
                                             f.path,
                                             format_bytes(f.bytes),
-                                            user_name(facts, f.uid)
+                                            facts.user_name(f.uid)
                                         )
                                     })
                                     .collect();

@@ -11,6 +11,9 @@ pub struct Holder {
     /// Its parent, from /proc/PID/stat (0 when unreadable).
     pub ppid: u32,
     pub cmdline: String,
+    /// Who runs it: the owner of /proc/PID, by name where /etc/passwd
+    /// has one (empty when unknown).
+    pub user: String,
 }
 
 impl Holder {
@@ -44,9 +47,14 @@ impl Holder {
         if cmd.len() < flat.len() {
             cmd.push('…');
         }
+        let user = if self.user.is_empty() {
+            String::new()
+        } else {
+            format!(" (user {})", self.user)
+        };
         match self.role() {
-            Some(role) => format!("pid {} `{cmd}` ({role})", self.pid),
-            None => format!("pid {} `{cmd}`", self.pid),
+            Some(role) => format!("pid {}{user} `{cmd}` ({role})", self.pid),
+            None => format!("pid {}{user} `{cmd}`", self.pid),
         }
     }
 }
@@ -220,6 +228,9 @@ pub fn holders(facts: &Facts, port: u16) -> Result<Vec<Holder>, String> {
                 pid,
                 ppid: procs::parent(&dir).unwrap_or(0),
                 cmdline: cmdline(&dir),
+                user: std::fs::metadata(&dir)
+                    .map(|m| facts.user_name(std::os::unix::fs::MetadataExt::uid(&m)))
+                    .unwrap_or_default(),
             });
         }
     }
@@ -254,6 +265,7 @@ mod tests {
             pid,
             ppid,
             cmdline: cmd.into(),
+            user: String::new(),
         };
         let cmd = "/usr/local/bin/preflight slurm prolog";
         assert_eq!(this_jobs(&facts, &holder(me, 1, cmd)), Some(Ours::Itself));
@@ -280,6 +292,7 @@ mod tests {
             ppid: 1,
             pid: 1,
             cmdline: c.into(),
+            user: String::new(),
         };
         assert_eq!(
             h("/usr/bin/python3 -m torch.distributed.run --nproc_per_node 8 train.py").role(),

@@ -52,6 +52,13 @@ pub fn environment(
         ("GROUP_RANK", rank.to_string()),
         ("MASTER_ADDR", master),
         ("MASTER_PORT", port.to_string()),
+        // Anyone can compute the port from the job id and bind it first:
+        // rank 0 then moves on within the range, and the ranks find it
+        // there by its proof of the job secret.
+        (
+            crate::cluster::identity::MASTER_PORTS_VAR,
+            range.to_string(),
+        ),
         ("SLURM_JOB_NODELIST", list.clone()),
         ("PREFLIGHT_TOKEN", secret),
     ] {

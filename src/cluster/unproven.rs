@@ -1,0 +1,214 @@
+//! Connections to rank 0 that have not proven the job secret yet. They are
+//! bounded in all and per source address, like any server's, but a full
+//! table does not turn the newcomer away while strangers sit in it: the
+//! oldest connection that has had its chance (`GRACE`, many round trips of
+//! an honest handshake) is closed to make room. A stranger who opens
+//! handshakes and never finishes them (a valid hello, then nothing), from
+//! the ranks' own address or from many, therefore holds slots only until
+//! someone else needs them, and the job's ranks, whose handshakes finish
+//! within the grace, always get through.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// How long an unproven connection keeps its slot against a newcomer. An
+/// honest handshake is two round trips and two HMACs: far less, on any
+/// network a job runs over.
+pub const GRACE: Duration = Duration::from_millis(250);
+
+pub struct Unproven {
+    inner: Mutex<Inner>,
+    all: usize,
+    per_source: usize,
+    /// Signalled whenever a slot is given up.
+    freed: Notify,
+}
+
+#[derive(Default)]
+struct Inner {
+    next: u64,
+    /// By admission order: the first is the oldest.
+    conns: BTreeMap<u64, Entry>,
+}
+
+struct Entry {
+    ip: IpAddr,
+    since: Instant,
+    evict: Arc<Notify>,
+}
+
+/// One admitted connection's place; given up when dropped.
+pub struct Slot {
+    owner: Arc<Unproven>,
+    id: u64,
+    /// Signalled when a newcomer takes this slot: the connection closes.
+    pub evicted: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let removed = self.owner.lock().conns.remove(&self.id).is_some();
+        if removed {
+            self.owner.freed.notify_one();
+        }
+    }
+}
+
+impl Unproven {
+    pub fn new(all: usize, per_source: usize) -> Arc<Unproven> {
+        Arc::new(Unproven {
+            inner: Mutex::new(Inner::default()),
+            all: all.max(1),
+            per_source: per_source.max(1),
+            freed: Notify::new(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until one more connection may be accepted: a slot is free,
+    /// or the oldest connection past its grace has been closed for it.
+    /// Until then the next connection waits in the kernel's accept queue
+    /// (a burst of thousands of ranks is served as handshakes finish).
+    pub async fn room(&self) {
+        loop {
+            let wait = {
+                let mut inner = self.lock();
+                if inner.conns.len() < self.all {
+                    return;
+                }
+                if inner.evict_oldest(|_| true, GRACE) {
+                    return;
+                }
+                inner
+                    .conns
+                    .values()
+                    .next()
+                    .map_or(GRACE, |e| GRACE.saturating_sub(e.since.elapsed()))
+            };
+            tokio::select! {
+                _ = self.freed.notified() => {}
+                _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
+            }
+        }
+    }
+
+    /// A slot for a connection from `ip`; where that address already
+    /// holds its share, its oldest connection gives its slot up. A
+    /// newcomer is never refused for the ones before it: a stranger on
+    /// the ranks' own address (a shared node) who reopens handshakes as
+    /// fast as they close would otherwise hold the address's every slot
+    /// against them; this way it must open its whole share within one
+    /// honest handshake, a round trip, to close one.
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Slot {
+        let mut inner = self.lock();
+        let from_ip = inner.conns.values().filter(|e| e.ip == ip).count();
+        if from_ip >= self.per_source {
+            inner.evict_oldest(|e| e.ip == ip, Duration::ZERO);
+        }
+        let id = inner.next;
+        inner.next += 1;
+        let evict = Arc::new(Notify::new());
+        inner.conns.insert(
+            id,
+            Entry {
+                ip,
+                since: Instant::now(),
+                evict: Arc::clone(&evict),
+            },
+        );
+        Slot {
+            owner: Arc::clone(self),
+            id,
+            evicted: evict,
+        }
+    }
+}
+
+impl Inner {
+    /// Closes the oldest connection that `pick` allows and that is at
+    /// least `age` old; whether there was one.
+    fn evict_oldest(&mut self, pick: impl Fn(&Entry) -> bool, age: Duration) -> bool {
+        let Some(id) = self
+            .conns
+            .iter()
+            .find(|(_, e)| pick(e) && e.since.elapsed() >= age)
+            .map(|(id, _)| *id)
+        else {
+            return false;
+        };
+        if let Some(e) = self.conns.remove(&id) {
+            // Stored if the connection is not waiting yet: it closes at
+            // its next step.
+            e.evict.notify_one();
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    /// A stranger holding every slot of an address: a newcomer takes the
+    /// oldest one's place, and other addresses are not affected.
+    #[test]
+    fn a_full_address_gives_up_its_oldest_slot_to_a_newcomer() {
+        block_on(async {
+            let u = Unproven::new(100, 2);
+            let ip: IpAddr = "10.0.0.1".parse().unwrap();
+            let first = u.admit(ip);
+            let second = u.admit(ip);
+            let _other = u.admit("10.0.0.2".parse().unwrap());
+            let _third = u.admit(ip);
+            // The first was told to close, and holds nothing any more.
+            tokio::time::timeout(Duration::from_millis(1), first.evicted.notified())
+                .await
+                .expect("the oldest was evicted");
+            drop(first);
+            assert_eq!(u.lock().conns.len(), 3);
+            tokio::time::timeout(Duration::from_millis(1), second.evicted.notified())
+                .await
+                .expect_err("the second is still in");
+        });
+    }
+
+    /// Every slot taken (by many addresses): room is made by closing the
+    /// oldest once it has had its grace, not by waiting for it to give up.
+    #[test]
+    fn a_full_table_makes_room_by_evicting_the_oldest_past_the_grace() {
+        block_on(async {
+            let u = Unproven::new(2, 2);
+            let a = u.admit("10.0.0.1".parse().unwrap());
+            let b = u.admit("10.0.0.2".parse().unwrap());
+            let start = Instant::now();
+            u.room().await;
+            assert!(start.elapsed() >= GRACE);
+            tokio::time::timeout(Duration::from_millis(1), a.evicted.notified())
+                .await
+                .expect("the oldest was evicted");
+            // A slot given up makes room at once.
+            let _c = u.admit("10.0.0.3".parse().unwrap());
+            drop(b);
+            let start = Instant::now();
+            u.room().await;
+            assert_eq!(start.elapsed(), Duration::ZERO);
+        });
+    }
+}
