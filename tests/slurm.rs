@@ -306,6 +306,12 @@ fn job_state(s: &Slurm, job: &str) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
+/// Held, in either of squeue's words: `job requeued in held state` while
+/// the requeue settles, `JobHeldAdmin` after.
+fn is_held(state: &str) -> bool {
+    state.to_ascii_lowercase().contains("held")
+}
+
 /// A batch job on all three nodes that touches `marker` when it runs.
 fn sbatch(s: &Slurm, d: &Path, marker: &str) -> String {
     sbatch_on(s, d, marker, &["-N3"])
@@ -628,7 +634,7 @@ fn a_filter_between_two_nodes_holds_the_job_and_drains_no_node() {
     s.net.filter_between(0, 1, "29450-29459");
     let job = sbatch(&s, &d, "ran");
     assert!(
-        wait_until(LIMIT, || job_state(&s, &job).contains("held")),
+        wait_until(LIMIT, || is_held(&job_state(&s, &job))),
         "the job was not held: {}\n{}",
         job_state(&s, &job),
         s.sinfo()
@@ -663,7 +669,7 @@ fn a_master_nobody_can_reach_holds_the_job_back_and_drains_no_node() {
     drop_tcp(&s, 0, "29400:29409");
     let job = sbatch(&s, &d, "ran");
     assert!(
-        wait_until(LIMIT, || job_state(&s, &job).contains("held")),
+        wait_until(LIMIT, || is_held(&job_state(&s, &job))),
         "the job was not held: {}\n{}",
         job_state(&s, &job),
         s.sinfo()
