@@ -463,8 +463,11 @@ fn a_node_whose_own_checks_fail_is_listed_by_name() {
 /// A self-test on one machine served on loopback: nobody else can reach
 /// it, so a missing job secret is no warning (across hosts it is:
 /// tests/cluster_netns.rs).
+/// Loopback is reached by every user of the host: a one-node job of a
+/// launcher's ranks without a secret is warned that any of them can check
+/// in as one of its ranks.
 #[test]
-fn a_loopback_self_test_does_not_warn_about_the_job_token() {
+fn a_one_node_job_without_a_secret_is_warned_that_local_users_can_join() {
     let port = cluster::free_port().to_string();
     let mut args = run_args("20s");
     args.truncate(args.len() - 2);
@@ -483,9 +486,36 @@ fn a_loopback_self_test_does_not_warn_about_the_job_token() {
             .collect();
         let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
         all_exit(&out, 0);
-        assert!(!out[0].stdout.contains("no job token"), "{}", out[0].stdout);
-        assert!(out[0].stdout.contains("token"), "{}", out[0].stdout);
+        assert!(
+            out[0]
+                .stdout
+                .contains("any user of this host (the rendezvous is on loopback) can check in"),
+            "{}",
+            out[0].stdout
+        );
     }
+}
+
+/// Node mode on one node makes a secret of its own and hands it to its
+/// ranks alone: no warning, and --require-secret has nothing to refuse.
+#[test]
+fn node_mode_on_one_node_makes_its_own_secret() {
+    let mut args = run_args("20s");
+    args.extend(["--nproc-per-node", "2", "--require-secret"].map(String::from));
+    let out = local("agent", &args, &[]).finish(MARGIN);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let cluster = &out.json()["cluster"];
+    assert!(
+        cluster["token"]
+            .as_str()
+            .unwrap()
+            .starts_with("a secret of the node agent's own"),
+        "{cluster:#}"
+    );
+    assert!(
+        !cluster["warnings"].to_string().contains("token"),
+        "{cluster:#}"
+    );
 }
 
 #[test]
@@ -853,9 +883,9 @@ fn a_job_secret_must_be_a_secret() {
     );
     assert!(!c["warnings"].to_string().contains("token"), "{c:#}");
 
-    // A run id anyone can read in `ps`: accepted; on one machine's
-    // loopback without a warning (across hosts with one:
-    // tests/cluster_netns.rs).
+    // A run id anyone can read in `ps`: accepted, with a warning even on
+    // one machine's loopback, which every local user reaches (across
+    // hosts: tests/cluster_netns.rs).
     let port = cluster::free_port().to_string();
     let derived = |rank: &'static str| {
         let mut e = env(rank, "2", &port);
@@ -870,7 +900,12 @@ fn a_job_secret_must_be_a_secret() {
     let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
     all_exit(&out, 0);
     let warnings = out[0].json()["cluster"]["warnings"].to_string();
-    assert!(!warnings.contains("the job token is derived"), "{warnings}");
+    assert!(
+        warnings.contains("the job token is derived from TORCHELASTIC_RUN_ID")
+            && warnings
+                .contains("any user of this host (the rendezvous is on loopback) can check in"),
+        "{warnings}"
+    );
     assert!(
         out[0].json()["cluster"]["token"]
             .as_str()
@@ -885,6 +920,16 @@ fn a_job_secret_must_be_a_secret() {
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(
         out.stderr.contains("--require-secret: this job spans 2 nodes and its token comes from TORCHELASTIC_RUN_ID, which any user of the cluster can read"),
+        "{}",
+        out.stderr
+    );
+    // ... and for a one-node job of a launcher's ranks too.
+    let mut strict = run_args("20s");
+    strict.push("--require-secret".into());
+    let out = local("strict", &strict, &derived("1")).finish(MARGIN);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--require-secret: this job runs on one node, where every local user reaches its rendezvous"),
         "{}",
         out.stderr
     );

@@ -490,29 +490,29 @@ fn a_host_whose_firewall_rejects_the_probe_port_is_named_as_refusing() {
     }
 }
 
+/// Another program holds host 1's only probe port (anyone can bind a
+/// fixed port before a job): host 1 probes from an ephemeral port, which
+/// its check-in announces; the job is ready, and rank 0's report says who
+/// holds the range.
 #[test]
-fn a_host_whose_probe_port_range_is_taken_is_named() {
+fn a_host_whose_probe_port_range_is_taken_probes_elsewhere_and_says_who_holds_it() {
     let Some(job) = job(3, None) else { return };
-    // Another program holds host 1's only probe port.
-    job.cluster.listen(1, 29601, &[]);
+    let holder = job.cluster.listen(1, 29601, &[]);
     let ports: &[(&str, &str)] = &[("PREFLIGHT_PROBE_PORTS", "29601")];
     let out = job.all("15s", &[(0, ports), (1, ports), (2, ports)]);
-    all_exit(&out, 1);
-    let msg = out[0].message("cluster.reachability");
-    assert!(
-        msg.contains(&format!(
-            "h1: no probe listener: the probe port 29601 is in use on {}",
-            job.cluster.addr(1)
-        )),
-        "{msg}"
-    );
-    // The others are reached, and nobody else is blamed.
-    assert!(!msg.contains("h0") && !msg.contains("h2"), "{msg}");
+    all_exit(&out, 0);
     let c = &out[0].json()["cluster"];
-    assert!(c["nodes"][1].get("probe_addr").is_none(), "{c:#}");
+    let warnings = c["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!(
+            "h1: every port of the probe range 29601 is taken (by pid {holder} (user root) "
+        )),
+        "{c:#}"
+    );
+    let addr = c["nodes"][1]["probe_addr"].as_str().unwrap();
+    assert!(!addr.ends_with(":29601"), "{addr}");
     for p in c["reachability"]["probes"].as_array().unwrap() {
-        let want = if p["to"] == 1 { "error" } else { "ok" };
-        assert_eq!(p["status"], want, "{p}");
+        assert_eq!(p["status"], "ok", "{p}");
     }
 }
 

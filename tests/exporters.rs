@@ -326,6 +326,15 @@ struct Collector {
 
 impl Collector {
     fn start(statuses: &'static [u16]) -> Collector {
+        Collector::answering(statuses, String::new())
+    }
+
+    /// A collector that answers every request with a redirect to `to`.
+    fn redirecting(to: &str) -> Collector {
+        Collector::answering(&[307], format!("location: {to}\r\n"))
+    }
+
+    fn answering(statuses: &'static [u16], extra: String) -> Collector {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let got = Arc::new(Mutex::new(Vec::new()));
@@ -361,7 +370,7 @@ impl Collector {
                 let status = statuses[i.min(statuses.len() - 1)];
                 let _ = write!(
                     stream,
-                    "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    "HTTP/1.1 {status} X\r\n{extra}content-length: 0\r\nconnection: close\r\n\r\n"
                 );
             }
         });
@@ -460,6 +469,55 @@ fn a_post_url_that_is_not_http_is_refused_before_the_run() {
     assert!(
         out.stderr
             .contains("--post `ftp://collector/x`: only http:// and https:// are supported"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// A password in the collector's URL or in the proxy's is shown nowhere:
+/// not on stderr, not in the report's warnings.
+#[test]
+fn a_post_never_shows_a_password() {
+    let port = cluster::free_port();
+    let url = format!("http://ops:collector-s3cret@127.0.0.1:{port}/reports");
+    let proxy = format!("http://relay:proxy-s3cret@127.0.0.1:{port}");
+    for (url, env) in [
+        (url.clone(), vec![]),
+        (
+            "http://collector.invalid/in".to_string(),
+            vec![("HTTP_PROXY", proxy.as_str())],
+        ),
+    ] {
+        let out = post_check(&url, &env);
+        assert_eq!(out.code, 1, "{}", out.stderr);
+        for shown in [&out.stdout, &out.stderr] {
+            assert!(!shown.contains("s3cret"), "{shown}");
+        }
+        assert!(out.stderr.contains(":***@127.0.0.1"), "{}", out.stderr);
+    }
+    let out = run(preflight().args(["check", "--post", "ftp://u:ftp-s3cret@collector/x"]));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(!out.stderr.contains("s3cret"), "{}", out.stderr);
+}
+
+/// A collector that answers 307 does not get the report sent on to the
+/// host it names: nothing reaches that host, and the warning says why.
+#[test]
+fn a_post_follows_no_redirect() {
+    let elsewhere = Collector::start(&[200]);
+    let redirect = Collector::redirecting(&format!("http://127.0.0.1:{}/stolen", elsewhere.port));
+    let out = post_check(&format!("http://127.0.0.1:{}/reports", redirect.port), &[]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(redirect.received().len(), 1);
+    assert!(elsewhere.received().is_empty(), "the report was forwarded");
+    assert!(
+        out.stderr
+            .contains("the collector answered 307 Temporary Redirect to http://127.0.0.1:"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("redirects are not followed"),
         "{}",
         out.stderr
     );

@@ -36,7 +36,9 @@ fn a_held_port_names_its_holder() {
     let m = message(&report, "range");
     assert!(m.contains("2 of 11 port(s)"), "{m}");
     assert!(
-        m.contains(&format!("29501 (held by pid {plain} (user root) `python3 -c")),
+        m.contains(&format!(
+            "29501 (held by pid {plain} (user root) `python3 -c"
+        )),
         "{m}"
     );
     assert!(m.contains(&format!("29505 (held by pid {torch} ")), "{m}");

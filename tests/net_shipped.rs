@@ -67,7 +67,9 @@ fn shipped_checks_name_what_is_wrong() {
     assert_eq!(status(&r, "net.master_port_free"), "fail");
     let h = hint(&r, "net.master_port_free");
     assert!(
-        h.starts_with(&format!("Port 29500 is held by pid {leftover} (user root) `python3 -c")),
+        h.starts_with(&format!(
+            "Port 29500 is held by pid {leftover} (user root) `python3 -c"
+        )),
         "{h}"
     );
     assert!(

@@ -475,3 +475,99 @@ fn the_html_report_opens_offline_in_chromium_with_every_part() {
         std::fs::write(repo().join("docs/report-html.png"), &bytes).unwrap();
     }
 }
+
+/// Markup in every value a report controls: an element that runs, an
+/// image, a link with a backslash before its brackets, a backtick that
+/// would close a code span.
+const HOSTILE: &str = r#"x`<script>alert(1)</script><img src=x onerror=alert(2)> \[y\](https://evil.invalid/a) [z](https://evil.invalid/b) ![i](https://evil.invalid/i.png) # h"#;
+
+/// The recorded run with HOSTILE in its check ids, messages, hints, node
+/// names, culprit reasons, probe outcomes, findings and warnings.
+fn hostile_reports(dir: &Path) {
+    for rank in 0..4 {
+        let mut r: Value =
+            serde_json::from_str(&std::fs::read_to_string(repo().join(rank_file(rank))).unwrap())
+                .unwrap();
+        for c in r["checks"].as_array_mut().unwrap() {
+            c["message"] = HOSTILE.into();
+            c["hint"] = HOSTILE.into();
+            c["id"] = format!("{}{HOSTILE}", c["id"].as_str().unwrap()).into();
+        }
+        if rank == 0 {
+            let cluster = &mut r["cluster"];
+            cluster["warnings"] = serde_json::json!([HOSTILE]);
+            for c in cluster["culprits"].as_array_mut().unwrap() {
+                c["reasons"] = serde_json::json!([HOSTILE]);
+            }
+            let reach = &mut cluster["reachability"];
+            reach["findings"] = serde_json::json!([HOSTILE]);
+            reach["nodes"][1] = format!("h1{HOSTILE}").into();
+            for p in reach["probes"].as_array_mut().unwrap() {
+                if p["status"] != "ok" {
+                    p["status"] = HOSTILE.into();
+                    p["detail"] = HOSTILE.into();
+                }
+            }
+        }
+        std::fs::write(
+            dir.join(format!("rank{rank}.json")),
+            serde_json::to_string(&r).unwrap(),
+        )
+        .unwrap();
+    }
+}
+
+/// What a page built from HOSTILE must never hold: the report put no
+/// element, image or link there.
+fn assert_inert(html: &str, what: &str) {
+    for bad in [
+        "<script",
+        "<img",
+        "evil.invalid/i.png\"",
+        "href=\"https://evil",
+    ] {
+        assert!(!html.contains(bad), "{what} holds `{bad}`:\n{html}");
+    }
+    assert!(
+        html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{what} does not show the markup as text:\n{html}"
+    );
+}
+
+/// Neither the HTML report nor the Markdown one, rendered by a real
+/// CommonMark renderer with raw HTML allowed (cmark-gfm --unsafe, with
+/// GitHub's tables), holds an element, image or link a report put there:
+/// every value is shown as the text it is.
+#[test]
+fn a_hostile_report_is_text_in_html_and_in_rendered_markdown() {
+    if Command::new("cmark-gfm").arg("--version").output().is_err() {
+        skip::skip("cmark-gfm is not installed (Debian's cmark-gfm package)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    hostile_reports(dir.path());
+    let reports = dir.path().to_str().unwrap();
+    let html = report(&["--format", "html", reports]);
+    assert_eq!(html.code, 1, "{}", html.stderr);
+    assert_inert(&html.stdout, "the HTML report");
+
+    let md = report(&["--format", "markdown", reports]);
+    assert_eq!(md.code, 1, "{}", md.stderr);
+    let file = dir.path().join("report.md");
+    std::fs::write(&file, &md.stdout).unwrap();
+    let rendered = Command::new("cmark-gfm")
+        .args(["--unsafe", "-e", "table"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(rendered.status.success());
+    let rendered = String::from_utf8_lossy(&rendered.stdout).into_owned();
+    assert_inert(&rendered, "the rendered Markdown report");
+    // The structure held: one heading per problem, tables intact.
+    assert_eq!(
+        rendered.matches("<h1>").count(),
+        1,
+        "a value opened a heading:\n{rendered}"
+    );
+    assert!(rendered.contains("<table>"), "{rendered}");
+}

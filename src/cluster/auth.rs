@@ -53,6 +53,10 @@ impl std::fmt::Debug for Token {
 /// bits, beyond guessing through a handshake that costs a round trip each.
 pub const MIN_SECRET: usize = 16;
 pub const TOKEN_VAR: &str = "PREFLIGHT_TOKEN";
+/// Where a one-node job's secret comes from when nobody set one: its node
+/// agent makes a fresh one and hands it to its own ranks only (in their
+/// environment, which no other user can read).
+pub const AGENT_SECRET: &str = "a secret of the node agent's own";
 pub const TOKEN_FILE_VAR: &str = "PREFLIGHT_TOKEN_FILE";
 
 impl Token {
@@ -84,7 +88,7 @@ impl Token {
 
     /// A secret the operator chose, as opposed to a job id anyone can read.
     pub fn is_secret(&self) -> bool {
-        self.source == TOKEN_VAR || self.source == TOKEN_FILE_VAR
+        self.source == TOKEN_VAR || self.source == TOKEN_FILE_VAR || self.source == AGENT_SECRET
     }
 
     pub fn new(key: &[u8], source: &'static str) -> Token {
@@ -149,9 +153,22 @@ fn read_secret_file(path: &std::path::Path) -> Result<String, String> {
 /// A secret file's trimmed text, refused unless it is this user's own,
 /// readable by no one else, and long enough; errors start with `named`.
 fn read_secret(path: &std::path::Path, named: &str) -> Result<String, String> {
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("{named}: {e}"))?;
+    // Opened once, not followed if a link, and judged by what was opened
+    // (fstat): a check by path and a read by path could see two files.
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits() | nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
+                format!("{named} is a symbolic link: name the file itself")
+            } else {
+                format!("{named}: {e}")
+            }
+        })?;
+    let meta = file.metadata().map_err(|e| format!("{named}: {e}"))?;
     if !meta.is_file() {
         return Err(format!("{named}: not a regular file"));
     }
@@ -168,7 +185,11 @@ fn read_secret(path: &std::path::Path, named: &str) -> Result<String, String> {
             "{named} can be read by others (mode {mode:04o}): `chmod 600 {shown}`"
         ));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{named}: {e}"))?;
+    // A secret is a line; a huge file is not one.
+    let mut text = String::new();
+    std::io::Read::take(&mut file, 4096)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{named}: {e}"))?;
     let secret = text.trim().to_string();
     check_length(&format!("the secret in {named}"), &secret)?;
     Ok(secret)
@@ -542,6 +563,24 @@ mod tests {
                 .unwrap_err()
                 .contains("is 5 characters")
         );
+        // A link to a good secret file is refused (opened once, never
+        // followed), and a FIFO neither blocks nor counts as a file.
+        std::fs::write(&file, "0123456789abcdef0123\n").unwrap();
+        let link = dir.join("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let e =
+            Token::resolve(&env(&[("PREFLIGHT_TOKEN_FILE", link.to_str().unwrap())])).unwrap_err();
+        assert!(
+            e.ends_with("is a symbolic link: name the file itself"),
+            "{e}"
+        );
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e =
+            Token::resolve(&env(&[("PREFLIGHT_TOKEN_FILE", fifo.to_str().unwrap())])).unwrap_err();
+        assert!(e.ends_with("not a regular file"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
         let s = fresh_secret().unwrap();
         assert_eq!(s.len(), 32);

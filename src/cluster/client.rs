@@ -77,7 +77,12 @@ where
     let mut attempts = 0u32;
     let host = &cfg.master_addr;
     let ports: Vec<u16> = std::iter::once(cfg.master_port)
-        .chain(cfg.alternates.iter().copied().filter(|p| *p != cfg.master_port))
+        .chain(
+            cfg.alternates
+                .iter()
+                .copied()
+                .filter(|p| *p != cfg.master_port),
+        )
         .collect();
     // Ports that answered without proving the secret are tried last.
     let mut squatted = vec![false; ports.len()];
@@ -92,33 +97,37 @@ where
             }
             attempts += 1;
             let attempt = (now + CONNECT_LIMIT).min(cfg.deadline);
-            let (outcome, text) =
-                match tokio::time::timeout_at(attempt, open(host, port, local)).await {
-                    Err(_) => (Outcome::TimedOut, "connection attempt timed out".to_string()),
-                    Ok(Err(e)) => (tcp_connect::classify(&e), e.to_string()),
-                    Ok(Ok(stream)) => {
-                        let _ = stream.set_nodelay(true);
-                        let mut stream = wrap(stream);
-                        let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(cfg.deadline);
-                        match auth::client(&mut stream, &cfg.token, handshake).await {
-                            Ok(session) => return Ok(session.seal(stream, &cfg.token, true)),
-                            Err(e) => {
-                                squatted[i] = true;
-                                let said = unproven_answer(cfg, port, &e);
-                                if answered.is_none() {
-                                    answered = said.clone();
-                                }
-                                let text = said.unwrap_or_else(|| {
-                                    format!("connected to port {port}, but the handshake failed: {e}")
-                                });
-                                if broke.is_none() {
-                                    broke = Some(text.clone());
-                                }
-                                (Outcome::Other, text)
+            let (outcome, text) = match tokio::time::timeout_at(attempt, open(host, port, local))
+                .await
+            {
+                Err(_) => (
+                    Outcome::TimedOut,
+                    "connection attempt timed out".to_string(),
+                ),
+                Ok(Err(e)) => (tcp_connect::classify(&e), e.to_string()),
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    let mut stream = wrap(stream);
+                    let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(cfg.deadline);
+                    match auth::client(&mut stream, &cfg.token, handshake).await {
+                        Ok(session) => return Ok(session.seal(stream, &cfg.token, true)),
+                        Err(e) => {
+                            squatted[i] = true;
+                            let said = unproven_answer(cfg, port, &e);
+                            if answered.is_none() {
+                                answered = said.clone();
                             }
+                            let text = said.unwrap_or_else(|| {
+                                format!("connected to port {port}, but the handshake failed: {e}")
+                            });
+                            if broke.is_none() {
+                                broke = Some(text.clone());
+                            }
+                            (Outcome::Other, text)
                         }
                     }
-                };
+                }
+            };
             if port == cfg.master_port {
                 last = outcome;
                 last_text = text;

@@ -534,7 +534,9 @@ mod tests {
         assert_eq!(rendezvous_ports(29500, None), vec![29500]);
         assert_eq!(
             rendezvous_ports(29407, Some(range)),
-            vec![29407, 29408, 29409, 29400, 29401, 29402, 29403, 29404, 29405, 29406]
+            vec![
+                29407, 29408, 29409, 29400, 29401, 29402, 29403, 29404, 29405, 29406
+            ]
         );
         let wide = PortRange::parse("20000-29999").unwrap();
         let ports = rendezvous_ports(29999, Some(wide));
@@ -542,12 +544,20 @@ mod tests {
         assert_eq!(&ports[..3], &[29999, 20000, 20001]);
         let id = rank(
             &Flags::default(),
-            &[("RANK", "0"), ("MASTER_PORT", "29403"), (MASTER_PORTS_VAR, "29400-29409")],
+            &[
+                ("RANK", "0"),
+                ("MASTER_PORT", "29403"),
+                (MASTER_PORTS_VAR, "29400-29409"),
+            ],
         );
         assert_eq!(id.master_ports, Some(range));
         let outside = resolve(
             &Flags::default(),
-            &env(&[("RANK", "0"), ("MASTER_PORT", "29500"), (MASTER_PORTS_VAR, "29400-29409")]),
+            &env(&[
+                ("RANK", "0"),
+                ("MASTER_PORT", "29500"),
+                (MASTER_PORTS_VAR, "29400-29409"),
+            ]),
         );
         assert_eq!(
             outside.unwrap_err(),

@@ -241,7 +241,10 @@ pub async fn start_server(id: &Identity, input: ServerInput<'_>) -> Server {
         Err(e) => {
             let (mut why, hint) =
                 bind_failure(&id.master_addr, id.master_port, &e, &token, input.facts).await;
-            if let Some(range) = id.master_ports.filter(|_| e.kind() == std::io::ErrorKind::AddrInUse) {
+            if let Some(range) = id
+                .master_ports
+                .filter(|_| e.kind() == std::io::ErrorKind::AddrInUse)
+            {
                 let tried = identity::rendezvous_ports(id.master_port, Some(range)).len();
                 why.push_str(&format!(
                     "; so are the {} other ports rank 0 may move to ({} {range})",
@@ -285,7 +288,11 @@ async fn bind_in_range(
                         .map(|&p| match crate::kinds::port_holder::holders(facts, p) {
                             Ok(found) if !found.is_empty() => format!(
                                 "{p} (held by {})",
-                                found.iter().map(|h| h.describe()).collect::<Vec<_>>().join(", ")
+                                found
+                                    .iter()
+                                    .map(|h| h.describe())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
                             ),
                             _ => format!("{p} (held by a process this user cannot inspect)"),
                         })
@@ -608,7 +615,9 @@ async fn session(
     let (probe_listener, probe_error) =
         match reachability::listen(&local_ip, input.identity.probe_ports).await {
             Ok(l) => {
-                let note = l.taken.map(|range| probe_range_taken(&input.facts, range, &l.listener));
+                let note = l
+                    .taken
+                    .map(|range| probe_range_taken(&input.facts, range, &l.listener));
                 (Some(l.listener), note)
             }
             Err(e) => (None, Some(e)),

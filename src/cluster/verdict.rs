@@ -213,8 +213,9 @@ pub(super) fn assemble(
         .chain(cfg.notes.iter().cloned())
         .chain(moved)
         .collect();
-    // A self-test on one machine, served on loopback: no other node can
-    // reach it, and a secret would protect nothing worth a warning.
+    // On loopback every user of the host reaches the rendezvous, so a
+    // one-node job needs a secret as much as one across nodes (node mode
+    // makes its own; a launcher's ranks need one given).
     let master_ip = cfg.master.rsplit_once(':').and_then(|(host, _)| {
         host.trim_matches(['[', ']'])
             .parse::<std::net::IpAddr>()
@@ -224,18 +225,20 @@ pub(super) fn assemble(
         Some((_, addr)) => addr.ip().is_loopback(),
         None => master_ip.is_some_and(|ip| ip.is_loopback()),
     } && nodes.len() <= 1;
-    if !loopback_only {
-        if cfg.token.is_none() {
-            warnings.push(
-                "no job token (PREFLIGHT_TOKEN, SLURM_JOB_ID and TORCHELASTIC_RUN_ID are unset): any preflight that reaches this port is accepted into this job"
-                    .to_string(),
-            );
-        } else if !cfg.token.is_secret() {
-            warnings.push(format!(
-                "the job token is derived from {}, which any user of the cluster can read (squeue, ps): it keeps apart jobs that share a port by accident, not a stranger on purpose; set PREFLIGHT_TOKEN or PREFLIGHT_TOKEN_FILE to a secret (`preflight token` prints one), and --require-secret refuses a job across nodes without one",
-                cfg.token.source
-            ));
-        }
+    let who = if loopback_only {
+        "any user of this host (the rendezvous is on loopback)"
+    } else {
+        "any preflight that reaches this port"
+    };
+    if cfg.token.is_none() {
+        warnings.push(format!(
+            "no job token (PREFLIGHT_TOKEN, SLURM_JOB_ID and TORCHELASTIC_RUN_ID are unset): {who} can check in as one of this job's ranks; set PREFLIGHT_TOKEN or PREFLIGHT_TOKEN_FILE to a secret (`preflight token` prints one; node mode makes its own for a one-node job)"
+        ));
+    } else if !cfg.token.is_secret() {
+        warnings.push(format!(
+            "the job token is derived from {}, which any user of the cluster can read (squeue, ps): it keeps apart jobs that share a port by accident, not a stranger on purpose, and {who} can check in as one of this job's ranks; set PREFLIGHT_TOKEN or PREFLIGHT_TOKEN_FILE to a secret (`preflight token` prints one), and --require-secret refuses a job without one",
+            cfg.token.source
+        ));
     }
 
     if !barrier.other_job_clients.is_empty() {

@@ -50,7 +50,18 @@ pub fn agent(
         .enable_all()
         .build()
         .map_err(|e| Failure::Usage(format!("cannot start the async runtime: {e}")))?;
-    let token = Token::resolve(facts.env_vars()).map_err(Failure::Usage)?;
+    let mut token = Token::resolve(facts.env_vars()).map_err(Failure::Usage)?;
+    // A one-node job is reached over loopback, which every user of the
+    // host reaches too: without a secret, any of them could check in as
+    // one of its ranks. Its ranks are all this agent's children, so it
+    // makes a secret and hands it to them alone.
+    let own_secret = if plan.nnodes == 1 && !token.is_secret() {
+        let secret = crate::cluster::auth::fresh_secret().map_err(Failure::Usage)?;
+        token = Token::new(secret.as_bytes(), crate::cluster::auth::AGENT_SECRET);
+        Some(secret)
+    } else {
+        None
+    };
     let exe = std::env::current_exe()
         .map_err(|e| Failure::Usage(format!("cannot find this program to start the ranks: {e}")))?;
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
@@ -97,14 +108,18 @@ pub fn agent(
                 .env("MASTER_ADDR", &plan.master_addr)
                 .env("MASTER_PORT", port.to_string())
                 .env(SPEAKER, if local == 0 { "1" } else { "0" })
-                .stdin(Stdio::null())
-                .stdout(if local == 0 {
-                    Stdio::piped()
-                } else {
-                    Stdio::null()
-                })
-                .stderr(Stdio::inherit())
-                .kill_on_drop(true);
+                .stdin(Stdio::null());
+            if let Some(secret) = &own_secret {
+                cmd.env(crate::cluster::auth::TOKEN_VAR, secret)
+                    .env_remove(crate::cluster::auth::TOKEN_FILE_VAR);
+            }
+            cmd.stdout(if local == 0 {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
             match cmd.spawn() {
                 Ok(child) => children.push(child),
                 Err(e) => {

@@ -515,7 +515,9 @@ async fn simulate(args: Args) -> Result<i32, String> {
     let mut probe_addrs = vec![None];
     let mut listeners = Vec::new();
     for k in 1..nodes {
-        let l = reachability::listen(&node_ip(k).to_string(), None).await?.listener;
+        let l = reachability::listen(&node_ip(k).to_string(), None)
+            .await?
+            .listener;
         probe_addrs.push(l.local_addr().ok().map(|a| a.to_string()));
         listeners.push(if args.deaf_node == Some(k) {
             tokio::spawn(deaf(l))

@@ -369,11 +369,20 @@ impl Plan {
                 .unwrap_or(id.world_size.div_ceil(id.local_world_size.max(1))),
             Role::Alone => 1,
         };
+        // A one-node agent makes a secret of its own for its ranks; every
+        // other job needs one given, one node or many: a one-node job's
+        // rendezvous is on loopback, which every user of the host reaches.
+        let makes_its_own = matches!(&role, Role::Node(plan) if plan.nnodes == 1);
         let required =
             args.cluster.require_secret || self.facts.env(REQUIRE_SECRET_VAR) == Some("1");
-        if required && nodes > 1 && !self.token.is_secret() {
+        if required && !makes_its_own && !self.token.is_secret() {
+            let spans = if nodes > 1 {
+                format!("spans {nodes} nodes")
+            } else {
+                "runs on one node, where every local user reaches its rendezvous".to_string()
+            };
             return Err(Failure::Usage(format!(
-                "--require-secret: this job spans {nodes} nodes and its token {}: set PREFLIGHT_TOKEN or PREFLIGHT_TOKEN_FILE to a secret on every node (`preflight token` prints a fresh one)",
+                "--require-secret: this job {spans} and its token {}: set PREFLIGHT_TOKEN or PREFLIGHT_TOKEN_FILE to a secret on every node (`preflight token` prints a fresh one)",
                 if self.token.is_none() {
                     "is unset".to_string()
                 } else {

@@ -156,6 +156,28 @@ pub fn proxy_for(facts: &Facts, url: &reqwest::Url) -> Option<String> {
         .map(String::from)
 }
 
+/// A URL as it may be shown (reports, stderr, logs): a password in it,
+/// the collector's or a proxy's, as `***` (the user name stays: it says
+/// which account, and is no secret).
+pub fn redact_credentials(text: &str) -> String {
+    // `user:secret@proxy:3128`, without a scheme, is a proxy too.
+    let start = text.find("://").map_or(0, |i| i + 3);
+    let rest = &text[start..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or_default();
+            let secret = rest[..at].contains(':');
+            if secret {
+                format!("{}{user}:***@{}", &text[..start], &rest[at + 1..])
+            } else {
+                text.to_string()
+            }
+        }
+        None => text.to_string(),
+    }
+}
+
 /// The innermost cause, which is where reqwest keeps the useful part
 /// ("Connection refused", "invalid peer certificate"); the outer layers
 /// only repeat the URL.
@@ -182,7 +204,8 @@ impl Http {
             // HTTP does not need it.
             .tls_built_in_root_certs(self.url.starts_with("https:"));
         if let Some(p) = proxy {
-            let proxy = reqwest::Proxy::all(p).map_err(|e| format!("invalid proxy `{p}`: {e}"))?;
+            let proxy = reqwest::Proxy::all(p)
+                .map_err(|e| format!("invalid proxy `{}`: {e}", redact_credentials(p)))?;
             builder = builder.proxy(proxy);
         }
         builder
@@ -195,22 +218,26 @@ impl Http {
             Ok(u) => u,
             Err(e) => return Finding::error(format!("invalid url: {e}")),
         };
+        let shown = redact_credentials(&self.url);
         let proxy = if self.use_proxy {
             proxy_for(facts, &url)
         } else {
             None
         };
-        let via = proxy
-            .as_deref()
-            .map_or(String::new(), |p| format!(" via proxy {p}"));
+        let via = proxy.as_deref().map_or(String::new(), |p| {
+            format!(" via proxy {}", redact_credentials(p))
+        });
         let client = match self.client(proxy.as_deref()) {
             Ok(c) => c,
             Err(e) => return Finding::error(e),
         };
         let vars = |f: Finding, status: String| {
-            f.var("status", status)
-                .var("url", self.url.clone())
-                .var("proxy", proxy.clone().unwrap_or_else(|| "none".into()))
+            f.var("status", status).var("url", shown.clone()).var(
+                "proxy",
+                proxy
+                    .as_deref()
+                    .map_or_else(|| "none".into(), redact_credentials),
+            )
         };
         let start = Instant::now();
         let response = match client.get(url).send().await {
@@ -227,7 +254,7 @@ impl Http {
                     causes(&e)
                 };
                 return vars(
-                    Finding::fail(format!("GET {}{via}: {what}", self.url)).measured("no response"),
+                    Finding::fail(format!("GET {shown}{via}: {what}")).measured("no response"),
                     "none".into(),
                 );
             }
@@ -242,8 +269,7 @@ impl Http {
         if !wanted.contains(&status) {
             return vars(
                 Finding::fail(format!(
-                    "GET {}{via}: status {status}, expected {expected}",
-                    self.url
+                    "GET {shown}{via}: status {status}, expected {expected}"
                 ))
                 .measured(status.to_string())
                 .expected(expected),
@@ -255,7 +281,7 @@ impl Http {
                 Ok(b) => b,
                 Err(e) => {
                     return vars(
-                        Finding::fail(format!("GET {}{via}: reading the body: {e}", self.url)),
+                        Finding::fail(format!("GET {shown}{via}: reading the body: {e}")),
                         status.to_string(),
                     );
                 }
@@ -264,8 +290,7 @@ impl Http {
                 let excerpt: String = body.chars().take(200).collect();
                 return vars(
                     Finding::fail(format!(
-                        "GET {}{via}: body does not match /{}/: {}",
-                        self.url,
+                        "GET {shown}{via}: body does not match /{}/: {}",
                         pattern.as_str(),
                         excerpt.trim()
                     ))
@@ -277,8 +302,7 @@ impl Http {
         }
         vars(
             Finding::pass(format!(
-                "GET {}{via}: {status} in {}",
-                self.url,
+                "GET {shown}{via}: {status} in {}",
                 format_duration(start.elapsed())
             ))
             .measured(status.to_string()),
@@ -308,5 +332,34 @@ async fn read_body(mut response: reqwest::Response, limit: Duration) -> Result<S
 impl Probe for Http {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         Box::pin(async move { self.run(&facts).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_in_urls_are_never_shown() {
+        assert_eq!(
+            redact_credentials("https://ops:s3cret@collector.example/reports?x=1"),
+            "https://ops:***@collector.example/reports?x=1"
+        );
+        assert_eq!(
+            redact_credentials("http://u:p@ss@proxy:3128"),
+            "http://u:***@proxy:3128"
+        );
+        assert_eq!(
+            redact_credentials("ops:s3cret@proxy:3128"),
+            "ops:***@proxy:3128"
+        );
+        assert_eq!(
+            redact_credentials("http://ops@proxy:3128/a@b"),
+            "http://ops@proxy:3128/a@b"
+        );
+        assert_eq!(
+            redact_credentials("https://collector.example/a:b@c"),
+            "https://collector.example/a:b@c"
+        );
     }
 }

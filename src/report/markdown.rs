@@ -26,8 +26,8 @@ pub fn markdown(m: &MergedReport) -> String {
         c.not_ready,
         c.incomplete,
         count(m.sources.len(), "report"),
-        m.oldest_report_at,
-        m.newest_report_at,
+        inline(&m.oldest_report_at),
+        inline(&m.newest_report_at),
     );
     culprits(w, m);
     problems(w, &m.problems);
@@ -37,7 +37,7 @@ pub fn markdown(m: &MergedReport) -> String {
     if !m.warnings.is_empty() {
         let _ = writeln!(w, "## Warnings\n");
         for x in &m.warnings {
-            let _ = writeln!(w, "- {}", inline(x));
+            let _ = writeln!(w, "- {}", prose(x));
         }
         w.push('\n');
     }
@@ -54,7 +54,7 @@ pub fn markdown(m: &MergedReport) -> String {
             cell(&s.command),
             cell(&s.hostname),
             s.rank.map(|r| r.to_string()).unwrap_or_default(),
-            s.started_at,
+            cell(&s.started_at),
             s.verdict.name(),
             cell(&s.used_for)
         );
@@ -107,20 +107,20 @@ fn problems(w: &mut String, problems: &[Problem]) {
     for p in problems {
         let _ = writeln!(
             w,
-            "### {} {} `{}`\n",
+            "### {} {} {}\n",
             mark(p.status),
             p.status.name().to_uppercase(),
-            p.id
+            code(&p.id)
         );
         if let Some(cause) = &p.caused_by {
-            let _ = writeln!(w, "Caused by `{cause}`: fix that first.\n");
+            let _ = writeln!(w, "Caused by {}: fix that first.\n", code(cause));
         }
         for (node, message) in p.nodes.iter().take(ROWS) {
-            let _ = writeln!(w, "- **{}**: {}", inline(node), inline(message));
+            let _ = writeln!(w, "- **{}**: {}", inline(node), prose(message));
         }
         more(w, p.nodes.len(), "node");
         if let Some(h) = &p.hint {
-            let _ = writeln!(w, "\nHint: {}", inline(h));
+            let _ = writeln!(w, "\nHint: {}", prose(h));
         }
         w.push('\n');
     }
@@ -154,7 +154,7 @@ fn matrix(w: &mut String, m: &MergedReport) {
     }
     let _ = write!(w, "| node | ranks | verdict |");
     for id in &ids {
-        let _ = write!(w, " {} |", cell(id));
+        let _ = write!(w, " {} |", cell_code(id));
     }
     let _ = write!(w, "\n|---|---|---|");
     w.push_str(&"---|".repeat(ids.len()));
@@ -202,11 +202,11 @@ fn reachability(w: &mut String, m: &MergedReport) {
     let _ = writeln!(
         w,
         "## Reachability ({}, {})\n",
-        r.mode,
+        inline(&r.mode),
         count(r.probes.len(), "probe")
     );
     for f in &r.findings {
-        let _ = writeln!(w, "- {}", inline(f));
+        let _ = writeln!(w, "- {}", prose(f));
     }
     if failed.is_empty() {
         let _ = writeln!(w, "Every probe reached its peer.\n");
@@ -220,7 +220,7 @@ fn reachability(w: &mut String, m: &MergedReport) {
             "| {} | {} | {} | {} |",
             cell(&name(p.from)),
             cell(&name(p.to)),
-            p.status,
+            cell(&p.status),
             cell(p.detail.as_deref().unwrap_or(""))
         );
     }
@@ -237,33 +237,33 @@ fn collective(w: &mut String, m: &MergedReport) {
     let _ = writeln!(
         w,
         "## Collective ({}, {})\n",
-        c.mode,
+        inline(&c.mode),
         count(c.world_size as usize, "rank")
     );
     for b in &c.backends {
-        let _ = writeln!(w, "### {}: {}\n", b.name, b.verdict);
+        let _ = writeln!(w, "### {}: {}\n", inline(&b.name), inline(&b.verdict));
         if !b.available {
-            let _ = writeln!(w, "{}\n", inline(&b.reason));
+            let _ = writeln!(w, "{}\n", prose(&b.reason));
             continue;
         }
         if let Some(lib) = &b.library {
-            let _ = writeln!(w, "{}\n", inline(lib));
+            let _ = writeln!(w, "{}\n", prose(lib));
         }
         for note in &b.notes {
-            let _ = writeln!(w, "- {}", inline(note));
+            let _ = writeln!(w, "- {}", prose(note));
         }
         let bad_ops: Vec<_> = b.ops.iter().filter(|o| o.status != "verified").collect();
         for o in &bad_ops {
             let _ = writeln!(
                 w,
                 "- {} {}: {}",
-                o.op,
-                o.status,
-                inline(o.detail.as_deref().unwrap_or(""))
+                inline(&o.op),
+                inline(&o.status),
+                prose(o.detail.as_deref().unwrap_or(""))
             );
         }
         if let Some(e) = &b.ended {
-            let _ = writeln!(w, "- ended early: {}", inline(e));
+            let _ = writeln!(w, "- ended early: {}", prose(e));
         }
         if b.sweep.is_empty() {
             w.push('\n');
@@ -309,8 +309,8 @@ fn collective(w: &mut String, m: &MergedReport) {
         {
             let _ = writeln!(
                 w,
-                "\nThreshold `{}`: {} at {} ≥ {:.3} GB/s: {} {}",
-                t.check,
+                "\nThreshold {}: {} at {} ≥ {:.3} GB/s: {} {}",
+                code(&t.check),
                 t.threshold.op,
                 t.threshold
                     .bytes
@@ -325,7 +325,7 @@ fn collective(w: &mut String, m: &MergedReport) {
     if !c.stragglers.is_empty() {
         let _ = writeln!(w, "### Stragglers\n");
         for s in &c.stragglers {
-            let _ = writeln!(w, "- {}", inline(s));
+            let _ = writeln!(w, "- {}", prose(s));
         }
         w.push('\n');
     }
@@ -338,7 +338,12 @@ fn collective(w: &mut String, m: &MergedReport) {
             pairs
                 .iter()
                 .take(5)
-                .map(|p| format!("{}↔{} {:.3}", p.a, p.b, p.gbps))
+                .map(|p| format!(
+                    "{}↔{} {:.3}",
+                    inline(&p.a.to_string()),
+                    inline(&p.b.to_string()),
+                    p.gbps
+                ))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
@@ -360,17 +365,48 @@ fn cell(text: &str) -> String {
     inline(text).replace('|', "\\|")
 }
 
-/// Text on one line, with what Markdown would read as markup escaped.
+/// A code span inside a table cell: GFM splits cells on pipes before it
+/// reads code spans, and gives the escaped pipe back inside them.
+fn cell_code(text: &str) -> String {
+    code(text).replace('|', "\\|")
+}
+
+/// Every value in this report comes from a report file, and any node (or
+/// anyone who can write one) may have put markup in it: a link, an image,
+/// raw HTML a renderer would run. Each value is written as plain text:
+/// what could start markup is escaped, and nothing it holds can close the
+/// markup around it.
 fn inline(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for ch in text.chars() {
+    let mut out = String::with_capacity(text.len() + 8);
+    let flat: String = text
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    // At the start of a line's text (a list item's, a paragraph's), these
+    // would open a heading, a nested list or an ordered list.
+    let digits = flat.chars().take_while(char::is_ascii_digit).count();
+    let chars: Vec<char> = flat.chars().collect();
+    let word = |i: Option<usize>| {
+        i.and_then(|i| chars.get(i))
+            .is_some_and(|c| c.is_alphanumeric())
+    };
+    for (i, &ch) in chars.iter().enumerate() {
         match ch {
-            '\n' | '\r' => out.push(' '),
+            // Inside a word (`timed_out`, `node_1`) an underscore is text
+            // in CommonMark, and stays readable.
+            '_' if word(i.checked_sub(1)) && word(Some(i + 1)) => out.push(ch),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
-            // Intraword underscores and mid-line hashes are plain text in
-            // CommonMark; backticks stay: hints quote commands with them.
-            '*' | '[' | ']' => {
+            '&' => out.push_str("&amp;"),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '~' | '|' | '!' => {
+                out.push('\\');
+                out.push(ch);
+            }
+            '#' | '+' | '-' | '=' if i == 0 => {
+                out.push('\\');
+                out.push(ch);
+            }
+            '.' | ')' if i == digits && digits > 0 => {
                 out.push('\\');
                 out.push(ch);
             }
@@ -378,4 +414,64 @@ fn inline(text: &str) -> String {
         }
     }
     out
+}
+
+/// Prose that quotes commands in single backticks (hints, messages): each
+/// quoted part as a code span, the rest as text. Unbalanced backticks are
+/// text too.
+fn prose(text: &str) -> String {
+    let parts: Vec<&str> = text.split('`').collect();
+    if parts.len().is_multiple_of(2) {
+        return inline(text);
+    }
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, part)| match (i % 2, part.is_empty()) {
+            (0, _) => inline(part),
+            (_, true) => String::new(),
+            _ => code(part),
+        })
+        .collect()
+}
+
+/// A code span that shows `text` as it is: fenced by more backticks than
+/// any run inside it (CommonMark), padded where it starts or ends with one.
+/// A renderer shows a code span's content literally, markup and all.
+fn code(text: &str) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    let longest = flat.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if flat.starts_with('`') || flat.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{flat}{pad}{fence}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_become_text_that_nothing_in_them_can_escape() {
+        assert_eq!(
+            inline(r"<script>alert(1)</script> & \[x\](http://e) ![i](u)"),
+            r"&lt;script&gt;alert(1)&lt;/script&gt; &amp; \\\[x\\\](http://e) \!\[i\](u)"
+        );
+        assert_eq!(inline("# h"), r"\# h");
+        assert_eq!(inline("12. x"), r"12\. x");
+        assert_eq!(inline("a-b 1.5"), "a-b 1.5");
+        assert_eq!(inline("timed_out _x_"), r"timed_out \_x\_");
+        assert_eq!(code("a`b"), "``a`b``");
+        assert_eq!(code("`x"), "`` `x ``");
+        assert_eq!(code("<b>"), "`<b>`");
+        assert_eq!(prose("run `kill 1` now"), "run `kill 1` now");
+        assert_eq!(prose("odd ` tick"), r"odd \` tick");
+        assert_eq!(cell_code("a|b"), r"`a\|b`");
+    }
 }

@@ -50,7 +50,7 @@ pub struct RunArgs {
     /// After the run, POST the JSON report to this http(s) URL (a
     /// collector), through the job's proxy, retried within the deadline; a
     /// failed upload is a warning, never a change of verdict.
-    #[arg(long, value_name = "URL", value_parser = crate::commands::post::parse_url)]
+    #[arg(long, value_name = "URL", value_parser = PostUrl)]
     pub post: Option<reqwest::Url>,
     /// Deadline for the whole run; checks still running then are reported
     /// as timed out, and a collective stage not finished then is
@@ -303,5 +303,33 @@ pub fn unused_flags(stage: Stage, given: &clap::ArgMatches) -> Result<(), String
         Ok(())
     } else {
         Err(format!("{} does nothing here: {why}", named.join(", ")))
+    }
+}
+
+/// `--post`'s parser: clap would quote the rejected value in its error,
+/// password and all; this says only what `post::parse_url` says, which
+/// shows the URL with its password as `***`.
+#[derive(Clone)]
+struct PostUrl;
+
+impl clap::builder::TypedValueParser for PostUrl {
+    type Value = reqwest::Url;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<reqwest::Url, clap::Error> {
+        let text = value.to_str().ok_or_else(|| {
+            cmd.clone().error(
+                clap::error::ErrorKind::InvalidUtf8,
+                "--post: the URL is not UTF-8",
+            )
+        })?;
+        crate::commands::post::parse_url(text).map_err(|e| {
+            cmd.clone()
+                .error(clap::error::ErrorKind::ValueValidation, e)
+        })
     }
 }
