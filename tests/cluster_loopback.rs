@@ -926,7 +926,9 @@ fn a_job_secret_must_be_a_secret() {
     // ... and for a one-node job of a launcher's ranks too.
     let mut strict = run_args("20s");
     strict.push("--require-secret".into());
-    let out = local("strict", &strict, &derived("1")).finish(MARGIN);
+    let mut one_node = derived("1");
+    one_node.push(("LOCAL_WORLD_SIZE", "2"));
+    let out = local("strict", &strict, &one_node).finish(MARGIN);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(
         out.stderr.contains("--require-secret: this job runs on one node, where every local user reaches its rendezvous"),

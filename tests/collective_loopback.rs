@@ -821,3 +821,73 @@ fn bench_shows_rows_as_measured_and_a_table_per_operation() {
         assert!(table[avg..].contains("GB/s over 14 sizes"), "{table}");
     }
 }
+
+/// Another user of the host watches /proc/net/unix, where every user
+/// reads the mesh's abstract socket names, and connects to each new one
+/// 80 times without a word while the last rank is still dialling: the
+/// kernel's peer credentials keep it out, no rank's connection is dropped
+/// for its own, and the stage passes.
+#[test]
+fn a_stranger_connecting_to_every_mesh_socket_does_not_break_the_stage() {
+    let _s = serial();
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        common::netns::skip_or_panic("runs the stranger as nobody, which needs root");
+        return;
+    }
+    let watcher = r#"
+import socket, sys, time
+held, seen, n = [], set(), 0
+end = time.time() + 30
+print("watching", flush=True)
+while time.time() < end:
+    with open("/proc/net/unix") as f:
+        names = [l.split()[-1] for l in f.read().splitlines()[1:] if l.split()[-1].startswith("@preflight-coll-")]
+    for name in names:
+        if name in seen:
+            continue
+        seen.add(name)
+        for _ in range(80):
+            s = socket.socket(socket.AF_UNIX)
+            try:
+                s.connect("\0" + name[1:])
+                held.append(s); n += 1
+            except OSError:
+                s.close(); break
+        print("connected", n, flush=True)
+    time.sleep(0.002)
+"#;
+    // setpriv execs (runuser would fork, and outlive a kill).
+    let mut stranger = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            watcher,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv");
+    let mut reader = std::io::BufReader::new(stranger.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    assert_eq!(line.trim(), "watching");
+    let out = ranks(
+        3,
+        &["--collective", "short"],
+        &[("PREFLIGHT_TEST_MESH_DIAL_DELAY_MS", "2:1500")],
+    );
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+    let mut seen = String::new();
+    let _ = std::io::Read::read_to_string(&mut reader, &mut seen);
+    all_exit(&out, 0);
+    passed_and_verified(tcp(&out[0].json()), "with a stranger on the sockets");
+    assert!(
+        seen.lines()
+            .any(|l| l.starts_with("connected ") && l != "connected 0"),
+        "the stranger never reached a mesh socket: {seen}"
+    );
+}

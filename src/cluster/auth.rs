@@ -126,8 +126,21 @@ impl Token {
         self.mac(role, client, server).verify_slice(&bytes).is_ok()
     }
 
-    /// A short fingerprint that is the same on every rank of one job, for
-    /// the report; it reveals nothing usable about the token.
+    /// The token as a report shows it: where it came from, and for a
+    /// public one (derived from a job id anyone can read) its fingerprint,
+    /// which tells two jobs apart. A secret's fingerprint is never shown:
+    /// a report is posted, merged and attached to tickets, and a hash of
+    /// the secret there would let anyone test guesses offline.
+    pub fn describe(&self) -> String {
+        if self.is_secret() || self.is_none() {
+            self.source.to_string()
+        } else {
+            format!("{} ({})", self.source, self.fingerprint())
+        }
+    }
+
+    /// A short fingerprint that is the same on every rank of one job: for
+    /// public tokens only (see `describe`).
     pub fn fingerprint(&self) -> String {
         let digest = Sha256::digest([b"fingerprint|".as_slice(), &self.key].concat());
         hex(&digest[..4])

@@ -40,23 +40,25 @@ pub fn hierarchical(id: &Identity) -> bool {
 }
 
 /// The leader's socket, in the abstract namespace: the same name on every
-/// rank of one node of one job, another for another job or node.
-fn name(token: &Token, id: &Identity) -> String {
+/// rank of one node of one job, another for another job or node. Every
+/// user of the host reads these names (/proc/net/unix), so nothing in one
+/// is derived from the secret; a stranger who takes the name first only
+/// sends the node's ranks to rank 0 directly (the leader authenticates
+/// every connection either way).
+fn name(id: &Identity) -> String {
     format!(
         "preflight-leader/{}/{}/{}",
-        token.fingerprint(),
-        id.master_port,
-        id.node_rank
+        id.master_addr, id.master_port, id.node_rank
     )
 }
 
 /// The leader's listener, bound as early as the process can, so that its
 /// node's ranks find it rather than falling back to rank 0.
-pub fn listen(token: &Token, id: &Identity) -> Result<UnixListener, String> {
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name(token, id).as_bytes())
+pub fn listen(id: &Identity) -> Result<UnixListener, String> {
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name(id).as_bytes())
         .map_err(|e| e.to_string())?;
     let std = std::os::unix::net::UnixListener::bind_addr(&addr)
-        .map_err(|e| format!("the node leader's socket @{}: {e}", name(token, id)))?;
+        .map_err(|e| format!("the node leader's socket @{}: {e}", name(id)))?;
     std.set_nonblocking(true).map_err(|e| e.to_string())?;
     UnixListener::from_std(std).map_err(|e| e.to_string())
 }
@@ -64,8 +66,7 @@ pub fn listen(token: &Token, id: &Identity) -> Result<UnixListener, String> {
 /// A local rank's connection to its leader, authenticated; `None` when the
 /// leader did not answer by `until`.
 pub async fn connect(token: &Token, id: &Identity, until: Instant) -> Option<Sealed<UnixStream>> {
-    let addr =
-        std::os::unix::net::SocketAddr::from_abstract_name(name(token, id).as_bytes()).ok()?;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name(id).as_bytes()).ok()?;
     let mut backoff = Duration::from_millis(5);
     loop {
         if let Ok(std) = std::os::unix::net::UnixStream::connect_addr(&addr)

@@ -119,7 +119,7 @@ fn failure_with_hint(
         exit_code: Verdict::NotReady.exit_code().code(),
         world_size,
         master,
-        token: format!("{} ({})", token.source, token.fingerprint()),
+        token: token.describe(),
         duration_ms: 0,
         nodes: Vec::new(),
         node_count: 0,
@@ -473,7 +473,7 @@ pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport
         // A leader that cannot bind its socket (another process holds the
         // name) still checks in; its node's ranks then come on their own.
         let relay = leader::hierarchical(id)
-            .then(|| leader::listen(&token, id).ok())
+            .then(|| leader::listen(id).ok())
             .flatten();
         session(&cfg, &input, relay)
             .await

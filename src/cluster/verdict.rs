@@ -309,7 +309,7 @@ pub(super) fn assemble(
         exit_code: verdict.exit_code().code(),
         world_size: cfg.world_size,
         master: cfg.master.clone(),
-        token: format!("{} ({})", cfg.token.source, cfg.token.fingerprint()),
+        token: cfg.token.describe(),
         duration_ms: cfg.started.elapsed().as_millis() as u64,
         reachability: Matrix {
             mode: mode.into(),

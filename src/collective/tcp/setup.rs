@@ -192,18 +192,31 @@ pub(super) async fn direct_handshake(
 
 /// The next connection on the mesh's TCP listener or, when it has one, its
 /// Unix listener.
-async fn accept_one(listener: &TcpListener, unix: Option<&UnixListener>) -> Result<Conn, String> {
+/// The next connection; `None` for one from another user, closed at once.
+async fn accept_one(
+    listener: &TcpListener,
+    unix: Option<&UnixListener>,
+) -> Result<Option<Conn>, String> {
     match unix {
         Some(u) => tokio::select! {
             t = listener.accept() => {
                 let (t, _) = t.map_err(|e| format!("accept: {e}"))?;
                 tune(&t);
-                Ok(Conn::Tcp(t))
+                Ok(Some(Conn::Tcp(t)))
             }
             x = u.accept() => {
                 let (x, _) = x.map_err(|e| format!("accept: {e}"))?;
+                // Abstract sockets have no permissions, and every user
+                // reads their names in /proc/net/unix: the kernel's word
+                // on who connected keeps other users out before they
+                // cost a hello's slot.
+                let me = nix::unistd::geteuid().as_raw();
+                match x.peer_cred() {
+                    Ok(c) if c.uid() == me => {}
+                    _ => return Ok(None),
+                }
                 tune_unix(&x);
-                Ok(Conn::Unix(x))
+                Ok(Some(Conn::Unix(x)))
             }
         },
         None => {
@@ -212,7 +225,7 @@ async fn accept_one(listener: &TcpListener, unix: Option<&UnixListener>) -> Resu
                 .await
                 .map_err(|e| format!("accept: {e}"))?;
             tune(&t);
-            Ok(Conn::Tcp(t))
+            Ok(Some(Conn::Tcp(t)))
         }
     }
 }
@@ -363,6 +376,14 @@ impl Tcp {
             peers.push((j, a, same_host));
         }
         let dial = async {
+            #[cfg(feature = "test-hooks")]
+            if let Some(ms) = crate::test_hooks::rank_bytes(
+                &|k| std::env::var(k).ok(),
+                crate::test_hooks::MESH_DIAL_DELAY_MS,
+                rank,
+            ) {
+                tokio::time::sleep(Duration::from_millis(ms as u64)).await;
+            }
             let mut out = Vec::new();
             for (j, a, same_host) in peers {
                 // A same-host peer's Unix socket, else (or when it refuses)
@@ -408,14 +429,23 @@ impl Tcp {
             // Each hello is read in its own task with its own short
             // deadline: a silent or slow stranger costs a slot for a second,
             // never the set-up; a bad hello closes that connection only.
+            // When every slot is taken, the oldest gives its slot up: a
+            // stranger who keeps connecting cannot have a rank's connection
+            // dropped for its own.
             let mut hellos = tokio::task::JoinSet::new();
+            let mut oldest: std::collections::VecDeque<tokio::task::AbortHandle> =
+                std::collections::VecDeque::new();
             while out.len() < higher {
                 tokio::select! {
                     accepted = accept_one(&listener, unix_listener.as_ref()) => {
-                        let s = accepted?;
-                        if hellos.len() < HELLOS_PENDING {
-                            hellos.spawn(read_hello(s));
+                        let Some(s) = accepted? else { continue };
+                        oldest.retain(|h| !h.is_finished());
+                        if oldest.len() >= HELLOS_PENDING
+                            && let Some(h) = oldest.pop_front()
+                        {
+                            h.abort();
                         }
+                        oldest.push_back(hellos.spawn(read_hello(s)));
                     }
                     Some(done) = hellos.join_next() => {
                         let Ok(Some((j, proof, s))) = done else { continue };
