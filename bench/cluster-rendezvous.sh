@@ -43,7 +43,7 @@ job() {
         fi
         if [[ $kind == preflight ]]; then
             env -i PATH="$sys_path" RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-                PREFLIGHT_TOKEN=bench-secret-0001 $layout \
+                PREFLIGHT_TOKEN=04e4cf50d3c25dce204503d1d8ed04d4 $layout \
                 "$bin" run --timeout "${TIMEOUT:-60s}" >"$out/$kind.$r" 2>&1 &
         else
             env -i PATH="$sys_path" RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \

@@ -38,7 +38,7 @@ busbw() { awk -v b="$bytes" -v n="$n" -v s="$1" 'BEGIN { printf "%.3f", b / s / 
 preflight_round() {
     local port=$((29600 + RANDOM % 200)) pids=()
     for r in $(seq 0 $((n - 1))); do
-        PREFLIGHT_COLL_SAME_HOST=$1 RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PREFLIGHT_TOKEN=bench-secret-0001 \
+        PREFLIGHT_COLL_SAME_HOST=$1 RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PREFLIGHT_TOKEN=04e4cf50d3c25dce204503d1d8ed04d4 \
             target/release/preflight bench --backends tcp --max-size 64MiB --iters 5 \
             --format json >"$work/p$r.json" 2>/dev/null &
         pids+=($!)

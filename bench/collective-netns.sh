@@ -88,7 +88,7 @@ preflight_round() {
     local port=$((29600 + RANDOM % 200)) pids=()
     for r in $(seq 0 $((n - 1))); do
         ip netns exec "${tag}_$r" env RANK=$r WORLD_SIZE=$n MASTER_ADDR=$net.1 MASTER_PORT=$port \
-            PREFLIGHT_TOKEN=bench-secret-0001 GLOO_SOCKET_IFNAME=eth0 \
+            PREFLIGHT_TOKEN=04e4cf50d3c25dce204503d1d8ed04d4 GLOO_SOCKET_IFNAME=eth0 \
             "$bin" bench --backends tcp --max-size 64MiB --iters 5 --format json >"$work/p$r.json" 2>/dev/null &
         pids+=($!)
     done

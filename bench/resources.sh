@@ -29,7 +29,7 @@ for _ in $(seq "$RUNS"); do
     pids=()
     for r in 0 1 2 3; do
         RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r LOCAL_WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-            PREFLIGHT_TOKEN=resources-bench-secret \
+            PREFLIGHT_TOKEN=f0aab9ffaa53abefaef8672acc7a0148 \
             /usr/bin/time -f '%M' -o "$work/rss$r" "$BIN" run --backends tcp --format json >/dev/null 2>&1 &
         pids+=($!)
     done

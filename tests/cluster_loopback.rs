@@ -22,7 +22,7 @@ fn env<'a>(rank: &'a str, world: &'a str, port: &'a str) -> Vec<(&'a str, &'a st
         ("WORLD_SIZE", world),
         ("MASTER_ADDR", "127.0.0.1"),
         ("MASTER_PORT", port),
-        ("PREFLIGHT_TOKEN", "loopback-test-secret"),
+        ("PREFLIGHT_TOKEN", "ca66048772f99614f6a948e6699321a2"),
     ]
 }
 
@@ -109,7 +109,7 @@ fn node_mode_on_one_machine_starts_its_ranks() {
     let out = local(
         "agent",
         &[run_args("20s"), vec!["--nproc-per-node".into(), "3".into()]].concat(),
-        &[("PREFLIGHT_TOKEN", "node-mode-secret-x")],
+        &[("PREFLIGHT_TOKEN", "dba80ca4a869c99b3a875e067b4cd619")],
     )
     .finish(MARGIN);
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
@@ -178,7 +178,7 @@ fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
     cluster::wait_listening(r0.pid, port.parse().unwrap());
     let mut other = env("1", "2", &port);
     other.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
-    other.push(("PREFLIGHT_TOKEN", "job-b-secret-0002"));
+    other.push(("PREFLIGHT_TOKEN", "d5cf52d2dad5399f87c83ebbfc420b53"));
     // An answer that proves another secret ends no retry (a stranger can
     // give one before rank 0 binds): the intruder tries to its own
     // deadline, then says what it saw.
@@ -526,7 +526,7 @@ fn another_jobs_rank_0_on_the_port_is_named_on_both_sides() {
     cluster::wait_listening(a0.pid, port.parse().unwrap());
     let mut other = env("0", "2", &port);
     other.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
-    other.push(("PREFLIGHT_TOKEN", "job-b-secret-0002"));
+    other.push(("PREFLIGHT_TOKEN", "d5cf52d2dad5399f87c83ebbfc420b53"));
     let b0 = local("jobB-rank0", &args, &other).finish(MARGIN);
     assert_eq!(b0.code, 1, "{}\n{}", b0.stdout, b0.stderr);
     let msg = b0.message("cluster.rendezvous");
@@ -835,6 +835,19 @@ fn a_job_secret_must_be_a_secret() {
         "{}",
         out.stderr
     );
+    // Long enough, but words and a number: guessed offline from one
+    // recorded handshake.
+    let mut human = env("0", "2", &port);
+    human.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
+    human.push(("PREFLIGHT_TOKEN", "cluster-prod-token-21"));
+    let out = local("human", &run_args("20s"), &human).finish(MARGIN);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("PREFLIGHT_TOKEN is too easy to guess: about 58 bits by zxcvbn's estimate"),
+        "{}",
+        out.stderr
+    );
     let check: Vec<String> = [
         "check",
         "--no-shipped",
@@ -850,7 +863,7 @@ fn a_job_secret_must_be_a_secret() {
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("secret");
-    std::fs::write(&file, "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::write(&file, "ec26e9aef7eb8a3378e3accc3c82a2fb\n").unwrap();
     let with_file = |rank: &'static str| {
         let mut e = env(rank, "2", &port);
         e.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
@@ -1353,4 +1366,70 @@ fn a_stranger_holding_every_handshake_slot_from_many_addresses_locks_no_rank_out
     let sources: Vec<String> = (10..110).map(|i| format!("127.0.0.{i}")).collect();
     let holder = handshake_holder(&port, &sources, 4, 12);
     ready_while_held(&port, &holder, true);
+}
+
+/// A stranger guessing the secret online, one wrong proof after another
+/// from one address, as fast as rank 0 answers: after a short burst rank
+/// 0 checks about ten a second (6,400 a second unthrottled on this
+/// machine), and the job's own ranks are ready all the same.
+#[test]
+fn online_guessing_is_paced_per_source() {
+    let port = cluster::free_port().to_string();
+    let args = run_args("20s");
+    let r0 = local("rank0", &args, &env("0", "2", &port));
+    let code = format!(
+        r#"
+import json, os, socket, struct, sys, time
+port = {port}
+def frame(msg):
+    body = json.dumps(msg).encode()
+    return b"PFL\x03" + struct.pack(">I", len(body)) + body
+def read(s):
+    head = b""
+    while len(head) < 8:
+        part = s.recv(8 - len(head))
+        if not part: return None
+        head += part
+    n = struct.unpack(">I", head[4:])[0]
+    body = b""
+    while len(body) < n:
+        part = s.recv(n - len(body))
+        if not part: return None
+        body += part
+    return json.loads(body)
+{await_rank_0}answered = 0
+end = time.time() + 3
+while time.time() < end:
+    s = socket.socket()
+    s.settimeout(max(0.01, end - time.time()))
+    try:
+        s.bind(("127.0.0.7", 0))
+        s.connect(("127.0.0.1", port))
+        s.sendall(frame({{"type": "hello", "nonce": os.urandom(16).hex(), "version": "0.1.0"}}))
+        if read(s)["type"] == "challenge":
+            s.sendall(frame({{"type": "proof", "proof": os.urandom(32).hex()}}))
+            if read(s) is not None:
+                answered += 1
+    except (OSError, TypeError):
+        pass
+    s.close()
+print(answered)
+"#,
+        await_rank_0 = AWAIT_RANK_0
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &code])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answered: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    // The burst (16) and three seconds at ten a second, with room to spare.
+    assert!(answered <= 80, "{answered} guesses answered in 3 s");
+    assert!(answered >= 16, "the guesser never got through: {answered}");
+    let r1 = local("rank1", &args, &env("1", "2", &port));
+    all_exit(&[r0.finish(MARGIN), r1.finish(MARGIN)], 0);
 }

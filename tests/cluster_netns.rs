@@ -124,7 +124,7 @@ fn node_mode_across_hosts() {
                 k,
                 &args,
                 &[
-                    ("PREFLIGHT_TOKEN", "node-mode-secret-1"),
+                    ("PREFLIGHT_TOKEN", "68ce95aaa77512be502ba7b8564b040f"),
                     ("GLOO_SOCKET_IFNAME", "eth0"),
                 ],
             )
@@ -291,7 +291,13 @@ fn another_jobs_preflight_on_the_same_port() {
     // It keeps trying to its own deadline (an answer that proves another
     // secret is noise until then), then says what it saw.
     let intruder = job
-        .rank(1, 1, 2, "4s", &[("PREFLIGHT_TOKEN", "job-b-secret-0002")])
+        .rank(
+            1,
+            1,
+            2,
+            "4s",
+            &[("PREFLIGHT_TOKEN", "d5cf52d2dad5399f87c83ebbfc420b53")],
+        )
         .finish(MARGIN);
     assert_eq!(intruder.code, 1, "{}", intruder.stdout);
     let msg = intruder.message("cluster.rendezvous");
@@ -830,7 +836,10 @@ fn a_filter_between_two_hosts_names_the_link_and_blames_nobody() {
                 ("LOCAL_WORLD_SIZE", "1".to_string()),
                 ("MASTER_ADDR", a.clone()),
                 ("MASTER_PORT", "29500".to_string()),
-                ("PREFLIGHT_TOKEN", "job-a-secret-0001".to_string()),
+                (
+                    "PREFLIGHT_TOKEN",
+                    "649ed7307185c7eed188c8184b9e00a0".to_string(),
+                ),
             ];
             let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
             cluster::on_host(&cluster, &files, host, &with_firewall_check("15s"), &env)

@@ -31,7 +31,7 @@ fn env<'a>(rank: &'a str, world: &'a str, port: &'a str) -> Vec<(&'a str, &'a st
         ("WORLD_SIZE", world),
         ("MASTER_ADDR", "127.0.0.1"),
         ("MASTER_PORT", port),
-        ("PREFLIGHT_TOKEN", "collective-test-secret"),
+        ("PREFLIGHT_TOKEN", "5ee2df26a03f48d2cf419c05212c19a7"),
     ]
 }
 

@@ -57,7 +57,7 @@ fn ranks_until(timeout: &str, world: u32, extra: &[String], env: &[(&str, &str)]
                 ("WORLD_SIZE", w.as_str()),
                 ("MASTER_ADDR", "127.0.0.1"),
                 ("MASTER_PORT", port.as_str()),
-                ("PREFLIGHT_TOKEN", "oneccl-test-secret"),
+                ("PREFLIGHT_TOKEN", "34276ebbcd4a55d87d8b3839bf6f53af"),
             ];
             e.extend_from_slice(env);
             local(&format!("rank{r}"), &args, &e)
@@ -310,7 +310,7 @@ fn ccl_yield_is_set_only_where_the_job_left_it_unset() {
                     ("LOCAL_WORLD_SIZE", "2"),
                     ("MASTER_ADDR", "127.0.0.1"),
                     ("MASTER_PORT", port.as_str()),
-                    ("PREFLIGHT_TOKEN", "oneccl-test-secret"),
+                    ("PREFLIGHT_TOKEN", "34276ebbcd4a55d87d8b3839bf6f53af"),
                 ];
                 if let Some(v) = operator {
                     e.push(("CCL_YIELD", v));
@@ -354,7 +354,7 @@ fn one_rank_lacking_a_backend_makes_every_rank_skip_it_naming_the_rank() {
                 ("WORLD_SIZE", "2"),
                 ("MASTER_ADDR", "127.0.0.1"),
                 ("MASTER_PORT", port.as_str()),
-                ("PREFLIGHT_TOKEN", "oneccl-test-secret"),
+                ("PREFLIGHT_TOKEN", "34276ebbcd4a55d87d8b3839bf6f53af"),
                 ("PREFLIGHT_ONECCL_LIB", *l),
             ];
             local(&format!("rank{r}"), &args, &e)
@@ -425,7 +425,7 @@ fn a_library_worker_dies_with_its_rank() {
                 ("WORLD_SIZE", "2"),
                 ("MASTER_ADDR", "127.0.0.1"),
                 ("MASTER_PORT", port.as_str()),
-                ("PREFLIGHT_TOKEN", "oneccl-test-secret"),
+                ("PREFLIGHT_TOKEN", "34276ebbcd4a55d87d8b3839bf6f53af"),
                 // Rank 1 stops at 64 KiB: rank 0's worker waits in oneCCL.
                 ("PREFLIGHT_TEST_COLL_HANG", "1:65536"),
             ];

@@ -57,7 +57,7 @@ fn node(libs: &Libs, ranks: u32, extra: &[&str], env: &[(&str, &str)]) -> Outcom
     let cuda = libs.cuda.display().to_string();
     let mut all: Vec<(&str, &str)> = vec![
         ("PREFLIGHT_CUDA_LIB", cuda.as_str()),
-        ("PREFLIGHT_TOKEN", "standin-test-secret"),
+        ("PREFLIGHT_TOKEN", "646f4fcbf27a3cd0005a747761d76a5c"),
         ("PREFLIGHT_STANDIN_DEVICES", n.as_str()),
     ];
     all.extend_from_slice(env);

@@ -164,7 +164,7 @@ fn bench_metrics_carry_the_bus_bandwidth_per_size() {
                 ("WORLD_SIZE", "2"),
                 ("MASTER_ADDR", "127.0.0.1"),
                 ("MASTER_PORT", port.as_str()),
-                ("PREFLIGHT_TOKEN", "exporters-test-secret"),
+                ("PREFLIGHT_TOKEN", "a1ab37a362ce8e83697008057fd35abf"),
             ];
             cluster::local(&format!("rank{r}"), &args, &env)
         })

@@ -205,7 +205,7 @@ fn start_ranks(
                 ("WORLD_SIZE", w.as_str()),
                 ("MASTER_ADDR", "127.0.0.1"),
                 ("MASTER_PORT", p.as_str()),
-                ("PREFLIGHT_TOKEN", "signals-test-secret"),
+                ("PREFLIGHT_TOKEN", "1788375fc2738e184e3060c43057a8a9"),
             ];
             e.extend_from_slice(env);
             local(&format!("rank{r}"), args, &e)
@@ -441,7 +441,7 @@ fn node_mode_passes_a_signal_on_to_its_ranks() {
     let agent = local(
         "agent",
         &args,
-        &[("PREFLIGHT_TOKEN", "signals-test-secret")],
+        &[("PREFLIGHT_TOKEN", "1788375fc2738e184e3060c43057a8a9")],
     );
     let mut ranks = Vec::new();
     wait_until("the agent's two ranks checked in", || {

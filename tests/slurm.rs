@@ -56,7 +56,7 @@ fn site(dir: &Path, settings: &str) -> PathBuf {
     )
     .unwrap();
     let key = etc.join("site.key");
-    std::fs::write(&key, "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::write(&key, "ec26e9aef7eb8a3378e3accc3c82a2fb\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     etc
@@ -719,7 +719,7 @@ fn srun_preflight(s: &Slurm, d: &Path, tag: &str, shape: &[&str]) -> (i32, Vec<s
     let o = s
         .cmd("srun", &argv)
         .env("PREFLIGHT_PROBE_PORTS", "29450-29459")
-        .env("PREFLIGHT_TOKEN", "0123456789abcdef0123456789abcdef")
+        .env("PREFLIGHT_TOKEN", "ec26e9aef7eb8a3378e3accc3c82a2fb")
         .output()
         .unwrap();
     let mut reports = Vec::new();

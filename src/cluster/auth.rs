@@ -49,9 +49,20 @@ impl std::fmt::Debug for Token {
 }
 
 /// The shortest secret accepted: 16 characters. `preflight token` prints
-/// 32 hex digits (128 bits); a secret of 16 random hex digits still has 64
-/// bits, beyond guessing through a handshake that costs a round trip each.
+/// 32 hex digits (128 bits).
 pub const MIN_SECRET: usize = 16;
+
+/// The fewest bits of guessing a secret must cost: 2^64 HMACs are decades
+/// of a GPU farm's time, for anyone who recorded a handshake (the proofs
+/// travel in clear) and tests guesses offline. Estimated by zxcvbn, which
+/// counts how an attacker would guess: dictionary words, names, dates,
+/// keyboard walks, repeats and sequences, l33t; random characters count
+/// 10 guesses each (log2 10 = 3.3 bits), so 20 random characters are the
+/// least that passes, and a human phrase of any length rarely does.
+///
+/// zxcvbn counts at most 2^64 guesses (a u64): the bar is that count, less
+/// a rounding margin.
+pub const MIN_SECRET_BITS: f64 = 63.9;
 pub const TOKEN_VAR: &str = "PREFLIGHT_TOKEN";
 /// Where a one-node job's secret comes from when nobody set one: its node
 /// agent makes a fresh one and hands it to its own ranks only (in their
@@ -154,7 +165,21 @@ fn check_length(what: &str, secret: &str) -> Result<(), String> {
             "{what} is {n} characters: a job secret needs at least {MIN_SECRET} (`preflight token` prints a fresh 128-bit one)"
         ));
     }
+    let bits = guessing_bits(secret);
+    if bits < MIN_SECRET_BITS {
+        return Err(format!(
+            "{what} is too easy to guess: about {bits:.0} bits by zxcvbn's estimate (words, names, dates, sequences, repeats), and a job secret needs 64: anyone who records a handshake can test guesses offline; use `preflight token`, which prints a fresh 128-bit one"
+        ));
+    }
     Ok(())
+}
+
+/// log2 of the guesses zxcvbn estimates for `secret` (its first 128
+/// characters: the estimate grows with the square of the length, and 128
+/// random characters are far past any need).
+pub fn guessing_bits(secret: &str) -> f64 {
+    let head: String = secret.chars().take(128).collect();
+    zxcvbn::zxcvbn(&head, &[]).guesses_log10() * std::f64::consts::LOG2_10
 }
 
 /// The secret in a file that only its owner may read: a file others can
@@ -527,7 +552,7 @@ mod tests {
     fn token_sources_in_order() {
         let resolve = |vars: &[(&str, &str)]| Token::resolve(&env(vars)).unwrap();
         let t = resolve(&[
-            ("PREFLIGHT_TOKEN", "0123456789abcdef"),
+            ("PREFLIGHT_TOKEN", "d5fb75e87add5c93730f"),
             ("SLURM_JOB_ID", "1"),
             ("TORCHELASTIC_RUN_ID", "r"),
         ]);
@@ -556,7 +581,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("pf-token-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("secret");
-        std::fs::write(&file, "0123456789abcdef0123\n").unwrap();
+        std::fs::write(&file, "855c0625cb2b1c6f1fd0\n").unwrap();
         let var = [("PREFLIGHT_TOKEN_FILE", file.to_str().unwrap())];
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         let e = Token::resolve(&env(&var)).unwrap_err();
@@ -568,7 +593,7 @@ mod tests {
         let t = Token::resolve(&env(&var)).unwrap();
         assert_eq!(t.source, "PREFLIGHT_TOKEN_FILE");
         // The file's secret, newline trimmed, is the same key as the variable's.
-        let same = Token::resolve(&env(&[("PREFLIGHT_TOKEN", "0123456789abcdef0123")])).unwrap();
+        let same = Token::resolve(&env(&[("PREFLIGHT_TOKEN", "855c0625cb2b1c6f1fd0")])).unwrap();
         assert_eq!(t.fingerprint(), same.fingerprint());
         std::fs::write(&file, "short\n").unwrap();
         assert!(
@@ -578,7 +603,7 @@ mod tests {
         );
         // A link to a good secret file is refused (opened once, never
         // followed), and a FIFO neither blocks nor counts as a file.
-        std::fs::write(&file, "0123456789abcdef0123\n").unwrap();
+        std::fs::write(&file, "855c0625cb2b1c6f1fd0\n").unwrap();
         let link = dir.join("link");
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&file, &link).unwrap();
@@ -624,5 +649,32 @@ mod tests {
         assert!(!Token::new(b"other", "t").verify("server", "a", "b", &p));
         // The token itself never appears in what is sent.
         assert!(!p.contains(&hex(b"k")));
+    }
+}
+
+#[cfg(test)]
+mod guessing {
+    use super::*;
+
+    #[test]
+    fn human_tokens_are_refused_and_random_ones_pass() {
+        for weak in [
+            "cluster-prod-token-21",
+            "my-cluster-secret-2024",
+            "0123456789abcdef0123456789abcdef",
+            "aaaaaaaaaaaaaaaaaaaaaaaa",
+            "job-b-secret-0002",
+            "3f2a9c41d07be855",
+        ] {
+            let bits = guessing_bits(weak);
+            assert!(bits < MIN_SECRET_BITS, "{weak}: {bits}");
+            let e = check_length("T", weak).unwrap_err();
+            assert!(e.starts_with("T is too easy to guess: about "), "{e}");
+        }
+        for _ in 0..20 {
+            let fresh = fresh_secret().unwrap();
+            assert!(guessing_bits(&fresh) >= MIN_SECRET_BITS, "{fresh}");
+            check_length("T", &fresh).unwrap();
+        }
     }
 }

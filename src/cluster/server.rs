@@ -681,8 +681,17 @@ async fn connection(
     // still told that it came too late.
     let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(store_end);
     let evicted = Arc::clone(&permit.evicted);
+    let source = permit.ip();
+    let guesses = permit.guesses();
     let authenticated = tokio::select! {
-        r = auth::server(&mut stream, &token, handshake) => r,
+        r = async {
+            guesses.pace(source).await;
+            let r = auth::server(&mut stream, &token, handshake).await;
+            if matches!(r, Err(AuthError::OtherJob { .. })) {
+                guesses.failed(source);
+            }
+            r
+        } => r,
         _ = evicted.notified() => {
             let _ = tx.send(Event::Dropped {
                 peer,

@@ -27,6 +27,7 @@ pub struct Unproven {
     per_source: usize,
     /// Signalled whenever a slot is given up.
     freed: Notify,
+    guesses: Guesses,
 }
 
 #[derive(Default)]
@@ -46,8 +47,20 @@ struct Entry {
 pub struct Slot {
     owner: Arc<Unproven>,
     id: u64,
+    ip: IpAddr,
     /// Signalled when a newcomer takes this slot: the connection closes.
     pub evicted: Arc<Notify>,
+}
+
+impl Slot {
+    pub fn ip(&self) -> IpAddr {
+        self.ip
+    }
+
+    /// The wrong-proof budgets of every source.
+    pub fn guesses(&self) -> &Guesses {
+        &self.owner.guesses
+    }
 }
 
 impl Drop for Slot {
@@ -66,6 +79,7 @@ impl Unproven {
             all: all.max(1),
             per_source: per_source.max(1),
             freed: Notify::new(),
+            guesses: Guesses::default(),
         })
     }
 
@@ -127,6 +141,7 @@ impl Unproven {
         Slot {
             owner: Arc::clone(self),
             id,
+            ip,
             evicted: evict,
         }
     }
@@ -153,6 +168,56 @@ impl Inner {
     }
 }
 
+/// Failed proofs a source may make at once, and per second after that.
+pub const GUESS_BURST: f64 = 16.0;
+pub const GUESSES_PER_SECOND: f64 = 10.0;
+/// Sources remembered at most; beyond it, the ones whose budget is whole
+/// again are forgotten first.
+const GUESS_SOURCES: usize = 4096;
+
+/// The budget of wrong proofs per source address. A job's own ranks never
+/// make one; a stranger who guesses the secret online makes nothing else.
+/// A source that has spent its budget waits before its next proof is
+/// checked: about `GUESSES_PER_SECOND` guesses a second, however many
+/// connections it opens (6,400 a second on loopback, unthrottled).
+#[derive(Default)]
+pub struct Guesses {
+    budget: Mutex<std::collections::HashMap<IpAddr, (f64, Instant)>>,
+}
+
+impl Guesses {
+    fn left(&self, ip: IpAddr) -> f64 {
+        let map = self.budget.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&ip).map_or(GUESS_BURST, |(left, at)| {
+            (left + at.elapsed().as_secs_f64() * GUESSES_PER_SECOND).min(GUESS_BURST)
+        })
+    }
+
+    /// Waits until `ip` may have one more proof checked.
+    pub async fn pace(&self, ip: IpAddr) {
+        let left = self.left(ip);
+        if left < 1.0 {
+            let wait = (1.0 - left) / GUESSES_PER_SECOND;
+            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+        }
+    }
+
+    /// `ip` made a wrong proof.
+    pub fn failed(&self, ip: IpAddr) {
+        let left = self.left(ip) - 1.0;
+        let mut map = self.budget.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= GUESS_SOURCES && !map.contains_key(&ip) {
+            map.retain(|_, (l, at)| {
+                *l + at.elapsed().as_secs_f64() * GUESSES_PER_SECOND < GUESS_BURST
+            });
+            if map.len() >= GUESS_SOURCES {
+                return;
+            }
+        }
+        map.insert(ip, (left, Instant::now()));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +233,32 @@ mod tests {
 
     /// A stranger holding every slot of an address: a newcomer takes the
     /// oldest one's place, and other addresses are not affected.
+    /// A source that keeps proving the wrong secret is slowed to a few
+    /// guesses a second after its burst; another source is not.
+    #[test]
+    fn wrong_proofs_are_paced_per_source() {
+        block_on(async {
+            let g = Guesses::default();
+            let ip: IpAddr = "10.0.0.9".parse().unwrap();
+            for _ in 0..GUESS_BURST as usize {
+                let start = Instant::now();
+                g.pace(ip).await;
+                assert_eq!(start.elapsed(), Duration::ZERO);
+                g.failed(ip);
+            }
+            let start = Instant::now();
+            g.pace(ip).await;
+            assert!(
+                start.elapsed() >= Duration::from_millis(99),
+                "{:?}",
+                start.elapsed()
+            );
+            let start = Instant::now();
+            g.pace("10.0.0.10".parse().unwrap()).await;
+            assert_eq!(start.elapsed(), Duration::ZERO);
+        });
+    }
+
     #[test]
     fn a_full_address_gives_up_its_oldest_slot_to_a_newcomer() {
         block_on(async {

@@ -296,7 +296,10 @@ pub fn launcher_env(cluster: &Cluster, rank: u32, world: u32) -> Vec<(String, St
             "SLURM_JOB_NODELIST".into(),
             format!("h[0-{}]", cluster.hosts.len() - 1),
         ),
-        ("PREFLIGHT_TOKEN".into(), "job-a-secret-0001".into()),
+        (
+            "PREFLIGHT_TOKEN".into(),
+            "649ed7307185c7eed188c8184b9e00a0".into(),
+        ),
         ("GLOO_SOCKET_IFNAME".into(), "eth0".into()),
     ]
 }
