@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use cluster::{Proc, free_port, local, run_args};
 
-const TOKEN: &str = "leader-test-token-0001";
+const TOKEN: &str = "ea284c4b872943a65e72ddce215c1055";
 
 /// Rank `r` of a job of `world` ranks, `per_node` on each node.
 fn rank(port: u16, r: u32, world: u32, per_node: u32, timeout: &str) -> Proc {

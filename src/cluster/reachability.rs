@@ -130,7 +130,17 @@ pub async fn probe(from: usize, target: &Target, timeout: Duration) -> Probe {
         rtt_ms: None,
         detail: None,
     };
-    let connect = tokio::time::timeout_at(deadline, TcpStream::connect(&target.addr)).await;
+    // A lost SYN is retransmitted by the kernel only after a second: on a
+    // lossy link one lost packet would read as a DROP rule. Up to three
+    // tries share the deadline; a real DROP times out all three alike.
+    let attempt = (timeout / 3).max(Duration::from_millis(50));
+    let connect = loop {
+        let until = (Instant::now() + attempt).min(deadline);
+        match tokio::time::timeout_at(until, TcpStream::connect(&target.addr)).await {
+            Err(_) if until < deadline => continue,
+            other => break other,
+        }
+    };
     let mut stream = match connect {
         Err(_) => {
             result.status = "timed_out".into();
