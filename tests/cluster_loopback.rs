@@ -1469,3 +1469,89 @@ fn the_first_failure_seen_is_kept_over_a_later_refusal() {
         "{msg}"
     );
 }
+
+/// A stranger holds MASTER_PORT before rank 0 (the Slurm prolog's port
+/// can be computed by anyone), so rank 0 serves on the next port of
+/// PREFLIGHT_MASTER_PORTS; the stranger relays every connection to it and
+/// cuts each one after the handshake, to have ranks lost and blamed. The
+/// proofs cover which port a handshake is for: none passes the relay, the
+/// ranks go to rank 0's port themselves, and the job is ready.
+#[test]
+fn a_relay_on_master_port_passes_no_handshake_to_the_port_rank_0_moved_to() {
+    // Four free ports in a row.
+    let first = loop {
+        let p = cluster::free_port();
+        if p < 65000 && (1..4).all(|k| std::net::TcpListener::bind(("127.0.0.1", p + k)).is_ok()) {
+            break p;
+        }
+    };
+    let relay_code = format!(
+        r#"
+import socket, struct, sys, threading
+front = socket.socket(); front.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+front.bind(("127.0.0.1", {first})); front.listen(64)
+print("relaying", flush=True)
+def pipe(a, b, cut):
+    frames, buf = 0, b""
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data: break
+            b.sendall(data)
+            if cut:
+                buf += data
+                while len(buf) >= 8:
+                    n = struct.unpack(">I", buf[4:8])[0]
+                    if len(buf) < 8 + n: break
+                    buf = buf[8 + n:]; frames += 1
+                if frames >= 2:
+                    break
+    except OSError:
+        pass
+    for s in (a, b):
+        try: s.shutdown(socket.SHUT_RDWR)
+        except OSError: pass
+while True:
+    c, _ = front.accept()
+    try:
+        s = socket.create_connection(("127.0.0.1", {second}), 2)
+    except OSError:
+        c.close(); continue
+    threading.Thread(target=pipe, args=(c, s, False), daemon=True).start()
+    threading.Thread(target=pipe, args=(s, c, True), daemon=True).start()
+"#,
+        second = first + 1
+    );
+    let mut relay = std::process::Command::new("python3")
+        .args(["-c", &relay_code])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    let mut reader = std::io::BufReader::new(relay.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    assert_eq!(line.trim(), "relaying");
+    let port = first.to_string();
+    let range = format!("{first}-{}", first + 3);
+    let args = run_args("15s");
+    let ranks: Vec<_> = ["0", "1"]
+        .iter()
+        .map(|r| {
+            let mut e = env(r, "2", &port);
+            e.push(("PREFLIGHT_MASTER_PORTS", range.as_str()));
+            local(&format!("rank{r}"), &args, &e)
+        })
+        .collect();
+    let out: Vec<Outcome> = ranks.into_iter().map(|p| p.finish(MARGIN)).collect();
+    let _ = relay.kill();
+    let _ = relay.wait();
+    all_exit(&out, 0);
+    let warnings = out[0].json()["cluster"]["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!(
+            "MASTER_PORT {first} on 127.0.0.1 was taken: rank 0 serves on {}",
+            first + 1
+        )),
+        "{warnings}"
+    );
+}

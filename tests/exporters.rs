@@ -522,3 +522,46 @@ fn a_post_follows_no_redirect() {
         out.stderr
     );
 }
+
+/// "Up to 3 attempts": a collector that is never ready sees exactly three,
+/// and "never a change of exit code": a ready run whose upload fails
+/// still exits 0.
+#[test]
+fn a_post_makes_three_attempts_at_most_and_a_ready_run_stays_ready() {
+    let busy = Collector::start(&[503]);
+    let out = post_check(&format!("http://127.0.0.1:{}/", busy.port), &[]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(busy.received().len(), 3, "{:?}", busy.received());
+    assert!(
+        out.stderr.contains("the collector answered 503"),
+        "{}",
+        out.stderr
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let checks = dir.path().join("ok.yaml");
+    std::fs::write(
+        &checks,
+        "checks:\n  - {id: ok, kind: command, argv: [\"true\"]}\n",
+    )
+    .unwrap();
+    let port = cluster::free_port();
+    let out = run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        checks.to_str().unwrap(),
+        "--format",
+        "json",
+        "--post",
+        &format!("http://127.0.0.1:{port}/reports"),
+    ]));
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("the report was not delivered"),
+        "{}",
+        out.stderr
+    );
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(report["verdict"], "ready");
+}

@@ -26,6 +26,19 @@ use serde_json::Value;
 /// going then waited for its deadline instead of ending at the signal.
 const MARGIN: Duration = Duration::from_secs(40);
 
+/// What the README promises (a signal ends a run within 2 s in any phase;
+/// the hard limit fires at 1.8 s), asserted with room for a loaded machine
+/// yet far below `MARGIN`: an orderly end that took 30 s fails here.
+const PROMPT: Duration = Duration::from_secs(10);
+
+/// Prints how long the process took to end after the signal sent at
+/// `sent`, and fails past `PROMPT`.
+fn promptly(sent: std::time::Instant, what: &str) {
+    let took = sent.elapsed();
+    println!("{what}: {took:?}");
+    assert!(took < PROMPT, "{what}: {took:?}, more than {PROMPT:?}");
+}
+
 fn send(sig: &str, pid: u32) -> Instant {
     let sent = Command::new("kill")
         .args([&format!("-{sig}"), &pid.to_string()])
@@ -145,9 +158,9 @@ fn each_signal_during_the_checks_ends_check_with_a_partial_report() {
         });
         let sent = send(sig, proc.pid);
         let out = proc.finish(MARGIN);
-        println!(
-            "time to verdict after SIG{sig} during the checks: {:?}",
-            sent.elapsed()
+        promptly(
+            sent,
+            &format!("time to verdict after SIG{sig} during the checks"),
         );
         assert_eq!(out.code, 3, "SIG{sig}: {}\n{}", out.stdout, out.stderr);
         let report: Value =
@@ -226,9 +239,9 @@ fn rank_0_interrupted_in_the_rendezvous_tells_the_ranks_waiting() {
     let rank0 = procs.pop().unwrap();
     let sent = send("TERM", rank0.pid);
     let (out0, out1) = (rank0.finish(MARGIN), rank1.finish(MARGIN));
-    println!(
-        "time to verdict after SIGTERM to rank 0 in the rendezvous: {:?}",
-        sent.elapsed()
+    promptly(
+        sent,
+        "time to verdict after SIGTERM to rank 0 in the rendezvous",
     );
     let r0 = assert_incomplete(&out0);
     let i0 = interrupted(&r0);
@@ -264,9 +277,9 @@ fn a_rank_interrupted_in_the_rendezvous_leaves_at_once_and_rank_0_names_it() {
     let rank0 = procs.pop().unwrap();
     let sent = send("INT", rank1.pid);
     let out1 = rank1.finish(MARGIN);
-    println!(
-        "time to exit after SIGINT to rank 1 in the rendezvous: {:?}",
-        sent.elapsed()
+    promptly(
+        sent,
+        "time to exit after SIGINT to rank 1 in the rendezvous",
     );
     let r1 = assert_incomplete(&out1);
     assert_eq!(interrupted(&r1)["phase"], "rendezvous");
@@ -316,9 +329,9 @@ fn rank_0_interrupted_in_the_collective_stage_tells_its_peers() {
     let rank0 = procs.pop().unwrap();
     let sent = send("TERM", rank0.pid);
     let (out0, out1) = (rank0.finish(MARGIN), rank1.finish(MARGIN));
-    println!(
-        "time to verdict after SIGTERM to rank 0 in the collective stage: {:?}",
-        sent.elapsed()
+    promptly(
+        sent,
+        "time to verdict after SIGTERM to rank 0 in the collective stage",
     );
     let r0 = assert_incomplete(&out0);
     assert_eq!(interrupted(&r0)["phase"], "collective stage (tcp)");
@@ -384,7 +397,7 @@ fn a_second_signal_or_the_hard_limit_ends_a_slow_orderly_end() {
     );
     let sent = send("INT", p.pid);
     let out = p.finish(MARGIN);
-    println!("time to exit after a second signal: {:?}", sent.elapsed());
+    promptly(sent, "time to exit after a second signal");
     assert_eq!(out.code, 128 + 2, "{}\n{}", out.stdout, out.stderr);
     assert!(
         out.stderr.contains("SIGINT again: exiting now"),
@@ -396,7 +409,7 @@ fn a_second_signal_or_the_hard_limit_ends_a_slow_orderly_end() {
     let p = run("slow.json");
     let sent = send("TERM", p.pid);
     let out = p.finish(MARGIN);
-    println!("time to exit at the hard limit: {:?}", sent.elapsed());
+    promptly(sent, "time to exit at the hard limit");
     assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
     assert!(
         out.stderr
@@ -460,10 +473,7 @@ fn node_mode_passes_a_signal_on_to_its_ranks() {
     wait_checked_in(leader, port.parse().unwrap());
     let sent = send("TERM", agent.pid);
     let out = agent.finish(MARGIN);
-    println!(
-        "time to verdict after SIGTERM to a node agent: {:?}",
-        sent.elapsed()
-    );
+    promptly(sent, "time to verdict after SIGTERM to a node agent");
     let report = assert_incomplete(&out);
     let i = interrupted(&report);
     assert_eq!(i["signal"], "SIGTERM");
@@ -524,9 +534,9 @@ fn a_library_worker_ends_with_its_interrupted_rank_and_the_peer_is_told() {
     let out0 = rank0.finish(MARGIN);
     assert_gone(worker, "rank 0's oneCCL worker");
     let out1 = rank1.finish(MARGIN);
-    println!(
-        "time to verdict after SIGTERM to rank 0 inside oneCCL: {:?}",
-        sent.elapsed()
+    promptly(
+        sent,
+        "time to verdict after SIGTERM to rank 0 inside oneCCL",
     );
     let r0 = assert_incomplete(&out0);
     assert_eq!(interrupted(&r0)["phase"], "collective stage (oneccl)");

@@ -579,20 +579,43 @@ fn a_stranger_holding_the_probe_ports_drains_nobody_and_the_job_runs() {
     );
 }
 
-/// A stranger reads the job id while the job waits (squeue) and binds
-/// the rendezvous port derived from it on the master before the prolog
-/// runs: rank 0 serves on the next port of the range, the ranks find it
-/// by its proof, and the job runs; nobody is drained, nothing is held.
+/// The port the prolog picks for `job`: the site key's HMAC of the job
+/// id, hashed under a label (`auth::job_secret`, `auth::secret_pick`),
+/// into the site's range 29400-29409. Computed here as only a holder of
+/// the site key could; a stranger, who reads the job id in `squeue` but
+/// not the key, cannot.
+fn prolog_port(s: &Slurm, job: &str) -> u16 {
+    let key = s.dir.path().join("etc/site.key");
+    let code = format!(
+        "import hashlib, hmac\n\
+         key = open('{}').read().strip().encode()\n\
+         secret = hmac.new(key, b'preflight slurm job:' + b'{job}', hashlib.sha256).hexdigest()\n\
+         pick = int.from_bytes(hashlib.sha256(('preflight pick|rendezvous port|' + secret).encode()).digest()[:8], 'big')\n\
+         print(29400 + pick % 10)\n",
+        key.display()
+    );
+    let o = std::process::Command::new("python3")
+        .args(["-c", &code])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
+
+/// The rendezvous port is picked by the job's secret, which no user can
+/// compute; someone who knows it anyway (the test, from the site key)
+/// binds it on the master before the prolog runs: rank 0 serves on the
+/// next port of the range, the ranks find it by its proof, and the job
+/// runs; nobody is drained, nothing is held.
 #[test]
-fn a_stranger_holding_the_derived_rendezvous_port_does_not_stop_the_job() {
+fn a_stranger_holding_the_rendezvous_port_does_not_stop_the_job() {
     let _s = serial();
     let Some(s) = with_prolog(SQUATTED_SITE) else {
         return;
     };
     let d = s.dir.path().to_path_buf();
     let job = sbatch_on(&s, &d, "ran", &["-N3", "--hold"]);
-    let number: u16 = (job.parse::<u64>().unwrap() % 10) as u16;
-    let port = 29400 + number;
+    let port = prolog_port(&s, &job);
     squat(&s, 0, &[port]);
     let o = s.run("scontrol", &["release", &job]);
     assert!(o.status.success(), "{}", text(&o));

@@ -40,6 +40,11 @@ pub struct Token {
     key: Vec<u8>,
     /// Where it came from, for the report; never the value.
     pub source: &'static str,
+    /// Which of the rendezvous ports (`identity::rendezvous_ports`) the
+    /// handshake is for: every proof covers it, so that a stranger on
+    /// MASTER_PORT who relays the ranks to the port rank 0 moved to
+    /// cannot pass a handshake through (0: MASTER_PORT itself).
+    place: usize,
 }
 
 impl std::fmt::Debug for Token {
@@ -106,6 +111,15 @@ impl Token {
         Token {
             key: key.to_vec(),
             source,
+            place: 0,
+        }
+    }
+
+    /// The same token, for a handshake on the rendezvous port at `place`.
+    pub fn at(&self, place: usize) -> Token {
+        Token {
+            place,
+            ..self.clone()
         }
     }
 
@@ -118,6 +132,9 @@ impl Token {
         let mut mac = <HmacSha256 as Mac>::new_from_slice(&self.key)
             .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
         mac.update(role.as_bytes());
+        if self.place > 0 {
+            mac.update(format!(" at {}", self.place).as_bytes());
+        }
         mac.update(b"|");
         mac.update(client.as_bytes());
         mac.update(b"|");
@@ -249,6 +266,16 @@ pub fn job_secret(site_key: &std::path::Path, job_id: &str) -> Result<String, St
     mac.update(b"preflight slurm job:");
     mac.update(job_id.as_bytes());
     Ok(hex(&mac.finalize().into_bytes()))
+}
+
+/// A number that only holders of `secret` can compute, for `what`: a
+/// choice (a port) that strangers cannot know in advance. A hash of the
+/// secret under a label, so that it tells nothing of the secret itself.
+pub fn secret_pick(secret: &str, what: &str) -> u64 {
+    let digest = Sha256::digest(format!("preflight pick|{what}|{secret}").as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
 }
 
 /// A fresh 128-bit secret as 32 hex digits, from the kernel's random

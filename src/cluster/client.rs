@@ -100,17 +100,25 @@ where
             let (outcome, text) = match tokio::time::timeout_at(attempt, open(host, port, local))
                 .await
             {
-                Err(_) => (
-                    Outcome::TimedOut,
-                    "connection attempt timed out".to_string(),
-                ),
+                Err(_) => {
+                    // A port that swallows connections (a full backlog, a
+                    // DROP) costs a round's time: tried last.
+                    squatted[i] = true;
+                    (
+                        Outcome::TimedOut,
+                        "connection attempt timed out".to_string(),
+                    )
+                }
                 Ok(Err(e)) => (tcp_connect::classify(&e), e.to_string()),
                 Ok(Ok(stream)) => {
                     let _ = stream.set_nodelay(true);
                     let mut stream = wrap(stream);
                     let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(cfg.deadline);
-                    match auth::client(&mut stream, &cfg.token, handshake).await {
-                        Ok(session) => return Ok(session.seal(stream, &cfg.token, true)),
+                    // The proofs cover which of the ports this is: a relay
+                    // from one to another fails the handshake.
+                    let token = cfg.token.at(i);
+                    match auth::client(&mut stream, &token, handshake).await {
+                        Ok(session) => return Ok(session.seal(stream, &token, true)),
                         Err(e) => {
                             squatted[i] = true;
                             let said = unproven_answer(cfg, port, &e);

@@ -222,6 +222,11 @@ pub async fn start_server(id: &Identity, input: ServerInput<'_>) -> Server {
     let token = input.token.clone();
     match bind_in_range(id, input.facts).await {
         Ok((listener, port, notes)) => {
+            let place = identity::rendezvous_ports(id.master_port, id.master_ports)
+                .iter()
+                .position(|p| *p == port)
+                .unwrap_or(0);
+            let token = token.at(place);
             let serving = Serving {
                 addr: id.master_addr.clone(),
                 port,
@@ -515,7 +520,13 @@ fn probe_range_taken(
     listener: &tokio::net::TcpListener,
 ) -> String {
     let mut who: Vec<String> = Vec::new();
-    for port in range.ports() {
+    // Each lookup reads every process's descriptors: the range's two ends,
+    // not every port of it, before this rank checks in.
+    let ends = [range.first, range.last];
+    for port in ends
+        .into_iter()
+        .take(if range.first == range.last { 1 } else { 2 })
+    {
         if let Ok(found) = crate::kinds::port_holder::holders(facts, port) {
             for h in found {
                 let d = h.describe();

@@ -100,12 +100,12 @@ fn yes() -> bool {
 
 impl Params for Http {
     fn validate(&self) -> Result<(), String> {
+        let shown = redact_credentials(&self.url);
         let url = reqwest::Url::parse(&self.url)
-            .map_err(|e| format!("`url` `{}` is not a URL: {e}", self.url))?;
+            .map_err(|e| format!("`url` `{shown}` is not a URL: {e}"))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(format!(
-                "`url` `{}`: only http:// and https:// are supported",
-                self.url
+                "`url` `{shown}`: only http:// and https:// are supported"
             ));
         }
         let statuses = self.status.list();
@@ -249,9 +249,9 @@ impl Http {
                         format_duration(self.request_timeout.0)
                     )
                 } else if e.is_connect() {
-                    format!("cannot connect: {}", causes(&e))
+                    format!("cannot connect: {}", causes(&e.without_url()))
                 } else {
-                    causes(&e)
+                    causes(&e.without_url())
                 };
                 return vars(
                     Finding::fail(format!("GET {shown}{via}: {what}")).measured("no response"),

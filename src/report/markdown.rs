@@ -384,8 +384,16 @@ fn inline(text: &str) -> String {
         .collect();
     // At the start of a line's text (a list item's, a paragraph's), these
     // would open a heading, a nested list or an ordered list.
-    let digits = flat.chars().take_while(char::is_ascii_digit).count();
     let chars: Vec<char> = flat.chars().collect();
+    // Indented by up to three spaces, these still open a block.
+    let lead = chars
+        .iter()
+        .take_while(|c| **c == ' ' || **c == '\t')
+        .count();
+    let digits = chars[lead..]
+        .iter()
+        .take_while(|c| c.is_ascii_digit())
+        .count();
     let word = |i: Option<usize>| {
         i.and_then(|i| chars.get(i))
             .is_some_and(|c| c.is_alphanumeric())
@@ -402,11 +410,11 @@ fn inline(text: &str) -> String {
                 out.push('\\');
                 out.push(ch);
             }
-            '#' | '+' | '-' | '=' if i == 0 => {
+            '#' | '+' | '-' | '=' if i == lead => {
                 out.push('\\');
                 out.push(ch);
             }
-            '.' | ')' if i == digits && digits > 0 => {
+            '.' | ')' if i == lead + digits && digits > 0 => {
                 out.push('\\');
                 out.push(ch);
             }
@@ -465,6 +473,8 @@ mod tests {
         );
         assert_eq!(inline("# h"), r"\# h");
         assert_eq!(inline("12. x"), r"12\. x");
+        assert_eq!(inline("  # h"), r"  \# h");
+        assert_eq!(inline(" 3) x"), r" 3\) x");
         assert_eq!(inline("a-b 1.5"), "a-b 1.5");
         assert_eq!(inline("timed_out _x_"), r"timed_out \_x\_");
         assert_eq!(code("a`b"), "``a`b``");

@@ -21,6 +21,8 @@ const HELLO_LIMIT: Duration = Duration::from_secs(1);
 /// Accepted connections whose hello is still awaited, at most: beyond,
 /// a flood is closed at accept.
 const HELLOS_PENDING: usize = 64;
+/// How long a pending hello keeps its slot against a newcomer.
+const HELLO_CHANCE: Duration = Duration::from_millis(100);
 
 /// The hello `from` sends `to`: it proves the job's token for this run
 /// and this pair, so it can be neither made without the token nor
@@ -433,19 +435,25 @@ impl Tcp {
             // stranger who keeps connecting cannot have a rank's connection
             // dropped for its own.
             let mut hellos = tokio::task::JoinSet::new();
-            let mut oldest: std::collections::VecDeque<tokio::task::AbortHandle> =
+            let mut oldest: std::collections::VecDeque<(tokio::task::AbortHandle, Instant)> =
                 std::collections::VecDeque::new();
             while out.len() < higher {
                 tokio::select! {
                     accepted = accept_one(&listener, unix_listener.as_ref()) => {
                         let Some(s) = accepted? else { continue };
-                        oldest.retain(|h| !h.is_finished());
-                        if oldest.len() >= HELLOS_PENDING
-                            && let Some(h) = oldest.pop_front()
-                        {
-                            h.abort();
+                        oldest.retain(|(h, _)| !h.is_finished());
+                        if oldest.len() >= HELLOS_PENDING {
+                            // Only one that has had its chance to say its
+                            // hello (a rank's is in its first packet).
+                            match oldest.front() {
+                                Some((h, at)) if at.elapsed() >= HELLO_CHANCE => {
+                                    h.abort();
+                                    oldest.pop_front();
+                                }
+                                _ => continue,
+                            }
                         }
-                        oldest.push_back(hellos.spawn(read_hello(s)));
+                        oldest.push_back((hellos.spawn(read_hello(s)), Instant::now()));
                     }
                     Some(done) = hellos.join_next() => {
                         let Ok(Some((j, proof, s))) = done else { continue };

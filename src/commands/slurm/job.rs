@@ -3,7 +3,8 @@
 //! job step), SLURM_JOB_ID and SLURMD_NODENAME; from them every node
 //! derives the same world without talking: its rank is its position in
 //! the expanded nodelist, the master is the first node (at its NodeAddr),
-//! the port is picked from the site's range by the job id, and the secret
+//! the port is picked from the site's range by the job's secret (rank 0
+//! moves on within the range when something holds it), and the secret
 //! is the site key's HMAC of the job id, which every prolog (root) can
 //! compute and no user can.
 
@@ -33,16 +34,20 @@ pub fn environment(
         format!("this node ({own}, SLURMD_NODENAME) is not in SLURM_NODELIST={list}")
     })?;
     let job = get("SLURM_JOB_ID").ok_or("the prolog's cluster stage needs SLURM_JOB_ID")?;
-    let job_number: u64 = job
-        .split(['_', '.'])
+    // A job id that is not one is a broken prolog environment, said as such.
+    job.split(['_', '.'])
         .next()
-        .and_then(|j| j.parse().ok())
+        .and_then(|j| j.parse::<u64>().ok())
         .ok_or_else(|| format!("SLURM_JOB_ID={job} is not a job number"))?;
     let range = settings.prolog_ports;
     let span = u64::from(range.last - range.first) + 1;
-    let port = range.first + (job_number % span) as u16;
     let master = slurm.node_addr(&nodes[0])?;
     let secret = job_secret(&settings.site_key_file, &job)?;
+    // Picked by the job's secret, not by its number: anyone reads job ids
+    // in `squeue`, and a port known in advance is one a stranger binds
+    // first.
+    let pick = crate::cluster::auth::secret_pick(&secret, "rendezvous port");
+    let port = range.first + (pick % span) as u16;
     let mut out = env.clone();
     for (k, v) in [
         ("RANK", rank.to_string()),
