@@ -719,6 +719,26 @@ fn a_rank_that_cannot_reach_the_master_shows_its_own_problems() {
     );
 }
 
+/// Python: `frame(msg)` makes a protocol frame of a message, `read(s)`
+/// reads one from a socket (None at its end).
+const PY_FRAMES: &str = r#"def frame(msg):
+    body = json.dumps(msg).encode()
+    return b"PFL\x03" + struct.pack(">I", len(body)) + body
+def read(s):
+    head = b""
+    while len(head) < 8:
+        part = s.recv(8 - len(head))
+        if not part: return None
+        head += part
+    n = struct.unpack(">I", head[4:])[0]
+    body = b""
+    while len(body) < n:
+        part = s.recv(n - len(body))
+        if not part: return None
+        body += part
+    return json.loads(body)
+"#;
+
 /// Python: wait (10 s at most) until rank 0 listens on `port`.
 const AWAIT_RANK_0: &str = r#"deadline = time.time() + 10
 while True:
@@ -743,23 +763,7 @@ fn a_flood_of_another_jobs_handshakes_is_counted_not_listed() {
         r#"
 import json, os, socket, struct, sys, time
 port = {port}
-def frame(msg):
-    body = json.dumps(msg).encode()
-    return b"PFL\x03" + struct.pack(">I", len(body)) + body
-def read(s):
-    head = b""
-    while len(head) < 8:
-        part = s.recv(8 - len(head))
-        if not part: return None
-        head += part
-    n = struct.unpack(">I", head[4:])[0]
-    body = b""
-    while len(body) < n:
-        part = s.recv(n - len(body))
-        if not part: return None
-        body += part
-    return json.loads(body)
-{await_rank_0}rejected = 0
+{frames}{await_rank_0}rejected = 0
 for i in range({FLOOD}):
     s = socket.socket()
     s.bind(("127.0.0.%d" % (10 + i % 40), 0))
@@ -771,7 +775,8 @@ for i in range({FLOOD}):
     s.close()
 print(rejected)
 "#,
-        await_rank_0 = AWAIT_RANK_0
+        await_rank_0 = AWAIT_RANK_0,
+        frames = PY_FRAMES
     );
     let out = std::process::Command::new("python3")
         .args(["-c", &code])
@@ -1377,23 +1382,7 @@ fn online_guessing_is_paced_per_source() {
         r#"
 import json, os, socket, struct, sys, time
 port = {port}
-def frame(msg):
-    body = json.dumps(msg).encode()
-    return b"PFL\x03" + struct.pack(">I", len(body)) + body
-def read(s):
-    head = b""
-    while len(head) < 8:
-        part = s.recv(8 - len(head))
-        if not part: return None
-        head += part
-    n = struct.unpack(">I", head[4:])[0]
-    body = b""
-    while len(body) < n:
-        part = s.recv(n - len(body))
-        if not part: return None
-        body += part
-    return json.loads(body)
-{await_rank_0}answered = 0
+{frames}{await_rank_0}answered = 0
 end = time.time() + 3
 while time.time() < end:
     s = socket.socket()
@@ -1411,7 +1400,8 @@ while time.time() < end:
     s.close()
 print(answered)
 "#,
-        await_rank_0 = AWAIT_RANK_0
+        await_rank_0 = AWAIT_RANK_0,
+        frames = PY_FRAMES
     );
     let out = std::process::Command::new("python3")
         .args(["-c", &code])

@@ -88,6 +88,32 @@ fn drop_tcp(s: &Slurm, i: usize, ports: &str) {
     );
 }
 
+/// Node `i`'s nft drops new TCP on eth0 to the probe ports (29450-29459)
+/// in `hook`: `input` (its peers cannot reach it) or `output` (it reaches
+/// none of them).
+fn drop_new_probes(s: &Slurm, i: usize, hook: &str) {
+    let iface = if hook == "output" {
+        "oifname"
+    } else {
+        "iifname"
+    };
+    s.net.nft_rule(
+        i,
+        hook,
+        &[
+            iface,
+            "eth0",
+            "ct",
+            "state",
+            "new",
+            "tcp",
+            "dport",
+            "29450-29459",
+            "drop",
+        ],
+    );
+}
+
 /// A 3-node cluster whose prolog is contrib's, with `settings`.
 fn with_prolog(settings: &str) -> Option<Slurm> {
     let before = |d: &Path| {
@@ -438,21 +464,7 @@ fn the_prolog_drains_the_master_whose_outgoing_traffic_is_blocked_and_no_other()
         return;
     };
     let d = s.dir.path().to_path_buf();
-    s.net.nft_rule(
-        0,
-        "output",
-        &[
-            "oifname",
-            "eth0",
-            "ct",
-            "state",
-            "new",
-            "tcp",
-            "dport",
-            "29450-29459",
-            "drop",
-        ],
-    );
+    drop_new_probes(&s, 0, "output");
     let job = sbatch(&s, &d, "ran");
     let reason = drained_alone(&s, &job, "h1");
     assert!(
@@ -484,21 +496,7 @@ fn in_a_two_node_job_the_node_whose_own_firewall_drops_the_probes_is_drained() {
         return;
     };
     let d = s.dir.path().to_path_buf();
-    s.net.nft_rule(
-        1,
-        "input",
-        &[
-            "iifname",
-            "eth0",
-            "ct",
-            "state",
-            "new",
-            "tcp",
-            "dport",
-            "29450-29459",
-            "drop",
-        ],
-    );
+    drop_new_probes(&s, 1, "input");
     let job = sbatch_on(&s, &d, "ran", &["-N2", "-w", "h1,h2"]);
     let reason = drained_alone(&s, &job, "h2");
     assert!(
