@@ -479,7 +479,7 @@ fn the_html_report_opens_offline_in_chromium_with_every_part() {
 /// Markup in every value a report controls: an element that runs, an
 /// image, a link with a backslash before its brackets, a backtick that
 /// would close a code span.
-const HOSTILE: &str = r#"x`<script>alert(1)</script><img src=x onerror=alert(2)> \[y\](https://evil.invalid/a) [z](https://evil.invalid/b) ![i](https://evil.invalid/i.png) # h"#;
+const HOSTILE: &str = r#"x`<script>alert(1)</script><img src=x onerror=alert(2)> \[y\](https://evil.invalid/a) [z](https://evil.invalid/b) ![i](https://evil.invalid/i.png) https://evil.invalid/c www.evil.invalid x@evil.invalid # h"#;
 
 /// The recorded run with HOSTILE in its check ids, messages, hints, node
 /// names, culprit reasons, probe outcomes, findings and warnings.
@@ -525,6 +525,8 @@ fn assert_inert(html: &str, what: &str) {
         "<img",
         "evil.invalid/i.png\"",
         "href=\"https://evil",
+        "href=\"http://www.evil",
+        "href=\"mailto:",
     ] {
         assert!(!html.contains(bad), "{what} holds `{bad}`:\n{html}");
     }
@@ -536,7 +538,8 @@ fn assert_inert(html: &str, what: &str) {
 
 /// Neither the HTML report nor the Markdown one, rendered by a real
 /// CommonMark renderer with raw HTML allowed (cmark-gfm --unsafe, with
-/// GitHub's tables), holds an element, image or link a report put there:
+/// GitHub's tables and autolinks), holds an element, image or link a
+/// report put there:
 /// every value is shown as the text it is.
 #[test]
 fn a_hostile_report_is_text_in_html_and_in_rendered_markdown() {
@@ -556,7 +559,7 @@ fn a_hostile_report_is_text_in_html_and_in_rendered_markdown() {
     let file = dir.path().join("report.md");
     std::fs::write(&file, &md.stdout).unwrap();
     let rendered = Command::new("cmark-gfm")
-        .args(["--unsafe", "-e", "table"])
+        .args(["--unsafe", "-e", "table", "-e", "autolink"])
         .arg(&file)
         .output()
         .unwrap();

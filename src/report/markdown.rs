@@ -375,8 +375,54 @@ fn cell_code(text: &str) -> String {
 /// anyone who can write one) may have put markup in it: a link, an image,
 /// raw HTML a renderer would run. Each value is written as plain text:
 /// what could start markup is escaped, and nothing it holds can close the
-/// markup around it.
+/// markup around it. A word that GitHub's renderer would turn into a link
+/// by itself (`https://...`, `www....`, `name@host.tld`), which no escape
+/// prevents, is written as a code span: shown, never followed.
 fn inline(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut rest = text;
+    let mut first = true;
+    while !rest.is_empty() {
+        let start = rest
+            .char_indices()
+            .filter(|(i, c)| {
+                !c.is_whitespace() && (*i == 0 || rest[..*i].ends_with(char::is_whitespace))
+            })
+            .map(|(i, _)| i)
+            .find(|&i| links_itself(word_at(rest, i)));
+        let Some(start) = start else {
+            out.push_str(&escape_text(rest, first));
+            break;
+        };
+        out.push_str(&escape_text(&rest[..start], first));
+        let word = word_at(rest, start);
+        out.push_str(&code(word));
+        rest = &rest[start + word.len()..];
+        first = false;
+    }
+    out
+}
+
+/// The run of non-blank characters at `i`.
+fn word_at(text: &str, i: usize) -> &str {
+    let tail = &text[i..];
+    &tail[..tail.find(char::is_whitespace).unwrap_or(tail.len())]
+}
+
+/// Whether a renderer with GitHub's autolinks would make `word` a link.
+fn links_itself(word: &str) -> bool {
+    // Anywhere in the word: GitHub links `(https://...` and `*www....` too.
+    let lower = word.to_ascii_lowercase();
+    ["http://", "https://", "ftp://", "www."]
+        .iter()
+        .any(|p| lower.contains(p))
+        || word
+            .split_once('@')
+            .is_some_and(|(user, host)| !user.is_empty() && host.contains('.'))
+}
+
+/// `inline` without the autolinks; `at_start`: the text begins a line.
+fn escape_text(text: &str, at_start: bool) -> String {
     let mut out = String::with_capacity(text.len() + 8);
     let flat: String = text
         .chars()
@@ -386,11 +432,17 @@ fn inline(text: &str) -> String {
     // would open a heading, a nested list or an ordered list.
     let chars: Vec<char> = flat.chars().collect();
     // Indented by up to three spaces, these still open a block.
-    let lead = chars
-        .iter()
-        .take_while(|c| **c == ' ' || **c == '\t')
-        .count();
-    let digits = chars[lead..]
+    let lead = if at_start {
+        chars
+            .iter()
+            .take_while(|c| **c == ' ' || **c == '\t')
+            .count()
+    } else {
+        usize::MAX
+    };
+    let digits = chars
+        .get(lead..)
+        .unwrap_or_default()
         .iter()
         .take_while(|c| c.is_ascii_digit())
         .count();
@@ -414,7 +466,7 @@ fn inline(text: &str) -> String {
                 out.push('\\');
                 out.push(ch);
             }
-            '.' | ')' if i == lead + digits && digits > 0 => {
+            '.' | ')' if at_start && i == lead + digits && digits > 0 => {
                 out.push('\\');
                 out.push(ch);
             }
@@ -469,12 +521,16 @@ mod tests {
     fn values_become_text_that_nothing_in_them_can_escape() {
         assert_eq!(
             inline(r"<script>alert(1)</script> & \[x\](http://e) ![i](u)"),
-            r"&lt;script&gt;alert(1)&lt;/script&gt; &amp; \\\[x\\\](http://e) \!\[i\](u)"
+            r"&lt;script&gt;alert(1)&lt;/script&gt; &amp; `\[x\](http://e)` \!\[i\](u)"
         );
         assert_eq!(inline("# h"), r"\# h");
         assert_eq!(inline("12. x"), r"12\. x");
         assert_eq!(inline("  # h"), r"  \# h");
         assert_eq!(inline(" 3) x"), r" 3\) x");
+        assert_eq!(
+            inline("see https://e.invalid/x and www.e.invalid or a@b.invalid now"),
+            "see `https://e.invalid/x` and `www.e.invalid` or `a@b.invalid` now"
+        );
         assert_eq!(inline("a-b 1.5"), "a-b 1.5");
         assert_eq!(inline("timed_out _x_"), r"timed_out \_x\_");
         assert_eq!(code("a`b"), "``a`b``");
