@@ -83,6 +83,48 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// A unit test in `src/` that returns early does so through the rule too
+/// (`facts::test_skip`, which fails under the CI variables): no silent
+/// return in any test module.
+#[test]
+fn every_early_return_in_a_unit_test_goes_through_the_rule() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    for krate in std::fs::read_dir(root.join("crates")).unwrap() {
+        let src = krate.unwrap().path().join("src");
+        if src.is_dir() {
+            sources(&src, &mut files);
+        }
+    }
+    assert!(files.len() > 50, "{files:?}");
+    let mut silent = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let Some(tests) = lines.iter().position(|l| l.contains("#[cfg(test)]")) else {
+            continue;
+        };
+        for (n, line) in lines.iter().enumerate().skip(tests) {
+            if line.trim() != "return;" {
+                continue;
+            }
+            checked += 1;
+            let before = &lines[n.saturating_sub(3)..n];
+            if !before.iter().any(|l| l.contains("test_skip(")) {
+                silent.push(format!("{}:{}", file.display(), n + 1));
+            }
+        }
+    }
+    assert!(checked >= 4, "the lint found no early return to check");
+    assert!(
+        silent.is_empty(),
+        "unit tests that return early without facts::test_skip:\n{}",
+        silent.join("\n")
+    );
+}
+
 /// No test file prints its own skip: the words a hand-made skip uses are
 /// found nowhere but in the rule itself.
 #[test]

@@ -454,6 +454,7 @@ mod tests {
             .arg("GNU_LIBC_VERSION")
             .output()
         else {
+            crate::facts::test_skip("no getconf here to say which glibc this is");
             return;
         };
         let said = String::from_utf8_lossy(&out.stdout);

@@ -65,10 +65,24 @@ mod tests {
         let state = read().expect("adjtimex in read-only mode needs no privilege");
         assert!((0..=5).contains(&state.state), "{state:?}");
         assert!(state.maxerror_us >= 0);
-        // Whatever the machine, the two views of synchronisation agree.
-        assert_eq!(
-            state.synchronized(),
-            state.status & STA_UNSYNC == 0 && state.state != TIME_ERROR
-        );
+    }
+
+    /// Unsynchronised is either of the kernel's two words for it: the
+    /// STA_UNSYNC status bit, or the TIME_ERROR clock state.
+    #[test]
+    fn synchronized_needs_neither_the_unsync_bit_nor_time_error() {
+        let clock = |state, status| ClockState {
+            state,
+            status,
+            maxerror_us: 0,
+            esterror_us: 0,
+        };
+        // TIME_OK (0) with PLL (0x0001) on: synchronised.
+        assert!(clock(0, 0x0001).synchronized());
+        assert!(!clock(0, 0x0001 | STA_UNSYNC).synchronized());
+        assert!(!clock(TIME_ERROR, 0x0001).synchronized());
+        assert!(!clock(TIME_ERROR, STA_UNSYNC).synchronized());
+        // TIME_INS (1), a leap second announced, is still synchronised.
+        assert!(clock(1, 0).synchronized());
     }
 }
