@@ -354,6 +354,19 @@ fn sbatch_on(s: &Slurm, d: &Path, marker: &str, shape: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
+/// The first node's (rank 0's) prolog report of `job`.
+fn master_report(d: &Path, job: &str) -> serde_json::Value {
+    let file = d.join(format!("reports/h1/prolog-{job}.json"));
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The prolog's settings where the node's own firewall check is part of
+/// the evidence: the cluster stage with the `firewall` tag selected.
+const FIREWALL_SITE: &str = "report_dir: {dir}/reports/%n\n\
+                             prolog:\n  cluster: true\n  only: [cluster, site, firewall]\n  \
+                             ports: 29400-29409\n  probe_ports: 29450-29459\n  timeout: 10s\n";
+
 /// Waits until `culprit` is drained by preflight (its reason, returned),
 /// and checks that no other node is drained or has a reason.
 fn drained_alone(s: &Slurm, job: &str, culprit: &str) -> String {
@@ -392,10 +405,7 @@ fn the_prolog_drains_only_the_firewalled_node_and_the_job_starts_once_it_is_fixe
         s.sinfo(),
         s.log("ctld")
     );
-    let report: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(d.join(format!("reports/h1/prolog-{job}.json"))).unwrap(),
-    )
-    .unwrap();
+    let report = master_report(&d, &job);
     assert_eq!(report["verdict"], "ready", "{report:#}");
     assert_eq!(report["cluster"]["nodes"].as_array().map(Vec::len), Some(3));
     assert!(
@@ -489,10 +499,7 @@ fn the_prolog_drains_the_master_whose_outgoing_traffic_is_blocked_and_no_other()
 #[test]
 fn in_a_two_node_job_the_node_whose_own_firewall_drops_the_probes_is_drained() {
     let _s = serial();
-    let settings = "report_dir: {dir}/reports/%n\n\
-                    prolog:\n  cluster: true\n  only: [cluster, site, firewall]\n  \
-                    ports: 29400-29409\n  probe_ports: 29450-29459\n  timeout: 10s\n";
-    let Some(s) = with_prolog(settings) else {
+    let Some(s) = with_prolog(FIREWALL_SITE) else {
         return;
     };
     let d = s.dir.path().to_path_buf();
@@ -504,10 +511,7 @@ fn in_a_two_node_job_the_node_whose_own_firewall_drops_the_probes_is_drained() {
         "{reason}"
     );
     assert!(reason.contains("its own firewall check found"), "{reason}");
-    let report: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(d.join(format!("reports/h1/prolog-{job}.json"))).unwrap(),
-    )
-    .unwrap();
+    let report = master_report(&d, &job);
     let culprits: Vec<&str> = report["cluster"]["culprits"]
         .as_array()
         .unwrap()
@@ -566,8 +570,7 @@ fn a_stranger_holding_the_probe_ports_drains_nobody_and_the_job_runs() {
     for n in ["h1", "h2", "h3"] {
         assert!(!s.state(n).starts_with("drain"), "{}", s.sinfo());
     }
-    let report = std::fs::read_to_string(d.join(format!("reports/h1/prolog-{job}.json"))).unwrap();
-    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    let report = master_report(&d, &job);
     assert_eq!(report["verdict"], "ready", "{report:#}");
     let warnings = report["cluster"]["warnings"].to_string();
     assert!(
@@ -626,8 +629,7 @@ fn a_stranger_holding_the_rendezvous_port_does_not_stop_the_job() {
     for n in ["h1", "h2", "h3"] {
         assert!(!s.state(n).starts_with("drain"), "{}", s.sinfo());
     }
-    let report = std::fs::read_to_string(d.join(format!("reports/h1/prolog-{job}.json"))).unwrap();
-    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    let report = master_report(&d, &job);
     assert_eq!(report["verdict"], "ready", "{report:#}");
     let warnings = report["cluster"]["warnings"].to_string();
     assert!(
@@ -645,10 +647,7 @@ fn a_stranger_holding_the_rendezvous_port_does_not_stop_the_job() {
 #[test]
 fn a_filter_between_two_nodes_holds_the_job_and_drains_no_node() {
     let _s = serial();
-    let settings = "report_dir: {dir}/reports/%n\n\
-                    prolog:\n  cluster: true\n  only: [cluster, site, firewall]\n  \
-                    ports: 29400-29409\n  probe_ports: 29450-29459\n  timeout: 10s\n";
-    let Some(s) = with_prolog(settings) else {
+    let Some(s) = with_prolog(FIREWALL_SITE) else {
         return;
     };
     let d = s.dir.path().to_path_buf();
