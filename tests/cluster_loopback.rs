@@ -719,6 +719,21 @@ fn a_rank_that_cannot_reach_the_master_shows_its_own_problems() {
     );
 }
 
+/// Runs a Python script to its end; what it printed. Fails the test
+/// with its stderr when it fails.
+fn python(code: &str) -> String {
+    let out = std::process::Command::new("python3")
+        .args(["-c", code])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Python: `frame(msg)` makes a protocol frame of a message, `read(s)`
 /// reads one from a socket (None at its end).
 const PY_FRAMES: &str = r#"def frame(msg):
@@ -778,19 +793,8 @@ print(rejected)
         await_rank_0 = AWAIT_RANK_0,
         frames = PY_FRAMES
     );
-    let out = std::process::Command::new("python3")
-        .args(["-c", &code])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        FLOOD.to_string()
-    );
+    let out = python(&code);
+    assert_eq!(out.trim(), FLOOD.to_string());
     let r1 = local("rank1", &args, &env("1", "2", &port));
     let out = [r0.finish(MARGIN), r1.finish(MARGIN)];
     all_exit(&out, 0);
@@ -1403,16 +1407,8 @@ print(answered)
         await_rank_0 = AWAIT_RANK_0,
         frames = PY_FRAMES
     );
-    let out = std::process::Command::new("python3")
-        .args(["-c", &code])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answered: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let out = python(&code);
+    let answered: u32 = out.trim().parse().unwrap();
     // The burst (16) and three seconds at ten a second, with room to spare.
     assert!(answered <= 80, "{answered} guesses answered in 3 s");
     assert!(answered >= 16, "the guesser never got through: {answered}");

@@ -301,11 +301,7 @@ impl Plan {
         // The firewall check reads the probe range where the stage does.
         let env = match (args.cluster.probe_ports, stage) {
             (Some(range), Stage::Full) => {
-                let mut env = env.unwrap_or_else(|| {
-                    std::env::vars_os()
-                        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                        .collect()
-                });
+                let mut env = env.unwrap_or_else(crate::facts::process_env);
                 env.insert(
                     crate::kinds::ports::PROBE_PORTS_VAR.into(),
                     range.to_string(),

@@ -56,6 +56,13 @@ pub struct Facts {
     pub ports: ports::PortProbes,
 }
 
+/// This process's environment, the variables that are text.
+pub fn process_env() -> std::collections::BTreeMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
+}
+
 impl Facts {
     pub fn new(root: PathBuf, env: BTreeMap<String, String>, backends: Vec<Backend>) -> Facts {
         Facts {
@@ -82,10 +89,7 @@ impl Facts {
 
     /// Facts about the real process: its environment, read once.
     pub fn from_process(root: PathBuf, backends: Vec<Backend>) -> Facts {
-        let env = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .collect();
-        Facts::new(root, env, backends)
+        Facts::new(root, process_env(), backends)
     }
 
     /// A user's name from the root's /etc/passwd, else the number.

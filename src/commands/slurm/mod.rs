@@ -96,9 +96,7 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
         )));
     }
     let settings = Settings::load(&Settings::dir_from_env(args.config_dir.as_deref()))?;
-    let env: BTreeMap<String, String> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect();
+    let env: BTreeMap<String, String> = crate::facts::process_env();
     let get = |k: &str| env.get(k).cloned();
     let mode = args.mode;
     let own = node_name(&env)?;
