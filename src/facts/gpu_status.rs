@@ -32,6 +32,20 @@ pub struct GpuStatus {
     pub fabric_state: Option<String>,
     pub fabric_status: Option<String>,
     pub processes: Vec<Process>,
+    /// The driver's index (nvidia-smi's `-i`, NVML's index).
+    pub index: Option<u32>,
+    pub serial: Option<String>,
+    pub product: Option<String>,
+    /// MIG mode is on (dcgmi diag does not run on MIG GPUs).
+    pub mig_enabled: Option<bool>,
+    /// Why the clocks are held down right now (NVIDIA's "clocks event
+    /// reasons", once "throttle reasons"), by their short names
+    /// (`hw_slowdown`, `sw_power_cap`, ...). `None`: not reported.
+    pub clock_events: Option<Vec<String>>,
+    /// The driver asks for a GPU reset before the GPU is used again.
+    pub reset_required: Option<bool>,
+    /// The driver recommends draining the node's work and resetting.
+    pub drain_and_reset: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -96,6 +110,42 @@ fn uncorrectable(ecc: roxmltree::Node) -> Option<u64> {
     total
 }
 
+/// The active reasons under `<clocks_event_reasons>` (R535 and later) or
+/// `<clocks_throttle_reasons>` (earlier), by their short names.
+fn clock_events(gpu: roxmltree::Node) -> Option<Vec<String>> {
+    let (block, prefix) = child(gpu, "clocks_event_reasons")
+        .map(|b| (b, "clocks_event_reason_"))
+        .or_else(|| child(gpu, "clocks_throttle_reasons").map(|b| (b, "clocks_throttle_reason_")))?;
+    let mut active = Vec::new();
+    for reason in block.children().filter(|c| c.is_element()) {
+        let name = reason.tag_name().name();
+        let short = name.strip_prefix(prefix).unwrap_or(name);
+        if reason.text().map(str::trim) == Some("Active") {
+            active.push(short.to_string());
+        }
+    }
+    Some(active)
+}
+
+/// Several `nvidia-smi -q -x` documents one after another, as
+/// `nvidia-smi -q -x -l 1` prints them: one report per sample.
+pub fn parse_xml_samples(source: &str, text: &str) -> Result<Vec<GpuReport>, String> {
+    const END: &str = "</nvidia_smi_log>";
+    let mut samples = Vec::new();
+    let mut rest = text;
+    while let Some(end) = rest.find(END) {
+        let (doc, after) = rest.split_at(end + END.len());
+        samples.push(parse_xml(source, doc.trim_start())?);
+        rest = after;
+    }
+    if samples.is_empty() || !rest.trim().is_empty() {
+        // What is left is a document cut short, or not one at all: the
+        // parser says which, with its place.
+        samples.push(parse_xml(source, rest.trim_start())?);
+    }
+    Ok(samples)
+}
+
 pub fn parse_xml(source: &str, text: &str) -> Result<GpuReport, String> {
     // nvidia-smi writes a DOCTYPE line (nvsmi_device_v12.dtd).
     let options = roxmltree::ParsingOptions {
@@ -147,6 +197,16 @@ pub fn parse_xml(source: &str, text: &str) -> Result<GpuReport, String> {
             fabric_state: text_at(gpu, &["fabric", "state"]),
             fabric_status: text_at(gpu, &["fabric", "status"]),
             processes,
+            index: text_at(gpu, &["minor_number"]).and_then(|t| t.parse().ok()),
+            serial: text_at(gpu, &["serial"]),
+            product: text_at(gpu, &["product_name"]),
+            mig_enabled: yes_no(text_at(gpu, &["mig_mode", "current_mig"])),
+            clock_events: clock_events(gpu),
+            reset_required: yes_no(text_at(gpu, &["gpu_reset_status", "reset_required"])),
+            drain_and_reset: yes_no(text_at(
+                gpu,
+                &["gpu_reset_status", "drain_and_reset_recommended"],
+            )),
         });
     }
     gpus.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
@@ -159,9 +219,10 @@ pub fn parse_xml(source: &str, text: &str) -> Result<GpuReport, String> {
 
 /// Runs `nvidia-smi -q -x`. The caller's timeout bounds it; dropping the
 /// future kills the child, so a hung nvidia-smi does not outlive the check.
-pub async fn run_nvidia_smi() -> Result<GpuReport, String> {
+pub async fn run_nvidia_smi(args: &[&str]) -> Result<GpuReport, String> {
+    let shown = format!("nvidia-smi {}", args.join(" "));
     let output = tokio::process::Command::new("nvidia-smi")
-        .args(["-q", "-x"])
+        .args(args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output()
@@ -174,13 +235,9 @@ pub async fn run_nvidia_smi() -> Result<GpuReport, String> {
         let err = String::from_utf8_lossy(&output.stderr);
         let out = String::from_utf8_lossy(&output.stdout);
         let why = if err.trim().is_empty() { out } else { err };
-        return Err(format!(
-            "nvidia-smi -q -x failed ({}): {}",
-            output.status,
-            why.trim()
-        ));
+        return Err(format!("{shown} failed ({}): {}", output.status, why.trim()));
     }
-    parse_xml("nvidia-smi -q -x", &String::from_utf8_lossy(&output.stdout))
+    parse_xml(&shown, &String::from_utf8_lossy(&output.stdout))
 }
 
 #[cfg(test)]

@@ -13,6 +13,9 @@ pub struct Xid {
     pub code: u32,
     /// The rest of the line after the code.
     pub detail: String,
+    /// Seconds since boot, where the line carries a timestamp (a /dev/kmsg
+    /// record's microseconds, dmesg's `[  812.331]`).
+    pub at: Option<f64>,
 }
 
 /// Every Xid line in a log, in order; other lines are ignored. Takes
@@ -22,7 +25,9 @@ pub fn parse(text: &str) -> Vec<Xid> {
 }
 
 fn parse_line(line: &str) -> Option<Xid> {
-    let rest = &line[line.find("NVRM: Xid (")? + "NVRM: Xid (".len()..];
+    let start = line.find("NVRM: Xid (")?;
+    let at = timestamp(&line[..start]);
+    let rest = &line[start + "NVRM: Xid (".len()..];
     let (bus, rest) = rest.split_once("):")?;
     let bus = bus.trim().trim_start_matches("PCI:").to_ascii_lowercase();
     let rest = rest.trim_start();
@@ -32,7 +37,23 @@ fn parse_line(line: &str) -> Option<Xid> {
         .trim_start_matches(',')
         .trim()
         .to_string();
-    Some(Xid { bus, code, detail })
+    Some(Xid {
+        bus,
+        code,
+        detail,
+        at,
+    })
+}
+
+/// The time before a message: a /dev/kmsg record's prefix
+/// (`PRI,SEQ,USEC,FLAGS;`) or dmesg's `[  SECONDS.FRACTION]`.
+fn timestamp(prefix: &str) -> Option<f64> {
+    if let Some((fields, _)) = prefix.split_once(';') {
+        let usec: u64 = fields.split(',').nth(2)?.trim().parse().ok()?;
+        return Some(usec as f64 / 1e6);
+    }
+    let inside = prefix.trim_start().strip_prefix('[')?.split_once(']')?.0;
+    inside.trim().parse::<f64>().ok().filter(|s| s.is_finite())
 }
 
 /// Reads what /dev/kmsg holds now. Each read returns one record; the
@@ -82,6 +103,8 @@ mod tests {
         assert!(xids[0].detail.ends_with("GPU has fallen off the bus."));
         assert_eq!(xids[1].bus, "0000:9d:00");
         assert_eq!(xids[1].code, 48);
+        assert_eq!(xids[0].at, Some(5.679e-3));
+        assert_eq!(xids[1].at, Some(812.331));
     }
 
     #[test]

@@ -13,12 +13,13 @@ pub mod launch;
 pub mod limits;
 pub mod meminfo;
 pub mod nvidia;
-mod nvml;
+pub mod nvml;
 pub mod pci;
 pub mod ports;
 pub mod procs;
 pub mod shared_library;
 pub mod visible;
+pub mod xid;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -209,7 +210,7 @@ impl Facts {
                     Ok(report) => return Ok(report),
                     Err(e) => e,
                 };
-                match gpu_status::run_nvidia_smi().await {
+                match gpu_status::run_nvidia_smi(&["-q", "-x"]).await {
                     Ok(report) => Ok(report),
                     Err(e) => Err(format!("{nvml_error}; {e}")),
                 }

@@ -2,9 +2,11 @@
 //! with the driver, so a node without it simply has no NVML, and that is an
 //! error value here, never a failure to start.
 
-use nvml_wrapper::Nvml;
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
-use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::{Device, Nvml};
 
 use super::gpu_status::{GpuReport, GpuStatus, Process};
 use super::pci::normalize_bus_id;
@@ -53,6 +55,13 @@ pub fn report() -> Result<GpuReport, String> {
             fabric_state: None,
             fabric_status: None,
             processes,
+            index: Some(index),
+            serial: device.serial().ok(),
+            product: device.name().ok(),
+            mig_enabled: device.mig_mode().ok().map(|m| m.current == MIG_ENABLE),
+            clock_events: device.current_throttle_reasons().ok().map(clock_events),
+            reset_required: field_flag(&device, FI_RESET_STATUS),
+            drain_and_reset: field_flag(&device, FI_DRAIN_AND_RESET_STATUS),
         });
     }
     gpus.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
@@ -61,6 +70,75 @@ pub fn report() -> Result<GpuReport, String> {
         driver_version: nvml.sys_driver_version().ok(),
         gpus,
     })
+}
+
+/// NVML's field ids (nvml.h) for the reset status nvidia-smi shows as
+/// `gpu_reset_status` (R550 and later; older drivers say not supported).
+const FI_RESET_STATUS: u32 = 226;
+const FI_DRAIN_AND_RESET_STATUS: u32 = 227;
+/// `NVML_DEVICE_MIG_ENABLE`.
+const MIG_ENABLE: u32 = 1;
+
+/// A yes/no field value; `None` where this driver or GPU has no such field.
+fn field_flag(device: &Device, id: u32) -> Option<bool> {
+    let sample = device
+        .field_values_for(&[FieldId(id)])
+        .ok()?
+        .into_iter()
+        .next()?
+        .ok()?;
+    match sample.value.ok()? {
+        SampleValue::U32(v) => Some(v != 0),
+        SampleValue::U64(v) => Some(v != 0),
+        SampleValue::I64(v) => Some(v != 0),
+        SampleValue::F64(_) => None,
+    }
+}
+
+/// NVML's reason bits by the short names nvidia-smi's XML uses.
+fn clock_events(reasons: ThrottleReasons) -> Vec<String> {
+    [
+        (ThrottleReasons::GPU_IDLE, "gpu_idle"),
+        (
+            ThrottleReasons::APPLICATIONS_CLOCKS_SETTING,
+            "applications_clocks_setting",
+        ),
+        (ThrottleReasons::SW_POWER_CAP, "sw_power_cap"),
+        (ThrottleReasons::HW_SLOWDOWN, "hw_slowdown"),
+        (ThrottleReasons::SYNC_BOOST, "sync_boost"),
+        (ThrottleReasons::SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"),
+        (ThrottleReasons::HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"),
+        (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "hw_power_brake_slowdown"),
+        (ThrottleReasons::DISPLAY_CLOCK_SETTING, "display_clocks_setting"),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| reasons.contains(*bit))
+    .map(|(_, name)| name.to_string())
+    .collect()
+}
+
+/// The clock event reasons of every GPU, by bus id, read now: one sample
+/// of a throttle check.
+pub fn clock_events_now() -> Result<Vec<(u32, String, Vec<String>)>, String> {
+    let nvml = Nvml::init().map_err(|e| format!("NVML is not available: {e}"))?;
+    let count = nvml
+        .device_count()
+        .map_err(|e| format!("NVML cannot count GPUs: {e}"))?;
+    let mut out = Vec::new();
+    for index in 0..count {
+        let device = nvml
+            .device_by_index(index)
+            .map_err(|e| format!("NVML cannot open GPU {index}: {e}"))?;
+        let bus = device
+            .pci_info()
+            .map(|p| normalize_bus_id(&p.bus_id))
+            .map_err(|e| format!("NVML cannot read GPU {index}'s bus id: {e}"))?;
+        let reasons = device
+            .current_throttle_reasons()
+            .map_err(|e| format!("NVML cannot read GPU {index}'s clock event reasons: {e}"))?;
+        out.push((index, bus, clock_events(reasons)));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

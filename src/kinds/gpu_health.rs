@@ -1,11 +1,13 @@
 //! `gpu_health`: the NVIDIA GPUs are fit to start a job: persistence mode,
-//! no uncorrectable ECC errors or pending row remaps, no Xid faults in the
+//! no uncorrectable ECC errors or pending row remaps, no reset the driver
+//! asks for, clocks not held down by the hardware, no Xid faults in the
 //! kernel log, no memory held by other processes, and free memory balanced
 //! across the local GPUs (SGLang refuses to start otherwise: "The memory
 //! capacity is unbalanced. Some GPUs may be occupied by other processes.").
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -13,16 +15,16 @@ use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, parse_params,
     problems_and_unchecked,
 };
-use crate::facts::gpu_status::GpuStatus;
+use crate::facts::gpu_status::{self, GpuStatus};
 use crate::facts::visible::{self, Entry};
-use crate::facts::{Facts, GpuReport, Vendor, amdgpu, kmsg};
+use crate::facts::{Facts, GpuReport, Vendor, amdgpu, kmsg, nvidia, nvml, xid};
 use crate::result::Finding;
-use crate::values::{Bytes, format_bytes};
+use crate::values::{Bytes, Span, format_bytes};
 
 pub const KIND: KindInfo = KindInfo {
     name: "gpu_health",
     area: "accelerators",
-    summary: "NVIDIA and AMD GPUs: persistence mode, uncorrectable ECC errors, pending row remaps, Xid errors in the kernel log, memory used by other processes, free memory balanced across GPUs.",
+    summary: "NVIDIA and AMD GPUs: persistence mode, uncorrectable ECC errors, pending row remaps, a reset the driver requires, clocks held down by the hardware, Xid errors in the kernel log (by the action each needs), memory used by other processes, free memory balanced across GPUs.",
     params: &[
         ParamDoc {
             name: "vendor",
@@ -49,6 +51,36 @@ pub const KIND: KindInfo = KindInfo {
             doc: "No GPU may have a row remap (or page retirement) pending a reset, or a failed remap.",
         },
         ParamDoc {
+            name: "reset_required",
+            ty: "bool",
+            default: Some("false"),
+            doc: "No GPU may be marked by the driver as needing a reset, or its node a drain and reset (nvidia-smi's gpu_reset_status, NVML's reset status fields; R550 and later).",
+        },
+        ParamDoc {
+            name: "throttle",
+            ty: "bool",
+            default: Some("false"),
+            doc: "No GPU's clocks may be held down for a reason in throttle_reasons in most of the samples taken (a single sample misleads).",
+        },
+        ParamDoc {
+            name: "throttle_reasons",
+            ty: "list of strings",
+            default: Some("[hw_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown]"),
+            doc: "The clock event reasons that fail, by nvidia-smi's short names. gpu_idle, sw_power_cap and the clock settings are normal and left out.",
+        },
+        ParamDoc {
+            name: "samples",
+            ty: "integer",
+            default: Some("3"),
+            doc: "Clock event samples taken for `throttle`, sample_interval apart (a recorded nvidia_smi_xml holds its own: one document per sample, as `nvidia-smi -q -x -l 1` writes them).",
+        },
+        ParamDoc {
+            name: "sample_interval",
+            ty: "duration",
+            default: Some("500ms"),
+            doc: "Time between two clock event samples.",
+        },
+        ParamDoc {
             name: "xid",
             ty: "bool",
             default: Some("false"),
@@ -59,6 +91,18 @@ pub const KIND: KindInfo = KindInfo {
             ty: "list of integers",
             default: Some("[13, 31, 43, 45]"),
             doc: "Xids that an application causes (exceptions, MMU faults, stopped or killed work) rather than the hardware.",
+        },
+        ParamDoc {
+            name: "nvlink_xids",
+            ty: "list of integers",
+            default: Some("[74, 144, 145, 146, 147, 148, 149, 150]"),
+            doc: "Xids read as NVLink faults: each is reported with nvlink_action instead of its catalog action (on systems where an NVLink fault means something else to the site, or where the nvlink check owns them).",
+        },
+        ParamDoc {
+            name: "nvlink_action",
+            ty: "restart_app|reset_gpu|reboot|contact_support|ignore",
+            default: Some("reset_gpu"),
+            doc: "The action an NVLink Xid asks for (NVIDIA's catalog: reset the GPU, and contact support if it recurs).",
         },
         ParamDoc {
             name: "max_used",
@@ -85,12 +129,30 @@ pub const KIND: KindInfo = KindInfo {
             doc: "A saved kernel log (dmesg or /dev/kmsg records) to search for Xid errors, relative to the working directory.",
         },
     ],
-    hint_vars: &["gpus"],
+    hint_vars: &["gpus", "action"],
     parse: parse_params::<GpuHealth>,
 };
 
 fn default_ignored() -> Vec<u32> {
     vec![13, 31, 43, 45]
+}
+
+fn default_nvlink_xids() -> Vec<u32> {
+    xid::NVLINK_XIDS.to_vec()
+}
+
+fn default_throttle_reasons() -> Vec<String> {
+    ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn default_samples() -> u32 {
+    3
+}
+
+fn default_sample_interval() -> Span {
+    Span(Duration::from_millis(500))
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -105,9 +167,23 @@ pub struct GpuHealth {
     #[serde(default)]
     remapped_rows: bool,
     #[serde(default)]
+    reset_required: bool,
+    #[serde(default)]
+    throttle: bool,
+    #[serde(default = "default_throttle_reasons")]
+    throttle_reasons: Vec<String>,
+    #[serde(default = "default_samples")]
+    samples: u32,
+    #[serde(default = "default_sample_interval")]
+    sample_interval: Span,
+    #[serde(default)]
     xid: bool,
     #[serde(default = "default_ignored")]
     ignore_xids: Vec<u32>,
+    #[serde(default = "default_nvlink_xids")]
+    nvlink_xids: Vec<u32>,
+    #[serde(default)]
+    nvlink_action: Option<xid::Action>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_used: Option<Bytes>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,14 +206,30 @@ impl Params for GpuHealth {
         {
             return Err(format!("`min_free_ratio` must be in (0, 1], found {r}"));
         }
+        if !(1..=20).contains(&self.samples) {
+            return Err(format!("`samples` must be 1 to 20, found {}", self.samples));
+        }
+        if self.sample_interval.0 > Duration::from_secs(10) {
+            return Err("`sample_interval` must be at most 10s".into());
+        }
+        for reason in &self.throttle_reasons {
+            if !CLOCK_EVENT_REASONS.contains(&reason.as_str()) {
+                return Err(format!(
+                    "`throttle_reasons` names `{reason}`, which is none of {}",
+                    CLOCK_EVENT_REASONS.join(", ")
+                ));
+            }
+        }
         if !self.persistence
             && self.max_uncorrectable_ecc.is_none()
             && !self.remapped_rows
+            && !self.reset_required
+            && !self.throttle
             && !self.xid
             && self.max_used.is_none()
             && self.min_free_ratio.is_none()
         {
-            return Err("gpu_health needs something to check: persistence, max_uncorrectable_ecc, remapped_rows, xid, max_used or min_free_ratio".into());
+            return Err("gpu_health needs something to check: persistence, max_uncorrectable_ecc, remapped_rows, reset_required, throttle, xid, max_used or min_free_ratio".into());
         }
         Ok(())
     }
@@ -210,6 +302,32 @@ fn amd_report(facts: &Facts) -> Result<GpuReport, String> {
     amdgpu::report(&gpus)
 }
 
+/// The clock event reasons NVIDIA reports, by nvidia-smi's short names.
+const CLOCK_EVENT_REASONS: &[&str] = &[
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "display_clocks_setting",
+];
+
+/// A GPU as operators name it: the driver's index (nvidia-smi -i) and
+/// its bus id.
+pub fn gpu_name(g: &GpuStatus) -> String {
+    match g.index {
+        Some(i) => format!("GPU {i} ({})", g.bus_id),
+        None => g.bus_id.clone(),
+    }
+}
+
+/// Clock event reasons of every GPU, one entry per sample: (the GPU's
+/// name, active reasons).
+type ClockSamples = Vec<Vec<(String, Vec<String>)>>;
+
 impl GpuHealth {
     /// Only NVIDIA concepts asked for: nothing applies to AMD.
     fn nvidia_only(&self) -> bool {
@@ -222,8 +340,83 @@ impl GpuHealth {
         self.persistence
             || self.max_uncorrectable_ecc.is_some()
             || self.remapped_rows
+            || self.reset_required
             || self.max_used.is_some()
             || self.min_free_ratio.is_some()
+    }
+
+    /// The clock event samples: a recording's documents, else NVML (else
+    /// nvidia-smi) read `samples` times. `None`: nothing to read under
+    /// --root.
+    async fn clock_samples(&self, facts: &Facts) -> Option<Result<ClockSamples, String>> {
+        let of = |r: &GpuReport| -> Vec<(String, Vec<String>)> {
+            r.gpus
+                .iter()
+                .filter_map(|g| Some((gpu_name(g), g.clock_events.clone()?)))
+                .collect()
+        };
+        if let Some(path) = &self.nvidia_smi_xml {
+            let path = path.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                let shown = path.display().to_string();
+                std::fs::read_to_string(&path)
+                    .map_err(|e| format!("cannot read {shown}: {e}"))
+                    .and_then(|text| gpu_status::parse_xml_samples(&shown, &text))
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("reading the recording crashed: {e}")));
+            return Some(read.map(|reports| reports.iter().map(of).collect()));
+        }
+        if !facts.is_live() {
+            return None;
+        }
+        let mut samples = Vec::new();
+        for n in 0..self.samples {
+            if n > 0 {
+                tokio::time::sleep(self.sample_interval.0).await;
+            }
+            let now = match tokio::task::spawn_blocking(nvml::clock_events_now).await {
+                Ok(Ok(sample)) => sample
+                    .into_iter()
+                    .map(|(index, bus, reasons)| (format!("GPU {index} ({bus})"), reasons))
+                    .collect(),
+                // No NVML: nvidia-smi reads the same counters.
+                _ => match gpu_status::run_nvidia_smi(&["-q", "-x", "-d", "PERFORMANCE"]).await {
+                    Ok(r) => of(&r),
+                    Err(e) => return Some(Err(e)),
+                },
+            };
+            samples.push(now);
+        }
+        Some(Ok(samples))
+    }
+
+    /// GPUs whose clocks were held down for a watched reason in most
+    /// samples. A reason seen in fewer is noted, not failed.
+    fn throttle_checks(&self, samples: &ClockSamples, problems: &mut Vec<String>, notes: &mut Vec<String>) {
+        let n = samples.len();
+        let mut counts: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
+        for sample in samples {
+            for (bus, reasons) in sample {
+                for r in reasons.iter().filter(|r| self.throttle_reasons.contains(r)) {
+                    *counts.entry((bus.as_str(), r.as_str())).or_default() += 1;
+                }
+            }
+        }
+        let mut passing = Vec::new();
+        for ((gpu, reason), seen) in counts {
+            let text = format!("{gpu}: {reason} in {seen} of {n} sample{}", if n == 1 { "" } else { "s" });
+            if seen * 2 > n {
+                problems.push(format!("{text}: clocks held down by the hardware"));
+            } else {
+                passing.push(text);
+            }
+        }
+        if !passing.is_empty() {
+            notes.push(format!("once, not repeated: {}", passing.join(", ")));
+        }
+        let gpus = samples.iter().map(Vec::len).max().unwrap_or(0);
+        notes.push(format!("clock event reasons of {gpus} GPUs in {n} sample{}", if n == 1 { "" } else { "s" }));
     }
 
     fn report_checks(
@@ -245,6 +438,14 @@ impl GpuHealth {
                     "{bus}: {n} uncorrectable ECC error{} (at most {max})",
                     if n == 1 { "" } else { "s" }
                 ));
+            }
+            if self.reset_required {
+                let who = gpu_name(g);
+                if g.reset_required == Some(true) {
+                    problems.push(format!("{who}: the driver requires a GPU reset before further use"));
+                } else if g.drain_and_reset == Some(true) {
+                    problems.push(format!("{who}: the driver recommends draining its work and resetting the GPU"));
+                }
             }
             if self.remapped_rows {
                 if g.remap_failure == Some(true) {
@@ -343,6 +544,7 @@ impl GpuHealth {
         facts: &Facts,
         vendor: Result<Vendor, String>,
         report: Option<Result<GpuReport, String>>,
+        clocks: Option<Result<ClockSamples, String>>,
     ) -> Finding {
         let vendor = match vendor {
             Ok(v) => v,
@@ -366,11 +568,23 @@ impl GpuHealth {
         let mut unreadable: Vec<String> = Vec::new();
         let mut source = None;
         let mut denied: Option<String> = None;
+        let mut actions: Vec<xid::Action> = Vec::new();
+        let mut reset_unreported = false;
         if self.needs_report() {
             match report {
                 Some(Ok(r)) => {
                     self.report_checks(facts, vendor, &r, &mut problems);
                     notes.push(format!("{} GPUs from {}", r.gpus.len(), r.source));
+                    reset_unreported = self.reset_required
+                        && r.gpus
+                            .iter()
+                            .all(|g| g.reset_required.is_none() && g.drain_and_reset.is_none());
+                    if reset_unreported {
+                        notes.push(format!("{} reports no reset status (drivers from R550 do)", r.source));
+                    }
+                    if self.reset_required && problems.iter().any(|p| p.contains("reset")) {
+                        actions.push(xid::Action::ResetGpu);
+                    }
                     source = Some(r.source);
                 }
                 Some(Err(e)) => unreadable.push(e),
@@ -382,6 +596,18 @@ impl GpuHealth {
                 None => notes.push("no GPU data under --root".into()),
             }
         }
+        if self.throttle && vendor == Vendor::Nvidia {
+            match clocks {
+                Some(Ok(samples)) => self.throttle_checks(&samples, &mut problems, &mut notes),
+                Some(Err(e)) => unreadable.push(e),
+                None if !self.xid && !self.needs_report() => {
+                    return Finding::skip(
+                        "no GPU data under --root: set nvidia_smi_xml to a recorded `nvidia-smi -q -x` (one document per sample)",
+                    );
+                }
+                None => notes.push("no clock data under --root".into()),
+            }
+        }
         if self.xid && vendor == Vendor::Nvidia {
             match self.kernel_log(facts) {
                 Ok(Some(text)) => {
@@ -389,11 +615,19 @@ impl GpuHealth {
                         .into_iter()
                         .filter(|x| !self.ignore_xids.contains(&x.code))
                         .collect();
-                    for x in &xids {
-                        problems.push(format!("{}.0: Xid {}: {}", x.bus, x.code, x.detail));
+                    let groups = xid::group(&xids, &self.nvlink_xids, Some(self.nvlink_action()));
+                    let driver = nvidia::driver_gpus(&facts.host_path("/proc/driver/nvidia/gpus"));
+                    for g in groups.iter().filter(|g| g.action > xid::Action::Ignore) {
+                        problems.push(xid_problem(g, &driver));
+                        actions.push(g.action);
                     }
-                    if xids.is_empty() {
-                        notes.push("no Xid errors".into());
+                    let ignored = groups.iter().filter(|g| g.action == xid::Action::Ignore).count();
+                    if groups.len() == ignored {
+                        notes.push(if ignored == 0 {
+                            "no Xid errors".to_string()
+                        } else {
+                            format!("{ignored} informational Xid{} only", if ignored == 1 { "" } else { "s" })
+                        });
                     }
                 }
                 Ok(None) if source.is_none() && unreadable.is_empty() => {
@@ -407,6 +641,20 @@ impl GpuHealth {
             }
         }
         let count = problems.len();
+        if problems.is_empty()
+            && unreadable.is_empty()
+            && reset_unreported
+            && !self.throttle
+            && !self.xid
+            && !self.persistence
+            && !self.remapped_rows
+            && self.max_uncorrectable_ecc.is_none()
+            && self.max_used.is_none()
+            && self.min_free_ratio.is_none()
+        {
+            return Finding::skip(notes.join("; "));
+        }
+        let action = actions.iter().max().map_or("", |a| a.words());
         let finding = if !problems.is_empty() {
             let unreadable: Vec<&str> = unreadable.iter().map(String::as_str).collect();
             problems_and_unchecked(&problems, &unreadable).measured(format!(
@@ -431,7 +679,38 @@ impl GpuHealth {
         finding
             .var("gpus", gpus.join(", "))
             .var("source", source.unwrap_or_default())
+            .var("action", action)
     }
+
+    fn nvlink_action(&self) -> xid::Action {
+        self.nvlink_action.unwrap_or(xid::Action::ResetGpu)
+    }
+}
+
+/// "GPU 3 (0000:5d:00.0) Xid 79 (fallen off the bus): reboot; 2 times,
+/// 812.3 s to 900.0 s after boot; first: <the driver's words>". The GPU's
+/// index is its place in bus order among the driver's GPUs (nvidia-smi's
+/// order); a GPU the driver lost is named by its bus id.
+fn xid_problem(g: &xid::Group, driver: &[nvidia::DriverGpu]) -> String {
+    let bus = format!("{}.0", g.bus);
+    let who = match driver.iter().position(|d| d.bus_id == bus) {
+        Some(i) => format!("GPU {i} ({bus})"),
+        None => bus,
+    };
+    let mut text = format!("{who} Xid {} ({}): {}", g.code, g.name, g.action.words());
+    let when = |s: f64| format!("{s:.1} s");
+    match (g.count, g.first, g.last) {
+        (1, Some(at), _) => text.push_str(&format!(", at {} after boot", when(at))),
+        (1, None, _) => {}
+        (n, Some(first), Some(last)) => text.push_str(&format!(
+            "; {n} times, {} to {} after boot",
+            when(first),
+            when(last)
+        )),
+        (n, _, _) => text.push_str(&format!("; {n} times")),
+    }
+    text.push_str(&format!(": {}", g.detail));
+    text
 }
 
 /// Why the kernel log could not be read.
@@ -466,7 +745,11 @@ impl Probe for GpuHealth {
                 }
                 _ => None,
             };
-            tokio::task::spawn_blocking(move || self.check(&facts, vendor, report))
+            let clocks = match vendor {
+                Ok(Vendor::Nvidia) if self.throttle => self.clock_samples(&facts).await,
+                _ => None,
+            };
+            tokio::task::spawn_blocking(move || self.check(&facts, vendor, report, clocks))
                 .await
                 .unwrap_or_else(|e| Finding::error(format!("probe crashed: {e}")))
         })

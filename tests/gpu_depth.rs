@@ -1,0 +1,180 @@
+//! The GPU checks below the driver, on recorded outputs of NVIDIA's tools
+//! (fixtures/nvidia-tools and the H100 fixture trees), run by the real
+//! binary: clock throttling, reset required, Xids by the action they need,
+//! DCGM diagnostics in every JSON shape, NVLink per link. tests/gpu/
+//! runs the same checks on a real GPU.
+
+use std::path::PathBuf;
+
+#[path = "support/fixture_run.rs"]
+mod fixture_run;
+use fixture_run::*;
+
+fn tools(name: &str) -> PathBuf {
+    fixture("nvidia-tools").join(name)
+}
+
+/// Clock event reasons: what repeats in most samples fails, a blip in one
+/// sample is noted, the software power cap and idle are normal; both the
+/// R535+ names and the older `clocks_throttle_reasons` are read.
+#[test]
+fn throttling_fails_only_what_repeats_in_either_layout() {
+    let checklist = format!(
+        "checks:\n  - {{id: thermal, kind: gpu_health, throttle: true, nvidia_smi_xml: \"{}\"}}\n  - {{id: old, kind: gpu_health, throttle: true, nvidia_smi_xml: \"{}\"}}\n  - {{id: healthy, kind: gpu_health, throttle: true, nvidia_smi_xml: \"{{fixture}}/nvidia-smi-q.xml\"}}\n  - {{id: power_cap_too, kind: gpu_health, throttle: true, throttle_reasons: [sw_power_cap], nvidia_smi_xml: \"{}\"}}\n",
+        tools("throttle-thermal.xml").display(),
+        tools("throttle-old-names.xml").display(),
+        tools("throttle-thermal.xml").display(),
+    );
+    let r = run("h100-ib-healthy", &checklist);
+    assert_eq!(r.status("thermal"), "fail");
+    assert_eq!(
+        r.message("thermal"),
+        "GPU 2 (0000:3a:00.0): hw_thermal_slowdown in 3 of 3 samples: clocks held down by the hardware"
+    );
+    assert_eq!(r.status("old"), "fail");
+    assert_eq!(
+        r.message("old"),
+        "GPU 7 (0000:db:00.0): hw_power_brake_slowdown in 2 of 2 samples: clocks held down by the hardware"
+    );
+    assert_eq!(r.status("healthy"), "pass", "{}", r.message("healthy"));
+    assert_eq!(
+        r.message("healthy"),
+        "clock event reasons of 8 GPUs in 1 sample"
+    );
+    // The blip on GPU 5 is named where nothing else failed on it.
+    let all = run(
+        "h100-ib-healthy",
+        &format!(
+            "checks:\n  - {{id: t, kind: gpu_health, throttle: true, throttle_reasons: [hw_slowdown], nvidia_smi_xml: \"{}\"}}\n",
+            tools("throttle-thermal.xml").display()
+        ),
+    );
+    assert_eq!(all.status("t"), "pass");
+    assert_eq!(
+        all.message("t"),
+        "once, not repeated: GPU 5 (0000:ab:00.0): hw_slowdown in 1 of 3 samples; clock event reasons of 8 GPUs in 3 samples"
+    );
+    assert_eq!(r.status("power_cap_too"), "fail");
+    assert!(
+        r.message("power_cap_too")
+            .contains("GPU 0 (0000:18:00.0): sw_power_cap in 3 of 3 samples")
+    );
+}
+
+/// An unknown reason name is a located configuration error, not a check
+/// that can never fail.
+#[test]
+fn an_unknown_throttle_reason_is_a_located_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.yaml");
+    std::fs::write(
+        &file,
+        "checks:\n  - id: t\n    kind: gpu_health\n    throttle: true\n    throttle_reasons: [hw_slowdwn]\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["check", "--no-shipped", "--checks"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("c.yaml:5:"), "{err}");
+    assert!(err.contains("`hw_slowdwn`"), "{err}");
+}
+
+/// The driver's reset status: the broken tree's GPU 5 needs a reset.
+#[test]
+fn a_gpu_the_driver_wants_reset_is_named_with_the_action() {
+    let checklist = "checks:\n  - {id: reset, kind: gpu_health, reset_required: true, nvidia_smi_xml: \"{fixture}/nvidia-smi-q.xml\", hint: \"{action}\"}\n";
+    let r = run("h100-ib-broken", checklist);
+    assert_eq!(r.status("reset"), "fail");
+    assert_eq!(
+        r.message("reset"),
+        "GPU 5 (0000:ba:00.0): the driver requires a GPU reset before further use"
+    );
+    assert_eq!(r.check("reset")["hint"], "reset the GPU");
+    let healthy = run("h100-ib-healthy", checklist);
+    assert_eq!(healthy.status("reset"), "pass");
+}
+
+/// A kernel log with the same Xid 800,000 times (a real failure mode: an
+/// uncontained ECC error repeating) is one finding with a count and the
+/// first and last time, worst action first, and the drain reason reads
+/// "GPU N Xid C (name): action".
+#[test]
+fn a_flood_of_one_xid_is_one_finding_with_its_count_and_action() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kmsg");
+    let mut text = String::new();
+    for i in 0..800_000u64 {
+        text.push_str(&format!(
+            "3,{},{},-;NVRM: Xid (PCI:0000:18:00): 95, pid=4242, name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No\n",
+            1000 + i,
+            5_000_000 + i * 1000
+        ));
+    }
+    text.push_str("3,900000,9000000000,-;NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n");
+    text.push_str("3,900001,9000000001,-;NVRM: Xid (PCI:0000:5d:00): 92, pid='<unknown>', name=<unknown>, High single-bit ECC error rate\n");
+    std::fs::write(&log, text).unwrap();
+    let checklist = format!(
+        "checks:\n  - {{id: xid, kind: gpu_health, xid: true, kernel_log: \"{}\", hint: \"{{action}}\"}}\n",
+        log.display()
+    );
+    let started = std::time::Instant::now();
+    let r = run("h100-ib-healthy", &checklist);
+    let took = started.elapsed();
+    assert_eq!(r.status("xid"), "fail");
+    assert_eq!(
+        r.message("xid"),
+        "GPU 2 (0000:3a:00.0) Xid 79 (fallen off the bus): reboot, at 9000.0 s after boot: pid='<unknown>', name=<unknown>, GPU has fallen off the bus.; \
+         GPU 0 (0000:18:00.0) Xid 95 (uncontained ECC error): reset the GPU; 800000 times, 5.0 s to 805.0 s after boot: pid=4242, name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No"
+    );
+    // The worst action is the hint's.
+    assert_eq!(r.check("xid")["hint"], "reboot");
+    // 800,000 lines (90 MB) are read in one pass: a generous bound that a
+    // quadratic grouping would break.
+    assert!(took.as_secs() < 60, "took {took:?}");
+}
+
+/// The broken tree's Xids, as the Slurm drain reason would start.
+#[test]
+fn the_broken_trees_xids_name_gpu_action_and_time() {
+    let r = run(
+        "h100-ib-broken",
+        "checks:\n  - {id: xid, kind: gpu_health, xid: true}\n",
+    );
+    assert_eq!(
+        r.message("xid"),
+        "0000:9a:00.0 Xid 79 (fallen off the bus): reboot, at 4254.2 s after boot: pid='<unknown>', name=<unknown>, GPU has fallen off the bus.; \
+         GPU 5 (0000:ba:00.0) Xid 48 (double-bit ECC error): reset the GPU, at 20211.9 s after boot: pid=3098871, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.; \
+         GPU 5 (0000:ba:00.0) Xid 63 (ECC page retirement or row remap recorded): reset the GPU, at 20211.9 s after boot: pid='<unknown>', name=<unknown>, Row Remapper: New row (0x00000000000035c1) is marked for remapping, reset gpu to activate."
+    );
+}
+
+/// NVLink Xids take the site's action; `ignore_xids` still wins.
+#[test]
+fn nvlink_xids_are_configurable() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("dmesg");
+    std::fs::write(
+        &log,
+        "[  10.000000] NVRM: Xid (PCI:0000:18:00): 74, pid=1, name=python3, NVLink: fatal error detected on link 3\n\
+         [  11.000000] NVRM: Xid (PCI:0000:2a:00): 145, pid=1, name=python3, RLW error\n",
+    )
+    .unwrap();
+    let l = log.display();
+    let r = run(
+        "h100-ib-healthy",
+        &format!(
+            "checks:\n  - {{id: default, kind: gpu_health, xid: true, kernel_log: \"{l}\"}}\n  - {{id: support, kind: gpu_health, xid: true, nvlink_action: contact_support, kernel_log: \"{l}\"}}\n  - {{id: only74, kind: gpu_health, xid: true, nvlink_xids: [74], nvlink_action: contact_support, kernel_log: \"{l}\"}}\n  - {{id: ignored, kind: gpu_health, xid: true, ignore_xids: [74, 145], kernel_log: \"{l}\"}}\n"
+        ),
+    );
+    assert!(r.message("default").starts_with(
+        "GPU 0 (0000:18:00.0) Xid 74 (NVLink error): reset the GPU, at 10.0 s after boot"
+    ), "{}", r.message("default"));
+    assert!(r.message("support").starts_with("GPU 0 (0000:18:00.0) Xid 74 (NVLink error): contact support"));
+    assert!(r.message("support").contains("GPU 1 (0000:2a:00.0) Xid 145 (NVLink RLW error): contact support"));
+    assert!(r.message("only74").contains("Xid 145 (NVLink RLW error): reset the GPU"));
+    assert_eq!(r.status("ignored"), "pass");
+}
