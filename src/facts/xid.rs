@@ -1,7 +1,7 @@
 //! What an Xid asks the operator to do, from NVIDIA's Xid catalog
-//! ("Immediate Action" / resolution bucket: RESTART_APP, RESET_GPU,
-//! RESTART_BM, CONTACT_SUPPORT, IGNORE and the workflows that end in one
-//! of them), and a kernel log's Xid lines grouped so that a node that
+//! (docs.nvidia.com/deploy/xid-errors, the "Resolution Bucket (Immediate
+//! Action)" column: RESTART_APP, RESET_GPU, RESTART_BM, CHECK_MECHANICALS,
+//! CONTACT_SUPPORT, IGNORE and the workflows that end in one of them), and a kernel log's Xid lines grouped so that a node that
 //! logged the same Xid 800,000 times is one finding with a count.
 
 use std::collections::BTreeMap;
@@ -22,6 +22,9 @@ pub enum Action {
     ResetGpu,
     /// Reboot the node (NVIDIA's RESTART_BM: restart the bare-metal host).
     Reboot,
+    /// Someone must look at the hardware (CHECK_MECHANICALS: power
+    /// cables, seating).
+    CheckHardware,
     /// The hardware needs service: drain and open a case with NVIDIA or
     /// the system vendor.
     ContactSupport,
@@ -35,6 +38,7 @@ impl Action {
             Action::RestartApp => "restart the application",
             Action::ResetGpu => "reset the GPU",
             Action::Reboot => "reboot",
+            Action::CheckHardware => "check the hardware (power cables, seating)",
             Action::ContactSupport => "contact support",
         }
     }
@@ -48,42 +52,51 @@ pub const NVLINK_XIDS: [u32; 8] = [74, 144, 145, 146, 147, 148, 149, 150];
 /// NVIDIA sends through a workflow (48: read the ECC Xids that follow;
 /// 74 and 144-150: the NVLink workflow) carry the workflow's usual end.
 const CATALOG: &[(u32, &str, Action)] = &[
-    (8, "GPU stopped processing", Action::ResetGpu),
+    (8, "GPU stopped processing", Action::RestartApp),
     (13, "graphics engine exception", Action::RestartApp),
     (31, "GPU memory page fault", Action::RestartApp),
     (32, "invalid or corrupted push buffer stream", Action::RestartApp),
-    (38, "driver firmware error", Action::ResetGpu),
-    (43, "GPU stopped processing", Action::RestartApp),
+    (38, "driver firmware error", Action::Ignore),
+    (39, "copy engine error", Action::RestartApp),
+    (40, "copy engine error", Action::RestartApp),
+    (41, "copy engine error", Action::RestartApp),
+    (43, "GPU stopped processing", Action::Ignore),
+    // WORKFLOW_XID_45: follow the Xid it accompanies.
     (45, "preemptive cleanup", Action::Ignore),
+    (46, "GPU timeout", Action::ResetGpu),
+    // WORKFLOW_XID_48: reset, then read the SRAM threshold.
     (48, "double-bit ECC error", Action::ResetGpu),
-    (54, "auxiliary power is not connected", Action::ContactSupport),
-    (56, "display engine error", Action::ResetGpu),
-    (57, "error programming video memory interface", Action::ResetGpu),
-    (58, "unstable video memory interface", Action::ResetGpu),
-    (61, "internal micro-controller breakpoint", Action::ResetGpu),
+    (54, "auxiliary power is not connected", Action::CheckHardware),
+    (56, "display engine error", Action::ContactSupport),
+    (57, "video memory link training failure", Action::ContactSupport),
+    (58, "video memory error", Action::ContactSupport),
+    (61, "internal micro-controller breakpoint", Action::ContactSupport),
     (62, "internal micro-controller halt", Action::ResetGpu),
-    (63, "ECC page retirement or row remap recorded", Action::ResetGpu),
-    (64, "ECC page retirement or row remap failed", Action::ResetGpu),
+    // The remap itself; a pending remap is `remapped_rows`' finding.
+    (63, "GPU memory remapping event", Action::Ignore),
+    (64, "GPU memory remapping failure", Action::ResetGpu),
     (68, "video decoder exception", Action::RestartApp),
     (69, "graphics engine class error", Action::RestartApp),
-    (73, "NVENC2 error", Action::ResetGpu),
+    (73, "NVENC2 error", Action::ContactSupport),
+    // WORKFLOW_NVLINK_ERR: reset (or reboot); replace if it recurs.
     (74, "NVLink error", Action::ResetGpu),
     (79, "fallen off the bus", Action::Reboot),
     (92, "high single-bit ECC error rate", Action::Ignore),
-    (94, "contained ECC error", Action::RestartApp),
-    (95, "uncontained ECC error", Action::ResetGpu),
-    (109, "context switch timeout", Action::RestartApp),
-    (110, "security fault error", Action::ContactSupport),
+    (94, "contained memory error", Action::RestartApp),
+    (95, "uncontained memory error", Action::ResetGpu),
+    (109, "context switch timeout", Action::ResetGpu),
+    (110, "security fault", Action::ResetGpu),
     (119, "GSP RPC timeout", Action::ResetGpu),
     (120, "GSP error", Action::ResetGpu),
-    (121, "C2C link corrected error", Action::Ignore),
-    (122, "SPI PMU RPC read failure", Action::ResetGpu),
-    (123, "SPI PMU RPC write failure", Action::ResetGpu),
-    (124, "SPI PMU RPC erase failure", Action::ResetGpu),
-    (136, "NVLink FLA privilege error", Action::RestartApp),
-    (137, "NVLink FLA privilege error", Action::RestartApp),
+    (121, "C2C error", Action::Ignore),
+    (122, "SPI PMU RPC read failure", Action::ContactSupport),
+    (123, "SPI PMU RPC write failure", Action::ContactSupport),
+    (124, "SPI PMU RPC erase failure", Action::ContactSupport),
+    (136, "link training failed", Action::ResetGpu),
+    (137, "NVLink privilege error", Action::Ignore),
     (140, "unrecovered ECC error", Action::ResetGpu),
-    (143, "GPU initialization failure", Action::Reboot),
+    (143, "GPU initialization error", Action::ResetGpu),
+    // WORKFLOW_NVLINK5_ERR.
     (144, "NVLink SAW error", Action::ResetGpu),
     (145, "NVLink RLW error", Action::ResetGpu),
     (146, "NVLink TLW error", Action::ResetGpu),
@@ -91,12 +104,18 @@ const CATALOG: &[(u32, &str, Action)] = &[
     (148, "NVLink NVLPW_CTRL error", Action::ResetGpu),
     (149, "NVLink NETIR error", Action::ResetGpu),
     (150, "NVLink MSE error", Action::ResetGpu),
+    // RESTART_VM: restart the (virtual) machine.
+    (151, "key rotation error", Action::Reboot),
+    // XID_154: the line names the action (see `recovery_action`).
     (154, "GPU recovery action changed", Action::ResetGpu),
-    (155, "link down while the GPU was in use", Action::ResetGpu),
-    (156, "resource retirement event", Action::Ignore),
-    (157, "resource retirement failure", Action::ContactSupport),
+    (155, "NVLink software-defined error", Action::ResetGpu),
+    (156, "resource retirement event", Action::ResetGpu),
+    (157, "resource retirement failure", Action::Ignore),
     (158, "GPU fatal timeout", Action::ResetGpu),
+    // CHECK_UVM: the unified memory driver; resetting reloads it.
     (159, "CHI non-data error", Action::ResetGpu),
+    (160, "channel retirement event", Action::Ignore),
+    (161, "channel retirement failure", Action::Ignore),
 ];
 
 /// An Xid's name and action. An Xid this catalog does not hold is never

@@ -100,7 +100,7 @@ pub const KIND: KindInfo = KindInfo {
         },
         ParamDoc {
             name: "nvlink_action",
-            ty: "restart_app|reset_gpu|reboot|contact_support|ignore",
+            ty: "ignore|restart_app|reset_gpu|reboot|check_hardware|contact_support",
             default: Some("reset_gpu"),
             doc: "The action an NVLink Xid asks for (NVIDIA's catalog: reset the GPU, and contact support if it recurs).",
         },
