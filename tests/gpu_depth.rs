@@ -96,6 +96,21 @@ fn a_gpu_the_driver_wants_reset_is_named_with_the_action() {
     assert_eq!(r.check("reset")["hint"], "reset the GPU");
     let healthy = run("h100-ib-healthy", checklist);
     assert_eq!(healthy.status("reset"), "pass");
+    // R570 and later: the reset fields say "deprecated", the recovery
+    // action speaks, and a reboot is what the hint asks for.
+    let r570 = run(
+        "h100-ib-healthy",
+        &format!(
+            "checks:\n  - {{id: reset, kind: gpu_health, reset_required: true, nvidia_smi_xml: \"{}\", hint: \"{{action}}\"}}\n",
+            tools("recovery-reboot.xml").display()
+        ),
+    );
+    assert_eq!(r570.status("reset"), "fail");
+    assert_eq!(
+        r570.message("reset"),
+        "GPU 4 (0000:9a:00.0): the driver's recovery action is Reboot"
+    );
+    assert_eq!(r570.check("reset")["hint"], "reboot");
 }
 
 /// A kernel log with the same Xid 800,000 times (a real failure mode: an

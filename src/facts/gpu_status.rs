@@ -46,6 +46,9 @@ pub struct GpuStatus {
     pub reset_required: Option<bool>,
     /// The driver recommends draining the node's work and resetting.
     pub drain_and_reset: Option<bool>,
+    /// R565 and later, in place of the two above: what the driver asks
+    /// for (`None`, `Reset`, `Reboot`, `Drain P2P`, `Drain and Reset`).
+    pub recovery_action: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -207,6 +210,7 @@ pub fn parse_xml(source: &str, text: &str) -> Result<GpuReport, String> {
                 gpu,
                 &["gpu_reset_status", "drain_and_reset_recommended"],
             )),
+            recovery_action: text_at(gpu, &["gpu_recovery_action"]),
         });
     }
     gpus.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));

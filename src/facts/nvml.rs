@@ -62,6 +62,9 @@ pub fn report() -> Result<GpuReport, String> {
             clock_events: device.current_throttle_reasons().ok().map(clock_events),
             reset_required: field_flag(&device, FI_RESET_STATUS),
             drain_and_reset: field_flag(&device, FI_DRAIN_AND_RESET_STATUS),
+            recovery_action: field_value(&device, FI_GPU_RECOVERY_ACTION)
+                .and_then(recovery_action_name)
+                .map(String::from),
         });
     }
     gpus.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
@@ -73,14 +76,29 @@ pub fn report() -> Result<GpuReport, String> {
 }
 
 /// NVML's field ids (nvml.h) for the reset status nvidia-smi shows as
-/// `gpu_reset_status` (R550 and later; older drivers say not supported).
+/// `gpu_reset_status` (deprecated from R570), and the recovery action
+/// that replaces it (R565 and later). Older drivers say not supported.
 const FI_RESET_STATUS: u32 = 226;
 const FI_DRAIN_AND_RESET_STATUS: u32 = 227;
+const FI_GPU_RECOVERY_ACTION: u32 = 230;
+
+/// `nvmlDeviceGpuRecoveryAction_t`, in nvidia-smi's words.
+fn recovery_action_name(value: u64) -> Option<&'static str> {
+    Some(match value {
+        0 => "None",
+        1 => "Reset",
+        2 => "Reboot",
+        3 => "Drain P2P",
+        4 => "Drain and Reset",
+        _ => return None,
+    })
+}
 /// `NVML_DEVICE_MIG_ENABLE`.
 const MIG_ENABLE: u32 = 1;
 
-/// A yes/no field value; `None` where this driver or GPU has no such field.
-fn field_flag(device: &Device, id: u32) -> Option<bool> {
+/// A whole-number field value; `None` where this driver or GPU has no
+/// such field.
+fn field_value(device: &Device, id: u32) -> Option<u64> {
     let sample = device
         .field_values_for(&[FieldId(id)])
         .ok()?
@@ -88,11 +106,15 @@ fn field_flag(device: &Device, id: u32) -> Option<bool> {
         .next()?
         .ok()?;
     match sample.value.ok()? {
-        SampleValue::U32(v) => Some(v != 0),
-        SampleValue::U64(v) => Some(v != 0),
-        SampleValue::I64(v) => Some(v != 0),
+        SampleValue::U32(v) => Some(u64::from(v)),
+        SampleValue::U64(v) => Some(v),
+        SampleValue::I64(v) => u64::try_from(v).ok(),
         SampleValue::F64(_) => None,
     }
+}
+
+fn field_flag(device: &Device, id: u32) -> Option<bool> {
+    field_value(device, id).map(|v| v != 0)
 }
 
 /// NVML's reason bits by the short names nvidia-smi's XML uses.

@@ -441,7 +441,13 @@ impl GpuHealth {
             }
             if self.reset_required {
                 let who = gpu_name(g);
-                if g.reset_required == Some(true) {
+                let recovery = g
+                    .recovery_action
+                    .as_deref()
+                    .filter(|a| !matches!(*a, "None" | "N/A"));
+                if let Some(action) = recovery {
+                    problems.push(format!("{who}: the driver's recovery action is {action}"));
+                } else if g.reset_required == Some(true) {
                     problems.push(format!("{who}: the driver requires a GPU reset before further use"));
                 } else if g.drain_and_reset == Some(true) {
                     problems.push(format!("{who}: the driver recommends draining its work and resetting the GPU"));
@@ -576,14 +582,19 @@ impl GpuHealth {
                     self.report_checks(facts, vendor, &r, &mut problems);
                     notes.push(format!("{} GPUs from {}", r.gpus.len(), r.source));
                     reset_unreported = self.reset_required
-                        && r.gpus
-                            .iter()
-                            .all(|g| g.reset_required.is_none() && g.drain_and_reset.is_none());
+                        && r.gpus.iter().all(|g| {
+                            g.reset_required.is_none()
+                                && g.drain_and_reset.is_none()
+                                && g.recovery_action.is_none()
+                        });
                     if reset_unreported {
-                        notes.push(format!("{} reports no reset status (drivers from R550 do)", r.source));
+                        notes.push(format!(
+                            "{} reports no reset status or recovery action (drivers from R550 do)",
+                            r.source
+                        ));
                     }
-                    if self.reset_required && problems.iter().any(|p| p.contains("reset")) {
-                        actions.push(xid::Action::ResetGpu);
+                    if self.reset_required {
+                        actions.extend(r.gpus.iter().filter_map(recovery_needed));
                     }
                     source = Some(r.source);
                 }
@@ -753,5 +764,16 @@ impl Probe for GpuHealth {
                 .await
                 .unwrap_or_else(|e| Finding::error(format!("probe crashed: {e}")))
         })
+    }
+}
+
+/// What the driver's reset status or recovery action asks of a GPU.
+fn recovery_needed(g: &GpuStatus) -> Option<xid::Action> {
+    match g.recovery_action.as_deref() {
+        Some(a) if a.to_ascii_lowercase().contains("reboot") => Some(xid::Action::Reboot),
+        Some("None" | "N/A") | None => (g.reset_required == Some(true)
+            || g.drain_and_reset == Some(true))
+        .then_some(xid::Action::ResetGpu),
+        Some(_) => Some(xid::Action::ResetGpu),
     }
 }
