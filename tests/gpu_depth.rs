@@ -196,3 +196,181 @@ fn nvlink_xids_are_configurable() {
     assert!(r.message("only74").contains("Xid 145 (NVLink RLW error): reset the GPU"));
     assert_eq!(r.status("ignored"), "pass");
 }
+
+/// One `dcgm_diag` check per recording, by the same id as the recording.
+fn dcgm_checks(names: &[&str], extra: &str) -> String {
+    let mut text = String::from("checks:\n");
+    for name in names {
+        text.push_str(&format!(
+            "  - {{id: \"{name}\", kind: dcgm_diag, level: 2, dcgm_json: \"{}\", hint: \"{{action}}\"{extra}}}\n",
+            tools(&format!("{name}.json")).display()
+        ));
+    }
+    text
+}
+
+fn part<'a>(r: &'a Run, id: &str) -> (&'a str, &'a str, &'a str) {
+    let c = r.check(id);
+    (
+        c["status"].as_str().unwrap(),
+        c["message"].as_str().unwrap(),
+        c["hint"].as_str().unwrap_or(""),
+    )
+}
+
+/// Every shape DCGM writes, read by structure: each failing test on each
+/// GPU is its own line with the severity's action; what preflight cannot
+/// read is never a pass.
+#[test]
+fn dcgm_documents_of_every_shape_pass_and_fail_as_dcgm_meant() {
+    let names = [
+        "dcgm4-r2-pass",
+        "dcgm4-r2-memory-fail",
+        "dcgm4-r1-config",
+        "dcgm4-r1-reset",
+        "dcgm4-runtime-error",
+        "dcgm4-truncated",
+        "dcgm4-unknown-status",
+        "dcgm4-no-results",
+        "dcgm3-r3-memory-fail",
+        "dcgm3-mig",
+        "dcgm2-r1-pass",
+    ];
+    let r = run("h100-ib-healthy", &dcgm_checks(&names, ""));
+    assert_eq!(
+        part(&r, "dcgm4-r2-pass"),
+        (
+            "pass",
+            "level 2: 24 results on 8 GPUs (DCGM 4.2.3, driver 550.90.07), all passed",
+            ""
+        )
+    );
+    assert_eq!(
+        part(&r, "dcgm4-r2-memory-fail:gpu3.memory"),
+        (
+            "fail",
+            "GPU 3 (serial 1654923082661) memory (Hardware): ISOLATE: Found 12 faulty memory elements on GPU 3.",
+            "isolate the GPU: drain the node and have the GPU serviced"
+        )
+    );
+    assert_eq!(
+        part(&r, "dcgm4-r2-memory-fail:gpu6.pcie"),
+        (
+            "warn",
+            "GPU 6 (serial 1654923023417) pcie (Integration): MONITOR: Detected 187 PCIe replays on GPU 6 during the test: watch it.",
+            "monitor: the GPU works, watch it for a repeat"
+        )
+    );
+    let (status, message, hint) = part(&r, "dcgm4-r1-config:gpu0.software");
+    assert_eq!(status, "warn");
+    assert!(message.starts_with("GPU 0 (serial 1654923054549) software (Deployment): CONFIG: Persistence Mode: Persistence mode for GPU 0 is disabled."), "{message}");
+    assert_eq!(hint, "fix the node's configuration as DCGM says");
+    let (status, message, hint) = part(&r, "dcgm4-r1-reset:gpu5.software");
+    assert_eq!(status, "fail");
+    assert!(message.contains("RESET: GPU 5 had uncorrectable memory errors"), "{message}");
+    assert_eq!(hint, "drain the node and reset the GPU (`nvidia-smi -r -i INDEX`)");
+    let (status, message, _) = part(&r, "dcgm4-runtime-error");
+    assert_eq!(status, "error");
+    assert!(message.starts_with("DCGM could not run the diagnostic: Error: Unable to complete diagnostic for group 0. Return: (-33) The GPU has been lost"), "{message}");
+    let (status, message, _) = part(&r, "dcgm4-truncated");
+    assert_eq!(status, "error");
+    assert!(message.contains("dcgm4-truncated.json: the JSON document is cut short"), "{message}");
+    let (status, message, _) = part(&r, "dcgm4-unknown-status:gpu2.memory");
+    assert_eq!(status, "error");
+    assert_eq!(message, "GPU 2 (serial 1654923003708) memory (Hardware): DCGM reported `Degraded`, a status preflight does not know");
+    assert_eq!(
+        part(&r, "dcgm4-no-results").1,
+        "DCGM's document holds no test results and no reason"
+    );
+    assert_eq!(part(&r, "dcgm4-no-results").0, "error");
+    // DCGM 3.3.9, after dcgmi's line about the unreachable host engine.
+    assert_eq!(
+        part(&r, "dcgm3-r3-memory-fail:gpu1.gpu_memory"),
+        (
+            "fail",
+            "GPU 1 (serial 1654923096466) GPU Memory (Hardware): ISOLATE: Found 4 faulty memory elements on GPU 1.",
+            "isolate the GPU: drain the node and have the GPU serviced"
+        )
+    );
+    let ids: Vec<&str> = r.report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .filter(|id| id.starts_with("dcgm3-r3-memory-fail"))
+        .collect();
+    // The skipped infoROM test and the null hole are not failures.
+    assert_eq!(ids, ["dcgm3-r3-memory-fail:gpu1.gpu_memory"]);
+    let (status, message, _) = part(&r, "dcgm3-mig");
+    assert_eq!(status, "skip");
+    assert!(message.starts_with("DCGM does not run its diagnostic on MIG GPUs: Cannot run diagnostic"), "{message}");
+    assert_eq!(
+        part(&r, "dcgm2-r1-pass").1,
+        "level 2: 4 results on 0 GPUs, all passed"
+    );
+    // A node with these results is not ready; the report says so by exit.
+    assert_eq!(r.code, 1);
+}
+
+/// MIG mode on a GPU the diagnostic would test: skipped with the reason,
+/// before dcgmi runs; a GPU set that leaves it out runs.
+#[test]
+fn dcgm_skips_mig_gpus_it_would_test() {
+    let xml = tools("mig-enabled.xml");
+    let r = run(
+        "h100-ib-healthy",
+        &format!(
+            "{}  - {{id: other, kind: dcgm_diag, gpus: [0, 1], dcgm_json: \"{}\", nvidia_smi_xml: \"{}\"}}\n",
+            dcgm_checks(&["dcgm4-r2-pass"], &format!(", nvidia_smi_xml: \"{}\"", xml.display())),
+            tools("dcgm4-r2-pass.json").display(),
+            xml.display()
+        ),
+    );
+    assert_eq!(
+        part(&r, "dcgm4-r2-pass"),
+        (
+            "skip",
+            "MIG mode is enabled on GPU 2 (0000:3a:00.0): dcgmi diag does not run on MIG GPUs",
+            ""
+        )
+    );
+    assert_eq!(r.status("other"), "pass");
+}
+
+/// On this machine, with no DCGM: a real run of the kind skips naming
+/// what is missing, never passes; a level outside 1-4 is a located error.
+#[test]
+fn dcgm_without_dcgm_skips_and_a_bad_level_is_located() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.yaml");
+    std::fs::write(
+        &file,
+        "checks:\n  - {id: d, kind: dcgm_diag, dcgmi: /nonexistent/dcgmi}\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["check", "--no-shipped", "--format", "json", "--checks"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = &report["checks"][0];
+    assert_eq!(check["status"], "skip");
+    let message = check["message"].as_str().unwrap();
+    // Without an NVIDIA GPU (this machine) or without dcgmi (a GPU machine
+    // without DCGM): either way a reason, never a pass.
+    assert!(
+        message == "no NVIDIA GPU present"
+            || message.starts_with("/nonexistent/dcgmi is not installed"),
+        "{message}"
+    );
+    std::fs::write(&file, "checks:\n  - id: d\n    kind: dcgm_diag\n    level: 5\n").unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["check", "--no-shipped", "--checks"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("c.yaml:4:12") && err.contains("`level` must be 1 to 4"), "{err}");
+}

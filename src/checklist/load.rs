@@ -136,7 +136,7 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, Vec<YamlError>> {
     let mut kind: Option<&'static KindInfo> = None;
     let mut severity = Severity::default();
     let mut scope: Option<(Scope, &Node)> = None;
-    let mut timeout = DEFAULT_TIMEOUT;
+    let mut timeout = None;
     let mut tags = Vec::new();
     let mut area = None;
     let mut when = When::default();
@@ -186,7 +186,7 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, Vec<YamlError>> {
                                 .under(Segment::Key("timeout".into())),
                         );
                     } else {
-                        timeout = span.0;
+                        timeout = Some(span.0);
                     }
                 }
             }
@@ -271,6 +271,9 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, Vec<YamlError>> {
         ]);
     }
     let scope = kind_scope;
+    let timeout = timeout
+        .or_else(|| probe.default_timeout())
+        .unwrap_or(DEFAULT_TIMEOUT);
     Ok(Check {
         id,
         kind,

@@ -51,6 +51,17 @@ pub struct GpuStatus {
     pub recovery_action: Option<String>,
 }
 
+impl GpuStatus {
+    /// The GPU as operators name it: the driver's index (nvidia-smi -i)
+    /// and its bus id.
+    pub fn name(&self) -> String {
+        match self.index {
+            Some(i) => format!("GPU {i} ({})", self.bus_id),
+            None => self.bus_id.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct GpuReport {
     /// Where the data came from, for messages.

@@ -5,6 +5,7 @@ pub mod accel;
 pub mod amdgpu;
 mod backend;
 pub mod cgroup;
+pub mod dcgm;
 pub mod gpu_status;
 pub mod infiniband;
 mod interfaces;
@@ -62,6 +63,21 @@ pub fn process_env() -> std::collections::BTreeMap<String, String> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect()
+}
+
+/// A recorded tool output, read whole unless it is larger than `max`
+/// bytes (a wrong path to a huge file must not fill memory).
+pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let mut text = String::new();
+    file.take(max + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(std::io::Error::other(format!(
+            "larger than {max} bytes: not a recorded output"
+        )));
+    }
+    Ok(text)
 }
 
 impl Facts {

@@ -83,14 +83,19 @@ impl Params for CommandCheck {
     }
 }
 
-pub(super) async fn read_capped(mut stream: impl AsyncRead + Unpin) -> Vec<u8> {
+pub(super) async fn read_capped(stream: impl AsyncRead + Unpin) -> Vec<u8> {
+    read_up_to(stream, KEEP_BYTES).await
+}
+
+/// Reads a stream to its end, keeping its first `keep` bytes.
+async fn read_up_to(mut stream: impl AsyncRead + Unpin, keep: usize) -> Vec<u8> {
     let mut kept = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
         match stream.read(&mut buf).await {
             Ok(0) | Err(_) => return kept,
             Ok(n) => {
-                let room = KEEP_BYTES.saturating_sub(kept.len());
+                let room = keep.saturating_sub(kept.len());
                 kept.extend_from_slice(&buf[..n.min(room)]);
             }
         }
@@ -117,36 +122,72 @@ pub fn excerpt(text: &str) -> String {
     if cut { format!("…{tail}") } else { tail }
 }
 
+/// What a program did: its exit and its output, each stream kept up to
+/// the size asked for (the rest read and dropped).
+pub struct Ran {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub enum RunError {
+    /// The program is not installed (not on PATH).
+    NotFound,
+    Failed(String),
+}
+
+/// Runs a program directly (no shell), stdin closed. Dropping the future
+/// (the check's timeout) kills it, so a hung tool does not outlive its
+/// check.
+pub async fn run_program(argv: &[String], keep: usize) -> Result<Ran, RunError> {
+    let program = &argv[0];
+    let child = tokio::process::Command::new(program)
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(RunError::NotFound),
+        Err(e) => return Err(RunError::Failed(format!("cannot run {program}: {e}"))),
+    };
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(RunError::Failed(format!(
+            "cannot capture the output of {program}"
+        )));
+    };
+    let (out, err, status) = tokio::join!(
+        read_up_to(stdout, keep),
+        read_up_to(stderr, keep.min(KEEP_BYTES)),
+        child.wait()
+    );
+    let status =
+        status.map_err(|e| RunError::Failed(format!("cannot wait for {program}: {e}")))?;
+    Ok(Ran {
+        status,
+        stdout: String::from_utf8_lossy(&out).into_owned(),
+        stderr: String::from_utf8_lossy(&err).into_owned(),
+    })
+}
+
 impl CommandCheck {
     async fn run(&self) -> Finding {
         let program = &self.argv[0];
-        let child = tokio::process::Command::new(program)
-            .args(&self.argv[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn();
-        let mut child = match child {
-            Ok(child) => child,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        let Ran {
+            status,
+            stdout,
+            stderr,
+        } = match run_program(&self.argv, KEEP_BYTES).await {
+            Ok(ran) => ran,
+            Err(RunError::NotFound) => {
                 return self
                     .if_missing
                     .finding(format!("{program} is not installed (not found on PATH)"));
             }
-            Err(e) => return Finding::error(format!("cannot run {program}: {e}")),
+            Err(RunError::Failed(e)) => return Finding::error(e),
         };
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Finding::error(format!("cannot capture the output of {program}"));
-        };
-        let (out, err, status) =
-            tokio::join!(read_capped(stdout), read_capped(stderr), child.wait());
-        let status = match status {
-            Ok(status) => status,
-            Err(e) => return Finding::error(format!("cannot wait for {program}: {e}")),
-        };
-        let stdout = String::from_utf8_lossy(&out).into_owned();
-        let stderr = String::from_utf8_lossy(&err).into_owned();
         let code = status.code();
         let measured = match code {
             Some(c) => format!("exit {c}"),

@@ -315,15 +315,6 @@ const CLOCK_EVENT_REASONS: &[&str] = &[
     "display_clocks_setting",
 ];
 
-/// A GPU as operators name it: the driver's index (nvidia-smi -i) and
-/// its bus id.
-pub fn gpu_name(g: &GpuStatus) -> String {
-    match g.index {
-        Some(i) => format!("GPU {i} ({})", g.bus_id),
-        None => g.bus_id.clone(),
-    }
-}
-
 /// Clock event reasons of every GPU, one entry per sample: (the GPU's
 /// name, active reasons).
 type ClockSamples = Vec<Vec<(String, Vec<String>)>>;
@@ -352,7 +343,7 @@ impl GpuHealth {
         let of = |r: &GpuReport| -> Vec<(String, Vec<String>)> {
             r.gpus
                 .iter()
-                .filter_map(|g| Some((gpu_name(g), g.clock_events.clone()?)))
+                .filter_map(|g| Some((g.name(), g.clock_events.clone()?)))
                 .collect()
         };
         if let Some(path) = &self.nvidia_smi_xml {
@@ -440,7 +431,7 @@ impl GpuHealth {
                 ));
             }
             if self.reset_required {
-                let who = gpu_name(g);
+                let who = g.name();
                 let recovery = g
                     .recovery_action
                     .as_deref()

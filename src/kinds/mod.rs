@@ -7,6 +7,7 @@ pub mod collective_backend;
 pub mod collective_busbw;
 mod command;
 mod cpu;
+mod dcgm_diag;
 mod devices;
 mod disk_free;
 mod driver;
@@ -61,6 +62,12 @@ pub trait Probe: Send + Sync + ParamsJson {
     fn collective(&self) -> Option<&dyn collective_busbw::CollectiveProbe> {
         None
     }
+
+    /// The check's timeout where the check sets none: for kinds whose
+    /// run time their parameters decide (a DCGM diagnostic level).
+    fn default_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// The parameters as configured, for `explain` and `list --format json`:
@@ -102,6 +109,7 @@ pub struct KindInfo {
 pub const KINDS: &[&KindInfo] = &[
     &command::KIND,
     &cpu::KIND,
+    &dcgm_diag::KIND,
     &devices::KIND,
     &disk_free::KIND,
     &driver::KIND,

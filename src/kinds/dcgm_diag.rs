@@ -1,0 +1,413 @@
+//! `dcgm_diag`: NVIDIA DCGM's diagnostic (`dcgmi diag -r LEVEL -j`), each
+//! failing test on each GPU reported on its own with what DCGM's error
+//! severity asks for. The document is read by its structure (see
+//! `facts::dcgm`), whatever DCGM's version; an unknown status word, a
+//! document with no results, or one cut short is never a pass.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::command::{RunError, excerpt, run_program};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
+use crate::facts::dcgm::{self, DiagReport, DiagResult, DiagStatus, Severity};
+use crate::facts::{Facts, GpuReport};
+use crate::result::Finding;
+
+pub const KIND: KindInfo = KindInfo {
+    name: "dcgm_diag",
+    area: "accelerators",
+    summary: "NVIDIA DCGM's diagnostic (`dcgmi diag -r LEVEL -j`, level 1 to 4): every failing test on every GPU, with the action DCGM's error severity asks for (monitor, isolate, triage, fix the configuration, reset). Skipped with the reason on MIG GPUs and where DCGM is not installed.",
+    params: &[
+        ParamDoc {
+            name: "level",
+            ty: "1-4",
+            default: Some("1"),
+            doc: "DCGM's run level: 1 quick (seconds), 2 medium (about 2 minutes), 3 long (about 15 minutes), 4 extended. The check's timeout, unless set, follows it: 2 min, 10 min, 45 min, 3 h.",
+        },
+        ParamDoc {
+            name: "gpus",
+            ty: "list of integers",
+            default: Some("(every GPU)"),
+            doc: "The GPU indices to test (`dcgmi diag -i`).",
+        },
+        ParamDoc {
+            name: "dcgm_json",
+            ty: "path",
+            default: Some("unset"),
+            doc: "A recorded `dcgmi diag -r LEVEL -j` output to read instead of running dcgmi (relative to the working directory), read as dcgmi's standard output: text before the JSON is allowed.",
+        },
+        ParamDoc {
+            name: "nvidia_smi_xml",
+            ty: "path",
+            default: Some("unset"),
+            doc: "A recorded `nvidia-smi -q -x`, for the MIG mode of the GPUs (unset: NVML, else nvidia-smi, on the real machine).",
+        },
+        ParamDoc {
+            name: "dcgmi",
+            ty: "path",
+            default: Some("dcgmi"),
+            doc: "The dcgmi program (on PATH unless a path).",
+        },
+    ],
+    hint_vars: &["action", "severity"],
+    parse: parse_params::<DcgmDiag>,
+};
+
+fn default_level() -> u8 {
+    1
+}
+
+fn default_dcgmi() -> PathBuf {
+    PathBuf::from("dcgmi")
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DcgmDiag {
+    #[serde(default = "default_level")]
+    level: u8,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    gpus: Vec<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dcgm_json: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nvidia_smi_xml: Option<PathBuf>,
+    #[serde(default = "default_dcgmi")]
+    dcgmi: PathBuf,
+}
+
+impl Params for DcgmDiag {
+    fn validate(&self) -> Result<(), String> {
+        if !(1..=4).contains(&self.level) {
+            return Err(format!("`level` must be 1 to 4, found {}", self.level));
+        }
+        if self.dcgmi.as_os_str().is_empty() {
+            return Err("`dcgmi` is empty".into());
+        }
+        Ok(())
+    }
+}
+
+/// DCGM's output read, or why it could not be.
+enum Output {
+    Read(DiagReport),
+    /// Nothing to read: the skip reason.
+    Skip(String),
+    Error(String),
+}
+
+/// What each severity asks of the operator (dcgmlib/dcgm_errors.h says
+/// what each means), and how it counts.
+fn judged(severity: Option<Severity>, status: &DiagStatus) -> (fn(String) -> Finding, String) {
+    let triage = "triage: read DCGM's error id and run `dcgmi diag -r 3` on the node".to_string();
+    match severity {
+        Some(Severity::Monitor) => (
+            Finding::warn,
+            "monitor: the GPU works, watch it for a repeat".into(),
+        ),
+        Some(Severity::Isolate) => (
+            Finding::fail,
+            "isolate the GPU: drain the node and have the GPU serviced".into(),
+        ),
+        Some(Severity::Config) => (
+            Finding::warn,
+            "fix the node's configuration as DCGM says".into(),
+        ),
+        Some(Severity::Reset) => (
+            Finding::fail,
+            "drain the node and reset the GPU (`nvidia-smi -r -i INDEX`)".into(),
+        ),
+        Some(Severity::Unknown | Severity::Triage) => (Finding::fail, triage),
+        // A failure with no severity (DCGM before 3.3, or severity NONE)
+        // is still a failure; a warning stays a warning.
+        Some(Severity::None) | None if *status == DiagStatus::Warn => {
+            (Finding::warn, "monitor: the GPU works, watch it for a repeat".into())
+        }
+        Some(Severity::None) | None => (Finding::fail, triage),
+    }
+}
+
+fn subject(r: &DiagResult) -> String {
+    let test: String = r
+        .test
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    match (r.gpu, &r.entity) {
+        (Some(g), _) => format!("gpu{g}.{test}"),
+        (None, Some(e)) => format!(
+            "{}.{test}",
+            e.to_ascii_lowercase().replace(' ', "")
+        ),
+        (None, None) => test,
+    }
+}
+
+fn who(r: &DiagResult, report: &DiagReport) -> String {
+    match (r.gpu, &r.entity) {
+        (Some(g), _) => match report.serials.get(&g) {
+            Some(serial) => format!("GPU {g} (serial {serial})"),
+            None => format!("GPU {g}"),
+        },
+        (None, Some(e)) => e.clone(),
+        (None, None) => "the node".to_string(),
+    }
+}
+
+/// The finding for a report DCGM wrote.
+pub fn judge(report: &DiagReport, level: u8) -> Finding {
+    if let Some(e) = &report.runtime_error {
+        if e.contains("MIG") {
+            return Finding::skip(format!(
+                "DCGM does not run its diagnostic on MIG GPUs: {e}"
+            ));
+        }
+        return Finding::error(format!("DCGM could not run the diagnostic: {e}"));
+    }
+    if report.results.is_empty() {
+        let said = if report.preamble.is_empty() {
+            String::new()
+        } else {
+            format!(" (dcgmi said: {})", excerpt(&report.preamble))
+        };
+        return Finding::error(format!(
+            "DCGM's document holds no test results and no reason{said}"
+        ));
+    }
+    let mut finding = None::<Finding>;
+    let mut parts = Vec::new();
+    for r in &report.results {
+        let test = match &r.category {
+            Some(c) => format!("{} ({c})", r.test),
+            None => r.test.clone(),
+        };
+        let said: Vec<&str> = r.warnings.iter().map(|w| w.text.as_str()).collect();
+        let said = if said.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", said.join("; "))
+        };
+        let part = match &r.status {
+            DiagStatus::Pass | DiagStatus::Skip | DiagStatus::NotRun => continue,
+            DiagStatus::Unknown(word) => Finding::error(format!(
+                "{} {test}: DCGM reported `{word}`, a status preflight does not know{said}",
+                who(r, report)
+            ))
+            .var("action", "triage: read DCGM's output by hand"),
+            status => {
+                let severity = r.warnings.iter().filter_map(|w| w.severity).max();
+                let unknown_number = r
+                    .warnings
+                    .iter()
+                    .find(|w| w.severity.is_none() && w.severity_number.is_some());
+                let (make, action) = match unknown_number {
+                    // A severity number newer than this reader: triage.
+                    Some(_) => judged(Some(Severity::Unknown), status),
+                    None => judged(severity, status),
+                };
+                let shown = match (severity, unknown_number) {
+                    (_, Some(w)) => format!("severity {}", w.severity_number.unwrap_or(-1)),
+                    (Some(s), None) => s.name().to_string(),
+                    (None, None) => "no severity".to_string(),
+                };
+                make(format!("{} {test}: {shown}{said}", who(r, report)))
+                    .measured(shown.clone())
+                    .var("severity", shown)
+                    .var("action", action)
+            }
+        };
+        parts.push((subject(r), part));
+    }
+    let versions = match (&report.dcgm_version, &report.driver_version) {
+        (Some(d), Some(v)) => format!(" (DCGM {d}, driver {v})"),
+        (Some(d), None) => format!(" (DCGM {d})"),
+        (None, Some(v)) => format!(" (driver {v})"),
+        (None, None) => String::new(),
+    };
+    let gpus: std::collections::BTreeSet<i64> =
+        report.results.iter().filter_map(|r| r.gpu).collect();
+    let skipped = report
+        .results
+        .iter()
+        .filter(|r| matches!(r.status, DiagStatus::Skip | DiagStatus::NotRun))
+        .count();
+    let count = report.results.len();
+    let summary = format!(
+        "level {level}: {count} result{} on {} GPU{}{}{versions}",
+        if count == 1 { "" } else { "s" },
+        gpus.len(),
+        if gpus.len() == 1 { "" } else { "s" },
+        if skipped > 0 {
+            format!(", {skipped} skipped")
+        } else {
+            String::new()
+        },
+    );
+    if parts.is_empty() {
+        return Finding::pass(format!("{summary}, all passed")).measured("passed");
+    }
+    for (subject, part) in parts {
+        finding = Some(finding.unwrap_or_else(|| Finding::fail(summary.clone())).part(subject, part));
+    }
+    finding.unwrap_or_else(|| Finding::fail(summary))
+}
+
+/// The GPUs in MIG mode among those the diagnostic would test.
+fn mig_gpus(report: &GpuReport, chosen: &[u32]) -> Vec<String> {
+    report
+        .gpus
+        .iter()
+        .filter(|g| g.mig_enabled == Some(true))
+        .filter(|g| chosen.is_empty() || g.index.is_some_and(|i| chosen.contains(&i)))
+        .map(|g| g.name())
+        .collect()
+}
+
+impl DcgmDiag {
+    fn argv(&self) -> Vec<String> {
+        let mut argv = vec![
+            self.dcgmi.display().to_string(),
+            "diag".into(),
+            "-r".into(),
+            self.level.to_string(),
+            "-j".into(),
+        ];
+        if !self.gpus.is_empty() {
+            let ids: Vec<String> = self.gpus.iter().map(u32::to_string).collect();
+            argv.extend(["-i".into(), ids.join(",")]);
+        }
+        argv
+    }
+
+    async fn output(&self, facts: &Facts) -> Output {
+        if let Some(path) = &self.dcgm_json {
+            let path = path.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                let shown = path.display().to_string();
+                let text = crate::facts::read_bounded(&path, dcgm::MAX_DOCUMENT as u64)
+                    .map_err(|e| format!("cannot read {shown}: {e}"))?;
+                dcgm::parse(&text).map_err(|e| format!("{shown}: {e}"))
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("reading the recording crashed: {e}")));
+            return match read {
+                Ok(r) => Output::Read(r),
+                Err(e) => Output::Error(e),
+            };
+        }
+        if !facts.is_live() {
+            return Output::Skip(
+                "no DCGM output under --root: set dcgm_json to a recorded `dcgmi diag -r LEVEL -j`"
+                    .into(),
+            );
+        }
+        let argv = self.argv();
+        let ran = match run_program(&argv, dcgm::MAX_DOCUMENT).await {
+            Ok(ran) => ran,
+            Err(RunError::NotFound) => {
+                return Output::Skip(format!(
+                    "{} is not installed (NVIDIA DCGM: datacenter-gpu-manager)",
+                    argv[0]
+                ));
+            }
+            Err(RunError::Failed(e)) => return Output::Error(e),
+        };
+        match dcgm::parse(&ran.stdout) {
+            // dcgmi exits non-zero with a valid document when a test
+            // fails (226, 205): the document decides.
+            Ok(r) => Output::Read(r),
+            Err(e) => {
+                let said = format!("{}\n{}", ran.stdout.trim(), ran.stderr.trim());
+                let lower = said.to_ascii_lowercase();
+                let what = excerpt(said.trim());
+                if lower.contains("host engine") || lower.contains("establish a connection") {
+                    Output::Skip(format!(
+                        "DCGM's host engine (nv-hostengine) cannot be reached or started: {what}"
+                    ))
+                } else {
+                    Output::Error(format!(
+                        "`{}` ({}): {e}: {what}",
+                        argv.join(" "),
+                        ran.status
+                    ))
+                }
+            }
+        }
+    }
+}
+
+impl Probe for DcgmDiag {
+    fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
+        Box::pin(async move {
+            if self.dcgm_json.is_none() && !super::nvidia_present(&facts).await {
+                return Finding::skip("no NVIDIA GPU present");
+            }
+            let gpus = if self.nvidia_smi_xml.is_some() || self.dcgm_json.is_none() {
+                facts.gpu_report(self.nvidia_smi_xml.as_deref()).await
+            } else {
+                None
+            };
+            if let Some(Ok(report)) = &gpus {
+                let mig = mig_gpus(report, &self.gpus);
+                if !mig.is_empty() {
+                    return Finding::skip(format!(
+                        "MIG mode is enabled on {}: dcgmi diag does not run on MIG GPUs",
+                        mig.join(", ")
+                    ));
+                }
+            }
+            match self.output(&facts).await {
+                Output::Read(report) => judge(&report, self.level),
+                Output::Skip(reason) => Finding::skip(reason),
+                Output::Error(e) => Finding::error(e),
+            }
+        })
+    }
+
+    fn default_timeout(&self) -> Option<Duration> {
+        Some(Duration::from_secs(match self.level {
+            1 => 120,
+            2 => 600,
+            3 => 45 * 60,
+            _ => 3 * 3600,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_names_level_and_gpus() {
+        let d = DcgmDiag {
+            level: 3,
+            gpus: vec![0, 5],
+            dcgm_json: None,
+            nvidia_smi_xml: None,
+            dcgmi: default_dcgmi(),
+        };
+        assert_eq!(d.argv().join(" "), "dcgmi diag -r 3 -j -i 0,5");
+        assert_eq!(d.default_timeout(), Some(Duration::from_secs(2700)));
+    }
+
+    #[test]
+    fn every_severity_has_its_status_and_action() {
+        use crate::result::Status;
+        let f = |s| {
+            let (make, action) = judged(s, &DiagStatus::Fail);
+            (make(String::new()).status, action)
+        };
+        assert_eq!(f(Some(Severity::Monitor)).0, Status::Warn);
+        assert_eq!(f(Some(Severity::Isolate)).0, Status::Fail);
+        assert_eq!(f(Some(Severity::Unknown)).0, Status::Fail);
+        assert!(f(Some(Severity::Triage)).1.starts_with("triage"));
+        assert_eq!(f(Some(Severity::Config)).0, Status::Warn);
+        assert!(f(Some(Severity::Reset)).1.contains("reset the GPU"));
+        assert_eq!(f(None).0, Status::Fail);
+    }
+}
