@@ -374,3 +374,135 @@ fn dcgm_without_dcgm_skips_and_a_bad_level_is_located() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("c.yaml:4:12") && err.contains("`level` must be 1 to 4"), "{err}");
 }
+
+fn nvlink_check(id: &str, status: &str, extra: &str) -> String {
+    format!(
+        "  - {{id: \"{id}\", kind: nvlink, nvidia_smi_nvlink: \"{}\"{extra}}}\n",
+        tools(status).display()
+    )
+}
+
+/// NVLink per link on the HGX H100 tree: a healthy board passes; links
+/// down on one GPU, every link down on one GPU or on all of them, a slow
+/// link, counted errors and a link reaching a GPU where the others reach
+/// NVSwitches each fail naming GPU, bus and link.
+#[test]
+fn nvlink_per_link_on_an_hgx_board() {
+    let errors = |f: &str| format!(", nvidia_smi_nvlink_errors: \"{}\"", tools(f).display());
+    let remote = |f: &str| format!(", nvidia_smi_nvlink_remote: \"{}\"", tools(f).display());
+    let limits = ", max_errors: {replay: 0, recovery: 0, crc: 0}";
+    let checklist = [
+        nvlink_check(
+            "healthy",
+            "nvlink-h100-healthy.txt",
+            &format!(
+                "{}{}{limits}",
+                errors("nvlink-h100-errors-clean.txt"),
+                remote("nvlink-h100-remote.txt")
+            ),
+        ),
+        nvlink_check("two_down", "nvlink-h100-two-down.txt", ""),
+        nvlink_check("gpu6_down", "nvlink-h100-gpu6-down.txt", ""),
+        nvlink_check("all_down", "nvlink-h100-all-down.txt", ""),
+        nvlink_check("slow", "nvlink-h100-slow-link.txt", ""),
+        nvlink_check(
+            "errors",
+            "nvlink-h100-healthy.txt",
+            &format!("{}{limits}", errors("nvlink-h100-errors.txt")),
+        ),
+        nvlink_check(
+            "errors_unlimited",
+            "nvlink-h100-healthy.txt",
+            &errors("nvlink-h100-errors.txt"),
+        ),
+        nvlink_check(
+            "miswired",
+            "nvlink-h100-healthy.txt",
+            &remote("nvlink-h100-remote-miswired.txt"),
+        ),
+        nvlink_check("vm", "nvlink-vm-12-links.txt", ""),
+        nvlink_check("vm_needs_18", "nvlink-vm-12-links.txt", ", links: 18"),
+    ]
+    .concat();
+    let r = run("h100-ib-healthy", &format!("checks:\n{checklist}"));
+    assert_eq!(r.status("healthy"), "pass", "{}", r.message("healthy"));
+    assert!(
+        r.message("healthy")
+            .starts_with("144 active links on 8 GPUs from "),
+        "{}",
+        r.message("healthy")
+    );
+    assert_eq!(
+        r.message("two_down"),
+        "GPU 3 (0000:5d:00.0): 16 of 18 links active, links 4, 5 inactive; expected 18 as most NVIDIA H100 80GB HBM3 GPUs here"
+    );
+    assert_eq!(
+        r.message("gpu6_down"),
+        "GPU 6 (0000:ba:00.0): every link inactive; expected 18 as most NVIDIA H100 80GB HBM3 GPUs here"
+    );
+    assert_eq!(r.status("all_down"), "fail");
+    assert!(r.message("all_down").starts_with(
+        "every link of every NVIDIA H100 80GB HBM3 is inactive: NVLink is down on an SXM module"
+    ));
+    assert_eq!(
+        r.message("slow"),
+        "GPU 1 (0000:2a:00.0) link 2: 1 GB/s where links here run at 26.562 GB/s"
+    );
+    assert_eq!(
+        r.message("errors"),
+        "GPU 2 (0000:3a:00.0) link 7: 41 crc errors (at most 0); GPU 2 (0000:3a:00.0) link 7: 3 recovery errors (at most 0)"
+    );
+    assert_eq!(r.status("errors_unlimited"), "pass");
+    assert_eq!(
+        r.message("miswired"),
+        "GPU 4 (0000:9a:00.0) link 0 reaches 0000:18:00.0 (a GPU) where most links here reach an NVSwitch"
+    );
+    assert_eq!(r.status("vm"), "pass", "{}", r.message("vm"));
+    assert_eq!(r.measured("vm"), "96 active links on 8 GPUs");
+    assert_eq!(r.status("vm_needs_18"), "fail");
+    assert!(r.message("vm_needs_18").starts_with(
+        "GPU 0 (0000:18:00.0): 12 of 18 links active, links 12, 13, 14, 15, 16, 17 inactive; expected 18 as the check sets"
+    ));
+}
+
+/// PCIe cards without a bridge have no active NVLink and that is not a
+/// failure; NVML's "not supported" is no NVLink at all.
+#[test]
+fn nvlink_on_pcie_cards_is_not_a_failure() {
+    let checklist = format!(
+        "checks:\n{}{}",
+        nvlink_check("bridgeless", "nvlink-pcie.txt", ""),
+        nvlink_check("unsupported", "nvlink-pcie-unsupported.txt", "")
+    );
+    let r = run("roce-node", &checklist);
+    assert_eq!(r.status("bridgeless"), "pass");
+    assert!(
+        r.message("bridgeless")
+            .ends_with("NVIDIA H100 PCIe: no NVLink active (a PCIe card without a bridge)"),
+        "{}",
+        r.message("bridgeless")
+    );
+    assert_eq!(r.status("unsupported"), "skip");
+    assert!(r.message("unsupported").starts_with("no NVLink on this node"));
+}
+
+/// A line the reader does not know is an error naming file and line,
+/// never a healthy node.
+#[test]
+fn an_unknown_nvlink_line_is_an_error_with_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = dir.path().join("s.txt");
+    std::fs::write(&status, "GPU 0: NVIDIA H100 80GB HBM3\n\t Link 0: 26.562 GB/s\n\t Link 1: degraded\n").unwrap();
+    let r = run(
+        "h100-ib-healthy",
+        &format!(
+            "checks:\n  - {{id: n, kind: nvlink, nvidia_smi_nvlink: \"{}\"}}\n",
+            status.display()
+        ),
+    );
+    assert_eq!(r.status("n"), "error");
+    assert_eq!(
+        r.message("n"),
+        format!("{}:3: not understood: `Link 1: degraded`", status.display())
+    );
+}

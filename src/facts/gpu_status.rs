@@ -34,8 +34,6 @@ pub struct GpuStatus {
     pub processes: Vec<Process>,
     /// The driver's index (nvidia-smi's `-i`, NVML's index).
     pub index: Option<u32>,
-    pub serial: Option<String>,
-    pub product: Option<String>,
     /// MIG mode is on (dcgmi diag does not run on MIG GPUs).
     pub mig_enabled: Option<bool>,
     /// Why the clocks are held down right now (NVIDIA's "clocks event
@@ -212,8 +210,6 @@ pub fn parse_xml(source: &str, text: &str) -> Result<GpuReport, String> {
             fabric_status: text_at(gpu, &["fabric", "status"]),
             processes,
             index: text_at(gpu, &["minor_number"]).and_then(|t| t.parse().ok()),
-            serial: text_at(gpu, &["serial"]),
-            product: text_at(gpu, &["product_name"]),
             mig_enabled: yes_no(text_at(gpu, &["mig_mode", "current_mig"])),
             clock_events: clock_events(gpu),
             reset_required: yes_no(text_at(gpu, &["gpu_reset_status", "reset_required"])),

@@ -14,6 +14,7 @@ pub mod launch;
 pub mod limits;
 pub mod meminfo;
 pub mod nvidia;
+pub mod nvlink;
 pub mod nvml;
 pub mod pci;
 pub mod ports;

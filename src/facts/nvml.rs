@@ -56,8 +56,6 @@ pub fn report() -> Result<GpuReport, String> {
             fabric_status: None,
             processes,
             index: Some(index),
-            serial: device.serial().ok(),
-            product: device.name().ok(),
             mig_enabled: device.mig_mode().ok().map(|m| m.current == MIG_ENABLE),
             clock_events: device.current_throttle_reasons().ok().map(clock_events),
             reset_required: field_flag(&device, FI_RESET_STATUS),

@@ -23,6 +23,7 @@ mod interface;
 mod kernel_param;
 mod launch_env;
 mod memory;
+mod nvlink;
 mod pcie_link;
 mod ping;
 mod port;
@@ -124,6 +125,7 @@ pub const KINDS: &[&KindInfo] = &[
     &kernel_param::KIND,
     &launch_env::KIND,
     &memory::KIND,
+    &nvlink::KIND,
     &pcie_link::KIND,
     &ping::KIND,
     &port::KIND,
