@@ -471,8 +471,11 @@ fn an_unwritable_output_is_a_usage_error() {
     );
 }
 
+/// `--only` runs an opt-in check alone; `--with` runs it beside the rest
+/// (what the Slurm health check does with DCGM's quick diagnostic), and a
+/// `--with` that names nothing is an error as a mistyped `--only` is.
 #[test]
-fn opt_in_checks_run_only_when_only_names_them() {
+fn opt_in_checks_run_only_when_only_or_with_names_them() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("opt.yaml");
     std::fs::write(
@@ -487,6 +490,16 @@ fn opt_in_checks_run_only_when_only_names_them() {
         ids(&["--only", "slow.probe", "--only", "everyday"]),
         ["everyday", "slow.probe"]
     );
+    assert_eq!(ids(&["--with", "slow"]), ["everyday", "slow.probe"]);
+    // --skip wins over --with as it does over --only.
+    assert_eq!(ids(&["--with", "slow", "--skip", "slow.probe"]), ["everyday"]);
+    let mut cmd = preflight();
+    cmd.args(["check", "--no-shipped", "--checks"])
+        .arg(&path)
+        .args(["--root", ROOT, "--with", "slo"]);
+    let out = run(&mut cmd);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("--with `slo` matches no check id or tag"), "{}", out.stderr);
     // `list` shows it, with how to run it.
     let mut cmd = preflight();
     cmd.args(["list", "--no-shipped", "--checks"])
@@ -494,7 +507,7 @@ fn opt_in_checks_run_only_when_only_names_them() {
         .args(["--root", ROOT]);
     let out = run(&mut cmd);
     assert!(
-        out.stdout.contains("opt-in: runs only with --only slow"),
+        out.stdout.contains("opt-in: runs only with --only or --with slow"),
         "{}",
         out.stdout
     );

@@ -52,10 +52,10 @@ pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
     let entries: Vec<Entry> = checks
         .iter()
         .map(|c| {
-            let named = args.checklist.only.iter().any(|s| c.selected_by(s));
+            let named = args.checklist.named(c);
             let reason = if c.opt_in && !named {
                 Some(format!(
-                    "opt-in: runs only with --only {}",
+                    "opt-in: runs only with --only or --with {}",
                     c.tags.first().unwrap_or(&c.id)
                 ))
             } else if c.evaluator() != crate::checklist::Evaluator::Node {

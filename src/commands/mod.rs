@@ -53,6 +53,10 @@ pub struct ChecklistArgs {
     /// Leave out checks with this id or tag. Repeatable; wins over --only.
     #[arg(long = "skip", value_name = "ID|TAG")]
     pub skip: Vec<String>,
+    /// Also run the opt-in checks with this id or tag, beside the rest
+    /// (--only would run them alone). Repeatable.
+    #[arg(long = "with", value_name = "ID|TAG")]
+    pub with: Vec<String>,
     /// Read /sys, /proc, /dev and /etc under this directory instead of /
     /// (fixture trees); `command` checks skip, since they would run
     /// programs of this machine, not the tree's.
@@ -71,6 +75,12 @@ pub struct ChecklistArgs {
 }
 
 impl ChecklistArgs {
+    /// Whether `--only` or `--with` names this check: an opt-in check
+    /// runs only then.
+    pub fn named(&self, c: &Check) -> bool {
+        self.only.iter().chain(&self.with).any(|s| c.selected_by(s))
+    }
+
     /// The shipped checklist plus `checks`, nothing selected: as a
     /// command that takes no checklist flags (the `slurm` modes) starts.
     pub fn shipped_with(checks: Vec<PathBuf>) -> ChecklistArgs {
@@ -79,6 +89,7 @@ impl ChecklistArgs {
             no_shipped: false,
             only: Vec::new(),
             skip: Vec::new(),
+            with: Vec::new(),
             root: PathBuf::from("/"),
             backends: BackendList(Backend::ALL.to_vec(), false),
             init_method: None,
@@ -208,7 +219,7 @@ pub fn all_checks(args: &ChecklistArgs) -> Result<Vec<Check>, Failure> {
 /// The checks selected by `--only` and `--skip`. A selector that names no
 /// check is an error: a typo must not silently run nothing.
 pub fn select(checks: Vec<Check>, args: &ChecklistArgs) -> Result<Vec<Arc<Check>>, Failure> {
-    let named = |c: &Check| args.only.iter().any(|s| c.selected_by(s));
+    let named = |c: &Check| args.named(c);
     Ok(select_all(checks, args)?
         .into_iter()
         .filter(|c| !c.opt_in || named(c))
@@ -218,12 +229,14 @@ pub fn select(checks: Vec<Check>, args: &ChecklistArgs) -> Result<Vec<Arc<Check>
 /// As `select`, keeping opt-in checks that `--only` does not name (`list`
 /// shows them, saying how to run them).
 pub fn select_all(checks: Vec<Check>, args: &ChecklistArgs) -> Result<Vec<Arc<Check>>, Failure> {
-    for selector in args.only.iter().chain(&args.skip) {
+    for selector in args.only.iter().chain(&args.skip).chain(&args.with) {
         if !checks.iter().any(|c| c.selected_by(selector)) {
             let flag = if args.only.contains(selector) {
                 "--only"
-            } else {
+            } else if args.skip.contains(selector) {
                 "--skip"
+            } else {
+                "--with"
             };
             let mut message = format!("{flag} `{selector}` matches no check id or tag");
             let names: Vec<&str> = checks

@@ -43,6 +43,9 @@ pub struct Mode {
     /// Checks or tags to leave out; wins over `only`.
     #[serde(default)]
     pub skip: Vec<String>,
+    /// Opt-in checks or tags to run as well (`--with`).
+    #[serde(default)]
+    pub with: Vec<String>,
     /// The whole mode's deadline.
     pub timeout: Option<Span>,
     pub incomplete: Option<Incomplete>,
@@ -59,6 +62,8 @@ pub struct Prolog {
     pub only: Vec<String>,
     #[serde(default)]
     pub skip: Vec<String>,
+    #[serde(default)]
+    pub with: Vec<String>,
     pub timeout: Option<Span>,
     pub incomplete: Option<Incomplete>,
     pub strict: Option<bool>,
@@ -122,6 +127,7 @@ pub struct Settings {
 pub struct Resolved {
     pub only: Vec<String>,
     pub skip: Vec<String>,
+    pub with: Vec<String>,
     pub timeout: Duration,
     pub incomplete: Incomplete,
     pub strict: bool,
@@ -131,6 +137,8 @@ pub struct Resolved {
 pub const EPILOG_TAG: &str = "epilog";
 /// Left out of every mode by default: checks that take seconds.
 pub const SLOW_TAG: &str = "slow";
+/// The opt-in check the health check runs besides the rest by default.
+pub const DCGM_QUICK: &str = "nvidia.dcgm_quick";
 
 impl Settings {
     /// The configuration directory this process uses.
@@ -165,10 +173,11 @@ impl Settings {
 
     fn resolve(dir: &Path, raw: Raw, source: String) -> Settings {
         let incomplete = raw.incomplete.unwrap_or(Incomplete::Ignore);
-        let mode = |m: Option<Mode>, only: &[&str], timeout: u64, strict: bool| {
+        let mode = |m: Option<Mode>, only: &[&str], with: &[&str], timeout: u64, strict: bool| {
             let m = m.unwrap_or(Mode {
                 only: only.iter().map(|s| s.to_string()).collect(),
                 skip: vec![SLOW_TAG.into()],
+                with: with.iter().map(|s| s.to_string()).collect(),
                 timeout: None,
                 incomplete: None,
                 strict: None,
@@ -176,6 +185,7 @@ impl Settings {
             Resolved {
                 only: m.only,
                 skip: m.skip,
+                with: m.with,
                 timeout: m.timeout.map_or(Duration::from_secs(timeout), |s| s.0),
                 incomplete: m.incomplete.unwrap_or(incomplete),
                 strict: m.strict.unwrap_or(strict),
@@ -195,15 +205,19 @@ impl Settings {
                 .and_then(|s| s.site_key_file)
                 .unwrap_or_else(|| dir.join("site.key")),
             // slurmd kills a HealthCheckProgram after 60 s.
-            healthcheck: mode(raw.healthcheck, &[], 45, false),
+            // DCGM's quick diagnostic (seconds) suits the periodic check;
+            // its longer levels are for the epilog or an operator's hand.
+            healthcheck: mode(raw.healthcheck, &[], &[DCGM_QUICK], 45, false),
             prolog: mode(
                 prolog.as_ref().map(|p| Mode {
                     only: p.only.clone(),
                     skip: p.skip.clone(),
+                    with: p.with.clone(),
                     timeout: p.timeout,
                     incomplete: p.incomplete,
                     strict: p.strict,
                 }),
+                &[],
                 &[],
                 60,
                 false,
@@ -214,7 +228,7 @@ impl Settings {
                 first: 29400,
                 last: 29499,
             }),
-            epilog: mode(raw.epilog, &[EPILOG_TAG], 45, true),
+            epilog: mode(raw.epilog, &[EPILOG_TAG], &[], 45, true),
         }
     }
 

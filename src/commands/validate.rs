@@ -80,6 +80,7 @@ fn site(dir: &Path, quiet: bool) -> Result<ExitCode, Failure> {
         let selection = ChecklistArgs {
             only: mode.only.clone(),
             skip: mode.skip.clone(),
+            with: mode.with.clone(),
             ..shipped.clone()
         };
         match select(all_checks(&shipped)?, &selection) {

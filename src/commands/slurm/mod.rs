@@ -206,6 +206,9 @@ fn run_args(settings: &Settings, mode: &Resolved, stage: Stage) -> Result<RunArg
     for s in &mode.skip {
         argv.extend(["--skip".into(), s.clone()]);
     }
+    for w in &mode.with {
+        argv.extend(["--with".into(), w.clone()]);
+    }
     argv.extend([
         "--timeout".into(),
         format!("{}ms", mode.timeout.as_millis()),
