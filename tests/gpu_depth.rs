@@ -506,3 +506,95 @@ fn an_unknown_nvlink_line_is_an_error_with_its_place() {
         format!("{}:3: not understood: `Link 1: degraded`", status.display())
     );
 }
+
+/// The new checks where operators look: `list` and `--only` by the words
+/// in their ids, every report format, and the merged report's matrix of
+/// two nodes (one healthy, one with a failed DCGM memory test and links
+/// down).
+#[test]
+fn the_gpu_depth_checks_show_everywhere() {
+    let list = std::process::Command::new(BIN)
+        .args(["list", "--format", "json"])
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    for id in [
+        "nvidia.dcgm_quick",
+        "nvidia.dcgm_medium",
+        "nvidia.nvlink",
+        "nvidia.throttle",
+        "nvidia.reset_required",
+        "nvidia.xid",
+    ] {
+        assert!(ids.contains(&id), "{id} not listed: {ids:?}");
+    }
+    for word in ["dcgm", "nvlink", "throttle", "reset"] {
+        let out = std::process::Command::new(BIN)
+            .args(["list", "--format", "json", "--only", word])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "--only {word}: {}", String::from_utf8_lossy(&out.stderr));
+        let sel: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let sel: Vec<&str> = sel.as_array().unwrap().iter().filter_map(|c| c["id"].as_str()).collect();
+        assert!(!sel.is_empty() && sel.iter().all(|id| id.contains(word)), "--only {word}: {sel:?}");
+    }
+    let explain = std::process::Command::new(BIN)
+        .args(["explain", "dcgm_diag"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&explain.stdout).contains("dcgm_json"));
+
+    // One node's failures in every format.
+    let dir = tempfile::tempdir().unwrap();
+    let checklist = dir.path().join("gpu.yaml");
+    std::fs::write(
+        &checklist,
+        format!(
+            "checks:\n  - {{id: nvidia.dcgm_medium, kind: dcgm_diag, level: 2, dcgm_json: \"{}\"}}\n{}",
+            tools("dcgm4-r2-memory-fail.json").display(),
+            nvlink_check("nvidia.nvlink", "nvlink-h100-two-down.txt", "")
+        ),
+    )
+    .unwrap();
+    let root = fixture("h100-ib-healthy").join("root");
+    let check = |format: &str, shipped_only: bool| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["check", "--format", format, "--root"]).arg(&root);
+        if !shipped_only {
+            cmd.args(["--no-shipped", "--checks"]).arg(&checklist);
+        }
+        let out = cmd.output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for format in ["human", "json", "junit", "prometheus"] {
+        let text = check(format, false);
+        for id in ["nvidia.dcgm_medium:gpu3.memory", "nvidia.dcgm_medium:gpu6.pcie", "nvidia.nvlink"] {
+            assert!(text.contains(id), "{format} lacks {id}:\n{text}");
+        }
+    }
+    // The merged report of a healthy node and this one.
+    std::fs::write(dir.path().join("bad.json"), check("json", false)).unwrap();
+    let mut good: serde_json::Value = serde_json::from_str(&check("json", true)).unwrap();
+    good["node"]["hostname"] = "gpu-h100-018".into();
+    std::fs::write(dir.path().join("good.json"), good.to_string()).unwrap();
+    let merged = std::process::Command::new(BIN)
+        .args(["report", "--format", "json"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let m: serde_json::Value = serde_json::from_slice(&merged.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&merged.stderr)));
+    let columns: Vec<&str> = m["check_ids"].as_array().unwrap().iter().filter_map(|c| c.as_str()).collect();
+    for id in ["nvidia.dcgm_medium:gpu3.memory", "nvidia.nvlink"] {
+        assert!(columns.contains(&id), "matrix lacks {id}: {columns:?}");
+    }
+    let culprits = m["culprits"].to_string();
+    assert!(culprits.contains("gpu-h100-017"), "{culprits}");
+    assert!(!culprits.contains("gpu-h100-018"), "{culprits}");
+}

@@ -292,6 +292,9 @@ mod tests {
         assert_eq!(s.healthcheck.skip, vec!["slow"]);
         assert_eq!(s.healthcheck.incomplete, Incomplete::Ignore);
         assert_eq!(s.epilog.only, vec!["epilog"]);
+        // DCGM's quick level runs in the health check only.
+        assert_eq!(s.healthcheck.with, vec![DCGM_QUICK]);
+        assert!(s.prolog.with.is_empty() && s.epilog.with.is_empty());
         assert!(s.epilog.strict && !s.healthcheck.strict && !s.prolog.strict);
         assert!(!s.prolog_cluster);
         assert_eq!(s.prolog_ports.to_string(), "29400-29499");
@@ -303,7 +306,8 @@ mod tests {
         let s = load(
             "drain_prefix: 'pf:'\nreport_dir: /r\nincomplete: drain\nsecret: {site_key_file: /k}\n\
              healthcheck: {only: [quick], timeout: 20s, incomplete: ignore}\n\
-             prolog: {cluster: true, ports: 30000-30009, timeout: 90s}\nepilog: {skip: []}\n",
+             prolog: {cluster: true, ports: 30000-30009, timeout: 90s}\n\
+             epilog: {skip: [], with: [nvidia.dcgm_medium]}\n",
         )
         .unwrap();
         assert_eq!(s.drain_prefix, "pf:");
@@ -317,6 +321,9 @@ mod tests {
         assert_eq!(s.prolog_ports.to_string(), "30000-30009");
         assert_eq!(s.prolog.timeout, Duration::from_secs(90));
         assert!(s.epilog.only.is_empty() && s.epilog.skip.is_empty());
+        assert_eq!(s.epilog.with, vec!["nvidia.dcgm_medium"]);
+        // A mode the site writes replaces the defaults, `with` too.
+        assert!(s.healthcheck.with.is_empty());
     }
 
     #[test]
