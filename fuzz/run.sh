@@ -4,7 +4,10 @@
 # committed: rebuilt here each time, and what the fuzzer adds is kept
 # between runs on one machine). A crash stops the run with the input
 # under fuzz/artifacts/TARGET/; turn it into a regression test before
-# fixing it. cargo fuzz needs nightly flags: RUSTC_BOOTSTRAP=1 lets the
+# fixing it. An input that takes longer than 5 s is a failure too
+# (-timeout), and any taking over 1 s is reported (-report_slow_units): a
+# parser that is merely slow on a hostile input would otherwise pass a
+# short run. cargo fuzz needs nightly flags: RUSTC_BOOTSTRAP=1 lets the
 # stable toolchain take them.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -15,12 +18,23 @@ seed() {
     local target=$1; shift
     mkdir -p "corpus/$target"
     for f in "$@"; do
-        [[ -f $f ]] && cp -f "$f" "corpus/$target/seed-$(basename "$(dirname "$f")")-$(basename "$f")"
+        # A seed that is not there (a moved fixture, a glob that matches
+        # nothing) fails the run rather than fuzzing from less.
+        [[ -f $f ]] || { echo "fuzz: seed $f for $target is missing" >&2; exit 1; }
+        cp -f "$f" "corpus/$target/seed-$(basename "$(dirname "$f")")-$(basename "$f")"
     done
     return 0
 }
 seed checklist $root/checks/*.yaml $root/fixtures/checklists/*/*.yaml $root/fixtures/reports/record-checks.yaml
-seed site_settings $root/contrib/slurm/*.yaml $root/fixtures/checklists/valid/*.yaml
+seed site_settings $root/contrib/slurm/settings.yaml $root/fixtures/checklists/valid/*.yaml
+seed dcgm_json $root/fixtures/nvidia-tools/dcgm*.json
+# nvidia_text: the first byte picks the reader (src/fuzzing.rs).
+mkdir -p corpus/nvidia_text
+for pair in 0:nvlink-h100-two-down.txt 1:nvlink-h100-errors.txt 2:nvlink-h100-remote-miswired.txt 0:nvlink-pcie.txt; do
+    { printf "\\x0${pair%%:*}"; cat "$root/fixtures/nvidia-tools/${pair#*:}"; } > "corpus/nvidia_text/seed-${pair#*:}"
+done
+{ printf '\x03'; cat $root/fixtures/h100-ib-broken/root/dev/kmsg; } > corpus/nvidia_text/seed-kmsg
+{ printf '\x04'; cat $root/fixtures/nvidia-tools/throttle-old-names.xml; } > corpus/nvidia_text/seed-samples
 seed report $root/fixtures/reports/run-4node/*.json $root/tests/snapshots/mixed.json
 seed nvidia_smi_xml $(find $root/fixtures -name '*.xml' | head -20)
 seed proc_text $(find $root/fixtures -path '*proc*' -type f | head -40) /proc/net/tcp /proc/net/tcp6 /proc/self/stat
@@ -53,6 +67,7 @@ targets=$(ls fuzz_targets | sed 's/\.rs$//')
 cargo fuzz build -O $targets >/dev/null 2>&1 || cargo fuzz build -O
 for t in $targets; do
     echo "fuzz: $t for ${SECONDS_EACH}s"
-    cargo fuzz run -O "$t" "corpus/$t" -- -max_total_time="$SECONDS_EACH" -max_len=65536 -rss_limit_mb=2048 2>&1 \
-        | grep -E "^(#[0-9]+ +DONE|Done|==[0-9]+==|SUMMARY|.*panicked)" | tail -3
+    cargo fuzz run -O "$t" "corpus/$t" -- -max_total_time="$SECONDS_EACH" -max_len=65536 -rss_limit_mb=2048 \
+        -timeout=5 -report_slow_units=1 2>&1 \
+        | grep -E "^(#[0-9]+ +DONE|Done|==[0-9]+==|SUMMARY|Slowest unit|.*panicked|.*ERROR: libFuzzer)" | tail -6
 done

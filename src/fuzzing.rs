@@ -209,3 +209,61 @@ pub fn report(data: &[u8]) {
     let _ = crate::report::html(&merged);
     let _ = crate::report::markdown(&merged);
 }
+
+/// `dcgmi diag -j` output, as the dcgm_diag kind reads it. A result DCGM
+/// says failed never becomes a passing check.
+pub fn dcgm_json(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(report) = crate::facts::dcgm::parse(text) else {
+        return;
+    };
+    let finding = crate::kinds::dcgm_diag::judge(&report, 1);
+    let failed = report.results.iter().any(|r| {
+        !matches!(
+            r.status,
+            crate::facts::dcgm::DiagStatus::Pass
+                | crate::facts::dcgm::DiagStatus::Skip
+                | crate::facts::dcgm::DiagStatus::NotRun
+        )
+    });
+    if failed || report.results.is_empty() {
+        assert_ne!(finding.status, crate::result::Status::Pass, "{report:?}");
+    }
+}
+
+/// NVIDIA tools' text, the first byte choosing: `nvidia-smi nvlink -s`,
+/// `-e`, `-R`, a kernel log's Xids (grouped: the counts add up to the
+/// lines), several `nvidia-smi -q -x` documents.
+pub fn nvidia_text(data: &[u8]) {
+    let Some((first, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    use crate::facts::{gpu_status, kmsg, nvlink, xid};
+    match first % 5 {
+        0 => {
+            let _ = nvlink::parse_status("s", text);
+        }
+        1 => {
+            let mut gpus = nvlink::parse_status("s", "GPU 0: X\n").unwrap_or_default();
+            let _ = nvlink::parse_errors("e", text, &mut gpus);
+        }
+        2 => {
+            let mut gpus = nvlink::parse_status("s", "GPU 0: X\n").unwrap_or_default();
+            let _ = nvlink::parse_remotes("r", text, &mut gpus);
+        }
+        3 => {
+            let xids = kmsg::parse(text);
+            let groups = xid::group(&xids, &xid::NVLINK_XIDS, None);
+            let counted: u64 = groups.iter().map(|g| g.count).sum();
+            assert_eq!(counted, xids.len() as u64);
+        }
+        _ => {
+            let _ = gpu_status::parse_xml_samples("x", text);
+        }
+    }
+}

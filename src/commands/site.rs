@@ -301,6 +301,22 @@ mod tests {
         assert_eq!(s.site_key_file, d.path().join("site.key"));
     }
 
+    /// The settings file the packages install states every default: as
+    /// shipped it changes nothing.
+    #[test]
+    fn the_shipped_settings_file_is_the_defaults() {
+        let shipped = include_str!("../../contrib/slurm/settings.yaml");
+        let d = tempfile::tempdir().unwrap();
+        let mut defaults = Settings::load(d.path()).unwrap();
+        let mut from_file = load(shipped).unwrap();
+        defaults.source.clear();
+        from_file.source.clear();
+        from_file.dir = defaults.dir.clone();
+        from_file.site_key_file = defaults.site_key_file.clone();
+        assert_eq!(format!("{defaults:?}"), format!("{from_file:?}"));
+        assert!(shipped.contains("site_key_file: /etc/preflight/site.key"));
+    }
+
     #[test]
     fn every_setting_is_read() {
         let s = load(

@@ -7,7 +7,7 @@ pub mod collective_backend;
 pub mod collective_busbw;
 mod command;
 mod cpu;
-mod dcgm_diag;
+pub mod dcgm_diag;
 mod devices;
 mod disk_free;
 mod driver;
