@@ -340,9 +340,18 @@ impl DcgmDiag {
     }
 }
 
+/// DCGM runs one diagnostic at a time and refuses a second ("already
+/// running"): the checks of one run that would start dcgmi take turns.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 impl Probe for DcgmDiag {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         Box::pin(async move {
+            let _turn = if self.dcgm_json.is_none() {
+                Some(ONE_AT_A_TIME.lock().await)
+            } else {
+                None
+            };
             if self.dcgm_json.is_none() && !super::nvidia_present(&facts).await {
                 return Finding::skip("no NVIDIA GPU present");
             }
