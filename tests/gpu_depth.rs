@@ -484,6 +484,17 @@ fn nvlink_on_pcie_cards_is_not_a_failure() {
     );
     assert_eq!(r.status("unsupported"), "skip");
     assert!(r.message("unsupported").starts_with("no NVLink on this node"));
+    // Driver 580 on a one-GPU H100 VM prints nothing for `nvlink -s`
+    // (recorded on such a machine): no NVLink, not a failure.
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("nvlink-s.txt");
+    std::fs::write(&empty, "").unwrap();
+    let r = run(
+        "h100-ib-healthy",
+        &format!("checks:\n  - {{id: n, kind: nvlink, nvidia_smi_nvlink: \"{}\"}}\n", empty.display()),
+    );
+    assert_eq!(r.status("n"), "skip");
+    assert!(r.message("n").ends_with("lists no GPU)"), "{}", r.message("n"));
 }
 
 /// A line the reader does not know is an error naming file and line,
@@ -597,4 +608,28 @@ fn the_gpu_depth_checks_show_everywhere() {
     let culprits = m["culprits"].to_string();
     assert!(culprits.contains("gpu-h100-017"), "{culprits}");
     assert!(!culprits.contains("gpu-h100-018"), "{culprits}");
+}
+
+/// What a real H100 VM on driver R580 printed (tests/gpu/gpu-depth.sh,
+/// fixtures/nvidia-tools/real-h100-vm-r580): three whole `-q -x`
+/// documents read as three samples, the recovery action read where the
+/// reset fields are gone, and the empty NVLink status as no NVLink.
+#[test]
+fn a_real_r580_recording_reads_back() {
+    let real = |f: &str| fixture("nvidia-tools/real-h100-vm-r580").join(f);
+    let r = run(
+        "h100-ib-healthy",
+        &format!(
+            "checks:\n  - {{id: throttle, kind: gpu_health, throttle: true, nvidia_smi_xml: \"{x}\"}}\n  - {{id: reset, kind: gpu_health, reset_required: true, nvidia_smi_xml: \"{x}\"}}\n  - {{id: nvlink, kind: nvlink, nvidia_smi_nvlink: \"{n}\"}}\n",
+            x = real("samples.xml").display(),
+            n = real("nvlink-s.txt").display()
+        ),
+    );
+    assert_eq!(
+        (r.status("throttle"), r.message("throttle")),
+        ("pass", "clock event reasons of 1 GPUs in 3 samples")
+    );
+    assert_eq!(r.status("reset"), "pass");
+    assert!(!r.message("reset").contains("no reset status"), "{}", r.message("reset"));
+    assert_eq!(r.status("nvlink"), "skip");
 }

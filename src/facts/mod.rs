@@ -244,9 +244,14 @@ impl Facts {
             let path = path.to_path_buf();
             let read = tokio::task::spawn_blocking(move || {
                 let shown = path.display().to_string();
+                // A recording of several samples (`nvidia-smi -q -x -l 1`):
+                // the state is the latest one's.
                 std::fs::read_to_string(&path)
                     .map_err(|e| format!("cannot read {shown}: {e}"))
-                    .and_then(|text| gpu_status::parse_xml(&shown, &text))
+                    .and_then(|text| gpu_status::parse_xml_samples(&shown, &text))
+                    .and_then(|mut samples| {
+                        samples.pop().ok_or_else(|| format!("{shown}: no document"))
+                    })
             });
             return Some(
                 read.await

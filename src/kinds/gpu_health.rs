@@ -371,8 +371,9 @@ impl GpuHealth {
                     .into_iter()
                     .map(|(index, bus, reasons)| (format!("GPU {index} ({bus})"), reasons))
                     .collect(),
-                // No NVML: nvidia-smi reads the same counters.
-                _ => match gpu_status::run_nvidia_smi(&["-q", "-x", "-d", "PERFORMANCE"]).await {
+                // No NVML: nvidia-smi reads the same counters (the whole
+                // document: R580 refuses `-d` with `-x`).
+                _ => match gpu_status::run_nvidia_smi(&["-q", "-x"]).await {
                     Ok(r) => of(&r),
                     Err(e) => return Some(Err(e)),
                 },

@@ -242,6 +242,13 @@ impl NvLink {
             None => g.name(),
         };
         let gpus: Vec<&GpuLinks> = read.gpus.iter().filter(|g| !g.unsupported).collect();
+        if read.gpus.is_empty() {
+            // R580 in a VM without NVLink prints nothing at all.
+            return Finding::skip(format!(
+                "no NVLink on this node ({} lists no GPU)",
+                read.source
+            ));
+        }
         if gpus.is_empty() {
             return Finding::skip(format!(
                 "no NVLink on this node ({}: not supported)",

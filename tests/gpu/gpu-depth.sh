@@ -36,7 +36,8 @@ fi
 
 # This machine's own outputs, recorded as the kinds' parameters take them.
 nvidia-smi -q -x > "$out/nvidia-smi-q.xml"
-for i in 1 2 3; do nvidia-smi -q -x -d PERFORMANCE; sleep 0.5; done > "$out/samples.xml"
+# Whole documents: R580 refuses `-d PERFORMANCE` with `-x`.
+for i in 1 2 3; do nvidia-smi -q -x; sleep 0.5; done > "$out/samples.xml"
 nvidia-smi nvlink -s > "$out/nvlink-s.txt" 2>&1
 nvidia-smi nvlink -e > "$out/nvlink-e.txt" 2>&1
 nvidia-smi nvlink -R > "$out/nvlink-R.txt" 2>&1
