@@ -492,14 +492,22 @@ fn opt_in_checks_run_only_when_only_or_with_names_them() {
     );
     assert_eq!(ids(&["--with", "slow"]), ["everyday", "slow.probe"]);
     // --skip wins over --with as it does over --only.
-    assert_eq!(ids(&["--with", "slow", "--skip", "slow.probe"]), ["everyday"]);
+    assert_eq!(
+        ids(&["--with", "slow", "--skip", "slow.probe"]),
+        ["everyday"]
+    );
     let mut cmd = preflight();
     cmd.args(["check", "--no-shipped", "--checks"])
         .arg(&path)
         .args(["--root", ROOT, "--with", "slo"]);
     let out = run(&mut cmd);
     assert_eq!(out.code, 2, "{}", out.stderr);
-    assert!(out.stderr.contains("--with `slo` matches no check id or tag"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("--with `slo` matches no check id or tag"),
+        "{}",
+        out.stderr
+    );
     // `list` shows it, with how to run it.
     let mut cmd = preflight();
     cmd.args(["list", "--no-shipped", "--checks"])
@@ -507,7 +515,8 @@ fn opt_in_checks_run_only_when_only_or_with_names_them() {
         .args(["--root", ROOT]);
     let out = run(&mut cmd);
     assert!(
-        out.stdout.contains("opt-in: runs only with --only or --with slow"),
+        out.stdout
+            .contains("opt-in: runs only with --only or --with slow"),
         "{}",
         out.stdout
     );

@@ -188,12 +188,25 @@ fn nvlink_xids_are_configurable() {
             "checks:\n  - {{id: default, kind: gpu_health, xid: true, kernel_log: \"{l}\"}}\n  - {{id: support, kind: gpu_health, xid: true, nvlink_action: contact_support, kernel_log: \"{l}\"}}\n  - {{id: only74, kind: gpu_health, xid: true, nvlink_xids: [74], nvlink_action: contact_support, kernel_log: \"{l}\"}}\n  - {{id: ignored, kind: gpu_health, xid: true, ignore_xids: [74, 145], kernel_log: \"{l}\"}}\n"
         ),
     );
-    assert!(r.message("default").starts_with(
-        "GPU 0 (0000:18:00.0) Xid 74 (NVLink error): reset the GPU, at 10.0 s after boot"
-    ), "{}", r.message("default"));
-    assert!(r.message("support").starts_with("GPU 0 (0000:18:00.0) Xid 74 (NVLink error): contact support"));
-    assert!(r.message("support").contains("GPU 1 (0000:2a:00.0) Xid 145 (NVLink RLW error): contact support"));
-    assert!(r.message("only74").contains("Xid 145 (NVLink RLW error): reset the GPU"));
+    assert!(
+        r.message("default").starts_with(
+            "GPU 0 (0000:18:00.0) Xid 74 (NVLink error): reset the GPU, at 10.0 s after boot"
+        ),
+        "{}",
+        r.message("default")
+    );
+    assert!(
+        r.message("support")
+            .starts_with("GPU 0 (0000:18:00.0) Xid 74 (NVLink error): contact support")
+    );
+    assert!(
+        r.message("support")
+            .contains("GPU 1 (0000:2a:00.0) Xid 145 (NVLink RLW error): contact support")
+    );
+    assert!(
+        r.message("only74")
+            .contains("Xid 145 (NVLink RLW error): reset the GPU")
+    );
     assert_eq!(r.status("ignored"), "pass");
 }
 
@@ -267,17 +280,29 @@ fn dcgm_documents_of_every_shape_pass_and_fail_as_dcgm_meant() {
     assert_eq!(hint, "fix the node's configuration as DCGM says");
     let (status, message, hint) = part(&r, "dcgm4-r1-reset:gpu5.software");
     assert_eq!(status, "fail");
-    assert!(message.contains("RESET: GPU 5 had uncorrectable memory errors"), "{message}");
-    assert_eq!(hint, "drain the node and reset the GPU (`nvidia-smi -r -i INDEX`)");
+    assert!(
+        message.contains("RESET: GPU 5 had uncorrectable memory errors"),
+        "{message}"
+    );
+    assert_eq!(
+        hint,
+        "drain the node and reset the GPU (`nvidia-smi -r -i INDEX`)"
+    );
     let (status, message, _) = part(&r, "dcgm4-runtime-error");
     assert_eq!(status, "error");
     assert!(message.starts_with("DCGM could not run the diagnostic: Error: Unable to complete diagnostic for group 0. Return: (-33) The GPU has been lost"), "{message}");
     let (status, message, _) = part(&r, "dcgm4-truncated");
     assert_eq!(status, "error");
-    assert!(message.contains("dcgm4-truncated.json: the JSON document is cut short"), "{message}");
+    assert!(
+        message.contains("dcgm4-truncated.json: the JSON document is cut short"),
+        "{message}"
+    );
     let (status, message, _) = part(&r, "dcgm4-unknown-status:gpu2.memory");
     assert_eq!(status, "error");
-    assert_eq!(message, "GPU 2 (serial 1654923003708) memory (Hardware): DCGM reported `Degraded`, a status preflight does not know");
+    assert_eq!(
+        message,
+        "GPU 2 (serial 1654923003708) memory (Hardware): DCGM reported `Degraded`, a status preflight does not know"
+    );
     assert_eq!(
         part(&r, "dcgm4-no-results").1,
         "DCGM's document holds no test results and no reason"
@@ -303,7 +328,10 @@ fn dcgm_documents_of_every_shape_pass_and_fail_as_dcgm_meant() {
     assert_eq!(ids, ["dcgm3-r3-memory-fail:gpu1.gpu_memory"]);
     let (status, message, _) = part(&r, "dcgm3-mig");
     assert_eq!(status, "skip");
-    assert!(message.starts_with("DCGM does not run its diagnostic on MIG GPUs: Cannot run diagnostic"), "{message}");
+    assert!(
+        message.starts_with("DCGM does not run its diagnostic on MIG GPUs: Cannot run diagnostic"),
+        "{message}"
+    );
     assert_eq!(
         part(&r, "dcgm2-r1-pass").1,
         "level 2: 4 results on 0 GPUs, all passed"
@@ -321,7 +349,10 @@ fn dcgm_skips_mig_gpus_it_would_test() {
         "h100-ib-healthy",
         &format!(
             "{}  - {{id: other, kind: dcgm_diag, gpus: [0, 1], dcgm_json: \"{}\", nvidia_smi_xml: \"{}\"}}\n",
-            dcgm_checks(&["dcgm4-r2-pass"], &format!(", nvidia_smi_xml: \"{}\"", xml.display())),
+            dcgm_checks(
+                &["dcgm4-r2-pass"],
+                &format!(", nvidia_smi_xml: \"{}\"", xml.display())
+            ),
             tools("dcgm4-r2-pass.json").display(),
             xml.display()
         ),
@@ -364,7 +395,11 @@ fn dcgm_without_dcgm_skips_and_a_bad_level_is_located() {
             || message.starts_with("/nonexistent/dcgmi is not installed"),
         "{message}"
     );
-    std::fs::write(&file, "checks:\n  - id: d\n    kind: dcgm_diag\n    level: 5\n").unwrap();
+    std::fs::write(
+        &file,
+        "checks:\n  - id: d\n    kind: dcgm_diag\n    level: 5\n",
+    )
+    .unwrap();
     let out = std::process::Command::new(BIN)
         .args(["check", "--no-shipped", "--checks"])
         .arg(&file)
@@ -372,7 +407,10 @@ fn dcgm_without_dcgm_skips_and_a_bad_level_is_located() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("c.yaml:4:12") && err.contains("`level` must be 1 to 4"), "{err}");
+    assert!(
+        err.contains("c.yaml:4:12") && err.contains("`level` must be 1 to 4"),
+        "{err}"
+    );
 }
 
 fn nvlink_check(id: &str, status: &str, extra: &str) -> String {
@@ -483,7 +521,10 @@ fn nvlink_on_pcie_cards_is_not_a_failure() {
         r.message("bridgeless")
     );
     assert_eq!(r.status("unsupported"), "skip");
-    assert!(r.message("unsupported").starts_with("no NVLink on this node"));
+    assert!(
+        r.message("unsupported")
+            .starts_with("no NVLink on this node")
+    );
     // Driver 580 on a one-GPU H100 VM prints nothing for `nvlink -s`
     // (recorded on such a machine): no NVLink, not a failure.
     let dir = tempfile::tempdir().unwrap();
@@ -491,10 +532,17 @@ fn nvlink_on_pcie_cards_is_not_a_failure() {
     std::fs::write(&empty, "").unwrap();
     let r = run(
         "h100-ib-healthy",
-        &format!("checks:\n  - {{id: n, kind: nvlink, nvidia_smi_nvlink: \"{}\"}}\n", empty.display()),
+        &format!(
+            "checks:\n  - {{id: n, kind: nvlink, nvidia_smi_nvlink: \"{}\"}}\n",
+            empty.display()
+        ),
     );
     assert_eq!(r.status("n"), "skip");
-    assert!(r.message("n").ends_with("lists no GPU)"), "{}", r.message("n"));
+    assert!(
+        r.message("n").ends_with("lists no GPU)"),
+        "{}",
+        r.message("n")
+    );
 }
 
 /// A line the reader does not know is an error naming file and line,
@@ -503,7 +551,11 @@ fn nvlink_on_pcie_cards_is_not_a_failure() {
 fn an_unknown_nvlink_line_is_an_error_with_its_place() {
     let dir = tempfile::tempdir().unwrap();
     let status = dir.path().join("s.txt");
-    std::fs::write(&status, "GPU 0: NVIDIA H100 80GB HBM3\n\t Link 0: 26.562 GB/s\n\t Link 1: degraded\n").unwrap();
+    std::fs::write(
+        &status,
+        "GPU 0: NVIDIA H100 80GB HBM3\n\t Link 0: 26.562 GB/s\n\t Link 1: degraded\n",
+    )
+    .unwrap();
     let r = run(
         "h100-ib-healthy",
         &format!(
@@ -550,10 +602,22 @@ fn the_gpu_depth_checks_show_everywhere() {
             .args(["list", "--format", "json", "--only", word])
             .output()
             .unwrap();
-        assert!(out.status.success(), "--only {word}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "--only {word}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let sel: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let sel: Vec<&str> = sel.as_array().unwrap().iter().filter_map(|c| c["id"].as_str()).collect();
-        assert!(!sel.is_empty() && sel.iter().all(|id| id.contains(word)), "--only {word}: {sel:?}");
+        let sel: Vec<&str> = sel
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["id"].as_str())
+            .collect();
+        assert!(
+            !sel.is_empty() && sel.iter().all(|id| id.contains(word)),
+            "--only {word}: {sel:?}"
+        );
     }
     let explain = std::process::Command::new(BIN)
         .args(["explain", "dcgm_diag"])
@@ -585,7 +649,11 @@ fn the_gpu_depth_checks_show_everywhere() {
     };
     for format in ["human", "json", "junit", "prometheus"] {
         let text = check(format, false);
-        for id in ["nvidia.dcgm_medium:gpu3.memory", "nvidia.dcgm_medium:gpu6.pcie", "nvidia.nvlink"] {
+        for id in [
+            "nvidia.dcgm_medium:gpu3.memory",
+            "nvidia.dcgm_medium:gpu6.pcie",
+            "nvidia.nvlink",
+        ] {
             assert!(text.contains(id), "{format} lacks {id}:\n{text}");
         }
     }
@@ -601,7 +669,12 @@ fn the_gpu_depth_checks_show_everywhere() {
         .unwrap();
     let m: serde_json::Value = serde_json::from_slice(&merged.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&merged.stderr)));
-    let columns: Vec<&str> = m["check_ids"].as_array().unwrap().iter().filter_map(|c| c.as_str()).collect();
+    let columns: Vec<&str> = m["check_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
     for id in ["nvidia.dcgm_medium:gpu3.memory", "nvidia.nvlink"] {
         assert!(columns.contains(&id), "matrix lacks {id}: {columns:?}");
     }
@@ -630,6 +703,10 @@ fn a_real_r580_recording_reads_back() {
         ("pass", "clock event reasons of 1 GPUs in 3 samples")
     );
     assert_eq!(r.status("reset"), "pass");
-    assert!(!r.message("reset").contains("no reset status"), "{}", r.message("reset"));
+    assert!(
+        !r.message("reset").contains("no reset status"),
+        "{}",
+        r.message("reset")
+    );
     assert_eq!(r.status("nvlink"), "skip");
 }

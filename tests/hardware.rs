@@ -7,10 +7,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
-#[path = "support/skip.rs"]
-mod skip;
 #[path = "support/fixture_run.rs"]
 mod fixture_run;
+#[path = "support/skip.rs"]
+mod skip;
 use fixture_run::*;
 
 /// Every hardware kind, configured as a strict site checklist would.
@@ -1189,7 +1189,10 @@ fn application_xids_are_ignored_by_default_in_a_saved_kernel_log() {
     // Counted with `ignore_xids: []`, each with the catalog's action
     // (43 and 45 need none in NVIDIA's catalog: they are not problems).
     let all = r.message("all");
-    assert!(!all.contains("Xid 43 ") && !all.contains("Xid 45 "), "{all}");
+    assert!(
+        !all.contains("Xid 43 ") && !all.contains("Xid 45 "),
+        "{all}"
+    );
     for xid in [
         "Xid 13 (graphics engine exception): restart the application",
         "Xid 31 (GPU memory page fault): restart the application",

@@ -219,7 +219,8 @@ fn read_document(top: &Map<String, Value>, report: &mut DiagReport) {
         .or_else(|| text_of(top.get("Driver Version Detected")))
         .or_else(|| text_of(body.get("Driver Version Detected")));
     report.driver_version = report.driver_version.take().or(driver);
-    if let Some(e) = text_of(body.get("runtime_error")).or_else(|| text_of(top.get("runtime_error")))
+    if let Some(e) =
+        text_of(body.get("runtime_error")).or_else(|| text_of(top.get("runtime_error")))
     {
         report.runtime_error = Some(e);
     }
@@ -248,8 +249,13 @@ fn read_serials(top: &Map<String, Value>, body: &Map<String, Value>, report: &mu
             let Some(Value::Array(entities)) = g.get("entities") else {
                 continue;
             };
-            for e in entities.iter().filter_map(Value::as_object).filter(|_| is_gpu) {
-                if let (Some(id), Some(serial)) = (int_of(e.get("entity_id")), text_of(e.get("serial_num")))
+            for e in entities
+                .iter()
+                .filter_map(Value::as_object)
+                .filter(|_| is_gpu)
+            {
+                if let (Some(id), Some(serial)) =
+                    (int_of(e.get("entity_id")), text_of(e.get("serial_num")))
                     && !serial.starts_with("<<<")
                 {
                     report.serials.insert(id, serial);
@@ -342,7 +348,11 @@ fn subject(result: &Map<String, Value>) -> (Option<i64>, Option<String>) {
         return ((id >= 0).then_some(id), None);
     }
     if let Some(ids) = text_of(result.get("gpu_ids")) {
-        let list: Vec<&str> = ids.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        let list: Vec<&str> = ids
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
         if let [one] = list.as_slice()
             && let Ok(id) = one.parse::<i64>()
         {
@@ -398,7 +408,10 @@ fn read_test(category: Option<&str>, test: &Map<String, Value>, report: &mut Dia
     // that belong to no entity. From 4.5 it repeats every entity's
     // errors: those already read are not counted twice.
     if let Some(Value::Object(summary)) = test.get("test_summary") {
-        let status = summary.get("status").and_then(Value::as_str).map(DiagStatus::parse);
+        let status = summary
+            .get("status")
+            .and_then(Value::as_str)
+            .map(DiagStatus::parse);
         let seen: Vec<String> = report.results[first..]
             .iter()
             .flat_map(|r| r.warnings.iter().map(|w| w.text.clone()))
@@ -489,7 +502,10 @@ trailing"#;
         assert_eq!(r.results[0].warnings[0].error_id, Some(19));
         assert_eq!(r.results[0].warnings[0].severity, None);
         assert_eq!(r.results[1].warnings.len(), 2);
-        assert_eq!((r.results[2].gpu, &r.results[2].status), (None, &DiagStatus::Skip));
+        assert_eq!(
+            (r.results[2].gpu, &r.results[2].status),
+            (None, &DiagStatus::Skip)
+        );
     }
 
     #[test]
@@ -507,9 +523,13 @@ trailing"#;
     #[test]
     fn runtime_errors_truncation_and_no_json() {
         let r = parse(r#"{"DCGM Diagnostic":{"runtime_error":"Error: Unable to complete diagnostic for group 0.","version":"4.2.3"}}"#).unwrap();
-        assert_eq!(r.runtime_error.as_deref(), Some("Error: Unable to complete diagnostic for group 0."));
+        assert_eq!(
+            r.runtime_error.as_deref(),
+            Some("Error: Unable to complete diagnostic for group 0.")
+        );
         assert!(r.results.is_empty());
-        let cut = parse(r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Hardware","tes"#).unwrap_err();
+        let cut = parse(r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Hardware","tes"#)
+            .unwrap_err();
         assert!(cut.contains("cut short"), "{cut}");
         // Cut after a complete result: that inner object is not the document.
         let cut = parse(r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Hardware","tests":[{"name":"memory","results":[{"entity_id":0,"status":"Pass"},"#).unwrap_err();

@@ -127,7 +127,9 @@ fn uncorrectable(ecc: roxmltree::Node) -> Option<u64> {
 fn clock_events(gpu: roxmltree::Node) -> Option<Vec<String>> {
     let (block, prefix) = child(gpu, "clocks_event_reasons")
         .map(|b| (b, "clocks_event_reason_"))
-        .or_else(|| child(gpu, "clocks_throttle_reasons").map(|b| (b, "clocks_throttle_reason_")))?;
+        .or_else(|| {
+            child(gpu, "clocks_throttle_reasons").map(|b| (b, "clocks_throttle_reason_"))
+        })?;
     let mut active = Vec::new();
     for reason in block.children().filter(|c| c.is_element()) {
         let name = reason.tag_name().name();
@@ -246,7 +248,11 @@ pub async fn run_nvidia_smi(args: &[&str]) -> Result<GpuReport, String> {
         let err = String::from_utf8_lossy(&output.stderr);
         let out = String::from_utf8_lossy(&output.stdout);
         let why = if err.trim().is_empty() { out } else { err };
-        return Err(format!("{shown} failed ({}): {}", output.status, why.trim()));
+        return Err(format!(
+            "{shown} failed ({}): {}",
+            output.status,
+            why.trim()
+        ));
     }
     parse_xml(&shown, &String::from_utf8_lossy(&output.stdout))
 }

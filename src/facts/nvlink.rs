@@ -59,7 +59,10 @@ fn header(line: &str) -> Option<GpuLinks> {
     let index: u32 = index.trim().parse().ok()?;
     let rest = rest.trim();
     let (product, uuid) = match rest.rsplit_once("(UUID:") {
-        Some((p, u)) => (p.trim(), Some(u.trim().trim_end_matches(')').trim().to_string())),
+        Some((p, u)) => (
+            p.trim(),
+            Some(u.trim().trim_end_matches(')').trim().to_string()),
+        ),
         None => (rest, None),
     };
     Some(GpuLinks {
@@ -144,7 +147,10 @@ pub fn parse_errors(source: &str, text: &str, into: &mut [GpuLinks]) -> Result<(
         let (label, value) = rest.rsplit_once(':')?;
         let value: u64 = value.trim().parse().ok()?;
         let label = label.trim().to_ascii_lowercase();
-        let label = label.strip_suffix(" errors").unwrap_or(&label).replace(' ', "_");
+        let label = label
+            .strip_suffix(" errors")
+            .unwrap_or(&label)
+            .replace(' ', "_");
         gpu.errors.entry(link).or_default().insert(label, value);
         Some(())
     })?;
@@ -299,7 +305,10 @@ mod tests {
         let mut gpus = parse_status("s", status).unwrap();
         assert_eq!(gpus.len(), 4);
         assert_eq!(gpus[0].product.as_deref(), Some("NVIDIA H100 80GB HBM3"));
-        assert_eq!(gpus[0].uuid.as_deref(), Some("GPU-5a10e6e5-95f7-2785-ed63-6f6147f304f7"));
+        assert_eq!(
+            gpus[0].uuid.as_deref(),
+            Some("GPU-5a10e6e5-95f7-2785-ed63-6f6147f304f7")
+        );
         assert_eq!(gpus[0].active(), 1);
         assert_eq!(gpus[0].links[0].speed, Some(26.562));
         assert!(gpus[1].all_inactive && !gpus[1].unsupported);
@@ -327,7 +336,10 @@ mod tests {
         let e = parse_status("s.txt", "GPU 0: X\n\t Link 0: fast\n").unwrap_err();
         assert_eq!(e, "s.txt:2: not understood: `Link 0: fast`");
         let e = parse_status("s.txt", "Link 0: 25 GB/s\n").unwrap_err();
-        assert!(e.starts_with("s.txt:1: `Link 0: 25 GB/s` comes before"), "{e}");
+        assert!(
+            e.starts_with("s.txt:1: `Link 0: 25 GB/s` comes before"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -128,8 +128,14 @@ fn clock_events(reasons: ThrottleReasons) -> Vec<String> {
         (ThrottleReasons::SYNC_BOOST, "sync_boost"),
         (ThrottleReasons::SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"),
         (ThrottleReasons::HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"),
-        (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "hw_power_brake_slowdown"),
-        (ThrottleReasons::DISPLAY_CLOCK_SETTING, "display_clocks_setting"),
+        (
+            ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN,
+            "hw_power_brake_slowdown",
+        ),
+        (
+            ThrottleReasons::DISPLAY_CLOCK_SETTING,
+            "display_clocks_setting",
+        ),
     ]
     .into_iter()
     .filter(|(bit, _)| reasons.contains(*bit))

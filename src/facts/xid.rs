@@ -55,7 +55,11 @@ const CATALOG: &[(u32, &str, Action)] = &[
     (8, "GPU stopped processing", Action::RestartApp),
     (13, "graphics engine exception", Action::RestartApp),
     (31, "GPU memory page fault", Action::RestartApp),
-    (32, "invalid or corrupted push buffer stream", Action::RestartApp),
+    (
+        32,
+        "invalid or corrupted push buffer stream",
+        Action::RestartApp,
+    ),
     (38, "driver firmware error", Action::Ignore),
     (39, "copy engine error", Action::RestartApp),
     (40, "copy engine error", Action::RestartApp),
@@ -66,11 +70,23 @@ const CATALOG: &[(u32, &str, Action)] = &[
     (46, "GPU timeout", Action::ResetGpu),
     // WORKFLOW_XID_48: reset, then read the SRAM threshold.
     (48, "double-bit ECC error", Action::ResetGpu),
-    (54, "auxiliary power is not connected", Action::CheckHardware),
+    (
+        54,
+        "auxiliary power is not connected",
+        Action::CheckHardware,
+    ),
     (56, "display engine error", Action::ContactSupport),
-    (57, "video memory link training failure", Action::ContactSupport),
+    (
+        57,
+        "video memory link training failure",
+        Action::ContactSupport,
+    ),
     (58, "video memory error", Action::ContactSupport),
-    (61, "internal micro-controller breakpoint", Action::ContactSupport),
+    (
+        61,
+        "internal micro-controller breakpoint",
+        Action::ContactSupport,
+    ),
     (62, "internal micro-controller halt", Action::ResetGpu),
     // The remap itself; a pending remap is `remapped_rows`' finding.
     (63, "GPU memory remapping event", Action::Ignore),
@@ -126,7 +142,10 @@ pub fn describe(code: u32) -> (&'static str, Action) {
         .iter()
         .find(|(c, _, _)| *c == code)
         .map(|(_, name, action)| (*name, *action))
-        .unwrap_or(("not in preflight's catalog: see NVIDIA's Xid catalog", Action::ResetGpu))
+        .unwrap_or((
+            "not in preflight's catalog: see NVIDIA's Xid catalog",
+            Action::ResetGpu,
+        ))
 }
 
 /// Xid 154 says in its text what the driver wants done ("GPU recovery

@@ -163,8 +163,7 @@ pub async fn run_program(argv: &[String], keep: usize) -> Result<Ran, RunError> 
         read_up_to(stderr, keep.min(KEEP_BYTES)),
         child.wait()
     );
-    let status =
-        status.map_err(|e| RunError::Failed(format!("cannot wait for {program}: {e}")))?;
+    let status = status.map_err(|e| RunError::Failed(format!("cannot wait for {program}: {e}")))?;
     Ok(Ran {
         status,
         stdout: String::from_utf8_lossy(&out).into_owned(),

@@ -123,9 +123,10 @@ fn judged(severity: Option<Severity>, status: &DiagStatus) -> (fn(String) -> Fin
         Some(Severity::Unknown | Severity::Triage) => (Finding::fail, triage),
         // A failure with no severity (DCGM before 3.3, or severity NONE)
         // is still a failure; a warning stays a warning.
-        Some(Severity::None) | None if *status == DiagStatus::Warn => {
-            (Finding::warn, "monitor: the GPU works, watch it for a repeat".into())
-        }
+        Some(Severity::None) | None if *status == DiagStatus::Warn => (
+            Finding::warn,
+            "monitor: the GPU works, watch it for a repeat".into(),
+        ),
         Some(Severity::None) | None => (Finding::fail, triage),
     }
 }
@@ -139,10 +140,7 @@ fn subject(r: &DiagResult) -> String {
         .collect();
     match (r.gpu, &r.entity) {
         (Some(g), _) => format!("gpu{g}.{test}"),
-        (None, Some(e)) => format!(
-            "{}.{test}",
-            e.to_ascii_lowercase().replace(' ', "")
-        ),
+        (None, Some(e)) => format!("{}.{test}", e.to_ascii_lowercase().replace(' ', "")),
         (None, None) => test,
     }
 }
@@ -162,9 +160,7 @@ fn who(r: &DiagResult, report: &DiagReport) -> String {
 pub fn judge(report: &DiagReport, level: u8) -> Finding {
     if let Some(e) = &report.runtime_error {
         if e.contains("MIG") {
-            return Finding::skip(format!(
-                "DCGM does not run its diagnostic on MIG GPUs: {e}"
-            ));
+            return Finding::skip(format!("DCGM does not run its diagnostic on MIG GPUs: {e}"));
         }
         return Finding::error(format!("DCGM could not run the diagnostic: {e}"));
     }
@@ -251,7 +247,11 @@ pub fn judge(report: &DiagReport, level: u8) -> Finding {
         return Finding::pass(format!("{summary}, all passed")).measured("passed");
     }
     for (subject, part) in parts {
-        finding = Some(finding.unwrap_or_else(|| Finding::fail(summary.clone())).part(subject, part));
+        finding = Some(
+            finding
+                .unwrap_or_else(|| Finding::fail(summary.clone()))
+                .part(subject, part),
+        );
     }
     finding.unwrap_or_else(|| Finding::fail(summary))
 }

@@ -142,9 +142,13 @@ fn default_nvlink_xids() -> Vec<u32> {
 }
 
 fn default_throttle_reasons() -> Vec<String> {
-    ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"]
-        .map(String::from)
-        .to_vec()
+    [
+        "hw_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 fn default_samples() -> u32 {
@@ -385,7 +389,12 @@ impl GpuHealth {
 
     /// GPUs whose clocks were held down for a watched reason in most
     /// samples. A reason seen in fewer is noted, not failed.
-    fn throttle_checks(&self, samples: &ClockSamples, problems: &mut Vec<String>, notes: &mut Vec<String>) {
+    fn throttle_checks(
+        &self,
+        samples: &ClockSamples,
+        problems: &mut Vec<String>,
+        notes: &mut Vec<String>,
+    ) {
         let n = samples.len();
         let mut counts: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
         for sample in samples {
@@ -397,7 +406,10 @@ impl GpuHealth {
         }
         let mut passing = Vec::new();
         for ((gpu, reason), seen) in counts {
-            let text = format!("{gpu}: {reason} in {seen} of {n} sample{}", if n == 1 { "" } else { "s" });
+            let text = format!(
+                "{gpu}: {reason} in {seen} of {n} sample{}",
+                if n == 1 { "" } else { "s" }
+            );
             if seen * 2 > n {
                 problems.push(format!("{text}: clocks held down by the hardware"));
             } else {
@@ -408,7 +420,10 @@ impl GpuHealth {
             notes.push(format!("once, not repeated: {}", passing.join(", ")));
         }
         let gpus = samples.iter().map(Vec::len).max().unwrap_or(0);
-        notes.push(format!("clock event reasons of {gpus} GPUs in {n} sample{}", if n == 1 { "" } else { "s" }));
+        notes.push(format!(
+            "clock event reasons of {gpus} GPUs in {n} sample{}",
+            if n == 1 { "" } else { "s" }
+        ));
     }
 
     fn report_checks(
@@ -440,9 +455,13 @@ impl GpuHealth {
                 if let Some(action) = recovery {
                     problems.push(format!("{who}: the driver's recovery action is {action}"));
                 } else if g.reset_required == Some(true) {
-                    problems.push(format!("{who}: the driver requires a GPU reset before further use"));
+                    problems.push(format!(
+                        "{who}: the driver requires a GPU reset before further use"
+                    ));
                 } else if g.drain_and_reset == Some(true) {
-                    problems.push(format!("{who}: the driver recommends draining its work and resetting the GPU"));
+                    problems.push(format!(
+                        "{who}: the driver recommends draining its work and resetting the GPU"
+                    ));
                 }
             }
             if self.remapped_rows {
@@ -624,12 +643,18 @@ impl GpuHealth {
                         problems.push(xid_problem(g, &driver));
                         actions.push(g.action);
                     }
-                    let ignored = groups.iter().filter(|g| g.action == xid::Action::Ignore).count();
+                    let ignored = groups
+                        .iter()
+                        .filter(|g| g.action == xid::Action::Ignore)
+                        .count();
                     if groups.len() == ignored {
                         notes.push(if ignored == 0 {
                             "no Xid errors".to_string()
                         } else {
-                            format!("{ignored} informational Xid{} only", if ignored == 1 { "" } else { "s" })
+                            format!(
+                                "{ignored} informational Xid{} only",
+                                if ignored == 1 { "" } else { "s" }
+                            )
                         });
                     }
                 }

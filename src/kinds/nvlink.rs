@@ -213,7 +213,9 @@ impl NvLink {
                             &ran.stderr
                         })
                     )),
-                    Err(RunError::NotFound) => Err("neither NVML nor nvidia-smi is installed".into()),
+                    Err(RunError::NotFound) => {
+                        Err("neither NVML nor nvidia-smi is installed".into())
+                    }
                     Err(RunError::Failed(e)) => Err(e),
                 }
             }
@@ -285,7 +287,9 @@ impl NvLink {
                         "every link of every {product} is inactive: NVLink is down on an SXM module (Fabric Manager, the NVSwitches or the baseboard)"
                     ));
                 } else {
-                    notes.push(format!("{product}: no NVLink active (a PCIe card without a bridge)"));
+                    notes.push(format!(
+                        "{product}: no NVLink active (a PCIe card without a bridge)"
+                    ));
                 }
                 continue;
             }
@@ -382,7 +386,11 @@ impl NvLink {
                             "{} link {link} reaches {bus} ({}) where {} links here reach {}",
                             name(g),
                             kind.words(),
-                            if self.remote.is_some() { "the check says" } else { "most" },
+                            if self.remote.is_some() {
+                                "the check says"
+                            } else {
+                                "most"
+                            },
                             expected.words()
                         ));
                     }
@@ -423,11 +431,9 @@ impl Probe for NvLink {
                     "no NVLink data under --root: set nvidia_smi_nvlink to a recorded `nvidia-smi nvlink -s`",
                 ),
                 Some(Err(e)) => Finding::error(e),
-                Some(Ok(read)) => {
-                    tokio::task::spawn_blocking(move || self.check(&facts, read))
-                        .await
-                        .unwrap_or_else(|e| Finding::error(format!("probe crashed: {e}")))
-                }
+                Some(Ok(read)) => tokio::task::spawn_blocking(move || self.check(&facts, read))
+                    .await
+                    .unwrap_or_else(|e| Finding::error(format!("probe crashed: {e}"))),
             }
         })
     }

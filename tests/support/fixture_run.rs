@@ -109,4 +109,3 @@ pub fn run(name: &str, checklist: &str) -> Run {
 pub fn run_env(name: &str, checklist: &str, env: &[(&str, &str)]) -> Run {
     run_with(name, checklist, env, false)
 }
-
