@@ -14,6 +14,20 @@ fn tools(name: &str) -> PathBuf {
     fixture("nvidia-tools").join(name)
 }
 
+/// `preflight check` of a checklist file alone (this machine, no root):
+/// its exit code and standard error.
+fn check_alone(checklist: &std::path::Path) -> (Option<i32>, String) {
+    let out = std::process::Command::new(BIN)
+        .args(["check", "--no-shipped", "--checks"])
+        .arg(checklist)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Clock event reasons: what repeats in most samples fails, a blip in one
 /// sample is noted, the software power cap and idle are normal; both the
 /// R535+ names and the older `clocks_throttle_reasons` are read.
@@ -72,13 +86,8 @@ fn an_unknown_throttle_reason_is_a_located_error() {
         "checks:\n  - id: t\n    kind: gpu_health\n    throttle: true\n    throttle_reasons: [hw_slowdwn]\n",
     )
     .unwrap();
-    let out = std::process::Command::new(BIN)
-        .args(["check", "--no-shipped", "--checks"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, err) = check_alone(&file);
+    assert_eq!(code, Some(2));
     assert!(err.contains("c.yaml:5:"), "{err}");
     assert!(err.contains("`hw_slowdwn`"), "{err}");
 }
@@ -400,13 +409,8 @@ fn dcgm_without_dcgm_skips_and_a_bad_level_is_located() {
         "checks:\n  - id: d\n    kind: dcgm_diag\n    level: 5\n",
     )
     .unwrap();
-    let out = std::process::Command::new(BIN)
-        .args(["check", "--no-shipped", "--checks"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, err) = check_alone(&file);
+    assert_eq!(code, Some(2));
     assert!(
         err.contains("c.yaml:4:12") && err.contains("`level` must be 1 to 4"),
         "{err}"

@@ -372,24 +372,18 @@ fn read_test(category: Option<&str>, test: &Map<String, Value>, report: &mut Dia
     if let Some(Value::Array(results)) = test.get("results") {
         for r in results.iter().filter_map(Value::as_object) {
             let warnings = warnings_of(r);
-            let Some(status) = r.get("status").and_then(Value::as_str) else {
+            let status = match r.get("status").and_then(Value::as_str) {
+                Some(word) => DiagStatus::parse(word),
                 // 3.3.1 wrote a Deployment test's further errors as
                 // results with no status: they belong to the one before.
-                if let Some(prev) = report.results[first..].last_mut() {
-                    prev.warnings.extend(warnings);
-                } else if !warnings.is_empty() {
-                    let (gpu, entity) = subject(r);
-                    report.results.push(DiagResult {
-                        category: category.map(String::from),
-                        test: name.clone(),
-                        gpu,
-                        entity,
-                        status: DiagStatus::Fail,
-                        warnings,
-                        info: info_of(r),
-                    });
-                }
-                continue;
+                None => match report.results[first..].last_mut() {
+                    Some(prev) => {
+                        prev.warnings.extend(warnings);
+                        continue;
+                    }
+                    None if warnings.is_empty() => continue,
+                    None => DiagStatus::Fail,
+                },
             };
             let (gpu, entity) = subject(r);
             report.results.push(DiagResult {
@@ -397,7 +391,7 @@ fn read_test(category: Option<&str>, test: &Map<String, Value>, report: &mut Dia
                 test: name.clone(),
                 gpu,
                 entity,
-                status: DiagStatus::parse(status),
+                status,
                 warnings,
                 info: info_of(r),
             });

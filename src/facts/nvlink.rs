@@ -186,22 +186,13 @@ fn merge(read: Vec<GpuLinks>, into: &mut [GpuLinks], apply: impl Fn(&mut GpuLink
 
 /// NVML's view. `Err`: no NVML here (the caller falls back to nvidia-smi).
 pub fn from_nvml() -> Result<Vec<GpuLinks>, String> {
-    use nvml_wrapper::Nvml;
     use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
     use nvml_wrapper::error::NvmlError;
 
     /// NVML_NVLINK_MAX_LINKS in nvml.h (18 up to Blackwell; 36 in the
     /// newest header). Past the GPU's last link NVML says InvalidArg.
     const MAX_LINKS: u32 = 36;
-    let nvml = Nvml::init().map_err(|e| format!("NVML is not available: {e}"))?;
-    let count = nvml
-        .device_count()
-        .map_err(|e| format!("NVML cannot count GPUs: {e}"))?;
-    let mut out = Vec::new();
-    for index in 0..count {
-        let device = nvml
-            .device_by_index(index)
-            .map_err(|e| format!("NVML cannot open GPU {index}: {e}"))?;
+    super::nvml::each_gpu(&super::nvml::open()?, |index, _bus, device| {
         let mut gpu = GpuLinks {
             index,
             product: device.name().ok(),
@@ -256,9 +247,8 @@ pub fn from_nvml() -> Result<Vec<GpuLinks>, String> {
                 }
             }
         }
-        out.push(gpu);
-    }
-    Ok(out)
+        Ok(gpu)
+    })
 }
 
 /// Whether a product is an SXM or OAM module, whose NVLinks are part of

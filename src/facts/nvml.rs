@@ -11,12 +11,21 @@ use nvml_wrapper::{Device, Nvml};
 use super::gpu_status::{GpuReport, GpuStatus, Process};
 use super::pci::normalize_bus_id;
 
-pub fn report() -> Result<GpuReport, String> {
-    let nvml = Nvml::init().map_err(|e| format!("NVML is not available: {e}"))?;
+/// NVML, or why there is none here.
+pub fn open() -> Result<Nvml, String> {
+    Nvml::init().map_err(|e| format!("NVML is not available: {e}"))
+}
+
+/// Calls `read` on every GPU NVML knows, in NVML's order, with its index
+/// and bus id. `Err`: a GPU NVML cannot open, or what `read` says.
+pub fn each_gpu<T>(
+    nvml: &Nvml,
+    mut read: impl FnMut(u32, String, &Device) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
     let count = nvml
         .device_count()
         .map_err(|e| format!("NVML cannot count GPUs: {e}"))?;
-    let mut gpus = Vec::new();
+    let mut out = Vec::new();
     for index in 0..count {
         let device = nvml
             .device_by_index(index)
@@ -25,6 +34,14 @@ pub fn report() -> Result<GpuReport, String> {
             .pci_info()
             .map(|p| normalize_bus_id(&p.bus_id))
             .map_err(|e| format!("NVML cannot read GPU {index}'s bus id: {e}"))?;
+        out.push(read(index, bus_id, &device)?);
+    }
+    Ok(out)
+}
+
+pub fn report() -> Result<GpuReport, String> {
+    let nvml = open()?;
+    let mut gpus = each_gpu(&nvml, |index, bus_id, device| {
         let memory = device.memory_info().ok();
         let processes = device
             .running_compute_processes()
@@ -39,7 +56,7 @@ pub fn report() -> Result<GpuReport, String> {
                 },
             })
             .collect();
-        gpus.push(GpuStatus {
+        Ok(GpuStatus {
             bus_id,
             uuid: device.uuid().ok(),
             persistence: device.is_in_persistent_mode().ok(),
@@ -58,13 +75,13 @@ pub fn report() -> Result<GpuReport, String> {
             index: Some(index),
             mig_enabled: device.mig_mode().ok().map(|m| m.current == MIG_ENABLE),
             clock_events: device.current_throttle_reasons().ok().map(clock_events),
-            reset_required: field_flag(&device, FI_RESET_STATUS),
-            drain_and_reset: field_flag(&device, FI_DRAIN_AND_RESET_STATUS),
-            recovery_action: field_value(&device, FI_GPU_RECOVERY_ACTION)
+            reset_required: field_flag(device, FI_RESET_STATUS),
+            drain_and_reset: field_flag(device, FI_DRAIN_AND_RESET_STATUS),
+            recovery_action: field_value(device, FI_GPU_RECOVERY_ACTION)
                 .and_then(recovery_action_name)
                 .map(String::from),
-        });
-    }
+        })
+    })?;
     gpus.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
     Ok(GpuReport {
         source: "NVML".into(),
@@ -146,25 +163,12 @@ fn clock_events(reasons: ThrottleReasons) -> Vec<String> {
 /// The clock event reasons of every GPU, by bus id, read now: one sample
 /// of a throttle check.
 pub fn clock_events_now() -> Result<Vec<(u32, String, Vec<String>)>, String> {
-    let nvml = Nvml::init().map_err(|e| format!("NVML is not available: {e}"))?;
-    let count = nvml
-        .device_count()
-        .map_err(|e| format!("NVML cannot count GPUs: {e}"))?;
-    let mut out = Vec::new();
-    for index in 0..count {
-        let device = nvml
-            .device_by_index(index)
-            .map_err(|e| format!("NVML cannot open GPU {index}: {e}"))?;
-        let bus = device
-            .pci_info()
-            .map(|p| normalize_bus_id(&p.bus_id))
-            .map_err(|e| format!("NVML cannot read GPU {index}'s bus id: {e}"))?;
+    each_gpu(&open()?, |index, bus, device| {
         let reasons = device
             .current_throttle_reasons()
             .map_err(|e| format!("NVML cannot read GPU {index}'s clock event reasons: {e}"))?;
-        out.push((index, bus, clock_events(reasons)));
-    }
-    Ok(out)
+        Ok((index, bus, clock_events(reasons)))
+    })
 }
 
 #[cfg(test)]
