@@ -4,7 +4,9 @@
 //! lie about its clock or version, and holds none of these names.
 //!
 //! - `PREFLIGHT_TEST_COLL_HANG=RANK:BYTES`: that rank stops taking part in
-//!   collective steps above BYTES (a hang at one size).
+//!   collective steps above BYTES (a hang at one size);
+//!   `PREFLIGHT_TEST_COLL_HANG_MARKER=PATH`: it writes PATH as it stops, so
+//!   that a test acts on the hang itself, never on a guess of its time.
 //! - `PREFLIGHT_TEST_COLL_CORRUPT=RANK:BYTES`: that rank corrupts one value
 //!   of its contribution from BYTES on.
 //! - `PREFLIGHT_TEST_VERSION=V`: the tool version this rank reports (one
@@ -19,6 +21,7 @@
 //!   announced (a slow rank, and a window in which others may connect).
 
 pub const COLL_HANG: &str = "PREFLIGHT_TEST_COLL_HANG";
+pub const COLL_HANG_MARKER: &str = "PREFLIGHT_TEST_COLL_HANG_MARKER";
 pub const COLL_CORRUPT: &str = "PREFLIGHT_TEST_COLL_CORRUPT";
 pub const VERSION: &str = "PREFLIGHT_TEST_VERSION";
 pub const CLOCK_OFFSET_MS: &str = "PREFLIGHT_TEST_CLOCK_OFFSET_MS";

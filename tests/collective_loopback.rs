@@ -286,18 +286,23 @@ fn a_rank_killed_mid_stage_is_named_by_every_other_rank() {
         .iter()
         .map(|s| s.to_string()),
     );
+    let held = tempfile::tempdir().unwrap();
+    let marker = held.path().join("held");
+    let marker_text = marker.display().to_string();
     let procs: Vec<Proc> = (0..4u32)
         .map(|r| {
             let rank = r.to_string();
             let mut e = env(&rank, "4", &port);
-            // Rank 3 stops at 128 KiB (inside an allreduce), then is killed.
+            // Rank 3 stops at 128 KiB (inside an allreduce), says so, and
+            // is killed there.
             e.push(("PREFLIGHT_TEST_COLL_HANG", "3:65536"));
+            e.push(("PREFLIGHT_TEST_COLL_HANG_MARKER", &marker_text));
             local(&format!("rank{r}"), &args, &e)
         })
         .collect();
-    // Wherever rank 3 is when the kill lands, the others see its sockets
-    // close and name it long before the 30 s step deadline.
-    std::thread::sleep(Duration::from_secs(4));
+    // Killed inside the held step, the others see its sockets close and
+    // name it long before the 30 s step deadline.
+    cluster::wait_until("rank 3 holds its allreduce", || marker.exists());
     procs[3].kill();
     let mut procs = procs;
     let _killed = procs.pop();

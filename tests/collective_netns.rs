@@ -76,7 +76,13 @@ fn a_rank_killed_in_an_allreduce_is_named_by_the_others_within_the_deadline() {
     let Some(job) = job(4) else { return };
     // Host 3 stops inside the 128 KiB allreduce and is killed there; the
     // step deadline (30 s) is far from the time the others need.
-    let hold: &[(&str, &str)] = &[("PREFLIGHT_TEST_COLL_HANG", "3:65536")];
+    let held = tempfile::tempdir().unwrap();
+    let marker = held.path().join("held");
+    let marker_text = marker.display().to_string();
+    let hold: &[(&str, &str)] = &[
+        ("PREFLIGHT_TEST_COLL_HANG", "3:65536"),
+        ("PREFLIGHT_TEST_COLL_HANG_MARKER", &marker_text),
+    ];
     let mut procs = job.start(
         &[
             "--collective",
@@ -88,20 +94,22 @@ fn a_rank_killed_in_an_allreduce_is_named_by_the_others_within_the_deadline() {
         ],
         &[(3, hold)],
     );
-    std::thread::sleep(Duration::from_secs(5));
+    // Killed inside the held step, never in the rendezvous before it.
+    cluster::wait_until("host 3 holds its allreduce", || marker.exists());
     let victim = procs.pop().expect("four ranks");
+    let killed = std::time::Instant::now();
     victim.kill();
     let out = finish(procs);
+    // The figure of docs/faults.md: from the kill to the last rank's
+    // verdict, bounded far below the 30 s step deadline the ranks would
+    // otherwise wait for.
+    let named_in = killed.elapsed();
+    println!("a rank killed in an allreduce: every rank's verdict {named_in:?} after the kill");
+    assert!(named_in < Duration::from_secs(10), "{named_in:?}");
     all_exit(&out, 1);
     for o in &out {
         let msg = o.message("collective.tcp");
         assert!(msg.contains("rank 3"), "{}: {msg}", o.label);
-        assert!(
-            o.elapsed < Duration::from_secs(30),
-            "{}: {:?}",
-            o.label,
-            o.elapsed
-        );
     }
     let msg = out[0].message("collective.tcp");
     assert!(msg.contains("h3"), "{msg}");

@@ -40,6 +40,8 @@ pub struct Job {
     pub lib: Option<PathBuf>,
     pub config: JobConfig,
     pub hang_above: Option<usize>,
+    #[serde(default)]
+    pub hang_marker: Option<PathBuf>,
     pub corrupt_from: Option<usize>,
     /// How long init may take; the library's own timeout is set near it.
     pub init_timeout_ms: u64,
@@ -225,6 +227,7 @@ impl Link {
         let cfg = job.config.to_config(&job.backend);
         let hooks = Hooks {
             hang_above: job.hang_above,
+            hang_marker: job.hang_marker.clone(),
             corrupt_from: job.corrupt_from,
         };
         let mut rb = RankBackend::new(&job.backend, true, String::new());

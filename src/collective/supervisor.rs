@@ -515,6 +515,7 @@ impl Worker {
             lib: info.libraries.get(name),
             config: JobConfig::from_config(cfg),
             hang_above: info.hooks.hang_above,
+            hang_marker: info.hooks.hang_marker.clone(),
             corrupt_from: info.hooks.corrupt_from,
             init_timeout_ms: init_timeout.as_millis() as u64,
             scratch: scratch.path().to_path_buf(),

@@ -45,6 +45,8 @@ pub struct Failure {
 pub struct Hooks {
     /// This rank stops taking part in steps above this many bytes.
     pub hang_above: Option<usize>,
+    /// Written when the hang begins.
+    pub hang_marker: Option<std::path::PathBuf>,
     /// This rank corrupts one value of its contribution from this size on.
     pub corrupt_from: Option<usize>,
 }
@@ -52,9 +54,13 @@ pub struct Hooks {
 impl Hooks {
     #[cfg(feature = "test-hooks")]
     pub fn from_env(get: impl Fn(&str) -> Option<String>, rank: u32) -> Hooks {
-        use crate::test_hooks::{COLL_CORRUPT, COLL_HANG, rank_bytes};
+        use crate::test_hooks::{COLL_CORRUPT, COLL_HANG, COLL_HANG_MARKER, rank_bytes};
+        let hang_above = rank_bytes(&get, COLL_HANG, rank);
         Hooks {
-            hang_above: rank_bytes(&get, COLL_HANG, rank),
+            hang_marker: hang_above
+                .and(get(COLL_HANG_MARKER))
+                .map(std::path::PathBuf::from),
+            hang_above,
             corrupt_from: rank_bytes(&get, COLL_CORRUPT, rank),
         }
     }
@@ -90,6 +96,9 @@ pub async fn step<B: Backend>(b: &mut B, s: &Step<'_>) -> Result<Row, Failure> {
     if s.hooks.hang_above.is_some_and(|h| s.bytes > h) {
         // Stays silent past every peer's deadline, connections open, as a
         // rank stuck in a driver would.
+        if let Some(marker) = &s.hooks.hang_marker {
+            let _ = std::fs::write(marker, s.bytes.to_string());
+        }
         tokio::time::sleep_until(deadline + Duration::from_secs(2)).await;
         return Err(fail(Some(OpError::Held), None, None));
     }
