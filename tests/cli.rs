@@ -665,9 +665,15 @@ fn the_report_is_ascii_without_a_utf8_locale() {
 fn the_progress_line_names_the_checks_still_running() {
     let dir = tempfile::tempdir().unwrap();
     let list = dir.path().join("slow.yaml");
+    // The slow check ends a second after the quick one has: ordered by
+    // the quick one's own mark, not by hoping `sleep` outlasts `true`.
+    let mark = dir.path().join("quick-done");
     std::fs::write(
         &list,
-        "checks:\n  - id: shell.slow\n    kind: command\n    argv: [sleep, \"1\"]\n  - id: shell.quick\n    kind: command\n    argv: [\"true\"]\n",
+        format!(
+            "checks:\n  - id: shell.slow\n    kind: command\n    argv: [sh, -c, 'while [ ! -e {m} ]; do sleep 0.02; done; sleep 1']\n  - id: shell.quick\n    kind: command\n    argv: [touch, {m}]\n",
+            m = mark.display()
+        ),
     )
     .unwrap();
     let command = format!(

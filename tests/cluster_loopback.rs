@@ -63,7 +63,10 @@ fn four_healthy_ranks_are_ready_everywhere() {
 #[test]
 fn a_missing_rank_is_named_with_its_host_by_the_deadline() {
     let port = cluster::free_port().to_string();
-    let args = run_args("2s");
+    // Long enough that the three ranks that come check in on a loaded
+    // machine too (this file's tests run side by side): only rank 3 is
+    // missing at the deadline.
+    let args = run_args("6s");
     let mut procs = Vec::new();
     for r in 0..3 {
         let rank = r.to_string();
@@ -81,7 +84,7 @@ fn a_missing_rank_is_named_with_its_host_by_the_deadline() {
     let barrier = &out[0].json()["cluster"]["barrier"];
     assert_eq!(barrier["complete"], false, "{barrier:#}");
     assert_eq!(barrier["missing_count"], 1, "{barrier:#}");
-    assert!(barrier["waited_ms"].as_u64() >= Some(1500), "{barrier:#}");
+    assert!(barrier["waited_ms"].as_u64() >= Some(5000), "{barrier:#}");
 }
 
 #[test]

@@ -321,10 +321,33 @@ impl Proxy {
         Proxy { url, seen }
     }
 
-    /// The request lines so far, once the browser has gone.
+    /// The request lines so far, once the browser has gone. The proxy
+    /// takes connections one at a time, in the order they came: a request
+    /// of ours, sent now and seen, means every connection the browser made
+    /// before it ended has been read (no guess of how long that takes).
     fn take(&self) -> Vec<String> {
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        std::mem::take(&mut *self.seen.lock().unwrap())
+        use std::io::Write;
+        const SENTINEL: &str = "GET http://sentinel.invalid/ HTTP/1.1";
+        let addr = self.url.trim_start_matches("http://");
+        let mut ours = std::net::TcpStream::connect(addr).expect("the proxy listens");
+        ours.write_all(format!("{SENTINEL}\r\nhost: sentinel.invalid\r\n\r\n").as_bytes())
+            .unwrap();
+        let start = std::time::Instant::now();
+        loop {
+            {
+                let mut seen = self.seen.lock().unwrap();
+                if let Some(at) = seen.iter().position(|l| l == SENTINEL) {
+                    let mut all = std::mem::take(&mut *seen);
+                    all.remove(at);
+                    return all;
+                }
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(30),
+                "the proxy never read our own request"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
 

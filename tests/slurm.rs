@@ -434,7 +434,9 @@ fn the_prolog_drains_only_the_firewalled_node_and_the_job_starts_once_it_is_fixe
         "{}",
         job_state(&s, &job)
     );
-    std::thread::sleep(Duration::from_secs(2));
+    // Pending again after its prolog failed: the script, which comes after
+    // the prolog, never began (its file would be there by now), and a
+    // pending job cannot begin it. No wait makes this truer.
     assert!(
         !d.join("ran-faulty").exists(),
         "the job ran on a faulty allocation"
