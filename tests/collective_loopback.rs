@@ -78,11 +78,21 @@ fn tcp(report: &Value) -> &Value {
 }
 
 /// The tcp backend passed, with every operation verified.
+/// The backend passed, and each of the five operations is there and
+/// verified (a missing one would pass a loop over what is there).
 fn passed_and_verified(b: &Value, what: &str) {
     assert_eq!(b["verdict"], "pass", "{what}: {b:#}");
-    for op in b["ops"].as_array().unwrap() {
+    let ops = b["ops"].as_array().unwrap();
+    for op in ops {
         assert_eq!(op["status"], "verified", "{what}: {op:#}");
     }
+    let mut names: Vec<&str> = ops.iter().filter_map(|o| o["op"].as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["allgather", "allreduce", "barrier", "broadcast", "sendrecv"],
+        "{what}"
+    );
 }
 
 fn all_exit(out: &[Outcome], code: i32) {

@@ -127,6 +127,36 @@ fn secrets_stay_out_of_reports() {
         check(&json(&out), "env.job_token")["measured"],
         "<redacted, 3 characters>"
     );
+    // A distinctive secret, in a passing check and in a failing one whose
+    // hint quotes `{value}` and `{measured}`, in every format: nowhere.
+    let secret = "Zq7vK2-distinctive-9fT4";
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("secret.yaml");
+    std::fs::write(
+        &list,
+        "checks:\n  - {id: token.set, kind: env, name: JOB_SECRET}\n  - id: token.shape\n    kind: env\n    name: JOB_SECRET\n    matches: '^nope$'\n    hint: 'value {value}, measured {measured}'\n",
+    )
+    .unwrap();
+    for format in ["human", "json", "junit", "prometheus"] {
+        let out = run(preflight()
+            .args(["check", "--no-shipped", "--checks"])
+            .arg(&list)
+            .args(["--root", ROOT, "--format", format, "-v"])
+            .env("JOB_SECRET", secret));
+        assert_eq!(out.code, 1, "{format}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stdout.contains("token.shape"),
+            "{format}: {}",
+            out.stdout
+        );
+        for text in [&out.stdout, &out.stderr] {
+            assert!(!text.contains(secret), "{format} shows the secret:\n{text}");
+            assert!(
+                !text.contains("Zq7vK2"),
+                "{format} shows part of it:\n{text}"
+            );
+        }
+    }
 }
 
 fn exit_case(selector: &str, strict: bool) -> support::Run {

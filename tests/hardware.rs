@@ -701,7 +701,31 @@ fn real_machine_without_hardware_skips_hardware_checks() {
         .output()
         .unwrap();
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Every shipped hardware check that `check` runs (opt-in ones aside),
+    // as `list` states them: each must be here, and skipped.
+    let list = Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .args(["list", "--format", "json"])
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&list.stdout).unwrap();
+    let expected: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["tags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t == "hardware")
+        })
+        .filter(|c| !c["reason"].as_str().unwrap_or("").starts_with("opt-in"))
+        .filter_map(|c| c["id"].as_str())
+        .collect();
     let mut hardware = 0;
+    let mut seen = Vec::new();
     for c in report["checks"].as_array().unwrap() {
         assert_ne!(c["status"], "error", "{c:#}");
         assert_ne!(c["status"], "fail", "{c:#}");
@@ -713,11 +737,13 @@ fn real_machine_without_hardware_skips_hardware_checks() {
             .collect();
         if tags.contains(&"hardware") {
             hardware += 1;
+            seen.push(c["id"].as_str().unwrap());
             assert_eq!(c["status"], "skip", "{c:#}");
             assert!(!c["message"].as_str().unwrap().is_empty());
         }
     }
     assert!(hardware >= 15, "{hardware} hardware checks");
+    assert_eq!(seen, expected);
     let driver = report["checks"]
         .as_array()
         .unwrap()
