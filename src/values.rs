@@ -220,6 +220,13 @@ impl Serialize for Bytes {
 pub fn count(n: usize, word: &str) -> String {
     if n == 1 {
         format!("1 {word}")
+    } else if word.ends_with('s')
+        || word.ends_with('x')
+        || word.ends_with("sh")
+        || word.ends_with("ch")
+    {
+        // "processes", "matches": English adds -es after a hiss.
+        format!("{n} {word}es")
     } else {
         format!("{n} {word}s")
     }

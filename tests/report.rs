@@ -698,3 +698,47 @@ fn a_hostile_report_is_text_in_html_and_in_rendered_markdown() {
     );
     assert!(rendered.contains("<table>"), "{rendered}");
 }
+
+/// Sixty failing nodes: every Markdown table and list stops at 50 rows
+/// and counts the rest, and the JSON keeps all sixty.
+#[test]
+fn markdown_cuts_long_tables_at_50_rows_with_a_count_of_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = check_report(
+        dir.path(),
+        "node001.json",
+        "node001",
+        "2026-11-26T10:00:00Z",
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&first).unwrap()).unwrap();
+    for n in 2..=60 {
+        let mut copy = v.clone();
+        copy["node"]["hostname"] = format!("node{n:03}").into();
+        std::fs::write(
+            dir.path().join(format!("node{n:03}.json")),
+            copy.to_string(),
+        )
+        .unwrap();
+    }
+    let (_, m) = merged(&[dir.path().to_str().unwrap()]);
+    assert_eq!(m["counts"]["nodes"], 60);
+    assert_eq!(m["culprits"].as_array().unwrap().len(), 60);
+    let md = report(&["--format", "markdown", dir.path().to_str().unwrap()]).stdout;
+    let culprits = &md[md.find("## Culprits").unwrap()..];
+    let culprits = &culprits[..culprits.find("\n## ").unwrap_or(culprits.len())];
+    let rows = culprits
+        .lines()
+        .filter(|l| l.starts_with("| node0"))
+        .count();
+    assert_eq!(rows, 50, "{culprits}");
+    assert!(culprits.contains("… and 10 more culprit(s)"), "{culprits}");
+    assert!(culprits.contains("| node050 |") && !culprits.contains("| node051 |"));
+    // Each problem's node list too.
+    assert!(md.contains("… and 10 more node(s)"), "{md}");
+    let listed = md.lines().filter(|l| l.starts_with("- **node")).count();
+    let problems = md.matches("… and 10 more node(s)").count();
+    assert!(
+        problems >= 1 && listed == 50 * problems,
+        "{listed} listed for {problems} problems"
+    );
+}

@@ -125,3 +125,106 @@ impl Probe for UserProcesses {
         blocking(move || self.check(&facts))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A /proc of `(pid, name, uid)` under a temporary root.
+    fn root(procs: &[(u32, &str, u32)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (pid, name, uid) in procs {
+            let p = dir.path().join(format!("proc/{pid}"));
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(
+                p.join("status"),
+                format!("Name:\t{name}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"),
+            )
+            .unwrap();
+        }
+        dir
+    }
+
+    fn check(dir: &tempfile::TempDir, env: &[(&str, &str)], params: UserProcesses) -> Finding {
+        let env: BTreeMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let facts = Facts::new(dir.path().to_path_buf(), env, Vec::new());
+        params.check(&facts)
+    }
+
+    fn defaults() -> UserProcesses {
+        UserProcesses {
+            uid_var: default_var(),
+            ignore: default_ignore(),
+        }
+    }
+
+    #[test]
+    fn names_eight_and_counts_the_rest() {
+        let procs: Vec<(u32, &str, u32)> = (100..112).map(|p| (p, "python3", 1000)).collect();
+        let dir = root(&procs);
+        let f = check(&dir, &[("SLURM_JOB_UID", "1000")], defaults());
+        assert_eq!(f.status, crate::result::Status::Fail);
+        assert_eq!(
+            f.message,
+            "12 processes of uid 1000 left after the job: 100 python3, 101 python3, 102 python3, 103 python3, 104 python3, 105 python3, 106 python3, 107 python3 (+4 more)"
+        );
+    }
+
+    #[test]
+    fn the_default_ignore_list_and_other_users_leave_it_passing() {
+        let dir = root(&[
+            (10, "systemd", 1000),
+            (11, "(sd-pam)", 1000),
+            (12, "sshd", 1000),
+            (13, "python3", 1001),
+            (14, "bash", 0),
+        ]);
+        let f = check(&dir, &[("SLURM_JOB_UID", "1000")], defaults());
+        assert_eq!(f.status, crate::result::Status::Pass, "{}", f.message);
+        // An ignore list of its own replaces the default.
+        let f = check(
+            &dir,
+            &[("SLURM_JOB_UID", "1000")],
+            UserProcesses {
+                ignore: vec!["sshd".into()],
+                ..defaults()
+            },
+        );
+        assert_eq!(
+            f.message,
+            "2 processes of uid 1000 left after the job: 10 systemd, 11 (sd-pam)"
+        );
+    }
+
+    #[test]
+    fn root_unset_and_bad_uids() {
+        let dir = root(&[(10, "python3", 0)]);
+        use crate::result::Status;
+        assert_eq!(
+            check(&dir, &[("SLURM_JOB_UID", "0")], defaults()).status,
+            Status::Skip
+        );
+        assert_eq!(check(&dir, &[], defaults()).status, Status::Skip);
+        assert_eq!(
+            check(&dir, &[("SLURM_JOB_UID", " ")], defaults()).status,
+            Status::Skip
+        );
+        let bad = check(&dir, &[("SLURM_JOB_UID", "alice")], defaults());
+        assert_eq!(bad.status, Status::Error);
+        assert_eq!(bad.message, "SLURM_JOB_UID=`alice` is not a numeric uid");
+        // Another variable, as a site's epilog may use.
+        let f = check(
+            &dir,
+            &[("JOB_UID", "0")],
+            UserProcesses {
+                uid_var: "JOB_UID".into(),
+                ..defaults()
+            },
+        );
+        assert!(f.message.starts_with("JOB_UID=0"), "{}", f.message);
+    }
+}
