@@ -1544,3 +1544,63 @@ while True:
         "{warnings}"
     );
 }
+
+/// `run --format prometheus`: rank 0's metrics hold the cluster's size,
+/// the verdict and the tool's info, and pass the real promtool where it is
+/// installed. (A missing rank blames no node, so the culprit family is
+/// empty here; src/report/prometheus.rs fills it from a real run's report.)
+#[test]
+fn run_metrics_name_the_world_and_the_verdict() {
+    let port = cluster::free_port().to_string();
+    let args: Vec<String> = run_args("6s")
+        .into_iter()
+        .map(|a| if a == "json" { "prometheus".into() } else { a })
+        .collect();
+    let mut procs = Vec::new();
+    for r in 0..3 {
+        let rank = r.to_string();
+        let mut e = env(&rank, "4", &port);
+        e.push(("SLURM_JOB_NODELIST", "gpu[001-004]"));
+        procs.push(local(&format!("rank{r}"), &args, &e));
+    }
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 1);
+    let metrics = &out[0].stdout;
+    for line in [
+        "preflight_cluster_world_size 4",
+        "preflight_verdict{verdict=\"not_ready\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no `{line}` in:\n{metrics}"
+        );
+    }
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("preflight_info{version=\"") && l.contains("command=\"run\"")),
+        "{metrics}"
+    );
+    if std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("run.prom");
+        std::fs::write(&file, metrics).unwrap();
+        let check = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::fs::File::open(&file).unwrap())
+            .output()
+            .unwrap();
+        assert!(
+            check.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&check.stdout),
+            String::from_utf8_lossy(&check.stderr)
+        );
+    } else {
+        common::skip::skip("promtool is not installed (apt: prometheus)");
+    }
+}

@@ -243,4 +243,35 @@ mod tests {
     fn label_values_are_escaped() {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
+
+    /// A real run's rank 0 report (the 4-host fixture: h1 and h3 at
+    /// fault) gives the cluster families: the world, each culprit once,
+    /// and the tool's info. (tests/cluster_loopback.rs runs
+    /// `run --format prometheus` itself.)
+    #[test]
+    fn a_runs_report_names_world_and_culprits() {
+        let report: Report =
+            serde_json::from_str(include_str!("../../fixtures/reports/run-4node/rank0.json"))
+                .unwrap();
+        let text = prometheus(&report);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.contains(&"preflight_cluster_world_size 4"), "{text}");
+        let culprits: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.starts_with("preflight_cluster_culprit{"))
+            .collect();
+        assert_eq!(
+            culprits,
+            [
+                &"preflight_cluster_culprit{node=\"h1\"} 1",
+                &"preflight_cluster_culprit{node=\"h3\"} 1"
+            ]
+        );
+        assert!(
+            lines.iter().any(
+                |l| l.starts_with("preflight_info{version=\"") && l.contains("command=\"run\"")
+            ),
+            "{text}"
+        );
+    }
 }
