@@ -944,7 +944,8 @@ fn a_job_secret_must_be_a_secret() {
         "{}",
         out.stderr
     );
-    // ... and for a one-node job of a launcher's ranks too.
+    // ... and for a one-node job of a launcher's ranks too, by the flag
+    // or by PREFLIGHT_REQUIRE_SECRET=1 (a site sets it everywhere).
     let mut strict = run_args("20s");
     strict.push("--require-secret".into());
     let mut one_node = derived("1");
@@ -953,6 +954,15 @@ fn a_job_secret_must_be_a_secret() {
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(
         out.stderr.contains("--require-secret: this job runs on one node, where every local user reaches its rendezvous"),
+        "{}",
+        out.stderr
+    );
+    let mut by_env = one_node.clone();
+    by_env.push(("PREFLIGHT_REQUIRE_SECRET", "1"));
+    let out = local("strict-env", &run_args("20s"), &by_env).finish(MARGIN);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("this job runs on one node, where every local user reaches its rendezvous"),
         "{}",
         out.stderr
     );

@@ -318,6 +318,10 @@ fn a_check_that_overruns_its_timeout_fails() {
     let overrun = check(&report, "overruns");
     assert_eq!(overrun["status"], "fail");
     assert_eq!(overrun["message"], "timed out after 300ms");
+    // A warn-severity check that overruns its own timeout warns.
+    let soft = check(&report, "overruns_softly");
+    assert_eq!(soft["status"], "warn");
+    assert_eq!(soft["message"], "timed out after 300ms");
     // The others still finish and report.
     assert_eq!(check(&report, "quick")["status"], "pass");
 }

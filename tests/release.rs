@@ -75,6 +75,19 @@ fn the_release_binary_needs_glibc_2_17_at_most_and_runs() {
         !bytes.windows(15).any(|w| w == b"PREFLIGHT_TEST_"),
         "dist/preflight holds a test fault switch"
     );
+    // The README's Install step: `sha256sum -c SHA256SUMS` next to the file.
+    let sums = Command::new("sha256sum")
+        .args(["-c", "SHA256SUMS"])
+        .current_dir(bin.parent().unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        sums.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&sums.stdout),
+        String::from_utf8_lossy(&sums.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&sums.stdout), "preflight: OK\n");
 }
 
 #[test]
