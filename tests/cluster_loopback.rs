@@ -962,7 +962,8 @@ fn a_job_secret_must_be_a_secret() {
     let out = local("strict-env", &run_args("20s"), &by_env).finish(MARGIN);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(
-        out.stderr.contains("this job runs on one node, where every local user reaches its rendezvous"),
+        out.stderr
+            .contains("this job runs on one node, where every local user reaches its rendezvous"),
         "{}",
         out.stderr
     );

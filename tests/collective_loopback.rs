@@ -906,3 +906,55 @@ while time.time() < end:
         "the stranger never reached a mesh socket: {seen}"
     );
 }
+
+/// The sweep's defaults, as the README states them, with no size or
+/// iteration flag: `bench` sweeps to 64 MiB with 5 untimed and 20 timed
+/// iterations, `run`'s short stage to 1 MiB with 2 and 5, both with a
+/// 10 s step deadline; the report records what ran.
+#[test]
+fn the_sweeps_defaults_are_what_the_readme_says_and_are_recorded() {
+    let _serial = serial();
+    let settings = |command: &str| -> (Value, Vec<u64>) {
+        let port = cluster::free_port().to_string();
+        let mut args: Vec<String> = match command {
+            "bench" => ["bench", "--format", "json", "--timeout", "120s"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            _ => run_args("60s"),
+        };
+        args.extend(["--backends", "tcp"].map(String::from));
+        let procs: Vec<Proc> = (0..2)
+            .map(|r| {
+                local(
+                    &format!("{command}{r}"),
+                    &args,
+                    &env(&r.to_string(), "2", &port),
+                )
+            })
+            .collect();
+        let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+        all_exit(&out, 0);
+        let report = out[0].json();
+        let largest: Vec<u64> = tcp(&report)["sweep"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|row| row["op"] == "allreduce")
+            .filter_map(|row| row["bytes"].as_u64())
+            .collect();
+        (report["collective"]["settings"].clone(), largest)
+    };
+    let (bench, sizes) = settings("bench");
+    assert_eq!(
+        bench,
+        serde_json::json!({"max_size": 67108864, "step_factor": 2, "warmup": 5, "iters": 20, "step_timeout_ms": 10000})
+    );
+    assert_eq!(sizes.last(), Some(&(64u64 << 20)));
+    let (run, sizes) = settings("run");
+    assert_eq!(
+        run,
+        serde_json::json!({"max_size": 1048576, "step_factor": 2, "warmup": 2, "iters": 5, "step_timeout_ms": 10000})
+    );
+    assert_eq!(sizes, [8, 64 << 10, 1 << 20]);
+}

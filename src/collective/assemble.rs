@@ -8,7 +8,9 @@ use super::rank::{RankBackend, RankResult};
 use super::straggler;
 use super::sweep::Failure;
 use super::{Op, OpError};
-use crate::result::collective::{BackendReport, CollectiveReport, OpStatus, PairRate, Row};
+use crate::result::collective::{
+    BackendReport, CollectiveReport, OpStatus, PairRate, Row, SweepSettings,
+};
 
 /// A rank without rank 0's report: its own result only.
 pub fn alone(cfg: &Config, hosts: &[String], own: RankResult, why: String) -> CollectiveReport {
@@ -287,6 +289,13 @@ pub fn assemble(
         missing,
         links: present.iter().filter_map(|x| x.link.clone()).collect(),
         interrupted: None,
+        settings: Some(SweepSettings {
+            max_size: cfg.max_size,
+            step_factor: cfg.step_factor,
+            warmup: cfg.warmup,
+            iters: cfg.iters,
+            step_timeout_ms: cfg.step_timeout.as_millis() as u64,
+        }),
     }
 }
 

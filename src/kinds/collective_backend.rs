@@ -135,6 +135,7 @@ mod tests {
             missing: Vec::new(),
             links: Vec::new(),
             interrupted: None,
+            settings: None,
         }
     }
 

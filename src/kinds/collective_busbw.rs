@@ -323,6 +323,7 @@ mod tests {
             missing: Vec::new(),
             links,
             interrupted: None,
+            settings: None,
         }
     }
 

@@ -26,6 +26,22 @@ pub struct CollectiveReport {
     /// this rank: the stage has no verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<super::report::Interrupted>,
+    /// What the sweep ran with, so that a figure can be reproduced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<SweepSettings>,
+}
+
+/// The sweep's parameters as this run used them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepSettings {
+    /// The largest size, bytes.
+    pub max_size: usize,
+    pub step_factor: usize,
+    /// Untimed and timed iterations per step.
+    pub warmup: u32,
+    pub iters: u32,
+    /// Each step's deadline, all its iterations.
+    pub step_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
