@@ -23,8 +23,8 @@ if ! "$venv/bin/python" -c 'import ansible' 2>/dev/null; then
     /usr/bin/python3 -m venv "$venv"
     "$venv/bin/pip" install -q 'ansible-core==2.19.14'
 fi
-cargo build --release -q
-bin=$PWD/target/release/preflight
+. bench/binary.sh
+bin=$(preflight_bin)
 work=$(mktemp -d)
 pids=()
 cleanup() {

@@ -7,6 +7,9 @@
 #  2. one rank missing: 3 of 4 ranks, `--timeout 10s` versus timeout=10 s;
 #     time to the verdict, and what each names.
 # Installs Debian's python3-torch when it is missing (about 90 s).
+# RUNS (default 10) and TORCH_RUNS (3) set the repetitions; PEERS=0 leaves
+# torch out (CI's short run). A run whose ranks do not end as the case
+# expects (0 healthy, 1 with a rank missing) fails the bench, never timed.
 # Both sides get the system PATH, as on a cluster node: a developer's pyenv
 # shim on PATH costs about 0.14 s per python3 start, and preflight's NCCL
 # probe asks python3 for its site-packages (where pip's torch keeps NCCL).
@@ -16,11 +19,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
-if ! $PY -c 'import torch' 2>/dev/null; then
+peers=${PEERS:-1}
+if [[ $peers == 1 ]] && ! $PY -c 'import torch' 2>/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch >/dev/null
 fi
-cargo build --release --quiet
-bin=$PWD/target/release/preflight
+. bench/binary.sh
+bin=$(preflight_bin)
 runs=${RUNS:-10}
 torch_runs=${TORCH_RUNS:-3}
 out=$(mktemp -d)
@@ -31,10 +35,11 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 median() { sort -n | awk '{t[NR]=$1} END {m=(NR%2)?t[(NR+1)/2]:(t[NR/2]+t[NR/2+1])/2; printf "%d %d %d\n", m, t[1], t[NR]}'; }
 
 # $1: command (preflight|torch), $2: ranks to start (e.g. "0 1 2 3"), $3: world size,
-# $4: the port (picked before the clock starts: a python3 start is ~20 ms)
+# $4: the port (picked before the clock starts: a python3 start is ~20 ms),
+# $5: the exit every rank must end with (preflight; torch's are printed)
 sys_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 job() {
-    local kind=$1 ranks=$2 world=$3 port=$4 pids=() r layout
+    local kind=$1 ranks=$2 world=$3 port=$4 want=${5:-0} pids=() r layout code
     for r in $ranks; do
         if [[ ${LAYOUT:-one-node} == one-node ]]; then
             layout="LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world"
@@ -51,28 +56,44 @@ job() {
         fi
         pids+=($!)
     done
-    for p in "${pids[@]}"; do wait "$p" || true; done
+    r=0
+    for p in "${pids[@]}"; do
+        code=0
+        wait "$p" || code=$?
+        if [[ $kind == preflight && $code != "$want" ]]; then
+            echo "failed: preflight rank $r exited $code, expected $want:" >&2
+            tail -5 "$out/$kind.$r" >&2
+            return 1
+        fi
+        r=$((r + 1))
+    done
 }
 
-timed() { local s e; s=$(now_ms); "$@"; e=$(now_ms); echo $((e - s)); }
+timed() { local s e; s=$(now_ms); "$@" || return 1; e=$(now_ms); echo $((e - s)); }
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), $(date -u +%Y-%m-%d)"
-echo "torch: $($PY -c 'import torch; print(torch.__version__)')"
+[[ $peers == 1 ]] && echo "torch: $($PY -c 'import torch; print(torch.__version__)')"
 
-"$bin" check >/dev/null 2>&1 || true  # warm the page cache
-for ((i = 0; i < runs; i++)); do timed job preflight "0 1 2 3" 4 "$(free_port)"; done | median >"$out/p"
+"$bin" check >/dev/null 2>&1 || true  # warm the page cache (its verdict is not the bench's)
+for ((i = 0; i < runs; i++)); do timed job preflight "0 1 2 3" 4 "$(free_port)"; done >"$out/p.raw"
+median <"$out/p.raw" >"$out/p"
 read -r p_med p_min p_max <"$out/p"
 echo "healthy, preflight run, 4 ranks, $runs runs: median ${p_med} ms (min ${p_min}, max ${p_max}); rank 0: $(tail -1 "$out/preflight.0")"
 grep -E "^ *(WARN|FAIL)" "$out/preflight.0" | sed 's/^ */  rank 0: /' || true
-for ((i = 0; i < torch_runs; i++)); do timed job torch "0 1 2 3" 4 "$(free_port)"; done | median >"$out/t"
-read -r t_med t_min t_max <"$out/t"
-echo "healthy, torch gloo init + allreduce, 4 ranks, $torch_runs runs: median ${t_med} ms (min ${t_min}, max ${t_max}); rank 0: $(cat "$out/torch.0")"
-echo "speedup: $(awk -v a="$t_med" -v b="$p_med" 'BEGIN {printf "%.1f", a / b}')x"
+if [[ $peers == 1 ]]; then
+    for ((i = 0; i < torch_runs; i++)); do timed job torch "0 1 2 3" 4 "$(free_port)"; done >"$out/t.raw"
+    median <"$out/t.raw" >"$out/t"
+    read -r t_med t_min t_max <"$out/t"
+    echo "healthy, torch gloo init + allreduce, 4 ranks, $torch_runs runs: median ${t_med} ms (min ${t_min}, max ${t_max}); rank 0: $(cat "$out/torch.0")"
+    echo "speedup: $(awk -v a="$t_med" -v b="$p_med" 'BEGIN {printf "%.1f", a / b}')x"
+fi
 
-ms=$(LAYOUT=nodes TIMEOUT=10s timed job preflight "0 1 2" 4 "$(free_port)")
+ms=$(LAYOUT=nodes TIMEOUT=10s timed job preflight "0 1 2" 4 "$(free_port)" 1)
 echo "rank 3 missing, preflight --timeout 10s: verdict after ${ms} ms on every rank"
 grep -h "cluster.barrier:" "$out/preflight.0" | head -1 | sed 's/^ */  rank 0 says: /'
 echo "  rank 1 says: $(tail -1 "$out/preflight.1")"
-ms=$(LAYOUT=nodes TIMEOUT_S=10 timed job torch "0 1 2" 4 "$(free_port)")
-echo "rank 3 missing, torch timeout=10 s: exit after ${ms} ms"
-for r in 0 1 2; do echo "  $(cat "$out/torch.$r")"; done
+if [[ $peers == 1 ]]; then
+    ms=$(LAYOUT=nodes TIMEOUT_S=10 timed job torch "0 1 2" 4 "$(free_port)")
+    echo "rank 3 missing, torch timeout=10 s: exit after ${ms} ms"
+    for r in 0 1 2; do echo "  $(cat "$out/torch.$r")"; done
+fi

@@ -6,6 +6,10 @@
 #
 #   bench/oneccl-allreduce.sh [--ranks N] [--max-size 64MiB] [--runs 3]
 #
+# Every parameter the published figures depend on is pinned here: 2 warm-up
+# and 5 timed iterations per size (bench's own defaults are 5 and 20), step
+# factor 2. A run that fails, or a backend that does not pass, fails the
+# bench (exit 1) after the table.
 # The library: PREFLIGHT_ONECCL_LIB, else the test cache that
 # tests/setup/collective-libs.sh fills (run it first; it is idempotent).
 # preflight adds CCL_YIELD=sched_yield (few cores) and CCL_KVS_IFACE=lo itself
@@ -32,18 +36,18 @@ if [ ! -e "$lib" ]; then
     exit 1
 fi
 
-cargo build --release -q
-bin=target/release/preflight
+. bench/binary.sh
+bin=$(preflight_bin)
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
     "$(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r); $(date -u +%Y-%m-%d)"
-echo "preflight bench --backends tcp,oneccl --nproc-per-node $ranks --max-size $max --step-factor 2 --oneccl-lib $lib"
+echo "preflight bench --backends tcp,oneccl --nproc-per-node $ranks --max-size $max --step-factor 2 --warmup 2 --iters 5 --oneccl-lib $lib"
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for i in $(seq 1 "$runs"); do
     "$bin" bench --backends tcp,oneccl --oneccl-lib "$lib" --nproc-per-node "$ranks" \
-        --max-size "$max" --step-factor 2 --step-timeout 60s --timeout 120s \
-        --format json >"$out/run$i.json" || true
+        --max-size "$max" --step-factor 2 --warmup 2 --iters 5 --step-timeout 60s --timeout 120s \
+        --format json >"$out/run$i.json" || echo "run $i: preflight bench exited $?" >&2
 done
 
 python3 - "$out" "$runs" <<'EOF'
@@ -51,13 +55,20 @@ import json, sys, statistics
 out, runs = sys.argv[1], int(sys.argv[2])
 table = {}  # (backend, bytes) -> [busbw...]
 init = {}
+failed = 0
 for i in range(1, runs + 1):
-    with open(f"{out}/run{i}.json") as f:
-        r = json.load(f)
+    try:
+        with open(f"{out}/run{i}.json") as f:
+            r = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"run {i}: no report ({e})")
+        failed += 1
+        continue
     c = r.get("collective") or {}
     for b in c.get("backends", []):
         if b["verdict"] != "pass":
             print(f"run {i}: {b['name']} {b['verdict']}: {b.get('ended') or b.get('reason')}")
+            failed += 1
             continue
         init.setdefault(b["name"], []).append(b["init_ms"])
         for row in b["sweep"]:
@@ -73,4 +84,7 @@ for s in sizes:
     om = statistics.median(o) if o else float("nan")
     ratio = om / tm if t and o and tm > 0 else float("nan")
     print(f"{s:>10} {tm:>8.3f} {om:>8.3f} {ratio:>11.2f}")
+if failed or not table:
+    print(f"FAILED: {failed} backend runs did not pass")
+    sys.exit(1)
 EOF

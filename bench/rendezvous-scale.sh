@@ -24,10 +24,20 @@ cd "$(dirname "$0")/.."
 n=${1:?usage: bench/rendezvous-scale.sh N [flat|nodes:K]}
 layout=${2:-flat}
 PY=/usr/bin/python3
-if ! $PY -c 'import torch' 2>/dev/null; then
+if [[ ${TCPSTORE:-1} != 0 ]] && ! $PY -c 'import torch' 2>/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch >/dev/null
 fi
-cargo build --release --quiet --features rank-sim --bins
+# The simulator is a test tool (the rank-sim feature). With BIN set (CI's
+# short run) rank 0 is that binary and the simulator a debug build.
+if [[ -n ${BIN:-} ]]; then
+    cargo build --quiet --features rank-sim --bin preflight-rank-sim
+    sim=target/debug/preflight-rank-sim
+    rank0=$(realpath "$BIN")
+else
+    cargo build --release --quiet --features rank-sim --bins
+    sim=target/release/preflight-rank-sim
+    rank0=$PWD/target/release/preflight
+fi
 # Rank 0 holds a descriptor per connection; the simulator one per rank,
 # per node's listener and per probe in flight (2,048 nodes probe about
 # 24,000 pairs at once): as root, up to the kernel's fs.nr_open.
@@ -35,7 +45,7 @@ ulimit -Hn "$(cat /proc/sys/fs/nr_open)" 2>/dev/null || true
 ulimit -n "$(ulimit -Hn)"
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), open files $(ulimit -n), somaxconn $(cat /proc/sys/net/core/somaxconn)"
 echo "== preflight (rank 0 + preflight-rank-sim), $n ranks, $layout"
-target/release/preflight-rank-sim --preflight "$PWD/target/release/preflight" \
+"$sim" --preflight "$rank0" \
     --world "$n" --layout "$layout" --root fixtures/h100-ib-healthy/root --timeout "${TIMEOUT:-120s}"
 if [[ ${TCPSTORE:-1} != 0 ]]; then
     echo "== PyTorch TCPStore ($($PY -c 'import torch; print(torch.__version__)')), $n client threads"

@@ -44,12 +44,18 @@ for _ in $(seq "$RUNS"); do
     done
     wait
     for r in 0 1 2 3; do
+        # /usr/bin/time notes a non-zero exit: a verdict (1) is a fair
+        # outcome here; a usage error or an incomplete run is not measured.
+        if grep -Eq "non-zero status [^1]|non-zero status 1[0-9]|signal" "$work/rss$r"; then
+            echo "failed: rank $r: $(head -1 "$work/rss$r")" >&2
+            exit 1
+        fi
         rss=$(tail -1 "$work/rss$r"); fds=$(cat "$work/fds$r" 2>/dev/null || echo 0)
         ((rss > rss_max)) && rss_max=$rss
         ((fds > fds_max)) && fds_max=$fds
     done
 done
 echo "4-rank run: peak RSS of any rank $((rss_max / 1024)) MiB ($rss_max KiB), most open descriptors of any rank $fds_max (over $RUNS runs)"
-/usr/bin/time -f '%M' -o "$work/check" "$BIN" check --format json >/dev/null 2>&1 || true
+/usr/bin/time -f '%M' -o "$work/check" "$BIN" check --format json >/dev/null 2>&1 || [[ $? == 1 ]]
 check_rss=$(tail -1 "$work/check")
 echo "check (shipped checklist): peak RSS $((check_rss / 1024)) MiB ($check_rss KiB)"

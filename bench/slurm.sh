@@ -15,5 +15,8 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 if [[ -n "${NHC_DIR:-}" ]]; then
     chmod +x "$NHC_DIR"/nhc "$NHC_DIR"/helpers/* 2>/dev/null || true
 fi
-cargo test --release --quiet --test slurm -- --ignored --nocapture bench_healthcheck_beside_nhc 2>&1 \
+# PROFILE=dev (CI's short run) reuses the test build instead of a release one.
+profile=(--release)
+[[ ${PROFILE:-release} == dev ]] && profile=()
+cargo test "${profile[@]}" --quiet --test slurm -- --ignored --nocapture bench_healthcheck_beside_nhc 2>&1 \
     | grep -E "^(preflight|LBNL|sbatch|the prolog)"

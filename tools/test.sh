@@ -13,4 +13,5 @@ cd "$(dirname "$0")/.."
 . .ci/install
 tools/release.sh
 cargo test --workspace
+BIN=dist/preflight bash bench/ci.sh
 bash fuzz/run.sh "${PREFLIGHT_FUZZ_SECONDS:-20}"

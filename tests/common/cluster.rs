@@ -193,10 +193,7 @@ pub fn local_under(wrapper: &[&str], label: &str, args: &[String], env: &[(&str,
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    crate::common::unused_port("127.0.0.1")
 }
 
 /// Per-host /etc/hosts files: host i is `h{i}` at its namespace address,
@@ -390,6 +387,16 @@ pub fn wait_checked_in(pid: u32, port: u16) {
     let mut quiet = 0;
     while quiet < 10 {
         quiet = if settled() { quiet + 1 } else { 0 };
+        // A process that has ended will not settle: say so at once (its
+        // report says why), rather than after 30 s of looking.
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ended = state
+            .rsplit_once(") ")
+            .is_none_or(|(_, rest)| rest.starts_with('Z'));
+        assert!(
+            !ended,
+            "pid {pid} ended before it settled on a connection to port {port}"
+        );
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "pid {pid} never settled on a connection to port {port}"

@@ -106,3 +106,25 @@ pub fn cached_lib(var: &str, relative: &str) -> Option<std::path::PathBuf> {
 pub fn skip_unless_required(why: &str) {
     skip::skip(why);
 }
+
+/// A port free now on `ip`, from below the kernel's ephemeral range
+/// (32768-60999 by default): a port the kernel hands out for `:0` goes
+/// back to the pool the outgoing connections of every other test draw
+/// from, and one of them can take it before the rank 0 under test binds
+/// it (a test that fails once in many runs). Where each test process
+/// starts looking is spread by its pid, and each call moves on.
+pub fn unused_port(ip: &str) -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const FIRST: u32 = 20000;
+    const SPAN: u32 = 12000;
+    let start = std::process::id().wrapping_mul(7919) % SPAN;
+    for _ in 0..SPAN {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (FIRST + (start + step * 97) % SPAN) as u16;
+        if std::net::TcpListener::bind((ip, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}-{}", FIRST + SPAN - 1)
+}

@@ -293,10 +293,7 @@ impl Drop for Slurm {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("0.0.0.0:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    super::unused_port("0.0.0.0")
 }
 
 fn wait_for(f: impl Fn() -> bool, what: &str) {
