@@ -538,6 +538,38 @@ fn cluster_play_is_ready_when_healthy_and_fails_only_the_host_whose_ports_are_dr
         "h0 and h2 show the verdict:\n{}",
         ran.out
     );
+    // The run reports the play left on each host, gathered as an operator
+    // would and merged by `preflight report`: one cluster view, h1 the
+    // one culprit.
+    let gathered = tempfile::tempdir().unwrap();
+    for h in 0..3 {
+        std::fs::copy(
+            site.disk(h).join("cluster-report.json"),
+            gathered.path().join(format!("h{h}.json")),
+        )
+        .unwrap();
+    }
+    let merged = Command::new(env!("CARGO_BIN_EXE_preflight"))
+        .args(["report", "--format", "json"])
+        .arg(gathered.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        merged.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&merged.stderr)
+    );
+    let m: Value = serde_json::from_slice(&merged.stdout).unwrap();
+    assert_eq!(m["counts"]["nodes"], 3, "{m:#}");
+    assert_eq!(m["cluster"]["world_size"], 3, "{m:#}");
+    let culprits: Vec<&str> = m["culprits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["node"].as_str())
+        .collect();
+    assert_eq!(culprits, ["h1"], "{m:#}");
 }
 
 /// The module alone, on the controller (`ansible -c local`): whether the

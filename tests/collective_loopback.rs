@@ -958,3 +958,47 @@ fn the_sweeps_defaults_are_what_the_readme_says_and_are_recorded() {
     );
     assert_eq!(sizes, [8, 64 << 10, 1 << 20]);
 }
+
+/// A live 3-rank run's JSON reports, written to a directory as a job's
+/// ranks would leave them, merge with `preflight report` into one view
+/// with the cluster and collective sections of this run (not a recording).
+#[test]
+fn a_live_runs_reports_merge_with_their_cluster_and_collective_sections() {
+    let _serial = serial();
+    let out = ranks(3, &[], &[]);
+    all_exit(&out, 0);
+    let dir = tempfile::tempdir().unwrap();
+    for (r, o) in out.iter().enumerate() {
+        std::fs::write(dir.path().join(format!("rank{r}.json")), &o.stdout).unwrap();
+    }
+    let merged = std::process::Command::new(env!("CARGO_BIN_EXE_preflight"))
+        .args(["report", "--format", "json"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        merged.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&merged.stderr)
+    );
+    let m: Value = serde_json::from_slice(&merged.stdout).unwrap();
+    assert_eq!(m["verdict"], "ready", "{m:#}");
+    assert_eq!(m["cluster"]["world_size"], 3, "{m:#}");
+    let backends: Vec<&str> = m["collective"]["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["name"].as_str())
+        .collect();
+    assert!(backends.contains(&"tcp"), "{m:#}");
+    // One host, its three ranks.
+    let ranks: Vec<u64> = m["nodes"][0]["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert_eq!(ranks, [0, 1, 2], "{m:#}");
+    assert!(m["warnings"].as_array().unwrap().is_empty(), "{m:#}");
+}
