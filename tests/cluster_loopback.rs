@@ -292,8 +292,13 @@ fn a_master_killed_during_the_rendezvous_is_reported_at_once() {
     let r1 = local("rank1", &args, &env("1", "3", &port));
     // Rank 1 has checked in; rank 2 never comes, so the barrier is open.
     cluster::wait_checked_in(r1.pid, port.parse().unwrap());
+    let killed = std::time::Instant::now();
     r0.kill();
     let out = r1.finish(MARGIN);
+    // docs/faults.md: 0.40 s; the run's own deadline is 60 s.
+    let told_in = killed.elapsed();
+    println!("rank 1 told {told_in:?} after rank 0 was killed");
+    assert!(told_in < Duration::from_secs(5), "{told_in:?}");
     assert_eq!(out.code, 1, "{}", out.stderr);
     let msg = out.message("cluster.rendezvous");
     assert!(

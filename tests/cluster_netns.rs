@@ -168,6 +168,8 @@ fn master_port_dropped_by_a_firewall() {
         return;
     }
     all_exit(&out, 1);
+    // At the 4 s --timeout, no later.
+    cluster::verdicts_within(&out, Duration::from_secs(8));
     for o in &out[1..] {
         let msg = o.message("cluster.rendezvous");
         assert!(
@@ -196,6 +198,8 @@ fn master_port_rejected_by_a_firewall_is_told_apart_from_dropped() {
         return;
     }
     all_exit(&out, 1);
+    // At the 4 s --timeout, no later.
+    cluster::verdicts_within(&out, Duration::from_secs(8));
     for o in &out[1..] {
         let msg = o.message("cluster.rendezvous");
         assert!(msg.contains("refused") && !msg.contains("dropped"), "{msg}");
@@ -215,6 +219,8 @@ fn a_rank_that_never_starts_is_named_with_its_host() {
     let b = job.rank(1, 1, 3, "3s", &[]);
     let out = [a.finish(MARGIN), b.finish(MARGIN)];
     all_exit(&out, 1);
+    // At the 3 s --timeout, no later.
+    cluster::verdicts_within(&out, Duration::from_secs(7));
     let msg = out[0].message("cluster.barrier");
     assert!(msg.contains("rank 2 (expected on h2)"), "{msg}");
     assert!(
@@ -231,6 +237,8 @@ fn a_master_that_never_starts_is_reported_by_every_rank() {
     let b = job.rank(2, 2, 3, "3s", &[]);
     let out = [a.finish(MARGIN), b.finish(MARGIN)];
     all_exit(&out, 1);
+    // At the 3 s --timeout, no later.
+    cluster::verdicts_within(&out, Duration::from_secs(7));
     for o in &out {
         let msg = o.message("cluster.rendezvous");
         assert!(
@@ -251,6 +259,8 @@ fn a_rank_killed_during_the_rendezvous_is_named() {
     let c = job.rank(2, 2, 3, "5s", &[]);
     let out = [a.finish(MARGIN), c.finish(MARGIN)];
     all_exit(&out, 1);
+    // 0.35 s in docs/faults.md; --timeout is 5 s.
+    cluster::verdicts_within(&out, Duration::from_secs(4));
     let msg = out[0].message("cluster.barrier");
     assert!(
         msg.contains("rank 1 on h1 checked in, then went away"),
@@ -266,6 +276,8 @@ fn two_processes_claiming_one_rank() {
     let c = job.rank(2, 1, 3, "3s", &[]);
     let out = [a.finish(MARGIN), b.finish(MARGIN), c.finish(MARGIN)];
     all_exit(&out, 1);
+    // At the 3 s --timeout, no later.
+    cluster::verdicts_within(&out, Duration::from_secs(7));
     let msg = out[0].message("cluster.barrier");
     assert!(msg.contains("rank 1 claimed by 2 processes"), "{msg}");
     assert!(msg.contains("h1") && msg.contains("h2"), "{msg}");
@@ -276,6 +288,8 @@ fn world_size_disagreeing() {
     let Some(job) = job(3, None) else { return };
     let out = job.all("4s", &[(2, &[("WORLD_SIZE", "4")])]);
     all_exit(&out, 1);
+    // 0.05 s in docs/faults.md; --timeout is 4 s.
+    cluster::verdicts_within(&out, Duration::from_secs(3));
     let msg = out[0].message("cluster.barrier");
     assert!(
         msg.contains("rank 2 on h2") && msg.contains("WORLD_SIZE=4, rank 0 says 3"),
@@ -330,6 +344,8 @@ fn a_hostname_resolving_to_127_0_1_1_is_named() {
         ],
     );
     all_exit(&out, 1);
+    // 0.22 s in docs/faults.md; --timeout is 15 s.
+    cluster::verdicts_within(&out, Duration::from_secs(5));
     let msg = out[0].message("cluster.addresses");
     assert!(
         msg.contains("h1: hostname `h1` resolves to 127.0.1.1"),
@@ -343,6 +359,8 @@ fn a_skewed_clock_is_named() {
     let Some(job) = job(3, None) else { return };
     let out = job.all("15s", &[(2, &[("PREFLIGHT_TEST_CLOCK_OFFSET_MS", "750")])]);
     all_exit(&out, 1);
+    // 0.20 s in docs/faults.md; --timeout is 15 s.
+    cluster::verdicts_within(&out, Duration::from_secs(5));
     let msg = out[0].message("cluster.clock");
     // About +750 ms, measured: 749.9 and 750.2 are both right.
     let offset: f64 = msg
@@ -369,6 +387,8 @@ fn different_nccl_variables_are_named() {
         ],
     );
     all_exit(&out, 1);
+    // 0.21 s in docs/faults.md; --timeout is 15 s.
+    cluster::verdicts_within(&out, Duration::from_secs(5));
     let msg = out[0].message("cluster.env");
     assert!(
         msg.contains("NCCL_IB_HCA") && msg.contains("(odd: h1)"),
@@ -401,6 +421,8 @@ fn a_host_whose_firewall_drops_probes_is_named_in_the_matrix() {
     );
     let out = job.all("15s", &[]);
     all_exit(&out, 1);
+    // 1.2 s in docs/faults.md; --timeout is 15 s.
+    cluster::verdicts_within(&out, Duration::from_secs(8));
     let msg = out[0].message("cluster.reachability");
     assert!(msg.contains("h2 drops incoming connections"), "{msg}");
     // Every rank learns the one node to act on, structurally.

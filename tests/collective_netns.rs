@@ -147,6 +147,8 @@ fn a_throttled_host_is_named_as_the_straggler() {
     let out = finish(job.start(&["--step-timeout", "30s"], &[]));
     // A straggler is a warning: the job can run, slowly.
     all_exit(&out, 0);
+    // 3.3 s in docs/faults.md.
+    cluster::verdicts_within(&out, Duration::from_secs(20));
     let pairs = out[0].json()["collective"]["pairs"].clone();
     assert!(
         out[0].json()["checks"]
@@ -200,6 +202,8 @@ fn a_corrupted_contribution_is_detected_on_every_rank() {
     let flip: &[(&str, &str)] = &[("PREFLIGHT_TEST_COLL_CORRUPT", "2:1028")];
     let out = finish(job.start(&[], &[(2, flip)]));
     all_exit(&out, 1);
+    // 0.17 s in docs/faults.md (from the start: the stage included).
+    cluster::verdicts_within(&out, Duration::from_secs(10));
     for o in &out {
         let msg = o.message("collective.tcp");
         assert!(msg.contains("wrong result"), "{}: {msg}", o.label);

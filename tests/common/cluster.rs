@@ -417,6 +417,21 @@ pub fn in_mesh(pid: u32, master_port: u16) -> bool {
         })
 }
 
+/// A fault-matrix row's promise (docs/faults.md): every rank's verdict
+/// came within `bound` of its start: generous on a loaded machine, yet far
+/// below the test's own deadline, so a promise broken (a verdict at the
+/// deadline instead of at once) fails.
+pub fn verdicts_within(out: &[Outcome], bound: Duration) {
+    for o in out {
+        assert!(
+            o.elapsed < bound,
+            "{}: verdict after {:?}, promised within {bound:?}",
+            o.label,
+            o.elapsed
+        );
+    }
+}
+
 /// Waits (30 s at most) until `ready` holds, polling: the event a test
 /// waits for instead of sleeping.
 pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
