@@ -75,6 +75,17 @@ fn failing(libs: &Libs, ranks: u32, extra: &[&str], env: &[(&str, &str)]) -> (Va
     (report, b)
 }
 
+/// A fault-matrix row's promise (docs/faults.md): the run's verdict within
+/// `secs` (its `duration_ms`), generous on a loaded machine and far below
+/// the 60 s the run may take.
+fn within(report: &Value, secs: u64) {
+    let ms = report["duration_ms"].as_u64().unwrap();
+    assert!(
+        ms < secs * 1000,
+        "verdict after {ms} ms, promised within {secs} s"
+    );
+}
+
 fn nccl(report: &Value) -> &Value {
     report["collective"]["backends"]
         .as_array()
@@ -165,7 +176,7 @@ fn one_to_four_ranks_verify_every_operation_and_sweep() {
 fn a_hang_at_one_size_ends_in_ncclcommabort_at_the_step_deadline() {
     let Some(libs) = standin() else { return };
     let _serial = serial();
-    let (_, b) = failing(
+    let (report, b) = failing(
         libs,
         2,
         &[
@@ -182,6 +193,7 @@ fn a_hang_at_one_size_ends_in_ncclcommabort_at_the_step_deadline() {
         ],
         &[("PREFLIGHT_STANDIN_HANG", "1:65536")],
     );
+    within(&report, 12);
     let text = failure_text(&b);
     // Said by the worker after the call returned, not by the report's
     // template: the rank ended its operation itself.
@@ -224,6 +236,7 @@ fn an_init_that_never_completes_is_aborted_at_its_deadline() {
         &["--step-timeout", "2s"],
         &[("PREFLIGHT_STANDIN_INIT_HANG", "1")],
     );
+    within(&report, 45);
     let text = failure_text(&b);
     assert!(
         b["ended"]
@@ -244,12 +257,13 @@ fn an_init_that_never_completes_is_aborted_at_its_deadline() {
 fn a_corrupted_result_is_detected_and_the_rank_named() {
     let Some(libs) = standin() else { return };
     let _serial = serial();
-    let (_, b) = failing(
+    let (report, b) = failing(
         libs,
         2,
         &["--collective", "full", "--max-size", "64KiB"],
         &[("PREFLIGHT_STANDIN_CORRUPT", "1:4096")],
     );
+    within(&report, 10);
     let ended = b["ended"].as_str().unwrap();
     // The stand-in flips the byte holding the float's exponent: 5 arrives
     // as a denormal, said as a number a person can read.
@@ -274,12 +288,13 @@ fn a_corrupted_result_is_detected_and_the_rank_named() {
 fn an_async_error_is_reported_in_nccls_words() {
     let Some(libs) = standin() else { return };
     let _serial = serial();
-    let (_, b) = failing(
+    let (report, b) = failing(
         libs,
         2,
         &["--collective", "full", "--max-size", "256KiB"],
         &[("PREFLIGHT_STANDIN_ASYNC_ERROR", "1:65536")],
     );
+    within(&report, 10);
     let ended = b["ended"].as_str().unwrap();
     // Both ranks hold the library's remote error (rank 1's injected, rank
     // 0's from rank 1's leaving, on its send or its receive, whichever
@@ -385,7 +400,7 @@ fn the_network_nccl_chose_is_judged_against_the_nodes_ib_ports() {
 fn two_ranks_on_one_gpu_fail_init_with_nccls_duplicate_check() {
     let Some(libs) = libs() else { return };
     let _serial = serial();
-    let (_, b) = failing(
+    let (report, b) = failing(
         libs,
         2,
         &["--step-timeout", "5s"],
@@ -394,6 +409,7 @@ fn two_ranks_on_one_gpu_fail_init_with_nccls_duplicate_check() {
             ("CUDA_VISIBLE_DEVICES", "0"),
         ],
     );
+    within(&report, 10);
     let ended = b["ended"].as_str().unwrap();
     assert!(
         ended.starts_with("init failed on rank ")
