@@ -415,8 +415,14 @@ fn read_test(category: Option<&str>, test: &Map<String, Value>, report: &mut Dia
             .filter(|w| !seen.contains(&w.text))
             .collect();
         let none_read = report.results.len() == first;
+        let failing =
+            |s: &DiagStatus| !matches!(s, DiagStatus::Pass | DiagStatus::Skip | DiagStatus::NotRun);
+        // A summary that failed where no result says why is not passed
+        // over: the test failed.
+        let unexplained = status.as_ref().is_some_and(failing)
+            && !report.results[first..].iter().any(|r| failing(&r.status));
         if let Some(status) = status
-            && (none_read || !warnings.is_empty())
+            && (none_read || !warnings.is_empty() || unexplained)
         {
             report.results.push(DiagResult {
                 category: category.map(String::from),
@@ -499,6 +505,20 @@ trailing"#;
         assert_eq!(
             (r.results[2].gpu, &r.results[2].status),
             (None, &DiagStatus::Skip)
+        );
+    }
+
+    /// A test whose summary failed while every result passed (an error
+    /// of no entity, its words lost) fails: never a pass.
+    #[test]
+    fn a_failed_summary_over_passing_results_is_a_failure() {
+        let doc = r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Hardware","tests":[
+            {"name":"memory","results":[{"entity_id":0,"status":"Pass"}],"test_summary":{"status":"Fail"}}]}]}}"#;
+        let r = parse(doc).unwrap();
+        assert_eq!(r.results.len(), 2);
+        assert_eq!(
+            (r.results[1].gpu, &r.results[1].status),
+            (None, &DiagStatus::Fail)
         );
     }
 

@@ -176,7 +176,13 @@ pub fn parse_xml(source: &str, text: &str) -> Result<GpuReport, String> {
         ));
     }
     let mut gpus = Vec::new();
-    for gpu in root.children().filter(|c| c.has_tag_name("gpu")) {
+    // nvidia-smi lists the GPUs in its own index order (`-i N`), which
+    // the minor number need not follow.
+    for (index, gpu) in root
+        .children()
+        .filter(|c| c.has_tag_name("gpu"))
+        .enumerate()
+    {
         let bus = gpu
             .attribute("id")
             .map(String::from)
@@ -211,7 +217,7 @@ pub fn parse_xml(source: &str, text: &str) -> Result<GpuReport, String> {
             fabric_state: text_at(gpu, &["fabric", "state"]),
             fabric_status: text_at(gpu, &["fabric", "status"]),
             processes,
-            index: text_at(gpu, &["minor_number"]).and_then(|t| t.parse().ok()),
+            index: u32::try_from(index).ok(),
             mig_enabled: yes_no(text_at(gpu, &["mig_mode", "current_mig"])),
             clock_events: clock_events(gpu),
             reset_required: yes_no(text_at(gpu, &["gpu_reset_status", "reset_required"])),

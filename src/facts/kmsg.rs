@@ -52,7 +52,11 @@ fn timestamp(prefix: &str) -> Option<f64> {
         let usec: u64 = fields.split(',').nth(2)?.trim().parse().ok()?;
         return Some(usec as f64 / 1e6);
     }
-    let inside = prefix.trim_start().strip_prefix('[')?.split_once(']')?.0;
+    // dmesg's `[  812.331]`, also after a syslog prefix ("Nov 26 12:00:00
+    // host kernel: [  812.331] NVRM: ..."); dmesg -T's wall-clock form is
+    // not a number and gives none.
+    let open = prefix.rfind('[')?;
+    let inside = prefix[open + 1..].split_once(']')?.0;
     inside.trim().parse::<f64>().ok().filter(|s| s.is_finite())
 }
 
@@ -105,6 +109,13 @@ mod tests {
         assert_eq!(xids[1].code, 48);
         assert_eq!(xids[0].at, Some(5.679e-3));
         assert_eq!(xids[1].at, Some(812.331));
+        let syslog = parse(
+            "Nov 26 12:00:00 gpu1 kernel: [ 9.5] NVRM: Xid (PCI:0000:52:00): 79, GPU has fallen off the bus.\n\
+                            [Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=1, name=x, Timeout\n",
+        );
+        assert_eq!(syslog[0].at, Some(9.5));
+        assert_eq!(syslog[1].at, None);
+        assert_eq!(syslog[1].code, 119);
     }
 
     #[test]
