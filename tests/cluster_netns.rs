@@ -325,6 +325,8 @@ fn another_jobs_preflight_on_the_same_port() {
     let a1 = job.rank(2, 1, 2, "20s", &[]);
     let out = [a0.finish(MARGIN), a1.finish(MARGIN)];
     all_exit(&out, 0);
+    // The job: ready at once beside the intruder; --timeout is 20 s.
+    cluster::verdicts_within(&out, Duration::from_secs(10));
     let warnings = out[0].json()["cluster"]["warnings"].to_string();
     assert!(
         warnings.contains("another job") && warnings.contains(&job.cluster.addr(1)),

@@ -271,9 +271,9 @@ pub fn assemble(
                 .filter(|p| p.a == r || p.b == r)
                 .map(|p| p.gbps)
                 .collect();
-            let best = judged.iter().map(|p| p.gbps).fold(0.0, f64::max);
+            let reference = straggler::reference(r, &judged).unwrap_or(0.0);
             format!(
-                "rank {r}{} is slow in every pair it is in: at most {:.3} GB/s, while other pairs reach {best:.3} GB/s",
+                "rank {r}{} is slow in every pair it is in: at most {:.3} GB/s, while the pairs without it reach {reference:.3} GB/s (their median)",
                 host(r),
                 mine.iter().copied().fold(0.0, f64::max)
             )
