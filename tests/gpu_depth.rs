@@ -714,3 +714,69 @@ fn a_real_r580_recording_reads_back() {
     );
     assert_eq!(r.status("nvlink"), "skip");
 }
+
+/// From the review: a GPU of the node that `nvlink -s` leaves out is
+/// named, an NVML error other than "all links inactive" is an error, and
+/// throttle with no GPU reporting its reasons checks nothing (skip).
+#[test]
+fn what_the_readers_cannot_see_is_never_a_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let healthy = std::fs::read_to_string(tools("nvlink-h100-healthy.txt")).unwrap();
+    // GPU 7 left out.
+    let seven: String = healthy
+        .split("GPU ")
+        .filter(|b| !b.is_empty() && !b.starts_with("7:"))
+        .map(|b| format!("GPU {b}"))
+        .collect();
+    let missing = dir.path().join("missing.txt");
+    std::fs::write(&missing, seven).unwrap();
+    let lost = dir.path().join("lost.txt");
+    std::fs::write(
+        &lost,
+        healthy.replacen(
+            "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-cac5c6c2-084d-3ddc-34fa-425db37ba6bf)\n",
+            "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-cac5c6c2-084d-3ddc-34fa-425db37ba6bf)\nNVML: Unable to retrieve NVLink information: GPU is lost\n",
+            1,
+        ),
+    )
+    .unwrap();
+    // Clock event reasons gone from every GPU's document.
+    let xml = std::fs::read_to_string(fixture("h100-ib-healthy").join("nvidia-smi-q.xml")).unwrap();
+    let start = xml.find("<clocks_event_reasons>").unwrap();
+    let mut stripped = String::new();
+    let mut rest = xml.as_str();
+    while let Some(s) = rest.find("<clocks_event_reasons>") {
+        let e = rest[s..].find("</clocks_event_reasons>").unwrap()
+            + s
+            + "</clocks_event_reasons>".len();
+        stripped.push_str(&rest[..s]);
+        rest = &rest[e..];
+    }
+    stripped.push_str(rest);
+    assert!(start > 0 && !stripped.contains("clocks_event_reasons"));
+    let noclock = dir.path().join("noclock.xml");
+    std::fs::write(&noclock, stripped).unwrap();
+    let r = run(
+        "h100-ib-healthy",
+        &format!(
+            "checks:\n  - {{id: missing, kind: nvlink, nvidia_smi_nvlink: \"{}\"}}\n  - {{id: lost, kind: nvlink, nvidia_smi_nvlink: \"{}\"}}\n  - {{id: noclock, kind: gpu_health, throttle: true, nvidia_smi_xml: \"{}\"}}\n",
+            missing.display(),
+            lost.display(),
+            noclock.display()
+        ),
+    );
+    assert_eq!(r.status("missing"), "fail");
+    assert!(
+        r.message("missing")
+            .starts_with("GPU 7 (0000:db:00.0) is not in "),
+        "{}",
+        r.message("missing")
+    );
+    assert_eq!(r.status("lost"), "error");
+    assert!(r.message("lost").contains("could not read GPU 1's NVLink: `NVML: Unable to retrieve NVLink information: GPU is lost`"), "{}", r.message("lost"));
+    assert_eq!(r.status("noclock"), "skip");
+    assert_eq!(
+        r.message("noclock"),
+        "no GPU reports its clock event reasons"
+    );
+}

@@ -51,7 +51,7 @@ impl DiagStatus {
             "skip" | "skipped" => DiagStatus::Skip,
             "warn" | "warning" => DiagStatus::Warn,
             "fail" | "failed" => DiagStatus::Fail,
-            "not run" | "not_run" | "notrun" | "" => DiagStatus::NotRun,
+            "not run" | "not_run" | "notrun" => DiagStatus::NotRun,
             _ => DiagStatus::Unknown(word.to_string()),
         }
     }
@@ -180,6 +180,13 @@ fn first_document(text: &str) -> Result<(usize, Value), String> {
             Some(Ok(v @ Value::Object(_))) => return Ok((at, v)),
             Some(Err(e)) if e.is_eof() => {
                 return Err(format!("the JSON document is cut short ({e})"));
+            }
+            // A start that read past its own line was a document, broken
+            // (cut short and followed by other text, or garbled): never
+            // look inside it for a smaller object to take instead. A brace
+            // in a banner line fails on that line.
+            Some(Err(e)) if e.line() > 1 => {
+                return Err(format!("the JSON document is cut short or invalid ({e})"));
             }
             _ => {}
         }
@@ -372,20 +379,28 @@ fn read_test(category: Option<&str>, test: &Map<String, Value>, report: &mut Dia
     if let Some(Value::Array(results)) = test.get("results") {
         for r in results.iter().filter_map(Value::as_object) {
             let warnings = warnings_of(r);
-            let status = match r.get("status").and_then(Value::as_str) {
-                Some(word) => DiagStatus::parse(word),
-                // 3.3.1 wrote a Deployment test's further errors as
-                // results with no status: they belong to the one before.
-                None => match report.results[first..].last_mut() {
-                    Some(prev) => {
-                        prev.warnings.extend(warnings);
-                        continue;
-                    }
-                    None if warnings.is_empty() => continue,
-                    None => DiagStatus::Fail,
-                },
-            };
             let (gpu, entity) = subject(r);
+            let status = match r.get("status") {
+                Some(Value::String(word)) => DiagStatus::parse(word),
+                Some(other) => DiagStatus::Unknown(other.to_string()),
+                // 3.3.1 wrote a Deployment test's further errors as
+                // results with no status and no subject of their own: they
+                // belong to the one before. One naming another GPU does not.
+                None => {
+                    let own = gpu.is_none() && entity.is_none();
+                    let prev = report.results[first..]
+                        .last_mut()
+                        .filter(|p| own || (p.gpu, &p.entity) == (gpu, &entity));
+                    match prev {
+                        Some(prev) => {
+                            prev.warnings.extend(warnings);
+                            continue;
+                        }
+                        None if warnings.is_empty() => continue,
+                        None => DiagStatus::Unknown("no status".into()),
+                    }
+                }
+            };
             report.results.push(DiagResult {
                 category: category.map(String::from),
                 test: name.clone(),
@@ -401,11 +416,29 @@ fn read_test(category: Option<&str>, test: &Map<String, Value>, report: &mut Dia
     // status where it has no results, and (before DCGM 4.5) its errors
     // that belong to no entity. From 4.5 it repeats every entity's
     // errors: those already read are not counted twice.
-    if let Some(Value::Object(summary)) = test.get("test_summary") {
-        let status = summary
-            .get("status")
-            .and_then(Value::as_str)
-            .map(DiagStatus::parse);
+    let summary = test.get("test_summary").and_then(Value::as_object);
+    if summary.is_none() && report.results.len() == first {
+        // A test that names itself and says nothing: not a pass.
+        report.results.push(DiagResult {
+            category: category.map(String::from),
+            test: name,
+            gpu: None,
+            entity: None,
+            status: DiagStatus::Unknown("no result and no summary".into()),
+            warnings: Vec::new(),
+            info: Vec::new(),
+        });
+        return;
+    }
+    if let Some(summary) = summary {
+        let status = match summary.get("status") {
+            Some(Value::String(word)) => Some(DiagStatus::parse(word)),
+            Some(other) => Some(DiagStatus::Unknown(other.to_string())),
+            None if !warnings_of(summary).is_empty() => {
+                Some(DiagStatus::Unknown("no status".into()))
+            }
+            None => None,
+        };
         let seen: Vec<String> = report.results[first..]
             .iter()
             .flat_map(|r| r.warnings.iter().map(|w| w.text.clone()))
@@ -415,12 +448,11 @@ fn read_test(category: Option<&str>, test: &Map<String, Value>, report: &mut Dia
             .filter(|w| !seen.contains(&w.text))
             .collect();
         let none_read = report.results.len() == first;
-        let failing =
-            |s: &DiagStatus| !matches!(s, DiagStatus::Pass | DiagStatus::Skip | DiagStatus::NotRun);
-        // A summary that failed where no result says why is not passed
-        // over: the test failed.
-        let unexplained = status.as_ref().is_some_and(failing)
-            && !report.results[first..].iter().any(|r| failing(&r.status));
+        // A summary that failed where no result failed is not passed over
+        // (a result's warning is not the failure the summary says).
+        let failed = |s: &DiagStatus| matches!(s, DiagStatus::Fail | DiagStatus::Unknown(_));
+        let unexplained = status.as_ref().is_some_and(failed)
+            && !report.results[first..].iter().any(|r| failed(&r.status));
         if let Some(status) = status
             && (none_read || !warnings.is_empty() || unexplained)
         {

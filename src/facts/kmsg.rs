@@ -55,9 +55,12 @@ fn timestamp(prefix: &str) -> Option<f64> {
     // dmesg's `[  812.331]`, also after a syslog prefix ("Nov 26 12:00:00
     // host kernel: [  812.331] NVRM: ..."); dmesg -T's wall-clock form is
     // not a number and gives none.
-    let open = prefix.rfind('[')?;
-    let inside = prefix[open + 1..].split_once(']')?.0;
-    inside.trim().parse::<f64>().ok().filter(|s| s.is_finite())
+    // The first bracket that holds a number: `[drm]` and the like are not
+    // times.
+    prefix.match_indices('[').find_map(|(open, _)| {
+        let inside = prefix[open + 1..].split_once(']')?.0;
+        inside.trim().parse::<f64>().ok().filter(|s| s.is_finite())
+    })
 }
 
 /// Reads what /dev/kmsg holds now. Each read returns one record; the
@@ -116,6 +119,9 @@ mod tests {
         assert_eq!(syslog[0].at, Some(9.5));
         assert_eq!(syslog[1].at, None);
         assert_eq!(syslog[1].code, 119);
+        let tagged =
+            parse("[ 9.5] [drm] NVRM: Xid (PCI:0000:52:00): 79, GPU has fallen off the bus.\n");
+        assert_eq!(tagged[0].at, Some(9.5));
     }
 
     #[test]

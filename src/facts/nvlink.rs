@@ -28,6 +28,8 @@ pub struct Link {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuLinks {
     pub index: u32,
+    /// The GPU's PCI bus id, where the source says it (NVML).
+    pub bus: Option<String>,
     pub product: Option<String>,
     pub uuid: Option<String>,
     /// NVML says the GPU has no NVLink at all (NOT_SUPPORTED).
@@ -109,8 +111,15 @@ fn read(
         if lower.contains("unable to retrieve nvlink information") {
             if lower.contains("not supported") {
                 gpu.unsupported = true;
-            } else {
+            } else if lower.contains("all links are inactive") {
                 gpu.all_inactive = true;
+            } else {
+                // "GPU is lost" and the like: not a state of the links.
+                return Err(format!(
+                    "{source}:{}: nvidia-smi could not read GPU {}'s NVLink: `{trimmed}`",
+                    n + 1,
+                    gpu.index
+                ));
             }
             continue;
         }
@@ -192,9 +201,10 @@ pub fn from_nvml() -> Result<Vec<GpuLinks>, String> {
     /// NVML_NVLINK_MAX_LINKS in nvml.h (18 up to Blackwell; 36 in the
     /// newest header). Past the GPU's last link NVML says InvalidArg.
     const MAX_LINKS: u32 = 36;
-    super::nvml::each_gpu(&super::nvml::open()?, |index, _bus, device| {
+    super::nvml::each_gpu(&super::nvml::open()?, |index, bus, device| {
         let mut gpu = GpuLinks {
             index,
+            bus: Some(bus),
             product: device.name().ok(),
             uuid: device.uuid().ok(),
             ..GpuLinks::default()
@@ -269,6 +279,7 @@ pub fn is_module(product: &str) -> bool {
         "NVIDIA H200",
         "NVIDIA H20",
         "NVIDIA H800",
+        "NVIDIA B100",
         "NVIDIA B200",
         "NVIDIA B300",
         "NVIDIA GB200",

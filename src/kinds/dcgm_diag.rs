@@ -131,6 +131,19 @@ fn judged(severity: Option<Severity>, status: &DiagStatus) -> (fn(String) -> Fin
     }
 }
 
+/// How much a severity asks of the operator, least to most.
+fn urgency(s: Severity) -> u8 {
+    match s {
+        Severity::None => 0,
+        Severity::Monitor => 1,
+        Severity::Config => 2,
+        Severity::Unknown => 3,
+        Severity::Triage => 4,
+        Severity::Isolate => 5,
+        Severity::Reset => 6,
+    }
+}
+
 fn subject(r: &DiagResult) -> String {
     let test: String = r
         .test
@@ -195,7 +208,14 @@ pub fn judge(report: &DiagReport, level: u8) -> Finding {
             ))
             .var("action", "triage: read DCGM's output by hand"),
             status => {
-                let severity = r.warnings.iter().filter_map(|w| w.severity).max();
+                // The worst by what it asks, not by DCGM's number (CONFIG
+                // is 5, ISOLATE 2): a failed remap beside persistence off
+                // is the failed remap's.
+                let severity = r
+                    .warnings
+                    .iter()
+                    .filter_map(|w| w.severity)
+                    .max_by_key(|s| urgency(*s));
                 let unknown_number = r
                     .warnings
                     .iter()
@@ -244,6 +264,10 @@ pub fn judge(report: &DiagReport, level: u8) -> Finding {
         },
     );
     if parts.is_empty() {
+        let ran = report.results.iter().any(|r| r.status == DiagStatus::Pass);
+        if !ran {
+            return Finding::skip(format!("{summary}: no test ran (every one skipped)"));
+        }
         return Finding::pass(format!("{summary}, all passed")).measured("passed");
     }
     for (subject, part) in parts {
@@ -402,6 +426,45 @@ mod tests {
         };
         assert_eq!(d.argv().join(" "), "dcgmi diag -r 3 -j -i 0,5");
         assert_eq!(d.default_timeout(), Some(Duration::from_secs(2700)));
+    }
+
+    /// Several warnings on one result: the worst by what it asks, and a
+    /// document where every test was skipped is no pass.
+    #[test]
+    fn the_worst_warning_decides_and_skips_alone_pass_nothing() {
+        use crate::result::Status;
+        let doc = r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Deployment","tests":[{"name":"software","results":[
+            {"entity_group":"GPU","entity_id":0,"status":"Fail","warnings":[
+              {"error_severity":2,"warning":"row remap failed"},{"error_severity":5,"warning":"persistence off"}]}]}]}]}}"#;
+        let f = judge(&dcgm::parse(doc).unwrap(), 1);
+        let parts = &f.extra.as_ref().unwrap().parts;
+        assert_eq!(parts[0].1.status, Status::Fail);
+        assert!(
+            parts[0].1.message.contains("ISOLATE"),
+            "{}",
+            parts[0].1.message
+        );
+        let skipped = r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Hardware","tests":[{"name":"memory","results":[
+            {"entity_id":0,"status":"Skip"}]}]}]}}"#;
+        assert_eq!(
+            judge(&dcgm::parse(skipped).unwrap(), 1).status,
+            Status::Skip
+        );
+        // A document cut short and followed by dcgmi's words is an error,
+        // never an inner object read as the whole.
+        let cut = "{\n \"DCGM Diagnostic\" : {\n  \"test_categories\" : [ {\n   \"category\" : \"Deployment\", \"tests\" : [ { \"name\" : \"software\", \"results\" : [ { \"entity_id\" : 0, \"status\" : \"Pass\" } ] } ] },\n   { \"category\" : \"Hard\nError: dcgmi was terminated\n";
+        assert!(
+            dcgm::parse(cut)
+                .unwrap_err()
+                .contains("cut short or invalid")
+        );
+        // A statusless result naming another GPU is not merged away.
+        let merged = r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Hardware","tests":[{"name":"memory","results":[
+            {"entity_id":0,"status":"Pass"},{"entity_id":1,"warnings":[{"warning":"bad","error_severity":2}]}]}]}]}}"#;
+        assert_ne!(judge(&dcgm::parse(merged).unwrap(), 1).status, Status::Pass);
+        // A test with no result and no summary is not a pass either.
+        let silent = r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Hardware","tests":[{"name":"memory"}]}]}}"#;
+        assert_ne!(judge(&dcgm::parse(silent).unwrap(), 1).status, Status::Pass);
     }
 
     #[test]

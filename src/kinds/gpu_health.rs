@@ -395,17 +395,32 @@ impl GpuHealth {
         problems: &mut Vec<String>,
         notes: &mut Vec<String>,
     ) {
-        let n = samples.len();
-        let mut counts: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
+        // Counted by bus id, not by name: a GPU missing from one document
+        // shifts the others' indices. A reason fails when active in most
+        // of the samples that report the GPU.
+        let bus_of = |name: &str| -> String {
+            match name.rsplit_once('(') {
+                Some((_, rest)) => rest.trim_end_matches(')').to_string(),
+                None => name.to_string(),
+            }
+        };
+        let mut names: std::collections::BTreeMap<String, &str> = Default::default();
+        let mut present: std::collections::BTreeMap<String, usize> = Default::default();
+        let mut counts: std::collections::BTreeMap<(String, &str), usize> = Default::default();
         for sample in samples {
-            for (bus, reasons) in sample {
+            for (name, reasons) in sample {
+                let bus = bus_of(name);
+                names.entry(bus.clone()).or_insert(name.as_str());
+                *present.entry(bus.clone()).or_default() += 1;
                 for r in reasons.iter().filter(|r| self.throttle_reasons.contains(r)) {
-                    *counts.entry((bus.as_str(), r.as_str())).or_default() += 1;
+                    *counts.entry((bus.clone(), r.as_str())).or_default() += 1;
                 }
             }
         }
         let mut passing = Vec::new();
-        for ((gpu, reason), seen) in counts {
+        for ((bus, reason), seen) in counts {
+            let n = present[&bus];
+            let gpu = names[&bus];
             let text = format!(
                 "{gpu}: {reason} in {seen} of {n} sample{}",
                 if n == 1 { "" } else { "s" }
@@ -419,7 +434,8 @@ impl GpuHealth {
         if !passing.is_empty() {
             notes.push(format!("once, not repeated: {}", passing.join(", ")));
         }
-        let gpus = samples.iter().map(Vec::len).max().unwrap_or(0);
+        let n = samples.len();
+        let gpus = present.len();
         notes.push(format!(
             "clock event reasons of {gpus} GPUs in {n} sample{}",
             if n == 1 { "" } else { "s" }
@@ -620,6 +636,15 @@ impl GpuHealth {
         }
         if self.throttle && vendor == Vendor::Nvidia {
             match clocks {
+                // No GPU said why its clocks are where they are (an old
+                // driver, a GPU without the query): nothing was checked.
+                Some(Ok(samples)) if samples.iter().all(Vec::is_empty) => {
+                    let why = "no GPU reports its clock event reasons";
+                    if !self.xid && !self.needs_report() {
+                        return Finding::skip(why);
+                    }
+                    notes.push(why.into());
+                }
                 Some(Ok(samples)) => self.throttle_checks(&samples, &mut problems, &mut notes),
                 Some(Err(e)) => unreadable.push(e),
                 None if !self.xid && !self.needs_report() => {

@@ -239,10 +239,22 @@ impl NvLink {
             .map(|a| a.pci.address.clone())
             .collect();
         buses.sort();
-        let name = |g: &GpuLinks| match buses.get(g.index as usize) {
+        // NVML says each GPU's bus itself (a container may see fewer GPUs
+        // than sysfs lists): that wins over the place in bus order.
+        let bus_of = |g: &GpuLinks| {
+            g.bus
+                .clone()
+                .or_else(|| buses.get(g.index as usize).cloned())
+        };
+        let name = |g: &GpuLinks| match bus_of(g) {
             Some(bus) => format!("GPU {} ({bus})", g.index),
             None => g.name(),
         };
+        let gpu_buses: Vec<String> = buses
+            .iter()
+            .cloned()
+            .chain(read.gpus.iter().filter_map(|g| g.bus.clone()))
+            .collect();
         let gpus: Vec<&GpuLinks> = read.gpus.iter().filter(|g| !g.unsupported).collect();
         if read.gpus.is_empty() {
             // R580 in a VM without NVLink prints nothing at all.
@@ -259,6 +271,19 @@ impl NvLink {
         }
         let mut problems = Vec::new();
         let mut notes = Vec::new();
+        // A GPU of the node that the text does not list at all is not
+        // judged by omission.
+        if read.gpus.iter().all(|g| g.bus.is_none()) && read.gpus.len() < buses.len() {
+            let listed: Vec<u32> = read.gpus.iter().map(|g| g.index).collect();
+            for (i, bus) in buses.iter().enumerate() {
+                if !listed.contains(&(i as u32)) {
+                    problems.push(format!(
+                        "GPU {i} ({bus}) is not in {}: its links were not read",
+                        read.source
+                    ));
+                }
+            }
+        }
         // Active links, product by product.
         let mut products: BTreeMap<&str, Vec<&GpuLinks>> = BTreeMap::new();
         for g in &gpus {
@@ -357,7 +382,7 @@ impl NvLink {
         }
         // Remote ends: a GPU of this node, or not (an NVSwitch).
         let kind_of = |bus: &str| {
-            if buses.iter().any(|b| b == bus) {
+            if gpu_buses.iter().any(|b| b == bus) {
                 Remote::Gpu
             } else {
                 Remote::Switch
