@@ -1,4 +1,4 @@
-//! The command line: `preflight run|check|list|explain|validate|bench|slurm|report|token`.
+//! The command line: `preflight run|check|list|explain|validate|bench|slurm|report|token|completions`.
 
 use clap::{Parser, Subcommand};
 
@@ -51,6 +51,18 @@ pub enum Command {
     /// Print a fresh 128-bit job secret (32 hex digits) for PREFLIGHT_TOKEN
     /// or PREFLIGHT_TOKEN_FILE: make one per job, give it to every node.
     Token,
+    /// Print a completion script for SHELL (bash, zsh or fish), e.g.
+    /// `preflight completions bash > /etc/bash_completion.d/preflight`.
+    Completions {
+        #[arg(value_enum)]
+        shell: commands::Shell,
+    },
+    /// Internal: write the manual pages into DIR (tools/release.sh).
+    #[command(hide = true)]
+    ManPages {
+        #[arg(value_name = "DIR")]
+        dir: std::path::PathBuf,
+    },
     /// Internal: one library backend of one rank, started by `run` and
     /// `bench` (see src/collective/worker.rs).
     #[command(hide = true)]
@@ -83,6 +95,12 @@ pub fn main() -> i32 {
         Command::Slurm(args) => commands::slurm(args),
         Command::Report(args) => commands::report(args),
         Command::Token => commands::token(),
+        Command::Completions { shell } => {
+            commands::completions(*shell, <Cli as clap::CommandFactory>::command())
+        }
+        Command::ManPages { dir } => {
+            commands::man_pages(<Cli as clap::CommandFactory>::command(), dir)
+        }
         Command::CollectiveWorker => return crate::collective::worker::main(),
     };
     let code = match outcome {

@@ -565,3 +565,48 @@ fn a_post_makes_three_attempts_at_most_and_a_ready_run_stays_ready() {
     let report: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(report["verdict"], "ready");
 }
+
+/// The alerting rules the packages ship (and the README quotes) load in
+/// promtool, fire on a not-ready node in its unit test, and are the ones
+/// the README shows.
+#[test]
+fn the_alerting_rules_pass_promtool_and_the_readme_quotes_them() {
+    if !have("promtool") {
+        common::skip::skip("promtool is not installed (apt: prometheus)");
+        return;
+    }
+    let rules = repo().join("contrib/prometheus/preflight-alerts.yml");
+    for args in [
+        vec!["check", "rules", rules.to_str().unwrap()],
+        vec![
+            "test",
+            "rules",
+            "contrib/prometheus/preflight-alerts.test.yml",
+        ],
+    ] {
+        let out = Command::new("promtool")
+            .args(&args)
+            .current_dir(repo())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&rules).unwrap();
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let quoted: Vec<&str> = readme
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("expr: "))
+        .collect();
+    assert_eq!(quoted.len(), 3, "{quoted:?}");
+    for expr in quoted {
+        assert!(
+            text.contains(&format!("expr: {expr}")),
+            "README's {expr} is not in {rules:?}"
+        );
+    }
+}

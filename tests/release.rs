@@ -1,7 +1,8 @@
 //! The binary to ship (`tools/release.sh`: dist/preflight) starts on the
 //! clusters people have: its highest GLIBC symbol version is 2.17 (RHEL
 //! and CentOS 7; Rocky 8 has 2.28, Ubuntu 20.04 2.31), it runs here, and
-//! it holds no test fault switch. `.ci/run` builds it before the tests.
+//! it holds no test fault switch, and SHA256SUMS checks it and its two
+//! packages. `.ci/run` builds it before the tests.
 
 mod common;
 
@@ -87,7 +88,20 @@ fn the_release_binary_needs_glibc_2_17_at_most_and_runs() {
         String::from_utf8_lossy(&sums.stdout),
         String::from_utf8_lossy(&sums.stderr)
     );
-    assert_eq!(String::from_utf8_lossy(&sums.stdout), "preflight: OK\n");
+    // The binary and its two packages, each checked.
+    let checked = String::from_utf8_lossy(&sums.stdout);
+    let lines: Vec<&str> = checked.lines().collect();
+    assert_eq!(lines.len(), 3, "{checked}");
+    assert_eq!(lines[0], "preflight: OK");
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        lines.contains(&format!("preflight_{version}_amd64.deb: OK").as_str()),
+        "{checked}"
+    );
+    assert!(
+        lines.contains(&format!("preflight-{version}-1.x86_64.rpm: OK").as_str()),
+        "{checked}"
+    );
 }
 
 #[test]

@@ -7,9 +7,10 @@
 #
 # Needs zig (the `ziglang` package on PyPI, in the venv PREFLIGHT_ZIG_VENV,
 # default /opt/preflight-zig) and cargo-zigbuild (`cargo install
-# cargo-zigbuild`); `.ci/install` installs both. Writes dist/preflight and
-# dist/SHA256SUMS, and says the highest GLIBC symbol version the binary
-# needs.
+# cargo-zigbuild`); `.ci/install` installs both. Writes dist/preflight,
+# its .deb and .rpm (tools/package.sh: dpkg-deb and rpmbuild) and
+# dist/SHA256SUMS of all three, and says the highest GLIBC symbol version
+# the binary needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${PREFLIGHT_ZIG_VENV:-/opt/preflight-zig}
@@ -19,6 +20,9 @@ target=x86_64-unknown-linux-gnu
 cargo zigbuild --release --quiet --locked --target "$target.2.17" --bin preflight
 mkdir -p dist
 cp "target/$target/release/preflight" dist/preflight
-(cd dist && sha256sum preflight > SHA256SUMS)
+rm -f dist/preflight_*.deb dist/preflight-*.rpm
+packages=$(BIN=dist/preflight OUT=dist tools/package.sh)
+(cd dist && sha256sum preflight $(for p in $packages; do basename "$p"; done) > SHA256SUMS)
 highest=$(objdump -T dist/preflight | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
-echo "dist/preflight: needs $highest at most; $(cut -c1-16 dist/SHA256SUMS)… (dist/SHA256SUMS)"
+echo "dist/preflight: needs $highest at most; $(head -1 dist/SHA256SUMS | cut -c1-16)… (dist/SHA256SUMS)"
+echo "packages: $(echo $packages)"

@@ -19,6 +19,8 @@ pub use error::{ChecklistError, ChecklistErrors};
 pub use evaluate::{Evaluator, complete, complete_all, evaluate_cluster, evaluate_collective};
 pub use hash::checklist_hash;
 pub use hint::Hint;
+#[cfg(test)]
+pub use load::COMMON_KEYS;
 pub use load::{load_file, load_text};
 
 use crate::kinds::{KindInfo, Probe};

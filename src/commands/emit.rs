@@ -165,6 +165,16 @@ pub fn emit(args: &RunArgs, stage: Stage, outcome: Outcome) -> Result<ExitCode, 
         Format::Human if args.output.is_some() => plain(human(Style { color: false })),
         Format::Human => plain(human(Style::for_stdout(args.display.color))),
     };
+    if let (Some(path), false) = (&args.json_report, muted) {
+        report::write_report(&Destination::File(path.clone()), &report::json(&report)).map_err(
+            |e| {
+                Failure::Usage(format!(
+                    "cannot write the JSON report to {}: {e}",
+                    path.display()
+                ))
+            },
+        )?;
+    }
     match (&args.output, muted) {
         (_, true) => Ok(()),
         (None, false) => report::write_report(&Destination::Stdout, &text),

@@ -1,9 +1,11 @@
 //! The subcommands, and what they share: assembling the checklist from the
 //! shipped files, `--checks` paths and `--only`/`--skip`.
 
+mod completions;
 mod emit;
 mod explain;
 mod list;
+pub mod manual;
 mod node;
 pub mod post;
 #[cfg(feature = "rank-sim")]
@@ -21,8 +23,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use completions::{Shell, completions};
 pub use explain::{ExplainArgs, explain};
 pub use list::{ListArgs, list};
+pub use manual::man_pages;
 pub use report::{ReportArgs, report};
 pub use run::args::unused_flags;
 pub use run::{RunArgs, Stage, run};

@@ -47,6 +47,10 @@ pub struct RunArgs {
     /// gets the one-line verdict.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Also write the JSON report to FILE (atomically), whatever --format
+    /// says: the copy `preflight report` merges, beside metrics or JUnit.
+    #[arg(long, value_name = "FILE")]
+    pub json_report: Option<PathBuf>,
     /// After the run, POST the JSON report to this http(s) URL (a
     /// collector), through the job's proxy, retried within the deadline; a
     /// failed upload is a warning, never a change of verdict.
