@@ -694,3 +694,54 @@ fn the_progress_line_names_the_checks_still_running() {
         tty.stdout
     );
 }
+
+#[test]
+fn json_report_writes_the_json_beside_the_metrics_from_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let prom = dir.path().join("preflight.prom");
+    let report = dir.path().join("periodic.json");
+    let out = run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--checks",
+            MIXED,
+            "--format",
+            "prometheus",
+        ])
+        .arg("--output")
+        .arg(&prom)
+        .arg("--json-report")
+        .arg(&report));
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(doc["command"], "check");
+    let verdict = doc["verdict"].as_str().unwrap();
+    assert!(
+        metrics.contains(&format!("preflight_verdict{{verdict=\"{verdict}\"}} 1")),
+        "{verdict}\n{metrics}"
+    );
+    // The same run: the same checks, each with the status the metrics say.
+    for check in doc["checks"].as_array().unwrap() {
+        let line = format!(
+            "check=\"{}\",area=\"{}\",severity=\"{}\",status=\"{}\"}} 1",
+            check["id"].as_str().unwrap(),
+            check["area"].as_str().unwrap(),
+            check["severity"].as_str().unwrap(),
+            check["status"].as_str().unwrap()
+        );
+        assert!(metrics.contains(&line), "{line}\n{metrics}");
+    }
+    assert_eq!(Some(i64::from(out.code)), doc["exit_code"].as_i64());
+    // A directory that cannot take it is the operator's to hear of.
+    let bad = run(preflight()
+        .args(["check", "--no-shipped", "--checks", MIXED, "--json-report"])
+        .arg(dir.path().join("missing/dir/r.json")));
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("cannot write the JSON report to"),
+        "{}",
+        bad.stderr
+    );
+}
