@@ -69,10 +69,20 @@ pub enum Command {
     CollectiveWorker,
 }
 
+/// The command tree as the user sees it: `check` and `bench` share
+/// `run`'s argument struct, with the flags each ignores hidden (and
+/// refused), so each command's help, man page and completions list
+/// exactly the flags it takes.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+        .mut_subcommand("check", |c| commands::hide_ignored(Stage::Checklist, c))
+        .mut_subcommand("bench", |c| commands::hide_ignored(Stage::Bench, c))
+}
+
 /// Parses the command line, runs the command, and returns the process's
 /// exit code; a command that cannot do its job says why on stderr.
 pub fn main() -> i32 {
-    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let matches = command().get_matches();
     let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -95,12 +105,8 @@ pub fn main() -> i32 {
         Command::Slurm(args) => commands::slurm(args),
         Command::Report(args) => commands::report(args),
         Command::Token => commands::token(),
-        Command::Completions { shell } => {
-            commands::completions(*shell, <Cli as clap::CommandFactory>::command())
-        }
-        Command::ManPages { dir } => {
-            commands::man_pages(<Cli as clap::CommandFactory>::command(), dir)
-        }
+        Command::Completions { shell } => commands::completions(*shell, command()),
+        Command::ManPages { dir } => commands::man_pages(command(), dir),
         Command::CollectiveWorker => return crate::collective::worker::main(),
     };
     let code = match outcome {

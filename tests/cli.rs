@@ -1,5 +1,6 @@
 //! The other subcommands and the behaviour of the binary as a whole.
 
+mod common;
 mod support;
 
 use std::io::Read;
@@ -744,4 +745,133 @@ fn json_report_writes_the_json_beside_the_metrics_from_one_run() {
         "{}",
         bad.stderr
     );
+}
+
+/// The long flags a command's `--help` lists.
+fn help_flags(command: &str) -> Vec<String> {
+    let help = run(preflight().args([command, "--help"]));
+    assert_eq!(help.code, 0, "{}", help.stderr);
+    help.stdout
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l
+                .strip_prefix("-q, ")
+                .or(l.strip_prefix("-v, "))
+                .or(l.strip_prefix("-h, "))
+                .unwrap_or(l);
+            l.strip_prefix("--")
+                .map(|f| f.split([' ', '<', '=']).next().unwrap().to_string())
+        })
+        .filter(|f| f != "help")
+        .collect()
+}
+
+/// Each of run, check and bench lists in its help exactly the flags it
+/// takes: every flag of the three that a command's help leaves out is
+/// refused there (exit 2, named), and the command runs with every flag
+/// its help lists, given all at once.
+#[test]
+fn each_command_help_lists_exactly_the_flags_it_takes() {
+    let port = common::unused_port("127.0.0.1").to_string();
+    let empty = tempfile::tempdir().unwrap();
+    let root = empty.path().to_str().unwrap();
+    // A value for every flag; a flag added without one fails here.
+    let sample = |flag: &str| -> Option<&str> {
+        Some(match flag {
+            "checks" => MIXED,
+            "no-shipped" | "strict" | "quiet" | "verbose" | "require-secret" => return None,
+            "only" | "with" => "kernel",
+            "skip" => "env",
+            "root" => root,
+            "backends" => "tcp",
+            "init-method" => "env://",
+            "color" => "never",
+            "format" => "json",
+            "output" => "/dev/null",
+            "json-report" => "/dev/null",
+            "post" => "http://127.0.0.1:9/",
+            "timeout" => "30s",
+            "nnodes" => "1",
+            "node-rank" => "0",
+            "nproc-per-node" => "1",
+            "master-addr" => "127.0.0.1",
+            "master-port" => &port,
+            "probe-ports" => "29700-29710",
+            "collective" => "short",
+            "max-size" => "8",
+            "step-factor" => "4",
+            "warmup" => "0",
+            "iters" => "1",
+            "step-timeout" => "5s",
+            "nccl-lib" | "oneccl-lib" => "/nonexistent/lib.so",
+            other => panic!("no sample value for --{other}: add one"),
+        })
+    };
+    let args = |flags: &[String]| -> Vec<String> {
+        let mut out = Vec::new();
+        for f in flags {
+            if f == "verbose" && flags.iter().any(|q| q == "quiet") {
+                continue;
+            }
+            out.push(format!("--{f}"));
+            if let Some(v) = sample(f) {
+                out.push(v.to_string());
+            }
+        }
+        out
+    };
+    let every = help_flags("run");
+    for command in ["run", "check", "bench"] {
+        let listed = help_flags(command);
+        for flag in every.iter().filter(|f| !listed.contains(f)) {
+            let mut given = vec![command.to_string()];
+            given.extend(args(std::slice::from_ref(flag)));
+            let out = run(preflight().args(&given));
+            assert_eq!(out.code, 2, "{given:?}: {}", out.stderr);
+            assert!(
+                out.stderr.contains(&format!("--{flag} does nothing here")),
+                "{given:?}: {}",
+                out.stderr
+            );
+        }
+        let mut given = vec![command.to_string()];
+        given.extend(args(&listed));
+        let out = run(preflight().args(&given));
+        assert!(
+            matches!(out.code, 0 | 1 | 3),
+            "{given:?}: exit {}: {}",
+            out.code,
+            out.stderr
+        );
+    }
+    // And what each leaves out, as the issue found them.
+    let check = help_flags("check");
+    for gone in [
+        "nnodes",
+        "master-addr",
+        "collective",
+        "max-size",
+        "nccl-lib",
+    ] {
+        assert!(
+            !check.iter().any(|f| f == gone),
+            "check --help lists --{gone}"
+        );
+    }
+    let bench = help_flags("bench");
+    for gone in [
+        "checks",
+        "only",
+        "skip",
+        "strict",
+        "no-shipped",
+        "init-method",
+        "with",
+    ] {
+        assert!(
+            !bench.iter().any(|f| f == gone),
+            "bench --help lists --{gone}"
+        );
+    }
 }

@@ -118,7 +118,7 @@ fn command_tree() -> Vec<(String, Vec<String>)> {
             walk(&name, sub, out);
         }
     }
-    let mut cmd = <preflight::cli::Cli as clap::CommandFactory>::command();
+    let mut cmd = preflight::cli::command();
     cmd.build();
     let mut out = Vec::new();
     walk("preflight", &cmd, &mut out);

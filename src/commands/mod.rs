@@ -28,7 +28,7 @@ pub use explain::{ExplainArgs, explain};
 pub use list::{ListArgs, list};
 pub use manual::man_pages;
 pub use report::{ReportArgs, report};
-pub use run::args::unused_flags;
+pub use run::args::{hide_ignored, unused_flags};
 pub use run::{RunArgs, Stage, run};
 pub use slurm::{SlurmArgs, slurm};
 pub use token::token;

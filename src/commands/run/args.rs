@@ -248,11 +248,11 @@ impl Stage {
     }
 }
 
-/// Flags `stage` takes but would ignore: `check` meets no other rank and
-/// runs no collective; `bench` runs no checklist. Given on the command
-/// line they are an error (exit 2), never silently dropped.
-pub fn unused_flags(stage: Stage, given: &clap::ArgMatches) -> Result<(), String> {
-    use clap::parser::ValueSource;
+/// The flags of the shared argument struct that `stage` would ignore
+/// (clap ids): `check` meets no other rank and runs no collective; `bench`
+/// runs no checklist. They are hidden from that command's help, man page
+/// and completions, and refused when given (`unused_flags`).
+pub fn ignored_flags(stage: Stage) -> Vec<&'static str> {
     const CLUSTER: &[&str] = &[
         "nnodes",
         "node_rank",
@@ -275,30 +275,48 @@ pub fn unused_flags(stage: Stage, given: &clap::ArgMatches) -> Result<(), String
         "no_shipped",
         "only",
         "skip",
+        "with",
         "strict",
         "init_method",
     ];
+    match stage {
+        Stage::Checklist => CLUSTER
+            .iter()
+            .chain(COLLECTIVE)
+            .copied()
+            .chain(LIBRARIES.iter().map(|l| l.flag))
+            .collect(),
+        Stage::Bench => CHECKLIST.to_vec(),
+        Stage::Full => Vec::new(),
+    }
+}
+
+/// `command` (run, check or bench's definition) with the flags its stage
+/// ignores hidden: its help lists exactly what it takes.
+pub fn hide_ignored(stage: Stage, command: clap::Command) -> clap::Command {
+    ignored_flags(stage)
+        .into_iter()
+        .fold(command, |c, id| c.mut_arg(id, |a| a.hide(true)))
+}
+
+/// Refuses a flag `stage` would ignore, given on the command line: an
+/// error (exit 2) that says why, never silently dropped.
+pub fn unused_flags(stage: Stage, given: &clap::ArgMatches) -> Result<(), String> {
+    use clap::parser::ValueSource;
     let set = |id: &str| {
         given.try_get_raw(id).ok().flatten().is_some()
             && given.value_source(id) == Some(ValueSource::CommandLine)
     };
-    let (ids, why): (Vec<&str>, &str) = match stage {
-        Stage::Checklist => (
-            CLUSTER
-                .iter()
-                .chain(COLLECTIVE)
-                .copied()
-                .chain(LIBRARIES.iter().map(|l| l.flag))
-                .collect(),
-            "`check` runs this node's checklist only: it meets no other rank and runs no collective (use `preflight run`)",
-        ),
-        Stage::Bench => (
-            CHECKLIST.to_vec(),
-            "`bench` runs no checklist, only the rendezvous and the collective sweep (use `preflight run`)",
-        ),
-        Stage::Full => (Vec::new(), ""),
+    let why = match stage {
+        Stage::Checklist => {
+            "`check` runs this node's checklist only: it meets no other rank and runs no collective (use `preflight run`)"
+        }
+        Stage::Bench => {
+            "`bench` runs no checklist, only the rendezvous and the collective sweep (use `preflight run`)"
+        }
+        Stage::Full => "",
     };
-    let named: Vec<String> = ids
+    let named: Vec<String> = ignored_flags(stage)
         .into_iter()
         .filter(|id| set(id))
         .map(|id| format!("--{}", id.replace('_', "-")))
