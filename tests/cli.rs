@@ -202,7 +202,8 @@ fn quiet_and_verbose() {
         .env("PREFLIGHT_FIXTURE_MODE", "safe")
         .env("PREFLIGHT_FIXTURE_TOKEN", "x"));
     assert!(!quiet.stdout.contains("PASS"), "{}", quiet.stdout);
-    assert!(quiet.stdout.contains("Problems"));
+    // Quiet output starts with its first problem, not a blank line.
+    assert!(quiet.stdout.starts_with("Problems\n"), "{:?}", quiet.stdout);
     // The verdict line, naming what failed.
     let last = quiet.stdout.trim_end().lines().last().unwrap_or_default();
     assert!(
@@ -210,13 +211,47 @@ fn quiet_and_verbose() {
         "{last}"
     );
     let verbose = run(preflight().args(base).arg("-v"));
-    assert!(
-        verbose
-            .stdout
-            .contains("measured: 32768 60999   expected: = 32768 60999"),
-        "{}",
-        verbose.stdout
-    );
+    // The expectation under the check; its measured value is in the
+    // message already.
+    let under = regex::Regex::new(
+        r"net\.ipv4\.ip_local_port_range = 32768 60999  \([^)\n]+\)\n        expected: = 32768 60999\n",
+    )
+    .unwrap();
+    assert!(under.is_match(&verbose.stdout), "{}", verbose.stdout);
+    // Said once: no line of a duration alone, and no measured value the
+    // message above it already says.
+    let lines: Vec<&str> = verbose.stdout.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let line = line.trim();
+        assert!(
+            !(line.starts_with('(') && line.ends_with("ms)")),
+            "a lone duration: {line}\n{}",
+            verbose.stdout
+        );
+        if let Some(m) = line.strip_prefix("measured: ") {
+            let m = m.split("   expected:").next().unwrap();
+            assert!(!lines[i - 1].contains(m), "{}\n{line}", lines[i - 1]);
+        }
+    }
+}
+
+/// Problems by severity: a failure that blocks the job is listed before a
+/// warning, whatever the checklist's order.
+#[test]
+fn problems_are_listed_failures_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("order.yaml");
+    std::fs::write(
+        &list,
+        "checks:\n  - id: a.warned\n    kind: env\n    name: W\n    set: false\n    severity: warn\n  - id: b.failed\n    kind: env\n    name: F\n",
+    )
+    .unwrap();
+    let out = run(preflight()
+        .args(["check", "--no-shipped", "--checks", list.to_str().unwrap()])
+        .env("W", "1"));
+    let warned = out.stdout.find("WARN  a.warned").expect(&out.stdout);
+    let failed = out.stdout.find("FAIL  b.failed").expect(&out.stdout);
+    assert!(failed < warned, "{}", out.stdout);
 }
 
 #[test]

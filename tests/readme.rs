@@ -94,3 +94,31 @@ fn ci_runs_the_readme_commands_as_printed() {
         assert!(script.contains(step), "tools/test.sh lacks {step}");
     }
 }
+
+/// The worked example's mistake, as the README shows it, is what the
+/// binary prints for that file today, word for word.
+#[test]
+fn the_worked_examples_error_is_what_validate_prints() {
+    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
+    let shown = readme
+        .lines()
+        .find(|l| l.starts_with("error: site.yaml:5:5: "))
+        .expect("the README shows the worked example's error");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("site.yaml"),
+        "checks:\n  - id: site.lustre_mounted\n    kind: file\n    path: /proc/mounts\n    contain: '^\\S+ /lustre lustre '\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_preflight"))
+        .args(["validate", "site.yaml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let printed = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        printed.lines().any(|l| l == shown),
+        "README: {shown}\nbinary: {printed}"
+    );
+}

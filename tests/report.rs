@@ -731,14 +731,24 @@ fn markdown_cuts_long_tables_at_50_rows_with_a_count_of_the_rest() {
         .filter(|l| l.starts_with("| node0"))
         .count();
     assert_eq!(rows, 50, "{culprits}");
-    assert!(culprits.contains("… and 10 more culprit(s)"), "{culprits}");
+    assert!(culprits.contains("… and 10 more culprits\n"), "{culprits}");
     assert!(culprits.contains("| node050 |") && !culprits.contains("| node051 |"));
     // Each problem's node list too.
-    assert!(md.contains("… and 10 more node(s)"), "{md}");
+    assert!(md.contains("… and 10 more nodes\n"), "{md}");
     let listed = md.lines().filter(|l| l.starts_with("- **node")).count();
-    let problems = md.matches("… and 10 more node(s)").count();
+    let problems = md.matches("… and 10 more nodes\n").count();
     assert!(
         problems >= 1 && listed == 50 * problems,
         "{listed} listed for {problems} problems"
     );
+    // Every node has a problem and every cell is a check's own status:
+    // no "0 more nodes without a problem", no legend for a `·` not shown.
+    let nodes = &md[md.find("## Nodes").unwrap()..];
+    let nodes = &nodes[..nodes[1..].find("\n## ").map_or(nodes.len(), |i| i + 1)];
+    assert!(!nodes.contains("\n0 more node"), "{nodes}");
+    assert!(
+        nodes.contains("… and 10 more nodes with a problem\n"),
+        "{nodes}"
+    );
+    assert!(!nodes.contains('·'), "{nodes}");
 }

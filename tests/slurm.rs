@@ -1218,4 +1218,11 @@ fn a_failing_scontrol_is_reported_not_hidden() {
             && err.contains("Invalid node name specified"),
         "{err}"
     );
+    // Said once: the failure's words on stderr, not again on stdout.
+    assert!(!out.contains("Invalid node name specified"), "{out}");
+    assert_eq!(
+        err.matches("Invalid node name specified").count(),
+        1,
+        "{err}"
+    );
 }

@@ -106,5 +106,5 @@ impl When {
 }
 
 fn missing_vendor(present: &[Vendor], want: Vendor) -> Option<String> {
-    (!present.contains(&want)).then(|| format!("no {} GPU present", want.name()))
+    (!present.contains(&want)).then(|| format!("no {} {} present", want.name(), want.device()))
 }

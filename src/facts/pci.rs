@@ -22,6 +22,14 @@ impl Vendor {
         }
     }
 
+    /// What this vendor's accelerator is called: a Gaudi is no GPU.
+    pub fn device(self) -> &'static str {
+        match self {
+            Vendor::Habana => "Gaudi accelerator",
+            _ => "GPU",
+        }
+    }
+
     /// The kernel drivers that make this vendor's accelerators usable.
     pub fn drivers(self) -> &'static [&'static str] {
         match self {

@@ -284,7 +284,7 @@ fn health_vendor(facts: &Facts, wanted: Option<VendorParam>) -> Result<Vendor, S
     let present = |v: Vendor| facts.accelerators().iter().any(|a| a.vendor == v);
     match wanted.map(VendorParam::vendor) {
         Some(v @ (Vendor::Nvidia | Vendor::Amd)) if present(v) => Ok(v),
-        Some(v) => Err(format!("no {} GPU present", v.name())),
+        Some(v) => Err(format!("no {} {} present", v.name(), v.device())),
         None if present(Vendor::Nvidia) => Ok(Vendor::Nvidia),
         None if present(Vendor::Amd) => Ok(Vendor::Amd),
         None => Err("no NVIDIA or AMD GPU present".into()),

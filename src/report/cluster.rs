@@ -20,18 +20,28 @@ pub fn render(report: &ClusterReport, s: &Style) -> String {
         report.master,
         report.token
     );
+    // The missing ranks' rows share the table: their host names count.
     let width = report
         .nodes
         .iter()
         .map(|n| n.name.len())
+        .chain(
+            report
+                .barrier
+                .missing
+                .iter()
+                .map(|m| m.expected_on.as_deref().unwrap_or("?").len()),
+        )
         .max()
         .unwrap_or(4)
         .max(4);
-    let _ = writeln!(
-        out,
-        "  {:<width$}  {:<9}  {:<10}  {:<8}  {:>7}  {:>11}  {:<8}  reach",
-        "node", "ranks", "checks", "version", "devices", "clock", "iface"
-    );
+    if !report.nodes.is_empty() || !report.barrier.missing.is_empty() {
+        let _ = writeln!(
+            out,
+            "  {:<width$}  {:<9}  {:<10}  {:<8}  {:>7}  {:>11}  {:<8}  reach",
+            "node", "ranks", "checks", "version", "devices", "clock", "iface"
+        );
+    }
     for (i, n) in report.nodes.iter().enumerate() {
         let ranks = rank_ranges(&n.ranks);
         let clock = n
@@ -220,6 +230,53 @@ mod tests {
         let mut healthy = report.clone();
         healthy.reachability.probes.retain(|p| p.status == "ok");
         assert!(!render(&healthy, &s).contains("Reachability"));
+    }
+
+    /// A missing rank's row lines up with the table whatever its host's
+    /// name, and a table with no row has no header.
+    #[test]
+    fn missing_rows_line_up_and_an_empty_table_has_no_header() {
+        let mut report: ClusterReport = serde_json::from_value(serde_json::json!({
+            "verdict": "not_ready", "exit_code": 1, "world_size": 3,
+            "master": "10.0.0.1:29500", "token": "PREFLIGHT_TOKEN",
+            "duration_ms": 1000,
+            "nodes": [node("n1", 0)],
+            "barrier": {"complete": false, "waited_ms": 10,
+                "missing": [{"rank": 2, "expected_on": "node rank 2"}],
+                "missing_count": 1, "missing_ranks": "2", "duplicates": [],
+                "world_size_mismatch": [], "out_of_range": [], "lost": [],
+                "other_job_clients": [], "dropped": [], "dropped_total": 0},
+            "checks": [],
+            "reachability": {"mode": "all pairs", "nodes": [], "probes": [], "findings": []},
+            "warnings": []
+        }))
+        .unwrap();
+        let s = Style { color: false };
+        let view = render(&report, &s);
+        let header = view
+            .lines()
+            .find(|l| l.trim_start().starts_with("node "))
+            .unwrap();
+        let missing = view
+            .lines()
+            .find(|l| l.contains("missing: never checked in"))
+            .unwrap();
+        let column = |line: &str, word: &str| line.find(word).unwrap();
+        assert_eq!(
+            column(header, "checks"),
+            column(missing, "missing"),
+            "{view}"
+        );
+        let row = view
+            .lines()
+            .find(|l| l.trim_start().starts_with("n1 "))
+            .unwrap();
+        assert_eq!(column(header, "checks"), column(row, "ready"), "{view}");
+        // No node checked in and none known to be missing: no table.
+        report.nodes.clear();
+        report.barrier.missing.clear();
+        let view = render(&report, &s);
+        assert!(!view.contains("version"), "{view}");
     }
 
     #[test]

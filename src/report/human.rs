@@ -60,31 +60,44 @@ impl Human {
             for area in areas {
                 let _ = writeln!(out, "\n{}", s.bold(area));
                 for check in report.checks.iter().filter(|c| c.area == area) {
+                    // The duration ends the check's own line (nothing was
+                    // measured for a skip); the values follow on a line of
+                    // their own only when they say more than the message.
+                    let took = if check.status == Status::Skip {
+                        String::new()
+                    } else {
+                        format!(
+                            "  {}",
+                            s.dim(&format!("({})", format_duration(check.duration)))
+                        )
+                    };
                     let _ = writeln!(
                         out,
-                        "  {}  {:<width$}  {}",
+                        "  {}  {:<width$}  {}{took}",
                         s.mark(check.status),
                         check.id,
                         under(&check.message, width + 10)
                     );
-                    if check.status != Status::Skip {
-                        let values = values_line(check);
-                        let _ = writeln!(
-                            out,
-                            "        {}",
-                            s.dim(&format!(
-                                "{}{}({})",
-                                values,
-                                if values.is_empty() { "" } else { "  " },
-                                format_duration(check.duration)
-                            ))
-                        );
+                    let values = values_line(check);
+                    if check.status != Status::Skip && !values.is_empty() {
+                        let _ = writeln!(out, "        {}", s.dim(&values));
                     }
                 }
             }
         }
-        out.push_str(&problems(report.checks.iter(), s));
-        let _ = writeln!(out, "\n{}", verdict_line(report, s));
+        let listed = problems(report.checks.iter(), s);
+        // Quiet output starts with its first problem, not a blank line.
+        out.push_str(if out.is_empty() {
+            listed.trim_start_matches('\n')
+        } else {
+            &listed
+        });
+        let verdict = verdict_line(report, s);
+        if out.is_empty() {
+            let _ = writeln!(out, "{verdict}");
+        } else {
+            let _ = writeln!(out, "\n{verdict}");
+        }
         out
     }
 }
@@ -105,9 +118,19 @@ fn header(report: &Report, s: &Style) -> String {
 /// its values and hint; empty when there is none.
 pub fn problems<'a>(checks: impl Iterator<Item = &'a CheckResult>, s: &Style) -> String {
     let mut out = String::new();
-    let problems: Vec<&CheckResult> = checks
+    let mut problems: Vec<&CheckResult> = checks
         .filter(|c| matches!(c.status, Status::Fail | Status::Warn | Status::Error))
         .collect();
+    // The causes by severity (what blocks the job before what may), then
+    // what follows from them, each group in checklist order.
+    problems.sort_by_key(|c| {
+        let rank = match c.status {
+            Status::Fail => 0,
+            Status::Error => 1,
+            _ => 2,
+        };
+        (c.caused_by.is_some(), rank)
+    });
     if !problems.is_empty() {
         let _ = writeln!(out, "\n{}", s.bold("Problems"));
         for check in problems {
@@ -152,8 +175,14 @@ fn under(text: &str, indent: usize) -> String {
     text.lines().collect::<Vec<_>>().join(&pad)
 }
 
+/// `measured: ...   expected: ...`, leaving out a measured value the
+/// message already says word for word.
 fn values_line(check: &CheckResult) -> String {
-    match (&check.measured, &check.expected) {
+    let measured = check
+        .measured
+        .as_ref()
+        .filter(|m| !check.message.contains(m.as_str()));
+    match (measured, &check.expected) {
         (Some(m), Some(e)) => format!("measured: {m}   expected: {e}"),
         (Some(m), None) => format!("measured: {m}"),
         (None, Some(e)) => format!("expected: {e}"),

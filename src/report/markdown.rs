@@ -95,7 +95,7 @@ fn culprits(w: &mut String, m: &MergedReport) {
             cell(&c.reasons.join("; "))
         );
     }
-    more(w, m.culprits.len(), "culprit");
+    more(w, m.culprits.len(), "culprit", "");
     w.push('\n');
 }
 
@@ -118,7 +118,7 @@ fn problems(w: &mut String, problems: &[Problem]) {
         for (node, message) in p.nodes.iter().take(ROWS) {
             let _ = writeln!(w, "- **{}**: {}", inline(node), prose(message));
         }
-        more(w, p.nodes.len(), "node");
+        more(w, p.nodes.len(), "node", "");
         if let Some(h) = &p.hint {
             let _ = writeln!(w, "\nHint: {}", prose(h));
         }
@@ -159,6 +159,7 @@ fn matrix(w: &mut String, m: &MergedReport) {
     let _ = write!(w, "\n|---|---|---|");
     w.push_str(&"---|".repeat(ids.len()));
     w.push('\n');
+    let mut dotted = false;
     for n in rows.iter().take(ROWS) {
         let _ = write!(
             w,
@@ -171,25 +172,45 @@ fn matrix(w: &mut String, m: &MergedReport) {
             let text = match n.checks.get(*id) {
                 Some(c) => format!("{} {}", mark(c.status), c.status.name()),
                 None if n.complete => "not run".into(),
-                None => "·".into(),
+                None => {
+                    dotted = true;
+                    "·".into()
+                }
             };
             let _ = write!(w, " {text} |");
         }
         w.push('\n');
     }
-    more(w, rows.len(), "node with a problem");
+    more(w, rows.len(), "node", " with a problem");
     let quiet = m.nodes.len() - rows.len();
-    let _ = writeln!(
-        w,
-        "\n{} without a problem; {} passed or were skipped on every node{}. `·`: not failed (rank 0's summary lists failures only).\n",
-        count(quiet, "more node"),
-        count(m.check_ids.len() - ids.len(), "other check"),
-        if m.skipped_everywhere > 0 {
-            format!(" ({} skipped everywhere)", m.skipped_everywhere)
-        } else {
-            String::new()
+    // Each clause only where it says something: no "0 more nodes", no
+    // legend for a mark the table does not show.
+    let mut said = Vec::new();
+    if quiet > 0 {
+        said.push(format!("{} without a problem", count(quiet, "more node")));
+    }
+    let others = m.check_ids.len() - ids.len();
+    if others > 0 {
+        said.push(format!(
+            "{} passed or were skipped on every node{}",
+            count(others, "other check"),
+            if m.skipped_everywhere > 0 {
+                format!(" ({} skipped everywhere)", m.skipped_everywhere)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if dotted {
+        said.push("`·`: not failed (rank 0's summary lists failures only)".into());
+    }
+    if !said.is_empty() {
+        let mut text = said.join("; ");
+        if let Some(first) = text.get(..1) {
+            text = first.to_uppercase() + &text[1..];
         }
-    );
+        let _ = writeln!(w, "\n{text}.\n");
+    }
 }
 
 fn reachability(w: &mut String, m: &MergedReport) {
@@ -224,7 +245,7 @@ fn reachability(w: &mut String, m: &MergedReport) {
             cell(p.detail.as_deref().unwrap_or(""))
         );
     }
-    more(w, failed.len(), "failed probe");
+    more(w, failed.len(), "failed probe", "");
     let _ = writeln!(
         w,
         "\n{} reached their peer.\n",
@@ -354,9 +375,12 @@ fn bad(s: Status) -> bool {
     matches!(s, Status::Fail | Status::Warn | Status::Error)
 }
 
-fn more(w: &mut String, total: usize, what: &str) {
+/// `… and 10 more culprits` under a table cut at ROWS rows; `after`
+/// follows the counted noun (`nodes` ` with a problem`).
+fn more(w: &mut String, total: usize, noun: &str, after: &str) {
     if total > ROWS {
-        let _ = writeln!(w, "\n… and {} more {what}(s)", total - ROWS);
+        let rest = count(total - ROWS, &format!("more {noun}"));
+        let _ = writeln!(w, "\n… and {rest}{after}");
     }
 }
 

@@ -306,10 +306,12 @@ fn summary(
         Verdict::NotReady => "NOT READY",
         Verdict::Incomplete => "INCOMPLETE",
     };
+    // A failed Slurm call's words go to stderr once; the summary only
+    // says that it failed.
     let what = match done {
         Ok(d) => d.clone(),
-        Err(e) => format!(
-            "{} failed: {e}",
+        Err(_) => format!(
+            "{} failed (stderr says why)",
             match action {
                 Action::Drain(_) => "drain",
                 Action::ResumeIfOurs => "resume",
