@@ -81,6 +81,22 @@ impl YamlError {
     pub fn path(&self) -> String {
         render_path(self.path_rev.iter().rev())
     }
+
+    /// The outermost key of the path: the entry of the mapping read that
+    /// the error is about.
+    pub fn top_key(&self) -> Option<&str> {
+        match self.path_rev.last() {
+            Some(Segment::Key(k)) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// The name serde's "missing field `x`" is about.
+    pub fn missing_field(&self) -> Option<&str> {
+        self.message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+    }
 }
 
 pub fn render_path<'a>(segments: impl Iterator<Item = &'a Segment>) -> String {
@@ -234,6 +250,72 @@ pub fn from_node<'a, T: de::Deserialize<'a>>(node: &'a Node) -> Result<T, YamlEr
     // Errors raised after the value was read (a bad duration or regex) have
     // no node of their own: they belong to this one.
     T::deserialize(NodeDeserializer { node }).map_err(|e| e.locate(node))
+}
+
+/// Deserializes `node`, finding every error rather than the first: after
+/// each error, the entry it is about is taken out of a copy of the tree
+/// and the rest is read again, so a file's author fixes every mistake in
+/// one pass. Returns what could be read without the bad entries, and the
+/// errors (a field missing only because its value was taken out is not
+/// one of them).
+pub fn from_node_all<T: de::DeserializeOwned>(node: &Node) -> (Option<T>, Vec<YamlError>) {
+    let mut tree = node.clone();
+    let mut errors: Vec<YamlError> = Vec::new();
+    let mut taken: Vec<String> = Vec::new();
+    loop {
+        match from_node::<T>(&tree) {
+            Ok(value) => return (Some(value), errors),
+            Err(e) => {
+                // Up to the last key: a bad list item takes its list out
+                // (the items after it keep their indices in the report).
+                let mut path: Vec<Segment> = e.path_rev.iter().rev().cloned().collect();
+                while matches!(path.last(), Some(Segment::Index(_))) {
+                    path.pop();
+                }
+                if !e
+                    .missing_field()
+                    .is_some_and(|f| taken.iter().any(|t| t == f))
+                {
+                    errors.push(e);
+                }
+                // Each round takes one entry out, so this ends.
+                if !remove_at(&mut tree, &path) {
+                    return (None, errors);
+                }
+                if let Some(Segment::Key(k)) = path.last() {
+                    taken.push(k.clone());
+                }
+            }
+        }
+    }
+}
+
+/// Takes the entry at `path` out of `tree`; false when there is none.
+fn remove_at(tree: &mut Node, path: &[Segment]) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut node = tree;
+    for segment in parents {
+        let next = match (&mut node.data, segment) {
+            (YamlDataOwned::Mapping(map), Segment::Key(k)) => map
+                .iter_mut()
+                .find(|(key, _)| scalar_text(key).as_deref() == Some(k.as_str()))
+                .map(|(_, v)| v),
+            (YamlDataOwned::Sequence(items), Segment::Index(i)) => items.get_mut(*i),
+            _ => None,
+        };
+        let Some(next) = next else { return false };
+        node = next;
+    }
+    match (&mut node.data, last) {
+        (YamlDataOwned::Mapping(map), Segment::Key(k)) => {
+            let before = map.len();
+            map.retain(|key, _| scalar_text(key).as_deref() != Some(k.as_str()));
+            map.len() < before
+        }
+        _ => false,
+    }
 }
 
 /// Deserializes a struct from selected entries of a mapping (the kind's

@@ -165,7 +165,7 @@ fn the_top_level_must_be_a_checks_list() {
     assert_eq!(out.code, 2);
     assert!(
         out.stderr
-            .contains("top.yaml:1:1: unknown key `check` at the top level; valid keys: checks"),
+            .contains("top.yaml:1:1: unknown key `check` at the top level (did you mean `checks`?); valid keys: checks"),
         "{}",
         out.stderr
     );
@@ -260,5 +260,97 @@ fn a_tab_is_located_at_its_own_column() {
     rejects(
         "tab-in-scalar.yaml",
         "3:5: invalid YAML: while scanning a plain scalar, found a tab",
+    );
+}
+
+/// One run shows every mistake of every file, in line order: a bad
+/// parameter no longer hides a misspelt key of the same check, and a
+/// misspelt top-level key gets its suggestion.
+#[test]
+fn validate_shows_every_error_of_every_file_in_line_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.yaml");
+    std::fs::write(
+        &a,
+        "checks:\n  - id: a\n    kind: env\n    nme: X\n  - id: b\n    kind: kernel_param\n    name: net.core.somaxconn\n    min: \"lots\"\n    timout: 5s\n",
+    )
+    .unwrap();
+    let b = dir.path().join("b.yaml");
+    std::fs::write(&b, "check:\n  - id: c\n").unwrap();
+    let out = run(preflight().args(["validate", a.to_str().unwrap(), b.to_str().unwrap()]));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    let a = a.display().to_string();
+    let b = b.display().to_string();
+    let want = [
+        format!(
+            "error: {a}:4:5: checks[0].nme: unknown key `nme` for kind `env` (did you mean `name`?)"
+        ),
+        format!(
+            "error: {a}:8:10: checks[1].min: invalid type: string \"lots\", expected an integer"
+        ),
+        format!(
+            "error: {a}:9:5: checks[1].timout: unknown key `timout` for kind `kernel_param` (did you mean `timeout`?)"
+        ),
+        format!("error: {b}:1:1: unknown key `check` at the top level (did you mean `checks`?)"),
+    ];
+    assert_eq!(lines.len(), want.len(), "{}", out.stderr);
+    for (line, want) in lines.iter().zip(&want) {
+        assert!(
+            line.starts_with(want.as_str()),
+            "want: {want}\ngot:  {line}"
+        );
+    }
+}
+
+/// An empty file is valid, and said to be empty.
+#[test]
+fn validate_warns_of_an_empty_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.yaml");
+    std::fs::write(&empty, "").unwrap();
+    let out = run(preflight().args(["validate", empty.to_str().unwrap()]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(&format!("warning: {}: no checks", empty.display())),
+        "{}",
+        out.stderr
+    );
+}
+
+/// `validate --site`: a bad value, a misspelt key and a selection that
+/// matches nothing, in one run, not three edit-and-rerun cycles.
+#[test]
+fn validate_site_shows_every_error_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("settings.yaml"),
+        "prolog:\n  cluster: flase\n  timout: 5s\nhealthcheck:\n  skip: [slowe]\n",
+    )
+    .unwrap();
+    let out = run(preflight()
+        .args(["validate", "--site", "--config-dir"])
+        .arg(dir.path()));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    let file = dir.path().join("settings.yaml").display().to_string();
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", out.stderr);
+    assert!(
+        lines[0].starts_with(&format!("error: {file}:2:12: prolog.cluster: invalid type")),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "error: {file}:3:3: prolog.timout: unknown key `timout` (did you mean `timeout`?)"
+        )),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].starts_with(&format!("error: {file}: healthcheck: --skip `slowe` matches no check id or tag (did you mean `slow`?)")),
+        "{}",
+        lines[2]
     );
 }

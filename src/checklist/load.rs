@@ -66,6 +66,8 @@ pub fn load_text(file: &str, text: &str) -> Result<Vec<Check>, ChecklistErrors> 
     if errors.is_empty() {
         Ok(checks)
     } else {
+        // In the file's order, as an editor walks them.
+        errors.sort_by_key(|e| e.location.map(|l| (l.line, l.column)));
         Err(ChecklistErrors(errors))
     }
 }
@@ -89,11 +91,12 @@ fn top_level(root: &Node) -> Result<Vec<&Node>, YamlError> {
         match yaml::scalar_text(key).as_deref() {
             Some("checks") => list = Some(value),
             other => {
+                let other = other.unwrap_or("?");
+                let guess = did_you_mean(other, ["checks"])
+                    .map(|s| format!(" (did you mean `{s}`?)"))
+                    .unwrap_or_default();
                 return Err(YamlError::at(
-                    format!(
-                        "unknown key `{}` at the top level; valid keys: checks",
-                        other.unwrap_or("?")
-                    ),
+                    format!("unknown key `{other}` at the top level{guess}; valid keys: checks"),
                     key,
                 ));
             }
@@ -237,12 +240,35 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, Vec<YamlError>> {
         }
         _ => None,
     };
-    // The kind's parameters, when there is a kind to read them by.
+    // The kind's parameters, when there is a kind to read them by: serde
+    // stops at the first bad one, so each bad parameter is taken out and
+    // the rest read again, until every one is reported.
     let probe = kind.and_then(|kind| {
-        ok(
-            &mut errors,
-            (kind.parse)(node, params).map_err(|e| explain_unknown_key(e, kind)),
-        )
+        let mut params = params;
+        let mut taken: Vec<String> = Vec::new();
+        let mut bad = false;
+        loop {
+            match (kind.parse)(node, params.clone()) {
+                Ok(probe) => return (!bad).then_some(probe),
+                Err(e) => {
+                    // Once a parameter is out, what is said of the whole
+                    // check (a missing key, no expectation left) follows
+                    // from that and is not another mistake.
+                    if taken.is_empty() || e.top_key().is_some() {
+                        errors.push(explain_unknown_key(e.clone(), kind));
+                    }
+                    bad = true;
+                    let at = e.top_key().and_then(|key| {
+                        params
+                            .iter()
+                            .position(|(k, _)| yaml::scalar_text(k).as_deref() == Some(key))
+                    });
+                    let Some(at) = at else { return None };
+                    let (key, _) = params.remove(at);
+                    taken.push(yaml::scalar_text(key).unwrap_or_default());
+                }
+            }
+        }
     });
     let (Some((id, _)), Some(kind), Some(probe), true) = (id, kind, probe, errors.is_empty())
     else {

@@ -155,20 +155,32 @@ impl Settings {
     /// Reads `dir/settings.yaml` (absent: the defaults). A file that is
     /// there but wrong is an error naming where.
     pub fn load(dir: &Path) -> Result<Settings, Failure> {
+        match Settings::load_all(dir) {
+            (settings, errors) if errors.is_empty() => Ok(settings),
+            (_, errors) => Err(Failure::Checklist(ChecklistErrors(errors))),
+        }
+    }
+
+    /// The settings with the defaults standing in for every entry that is
+    /// wrong, and every error: what `validate --site` reports in one run.
+    pub fn load_all(dir: &Path) -> (Settings, Vec<ChecklistError>) {
         let file = dir.join(SETTINGS_FILE);
         let name = file.display().to_string();
-        let (raw, source) = match std::fs::read_to_string(&file) {
-            Ok(text) => (parse(&name, &text)?, name),
+        let (raw, source, errors) = match std::fs::read_to_string(&file) {
+            Ok(text) => {
+                let (raw, errors) = parse(&name, &text);
+                (raw, name, errors)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                (Raw::default(), "defaults".to_string())
+                (Raw::default(), "defaults".to_string(), Vec::new())
             }
-            Err(e) => {
-                return Err(Failure::Checklist(ChecklistErrors(vec![
-                    ChecklistError::unreadable(&name, e),
-                ])));
-            }
+            Err(e) => (
+                Raw::default(),
+                name.clone(),
+                vec![ChecklistError::unreadable(&name, e)],
+            ),
         };
-        Ok(Settings::resolve(dir, raw, source))
+        (Settings::resolve(dir, raw, source), errors)
     }
 
     fn resolve(dir: &Path, raw: Raw, source: String) -> Settings {
@@ -245,13 +257,27 @@ pub fn parse_settings(file: &str, text: &str) -> Result<(), String> {
     parse(file, text).map(|_| ()).map_err(|e| e.to_string())
 }
 
-fn parse(file: &str, text: &str) -> Result<Raw, Failure> {
-    let located = |e| Failure::Checklist(ChecklistErrors(vec![ChecklistError::from_yaml(file, e)]));
-    let node = yaml::parse_document(text).map_err(located)?;
+/// The settings, and every error in them: what could be read is kept
+/// (the defaults stand for a bad entry), so `validate --site` can go on to
+/// the modes' selections and show every mistake in one run.
+fn parse(file: &str, text: &str) -> (Raw, Vec<ChecklistError>) {
+    let located = |e| ChecklistError::from_yaml(file, e);
+    let node = match yaml::parse_document(text) {
+        Ok(node) => node,
+        Err(e) => return (Raw::default(), vec![located(e)]),
+    };
     if yaml::type_name(&node) == "null" {
-        return Ok(Raw::default());
+        return (Raw::default(), Vec::new());
     }
-    let raw: Raw = yaml::from_node(&node).map_err(located)?;
+    let (raw, errors) = yaml::from_node_all::<Raw>(&node);
+    let mut errors: Vec<ChecklistError> = errors
+        .into_iter()
+        .map(|e| {
+            let message = suggest_key(&e.message);
+            located(e.with_message(message))
+        })
+        .collect();
+    let mut raw = raw.unwrap_or_default();
     if let Some(p) = &raw.drain_prefix
         && (p.trim().is_empty() || p.len() > 32 || p.contains(['\n', '"', '\'']))
     {
@@ -261,15 +287,37 @@ fn parse(file: &str, text: &str) -> Result<Raw, Failure> {
                     .find(|(k, _)| yaml::scalar_text(k).as_deref() == Some("drain_prefix"))
             })
             .map(|(_, v)| v);
-        return Err(located(match at {
+        errors.push(located(match at {
             Some(v) => yaml::YamlError::at(
                 "drain_prefix must be 1 to 32 characters, no quotes or newlines: it starts every reason preflight sets, and only reasons that start with it are resumed",
                 v,
             ),
             None => yaml::YamlError::new("drain_prefix is invalid", None),
         }));
+        raw.drain_prefix = None;
     }
-    Ok(raw)
+    errors.sort_by_key(|e| e.location.map(|l| (l.line, l.column)));
+    (raw, errors)
+}
+
+/// serde's "unknown field `timout`, expected one of `only`, ..." with the
+/// likely key named first.
+fn suggest_key(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message.to_string();
+    };
+    let Some((key, expected)) = rest.split_once('`') else {
+        return message.to_string();
+    };
+    let valid: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    match crate::suggest::did_you_mean(key, valid.iter().copied()) {
+        Some(s) => format!(
+            "unknown key `{key}` (did you mean `{s}`?); valid keys: {}",
+            valid.join(", ")
+        ),
+        None if valid.is_empty() => message.to_string(),
+        None => format!("unknown key `{key}`; valid keys: {}", valid.join(", ")),
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use clap::Args;
 
 use super::site::Settings;
 use super::{ChecklistArgs, Failure, all_checks, expand_paths, load_added, select};
+use crate::checklist::{ChecklistError, ChecklistErrors};
 use crate::exit::ExitCode;
 use crate::report::output::write_stdout;
 
@@ -45,6 +46,16 @@ pub fn validate(args: &ValidateArgs) -> Result<ExitCode, Failure> {
         ));
     }
     let checks = load_added(&files)?;
+    // Valid, but most likely not what its author meant.
+    for file in &files {
+        let name = format!("{}:", file.display());
+        if !checks.iter().any(|c| c.source.starts_with(&name)) {
+            eprintln!(
+                "warning: {}: no checks (an empty file, or `checks:` with no list under it)",
+                file.display()
+            );
+        }
+    }
     crate::checklist::assemble(Vec::new(), checks)
         .map_err(Failure::Checklist)
         .and_then(|checks| {
@@ -61,8 +72,11 @@ pub fn validate(args: &ValidateArgs) -> Result<ExitCode, Failure> {
 }
 
 /// The site configuration as the `slurm` modes will read it.
+/// Every error at once: the settings' (each bad entry replaced by its
+/// default so the rest is still checked), the site checklists', and each
+/// mode's selection against the checks there are.
 fn site(dir: &Path, quiet: bool) -> Result<ExitCode, Failure> {
-    let settings = Settings::load(dir)?;
+    let (settings, mut errors) = Settings::load_all(dir);
     let checks_dir = settings.checks_dir();
     let files = if checks_dir.is_dir() {
         expand_paths(std::slice::from_ref(&checks_dir))?
@@ -70,36 +84,41 @@ fn site(dir: &Path, quiet: bool) -> Result<ExitCode, Failure> {
         Vec::new()
     };
     let shipped = ChecklistArgs::shipped_with(files.clone());
-    all_checks(&shipped)?;
-    let mut problems = Vec::new();
-    for (name, mode) in [
-        ("healthcheck", &settings.healthcheck),
-        ("prolog", &settings.prolog),
-        ("epilog", &settings.epilog),
-    ] {
-        let selection = ChecklistArgs {
-            only: mode.only.clone(),
-            skip: mode.skip.clone(),
-            with: mode.with.clone(),
-            ..shipped.clone()
-        };
-        match select(all_checks(&shipped)?, &selection) {
-            Ok(c) if c.is_empty() => {
-                problems.push(format!("{name}: `only` and `skip` leave no check to run"))
+    match all_checks(&shipped) {
+        Ok(_) => {
+            for (name, mode) in [
+                ("healthcheck", &settings.healthcheck),
+                ("prolog", &settings.prolog),
+                ("epilog", &settings.epilog),
+            ] {
+                let selection = ChecklistArgs {
+                    only: mode.only.clone(),
+                    skip: mode.skip.clone(),
+                    with: mode.with.clone(),
+                    ..shipped.clone()
+                };
+                let problem = match select(all_checks(&shipped)?, &selection) {
+                    Ok(c) if c.is_empty() => {
+                        Some("`only` and `skip` leave no check to run".to_string())
+                    }
+                    Ok(_) => None,
+                    Err(e) => Some(e.to_string().trim_start_matches("error: ").to_string()),
+                };
+                if let Some(message) = problem {
+                    errors.push(ChecklistError {
+                        file: settings.source.clone(),
+                        location: None,
+                        path: name.to_string(),
+                        message,
+                    });
+                }
             }
-            Ok(_) => {}
-            Err(e) => problems.push(format!(
-                "{name}: {}",
-                e.to_string().trim_start_matches("error: ")
-            )),
         }
+        Err(Failure::Checklist(ChecklistErrors(mut e))) => errors.append(&mut e),
+        Err(other) => return Err(other),
     }
-    if !problems.is_empty() {
-        return Err(Failure::Usage(format!(
-            "{}: {}",
-            settings.source,
-            problems.join("; ")
-        )));
+    if !errors.is_empty() {
+        return Err(Failure::Checklist(ChecklistErrors(errors)));
     }
     if !quiet {
         let text = format!(
