@@ -811,6 +811,8 @@ fn each_command_help_lists_exactly_the_flags_it_takes() {
     let port = common::unused_port("127.0.0.1").to_string();
     let empty = tempfile::tempdir().unwrap();
     let root = empty.path().to_str().unwrap();
+    let output = empty.path().join("out").display().to_string();
+    let json = empty.path().join("report.json").display().to_string();
     // A value for every flag; a flag added without one fails here.
     let sample = |flag: &str| -> Option<&str> {
         Some(match flag {
@@ -823,8 +825,8 @@ fn each_command_help_lists_exactly_the_flags_it_takes() {
             "init-method" => "env://",
             "color" => "never",
             "format" => "json",
-            "output" => "/dev/null",
-            "json-report" => "/dev/null",
+            "output" => &output,
+            "json-report" => &json,
             "post" => "http://127.0.0.1:9/",
             "timeout" => "30s",
             "nnodes" => "1",
@@ -909,4 +911,43 @@ fn each_command_help_lists_exactly_the_flags_it_takes() {
             "bench --help lists --{gone}"
         );
     }
+}
+
+/// `--output /dev/null` (or a FIFO) is written to, never renamed over:
+/// the atomic write must not turn the machine's /dev/null into a file.
+#[test]
+fn output_to_a_device_writes_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // Held open for reading and writing, the FIFO takes the report
+    // (smaller than its 64 KiB buffer) without a reader waiting, so a
+    // broken write cannot hang the test.
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    let out = run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--checks",
+            MIXED,
+            "--format",
+            "json",
+            "--output",
+        ])
+        .arg(&fifo));
+    assert!(matches!(out.code, 0 | 1 | 3), "{}", out.stderr);
+    let mut bytes = vec![0u8; 65536];
+    let n = std::io::Read::read(&mut held, &mut bytes).unwrap_or(0);
+    let text = String::from_utf8_lossy(&bytes[..n]);
+    assert!(text.contains("\"command\": \"check\""), "{text}");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    let listed: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(listed.len(), 1, "a temporary file left beside it");
 }

@@ -263,7 +263,7 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, Vec<YamlError>> {
                             .iter()
                             .position(|(k, _)| yaml::scalar_text(k).as_deref() == Some(key))
                     });
-                    let Some(at) = at else { return None };
+                    let at = at?;
                     let (key, _) = params.remove(at);
                     taken.push(yaml::scalar_text(key).unwrap_or_default());
                 }

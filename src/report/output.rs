@@ -28,8 +28,15 @@ pub fn write_stdout(text: &str) -> io::Result<()> {
     }
 }
 
-/// A temporary file beside the target, synced, then renamed over it.
+/// A temporary file beside the target, synced, then renamed over it. A
+/// target that is there and is no regular file (`/dev/null`, a FIFO,
+/// `/dev/stdout`) is written to as it is: renaming over it would replace
+/// a device node with a file, for every program on the machine.
 fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
+        return file.write_all(text.as_bytes());
+    }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
