@@ -554,7 +554,9 @@ fn counts_of_one_are_singular() {
     let listed =
         run(preflight().args(["list", "--no-shipped", "--checks", file.to_str().unwrap()]));
     assert!(
-        listed.stdout.contains("\n1 check, 1 apply on this node"),
+        listed
+            .stdout
+            .contains("\n1 check: 1 on each node (1 of them by `check`, 0 opt-in; 1 apply here)"),
         "{}",
         listed.stdout
     );
@@ -950,4 +952,93 @@ fn output_to_a_device_writes_through_it() {
     assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
     let listed: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(listed.len(), 1, "a temporary file left beside it");
+}
+
+/// Every id a command prints is one `list` lists and `explain` explains
+/// (the stages' own results included), `explain` says of each what `list`
+/// says of it on this node, and `list`'s counts are `check`'s and `run`'s.
+#[test]
+fn list_and_explain_know_every_id_a_run_prints() {
+    let listed = json(&run(preflight().args(["list", "--format", "json"])));
+    let entries = listed.as_array().unwrap();
+    let ids: Vec<&str> = entries.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    let port = common::unused_port("127.0.0.1").to_string();
+    let report = json(&run(preflight().args([
+        "run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        &port,
+        "--format",
+        "json",
+    ])));
+    let mut printed: Vec<String> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect();
+    for must in ["cluster.barrier", "collective.tcp", "cluster.reachability"] {
+        assert!(
+            printed.iter().any(|p| p == must),
+            "{must} not in the run's report"
+        );
+    }
+    // And the ones a failed rendezvous prints.
+    printed.extend([
+        "cluster.rendezvous".to_string(),
+        "collective.stragglers".to_string(),
+    ]);
+    for id in &printed {
+        assert!(ids.contains(&id.as_str()), "`list` does not list {id}");
+    }
+    for entry in entries {
+        let id = entry["id"].as_str().unwrap();
+        let out = run(preflight().args(["explain", id]));
+        assert_eq!(out.code, 0, "explain {id}: {}", out.stderr);
+        if entry["source"] == "built-in" {
+            assert!(
+                out.stdout.contains("built into preflight run and bench"),
+                "{}",
+                out.stdout
+            );
+            continue;
+        }
+        let said = if entry["applies"] == true {
+            "yes".to_string()
+        } else {
+            format!("no ({})", entry["reason"].as_str().unwrap())
+        };
+        assert!(
+            out.stdout
+                .contains(&format!("on this node (`check`): {said}\n")),
+            "explain {id} disagrees with list ({said}):\n{}",
+            out.stdout
+        );
+    }
+    // The counts, each said with what it counts.
+    let human = run(preflight().arg("list")).stdout;
+    let by_check = entries
+        .iter()
+        .filter(|e| e["source"] != "built-in")
+        .filter(|e| {
+            let r = e["reason"].as_str().unwrap_or("");
+            !r.starts_with("opt-in") && !r.starts_with("preflight run only")
+        })
+        .count();
+    assert!(
+        human.contains(&format!("({by_check} of them by `check`")),
+        "{human}"
+    );
+    let check = run(preflight().arg("check")).stdout;
+    assert!(
+        check
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(&format!(" · {by_check} checks")),
+        "{check}"
+    );
 }

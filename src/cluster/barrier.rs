@@ -298,6 +298,8 @@ impl BarrierState {
 pub const MISSING_LISTED: usize = 256;
 const MISSING_NAMED: usize = 16;
 
+pub const MISSING_HINT: &str = "Start the missing ranks (is the node up, did the launcher reach it?); give every process a distinct RANK and the same WORLD_SIZE.";
+
 /// The barrier as a check result: what went wrong, every culprit named.
 /// `window` says how long the barrier waited: `within 1m`, or up to the
 /// signal that closed it.
@@ -376,10 +378,7 @@ pub fn result(b: &Barrier, world_size: u32, window: &str) -> CheckResult {
         (
             Status::Fail,
             crate::values::listed(&problems, "; ", MISSING_NAMED),
-            Some(
-                "Start the missing ranks (is the node up, did the launcher reach it?); give every process a distinct RANK and the same WORLD_SIZE."
-                    .to_string(),
-            ),
+            Some(MISSING_HINT.to_string()),
         )
     };
     let mut r = CheckResult::built_in(

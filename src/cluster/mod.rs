@@ -93,10 +93,38 @@ pub fn master_label(host: &str, port: u16) -> String {
     }
 }
 
+const RENDEZVOUS_HINT: &str = "Compare MASTER_ADDR and MASTER_PORT on every rank; check that rank 0 started and that no firewall on its host blocks the port (`iptables -S`, `nft list ruleset`).";
+
 /// The verdict of a rank that could not take part: it names why.
 pub fn failure(world_size: u32, master: String, token: &Token, message: String) -> ClusterReport {
-    let hint = "Compare MASTER_ADDR and MASTER_PORT on every rank; check that rank 0 started and that no firewall on its host blocks the port (`iptables -S`, `nft list ruleset`).";
-    failure_with_hint(world_size, master, token, message, hint)
+    failure_with_hint(world_size, master, token, message, RENDEZVOUS_HINT)
+}
+
+/// The results this stage prints that no checklist defines.
+pub fn built_in_results() -> Vec<crate::result::built_in::BuiltIn> {
+    use crate::result::built_in::BuiltIn;
+    vec![
+        BuiltIn {
+            id: "cluster.rendezvous".into(),
+            kind: "rendezvous",
+            area: "cluster",
+            severity: crate::result::Severity::Fail,
+            verifies: "This rank reached rank 0 at MASTER_ADDR:MASTER_PORT and proved it holds the job's secret (rank 0: it could listen there), within the run's deadline.".into(),
+            why: "A rank that cannot reach rank 0 is the one that hangs a job's init for 10 to 30 minutes; only it knows why (a name that does not resolve, a refused or dropped port, another secret).",
+            hint: RENDEZVOUS_HINT.into(),
+            commands: "run, bench",
+        },
+        BuiltIn {
+            id: "cluster.barrier".into(),
+            kind: "barrier",
+            area: "cluster",
+            severity: crate::result::Severity::Fail,
+            verifies: "Every rank of WORLD_SIZE checked in at rank 0 before the deadline, each once, all with the same WORLD_SIZE and job secret; names the missing ranks and where they should have run.".into(),
+            why: "The job's own init waits for the last rank: a rank that never starts, or starts twice, is the hang preflight names in seconds.",
+            hint: barrier::MISSING_HINT.into(),
+            commands: "run, bench",
+        },
+    ]
 }
 
 fn failure_with_hint(

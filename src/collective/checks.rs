@@ -82,26 +82,66 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
                     b.name,
                     b.ended.clone().unwrap_or_else(|| "failed".into())
                 ),
-                Some(if b.name == "tcp" {
-                    "Run `preflight bench` on the nodes named; check the NIC, MTU, GLOO_SOCKET_IFNAME and firewall between them.".into()
-                } else {
-                    format!(
-                        "Run `preflight bench --backends {}` on the nodes named and read the library's log in the collective section (JSON: collective.backends[].log); check the network settings it names.",
-                        b.name
-                    )
-                }),
+                Some(failed_hint(&b.name)),
             ),
         };
         out.push(synthetic(&id, status, message, hint));
     }
     if !r.stragglers.is_empty() {
         out.push(synthetic(
-            "collective.stragglers",
+            STRAGGLERS,
             Status::Warn,
             r.stragglers.join("; "),
-            Some("Compare the named node's link speed, MTU and qdisc (`tc qdisc show`) with the others'.".into()),
+            Some(STRAGGLERS_HINT.into()),
         ));
     }
+    out
+}
+
+const STRAGGLERS: &str = "collective.stragglers";
+const STRAGGLERS_HINT: &str =
+    "Compare the named node's link speed, MTU and qdisc (`tc qdisc show`) with the others'.";
+
+fn failed_hint(backend: &str) -> String {
+    if backend == "tcp" {
+        "Run `preflight bench` on the nodes named; check the NIC, MTU, GLOO_SOCKET_IFNAME and firewall between them.".into()
+    } else {
+        format!(
+            "Run `preflight bench --backends {backend}` on the nodes named and read the library's log in the collective section (JSON: collective.backends[].log); check the network settings it names."
+        )
+    }
+}
+
+/// The results this stage prints that no checklist defines: one per
+/// backend it knows, and the stragglers.
+pub fn built_in_results() -> Vec<crate::result::built_in::BuiltIn> {
+    use crate::result::Severity;
+    use crate::result::built_in::BuiltIn;
+    let mut out: Vec<BuiltIn> = std::iter::once("tcp")
+        .chain(super::registry::LIBRARIES.iter().map(|l| l.name))
+        .map(|name| BuiltIn {
+            id: format!("collective.{name}"),
+            kind: "collective",
+            area: "collective",
+            severity: Severity::Fail,
+            verifies: format!(
+                "The {name} backend, across every rank of the job: init, then allreduce, broadcast, allgather, send/recv and barrier, each result verified, and the size sweep's times and bus bandwidth. Skipped where the node lacks it, unless --backends requires it."
+            ),
+            why: "A backend that fails or hangs at one size (the allreduce that passes up to 32 KB then hangs) fails the job's first collective, after its init has passed.",
+            hint: failed_hint(name),
+            commands: "run, bench",
+        })
+        .collect();
+    out.push(BuiltIn {
+        id: STRAGGLERS.into(),
+        kind: "collective",
+        area: "collective",
+        severity: Severity::Warn,
+        verifies: "The pairwise round of the collective stage: a rank that is slow in every pair it is in, against the median of the pairs without it.".into(),
+        why: "One slow node sets the pace of every collective of the job.",
+        hint: STRAGGLERS_HINT.into(),
+        commands: "run, bench",
+    });
     out
 }
 

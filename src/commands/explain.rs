@@ -7,11 +7,12 @@ use super::ChecklistArgs;
 
 use std::fmt::Write;
 
-use super::{Failure, all_checks, facts};
+use super::{Failure, all_checks, built_in_results, facts, not_here};
 use crate::checklist::Check;
 use crate::exit::ExitCode;
 use crate::kinds::{self, KindInfo};
 use crate::report::output::write_stdout;
+use crate::result::built_in::BuiltIn;
 use crate::values::format_duration;
 
 #[derive(Debug, Args)]
@@ -24,15 +25,19 @@ pub struct ExplainArgs {
 
 pub fn explain(args: &ExplainArgs) -> Result<ExitCode, Failure> {
     let checks = all_checks(&args.checklist)?;
+    let built = built_in_results();
     let text = if let Some(check) = checks.iter().find(|c| c.id == args.id) {
-        let applies = facts(&args.checklist, None)?.pipe(|f| check.when.unmet(&f));
-        explain_check(check, applies)
+        let here = facts(&args.checklist, None)?.pipe(|f| not_here(check, &args.checklist, &f));
+        explain_check(check, here)
+    } else if let Some(b) = built.iter().find(|b| b.id == args.id) {
+        explain_built_in(b)
     } else if let Some(kind) = kinds::lookup(&args.id) {
         explain_kind(kind)
     } else {
         let ids: Vec<&str> = checks
             .iter()
             .map(|c| c.id.as_str())
+            .chain(built.iter().map(|b| b.id.as_str()))
             .chain(kinds::names())
             .collect();
         let mut message = format!("no check or kind named `{}`", args.id);
@@ -110,7 +115,7 @@ fn explain_check(check: &Check, unmet: Option<String>) -> String {
     };
     let _ = writeln!(
         out,
-        "\nApplies when\n  {conditions}\n  on this node: {}",
+        "\nApplies when\n  {conditions}\n  on this node (`check`): {}",
         match unmet {
             None => "yes".to_string(),
             Some(reason) => format!("no ({reason})"),
@@ -118,6 +123,33 @@ fn explain_check(check: &Check, unmet: Option<String>) -> String {
     );
     out.push('\n');
     out.push_str(&explain_kind(check.kind));
+    out
+}
+
+/// A result the stages print themselves: no checklist entry, no
+/// parameters; what it verifies, why, the fix, and where it comes from.
+fn explain_built_in(b: &BuiltIn) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", b.id);
+    let _ = writeln!(
+        out,
+        "  built into preflight {}: {}, severity {}, area {}",
+        b.commands.replace(", ", " and "),
+        b.kind,
+        match b.severity {
+            crate::result::Severity::Fail => "fail",
+            crate::result::Severity::Warn => "warn",
+        },
+        b.area
+    );
+    let _ = writeln!(out, "\nWhat it verifies\n{}", wrap(&b.verifies, 2));
+    let _ = writeln!(out, "\nWhy it matters\n{}", wrap(b.why, 2));
+    let _ = writeln!(out, "\nHow to fix a failure\n{}", wrap(&b.hint, 2));
+    let _ = writeln!(
+        out,
+        "\nApplies when\n  every run of preflight {} (on this node: not by `check`, which meets no other rank)",
+        b.commands.replace(", ", " and ")
+    );
     out
 }
 

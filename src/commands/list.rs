@@ -9,7 +9,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use super::{Failure, all_checks, facts, select_all};
+use super::{Failure, all_checks, built_in_results, facts, not_here, select_all};
 use crate::exit::ExitCode;
 use crate::report::output::write_stdout;
 use crate::report::style::Style;
@@ -38,7 +38,7 @@ struct Entry<'a> {
     kind: &'a str,
     area: &'a str,
     severity: Severity,
-    tags: &'a [String],
+    tags: Vec<String>,
     applies: bool,
     /// Why the check does not apply here.
     reason: Option<String>,
@@ -46,30 +46,28 @@ struct Entry<'a> {
     params: serde_json::Value,
 }
 
+/// What `list` counts, so its figures and `check`'s or `run`'s agree.
+struct Counts {
+    on_each_node: usize,
+    opt_in: usize,
+    applying: usize,
+    across_nodes: usize,
+    built_in: usize,
+}
+
 pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
     let checks = select_all(all_checks(&args.checklist)?, &args.checklist)?;
     let facts = facts(&args.checklist, None)?;
-    let entries: Vec<Entry> = checks
+    let mut entries: Vec<Entry> = checks
         .iter()
         .map(|c| {
-            let named = args.checklist.named(c);
-            let reason = if c.opt_in && !named {
-                Some(format!(
-                    "opt-in: runs only with --only or --with {}",
-                    c.tags.first().unwrap_or(&c.id)
-                ))
-            } else if c.evaluator() != crate::checklist::Evaluator::Node {
-                // `check` never runs it; `run` does, across the nodes.
-                Some("preflight run only: it compares nodes (check meets none)".to_string())
-            } else {
-                c.when.unmet(&facts)
-            };
+            let reason = not_here(c, &args.checklist, &facts);
             Entry {
                 id: &c.id,
                 kind: c.kind.name,
                 area: &c.area,
                 severity: c.severity,
-                tags: &c.tags,
+                tags: c.tags.clone(),
                 applies: reason.is_none(),
                 reason,
                 source: &c.source,
@@ -77,19 +75,59 @@ pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
             }
         })
         .collect();
+    let node = |c: &&std::sync::Arc<crate::checklist::Check>| {
+        c.evaluator() == crate::checklist::Evaluator::Node
+    };
+    let counts = Counts {
+        on_each_node: checks.iter().filter(node).count(),
+        opt_in: checks
+            .iter()
+            .filter(node)
+            .filter(|c| c.opt_in && !args.checklist.named(c))
+            .count(),
+        applying: entries.iter().filter(|e| e.applies).count(),
+        across_nodes: checks.iter().filter(|c| !node(c)).count(),
+        built_in: 0,
+    };
+    // The results the stages print themselves, unless a selection leaves
+    // them out (they have no tags but their area).
+    let built = built_in_results();
+    let selecting = !args.checklist.only.is_empty() || !args.checklist.skip.is_empty();
+    if !selecting {
+        for b in &built {
+            entries.push(Entry {
+                id: &b.id,
+                kind: b.kind,
+                area: b.area,
+                severity: b.severity,
+                tags: vec![b.area.to_string()],
+                applies: false,
+                reason: Some(format!(
+                    "built into preflight {}",
+                    b.commands.replace(", ", " and ")
+                )),
+                source: "built-in",
+                params: serde_json::Value::Null,
+            });
+        }
+    }
+    let counts = Counts {
+        built_in: if selecting { 0 } else { built.len() },
+        ..counts
+    };
     let text = match args.format {
         ListFormat::Json => {
             let mut t = serde_json::to_string_pretty(&entries).unwrap_or_default();
             t.push('\n');
             t
         }
-        ListFormat::Human => table(&entries, &Style::for_stdout(args.color)),
+        ListFormat::Human => table(&entries, &counts, &Style::for_stdout(args.color)),
     };
     write_stdout(&text).map_err(|e| Failure::Usage(format!("cannot write: {e}")))?;
     Ok(ExitCode::Ready)
 }
 
-fn table(entries: &[Entry], style: &Style) -> String {
+fn table(entries: &[Entry], counts: &Counts, style: &Style) -> String {
     let rows: Vec<[String; 5]> = entries
         .iter()
         .map(|e| {
@@ -135,11 +173,26 @@ fn table(entries: &[Entry], style: &Style) -> String {
             line([&row[0], &row[1], &row[2], &row[3], &row[4]])
         );
     }
-    let applying = entries.iter().filter(|e| e.applies).count();
-    let _ = writeln!(
+    // What each figure counts, so it can be set beside `check`'s header
+    // (the checks on each node less the opt-in ones) and `run`'s.
+    let c = counts;
+    let _ = write!(
         out,
-        "\n{}, {applying} apply on this node",
-        crate::values::count(entries.len(), "check")
+        "\n{}: {} on each node ({} of them by `check`, {} opt-in; {} apply here), {} across nodes (`run` only)",
+        crate::values::count(c.on_each_node + c.across_nodes, "check"),
+        c.on_each_node,
+        c.on_each_node - c.opt_in,
+        c.opt_in,
+        c.applying,
+        c.across_nodes,
     );
+    if c.built_in > 0 {
+        let _ = write!(
+            out,
+            "; and {} built into `run` and `bench`",
+            crate::values::count(c.built_in, "result")
+        );
+    }
+    out.push('\n');
     out
 }

@@ -204,6 +204,29 @@ pub fn load_added(files: &[PathBuf]) -> Result<Vec<Check>, ChecklistErrors> {
     }
 }
 
+/// The results `run` and `bench` print that no checklist defines.
+pub fn built_in_results() -> Vec<crate::result::built_in::BuiltIn> {
+    let mut out = crate::cluster::built_in_results();
+    out.extend(crate::collective::checks::built_in_results());
+    out
+}
+
+/// Why `check` on this node would not run `check`, or `None` when it
+/// would: `list` and `explain` say the same.
+pub fn not_here(c: &Check, args: &ChecklistArgs, facts: &Facts) -> Option<String> {
+    if c.opt_in && !args.named(c) {
+        Some(format!(
+            "opt-in: runs only with --only or --with {}",
+            c.tags.first().unwrap_or(&c.id)
+        ))
+    } else if c.evaluator() != crate::checklist::Evaluator::Node {
+        // `check` never runs it; `run` does, across the nodes.
+        Some("preflight run only: it compares nodes (check meets none)".to_string())
+    } else {
+        c.when.unmet(facts)
+    }
+}
+
 /// Every check this invocation knows, before `--only`/`--skip`.
 pub fn all_checks(args: &ChecklistArgs) -> Result<Vec<Check>, Failure> {
     let files = expand_paths(&args.checks)?;

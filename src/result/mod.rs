@@ -1,6 +1,7 @@
 //! The result model: what a probe finds, what a check reports, and the
 //! verdict with its exit code.
 
+pub mod built_in;
 pub mod cause;
 pub mod cluster;
 pub mod collective;
