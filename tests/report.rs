@@ -752,3 +752,20 @@ fn markdown_cuts_long_tables_at_50_rows_with_a_count_of_the_rest() {
     );
     assert!(!nodes.contains('·'), "{nodes}");
 }
+
+/// The node × check matrix says what the cluster findings say: h3, whose
+/// inbound connections are dropped, passed every check of its own, and
+/// its row names it the culprit, with why, rather than a green "ready".
+#[test]
+fn the_matrix_row_of_a_culprit_says_so() {
+    let html = report(&["--format", "html", RUN]).stdout;
+    let row = &html[html.find("<tr id=\"node-h3\"").expect("h3's row")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("class=\"cell s-fail\""), "{row}");
+    assert!(row.contains("✗ culprit"), "{row}");
+    assert!(row.contains("h3 drops incoming connections"), "{row}");
+    // A node no finding names keeps its own verdict.
+    let row = &html[html.find("<tr id=\"node-h0\"").expect("h0's row")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("ready"), "{row}");
+}

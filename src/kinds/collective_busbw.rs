@@ -220,12 +220,18 @@ impl CollectiveProbe for Busbw {
             .threshold(threshold);
         };
         let measured = format!("{:.3} GB/s", row.busbw);
+        // Where the minimum comes from, when that is more than its own
+        // figure (a fraction of a link, or the larger of two).
+        let from = if matches!(&link, Some(Ok(_))) {
+            format!(": {}", basis.join(", "))
+        } else {
+            String::new()
+        };
         let mut text = format!(
-            "{} {} {} busbw {measured} (minimum {minimum:.3} GB/s: {})",
+            "{} {} {} busbw {measured} (minimum {minimum:.3} GB/s{from})",
             b.name,
             self.op,
             crate::values::format_bytes(row.bytes as u64),
-            basis.join(", ")
         );
         if let Some(Err(why)) = &link {
             text.push_str(&format!("; min_fraction_of_link not evaluated: {why}"));
@@ -406,6 +412,12 @@ mod tests {
         assert_eq!(f.status, Status::Fail, "{}", f.message);
         assert!(
             f.message.contains("min_fraction_of_link not evaluated"),
+            "{}",
+            f.message
+        );
+        // The minimum said once: an absolute one is its own basis.
+        assert!(
+            f.message.contains("busbw 0.600 GB/s (minimum 1.000 GB/s);"),
             "{}",
             f.message
         );

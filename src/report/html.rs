@@ -216,15 +216,31 @@ fn matrix(s: &mut String, m: &MergedReport) {
 }
 
 fn row(s: &mut String, m: &MergedReport, n: &MergedNode) {
+    // A node the cluster's findings name (unreachable, the culprit of a
+    // comparison) says so in its row, whatever its own checks said: a
+    // green row beside the finding would hide the node to act on.
+    let named = m.culprits.iter().find(|c| c.node == n.name);
+    let (vs, verdict, tip) = match named {
+        Some(c) if n.verdict == crate::result::Verdict::Ready => (
+            Status::Fail,
+            "culprit".to_string(),
+            format!(" title=\"{}\"", escape(&c.reasons.join("; "))),
+        ),
+        _ => (
+            verdict_status(n.verdict),
+            n.verdict.name().to_string(),
+            String::new(),
+        ),
+    };
     let _ = write!(
         s,
-        "<tr id=\"node-{name}\" data-node=\"{name}\"><th scope=\"row\" title=\"{from}\">{name}</th><td>{ranks}</td><td class=\"cell s-{vs}\">{vm} {v}</td>",
+        "<tr id=\"node-{name}\" data-node=\"{name}\"><th scope=\"row\" title=\"{from}\">{name}</th><td>{ranks}</td><td class=\"cell s-{vs}\"{tip}>{vm} {v}</td>",
         name = escape(&n.name),
         from = escape(&n.from),
         ranks = rank_ranges(&n.ranks),
-        vs = verdict_status(n.verdict).name(),
-        vm = mark(verdict_status(n.verdict)),
-        v = n.verdict.name()
+        vs = vs.name(),
+        vm = mark(vs),
+        v = verdict
     );
     for id in &m.check_ids {
         match n.checks.get(id) {
