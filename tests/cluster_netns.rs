@@ -295,6 +295,36 @@ fn world_size_disagreeing() {
         msg.contains("rank 2 on h2") && msg.contains("WORLD_SIZE=4, rank 0 says 3"),
         "{msg}"
     );
+    // The remedy for this problem, not the one for a missing rank.
+    let hint = out[0].hint("cluster.barrier");
+    assert!(hint.contains("the same WORLD_SIZE"), "{hint}");
+    assert!(!hint.contains("Start the missing ranks"), "{hint}");
+}
+
+/// A rank started with another job secret is refused before it says
+/// which rank it is; rank 0's verdict names its knocking as the likely
+/// reason the rank is missing, and the remedy is the secret.
+#[test]
+fn a_rank_with_another_secret_is_named_as_the_likely_missing_one() {
+    let Some(job) = job(2, None) else { return };
+    let other = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+    let out = job.all("3s", &[(1, &[("PREFLIGHT_TOKEN", other)])]);
+    all_exit(&out, 1);
+    let msg = out[0].message("cluster.barrier");
+    assert!(msg.contains("rank 1 (expected on h1)"), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "with another job secret came from {}",
+            job.cluster.addr(1)
+        )),
+        "{msg}"
+    );
+    assert!(msg.contains("likely a missing one"), "{msg}");
+    let hint = out[0].hint("cluster.barrier");
+    assert!(
+        hint.starts_with("Give every rank the same PREFLIGHT_TOKEN"),
+        "{hint}"
+    );
 }
 
 #[test]
@@ -884,4 +914,24 @@ fn a_filter_between_two_hosts_names_the_link_and_blames_nobody() {
         "{}",
         out[0].stdout
     );
+}
+
+/// Rank 0 whose MASTER_ADDR does not resolve (inside a test host: no
+/// resolver is reachable, the name is in no /etc/hosts) is told so, not
+/// to stop what holds the port.
+#[test]
+fn rank_0_with_a_master_addr_that_does_not_resolve_is_told_so() {
+    let Some(job) = job(1, None) else { return };
+    let out = job
+        .rank(0, 0, 2, "3s", &[("MASTER_ADDR", "gpu-node-00.invalid")])
+        .finish(MARGIN);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let msg = out.message("cluster.rendezvous");
+    assert!(msg.contains("rank 0 cannot listen on gpu-node-00.invalid"), "{msg}");
+    let hint = out.hint("cluster.rendezvous");
+    assert!(
+        hint.starts_with("MASTER_ADDR `gpu-node-00.invalid` does not resolve on rank 0's node"),
+        "{hint}"
+    );
+    assert!(!hint.contains("stop what holds it"), "{hint}");
 }

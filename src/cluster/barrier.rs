@@ -300,6 +300,31 @@ const MISSING_NAMED: usize = 16;
 
 pub const MISSING_HINT: &str = "Start the missing ranks (is the node up, did the launcher reach it?); give every process a distinct RANK and the same WORLD_SIZE.";
 
+/// What to do, for the problems the barrier found: each its own remedy.
+fn hint(b: &Barrier) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    if b.missing_count > 0 && !b.other_job_clients.is_empty() {
+        out.push("Give every rank the same PREFLIGHT_TOKEN (or PREFLIGHT_TOKEN_FILE): a rank with another one is refused before it can check in.");
+    }
+    if b.missing_count > 0 {
+        out.push("Start the missing ranks (is the node up, did the launcher reach it?).");
+    }
+    if !b.world_size_mismatch.is_empty() || !b.out_of_range.is_empty() {
+        out.push("Start every rank with the same WORLD_SIZE, and RANK below it: the launcher's node count times ranks per node, the same on every node (a rank started by an older or another launcher line?).");
+    }
+    if !b.duplicates.is_empty() {
+        out.push("Give every process a distinct RANK: two launchers, or a RANK set by hand, start the same rank twice.");
+    }
+    if !b.lost.is_empty() {
+        out.push("Look at the node whose ranks went away (dmesg, the launcher's log): it checked in, then died or was killed.");
+    }
+    if out.is_empty() {
+        MISSING_HINT.to_string()
+    } else {
+        out.join(" ")
+    }
+}
+
 /// The barrier as a check result: what went wrong, every culprit named.
 /// `window` says how long the barrier waited: `within 1m`, or up to the
 /// signal that closed it.
@@ -364,6 +389,15 @@ pub fn result(b: &Barrier, world_size: u32, window: &str) -> CheckResult {
             crate::values::rank_ranges(&ranks)
         ));
     }
+    // A rank with another secret is refused before it can say which rank
+    // it is: while ranks are missing, its knocking is the likely why.
+    if b.missing_count > 0 && !b.other_job_clients.is_empty() {
+        problems.push(format!(
+            "meanwhile {} with another job secret came from {}: a rank started with another PREFLIGHT_TOKEN is likely a missing one",
+            crate::values::count(b.other_job_total.max(b.other_job_clients.len()), "connection"),
+            b.other_job_clients.join(", ")
+        ));
+    }
     let (status, message, hint) = if problems.is_empty() {
         (
             Status::Pass,
@@ -378,7 +412,7 @@ pub fn result(b: &Barrier, world_size: u32, window: &str) -> CheckResult {
         (
             Status::Fail,
             crate::values::listed(&problems, "; ", MISSING_NAMED),
-            Some(MISSING_HINT.to_string()),
+            Some(hint(b)),
         )
     };
     let mut r = CheckResult::built_in(

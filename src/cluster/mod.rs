@@ -798,13 +798,24 @@ pub async fn bind_failure(
         "Rank 0 must be able to listen on MASTER_PORT {port}: stop what holds it, or choose another MASTER_PORT for this job, the same on every node."
     );
     if error.kind() != std::io::ErrorKind::AddrInUse {
-        return (
-            format!(
-                "rank 0 cannot listen on {}: {error}",
-                master_label(host, port)
+        let label = master_label(host, port);
+        // The name itself, asked again: a lookup that fails is no port
+        // problem, and an address of another machine neither.
+        let resolved = tokio::time::timeout(
+            Duration::from_secs(3),
+            tokio::net::lookup_host((host, port)),
+        )
+        .await;
+        let hint = match resolved {
+            Ok(Err(_)) | Err(_) => format!(
+                "MASTER_ADDR `{host}` does not resolve on rank 0's node: add it to DNS or /etc/hosts on every node (`getent hosts {host}` shows what this node gets), or set MASTER_ADDR to rank 0's own address."
             ),
-            cannot_bind,
-        );
+            Ok(Ok(_)) if error.kind() == std::io::ErrorKind::AddrNotAvailable => format!(
+                "MASTER_ADDR `{host}` is not an address of this node, yet this process is rank 0: start rank 0 on MASTER_ADDR's host, or set MASTER_ADDR to this node's address (`ip -br addr`)."
+            ),
+            Ok(Ok(_)) => cannot_bind,
+        };
+        return (format!("rank 0 cannot listen on {label}: {error}"), hint);
     }
     let probe = async {
         let mut s = tokio::net::TcpStream::connect((host, port)).await.ok()?;

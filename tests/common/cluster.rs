@@ -75,6 +75,16 @@ impl Outcome {
             .unwrap_or_else(|| panic!("{}: no check {id} in {j:#}", self.label))
     }
 
+    /// The hint of check `id`, from the merged checks list.
+    pub fn hint(&self, id: &str) -> String {
+        let j = self.json();
+        j["checks"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["id"] == id))
+            .and_then(|c| c["hint"].as_str().map(str::to_string))
+            .unwrap_or_else(|| panic!("{}: no hint for {id} in {j:#}", self.label))
+    }
+
     pub fn status(&self, id: &str) -> String {
         self.message(id).split(' ').next().unwrap_or("").to_string()
     }
