@@ -158,7 +158,7 @@ pub fn interface_selector(data: &[u8]) {
         interface("eth0", true),
         interface("ib0", false),
     ];
-    let _ = crate::kinds::ifname_spec::check(variable, value, &interfaces);
+    let _ = crate::kinds::ifname_spec::check(variable, value, &interfaces, None);
     for i in &interfaces {
         let _ = crate::kinds::ifname_spec::picks(variable, value, &i.name);
     }

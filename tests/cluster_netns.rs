@@ -927,7 +927,10 @@ fn rank_0_with_a_master_addr_that_does_not_resolve_is_told_so() {
         .finish(MARGIN);
     assert_eq!(out.code, 1, "{}", out.stderr);
     let msg = out.message("cluster.rendezvous");
-    assert!(msg.contains("rank 0 cannot listen on gpu-node-00.invalid"), "{msg}");
+    assert!(
+        msg.contains("rank 0 cannot listen on gpu-node-00.invalid"),
+        "{msg}"
+    );
     let hint = out.hint("cluster.rendezvous");
     assert!(
         hint.starts_with("MASTER_ADDR `gpu-node-00.invalid` does not resolve on rank 0's node"),

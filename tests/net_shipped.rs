@@ -91,6 +91,18 @@ fn shipped_checks_name_what_is_wrong() {
         "{}",
         message(&r, ifname)
     );
+    // The fix is the interface that carries the route to rank 0, first.
+    assert!(
+        message(&r, ifname)
+            .ends_with("; the route to MASTER_ADDR goes through `eth0`: NCCL_SOCKET_IFNAME=eth0"),
+        "{}",
+        message(&r, ifname)
+    );
+    assert!(
+        hint(&r, "net.master_route").starts_with("The route to MASTER_ADDR goes through eth0"),
+        "{}",
+        hint(&r, "net.master_route")
+    );
     assert!(message(&r, "env.lint:NCCL_SOCKET_IFACE").contains("did you mean NCCL_SOCKET_IFNAME?"));
     assert_eq!(
         status(&r, "launch.env"),
@@ -124,4 +136,55 @@ fn shipped_checks_are_ready_on_a_clean_node_without_a_job() {
     for id in ["net.rendezvous_ports_free", "net.firewall", "env.lint"] {
         assert_eq!(status(&r, id), "pass", "{id}: {}", message(&r, id));
     }
+}
+
+/// `net.master_route`'s hint fits the case: a MASTER_ADDR that does not
+/// resolve (in a test host: no resolver reachable) or one that resolves to
+/// loopback in a multi-node job gets its own remedy, not the route's; and
+/// `net.hostname` measures what the name resolves to, never "no route".
+#[test]
+fn the_master_route_hint_fits_the_case() {
+    let Some(c) = Cluster::new(1) else { return };
+    let run = |addr: &str| {
+        let env = [
+            ("MASTER_ADDR", addr),
+            ("MASTER_PORT", "29500"),
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("SLURM_NNODES", "2"),
+        ];
+        c.preflight(
+            0,
+            BIN,
+            &[
+                "check",
+                "--only",
+                "net.master_route",
+                "--only",
+                "net.hostname",
+            ],
+            &env,
+        )
+        .1
+    };
+    let r = run("gpu-node-00.invalid");
+    assert_eq!(status(&r, "net.master_route"), "fail", "{r:#}");
+    let h = hint(&r, "net.master_route");
+    assert_eq!(
+        h,
+        "Add `gpu-node-00.invalid` to DNS or /etc/hosts on every node, or set MASTER_ADDR to rank 0's address."
+    );
+    let r = run("localhost");
+    assert_eq!(status(&r, "net.master_route"), "fail", "{r:#}");
+    let h = hint(&r, "net.master_route");
+    assert!(h.starts_with("`localhost` resolves to 127.0.0.1 on this node: set MASTER_ADDR to rank 0's cluster address"), "{h}");
+    assert!(!h.contains("does not resolve"), "{h}");
+    assert_eq!(
+        result(&r, "net.master_route")["measured"],
+        "127.0.0.1 (loopback)"
+    );
+    let measured = result(&r, "net.hostname")["measured"]
+        .as_str()
+        .unwrap_or("");
+    assert!(measured != "no route" && !measured.is_empty(), "{r:#}");
 }

@@ -132,7 +132,12 @@ pub fn picks(variable: &str, value: &str, interface: &str) -> bool {
 
 /// Checks a selector against this node's interfaces: `Err` with the reason
 /// when the library would find no usable interface.
-pub fn check(variable: &str, value: &str, interfaces: &[Interface]) -> Result<String, String> {
+pub fn check(
+    variable: &str,
+    value: &str,
+    interfaces: &[Interface],
+    route: Option<&str>,
+) -> Result<String, String> {
     let Some(syntax) = Syntax::of(variable) else {
         return Ok(String::new());
     };
@@ -159,7 +164,20 @@ pub fn check(variable: &str, value: &str, interfaces: &[Interface]) -> Result<St
                 missing.join("`, `"),
                 names()
             );
-            let candidates: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
+            // What carries traffic first: the interface of the route to
+            // rank 0; spelling only after, and never loopback or a
+            // traffic-shaping ifb device, which no library should use.
+            if let Some(r) = route {
+                message.push_str(&format!(
+                    "; the route to MASTER_ADDR goes through `{r}`: {variable}={r}"
+                ));
+                return Err(message);
+            }
+            let candidates: Vec<&str> = interfaces
+                .iter()
+                .filter(|i| !i.is_loopback() && !i.name.starts_with("ifb"))
+                .map(|i| i.name.as_str())
+                .collect();
             if let Some(s) = missing
                 .first()
                 .and_then(|m| crate::suggest::did_you_mean(m, candidates))
@@ -239,38 +257,63 @@ mod tests {
     #[test]
     fn nccl_prefixes_exact_and_exclusion() {
         let n = node();
-        assert_eq!(check("NCCL_SOCKET_IFNAME", "eth", &n).unwrap(), "eth0");
-        assert_eq!(check("NCCL_SOCKET_IFNAME", "=eth0", &n).unwrap(), "eth0");
-        assert!(check("NCCL_SOCKET_IFNAME", "=eth", &n).is_err());
         assert_eq!(
-            check("NCCL_SOCKET_IFNAME", "^docker,lo", &n).unwrap(),
+            check("NCCL_SOCKET_IFNAME", "eth", &n, None).unwrap(),
+            "eth0"
+        );
+        assert_eq!(
+            check("NCCL_SOCKET_IFNAME", "=eth0", &n, None).unwrap(),
+            "eth0"
+        );
+        assert!(check("NCCL_SOCKET_IFNAME", "=eth", &n, None).is_err());
+        assert_eq!(
+            check("NCCL_SOCKET_IFNAME", "^docker,lo", &n, None).unwrap(),
             "eth0"
         );
         assert!(
-            check("NCCL_SOCKET_IFNAME", "eth1", &n)
+            check("NCCL_SOCKET_IFNAME", "eth1", &n, None)
                 .unwrap_err()
                 .contains("down")
         );
-        let e = check("NCCL_SOCKET_IFNAME", "ib0", &n).unwrap_err();
+        let e = check("NCCL_SOCKET_IFNAME", "ib0", &n, None).unwrap_err();
         assert!(e.contains("no interface matching `ib0`"), "{e}");
-        assert!(check("NCCL_SOCKET_IFNAME", "^eth,docker", &n).is_err());
+        assert!(check("NCCL_SOCKET_IFNAME", "^eth,docker", &n, None).is_err());
     }
 
     #[test]
     fn gloo_has_no_exclusion_and_needs_every_name() {
         let n = node();
-        let e = check("GLOO_SOCKET_IFNAME", "^docker0", &n).unwrap_err();
+        let e = check("GLOO_SOCKET_IFNAME", "^docker0", &n, None).unwrap_err();
         assert!(e.contains("does not support `^`"), "{e}");
-        assert!(check("GLOO_SOCKET_IFNAME", "eth0,eth9", &n).is_err());
-        assert!(check("GLOO_SOCKET_IFNAME", "eth", &n).is_err());
-        assert_eq!(check("GLOO_SOCKET_IFNAME", "eth0", &n).unwrap(), "eth0");
-        let e = check("CCL_KVS_IFACE", "eth0,eth1", &n).unwrap_err();
+        assert!(check("GLOO_SOCKET_IFNAME", "eth0,eth9", &n, None).is_err());
+        assert!(check("GLOO_SOCKET_IFNAME", "eth", &n, None).is_err());
+        assert_eq!(
+            check("GLOO_SOCKET_IFNAME", "eth0", &n, None).unwrap(),
+            "eth0"
+        );
+        let e = check("CCL_KVS_IFACE", "eth0,eth1", &n, None).unwrap_err();
         assert!(e.contains("one interface"), "{e}");
     }
 
     #[test]
     fn typo_gets_a_suggestion() {
-        let e = check("GLOO_SOCKET_IFNAME", "eht0", &node()).unwrap_err();
+        let e = check("GLOO_SOCKET_IFNAME", "eht0", &node(), None).unwrap_err();
         assert!(e.contains("did you mean `eth0`"), "{e}");
+    }
+
+    /// What carries traffic first: the interface of the route to rank 0,
+    /// whatever the spelling; never a traffic-shaping ifb device.
+    #[test]
+    fn the_route_to_the_master_comes_before_spelling() {
+        let mut n = node();
+        n.push(iface("ifb0", true));
+        n.push(iface("vB", true));
+        let e = check("NCCL_SOCKET_IFNAME", "ib0", &n, None).unwrap_err();
+        assert!(!e.contains("ifb0`?"), "{e}");
+        let e = check("NCCL_SOCKET_IFNAME", "ib0", &n, Some("vB")).unwrap_err();
+        assert!(
+            e.ends_with("; the route to MASTER_ADDR goes through `vB`: NCCL_SOCKET_IFNAME=vB"),
+            "{e}"
+        );
     }
 }

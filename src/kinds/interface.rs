@@ -65,7 +65,7 @@ pub const KIND: KindInfo = KindInfo {
             doc: "How long name resolution may take.",
         },
     ],
-    hint_vars: &["interface", "source", "suggest", "problem"],
+    hint_vars: &["interface", "source", "suggest", "problem", "remedy"],
     parse: parse_params::<InterfaceCheck>,
 };
 
@@ -124,6 +124,26 @@ pub fn source_address(target: IpAddr) -> std::io::Result<IpAddr> {
     Ok(socket.local_addr()?.ip())
 }
 
+/// The interface that carries this node's route to `host`, when the name
+/// resolves to an address off this node and the route is this machine's
+/// own (not a tree's under --root, whose routes nobody can ask).
+pub fn route_interface(facts: &Facts, host: &str) -> Option<String> {
+    if facts.root != std::path::Path::new("/") {
+        return None;
+    }
+    let ips = resolve_on_node(facts, host, std::time::Duration::from_secs(2)).ok()?;
+    let target = *ips.first()?;
+    if target.is_loopback() {
+        return None;
+    }
+    let source = source_address(target).ok()?;
+    facts
+        .interfaces()
+        .iter()
+        .find(|i| i.addresses.contains(&source) && !i.is_loopback())
+        .map(|i| i.name.clone())
+}
+
 fn is_loopback(ip: &IpAddr) -> bool {
     ip.is_loopback()
 }
@@ -135,12 +155,21 @@ struct Report {
     interface: Option<String>,
     source: Option<String>,
     suggest: Option<String>,
+    /// The fix when the target itself is the problem (a name that does
+    /// not resolve, one that resolves to loopback): the route's advice
+    /// would not apply.
+    remedy: Option<String>,
+    /// What a name resolved to, where that is the finding (the
+    /// hostname's first address; a target on loopback).
+    resolved: Option<String>,
 }
 
 impl InterfaceCheck {
     fn check(&self, facts: &Facts) -> Finding {
         let limit = self.resolve_timeout.0;
         let mut r = Report {
+            remedy: None,
+            resolved: None,
             problems: Vec::new(),
             notes: Vec::new(),
             interface: None,
@@ -154,6 +183,7 @@ impl InterfaceCheck {
             match resolve_on_node(facts, &host, limit) {
                 Err(e) => r.problems.push(format!("hostname {host}: {e}")),
                 Ok(ips) => {
+                    r.resolved = Some(ips[0].to_string());
                     let shown = ips
                         .iter()
                         .map(IpAddr::to_string)
@@ -213,8 +243,21 @@ impl InterfaceCheck {
                 r.suggest.clone().unwrap_or_else(|| "unknown".into()),
             )
             .var("problem", r.problems.join("; "))
+            .var(
+                "remedy",
+                r.remedy.clone().unwrap_or_else(|| "unknown".into()),
+            )
         };
-        let measured = r.interface.clone().unwrap_or_else(|| "no route".into());
+        // What was measured: the route's interface where a route was
+        // asked for, else what the hostname resolves to.
+        let measured = if self.check_route {
+            r.interface
+                .clone()
+                .or(r.resolved.clone())
+                .unwrap_or_else(|| "no route".into())
+        } else {
+            r.resolved.clone().unwrap_or_else(|| "unresolved".into())
+        };
         if r.problems.is_empty() {
             vars(Finding::pass(r.notes.join("; ")), &r).measured(measured)
         } else {
@@ -234,6 +277,9 @@ impl InterfaceCheck {
             Ok(ips) => ips,
             Err(e) => {
                 r.problems.push(format!("{label}={host}: {e}"));
+                r.remedy = Some(format!(
+                    "Add `{host}` to DNS or /etc/hosts on every node, or set {label} to rank 0's address"
+                ));
                 return;
             }
         };
@@ -243,6 +289,11 @@ impl InterfaceCheck {
                 r.problems.push(format!(
                     "{label}={host} is a loopback address ({target}) in a multi-node job: other nodes cannot reach it"
                 ));
+                r.remedy = Some(format!(
+                    "`{host}` resolves to {target} on this node: set {label} to rank 0's cluster address on every rank, or map rank 0's hostname to that address in /etc/hosts (Debian maps it to 127.0.1.1)"
+                ));
+                r.resolved = Some(format!("{target} (loopback)"));
+                return;
             } else {
                 r.notes
                     .push(format!("{label}={host} is loopback (single node)"));

@@ -108,8 +108,17 @@ pub fn lint_one(
     }
 
     if ifname_spec::Syntax::of(name).is_some() {
-        if let Err(e) = ifname_spec::check(name, value, facts.interfaces()) {
-            push(issues, Level::Fail, name, e);
+        let route = facts
+            .env("MASTER_ADDR")
+            .filter(|a| !a.trim().is_empty())
+            .and_then(|a| crate::kinds::interface::route_interface(facts, a.trim()));
+        if let Err(e) = ifname_spec::check(name, value, facts.interfaces(), route.as_deref()) {
+            match route {
+                Some(r) if e.contains("the route to MASTER_ADDR") => {
+                    suggest(issues, Level::Fail, name, e, format!("{name}={r}"))
+                }
+                _ => push(issues, Level::Fail, name, e),
+            }
         }
         return;
     }
