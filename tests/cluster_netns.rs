@@ -384,6 +384,16 @@ fn a_hostname_resolving_to_127_0_1_1_is_named() {
         "{msg}"
     );
     assert!(!msg.contains("h0:") && !msg.contains("h2:"), "{msg}");
+    // The interface its peers reach it on is known: the fix names it.
+    assert!(
+        msg.contains("(GLOO_SOCKET_IFNAME=eth0, the interface its peers reach it on)"),
+        "{msg}"
+    );
+    let hint = out[0].hint("cluster.addresses");
+    assert!(
+        hint.ends_with("(here: GLOO_SOCKET_IFNAME=eth0 and NCCL_SOCKET_IFNAME=eth0 on h1)."),
+        "{hint}"
+    );
 }
 
 #[test]

@@ -487,7 +487,7 @@ pub const ADDRESSES: KindInfo = KindInfo {
     area: "cluster",
     summary: "Each node's hostname resolves to an address its peers can reach (not loopback), and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME, when set, select the interface the peers are reached on.",
     params: &[],
-    hint_vars: &[],
+    hint_vars: &["suggest"],
     parse: parse_params::<Addresses>,
 };
 
@@ -504,6 +504,9 @@ impl ClusterProbe for Addresses {
         let mut problems = Vec::new();
         let mut notes = Vec::new();
         let mut at_fault = Vec::new();
+        // The variables that would fix the first node at fault, from the
+        // interface its peers reach it on.
+        let mut suggest: Option<String> = None;
         for n in view.nodes {
             let before = problems.len();
             let loopback = !n.hostname_addrs.is_empty()
@@ -515,8 +518,13 @@ impl ClusterProbe for Addresses {
             // GLOO_SOCKET_IFNAME names an interface; NCCL picks interfaces
             // itself, so only the former matters here.
             if multi && loopback && !n.env.contains_key("GLOO_SOCKET_IFNAME") {
+                let fix = n
+                    .interface
+                    .as_ref()
+                    .map(|i| format!(" (GLOO_SOCKET_IFNAME={i}, the interface its peers reach it on)"))
+                    .unwrap_or_default();
                 problems.push(format!(
-                    "{}: hostname `{}` resolves to {} (loopback) and GLOO_SOCKET_IFNAME is unset: Gloo advertises that address and peers on other nodes connect to themselves",
+                    "{}: hostname `{}` resolves to {} (loopback) and GLOO_SOCKET_IFNAME is unset{fix}: Gloo advertises that address and peers on other nodes connect to themselves",
                     n.name,
                     n.hostname,
                     n.hostname_addrs.join(", ")
@@ -563,6 +571,12 @@ impl ClusterProbe for Addresses {
             }
             if problems.len() > before {
                 at_fault.push(n.name.clone());
+                if suggest.is_none() {
+                    suggest = Some(format!(
+                        "GLOO_SOCKET_IFNAME={iface} and NCCL_SOCKET_IFNAME={iface} on {}",
+                        n.name
+                    ));
+                }
             }
         }
         if problems.is_empty() {
@@ -572,7 +586,9 @@ impl ClusterProbe for Addresses {
                 listed(&notes, ", ", LISTED)
             })
         } else {
-            Finding::fail(listed(&problems, "; ", LISTED)).blame(at_fault)
+            Finding::fail(listed(&problems, "; ", LISTED))
+                .blame(at_fault)
+                .var("suggest", suggest.unwrap_or_else(|| "unknown".into()))
         }
     }
 }
