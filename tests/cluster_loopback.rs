@@ -1635,3 +1635,88 @@ fn run_metrics_name_the_world_and_the_verdict() {
         common::skip::skip("promtool is not installed (apt: prometheus)");
     }
 }
+
+/// A human run as a log sees it (stderr no terminal): rank 0 says every
+/// 10 s whom it waits for and how long is left, and a rank that cannot
+/// reach rank 0 what it has tried so far. Their deadline (12 s) ends both.
+#[test]
+fn waiting_ranks_say_whom_they_wait_for_in_a_log() {
+    let port = cluster::free_port().to_string();
+    let other = cluster::free_port().to_string();
+    let human = |timeout: &str| -> Vec<String> {
+        run_args(timeout)
+            .into_iter()
+            .map(|a| if a == "json" { "human".to_string() } else { a })
+            .collect()
+    };
+    let master = local("rank0", &human("12s"), &env("0", "3", &port));
+    let lonely = local("rank1", &human("12s"), &env("1", "2", &other));
+    let master = master.finish(MARGIN);
+    let lonely = lonely.finish(MARGIN);
+    assert_eq!(master.code, 1, "{}", master.stderr);
+    let said: Vec<&str> = master
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("preflight: waiting: "))
+        .collect();
+    assert!(
+        !said.is_empty(),
+        "rank 0 said nothing while waiting:\n{}",
+        master.stderr
+    );
+    assert!(
+        said[0].starts_with("preflight: waiting: 1 of 3 ranks checked in; missing: rank 1 (expected on node rank 1), rank 2 (expected on node rank 2); ")
+            && said[0].ends_with(" left"),
+        "{}",
+        said[0]
+    );
+    let tried: Vec<&str> = lonely
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("preflight: waiting: "))
+        .collect();
+    assert!(!tried.is_empty(), "{}", lonely.stderr);
+    assert!(
+        tried[0].starts_with(&format!(
+            "preflight: waiting: reaching rank 0 at 127.0.0.1:{other}: "
+        )) && tried[0].contains(" attempts so far, the last: ")
+            && tried[0].contains("refused"),
+        "{}",
+        tried[0]
+    );
+    // Not in a log's first seconds: one line per 10 s, never more.
+    assert!(said.len() <= 2 && tried.len() <= 2, "{said:?} {tried:?}");
+}
+
+/// On a terminal the same, as a line rewritten in place, and cleared
+/// before the report.
+#[test]
+fn waiting_rank_0_on_a_terminal_rewrites_one_line() {
+    let port = cluster::free_port().to_string();
+    let command = format!(
+        "{} run --no-shipped --checks {} --timeout 4s",
+        env!("CARGO_BIN_EXE_preflight"),
+        cluster::checks()
+    );
+    let tty = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TERM", "xterm")
+        .env("LANG", "C.UTF-8")
+        .envs(env("0", "2", &port))
+        .output()
+        .expect("script");
+    let text = String::from_utf8_lossy(&tty.stdout).into_owned();
+    let shown = text
+        .matches("\r\x1b[Kwaiting: 1 of 2 ranks checked in; missing: rank 1")
+        .count();
+    assert!(shown >= 2, "{text:?}");
+    // Cleared before the report goes on.
+    let last = text.rfind("\r\x1b[Kwaiting: ").unwrap();
+    assert!(
+        text[last..].contains(" left\r\x1b[K"),
+        "{:?}",
+        &text[last..]
+    );
+}

@@ -179,6 +179,35 @@ impl BarrierState {
         self.arrivals.len() + gone == self.world_size as usize
     }
 
+    /// `1 of 4 ranks checked in; missing: rank 1 (expected on h1), ...`:
+    /// what the barrier waits for, the first few missing ranks named.
+    pub fn waiting(&self) -> String {
+        const SHOWN: usize = 4;
+        let missing: Vec<String> = (0..self.world_size)
+            .filter(|r| !self.arrivals.contains_key(r))
+            .filter(|r| !self.lost.iter().any(|l| l.0 == *r))
+            .take(SHOWN + 1)
+            .map(|r| match self.expected_on(r) {
+                Some(h) => format!("rank {r} (expected on {h})"),
+                None => format!("rank {r}"),
+            })
+            .collect();
+        let count = self.world_size as usize - self.arrivals.len();
+        let mut text = format!(
+            "{} of {} checked in",
+            self.arrivals.len(),
+            crate::values::count(self.world_size as usize, "rank")
+        );
+        if !missing.is_empty() {
+            let shown: Vec<&str> = missing.iter().take(SHOWN).map(String::as_str).collect();
+            text.push_str(&format!("; missing: {}", shown.join(", ")));
+            if count > SHOWN {
+                text.push_str(&format!(" and {} more", count - SHOWN));
+            }
+        }
+        text
+    }
+
     pub fn missing(&self) -> Vec<u32> {
         (0..self.world_size)
             .filter(|r| !self.arrivals.contains_key(r))

@@ -39,6 +39,8 @@ pub struct ClientConfig {
     /// MASTER_PORT): looked at in turn, the first that proves the job
     /// secret wins.
     pub alternates: Vec<u16>,
+    /// Where each attempt's outcome is said, for the operator to watch.
+    pub waiting: super::Waiting,
 }
 
 /// Connects and authenticates, retrying with backoff until the deadline.
@@ -136,6 +138,12 @@ where
                     }
                 }
             };
+            if let Some(w) = &cfg.waiting {
+                let _ = w.send(format!(
+                    "reaching rank 0 at {host}:{port}: {} so far, the last: {text}",
+                    crate::values::count(attempts as usize, "attempt")
+                ));
+            }
             if port == cfg.master_port {
                 last = outcome;
                 last_text = text;

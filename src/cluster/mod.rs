@@ -54,6 +54,8 @@ pub struct RankInput {
     /// Whether the collective stage may follow: a rank checked in by its
     /// node's leader then opens its own connection to rank 0's store.
     pub collective: bool,
+    /// Where this rank says how its attempts at reaching rank 0 go.
+    pub waiting: Waiting,
 }
 
 /// The test hook's clock offset (`test_hooks`), bounded to a day either
@@ -188,6 +190,12 @@ fn serves(identity: &Identity) -> bool {
 /// port cannot be bound.
 pub type Server = Result<Option<tokio::task::JoinHandle<ClusterReport>>, Box<ClusterReport>>;
 
+/// What this process is waiting for during the rendezvous, in words, for
+/// the operator to watch: rank 0's count of the ranks checked in and the
+/// first missing ones; another rank's attempts at reaching rank 0. `None`
+/// where nobody watches.
+pub type Waiting = Option<tokio::sync::watch::Sender<String>>;
+
 /// What a rendezvous server needs besides where it listens and whom it
 /// expects: the same for rank 0 and for node mode's agent.
 pub struct ServerInput<'a> {
@@ -200,6 +208,7 @@ pub struct ServerInput<'a> {
     /// the verdict.
     pub linger: Duration,
     pub token: Token,
+    pub waiting: Waiting,
 }
 
 /// Where a server listens and whom it expects.
@@ -237,6 +246,7 @@ fn spawn_server(
             linger: input.linger,
             serving_rank: serving.rank,
             notes: serving.notes,
+            waiting: input.waiting,
         },
         listener,
     ))
@@ -492,6 +502,12 @@ pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport
         timeout: input.timeout,
         clock_offset_ms: offset,
         alternates: identity::rendezvous_ports(id.master_port, id.master_ports),
+        // Rank 0's own server says more than its client could.
+        waiting: if id.rank == 0 {
+            None
+        } else {
+            input.waiting.clone()
+        },
     };
     let result = if leader::hierarchical(id) && id.local_rank > 0 {
         // Through the node's leader; straight to rank 0 where the leader

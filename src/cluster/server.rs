@@ -192,6 +192,8 @@ pub struct ServerConfig {
     pub serving_rank: Option<u32>,
     /// Said in the report's warnings: why rank 0 serves where it does.
     pub notes: Vec<String>,
+    /// Where the barrier says whom it waits for, twice a second.
+    pub waiting: super::Waiting,
 }
 
 /// What the ranks are told when this process is interrupted.
@@ -310,12 +312,21 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     // A signal closes the barrier at once: the ranks here are told why
     // there is no verdict instead of waiting for the deadline.
     let mut interrupted = None;
+    // Twice a second at most: the first missing ranks are a scan of the
+    // world, cheap at that rate at any size.
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     while !state.settled() {
         tokio::select! {
             biased;
             i = crate::interrupt::wait() => {
                 interrupted = Some(i);
                 break;
+            }
+            _ = tick.tick(), if cfg.waiting.is_some() => {
+                if let Some(w) = &cfg.waiting {
+                    let _ = w.send(state.waiting());
+                }
             }
             ev = tokio::time::timeout_at(cfg.deadline, rx.recv()) => match ev {
                 Ok(Some(ev)) => handle(
@@ -331,6 +342,10 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         }
     }
     let waited = cfg.started.elapsed();
+    // The barrier is closed: nothing more to wait for.
+    if let Some(w) = &cfg.waiting {
+        let _ = w.send(String::new());
+    }
 
     // Reachability among the nodes that are here.
     let nodes = build_nodes(&state);

@@ -53,6 +53,7 @@ pub async fn server(
         linger: Duration::ZERO,
         serving_rank: Some(0),
         notes: Vec::new(),
+        waiting: None,
     };
     let client = ClientConfig {
         master_addr: "127.0.0.1".into(),
@@ -63,6 +64,7 @@ pub async fn server(
         timeout,
         clock_offset_ms: 0,
         alternates: Vec::new(),
+        waiting: None,
     };
     (tokio::spawn(serve(cfg, listener)), client)
 }

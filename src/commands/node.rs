@@ -69,6 +69,7 @@ pub fn agent(
     // The agent serves (node 0) and waits for its ranks: its part of the
     // rendezvous, whatever stage the ranks are in.
     crate::interrupt::enter("rendezvous");
+    let watch = super::run::Watch::new(args, plan.node_rank == 0);
     let outcome = runtime.block_on(async {
         let mut port = plan.master_port;
         let server = if plan.node_rank == 0 {
@@ -85,6 +86,7 @@ pub fn agent(
                     started,
                     linger,
                     token: token.clone(),
+                    waiting: watch.sender.clone(),
                 },
             )
             .await?;
@@ -149,19 +151,27 @@ pub fn agent(
         let end = started + timeout + GRACE + linger;
         let mut speaker = None;
         let mut codes = Vec::new();
-        for (i, child) in children.into_iter().enumerate() {
-            match tokio::time::timeout_at(end, child.wait_with_output()).await {
-                Ok(Ok(out)) => {
-                    let code = out.status.code().unwrap_or(ExitCode::NotReady.code());
-                    if i == 0 {
-                        speaker = Some((out.stdout, code));
+        let wait = async {
+            for (i, child) in children.into_iter().enumerate() {
+                match tokio::time::timeout_at(end, child.wait_with_output()).await {
+                    Ok(Ok(out)) => {
+                        let code = out.status.code().unwrap_or(ExitCode::NotReady.code());
+                        if i == 0 {
+                            speaker = Some((out.stdout, code));
+                        }
+                        codes.push(code);
                     }
-                    codes.push(code);
+                    // Dropping the child kills it (kill_on_drop).
+                    _ => codes.push(ExitCode::NotReady.code()),
                 }
-                // Dropping the child kills it (kill_on_drop).
-                _ => codes.push(ExitCode::NotReady.code()),
             }
+        };
+        // The agent serves the rendezvous: it says whom it waits for.
+        tokio::select! {
+            () = wait => {}
+            () = watch.show(started + timeout) => {}
         }
+        watch.done();
         if let Some(server) = server {
             let _ = tokio::time::timeout_at(end, server).await;
         }

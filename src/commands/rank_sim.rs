@@ -269,6 +269,7 @@ impl Job {
             timeout: self.timeout,
             clock_offset_ms: 0,
             alternates: Vec::new(),
+            waiting: None,
         }
     }
 

@@ -136,6 +136,9 @@ pub fn execute(
         .enable_all()
         .build()
         .map_err(|e| Failure::Usage(format!("cannot start the async runtime: {e}")))?;
+    // A node agent's ranks other than its first are nobody's to read.
+    let speaks = plan.facts.env(super::emit::SPEAKER) != Some("0");
+    let watch = Watch::new(args, identity.is_some() && speaks);
     // Rank 0 serves before its checklist runs, so the others find the port
     // open as early as possible.
     let server = identity.as_ref().map(|id| {
@@ -149,6 +152,7 @@ pub fn execute(
                 started: process_start,
                 linger: plan.linger,
                 token: plan.token.clone(),
+                waiting: watch.sender.clone(),
             },
         ))
     });
@@ -175,6 +179,7 @@ pub fn execute(
             &mut server,
             &results,
             process_start,
+            &watch,
         )?;
         if let Some(link) = link
             && crate::interrupt::get().is_none()
@@ -437,8 +442,79 @@ fn checklist_stage(
     results
 }
 
+/// What the rendezvous waits for, said while it waits: on a terminal one
+/// line rewritten twice a second, in a log one line every 10 s, nothing
+/// in a phase shorter than that (human output only, not with -q).
+pub(super) struct Watch {
+    pub(super) sender: cluster::Waiting,
+    receiver: Option<tokio::sync::watch::Receiver<String>>,
+    terminal: bool,
+}
+
+impl Watch {
+    pub(super) fn new(args: &RunArgs, meets_others: bool) -> Watch {
+        if !meets_others || args.format != Format::Human || args.display.quiet {
+            return Watch {
+                sender: None,
+                receiver: None,
+                terminal: false,
+            };
+        }
+        let (tx, rx) = tokio::sync::watch::channel(String::new());
+        Watch {
+            sender: Some(tx),
+            receiver: Some(rx),
+            terminal: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Runs until dropped: the caller selects it beside the stage.
+    pub(super) async fn show(&self, deadline: tokio::time::Instant) {
+        let Some(rx) = &self.receiver else {
+            return std::future::pending().await;
+        };
+        let every = if self.terminal {
+            Duration::from_millis(500)
+        } else {
+            Duration::from_secs(10)
+        };
+        let first = if self.terminal {
+            Duration::from_secs(1)
+        } else {
+            every
+        };
+        tokio::time::sleep(first).await;
+        loop {
+            let text = rx.borrow().clone();
+            if !text.is_empty() {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let line = format!(
+                    "waiting: {text}; {} left",
+                    crate::values::format_duration(left)
+                );
+                if self.terminal {
+                    let cut: String = line.chars().take(150).collect();
+                    eprint!("\r\x1b[K{cut}");
+                } else {
+                    eprintln!("preflight: {line}");
+                }
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    pub(super) fn done(&self) {
+        if self.terminal && self.receiver.is_some() {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
 /// Check-in, barrier and verdict; the connection to rank 0 comes back when
 /// every rank is here and a collective stage is to run.
+// Each argument is a different stage's product; a struct of them would
+// exist for this one call.
+#[allow(clippy::too_many_arguments)]
 fn cluster_stage(
     runtime: &tokio::runtime::Runtime,
     args: &RunArgs,
@@ -447,6 +523,7 @@ fn cluster_stage(
     server: &mut cluster::Server,
     results: &[CheckResult],
     process_start: tokio::time::Instant,
+    watch: &Watch,
 ) -> Option<(ClusterReport, Option<cluster::Link>)> {
     let own_world = identity.world_size;
     let rank0 = identity.rank == 0;
@@ -460,7 +537,9 @@ fn cluster_stage(
         started: process_start,
         token: plan.token.clone(),
         collective: plan.coll.mode != coll::Mode::Off,
+        waiting: watch.sender.clone(),
     };
+    let deadline = process_start + args.timeout.0;
     // A signal ends the stage: at once on a rank, which has nothing to tell
     // anyone; rank 0's own part is given a moment to receive the verdict
     // its server sent.
@@ -473,8 +552,10 @@ fn cluster_stage(
                     tokio::time::sleep(RANK0_GRACE).await;
                 }
             } => None,
+            _ = watch.show(deadline) => None,
         }
     });
+    watch.done();
     let (report, link) = match staged {
         Some(staged) => staged,
         None => return sent_verdict(runtime, server).map(|r| (r, None)),

@@ -521,7 +521,9 @@ impl ClusterProbe for Addresses {
                 let fix = n
                     .interface
                     .as_ref()
-                    .map(|i| format!(" (GLOO_SOCKET_IFNAME={i}, the interface its peers reach it on)"))
+                    .map(|i| {
+                        format!(" (GLOO_SOCKET_IFNAME={i}, the interface its peers reach it on)")
+                    })
                     .unwrap_or_default();
                 problems.push(format!(
                     "{}: hostname `{}` resolves to {} (loopback) and GLOO_SOCKET_IFNAME is unset{fix}: Gloo advertises that address and peers on other nodes connect to themselves",
