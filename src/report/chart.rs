@@ -185,15 +185,19 @@ pub fn sweep_chart(backend: &str, rows: &[Row], thresholds: &[&ThresholdResult])
                 px(lx(b))
             );
         }
-        let ly = TOP + 8.0 + (ops.len() + i) as f64 * 18.0;
+        // Two lines each, so that the legend fits its column: the
+        // minimum, then what it is for.
+        let ly = TOP + 8.0 + (ops.len() + 2 * i) as f64 * 18.0;
         let lx0 = W - RIGHT + 12.0;
         let _ = write!(
             s,
-            r##"<line x1="{lx0}" y1="{ly}" x2="{}" y2="{ly}" stroke="{colour}" stroke-width="1.5" stroke-dasharray="10 4"/><text x="{}" y="{}" font-size="11" fill="#333">≥ {:.3} {} ({})</text>"##,
+            r##"<line x1="{lx0}" y1="{ly}" x2="{}" y2="{ly}" stroke="{colour}" stroke-width="1.5" stroke-dasharray="10 4"/><text x="{}" y="{}" font-size="11" fill="#333">≥ {:.3} GB/s</text><text x="{}" y="{}" font-size="11" fill="#333">{}, {}</text>"##,
             lx0 + 28.0,
             lx0 + 34.0,
             ly + 4.0,
             t.threshold.min_busbw,
+            lx0 + 34.0,
+            ly + 18.0,
             super::markup::escape(&t.threshold.op),
             t.status.name()
         );
@@ -311,5 +315,25 @@ mod tests {
         assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
         assert!(sweep_chart("tcp", &[], &[]).is_none());
+        // Every legend text fits inside the chart at 11 px (at most about
+        // 6.5 px a character), thresholds' included.
+        let threshold = crate::result::merged::ThresholdResult {
+            check: "collective.tcp_busbw".into(),
+            status: crate::result::Status::Warn,
+            threshold: crate::result::collective::Threshold {
+                backend: "tcp".into(),
+                op: "allreduce".into(),
+                bytes: Some(4096),
+                min_busbw: 0.05,
+            },
+        };
+        let svg = sweep_chart("tcp", &rows, &[&threshold]).expect("a chart");
+        for text in svg.split("<text x=\"").skip(1) {
+            let x: f64 = text.split('"').next().unwrap().parse().unwrap();
+            let words = text.split('>').nth(1).unwrap().split('<').next().unwrap();
+            let end = x + 6.5 * words.chars().count() as f64;
+            assert!(end <= W, "`{words}` ends at {end}, past {W}");
+        }
+        assert!(svg.contains(">≥ 0.050 GB/s<") && svg.contains(">allreduce, warn<"), "{svg}");
     }
 }
