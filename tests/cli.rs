@@ -1042,3 +1042,14 @@ fn list_and_explain_know_every_id_a_run_prints() {
         "{check}"
     );
 }
+
+/// One rank moves nothing between ranks: its backend says what it
+/// verified, with no "busbw 0.000 GB/s" beside it.
+#[test]
+fn a_one_rank_run_gives_no_bus_bandwidth() {
+    let report = json(&run(preflight().args(["run", "--format", "json"])));
+    let tcp = support::check(&report, "collective.tcp");
+    let message = tcp["message"].as_str().unwrap();
+    assert!(message.starts_with("tcp: 5 operations verified on 1 rank"), "{message}");
+    assert!(!message.contains("busbw"), "{message}");
+}
