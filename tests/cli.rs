@@ -1050,6 +1050,9 @@ fn a_one_rank_run_gives_no_bus_bandwidth() {
     let report = json(&run(preflight().args(["run", "--format", "json"])));
     let tcp = support::check(&report, "collective.tcp");
     let message = tcp["message"].as_str().unwrap();
-    assert!(message.starts_with("tcp: 5 operations verified on 1 rank"), "{message}");
+    assert!(
+        message.starts_with("tcp: 5 operations verified on 1 rank"),
+        "{message}"
+    );
     assert!(!message.contains("busbw"), "{message}");
 }

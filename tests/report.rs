@@ -764,6 +764,15 @@ fn the_matrix_row_of_a_culprit_says_so() {
     assert!(row.contains("class=\"cell s-fail\""), "{row}");
     assert!(row.contains("✗ culprit"), "{row}");
     assert!(row.contains("h3 drops incoming connections"), "{row}");
+    // The straggler (rank 2, on h2) says so, with why.
+    let row = &html[html.find("<tr id=\"node-h2\"").expect("h2's row")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("class=\"cell s-warn\""), "{row}");
+    assert!(row.contains("! straggler"), "{row}");
+    assert!(
+        row.contains("rank 2 (h2 10.231.82.3) is slow in every pair"),
+        "{row}"
+    );
     // A node no finding names keeps its own verdict.
     let row = &html[html.find("<tr id=\"node-h0\"").expect("h0's row")..];
     let row = &row[..row.find("</tr>").unwrap()];

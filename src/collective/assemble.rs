@@ -263,9 +263,10 @@ pub fn assemble(
             hosts_crowded.join(", ")
         )
     });
-    let stragglers = straggler::stragglers(world, &judged)
-        .into_iter()
-        .map(|r| {
+    let straggler_ranks = straggler::stragglers(world, &judged);
+    let stragglers = straggler_ranks
+        .iter()
+        .map(|&r| {
             let mine: Vec<f64> = judged
                 .iter()
                 .filter(|p| p.a == r || p.b == r)
@@ -285,6 +286,7 @@ pub fn assemble(
         backends,
         pairs,
         stragglers,
+        straggler_ranks,
         unjudged,
         missing,
         links: present.iter().filter_map(|x| x.link.clone()).collect(),

@@ -131,6 +131,7 @@ mod tests {
             }],
             pairs: Vec::new(),
             stragglers: Vec::new(),
+            straggler_ranks: Vec::new(),
             unjudged: None,
             missing: Vec::new(),
             links: Vec::new(),

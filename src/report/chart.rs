@@ -334,6 +334,9 @@ mod tests {
             let end = x + 6.5 * words.chars().count() as f64;
             assert!(end <= W, "`{words}` ends at {end}, past {W}");
         }
-        assert!(svg.contains(">≥ 0.050 GB/s<") && svg.contains(">allreduce, warn<"), "{svg}");
+        assert!(
+            svg.contains(">≥ 0.050 GB/s<") && svg.contains(">allreduce, warn<"),
+            "{svg}"
+        );
     }
 }

@@ -220,11 +220,23 @@ fn row(s: &mut String, m: &MergedReport, n: &MergedNode) {
     // comparison) says so in its row, whatever its own checks said: a
     // green row beside the finding would hide the node to act on.
     let named = m.culprits.iter().find(|c| c.node == n.name);
+    // A straggler: one of its ranks is slow in every pair it is in.
+    let slow: Vec<&str> = m
+        .collective
+        .iter()
+        .filter(|c| c.straggler_ranks.iter().any(|r| n.ranks.contains(r)))
+        .flat_map(|c| c.stragglers.iter().map(String::as_str))
+        .collect();
     let (vs, verdict, tip) = match named {
         Some(c) if n.verdict == crate::result::Verdict::Ready => (
             Status::Fail,
             "culprit".to_string(),
             format!(" title=\"{}\"", escape(&c.reasons.join("; "))),
+        ),
+        None if n.verdict == crate::result::Verdict::Ready && !slow.is_empty() => (
+            Status::Warn,
+            "straggler".to_string(),
+            format!(" title=\"{}\"", escape(&slow.join("; "))),
         ),
         _ => (
             verdict_status(n.verdict),

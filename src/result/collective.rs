@@ -13,6 +13,9 @@ pub struct CollectiveReport {
     pub pairs: Vec<PairRate>,
     /// Ranks slow in every pair they are in, with their hosts.
     pub stragglers: Vec<String>,
+    /// Those ranks, for the reports that mark their nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub straggler_ranks: Vec<u32>,
     /// Pairs left out of the straggler judgement, and why (both ranks on a
     /// host with more ranks than CPUs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
