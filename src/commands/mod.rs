@@ -16,6 +16,7 @@ pub mod site;
 mod slurm;
 mod token;
 mod validate;
+mod waiting;
 
 use clap::Args;
 

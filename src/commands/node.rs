@@ -69,7 +69,7 @@ pub fn agent(
     // The agent serves (node 0) and waits for its ranks: its part of the
     // rendezvous, whatever stage the ranks are in.
     crate::interrupt::enter("rendezvous");
-    let watch = super::run::Watch::new(args, plan.node_rank == 0);
+    let watch = super::waiting::Watch::new(args, plan.node_rank == 0);
     let outcome = runtime.block_on(async {
         let mut port = plan.master_port;
         let server = if plan.node_rank == 0 {

@@ -13,6 +13,7 @@ pub use args::{CollectiveMode, Format, RunArgs, Stage};
 
 pub use super::emit::Outcome;
 use super::emit::emit;
+use super::waiting::Watch;
 use super::{Failure, all_checks, facts, select};
 use crate::checklist::{self, Check, Evaluator};
 use crate::cluster::auth::Token;
@@ -440,74 +441,6 @@ fn checklist_stage(
         eprint!("\r\x1b[K");
     }
     results
-}
-
-/// What the rendezvous waits for, said while it waits: on a terminal one
-/// line rewritten twice a second, in a log one line every 10 s, nothing
-/// in a phase shorter than that (human output only, not with -q).
-pub(super) struct Watch {
-    pub(super) sender: cluster::Waiting,
-    receiver: Option<tokio::sync::watch::Receiver<String>>,
-    terminal: bool,
-}
-
-impl Watch {
-    pub(super) fn new(args: &RunArgs, meets_others: bool) -> Watch {
-        if !meets_others || args.format != Format::Human || args.display.quiet {
-            return Watch {
-                sender: None,
-                receiver: None,
-                terminal: false,
-            };
-        }
-        let (tx, rx) = tokio::sync::watch::channel(String::new());
-        Watch {
-            sender: Some(tx),
-            receiver: Some(rx),
-            terminal: std::io::stderr().is_terminal(),
-        }
-    }
-
-    /// Runs until dropped: the caller selects it beside the stage.
-    pub(super) async fn show(&self, deadline: tokio::time::Instant) {
-        let Some(rx) = &self.receiver else {
-            return std::future::pending().await;
-        };
-        let every = if self.terminal {
-            Duration::from_millis(500)
-        } else {
-            Duration::from_secs(10)
-        };
-        let first = if self.terminal {
-            Duration::from_secs(1)
-        } else {
-            every
-        };
-        tokio::time::sleep(first).await;
-        loop {
-            let text = rx.borrow().clone();
-            if !text.is_empty() {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                let line = format!(
-                    "waiting: {text}; {} left",
-                    crate::values::format_duration(left)
-                );
-                if self.terminal {
-                    let cut: String = line.chars().take(150).collect();
-                    eprint!("\r\x1b[K{cut}");
-                } else {
-                    eprintln!("preflight: {line}");
-                }
-            }
-            tokio::time::sleep(every).await;
-        }
-    }
-
-    pub(super) fn done(&self) {
-        if self.terminal && self.receiver.is_some() {
-            eprint!("\r\x1b[K");
-        }
-    }
 }
 
 /// Check-in, barrier and verdict; the connection to rank 0 comes back when
