@@ -50,6 +50,11 @@ fn ok(program: &str, args: &[&str]) -> String {
 /// by tools/package.sh into a directory of their own; `None` (after the
 /// skip rule) where the binary or the packaging tools are missing.
 fn packages(version: &str) -> Option<(PathBuf, PathBuf)> {
+    packages_with(version, None)
+}
+
+/// `packages`, shipping `settings` instead of contrib/slurm/settings.yaml.
+fn packages_with(version: &str, settings: Option<&Path>) -> Option<(PathBuf, PathBuf)> {
     let bin = root("dist/preflight");
     if !bin.exists() {
         common::skip_unless_required(
@@ -69,13 +74,16 @@ fn packages(version: &str) -> Option<(PathBuf, PathBuf)> {
     ));
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
-    let built = Command::new("bash")
+    let mut package = Command::new("bash");
+    package
         .arg(root("tools/package.sh"))
         .env("BIN", &bin)
         .env("OUT", &out)
-        .env("VERSION", version)
-        .output()
-        .unwrap();
+        .env("VERSION", version);
+    if let Some(settings) = settings {
+        package.env("SETTINGS", settings);
+    }
+    let built = package.output().unwrap();
     assert!(
         built.status.success(),
         "tools/package.sh: {}",
@@ -152,7 +160,15 @@ fn the_deb_installs_upgrades_keeps_the_edited_settings_and_purges() {
         return;
     }
     let Some((deb, _)) = current() else { return };
-    let Some((newer, _)) = packages(&format!("{}.1", env!("CARGO_PKG_VERSION"))) else {
+    // The newer build ships changed settings: the operator's edit must
+    // still win, the new file set beside it.
+    let changed = tempfile::NamedTempFile::new().unwrap();
+    let contrib = std::fs::read_to_string(root("contrib/slurm/settings.yaml")).unwrap();
+    std::fs::write(changed.path(), format!("{contrib}# a newer default\n")).unwrap();
+    let Some((newer, _)) = packages_with(
+        &format!("{}.1", env!("CARGO_PKG_VERSION")),
+        Some(changed.path()),
+    ) else {
         return;
     };
     let _purge = Purge;
@@ -165,11 +181,23 @@ fn the_deb_installs_upgrades_keeps_the_edited_settings_and_purges() {
         format!("preflight {}", env!("CARGO_PKG_VERSION"))
     );
     // What lands where.
+    // Every setting at its default, commented out: the file pins nothing.
     let settings = std::fs::read_to_string("/etc/preflight/settings.yaml").unwrap();
-    assert_eq!(
-        settings,
-        std::fs::read_to_string(root("contrib/slurm/settings.yaml")).unwrap()
-    );
+    for line in settings.lines() {
+        assert!(
+            line.trim().is_empty() || line.trim_start().starts_with('#'),
+            "{line}"
+        );
+    }
+    for line in contrib
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+    {
+        assert!(
+            settings.contains(&format!("# {line}")),
+            "{line} is not in the installed settings"
+        );
+    }
     assert_eq!(
         std::fs::read_dir("/etc/preflight/checks.d")
             .unwrap()
@@ -219,7 +247,11 @@ fn the_deb_installs_upgrades_keeps_the_edited_settings_and_purges() {
     // The shipped settings and the empty checks.d are a valid site.
     ok("/usr/bin/preflight", &["validate", "--site"]);
     // The units as systemd reads them, and the timer left disabled.
-    if have("systemd-analyze") {
+    if !have("systemd-analyze") || !have("systemctl") {
+        common::skip_unless_required(
+            "systemd-analyze and systemctl (apt: systemd) are not installed",
+        );
+    } else {
         let verify = run(
             "systemd-analyze",
             &[
@@ -237,7 +269,7 @@ fn the_deb_installs_upgrades_keeps_the_edited_settings_and_purges() {
 
     // The operator edits the settings and enables the timer (the README's
     // one command; without a running systemd, systemctl only links it).
-    let edited = settings.replace("incomplete: ignore", "incomplete: drain");
+    let edited = settings.replacen("# incomplete: ignore ", "incomplete: drain ", 1);
     assert_ne!(edited, settings);
     std::fs::write("/etc/preflight/settings.yaml", &edited).unwrap();
     let enabled = have("systemctl");
@@ -249,8 +281,19 @@ fn the_deb_installs_upgrades_keeps_the_edited_settings_and_purges() {
         );
     }
 
-    // An upgrade to a newer build keeps the edit, without asking.
-    ok("dpkg", &["--install", newer.to_str().unwrap()]);
+    // An upgrade to a newer build keeps the edit; the new file lands
+    // beside it (what `apt` does with --force-confold, without asking).
+    ok(
+        "dpkg",
+        &[
+            "--force-confdef",
+            "--force-confold",
+            "--install",
+            newer.to_str().unwrap(),
+        ],
+    );
+    let dist = std::fs::read_to_string("/etc/preflight/settings.yaml.dpkg-dist").unwrap();
+    assert!(dist.ends_with("# a newer default\n"), "{dist}");
     assert_eq!(
         ok("dpkg-query", &["-W", "-f=${Version}", "preflight"]),
         format!("{}.1", env!("CARGO_PKG_VERSION"))
@@ -300,6 +343,7 @@ fn lintian_finds_no_error_or_warning_in_the_deb() {
         "lintian",
         &[
             "--pedantic",
+            "-I",
             "--show-overrides",
             "--allow-root",
             deb.to_str().unwrap(),
@@ -384,6 +428,30 @@ fn the_rpm_holds_what_the_deb_holds_at_red_hats_paths() {
         "{modes:?}"
     );
     assert!(modes["/usr/bin/preflight"].starts_with("-rwxr-xr-x"));
+    // The description whole, as the .deb has it (an rpm macro would end
+    // it at its first line).
+    let long = ok("dpkg-deb", &["-f", deb.to_str().unwrap(), "Description"]);
+    let deb_text: Vec<String> = long
+        .lines()
+        .skip(1)
+        .map(|l| l.trim().trim_start_matches('.').to_string())
+        .collect();
+    let rpm_text: Vec<String> = query("%{DESCRIPTION}")
+        .lines()
+        .map(|l| l.trim().to_string())
+        .collect();
+    assert_eq!(rpm_text, deb_text);
+    // The directories the package brings are its own: an erase removes them.
+    for dir in [
+        "/usr/share/doc/preflight",
+        "/usr/share/licenses/preflight",
+        "/usr/share/preflight",
+    ] {
+        assert!(
+            modes.get(dir).is_some_and(|m| m.starts_with('d')),
+            "{dir} not owned: {modes:?}"
+        );
+    }
     // Metadata: Cargo.toml's version and licence.
     assert_eq!(
         query("%{NAME} %{VERSION} %{ARCH} %{LICENSE}"),
@@ -480,6 +548,21 @@ fn every_command_has_a_man_page_that_renders_without_warnings() {
     if !have("man") || !have("groff") {
         common::skip_unless_required("man and groff are not installed (.ci/install)");
     }
+    // The commands whose exit code is a verdict say what each code means.
+    for name in [
+        "preflight",
+        "preflight-run",
+        "preflight-check",
+        "preflight-bench",
+        "preflight-slurm-healthcheck",
+    ] {
+        let page = std::fs::read_to_string(dir.path().join(format!("{name}.1"))).unwrap();
+        assert!(
+            page.contains(".SH EXIT STATUS\n.TP\n\\fB0\\fR"),
+            "{name}.1 has no EXIT STATUS"
+        );
+        assert!(!page.contains(".SH EXTRA"), "{name}.1");
+    }
     // Each command's page lists its flags.
     for (name, flags) in &tree {
         let page = std::fs::read_to_string(dir.path().join(format!("{name}.1"))).unwrap();
@@ -563,17 +646,34 @@ fn the_completions_name_every_command_and_flag_and_their_shells_read_them() {
     assert!(subcommands.lines().any(|w| w == "check"), "{subcommands}");
     let flags = ask("preflight check --json");
     assert!(flags.lines().any(|w| w == "--json-report"), "{flags}");
+    // Only what the command takes: `check` refuses the cluster flags.
+    let every = ask("preflight check --");
+    for refused in ["--nnodes", "--master-addr", "--collective", "--nccl-lib"] {
+        assert!(
+            !every.lines().any(|w| w == refused),
+            "{refused} offered: {every}"
+        );
+    }
+    let bench = ask("preflight bench --");
+    assert!(bench.lines().any(|w| w == "--nnodes"), "{bench}");
+    assert!(!bench.lines().any(|w| w == "--checks"), "{bench}");
     let shells = ask("preflight completions f");
     assert!(shells.lines().any(|w| w == "fish"), "{shells}");
 }
 
 /// preflight-check.service as the test reads it: its environment, its
 /// command line, and the restrictions it asks systemd for.
+#[derive(Clone)]
 struct Unit {
     env: BTreeMap<String, String>,
     exec: String,
-    read_write: Vec<String>,
+    /// ReadWritePaths (a leading `-`: may be missing) and StateDirectory's
+    /// /var/lib/NAME: where the unit may write.
+    writable: Vec<String>,
     capabilities: Vec<String>,
+    /// ProtectKernelTunables / ProtectControlGroups: /proc/sys and /sys
+    /// read-only.
+    kernel_read_only: bool,
 }
 
 fn unit() -> Unit {
@@ -581,8 +681,9 @@ fn unit() -> Unit {
     let mut unit = Unit {
         env: BTreeMap::new(),
         exec: String::new(),
-        read_write: Vec::new(),
+        writable: Vec::new(),
         capabilities: Vec::new(),
+        kernel_read_only: false,
     };
     let mut section = "";
     for line in text.lines().map(str::trim) {
@@ -603,14 +704,19 @@ fn unit() -> Unit {
                 unit.env.insert(k.into(), v.into());
             }
             ("ExecStart", v) => unit.exec = v.into(),
-            ("ReadWritePaths", v) => {
-                unit.read_write = v.split_whitespace().map(Into::into).collect()
-            }
+            ("ReadWritePaths", v) => unit.writable.extend(
+                v.split_whitespace()
+                    .map(|p| p.trim_start_matches('-').to_string()),
+            ),
+            ("StateDirectory", v) => unit.writable.push(format!("/var/lib/{v}")),
             ("CapabilityBoundingSet", v) => {
                 unit.capabilities = v
                     .split_whitespace()
                     .map(|c| c.trim_start_matches("CAP_").to_lowercase())
                     .collect()
+            }
+            ("ProtectKernelTunables", "yes") | ("ProtectControlGroups", "yes") => {
+                unit.kernel_read_only = true
             }
             // What the sandbox below reproduces as systemd would.
             ("ProtectSystem", "strict")
@@ -646,12 +752,19 @@ fn expand(exec: &str, env: &BTreeMap<String, String>) -> Vec<String> {
     argv
 }
 
+/// systemd's default PATH for a system service.
+const SYSTEMD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// Runs `argv` as systemd would run the unit, with util-linux's tools
-/// (this machine runs no systemd): a mount namespace where every mount but
-/// /dev, /proc, /sys and the ReadWritePaths is read-only (ProtectSystem=
-/// strict, ProtectHome=read-only), a fresh /tmp and /var/tmp (PrivateTmp),
-/// then setpriv for NoNewPrivileges and the capability bounding set.
-fn sandboxed(unit: &Unit, argv: &[String]) -> Output {
+/// (this machine runs no systemd: PID 1 is no systemd, so systemd-run
+/// cannot start a unit): a clean environment (systemd's PATH and the
+/// unit's variables) from `/`, in a mount namespace where every mount but
+/// /dev, /proc, /sys and `writable` is read-only (ProtectSystem=strict,
+/// ProtectHome=read-only), /proc/sys and /sys read-only too
+/// (ProtectKernelTunables, ProtectControlGroups), /tmp and /var/tmp fresh
+/// directories of the host's /tmp file system (PrivateTmp), then setpriv
+/// for NoNewPrivileges and the capability bounding set.
+fn sandboxed(unit: &Unit, writable: &[String], private: (&Path, &Path), argv: &[String]) -> Output {
     let caps: Vec<String> = unit.capabilities.iter().map(|c| format!("+{c}")).collect();
     let script = r#"
 set -eu
@@ -663,8 +776,15 @@ awk '{print $5}' /proc/self/mountinfo | sort -u | while read -r m; do
     for p in $READ_WRITE; do case "$m" in "$p"|"$p"/*) keep=1 ;; esac; done
     [ -n "$keep" ] || mount -o remount,bind,ro "$m"
 done
-mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /var/tmp
+if [ "$KERNEL_RO" = 1 ]; then
+    mount --bind /proc/sys /proc/sys
+    mount -o remount,bind,ro /proc/sys
+    awk '{print $5}' /proc/self/mountinfo | sort -u | while read -r m; do
+        case "$m" in /sys|/sys/*) mount -o remount,bind,ro "$m" ;; esac
+    done
+fi
+mount --bind "$PRIVATE_VAR_TMP" /var/tmp
+mount --bind "$PRIVATE_TMP" /tmp
 exec setpriv --no-new-privs --inh-caps=-all --bounding-set="-all,$CAPS" -- "$@"
 "#;
     Command::new("unshare")
@@ -679,8 +799,15 @@ exec setpriv --no-new-privs --inh-caps=-all --bounding-set="-all,$CAPS" -- "$@"
             "sandbox",
         ])
         .args(argv)
-        .env("READ_WRITE", unit.read_write.join(" "))
+        .env_clear()
+        .env("PATH", SYSTEMD_PATH)
+        .envs(&unit.env)
+        .env("READ_WRITE", writable.join(" "))
+        .env("KERNEL_RO", if unit.kernel_read_only { "1" } else { "0" })
+        .env("PRIVATE_TMP", private.0)
+        .env("PRIVATE_VAR_TMP", private.1)
         .env("CAPS", caps.join(","))
+        .current_dir("/")
         .stdin(Stdio::null())
         .output()
         .unwrap()
@@ -706,44 +833,163 @@ fn statuses(prom: &Path) -> BTreeMap<String, String> {
     out
 }
 
+/// A port held by `nobody`, until dropped.
+struct Held(std::process::Child);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn hold_as_nobody(port: u16) -> Held {
+    let child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--", "/usr/bin/python3", "-c"])
+        .current_dir("/")
+        .arg(format!(
+            "import socket,sys,time\ns=socket.socket()\ns.bind(('127.0.0.1',{port}))\ns.listen()\nprint('up',flush=True)\ntime.sleep(120)"
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut held = Held(child);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(held.0.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "up");
+    held
+}
+
 #[test]
 fn the_periodic_check_gives_the_same_verdict_under_its_units_restrictions() {
-    if !nix::unistd::geteuid().is_root() || !have("unshare") || !have("setpriv") {
-        common::skip_unless_required("the unit's sandbox needs root, unshare and setpriv");
+    if !nix::unistd::geteuid().is_root()
+        || !have("unshare")
+        || !have("setpriv")
+        || !Path::new("/usr/bin/python3").exists()
+    {
+        common::skip_unless_required("the unit's sandbox needs root, unshare, setpriv and python3");
         return;
     }
     let unit = unit();
-    assert!(
-        unit.read_write.iter().any(|p| p == "/var/lib"),
-        "{:?}",
-        unit.read_write
-    );
-    // Directories the sandbox leaves writable (the textfile directory's
-    // place) and readable (checks.d): under /var/lib, as the unit's are.
+    // Everything the run reads or writes lives outside /tmp, which the
+    // unit hides (a checkout under /tmp included): under /var/lib, in a
+    // directory of the test's own.
     let base = tempfile::Builder::new()
         .prefix("preflight-unit-test.")
         .tempdir_in("/var/lib")
         .unwrap();
+    std::fs::set_permissions(
+        base.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let bin = base.path().join("preflight");
+    std::fs::copy(common::BIN, &bin).unwrap();
+    // The unit's writable places, each mapped to one of the test's.
+    let mut writable = Vec::new();
+    let mut map: Vec<(String, String)> = Vec::new();
+    for (i, path) in unit.writable.iter().enumerate() {
+        let mine = base.path().join(format!("rw{i}"));
+        std::fs::create_dir(&mine).unwrap();
+        map.push((path.clone(), mine.display().to_string()));
+        writable.push(mine.display().to_string());
+    }
+    let textfile_of_unit = unit.env["PREFLIGHT_TEXTFILE_DIR"].clone();
+    assert!(
+        unit.writable.contains(&textfile_of_unit),
+        "the textfile directory is not writable under the unit: {:?}",
+        unit.writable
+    );
+    // The site's checks: a file in another user's private directory (as
+    // munge's is), and a port another user holds.
     let checks = base.path().join("checks.d");
     std::fs::create_dir(&checks).unwrap();
-    let run_under = |dir: &str, sandbox: bool| -> (i32, BTreeMap<String, String>, String) {
-        let textfile = base.path().join(dir);
-        std::fs::create_dir(&textfile).unwrap();
+    let private = base.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::write(private.join("key"), "x").unwrap();
+    nix::unistd::chown(&private.join("key"), Some(65534.into()), Some(65534.into())).unwrap();
+    nix::unistd::chown(&private, Some(65534.into()), Some(65534.into())).unwrap();
+    std::fs::set_permissions(
+        &private,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let port = common::unused_port("127.0.0.1");
+    let _held = hold_as_nobody(port);
+    std::fs::write(
+        checks.join("site.yaml"),
+        format!(
+            "checks:\n  - id: site.private_file\n    kind: file\n    path: {}\n  - id: site.port\n    kind: port\n    ports: [{port}]\n    address: 127.0.0.1\n",
+            private.join("key").display()
+        ),
+    )
+    .unwrap();
+    let tmp_private = tempfile::Builder::new()
+        .prefix("preflight-private-tmp.")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let var_tmp_private = tempfile::Builder::new()
+        .prefix("preflight-private-var-tmp.")
+        .tempdir_in("/tmp")
+        .unwrap();
+
+    let run_under = |sandbox: bool| -> (i32, BTreeMap<String, String>, String, serde_json::Value) {
         let mut env = unit.env.clone();
-        env.insert(
-            "PREFLIGHT_TEXTFILE_DIR".into(),
-            textfile.display().to_string(),
-        );
+        // The JSON report too, where the unit's comment says to keep it.
+        let args = env.get_mut("PREFLIGHT_CHECK_ARGS").unwrap();
+        args.push_str(" --json-report /var/lib/preflight/periodic.json");
+        // Whole paths only, each once: a mapped path may start with
+        // another unit path's text.
+        for v in env.values_mut() {
+            *v = v
+                .split(' ')
+                .map(|word| {
+                    map.iter()
+                        .find_map(|(from, to)| {
+                            (word == from || word.starts_with(&format!("{from}/")))
+                                .then(|| format!("{to}{}", &word[from.len()..]))
+                        })
+                        .unwrap_or_else(|| word.to_string())
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+        }
+        let textfile = PathBuf::from(&env["PREFLIGHT_TEXTFILE_DIR"]);
+        let _ = std::fs::remove_file(textfile.join("preflight.prom"));
         let exec = unit
             .exec
-            .replace("/usr/bin/preflight", common::BIN)
+            .replace("/usr/bin/preflight", bin.to_str().unwrap())
             .replace("/etc/preflight/checks.d", checks.to_str().unwrap());
         let argv = expand(&exec, &env);
+        let json = PathBuf::from(
+            argv.iter()
+                .skip_while(|a| *a != "--json-report")
+                .nth(1)
+                .unwrap(),
+        );
+        let _ = std::fs::remove_file(&json);
         let out = if sandbox {
-            sandboxed(&unit, &argv)
+            let unit = Unit {
+                env: env.clone(),
+                ..unit.clone()
+            };
+            sandboxed(
+                &unit,
+                &writable,
+                (tmp_private.path(), var_tmp_private.path()),
+                &argv,
+            )
         } else {
             Command::new(&argv[0])
                 .args(&argv[1..])
+                .env_clear()
+                .env("PATH", SYSTEMD_PATH)
+                .envs(&env)
+                .current_dir("/")
                 .stdin(Stdio::null())
                 .output()
                 .unwrap()
@@ -758,17 +1004,27 @@ fn the_periodic_check_gives_the_same_verdict_under_its_units_restrictions() {
             prom.is_file(),
             "no metrics written (sandbox: {sandbox}): {said}"
         );
-        (out.status.code().unwrap_or(-1), statuses(&prom), said)
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            statuses(&prom),
+            said,
+            report,
+        )
     };
     // The sandbox is what the unit says, or this test proves nothing.
     let probe = sandboxed(
         &unit,
+        &writable,
+        (tmp_private.path(), var_tmp_private.path()),
         &[
             "sh".into(),
             "-c".into(),
             format!(
-                "! touch /usr/.preflight-probe 2>/dev/null && ! touch /root/.preflight-probe 2>/dev/null && touch {0}/w && rm {0}/w && [ -z \"$(ls -A /tmp)\" ] && grep -E '^(CapBnd|NoNewPrivs)' /proc/self/status",
-                base.path().display()
+                "! touch /usr/.preflight-probe 2>/dev/null && ! touch /root/.preflight-probe 2>/dev/null && ! touch {base}/.probe 2>/dev/null && touch {rw}/w && rm {rw}/w && [ -z \"$(ls -A /tmp)\" ] && ! sh -c 'echo 1 > /proc/sys/kernel/sysrq' 2>/dev/null && grep -E '^(CapBnd|NoNewPrivs)' /proc/self/status",
+                base = base.path().display(),
+                rw = writable[0]
             ),
         ],
     );
@@ -782,8 +1038,10 @@ fn the_periodic_check_gives_the_same_verdict_under_its_units_restrictions() {
         .capabilities
         .iter()
         .map(|c| match c.as_str() {
+            "dac_read_search" => 1u64 << 2,
             "net_admin" => 1 << 12,
             "net_raw" => 1 << 13,
+            "sys_ptrace" => 1 << 19,
             "syslog" => 1 << 34,
             other => panic!("add capability {other}'s number"),
         })
@@ -791,11 +1049,33 @@ fn the_periodic_check_gives_the_same_verdict_under_its_units_restrictions() {
     assert!(said.contains(&format!("CapBnd:\t{mask:016x}")), "{said}");
     assert!(said.contains("NoNewPrivs:\t1"), "{said}");
 
-    let (free_code, free, _) = run_under("free", false);
-    let (code, restricted, said) = run_under("restricted", true);
+    let (free_code, free, _, free_report) = run_under(false);
+    let (code, restricted, said, report) = run_under(true);
     assert!(free.len() > 10, "{free:?}");
     assert_eq!(restricted, free, "{said}");
     assert_eq!(code, free_code, "{said}");
+    // The file in another user's directory is read, and the port's holder
+    // is named, under the unit as root names them without it.
+    assert_eq!(restricted["site.private_file"], "pass", "{said}");
+    assert_eq!(restricted["site.port"], "fail", "{said}");
+    let message = |r: &serde_json::Value| {
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "site.port")
+            .unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        message(&report).contains("held by pid"),
+        "{}",
+        message(&report)
+    );
+    assert!(message(&report).contains("python3"), "{}", message(&report));
+    assert_eq!(message(&report), message(&free_report));
     // And the unit would count it as run, whatever the verdict.
     assert!([0, 1, 3].contains(&code), "{said}");
 }

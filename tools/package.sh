@@ -7,6 +7,8 @@
 #   BIN       the binary to package (default dist/preflight)
 #   OUT       where the packages go (default dist)
 #   VERSION   the package version (default Cargo.toml's)
+#   SETTINGS  the settings file to ship, commented out (default
+#             contrib/slurm/settings.yaml; the tests ship a changed one)
 #
 # The man pages and completions come from the binary itself (`preflight
 # man-pages`, `preflight completions`), so they describe the flags it has.
@@ -34,7 +36,17 @@ mkdir -p "$out"
 # The files both packages carry, at the paths they share.
 common=$work/common
 install -D -m755 "$bin" "$common/usr/bin/preflight"
-install -D -m644 contrib/slurm/settings.yaml "$common/etc/preflight/settings.yaml"
+# The settings as installed: every line commented out, so the file pins
+# no value (a later default reaches an upgraded node) and an operator
+# uncomments what to change.
+install -d -m755 "$common/etc/preflight"
+{
+    echo "# Every setting below is at its default and commented out: uncomment a line"
+    echo "# (a mode's whole block: a mode written here replaces its defaults) to change it."
+    awk '{ if ($0 ~ /^[[:space:]]*#/ || $0 ~ /^[[:space:]]*$/) print; else print "# " $0 }' \
+        "${SETTINGS:-contrib/slurm/settings.yaml}"
+} > "$common/etc/preflight/settings.yaml"
+chmod 644 "$common/etc/preflight/settings.yaml"
 install -d -m755 "$common/etc/preflight/checks.d"
 share=$common/usr/share/preflight
 install -d -m755 "$share/slurm" "$share/kubernetes" "$share/prometheus"
@@ -50,14 +62,13 @@ install -m755 contrib/slurm/sbatch-example.sh "$share/slurm/"
 install -m644 contrib/slurm/slurm.conf.fragment "$share/slurm/"
 install -m644 contrib/kubernetes/* "$share/kubernetes/"
 install -m644 contrib/prometheus/preflight-alerts.yml contrib/prometheus/preflight-alerts.test.yml "$share/prometheus/"
-# The Ansible module and playbooks, as the repository has them (no
-# byte-compiled leftovers). Not executable: Ansible reads a module and
+# The Ansible module and playbooks the repository tracks (no leftovers of
+# a run: byte code, retry files). Not executable: Ansible reads a module and
 # runs it on the managed host under that host's interpreter, so its
 # `#!/usr/bin/python` is no dependency of this package.
-(cd playbooks && find . -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0) |
-    while IFS= read -r -d '' f; do
-        install -D -m644 "playbooks/$f" "$share/ansible/$f"
-    done
+git ls-files -z playbooks | while IFS= read -r -d '' f; do
+    install -D -m644 "$f" "$share/ansible/${f#playbooks/}"
+done
 install -D -m644 contrib/systemd/preflight-check.service "$common/usr/lib/systemd/system/preflight-check.service"
 install -D -m644 contrib/systemd/preflight-check.timer "$common/usr/lib/systemd/system/preflight-check.timer"
 "$bin" man-pages "$work/man" >/dev/null
@@ -116,13 +127,17 @@ install -D -m644 "$work/_preflight" "$rpm/usr/share/zsh/site-functions/_prefligh
 install -D -m644 LICENSE "$rpm/usr/share/licenses/preflight/LICENSE"
 top=$work/rpmbuild
 mkdir -p "$top"
-description=$(tail -n +2 contrib/packaging/description.txt | sed 's/^\.$//')
+# The long description goes into the spec itself: a macro defined on the
+# command line ends at its first newline.
+spec=$work/preflight.spec
+tail -n +2 contrib/packaging/description.txt | sed 's/^\.$//' > "$work/description"
+awk -v file="$work/description" '$0 == "@DESCRIPTION@" { while ((getline line < file) > 0) print line; next } { print }' \
+    contrib/packaging/preflight.spec > "$spec"
 rpmbuild -bb --quiet \
     --define "_topdir $top" \
     --define "_rpmdir $top/RPMS" \
     --define "pf_version ${version//-/_}" \
     --define "pf_summary $summary" \
-    --define "pf_description $description" \
     --define "pf_stage $rpm" \
     ${homepage:+--define "pf_homepage $homepage"} \
     --define '__os_install_post %{nil}' \
@@ -130,7 +145,7 @@ rpmbuild -bb --quiet \
     --define 'use_source_date_epoch_as_buildtime 1' \
     --define 'clamp_mtime_to_source_date_epoch 1' \
     --target x86_64-linux \
-    contrib/packaging/preflight.spec >/dev/null
+    "$spec" >/dev/null
 rpm_file=$out/preflight-${version//-/_}-1.x86_64.rpm
 mv "$top"/RPMS/x86_64/*.rpm "$rpm_file"
 echo "$deb_file"

@@ -43,12 +43,18 @@ pub fn completions(shell: Shell, command: clap::Command) -> Result<ExitCode, Fai
     Ok(ExitCode::Ready)
 }
 
-/// `command` with its hidden subcommands left out, at every level:
-/// clap_complete offers every subcommand it is given, and clap has no way
-/// to remove one, so the tree is rebuilt from the visible ones.
+/// `command` with its hidden subcommands and flags left out, at every
+/// level: clap_complete offers everything it is given (a flag `check`
+/// refuses included), and clap has no way to remove one, so the tree is
+/// rebuilt from the visible parts.
 fn without_hidden(command: &clap::Command) -> clap::Command {
     let mut copy = clap::Command::new(command.get_name().to_string())
-        .args(command.get_arguments().cloned())
+        .args(
+            command
+                .get_arguments()
+                .filter(|a| !a.is_hide_set())
+                .cloned(),
+        )
         .subcommand_required(command.is_subcommand_required_set());
     if let Some(about) = command.get_about() {
         copy = copy.about(about.clone());

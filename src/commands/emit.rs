@@ -165,16 +165,6 @@ pub fn emit(args: &RunArgs, stage: Stage, outcome: Outcome) -> Result<ExitCode, 
         Format::Human if args.output.is_some() => plain(human(Style { color: false })),
         Format::Human => plain(human(Style::for_stdout(args.display.color))),
     };
-    if let (Some(path), false) = (&args.json_report, muted) {
-        report::write_report(&Destination::File(path.clone()), &report::json(&report)).map_err(
-            |e| {
-                Failure::Usage(format!(
-                    "cannot write the JSON report to {}: {e}",
-                    path.display()
-                ))
-            },
-        )?;
-    }
     match (&args.output, muted) {
         (_, true) => Ok(()),
         (None, false) => report::write_report(&Destination::Stdout, &text),
@@ -200,5 +190,17 @@ pub fn emit(args: &RunArgs, stage: Stage, outcome: Outcome) -> Result<ExitCode, 
         }
     }
     .map_err(|e| Failure::Usage(format!("cannot write the report: {e}")))?;
+    // After the report asked for: a JSON copy that cannot be written does
+    // not cost the metrics.
+    if let (Some(path), false) = (&args.json_report, muted) {
+        report::write_report(&Destination::File(path.clone()), &report::json(&report)).map_err(
+            |e| {
+                Failure::Usage(format!(
+                    "cannot write the JSON report to {}: {e}",
+                    path.display()
+                ))
+            },
+        )?;
+    }
     Ok(report.verdict.exit_code())
 }

@@ -196,7 +196,10 @@ fn command_pages(
     for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
         command_pages(sub, dir, written)?;
     }
-    let man = clap_mangen::Man::new(command.clone())
+    // The exit codes get a section of their own (clap_mangen would print
+    // the help's epilogue under "EXTRA").
+    let plain = command.clone().after_help(None::<&str>);
+    let man = clap_mangen::Man::new(plain)
         .date(date())
         .manual(MANUAL)
         .source(format!("preflight {}", env!("CARGO_PKG_VERSION")));
@@ -208,6 +211,9 @@ fn command_pages(
         .get_display_name()
         .unwrap_or(command.get_name())
         .to_string();
+    if let Some(codes) = exit_status(&name) {
+        page.push_str(codes);
+    }
     let mut also = vec!["\\fBpreflight\\-checklist\\fR(5)".to_string()];
     if name != "preflight" {
         also.insert(0, "\\fBpreflight\\fR(1)".to_string());
@@ -217,6 +223,17 @@ fn command_pages(
     write(&path, &page)?;
     written.push(path);
     Ok(())
+}
+
+/// The EXIT STATUS section of the commands whose code is a verdict.
+fn exit_status(page: &str) -> Option<&'static str> {
+    const VERDICT: &str = ".SH EXIT STATUS\n.TP\n\\fB0\\fR\nReady: no check failed (warnings allowed unless \\-\\-strict).\n.TP\n\\fB1\\fR\nNot ready: a check failed (or warned, under \\-\\-strict).\n.TP\n\\fB2\\fR\nBad invocation, or an invalid checklist or setting; the error names the file, line and column.\n.TP\n\\fB3\\fR\nIncomplete: nothing failed, but a required check could not be evaluated.\n";
+    const SLURM: &str = ".SH EXIT STATUS\n.TP\n\\fB0\\fR\nThe node is ready, or was left as it is.\n.TP\n\\fB1\\fR\nThe node was drained (the prolog: the job does not start here).\n.TP\n\\fB2\\fR\nBad settings, or a Slurm call that failed: a drain that did not happen never looks like one that did.\n.TP\n\\fB3\\fR\nThe health check: incomplete, with incomplete: ignore.\n";
+    match page {
+        "preflight" | "preflight-run" | "preflight-check" | "preflight-bench" => Some(VERDICT),
+        p if p.starts_with("preflight-slurm-") => Some(SLURM),
+        _ => None,
+    }
 }
 
 /// The pages' date: SOURCE_DATE_EPOCH's day where the build sets it (a
