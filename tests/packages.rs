@@ -563,6 +563,14 @@ fn every_command_has_a_man_page_that_renders_without_warnings() {
         );
         assert!(!page.contains(".SH EXTRA"), "{name}.1");
     }
+    // And no flag the command refuses: `check` meets no other rank.
+    let check = std::fs::read_to_string(dir.path().join("preflight-check.1")).unwrap();
+    for refused in ["nnodes", "master\\-addr", "collective", "nccl\\-lib"] {
+        assert!(
+            !check.contains(&format!("\\-\\-{refused}")),
+            "preflight-check.1 lists --{refused}"
+        );
+    }
     // Each command's page lists its flags.
     for (name, flags) in &tree {
         let page = std::fs::read_to_string(dir.path().join(format!("{name}.1"))).unwrap();

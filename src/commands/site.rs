@@ -254,7 +254,12 @@ impl Settings {
 /// not.
 #[cfg(feature = "fuzzing")]
 pub fn parse_settings(file: &str, text: &str) -> Result<(), String> {
-    parse(file, text).map(|_| ()).map_err(|e| e.to_string())
+    let (_, errors) = parse(file, text);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ChecklistErrors(errors).to_string())
+    }
 }
 
 /// The settings, and every error in them: what could be read is kept
