@@ -961,3 +961,95 @@ fn fuzzing_entry_points_exist_only_in_fuzz_builds() {
         }
     }
 }
+
+/// How long a source file may grow before a reader loses the thread: past
+/// it, a file holds several concerns that want modules of their own.
+const MAX_LINES: usize = 900;
+
+/// Files allowed past `MAX_LINES`, each with why (none today: the bound
+/// is kept by splitting along seams, not by adding here).
+const LONG_FILES: &[(&str, &str)] = &[];
+
+/// The source files (outside tests and fixtures) longer than `MAX_LINES`
+/// and not excused.
+fn too_long(files: &BTreeMap<String, String>) -> Vec<String> {
+    files
+        .iter()
+        .filter(|(f, _)| !f.starts_with("tests/") && !f.contains("/fixtures/"))
+        .filter(|(f, _)| !LONG_FILES.iter().any(|(long, _)| long == f))
+        .map(|(f, text)| (f, text.lines().count()))
+        .filter(|(_, n)| *n > MAX_LINES)
+        .map(|(f, n)| format!("{f}: {n} lines (at most {MAX_LINES}: split it along its seams)"))
+        .collect()
+}
+
+#[test]
+fn no_source_file_outgrows_a_reader() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = BTreeMap::new();
+    read_tree(&root.join("src"), &mut files);
+    for dir in std::fs::read_dir(root.join("crates")).expect("crates/") {
+        let src = dir.expect("entry").path().join("src");
+        if src.is_dir() {
+            read_tree(&src, &mut files);
+        }
+    }
+    assert!(
+        files.keys().any(|f| f.starts_with("crates/nccl-sys/src/")),
+        "{:?}",
+        files.keys().collect::<Vec<_>>()
+    );
+    let long = too_long(&files);
+    assert!(long.is_empty(), "\n{}", long.join("\n"));
+    let mut grown = tree(&[("src/big.rs", "fn x() {}\n")]);
+    grown.insert("src/grown.rs".into(), "//\n".repeat(MAX_LINES + 1));
+    grown.insert("tests/long.rs".into(), "//\n".repeat(MAX_LINES + 1));
+    assert_eq!(too_long(&grown).len(), 1, "{:?}", too_long(&grown));
+}
+
+/// What in a file's code (comments, strings and its unit tests left out)
+/// reads a finding's wording: a `message` field, or text searched.
+fn reads_message_text(source: &str) -> Vec<usize> {
+    let code = strip(source);
+    let end = code.find("#[cfg(test)]").unwrap_or(code.len());
+    let code = &code[..end];
+    let words = [
+        "message",
+        "match_indices",
+        "contains(\"",
+        "starts_with(",
+        "ends_with(",
+        "find(\"",
+        "split(",
+    ];
+    code.lines()
+        .enumerate()
+        .filter(|(_, line)| words.iter().any(|w| line.contains(w)))
+        .map(|(n, _)| n + 1)
+        .collect()
+}
+
+/// Causes are decided on what findings say they are about, never on their
+/// words: the rules live in `result/cause.rs` alone, which reads no text,
+/// and nothing else sets `caused_by`.
+#[test]
+fn no_cause_rule_matches_on_message_text() {
+    let mut files = BTreeMap::new();
+    read_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let rules = "src/result/cause.rs";
+    let lines = reads_message_text(&files[rules]);
+    assert!(lines.is_empty(), "{rules} reads text at lines {lines:?}");
+    for (f, text) in files.iter().filter(|(f, _)| *f != rules) {
+        let code = strip(text);
+        for (n, line) in code.lines().enumerate() {
+            let sets = line.contains("caused_by =") || line.contains("caused_by_mut()");
+            assert!(!sets, "{f}:{}: a cause is set outside {rules}", n + 1);
+        }
+    }
+    // The check sees a rule that reads text.
+    let reading = "fn rule(c: &C) -> bool {\n    c.message.contains(\"held by pid\")\n}\n#[cfg(test)]\nmod tests { fn t(m: &str) { m.split(' '); } }\n";
+    assert_eq!(reads_message_text(reading), [2]);
+}

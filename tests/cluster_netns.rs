@@ -394,6 +394,43 @@ fn a_hostname_resolving_to_127_0_1_1_is_named() {
         hint.ends_with("(here: GLOO_SOCKET_IFNAME=eth0 and NCCL_SOCKET_IFNAME=eth0 on h1)."),
         "{hint}"
     );
+    // One cause: on h1, whose own check found the name on loopback, the
+    // check across nodes follows from it; on h0 it is h1's problem, not
+    // a consequence of anything h0 found.
+    let network = format!("{}/checks/network.yaml", env!("CARGO_MANIFEST_DIR"));
+    let mut args = run_args("15s");
+    args.extend(
+        [
+            "--checks",
+            &network,
+            "--only",
+            "net.hostname",
+            "--only",
+            "cluster",
+        ]
+        .map(String::from),
+    );
+    let n = job.cluster.hosts.len() as u32;
+    let out: Vec<Outcome> = (0..n)
+        .map(|h| {
+            let mut env = launcher_env(&job.cluster, h, n);
+            env.retain(|(name, _)| name != "GLOO_SOCKET_IFNAME");
+            on_host(&job.cluster, &job.files, h as usize, &args, &pairs(&env))
+        })
+        .collect::<Vec<Proc>>()
+        .into_iter()
+        .map(|p| p.finish(MARGIN))
+        .collect();
+    let caused_by = |o: &Outcome, id: &str| {
+        o.json()["checks"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["id"] == id).cloned())
+            .unwrap_or_else(|| panic!("no {id}"))["caused_by"]
+            .clone()
+    };
+    assert_eq!(out[1].status("net.hostname"), "fail");
+    assert_eq!(caused_by(&out[1], "cluster.addresses"), "net.hostname");
+    assert!(caused_by(&out[0], "cluster.addresses").is_null());
 }
 
 #[test]

@@ -113,6 +113,7 @@ pub fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Fac
             .filter(|h| !h.is_empty()),
         Status::Pass | Status::Skip => None,
     };
+    let about = finding.about();
     CheckResult {
         id: check.id.clone(),
         kind: check.kind.name.to_string(),
@@ -127,6 +128,7 @@ pub fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Fac
         duration,
         source: check.source.clone(),
         caused_by: None,
+        about,
         threshold: finding.extra.and_then(|e| e.threshold),
     }
 }

@@ -452,6 +452,9 @@ pub fn result(b: &Barrier, world_size: u32, window: &str) -> CheckResult {
         message,
         hint,
     );
+    if !b.world_size_mismatch.is_empty() {
+        r.about.variables.push("WORLD_SIZE".into());
+    }
     r.measured = Some(format!(
         "{} of {world_size} checked in",
         (world_size as usize)

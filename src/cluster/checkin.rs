@@ -51,6 +51,10 @@ const NAME: usize = 256;
 const TEXT: usize = 512;
 const ITEMS: usize = 64;
 const KIND: usize = 32;
+/// What the failed checks are about (`About`), all together: an honest
+/// one names a variable, a pid or a host name or two, and few fail.
+const ABOUT: usize = 32;
+const ABOUT_NAME: usize = 64;
 /// Node names in a nodelist: the largest worlds this tool is built for.
 const NODES: usize = 100_000;
 
@@ -120,6 +124,7 @@ impl CheckIn {
         }
         let extra = self.failed.len().saturating_sub(ITEMS);
         self.failed.truncate(ITEMS);
+        let mut about_left = ABOUT;
         for f in &mut self.failed {
             cut(&mut f.id, NAME);
             cut(&mut f.area, NAME);
@@ -128,6 +133,20 @@ impl CheckIn {
             cut(&mut f.message, TEXT);
             if let Some(h) = &mut f.hint {
                 cut(h, TEXT);
+            }
+            let about = &mut f.about;
+            about.holders.truncate(about_left);
+            about_left -= about.holders.len();
+            for list in [
+                &mut about.variables,
+                &mut about.restates,
+                &mut about.loopback_hostnames,
+            ] {
+                list.truncate(about_left);
+                about_left -= list.len();
+                for item in list.iter_mut() {
+                    cut(item, ABOUT_NAME);
+                }
             }
         }
         if extra > 0 {
@@ -138,6 +157,7 @@ impl CheckIn {
                 hint: None,
                 area: String::new(),
                 kind: String::new(),
+                about: Default::default(),
             });
         }
         cut_map(&mut self.versions);
@@ -161,6 +181,7 @@ pub fn failed_checks(results: &[CheckResult]) -> Vec<FailedCheck> {
             hint: r.hint.clone(),
             area: r.area.clone(),
             kind: r.kind.clone(),
+            about: r.about.clone(),
         })
         .collect()
 }
@@ -387,6 +408,12 @@ mod tests {
                 hint: Some("x".repeat(5_000)),
                 area: "a".repeat(5_000),
                 kind: "k".repeat(5_000),
+                about: crate::result::About {
+                    variables: vec!["V".repeat(5_000); 1000],
+                    holders: vec![7; 100_000],
+                    restates: vec!["r".repeat(5_000); 1000],
+                    loopback_hostnames: vec!["h".repeat(5_000); 1000],
+                },
             })
             .collect();
         c.devices.models = vec!["m".repeat(1000); 1000];
@@ -400,6 +427,16 @@ mod tests {
         assert_eq!(b.env["..."], "936 more not listed");
         assert_eq!(b.failed.len(), ITEMS + 1);
         assert_eq!(b.failed[ITEMS].message, "436 more failed checks not listed");
+        let about: usize = b
+            .failed
+            .iter()
+            .map(|f| {
+                let a = &f.about;
+                a.holders.len() + a.variables.len() + a.restates.len() + a.loopback_hostnames.len()
+            })
+            .sum();
+        assert_eq!(about, ABOUT);
+        assert!(b.failed[0].about.variables[0].len() < ABOUT_NAME + 30);
         assert_eq!(b.devices.models.len(), ITEMS);
         let size = serde_json::to_vec(&b).unwrap().len();
         assert!(size < 160_000, "{size} bytes");

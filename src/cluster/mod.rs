@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use crate::checklist::Check;
 use crate::facts::Facts;
 use crate::result::cluster::ClusterReport;
-use crate::result::{CheckResult, Status, Verdict};
+use crate::result::{About, CheckResult, Status, Verdict};
 use auth::Token;
 use identity::Identity;
 
@@ -99,7 +99,14 @@ const RENDEZVOUS_HINT: &str = "Compare MASTER_ADDR and MASTER_PORT on every rank
 
 /// The verdict of a rank that could not take part: it names why.
 pub fn failure(world_size: u32, master: String, token: &Token, message: String) -> ClusterReport {
-    failure_with_hint(world_size, master, token, message, RENDEZVOUS_HINT)
+    failure_with_hint(
+        world_size,
+        master,
+        token,
+        message,
+        RENDEZVOUS_HINT,
+        About::default(),
+    )
 }
 
 /// The results this stage prints that no checklist defines.
@@ -135,6 +142,7 @@ fn failure_with_hint(
     token: &Token,
     message: String,
     hint: &str,
+    about: About,
 ) -> ClusterReport {
     let check = CheckResult::built_in(
         "cluster.rendezvous",
@@ -143,7 +151,8 @@ fn failure_with_hint(
         Status::Fail,
         message,
         Some(hint.into()),
-    );
+    )
+    .about(about);
     ClusterReport {
         verdict: Verdict::NotReady,
         exit_code: Verdict::NotReady.exit_code().code(),
@@ -282,8 +291,11 @@ pub async fn start_server(id: &Identity, input: ServerInput<'_>) -> Server {
             Ok(Some(spawn_server(input, serving, listener)))
         }
         Err(e) => {
-            let (mut why, hint) =
-                bind_failure(&id.master_addr, id.master_port, &e, &token, input.facts).await;
+            let BindFailure {
+                mut why,
+                hint,
+                held_by,
+            } = bind_failure(&id.master_addr, id.master_port, &e, &token, input.facts).await;
             if let Some(range) = id
                 .master_ports
                 .filter(|_| e.kind() == std::io::ErrorKind::AddrInUse)
@@ -302,6 +314,10 @@ pub async fn start_server(id: &Identity, input: ServerInput<'_>) -> Server {
                 &token,
                 why,
                 &hint,
+                About {
+                    holders: held_by,
+                    ..About::default()
+                },
             )))
         }
     }
@@ -398,9 +414,20 @@ pub async fn start_node_server(
             Ok((spawn_server(input, serving, listener), port))
         }
         Err(e) => {
-            let (why, hint) = bind_failure(&plan.master_addr, port, &e, token, input.facts).await;
+            let failed = bind_failure(&plan.master_addr, port, &e, token, input.facts).await;
             let master = master_label(&plan.master_addr, port);
-            Err(failure_with_hint(world_size, master, token, why, &hint))
+            let about = About {
+                holders: failed.held_by,
+                ..About::default()
+            };
+            Err(failure_with_hint(
+                world_size,
+                master,
+                token,
+                failed.why,
+                &failed.hint,
+                about,
+            ))
         }
     }
 }
@@ -488,7 +515,14 @@ pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport
             id.world_size - 1
         );
         return (
-            failure_with_hint(id.world_size, master, &token, message, &hint),
+            failure_with_hint(
+                id.world_size,
+                master,
+                &token,
+                message,
+                &hint,
+                About::default(),
+            ),
             None,
         );
     }
@@ -803,13 +837,20 @@ impl Drop for AbortOnDrop {
 
 /// Why rank 0 cannot serve on the port: another job's preflight there is
 /// named as such (we ask it, with our token, and it says the tokens differ).
+/// Why rank 0 could not listen, what to do, and who holds the port.
+pub struct BindFailure {
+    pub why: String,
+    pub hint: String,
+    pub held_by: Vec<u32>,
+}
+
 pub async fn bind_failure(
     host: &str,
     port: u16,
     error: &std::io::Error,
     token: &Token,
     facts: &Facts,
-) -> (String, String) {
+) -> BindFailure {
     let cannot_bind = format!(
         "Rank 0 must be able to listen on MASTER_PORT {port}: stop what holds it, or choose another MASTER_PORT for this job, the same on every node."
     );
@@ -831,7 +872,11 @@ pub async fn bind_failure(
             ),
             Ok(Ok(_)) => cannot_bind,
         };
-        return (format!("rank 0 cannot listen on {label}: {error}"), hint);
+        return BindFailure {
+            why: format!("rank 0 cannot listen on {label}: {error}"),
+            hint,
+            held_by: Vec::new(),
+        };
     }
     let probe = async {
         let mut s = tokio::net::TcpStream::connect((host, port)).await.ok()?;
@@ -850,23 +895,28 @@ pub async fn bind_failure(
             Ok(found) if !found.is_empty() => {
                 let who: Vec<String> = found.iter().map(|h| h.describe()).collect();
                 let kill: Vec<String> = found.iter().map(|h| h.pid.to_string()).collect();
-                return (
-                    format!(
+                return BindFailure {
+                    why: format!(
                         "port {port} on {host} is in use by another program: held by {}",
                         who.join(", ")
                     ),
-                    format!(
+                    hint: format!(
                         "Stop what holds MASTER_PORT {port} on rank 0's host (`kill {}`), or choose another MASTER_PORT for this job, the same on every node.",
                         kill.join(" ")
                     ),
-                );
+                    held_by: found.iter().map(|h| h.pid).collect(),
+                };
             }
             _ => format!(
                 "port {port} on {host} is in use by another program (`ss -ltnp 'sport = :{port}'` names it)"
             ),
         },
     };
-    (message, cannot_bind)
+    BindFailure {
+        why: message,
+        hint: cannot_bind,
+        held_by: Vec::new(),
+    }
 }
 
 /// A one-node job picks its own port. The kernel's choice would come from

@@ -122,6 +122,7 @@ pub fn assemble(
                 notes,
                 log,
                 ended: None,
+                about_variables: Vec::new(),
                 verdict: "skip".into(),
             });
             continue;
@@ -133,8 +134,19 @@ pub fn assemble(
             .filter(|(_, b)| b.init_error.is_some() && !b.out_of_time)
             .copied()
             .collect();
+        let mut about_variables: Vec<String> = Vec::new();
         if !init_failed.is_empty() {
             ended = Some(init_failure(&init_failed, &missing, world, &host));
+            // A peer's word: a few short names at most.
+            for name in init_failed
+                .iter()
+                .flat_map(|(_, b)| b.init_about.iter().take(4))
+            {
+                if name.len() <= 64 && !about_variables.contains(name) && about_variables.len() < 4
+                {
+                    about_variables.push(name.clone());
+                }
+            }
         }
         let failures: Vec<(u32, &Failure)> = per
             .iter()
@@ -237,6 +249,7 @@ pub fn assemble(
             notes,
             log,
             ended,
+            about_variables,
             verdict: verdict.into(),
         });
     }

@@ -87,7 +87,11 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
                 Some(failed_hint(&b.name)),
             ),
         };
-        out.push(synthetic(&id, status, message, hint));
+        let about = crate::result::About {
+            variables: b.about_variables.clone(),
+            ..Default::default()
+        };
+        out.push(synthetic(&id, status, message, hint).about(about));
     }
     if !r.stragglers.is_empty() {
         out.push(synthetic(

@@ -40,6 +40,10 @@ pub struct RankBackend {
     pub env_set: Vec<String>,
     pub init_ms: Option<u64>,
     pub init_error: Option<String>,
+    /// The job's variables the init failure is about (GLOO_SOCKET_IFNAME
+    /// naming no interface), for the cause rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub init_about: Vec<String>,
     /// Init was still waiting at its deadline: the rank waited on others,
     /// it did not fail by itself.
     #[serde(default)]
@@ -73,6 +77,7 @@ impl RankBackend {
             env_set: Vec::new(),
             init_ms: None,
             init_error: None,
+            init_about: Vec::new(),
             init_stalled: false,
             verified: Vec::new(),
             rows: Vec::new(),

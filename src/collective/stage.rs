@@ -52,8 +52,12 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         if let Some(avail) = super::builtin(name) {
             let mut rb = RankBackend::new(name, avail.available, avail.reason);
             let t = Instant::now();
+            let ip = tcp::listen_ip(info.gloo_ifname.as_deref(), &info.route_ip);
+            if ip.is_err() {
+                rb.init_about.push(tcp::IFNAME_VAR.into());
+            }
             let init = async {
-                let ip = tcp::listen_ip(info.gloo_ifname.as_deref(), &info.route_ip)?;
+                let ip = ip?;
                 let same_host = tcp::same_host_mode(info.same_host.as_deref())?;
                 let deadline = cfg.deadline(cfg.step_timeout * 2);
                 Tcp::init(

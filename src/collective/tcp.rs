@@ -40,7 +40,7 @@ mod transport;
 use transport::{Reader, Writer};
 
 pub use algorithms::reduce;
-pub use setup::listen_ip;
+pub use setup::{IFNAME_VAR, listen_ip};
 
 /// Receive granularity: a chunk is reduced while the next is in flight.
 const CHUNK: usize = 512 << 10;

@@ -225,6 +225,7 @@ impl ClusterProbe for EnvSame {
         names.sort();
         names.dedup();
         let mut differences = Vec::new();
+        let mut differing: Vec<&str> = Vec::new();
         let mut odd = Vec::new();
         for name in &names {
             let g = groups(view.nodes, |n| {
@@ -234,6 +235,7 @@ impl ClusterProbe for EnvSame {
                     .unwrap_or_else(|| format!("{name} unset"))
             });
             if g.len() > 1 {
+                differing.push(name.as_str());
                 differences.push(describe(name, &g));
                 odd.extend(odd_ones(&g));
             }
@@ -248,6 +250,7 @@ impl ClusterProbe for EnvSame {
             Finding::fail(listed(&differences, "; ", LISTED))
                 .measured(format!("{} variables differ", differences.len()))
                 .blame(distinct(odd))
+                .about_variables(differing)
         }
     }
 }
@@ -391,6 +394,7 @@ impl ClusterProbe for NodeChecks {
         let mut at_fault = Vec::new();
         // Only the job's own settings failed: fix the job, drain nothing.
         let mut job_settings_only = true;
+        let mut restated: Vec<String> = Vec::new();
         for n in view.nodes {
             let list: Vec<String> = n
                 .failed
@@ -398,6 +402,14 @@ impl ClusterProbe for NodeChecks {
                 .filter(|f| f.status != Status::Warn)
                 .map(|f| format!("{} ({}: {})", f.id, f.status.name(), f.message))
                 .collect();
+            if matches!(n.local_verdict.as_str(), "not_ready" | "incomplete") {
+                restated.extend(
+                    n.failed
+                        .iter()
+                        .filter(|f| f.status != Status::Warn)
+                        .map(|f| f.id.clone()),
+                );
+            }
             match n.local_verdict.as_str() {
                 "not_ready" => {
                     job_settings_only &= n
@@ -414,7 +426,7 @@ impl ClusterProbe for NodeChecks {
         }
         if !failed.is_empty() {
             failed.extend(incomplete);
-            let finding = Finding::fail(listed(&failed, "; ", LISTED));
+            let finding = Finding::fail(listed(&failed, "; ", LISTED)).restating(restated);
             if job_settings_only {
                 finding.var(
                     "remedy",
@@ -426,7 +438,7 @@ impl ClusterProbe for NodeChecks {
                     .var("remedy", "Fix or drain the named nodes")
             }
         } else if !incomplete.is_empty() {
-            Finding::error(listed(&incomplete, "; ", LISTED))
+            Finding::error(listed(&incomplete, "; ", LISTED)).restating(restated)
         } else {
             Finding::pass(format!(
                 "every node's checklist passed ({})",
@@ -507,6 +519,8 @@ impl ClusterProbe for Addresses {
         // The variables that would fix the first node at fault, from the
         // interface its peers reach it on.
         let mut suggest: Option<String> = None;
+        let mut loopback_names: Vec<String> = Vec::new();
+        let mut variables: Vec<&str> = Vec::new();
         for n in view.nodes {
             let before = problems.len();
             let loopback = !n.hostname_addrs.is_empty()
@@ -531,6 +545,7 @@ impl ClusterProbe for Addresses {
                     n.hostname,
                     n.hostname_addrs.join(", ")
                 ));
+                loopback_names.push(n.hostname.clone());
             }
             let Some(iface) = &n.interface else {
                 if problems.len() > before {
@@ -561,6 +576,7 @@ impl ClusterProbe for Addresses {
                     "{}: NCCL_SOCKET_IFNAME={sel} would not pick {iface}, the interface its peers reach it on",
                     n.name
                 ));
+                variables.push("NCCL_SOCKET_IFNAME");
             }
             if let Some(sel) = n.env.get("GLOO_SOCKET_IFNAME")
                 && multi
@@ -570,6 +586,7 @@ impl ClusterProbe for Addresses {
                     "{}: GLOO_SOCKET_IFNAME={sel} would not pick {iface}, the interface its peers reach it on",
                     n.name
                 ));
+                variables.push("GLOO_SOCKET_IFNAME");
             }
             if problems.len() > before {
                 at_fault.push(n.name.clone());
@@ -588,9 +605,14 @@ impl ClusterProbe for Addresses {
                 listed(&notes, ", ", LISTED)
             })
         } else {
-            Finding::fail(listed(&problems, "; ", LISTED))
+            let mut finding = Finding::fail(listed(&problems, "; ", LISTED))
                 .blame(at_fault)
                 .var("suggest", suggest.unwrap_or_else(|| "unknown".into()))
+                .about_variables(variables);
+            for name in loopback_names {
+                finding = finding.loopback_hostname(name);
+            }
+            finding
         }
     }
 }

@@ -127,6 +127,7 @@ mod tests {
                 notes: Vec::new(),
                 log: Vec::new(),
                 ended: Some("the run's deadline (--timeout) came during init".into()),
+                about_variables: Vec::new(),
                 verdict: verdict.into(),
             }],
             pairs: Vec::new(),

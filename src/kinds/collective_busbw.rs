@@ -321,6 +321,7 @@ mod tests {
                 notes: Vec::new(),
                 log: Vec::new(),
                 ended: None,
+                about_variables: Vec::new(),
                 verdict: "pass".into(),
             }],
             pairs: Vec::new(),

@@ -116,6 +116,7 @@ fn apply_masks(
     vendor: Vendor,
     usable: &[&Accelerator],
     problems: &mut Vec<String>,
+    variables: &mut Vec<&'static str>,
 ) -> (usize, Vec<String>) {
     let mut current = units(facts, vendor, usable);
     let mut applied = Vec::new();
@@ -172,10 +173,12 @@ fn apply_masks(
             match found {
                 Ok(d) if next.iter().any(|n| n.same(&d)) => {
                     problems.push(format!("{var}={value} names {} twice", d.describe()));
+                    variables.push(var);
                 }
                 Ok(d) => next.push(d),
                 Err(p) => {
                     problems.push(p);
+                    variables.push(var);
                     // CUDA stops at the first invalid entry.
                     break;
                 }
@@ -192,6 +195,7 @@ impl Devices {
         facts: &Facts,
         vendor: Vendor,
         problems: &mut Vec<String>,
+        variables: &mut Vec<&'static str>,
     ) -> Option<VendorView> {
         let accs: Vec<&Accelerator> = facts
             .accelerators()
@@ -259,13 +263,14 @@ impl Devices {
             .copied()
             .filter(|a| !missing.contains(&a.pci.address))
             .collect();
-        let (visible, masks) = apply_masks(facts, vendor, &usable, problems);
+        let (visible, masks) = apply_masks(facts, vendor, &usable, problems, variables);
         let launch = facts.launch();
         if self.expect.is_none()
             && let Some(local) = launch.local_world_size
         {
             let count = units(facts, vendor, &usable).len();
             if local > count as u64 {
+                variables.push("LOCAL_WORLD_SIZE");
                 problems.push(format!(
                     "LOCAL_WORLD_SIZE={local} ranks on this node, but only {} usable {} {}",
                     count,
@@ -282,6 +287,12 @@ impl Devices {
             } else {
                 format!(" through {}", masks.join(", "))
             };
+            variables.push("LOCAL_RANK");
+            variables.extend(
+                visible::variables(vendor)
+                    .iter()
+                    .filter(|v| facts.env(v).is_some()),
+            );
             problems.push(format!(
                 "LOCAL_RANK={rank} but only {visible} {} device{} {} visible{through}",
                 vendor.name(),
@@ -312,9 +323,10 @@ impl Devices {
             }
         };
         let mut problems = Vec::new();
+        let mut variables = Vec::new();
         let mut views = Vec::new();
         for vendor in &vendors {
-            if let Some(view) = self.check_vendor(facts, *vendor, &mut problems) {
+            if let Some(view) = self.check_vendor(facts, *vendor, &mut problems, &mut variables) {
                 views.push((*vendor, view));
             }
         }
@@ -342,7 +354,7 @@ impl Devices {
         let finding = if problems.is_empty() {
             Finding::pass(summary.join("; "))
         } else {
-            problems_finding(&problems)
+            problems_finding(&problems).about_variables(variables)
         };
         let finding = finding
             .measured(if measured.is_empty() {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params, redact};
 use crate::facts::Facts;
-use crate::result::Finding;
+use crate::result::{Finding, Status};
 use crate::values::Pattern;
 
 pub const KIND: KindInfo = KindInfo {
@@ -97,6 +97,10 @@ impl EnvCheck {
         let finding = match &shown {
             Some(v) if finding.measured.is_none() => finding.measured(v.clone()),
             _ => finding,
+        };
+        let finding = match finding.status {
+            Status::Pass => finding,
+            _ => finding.about_variables([self.name.clone()]),
         };
         finding.var("value", shown.unwrap_or_else(|| "unset".into()))
     }

@@ -229,6 +229,8 @@ impl Infiniband {
             });
         }
         let mut problems = Vec::new();
+        // Whether a problem is NCCL_IB_HCA's.
+        let mut about_hca = false;
         let filter = facts.env("NCCL_IB_HCA").map(|v| (v, HcaFilter::parse(v)));
         if let (Some((value, f)), true) = (&filter, self.state)
             && !f.exclude
@@ -244,6 +246,7 @@ impl Infiniband {
                         Some(p) => format!("{}:{p}", spec.name),
                         None => spec.name.clone(),
                     };
+                    about_hca = true;
                     problems.push(format!(
                         "NCCL_IB_HCA={value} names {what}, which is not present (present: {})",
                         hcas.iter()
@@ -269,9 +272,13 @@ impl Infiniband {
             .filter(|(h, p)| is_selected(h, p))
             .collect();
         if let (Some((value, _)), true) = (&filter, selected.is_empty() && self.state) {
+            about_hca = true;
             problems.push(format!("NCCL_IB_HCA={value} selects no port on this node"));
         }
-        let gid_index = self.gid_index(facts)?;
+        let gid_index = match self.gid_index(facts) {
+            Ok(index) => index,
+            Err(e) => return Ok(Finding::error(e).about_variables(["NCCL_IB_GID_INDEX"])),
+        };
         let class_dir = facts.host_path("/sys/class/infiniband");
         // An attribute that cannot be read is not a down port: the check
         // cannot say, and says which file.
@@ -402,7 +409,7 @@ impl Infiniband {
             }
             Finding::pass(msg)
         } else {
-            problems_finding(&problems)
+            problems_finding(&problems).about_variables(about_hca.then_some("NCCL_IB_HCA"))
         };
         let finding = finding
             .measured(format!("{} active", active.len()))

@@ -162,6 +162,10 @@ struct Report {
     /// What a name resolved to, where that is the finding (the
     /// hostname's first address; a target on loopback).
     resolved: Option<String>,
+    /// The job's variables the problems are about.
+    variables: Vec<String>,
+    /// Host names found resolving to loopback first.
+    loopback_hostnames: Vec<String>,
 }
 
 impl InterfaceCheck {
@@ -175,6 +179,8 @@ impl InterfaceCheck {
             interface: None,
             source: None,
             suggest: None,
+            variables: Vec::new(),
+            loopback_hostnames: Vec::new(),
         };
         let multi_node = facts.launch().multi_node();
 
@@ -203,6 +209,7 @@ impl InterfaceCheck {
                                 "hostname {host} resolves {only} to loopback ({shown}): Gloo binds there and peers get `connect [{}] refused`",
                                 ips[0]
                             ));
+                            r.loopback_hostnames.push(host.clone());
                         } else {
                             r.notes
                                 .push(format!("hostname {host} -> {shown} (loopback)"));
@@ -228,6 +235,13 @@ impl InterfaceCheck {
                 .push(format!("{} is not set: no route to check", self.target_var)),
             Some((host, label)) => self.check_route(facts, &host, &label, multi_node, &mut r),
         }
+        let about = |f: Finding, r: &Report| {
+            let mut f = f.about_variables(r.variables.iter().cloned());
+            for name in &r.loopback_hostnames {
+                f = f.loopback_hostname(name.clone());
+            }
+            f
+        };
 
         let vars = |f: Finding, r: &Report| {
             f.var(
@@ -261,7 +275,7 @@ impl InterfaceCheck {
         if r.problems.is_empty() {
             vars(Finding::pass(r.notes.join("; ")), &r).measured(measured)
         } else {
-            vars(Finding::fail(r.problems.join("; ")), &r).measured(measured)
+            about(vars(Finding::fail(r.problems.join("; ")), &r), &r).measured(measured)
         }
     }
 
@@ -273,10 +287,18 @@ impl InterfaceCheck {
         multi_node: bool,
         r: &mut Report,
     ) {
+        // A problem with the target itself is about its variable, when a
+        // variable (not the check's own `target`) gave it.
+        let about_target = |r: &mut Report| {
+            if label == self.target_var {
+                r.variables.push(label.to_string());
+            }
+        };
         let ips = match resolve_on_node(facts, host, self.resolve_timeout.0) {
             Ok(ips) => ips,
             Err(e) => {
                 r.problems.push(format!("{label}={host}: {e}"));
+                about_target(r);
                 r.remedy = Some(format!(
                     "Add `{host}` to DNS or /etc/hosts on every node, or set {label} to rank 0's address"
                 ));
@@ -289,6 +311,7 @@ impl InterfaceCheck {
                 r.problems.push(format!(
                     "{label}={host} is a loopback address ({target}) in a multi-node job: other nodes cannot reach it"
                 ));
+                about_target(r);
                 r.remedy = Some(format!(
                     "`{host}` resolves to {target} on this node: set {label} to rank 0's cluster address on every rank, or map rank 0's hostname to that address in /etc/hosts (Debian maps it to 127.0.1.1)"
                 ));
@@ -307,6 +330,7 @@ impl InterfaceCheck {
                 r.problems.push(format!(
                     "no route from this node to {label}={host} ({target}): {e}"
                 ));
+                about_target(r);
                 return;
             }
         };
@@ -372,12 +396,14 @@ fn agree(
         Ok(spec) => spec,
         Err(e) => {
             r.problems.push(e);
+            r.variables.push(var.to_string());
             return;
         }
     };
     if spec.selects(&routed.name) {
         return;
     }
+    r.variables.push(var.to_string());
     let chosen: Vec<String> = spec
         .selected(interfaces)
         .iter()

@@ -94,6 +94,22 @@ const ALL_VARS: &[&str] = &[
 struct Verdicts {
     problems: Vec<String>,
     warnings: Vec<String>,
+    /// The variables the problems and warnings are about.
+    variables: Vec<String>,
+}
+
+impl Verdicts {
+    fn problem(&mut self, variables: &[&str], message: String) {
+        self.variables
+            .extend(variables.iter().map(|v| v.to_string()));
+        self.problems.push(message);
+    }
+
+    fn warning(&mut self, variables: &[&str], message: String) {
+        self.variables
+            .extend(variables.iter().map(|v| v.to_string()));
+        self.warnings.push(message);
+    }
 }
 
 fn integer(facts: &Facts, name: &str, v: &mut Verdicts) -> Option<u64> {
@@ -101,8 +117,10 @@ fn integer(facts: &Facts, name: &str, v: &mut Verdicts) -> Option<u64> {
     match value.trim().parse::<u64>() {
         Ok(n) => Some(n),
         Err(_) => {
-            v.problems
-                .push(format!("{name}=`{value}` is not a non-negative integer"));
+            v.problem(
+                &[name],
+                format!("{name}=`{value}` is not a non-negative integer"),
+            );
             None
         }
     }
@@ -213,8 +231,10 @@ impl LaunchEnv {
             let local_rank = source.local_rank.and_then(|n| integer(facts, n, &mut v));
             let local_size = source.local_size.and_then(|n| integer(facts, n, &mut v));
             if size == Some(0) {
-                v.problems
-                    .push(format!("{}=0: a job has at least one rank", source.size));
+                v.problem(
+                    &[source.size],
+                    format!("{}=0: a job has at least one rank", source.size),
+                );
             }
             // A size without a rank is a partial launch, never a world of
             // one; Slurm's batch step has a task count but no task.
@@ -222,32 +242,36 @@ impl LaunchEnv {
                 && source.name != "Slurm"
                 && facts.env(source.rank).is_none()
             {
-                v.problems.push(format!(
-                    "{}={s} is set but {} is not: {} gives every process both",
-                    source.size, source.rank, source.name
-                ));
+                v.problem(
+                    &[source.size, source.rank],
+                    format!(
+                        "{}={s} is set but {} is not: {} gives every process both",
+                        source.size, source.rank, source.name
+                    ),
+                );
             }
             if let (Some(r), Some(s)) = (rank, size)
                 && s > 0
                 && r >= s
             {
-                v.problems.push(format!(
-                    "{}={r} is not below {}={s}",
-                    source.rank, source.size
-                ));
+                v.problem(
+                    &[source.rank, source.size],
+                    format!("{}={r} is not below {}={s}", source.rank, source.size),
+                );
             }
             if let (Some(lr), Some(ls), Some(lrn), Some(lsn)) =
                 (local_rank, local_size, source.local_rank, source.local_size)
                 && lr >= ls
             {
-                v.problems
-                    .push(format!("{lrn}={lr} is not below {lsn}={ls}"));
+                v.problem(&[lrn, lsn], format!("{lrn}={lr} is not below {lsn}={ls}"));
             }
             if let (Some(ls), Some(s), Some(lsn)) = (local_size, size, source.local_size)
                 && ls > s
             {
-                v.problems
-                    .push(format!("{lsn}={ls} is larger than {}={s}", source.size));
+                v.problem(
+                    &[lsn, source.size],
+                    format!("{lsn}={ls} is larger than {}={s}", source.size),
+                );
             }
             if rank.is_some() || size.is_some() {
                 views.push(View {
@@ -269,8 +293,7 @@ impl LaunchEnv {
                 if let Some(i) = facts.env(name).and_then(|x| x.trim().parse::<u64>().ok())
                     && i >= count
                 {
-                    v.problems
-                        .push(format!("{name}={i} is not below {nn}={count}"));
+                    v.problem(&[name, nn], format!("{name}={i} is not below {nn}={count}"));
                 }
             }
         }
@@ -283,7 +306,10 @@ impl LaunchEnv {
                 .and_then(|x| x.trim().parse::<u64>().ok()),
         ) && n != g
         {
-            v.problems.push(format!("NODE_RANK={n} but GROUP_RANK={g}"));
+            v.problem(
+                &["NODE_RANK", "GROUP_RANK"],
+                format!("NODE_RANK={n} but GROUP_RANK={g}"),
+            );
         }
 
         // Launchers nested in one another (torchrun started once per node
@@ -294,10 +320,13 @@ impl LaunchEnv {
                 match (a.size, b.size) {
                     (Some(x), Some(y)) if x != y => {
                         if x % y != 0 && y % x != 0 {
-                            v.problems.push(format!(
-                                "{}={x} but {}={y}: the launchers disagree on the job's size",
-                                a.source.size, b.source.size
-                            ));
+                            v.problem(
+                                &[a.source.size, b.source.size],
+                                format!(
+                                    "{}={x} but {}={y}: the launchers disagree on the job's size",
+                                    a.source.size, b.source.size
+                                ),
+                            );
                         }
                         continue;
                     }
@@ -306,10 +335,13 @@ impl LaunchEnv {
                 if let (Some(x), Some(y)) = (a.rank, b.rank)
                     && x != y
                 {
-                    v.problems.push(format!(
-                        "{}={x} but {}={y}: {} and {} disagree on this process's rank",
-                        a.source.rank, b.source.rank, a.source.name, b.source.name
-                    ));
+                    v.problem(
+                        &[a.source.rank, b.source.rank],
+                        format!(
+                            "{}={x} but {}={y}: {} and {} disagree on this process's rank",
+                            a.source.rank, b.source.rank, a.source.name, b.source.name
+                        ),
+                    );
                 }
                 if let (Some(x), Some(y), Some(xn), Some(yn)) = (
                     a.local_rank,
@@ -318,7 +350,7 @@ impl LaunchEnv {
                     b.source.local_rank,
                 ) && x != y
                 {
-                    v.problems.push(format!("{xn}={x} but {yn}={y}"));
+                    v.problem(&[xn, yn], format!("{xn}={x} but {yn}={y}"));
                 }
             }
         }
@@ -346,12 +378,14 @@ impl LaunchEnv {
             all.extend(v.warnings.iter().map(|w| format!("warning: {w}")));
             return Finding::fail(all.join("; "))
                 .measured(summary)
-                .var("problem", v.problems.join("; "));
+                .var("problem", v.problems.join("; "))
+                .about_variables(v.variables);
         }
         if !v.warnings.is_empty() {
             return Finding::warn(v.warnings.join("; "))
                 .measured(summary)
-                .var("problem", v.warnings.join("; "));
+                .var("problem", v.warnings.join("; "))
+                .about_variables(v.variables);
         }
         Finding::pass(format!(
             "{} launcher variable(s) consistent: {summary}",
@@ -362,43 +396,56 @@ impl LaunchEnv {
 
     fn check_master(&self, facts: &Facts, v: &mut Verdicts) {
         match facts.env("MASTER_ADDR") {
-            None if self.require_master => v.problems.push("MASTER_ADDR is not set".into()),
+            None if self.require_master => {
+                v.problem(&["MASTER_ADDR"], "MASTER_ADDR is not set".into())
+            }
             None => {}
             Some(addr) => {
                 let a = addr.trim();
                 if a.is_empty() {
-                    v.problems.push("MASTER_ADDR is set but empty".into());
+                    v.problem(&["MASTER_ADDR"], "MASTER_ADDR is set but empty".into());
                 } else if a.contains("://") {
-                    v.problems.push(format!(
-                        "MASTER_ADDR=`{addr}` is a URL: give a bare host name or address"
-                    ));
+                    v.problem(
+                        &["MASTER_ADDR"],
+                        format!("MASTER_ADDR=`{addr}` is a URL: give a bare host name or address"),
+                    );
                 } else if a.contains(' ') || a.contains(',') {
-                    v.problems.push(format!(
-                        "MASTER_ADDR=`{addr}` is not one host (a Slurm node list? use `scontrol show hostnames $SLURM_JOB_NODELIST | head -n1`)"
-                    ));
+                    v.problem(
+                        &["MASTER_ADDR"],
+                        format!("MASTER_ADDR=`{addr}` is not one host (a Slurm node list? use `scontrol show hostnames $SLURM_JOB_NODELIST | head -n1`)"),
+                    );
                 } else if a.matches(':').count() == 1 {
-                    v.problems.push(format!(
-                        "MASTER_ADDR=`{addr}` includes a port: put the port in MASTER_PORT"
-                    ));
+                    v.problem(
+                        &["MASTER_ADDR"],
+                        format!(
+                            "MASTER_ADDR=`{addr}` includes a port: put the port in MASTER_PORT"
+                        ),
+                    );
                 }
             }
         }
         match facts.env("MASTER_PORT") {
-            None if self.require_master => v.problems.push("MASTER_PORT is not set".into()),
+            None if self.require_master => {
+                v.problem(&["MASTER_PORT"], "MASTER_PORT is not set".into())
+            }
             None => {}
             Some(port) => match port.trim().parse::<u32>() {
                 Ok(p) if (1..=65535).contains(&p) => {
                     if let Some((lo, hi)) = facts.ephemeral_ports()
                         && (lo as u32..=hi as u32).contains(&p)
                     {
-                        v.warnings.push(format!(
+                        v.warning(
+                            &["MASTER_PORT"],
+                            format!(
                                 "MASTER_PORT={p} is inside the kernel's ephemeral range {lo}-{hi}: an outgoing connection can take it before rank 0 binds it"
-                            ));
+                            ),
+                        );
                     }
                 }
-                _ => v.problems.push(format!(
-                    "MASTER_PORT=`{port}` is not a port number (1-65535)"
-                )),
+                _ => v.problem(
+                    &["MASTER_PORT"],
+                    format!("MASTER_PORT=`{port}` is not a port number (1-65535)"),
+                ),
             },
         }
     }
@@ -423,7 +470,7 @@ impl LaunchEnv {
             Ok(Some(tcp)) => tcp,
             Ok(None) => return,
             Err(e) => {
-                v.problems.push(e);
+                v.problem(&[], e);
                 return;
             }
         };
@@ -432,9 +479,12 @@ impl LaunchEnv {
             .and_then(|p| p.trim().parse::<u16>().ok())
         {
             match tcp.port {
-                Some(p) if p != port => v.problems.push(format!(
-                    "{origin} `{text}` uses port {p} but MASTER_PORT={port}: ranks that follow MASTER_PORT wait on a port nobody listens on"
-                )),
+                Some(p) if p != port => v.problem(
+                    &["MASTER_PORT"],
+                    format!(
+                        "{origin} `{text}` uses port {p} but MASTER_PORT={port}: ranks that follow MASTER_PORT wait on a port nobody listens on"
+                    ),
+                ),
                 _ => {}
             }
         }
@@ -445,14 +495,20 @@ impl LaunchEnv {
         {
             match same_host(facts, &tcp.host, addr) {
                 Ok(true) => {}
-                Ok(false) => v.problems.push(format!(
-                    "{origin} `{text}` names host {} but MASTER_ADDR={addr}",
-                    tcp.host
-                )),
-                Err(e) => v.problems.push(format!(
-                    "{origin} `{text}` names host {}, which cannot be compared with MASTER_ADDR={addr}: {e}",
-                    tcp.host
-                )),
+                Ok(false) => v.problem(
+                    &["MASTER_ADDR"],
+                    format!(
+                        "{origin} `{text}` names host {} but MASTER_ADDR={addr}",
+                        tcp.host
+                    ),
+                ),
+                Err(e) => v.problem(
+                    &["MASTER_ADDR"],
+                    format!(
+                        "{origin} `{text}` names host {}, which cannot be compared with MASTER_ADDR={addr}: {e}",
+                        tcp.host
+                    ),
+                ),
             }
         }
     }

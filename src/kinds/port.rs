@@ -97,6 +97,7 @@ impl PortCheck {
         // Ports this job's own launcher holds: said, not failed.
         let mut launchers: Vec<String> = Vec::new();
         let mut first_holder: Option<(String, String)> = None;
+        let mut held: Vec<u32> = Vec::new();
         for &port in &ports {
             let address = SocketAddr::new(self.address, port);
             match facts.ports.bind(address) {
@@ -131,6 +132,7 @@ impl PortCheck {
                             if first_holder.is_none() {
                                 first_holder = Some((list[0].describe(), list[0].pid.to_string()));
                             }
+                            held.extend(list.iter().map(|h| h.pid));
                             format!(
                                 "held by {}",
                                 list.iter()
@@ -186,6 +188,7 @@ impl PortCheck {
         )
         .var("holder", holder)
         .var("pid", pid)
+        .held_by(held)
     }
 }
 

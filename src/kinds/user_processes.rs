@@ -74,7 +74,8 @@ impl UserProcesses {
             ));
         };
         let Ok(uid) = raw.trim().parse::<u32>() else {
-            return Finding::error(format!("{}=`{raw}` is not a numeric uid", self.uid_var));
+            return Finding::error(format!("{}=`{raw}` is not a numeric uid", self.uid_var))
+                .about_variables([self.uid_var.clone()]);
         };
         if uid == 0 {
             return Finding::skip(format!(

@@ -310,6 +310,10 @@ pub struct FailedCheck {
     /// the words of a message.
     #[serde(default)]
     pub kind: String,
+    /// What it is about, for the cause rules of a report merged from
+    /// rank 0's alone.
+    #[serde(default, skip_serializing_if = "super::About::is_empty")]
+    pub about: super::About,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]

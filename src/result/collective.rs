@@ -74,6 +74,9 @@ pub struct BackendReport {
     pub log: Vec<String>,
     /// Why the sweep ended early, in words.
     pub ended: Option<String>,
+    /// The job's variables the init failure was about, for the cause rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub about_variables: Vec<String>,
     /// pass, fail or skip.
     pub verdict: String,
 }

@@ -19,7 +19,7 @@ use super::cause::is_job_setting;
 use super::cluster::{ClusterReport, Culprit};
 use super::collective::CollectiveReport;
 use super::report::{Report, TOOL, Tool};
-use super::{CheckResult, Status, Verdict};
+use super::{About, CheckResult, Status, Verdict};
 
 pub const SCHEMA: &str = "preflight.merged-report/v1";
 
@@ -94,6 +94,8 @@ pub struct Cell {
     pub hint: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caused_by: Option<String>,
+    #[serde(default, skip_serializing_if = "About::is_empty")]
+    pub about: About,
 }
 
 impl From<&CheckResult> for Cell {
@@ -104,6 +106,7 @@ impl From<&CheckResult> for Cell {
             message: c.message.clone(),
             hint: c.hint.clone(),
             caused_by: c.caused_by.clone(),
+            about: c.about.clone(),
         }
     }
 }
@@ -118,8 +121,29 @@ pub struct Problem {
     pub hint: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caused_by: Option<String>,
+    /// What it is about on every node that has it.
+    #[serde(default, skip_serializing_if = "About::is_empty")]
+    pub about: About,
     /// Node name (`cluster` for a check across nodes) and its message.
     pub nodes: Vec<(String, String)>,
+}
+
+impl super::cause::Attributable for Problem {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn area(&self) -> &str {
+        &self.area
+    }
+    fn status(&self) -> Status {
+        self.status
+    }
+    fn about(&self) -> &About {
+        &self.about
+    }
+    fn caused_by_mut(&mut self) -> &mut Option<String> {
+        &mut self.caused_by
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -142,9 +166,6 @@ pub struct Source {
     /// nothing (superseded by a newer report of the same node).
     pub used_for: String,
 }
-
-/// The check that lists every node's failed checks at the barrier.
-const NODE_CHECKS: &str = "cluster.node_checks";
 
 /// The name of a check across nodes in `Problem::nodes`.
 pub const CLUSTER: &str = "cluster";
@@ -217,6 +238,7 @@ pub fn merge(reports: Vec<(String, Report)>, mut warnings: Vec<String>) -> Merge
                             message: f.message.clone(),
                             hint: f.hint.clone(),
                             caused_by: None,
+                            about: f.about.clone(),
                         };
                         (f.id.clone(), cell)
                     })
@@ -432,9 +454,11 @@ fn problems(nodes: &[MergedNode], cluster_checks: &[CheckResult]) -> Vec<Problem
                 area: cell.area.clone(),
                 hint: cell.hint.clone(),
                 caused_by: cell.caused_by.clone(),
+                about: About::default(),
                 nodes: Vec::new(),
             }
         });
+        p.about.merge(&cell.about);
         if severity(status) > severity(p.status) {
             p.status = status;
         }
@@ -455,26 +479,9 @@ fn problems(nodes: &[MergedNode], cluster_checks: &[CheckResult]) -> Vec<Problem
         .into_iter()
         .filter_map(|id| by_id.remove(&id))
         .collect();
-    // `cluster.node_checks` restates nodes' own failures: where every
-    // check it lists is a problem of its own here, it is their consequence.
-    let own: BTreeSet<String> = out
-        .iter()
-        .filter(|p| p.nodes.iter().any(|(n, _)| n != CLUSTER))
-        .map(|p| p.id.clone())
-        .collect();
-    for p in out
-        .iter_mut()
-        .filter(|p| p.id == NODE_CHECKS && p.caused_by.is_none())
-    {
-        let listed: Vec<&str> = p
-            .nodes
-            .iter()
-            .flat_map(|(_, message)| super::cause::listed_ids(message))
-            .collect();
-        if !listed.is_empty() && listed.iter().all(|id| own.contains(*id)) {
-            p.caused_by = Some(listed[0].to_string());
-        }
-    }
+    // A check across nodes that restates nodes' own failures follows from
+    // them (each node's report already linked what only it can).
+    super::cause::attribute(&mut out, super::cause::Scope::AcrossNodes);
     // Root causes before their consequences, the worst first.
     out.sort_by_key(|p| (p.caused_by.is_some(), std::cmp::Reverse(severity(p.status))));
     out

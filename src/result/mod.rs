@@ -73,6 +73,49 @@ pub struct Extra {
     /// result, with its own status: (subject, finding), the subject
     /// naming it after the check's id (`env.lint:NCCL_DEBUG`).
     pub parts: Vec<(String, Finding)>,
+    /// What it is about, for the cause rules.
+    pub about: About,
+}
+
+/// What a finding is about, in the fields the cause rules (`cause`) read:
+/// a message may be reworded freely, the grouping of one cause's findings
+/// does not change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct About {
+    /// The job's variables it is about, by name (`GLOO_SOCKET_IFNAME`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub variables: Vec<String>,
+    /// The processes it found holding a port, by pid.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<u32>,
+    /// The checks of nodes it restates, by id (`cluster.node_checks`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restates: Vec<String>,
+    /// Host names it found resolving to loopback addresses only.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loopback_hostnames: Vec<String>,
+}
+
+impl About {
+    pub fn is_empty(&self) -> bool {
+        *self == About::default()
+    }
+
+    /// Everything `other` is about added to this, each name once.
+    pub fn merge(&mut self, other: &About) {
+        fn add<T: PartialEq + Clone>(to: &mut Vec<T>, from: &[T]) {
+            for x in from {
+                if !to.contains(x) {
+                    to.push(x.clone());
+                }
+            }
+        }
+        add(&mut self.variables, &other.variables);
+        add(&mut self.holders, &other.holders);
+        add(&mut self.restates, &other.restates);
+        add(&mut self.loopback_hostnames, &other.loopback_hostnames);
+    }
 }
 
 impl Finding {
@@ -140,6 +183,65 @@ impl Finding {
         self
     }
 
+    fn about_mut(&mut self) -> &mut About {
+        &mut self.extra.get_or_insert_default().about
+    }
+
+    /// Says the finding is about these variables of the job.
+    pub fn about_variables<S: Into<String>>(
+        mut self,
+        names: impl IntoIterator<Item = S>,
+    ) -> Finding {
+        let about = self.about_mut();
+        for name in names {
+            let name = name.into();
+            if !about.variables.contains(&name) {
+                about.variables.push(name);
+            }
+        }
+        self
+    }
+
+    /// Says the finding found these processes holding a port.
+    pub fn held_by(mut self, pids: impl IntoIterator<Item = u32>) -> Finding {
+        let about = self.about_mut();
+        for pid in pids {
+            if !about.holders.contains(&pid) {
+                about.holders.push(pid);
+            }
+        }
+        self
+    }
+
+    /// Says the finding restates these checks of nodes.
+    pub fn restating(mut self, ids: impl IntoIterator<Item = String>) -> Finding {
+        let about = self.about_mut();
+        for id in ids {
+            if !about.restates.contains(&id) {
+                about.restates.push(id);
+            }
+        }
+        self
+    }
+
+    /// Says the finding found this host name resolving to loopback only.
+    pub fn loopback_hostname(mut self, name: impl Into<String>) -> Finding {
+        let name = name.into();
+        let about = self.about_mut();
+        if !about.loopback_hostnames.contains(&name) {
+            about.loopback_hostnames.push(name);
+        }
+        self
+    }
+
+    /// What the finding is about (empty when nobody said).
+    pub fn about(&self) -> About {
+        self.extra
+            .as_ref()
+            .map(|e| e.about.clone())
+            .unwrap_or_default()
+    }
+
     /// One problem among several this check found, reported on its own
     /// as `<check id>:<subject>` with its own status.
     pub fn part(mut self, subject: impl Into<String>, finding: Finding) -> Finding {
@@ -185,6 +287,10 @@ pub struct CheckResult {
     /// is reported as such, not as a second problem to fix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caused_by: Option<String>,
+    /// What it is about, for the cause rules (and for a merged report's,
+    /// which reads it back).
+    #[serde(default, skip_serializing_if = "About::is_empty")]
+    pub about: About,
     /// A bandwidth threshold's row and minimum (`collective_busbw`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<collective::Threshold>,
@@ -216,8 +322,15 @@ impl CheckResult {
             duration: Duration::ZERO,
             source: "built-in".into(),
             caused_by: None,
+            about: About::default(),
             threshold: None,
         }
+    }
+
+    /// The same result, said to be about `about`.
+    pub fn about(mut self, about: About) -> CheckResult {
+        self.about = about;
+        self
     }
 }
 

@@ -122,7 +122,7 @@ impl Report {
         mut checks: Vec<CheckResult>,
         strict: bool,
     ) -> Report {
-        super::cause::attribute(&mut checks);
+        super::cause::attribute(&mut checks, super::cause::Scope::Node);
         let verdict = Verdict::of(&checks, strict);
         Report {
             schema: Cow::Borrowed(SCHEMA),
@@ -157,7 +157,7 @@ impl Report {
     pub fn with_cluster(mut self, mut cluster: ClusterReport) -> Report {
         self.collective = cluster.collective.take();
         self.checks.extend(cluster.checks.iter().cloned());
-        super::cause::attribute(&mut self.checks);
+        super::cause::attribute(&mut self.checks, super::cause::Scope::Node);
         self.summary = Summary::of(&self.checks);
         self.verdict = cluster.verdict;
         self.exit_code = cluster.exit_code;

@@ -55,6 +55,9 @@ async fn read_hello(mut s: Conn) -> Option<(u32, String, Conn)> {
     Some((j, proof, s))
 }
 
+/// The variable that picks the interface to listen on, as Gloo's.
+pub const IFNAME_VAR: &str = "GLOO_SOCKET_IFNAME";
+
 /// The address to listen on: GLOO_SOCKET_IFNAME's interface's IPv4
 /// address when set, else `route_ip` (the address the rendezvous
 /// connection left from, i.e. the route's choice).

@@ -214,10 +214,15 @@ impl EnvLint {
         } else {
             format!("at fault: {variables}")
         };
+        let at_fault_names = issues
+            .iter()
+            .filter(|i| i.level > Level::Note)
+            .map(|i| i.variable.clone());
         let mut finding = finding
             .measured(measured)
             .var("variables", variables)
-            .var("suggestion", suggestion);
+            .var("suggestion", suggestion)
+            .about_variables(at_fault_names);
         // One result per variable at fault, each with its own status: a
         // warning (NCCL_DEBUG=INFO) never sits inside another's failure.
         // A check of one named variable is that variable's already.
@@ -256,7 +261,8 @@ impl EnvLint {
                     None => format!("{variable} unset"),
                 })
                 .var("variables", variable)
-                .var("suggestion", suggestion);
+                .var("suggestion", suggestion)
+                .about_variables([variable]);
             finding = finding.part(variable, part);
         }
         finding
