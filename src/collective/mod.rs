@@ -7,7 +7,8 @@
 //! (one backend's verification pass and sweep), `tcp` (the built-in TCP
 //! backend), `verify` (known buffers and their checks), `sweep` (sizes,
 //! timing, the table), `straggler` (pairwise round), `assemble` (how rank
-//! 0 makes one report of every rank's result), `checks` (the check results
+//! 0 makes one report of every rank's result), `ending` (why a backend
+//! ended, and who is at fault), `checks` (the check results
 //! it adds). The library backends run in a child process each: `library`
 //! (what a library backend says about itself) and `registry` (the list of
 //! them), `job` (what the child and its parent say to each other),
@@ -19,6 +20,7 @@
 pub mod assemble;
 pub mod checks;
 pub mod config;
+mod ending;
 pub mod exercise;
 pub mod job;
 pub mod library;
