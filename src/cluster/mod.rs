@@ -5,9 +5,9 @@
 //! One concept per module: `identity` (who am I), `hostlist` (Slurm
 //! nodelists), `protocol` (frames), `auth` (job token), `serving` (where
 //! rank 0 listens, and why it cannot), `server` (rank 0's rendezvous:
-//! admission, each connection, the barrier's events), `client` (a rank's
-//! side of it), `verdict` (rank 0's one
-//! report), `checkin` (what a rank reports), `barrier` (who is missing),
+//! admission, each connection, the barrier's events, and the one report
+//! it assembles, `server::verdict`), `client` (a rank's side of it),
+//! `checkin` (what a rank reports), `barrier` (who is missing),
 //! `reachability` (probe matrix), `store` (key-value store for the
 //! collective stage). The comparison kinds are in `kinds::cluster`, the
 //! stage's result in `result::cluster`, its rendering in `report::cluster`,
@@ -29,7 +29,6 @@ pub mod store;
 #[cfg(test)]
 pub mod test_support;
 pub mod unproven;
-pub mod verdict;
 
 use std::sync::Arc;
 use std::time::Duration;

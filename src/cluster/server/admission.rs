@@ -31,7 +31,7 @@ pub(super) fn pending_limits(
     per_node: u32,
 ) -> (usize, usize) {
     let soft = open_files.map_or(1024, |(soft, _)| soft);
-    let room = soft.saturating_sub(u64::from(world) + crate::cluster::verdict::SPARE_FILES) / 2;
+    let room = soft.saturating_sub(u64::from(world) + super::verdict::SPARE_FILES) / 2;
     let all = usize::try_from(room)
         .unwrap_or(MAX_PENDING)
         .clamp(16, MAX_PENDING);

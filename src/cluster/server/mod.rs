@@ -16,6 +16,7 @@ mod connection;
 mod listen;
 #[cfg(test)]
 mod tests;
+mod verdict;
 
 pub use listen::{bind, bound_name};
 
@@ -36,10 +37,10 @@ use super::protocol::{self, Msg};
 use super::reachability::{self, Target};
 use super::sealed::Channel;
 use super::store::Store;
-use super::verdict::{assemble, build_nodes, deaf_nodes};
 use crate::checklist::Check;
 use crate::facts::Facts;
 use crate::result::cluster::{ClusterReport, Probe};
+use verdict::{assemble, build_nodes, deaf_nodes};
 /// What a server's connections share beyond the store.
 struct Shared {
     /// Rank to the connection that first checked in as it: the only one

@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::barrier::{self, BarrierState};
-use super::checkin::CheckIn;
-use super::reachability;
-use super::server::ServerConfig;
+use super::ServerConfig;
+use crate::cluster::barrier::{self, BarrierState};
+use crate::cluster::checkin::CheckIn;
+use crate::cluster::reachability;
 use crate::kinds::cluster::View;
 use crate::result::cluster::{ClusterReport, Culprit, FailedCheck, Matrix, NodeView, Probe};
 use crate::result::report::Interrupted;
