@@ -436,7 +436,18 @@ mod tests {
             })
             .sum();
         assert_eq!(about, ABOUT);
-        assert!(b.failed[0].about.variables[0].len() < ABOUT_NAME + 30);
+        // Holders come first, then the names, each cut.
+        let mut c = sample(1, 2, "h");
+        let mut f = b.failed[0].clone();
+        f.about = crate::result::About {
+            variables: vec!["V".repeat(5_000); 1000],
+            ..Default::default()
+        };
+        c.failed = vec![f];
+        let b2 = c.bounded();
+        let names = &b2.failed[0].about.variables;
+        assert_eq!(names.len(), ABOUT);
+        assert!(names.iter().all(|n| n.len() < ABOUT_NAME + 30), "{names:?}");
         assert_eq!(b.devices.models.len(), ITEMS);
         let size = serde_json::to_vec(&b).unwrap().len();
         assert!(size < 160_000, "{size} bytes");
