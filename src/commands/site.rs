@@ -33,8 +33,11 @@ pub enum Incomplete {
     Drain,
 }
 
-/// One mode's selection and deadline.
-#[derive(Debug, Clone, Deserialize)]
+/// One mode's selection and deadline, and the prolog's own settings
+/// (`PROLOG_ONLY`), which the other modes refuse where they are written.
+/// One struct for every mode: the located deserializer and
+/// `deny_unknown_fields` do not go with `serde(flatten)`.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Mode {
     /// Checks or tags to run (empty: all).
@@ -52,30 +55,31 @@ pub struct Mode {
     /// Warnings drain too (`--strict`): the epilog's default, where a
     /// warning such as GPU memory still in use is left by the job.
     pub strict: Option<bool>,
+    /// The prolog's: run the cluster stage across the job's allocation
+    /// (`--cluster`).
+    pub cluster: Option<bool>,
+    /// The prolog's: where the allocation's rendezvous listens, one port
+    /// per job, picked from the range by the job id, the same on every
+    /// node.
+    pub ports: Option<PortRange>,
+    /// The prolog's: where each node's reachability probe listener may
+    /// listen (else an ephemeral port): the range a site's firewall opens.
+    pub probe_ports: Option<PortRange>,
 }
 
-/// The prolog's own settings.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Prolog {
-    #[serde(default)]
-    pub only: Vec<String>,
-    #[serde(default)]
-    pub skip: Vec<String>,
-    #[serde(default)]
-    pub with: Vec<String>,
-    pub timeout: Option<Span>,
-    pub incomplete: Option<Incomplete>,
-    pub strict: Option<bool>,
-    /// Run the cluster stage across the job's allocation (`--cluster`).
-    #[serde(default)]
-    pub cluster: bool,
-    /// Where the allocation's rendezvous listens: one port per job, picked
-    /// from the range by the job id, the same on every node.
-    pub ports: Option<PortRange>,
-    /// Where each node's reachability probe listener may listen (else an
-    /// ephemeral port): the range a site's firewall opens.
-    pub probe_ports: Option<PortRange>,
+/// The keys only the prolog takes: the other modes run on one node.
+const PROLOG_ONLY: &[&str] = &["cluster", "ports", "probe_ports"];
+
+impl Mode {
+    /// Forgets the prolog's own settings.
+    fn without_prolog_settings(self) -> Mode {
+        Mode {
+            cluster: None,
+            ports: None,
+            probe_ports: None,
+            ..self
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -95,7 +99,7 @@ struct Raw {
     incomplete: Option<Incomplete>,
     secret: Option<Secret>,
     healthcheck: Option<Mode>,
-    prolog: Option<Prolog>,
+    prolog: Option<Mode>,
     epilog: Option<Mode>,
 }
 
@@ -190,9 +194,7 @@ impl Settings {
                 only: only.iter().map(|s| s.to_string()).collect(),
                 skip: vec![SLOW_TAG.into()],
                 with: with.iter().map(|s| s.to_string()).collect(),
-                timeout: None,
-                incomplete: None,
-                strict: None,
+                ..Mode::default()
             });
             Resolved {
                 only: m.only,
@@ -220,21 +222,8 @@ impl Settings {
             // DCGM's quick diagnostic (seconds) suits the periodic check;
             // its longer levels are for the epilog or an operator's hand.
             healthcheck: mode(raw.healthcheck, &[], &[DCGM_QUICK], 45, false),
-            prolog: mode(
-                prolog.as_ref().map(|p| Mode {
-                    only: p.only.clone(),
-                    skip: p.skip.clone(),
-                    with: p.with.clone(),
-                    timeout: p.timeout,
-                    incomplete: p.incomplete,
-                    strict: p.strict,
-                }),
-                &[],
-                &[],
-                60,
-                false,
-            ),
-            prolog_cluster: prolog.as_ref().is_some_and(|p| p.cluster),
+            prolog: mode(prolog.clone(), &[], &[], 60, false),
+            prolog_cluster: prolog.as_ref().and_then(|p| p.cluster).unwrap_or(false),
             prolog_probe_ports: prolog.as_ref().and_then(|p| p.probe_ports),
             prolog_ports: prolog.and_then(|p| p.ports).unwrap_or(PortRange {
                 first: 29400,
@@ -283,15 +272,32 @@ fn parse(file: &str, text: &str) -> (Raw, Vec<ChecklistError>) {
         })
         .collect();
     let mut raw = raw.unwrap_or_default();
+    for (name, mode) in [
+        ("healthcheck", &mut raw.healthcheck),
+        ("epilog", &mut raw.epilog),
+    ] {
+        let Some(entries) = entry(&node, name).and_then(yaml::mapping_entries) else {
+            continue;
+        };
+        for (key, _) in entries {
+            let Some(key_text) =
+                yaml::scalar_text(key).filter(|k| PROLOG_ONLY.contains(&k.as_str()))
+            else {
+                continue;
+            };
+            errors.push(located(yaml::YamlError::at(
+                format!(
+                    "{name}.{key_text}: only the prolog takes `{key_text}` (it alone runs across the job's allocation); move it under `prolog:`"
+                ),
+                key,
+            )));
+        }
+        *mode = mode.take().map(Mode::without_prolog_settings);
+    }
     if let Some(p) = &raw.drain_prefix
         && (p.trim().is_empty() || p.len() > 32 || p.contains(['\n', '"', '\'']))
     {
-        let at = yaml::mapping_entries(&node)
-            .and_then(|e| {
-                e.into_iter()
-                    .find(|(k, _)| yaml::scalar_text(k).as_deref() == Some("drain_prefix"))
-            })
-            .map(|(_, v)| v);
+        let at = entry(&node, "drain_prefix");
         errors.push(located(match at {
             Some(v) => yaml::YamlError::at(
                 "drain_prefix must be 1 to 32 characters, no quotes or newlines: it starts every reason preflight sets, and only reasons that start with it are resumed",
@@ -303,6 +309,14 @@ fn parse(file: &str, text: &str) -> (Raw, Vec<ChecklistError>) {
     }
     errors.sort_by_key(|e| e.location.map(|l| (l.line, l.column)));
     (raw, errors)
+}
+
+/// The value of the top-level key `key`.
+fn entry<'a>(node: &'a yaml::Node, key: &str) -> Option<&'a yaml::Node> {
+    yaml::mapping_entries(node)?
+        .into_iter()
+        .find(|(k, _)| yaml::scalar_text(k).as_deref() == Some(key))
+        .map(|(_, v)| v)
 }
 
 /// serde's "unknown field `timout`, expected one of `only`, ..." with the
@@ -411,6 +425,16 @@ mod tests {
         assert!(e.contains("maybe"), "{e}");
         let e = load("drain_prefix: \"\"\n").unwrap_err();
         assert!(e.contains(":1:15") && e.contains("drain_prefix"), "{e}");
+        let e = load("epilog:\n  skip: []\n  cluster: true\n").unwrap_err();
+        assert!(
+            e.contains(":3:3") && e.contains("epilog.cluster: only the prolog takes `cluster`"),
+            "{e}"
+        );
+        let e = load("healthcheck: {probe_ports: 1-2}\n").unwrap_err();
+        assert!(
+            e.contains(":1:15") && e.contains("healthcheck.probe_ports"),
+            "{e}"
+        );
         let e = load("a: [\n").unwrap_err();
         assert!(e.contains("invalid YAML"), "{e}");
     }
