@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use crate::facts::Facts;
-use crate::kinds::http::{causes, proxy_for, redact_credentials};
+use crate::facts::http::{causes, proxy_for, redact_credentials};
 
 const ATTEMPTS: usize = 3;
 

@@ -7,6 +7,7 @@ mod backend;
 pub mod cgroup;
 pub mod dcgm;
 pub mod gpu_status;
+pub mod http;
 pub mod infiniband;
 mod interfaces;
 pub mod kmsg;
