@@ -51,14 +51,14 @@ fn absent(named: Option<&Path>) -> Option<String> {
         failure: Some(format!("not in {}", places.describe())),
     }];
     if let Some(root) = &search.ccl_root {
-        for dir in [root.join("lib"), root.join("lib").join("intel64")] {
+        for dir in oneccl_sys::root_dirs(root) {
             for soname in SONAMES {
                 let p = dir.join(soname);
                 if p.exists() {
                     return None;
                 }
                 attempts.push(Attempt {
-                    source: Source::CclRoot,
+                    source: Source::Root(oneccl_sys::CCL_ROOT),
                     candidate: p.display().to_string(),
                     failure: Some("No such file or directory".into()),
                 });
@@ -67,7 +67,10 @@ fn absent(named: Option<&Path>) -> Option<String> {
     }
     Some(
         oneccl_sys::Error::NotFound {
-            report: LoadReport { attempts },
+            report: LoadReport {
+                attempts,
+                notes: Vec::new(),
+            },
         }
         .to_string(),
     )

@@ -71,9 +71,10 @@ mod search;
 pub use cuda::{Cuda, Device, DeviceBuffer, Stream};
 pub use nccl::{Comm, CommState, DataType, Nccl, NcclVersion, RedOp, UNIQUE_ID_BYTES, UniqueId};
 pub use probe::{CudaStatus, NcclFound, Probe, probe};
+pub(crate) use loader_sys::c_text;
 pub use search::{
-    Attempt, CudaSearch, LoadReport, NCCL_SONAMES, NcclSearch, SITE_PACKAGES_NCCL, Source,
-    common_site_dirs, python_site_dirs, site_dirs_by_files,
+    Attempt, Candidate, CudaSearch, LoadReport, NCCL_SONAMES, NcclSearch, SITE_PACKAGES_NCCL,
+    Source, common_site_dirs, python_site_dirs, site_dirs_by_files,
 };
 
 use std::fmt;
@@ -147,92 +148,14 @@ impl Error {
     }
 }
 
-/// dlopen with RTLD_NODELETE: NCCL and the CUDA runtime start threads and
-/// register exit handlers, so unmapping them when a `Library` is dropped
-/// crashes the process later (seen as a SIGSEGV at test exit). The library
-/// stays mapped for the life of the process, as a linked one would.
-///
-/// # Safety
-/// As `libloading::Library::new`: the library's initialisers run.
-pub(crate) unsafe fn open_resident(path: &str) -> Result<libloading::Library, libloading::Error> {
-    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
-    const RTLD_NODELETE: std::os::raw::c_int = 0x1000;
-    // SAFETY: forwarded to the caller.
-    unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) }.map(Into::into)
-}
-
 /// Opens the first candidate that loads, recording every attempt.
 pub(crate) fn open_first(
-    candidates: Vec<(Source, String, bool)>,
+    candidates: Vec<Candidate>,
     report: &mut LoadReport,
 ) -> Option<(libloading::Library, String)> {
-    for (source, candidate, final_if_failed) in candidates {
-        // SAFETY: loading runs the library's initialisers; NCCL's and the
-        // CUDA driver's are what any program using them runs. The caller
-        // chose the search.
-        match unsafe { open_resident(&candidate) } {
-            Ok(lib) => {
-                let path = loaded_path(&candidate);
-                report.attempts.push(Attempt {
-                    source,
-                    candidate,
-                    failure: None,
-                });
-                return Some((lib, path));
-            }
-            Err(e) => {
-                report.attempts.push(Attempt {
-                    source,
-                    candidate,
-                    failure: Some(loader_message(&e)),
-                });
-                if final_if_failed {
-                    return None;
-                }
-            }
-        }
-    }
-    None
-}
-
-fn loader_message(e: &libloading::Error) -> String {
-    // libloading's Display is only "dlopen failed"; dlerror()'s text, which
-    // names the missing file or dependency, is its source.
-    match std::error::Error::source(e) {
-        Some(src) => src.to_string(),
-        None => e.to_string(),
-    }
-}
-
-/// A bare soname is reported as the file the loader picked, from
-/// /proc/self/maps (the report should name a file an operator can check).
-fn loaded_path(candidate: &str) -> String {
-    if candidate.contains('/') {
-        return candidate.to_string();
-    }
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return candidate.to_string();
-    };
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        // libnccl.so.2 is often a symlink to libnccl.so.2.21.5: maps names the target.
-        .find(|p| {
-            std::path::Path::new(p)
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(candidate))
-        })
-        .map_or_else(|| candidate.to_string(), str::to_string)
-}
-
-/// SAFETY (for callers): `p` is NULL or a NUL-terminated string valid for
-/// the duration of the call.
-pub(crate) unsafe fn c_text(p: *const std::ffi::c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: per this function's contract.
-    unsafe { std::ffi::CStr::from_ptr(p) }
-        .to_string_lossy()
-        .into_owned()
+    // SAFETY: loading runs the library's initialisers; NCCL's and the CUDA
+    // driver's are what any program using them runs, and the candidates
+    // are only ever NCCL, RCCL or libcuda, by the search's documented
+    // order.
+    unsafe { loader_sys::open_first(candidates, report) }
 }

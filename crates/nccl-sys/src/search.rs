@@ -2,7 +2,6 @@
 //! the record of what was tried.
 
 use std::ffi::OsString;
-use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -15,79 +14,8 @@ pub const NCCL_SONAMES: [&str; 2] = ["libnccl.so.2", "librccl.so.1"];
 /// Where pip-installed PyTorch keeps NCCL, under each site-packages dir.
 pub const SITE_PACKAGES_NCCL: &str = "nvidia/nccl/lib/libnccl.so.2";
 
-/// Where a candidate came from, named in the report so an operator knows
-/// which setting to change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// The caller's explicit path (the CLI's `--nccl-lib`).
-    Explicit,
-    /// `PREFLIGHT_NCCL_LIB` or `PREFLIGHT_CUDA_LIB`.
-    EnvVar(&'static str),
-    /// The dynamic loader by soname (LD_LIBRARY_PATH, ld.so.cache, RUNPATH).
-    Loader,
-    /// A Python site-packages directory (`nvidia/nccl/lib/`).
-    SitePackages,
-    /// A well-known driver directory (libcuda.so.1 only).
-    CommonDir,
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Source::Explicit => f.write_str("explicit path"),
-            Source::EnvVar(v) => f.write_str(v),
-            Source::Loader => f.write_str("system loader"),
-            Source::SitePackages => f.write_str("python site-packages"),
-            Source::CommonDir => f.write_str("driver directory"),
-        }
-    }
-}
-
-/// One library the search tried to open.
-#[derive(Debug, Clone)]
-pub struct Attempt {
-    pub source: Source,
-    /// A path, or a bare soname handed to the loader.
-    pub candidate: String,
-    /// `None` when it opened; otherwise why not (the loader's message).
-    pub failure: Option<String>,
-}
-
-/// Everything the search tried, in order, plus notes (for example that the
-/// Python interpreter could not be asked).
-#[derive(Debug, Clone, Default)]
-pub struct LoadReport {
-    pub attempts: Vec<Attempt>,
-    pub notes: Vec<String>,
-}
-
-impl LoadReport {
-    /// The attempt that opened, if any.
-    pub fn loaded(&self) -> Option<&Attempt> {
-        self.attempts.iter().find(|a| a.failure.is_none())
-    }
-}
-
-impl fmt::Display for LoadReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.attempts.is_empty() {
-            f.write_str("nothing tried")?;
-        }
-        for (i, a) in self.attempts.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
-            }
-            match &a.failure {
-                None => write!(f, "{} ({}): loaded", a.candidate, a.source)?,
-                Some(why) => write!(f, "{} ({}): {}", a.candidate, a.source, why)?,
-            }
-        }
-        for n in &self.notes {
-            write!(f, "; {n}")?;
-        }
-        Ok(())
-    }
-}
+pub use loader_sys::{Attempt, Candidate, LoadReport, Source};
+use loader_sys::env_path;
 
 /// How to find NCCL. [`NcclSearch::from_env`] gives the documented order;
 /// tests build it field by field instead of mutating the environment.
@@ -142,21 +70,17 @@ impl NcclSearch {
     /// Candidates in order, with whether a failure ends the search. Asking
     /// Python happens here, lazily, only when the earlier ones were
     /// exhausted: `open` calls this in stages.
-    pub(crate) fn early(&self) -> Vec<(Source, String, bool)> {
+    pub(crate) fn early(&self) -> Vec<Candidate> {
         if let Some(p) = &self.explicit {
-            return vec![(Source::Explicit, p.display().to_string(), true)];
+            return vec![Candidate::named(Source::Explicit, p)];
         }
         if let Some(p) = &self.env_path {
-            return vec![(
-                Source::EnvVar("PREFLIGHT_NCCL_LIB"),
-                p.display().to_string(),
-                true,
-            )];
+            return vec![Candidate::named(Source::EnvVar("PREFLIGHT_NCCL_LIB"), p)];
         }
         if self.loader {
             return NCCL_SONAMES
                 .iter()
-                .map(|s| (Source::Loader, s.to_string(), false))
+                .map(|s| Candidate::one_of(Source::Loader, *s))
                 .collect();
         }
         Vec::new()
@@ -164,7 +88,7 @@ impl NcclSearch {
 
     /// Site-packages candidates that exist (a missing dir is not worth a
     /// line in the report), the interpreter's dirs first.
-    pub(crate) fn site_candidates(&self, report: &mut LoadReport) -> Vec<(Source, String, bool)> {
+    pub(crate) fn site_candidates(&self, report: &mut LoadReport) -> Vec<Candidate> {
         if self.explicit.is_some() || self.env_path.is_some() {
             return Vec::new();
         }
@@ -176,12 +100,12 @@ impl NcclSearch {
             }
         }
         dirs.extend(self.site_dirs.iter().cloned());
-        let mut out: Vec<(Source, String, bool)> = Vec::new();
+        let mut out: Vec<Candidate> = Vec::new();
         for d in dirs {
             let p = d.join(SITE_PACKAGES_NCCL);
             let s = p.display().to_string();
-            if p.exists() && !out.iter().any(|(_, c, _)| *c == s) {
-                out.push((Source::SitePackages, s, false));
+            if p.exists() && !out.iter().any(|c| c.path == s) {
+                out.push(Candidate::one_of(Source::SitePackages, s));
             }
         }
         if out.is_empty() {
@@ -224,35 +148,25 @@ impl CudaSearch {
         }
     }
 
-    pub(crate) fn candidates(&self) -> Vec<(Source, String, bool)> {
+    pub(crate) fn candidates(&self) -> Vec<Candidate> {
         if let Some(p) = &self.explicit {
-            return vec![(Source::Explicit, p.display().to_string(), true)];
+            return vec![Candidate::named(Source::Explicit, p)];
         }
         if let Some(p) = &self.env_path {
-            return vec![(
-                Source::EnvVar("PREFLIGHT_CUDA_LIB"),
-                p.display().to_string(),
-                true,
-            )];
+            return vec![Candidate::named(Source::EnvVar("PREFLIGHT_CUDA_LIB"), p)];
         }
         let mut out = Vec::new();
         if self.loader {
-            out.push((Source::Loader, "libcuda.so.1".to_string(), false));
+            out.push(Candidate::one_of(Source::Loader, "libcuda.so.1"));
         }
         for d in &self.dirs {
             let p = d.join("libcuda.so.1");
             if p.exists() {
-                out.push((Source::CommonDir, p.display().to_string(), false));
+                out.push(Candidate::one_of(Source::CommonDir, p.display().to_string()));
             }
         }
         out
     }
-}
-
-fn env_path(k: &str) -> Option<PathBuf> {
-    std::env::var_os(k)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
 }
 
 /// Site-packages dirs that exist without asking an interpreter: a node may
@@ -499,7 +413,10 @@ mod tests {
             loader: true,
             ..Default::default()
         };
-        assert_eq!(s.early(), vec![(Source::Explicit, "/a".to_string(), true)]);
+        assert_eq!(
+            s.early(),
+            vec![Candidate::named(Source::Explicit, Path::new("/a"))]
+        );
         let s = NcclSearch {
             env_path: Some("/b".into()),
             loader: true,
@@ -507,7 +424,10 @@ mod tests {
         };
         assert_eq!(
             s.early(),
-            vec![(Source::EnvVar("PREFLIGHT_NCCL_LIB"), "/b".to_string(), true)]
+            vec![Candidate::named(
+                Source::EnvVar("PREFLIGHT_NCCL_LIB"),
+                Path::new("/b")
+            )]
         );
     }
 
@@ -517,7 +437,7 @@ mod tests {
             loader: true,
             ..Default::default()
         };
-        let names: Vec<String> = s.early().into_iter().map(|c| c.1).collect();
+        let names: Vec<String> = s.early().into_iter().map(|c| c.path).collect();
         assert_eq!(names, ["libnccl.so.2", "librccl.so.1"]);
     }
 

@@ -62,11 +62,14 @@
 
 mod search;
 
-pub use search::{Attempt, LoadReport, SONAMES, Search, Source, embedded_version};
+use loader_sys::c_text;
+pub use search::{
+    Attempt, CCL_ROOT, Candidate, LoadReport, SONAMES, Search, Source, embedded_version, root_dirs,
+};
 
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Size of `onecclUniqueId`, passed by value to `onecclCommInitRank`.
 pub const UNIQUE_ID_BYTES: usize = 4096;
@@ -327,64 +330,43 @@ impl Library {
 
     pub fn search(search: &Search) -> Result<Library, Error> {
         let mut report = LoadReport::default();
-        for (source, candidate, final_if_failed) in search.candidates() {
-            // SAFETY: loading runs the library's initialisers. oneCCL's are
-            // plain C++ static constructors; that is the trust any dlopen of
-            // the collective library needs, and the caller chose this search.
-            let opened = unsafe { open_resident(&candidate) };
-            let lib = match opened {
-                Ok(lib) => lib,
-                Err(e) => {
-                    report.attempts.push(Attempt {
-                        source,
-                        candidate,
-                        failure: Some(loader_message(&e)),
-                    });
-                    if final_if_failed {
-                        break;
-                    }
-                    continue;
+        // SAFETY: loading runs the library's initialisers. oneCCL's are
+        // plain C++ static constructors; that is the trust any dlopen of
+        // the collective library needs, and the candidates are only ever
+        // libccl, by the search's documented order.
+        let opened = unsafe { loader_sys::open_first(search.candidates(), &mut report) };
+        let Some((lib, path)) = opened else {
+            return Err(Error::NotFound { report });
+        };
+        let fns = match Fns::resolve(&lib) {
+            Ok(fns) => fns,
+            Err(missing) => {
+                if let Some(last) = report.attempts.last_mut() {
+                    last.failure = Some(format!("no C API ({missing} missing)"));
                 }
-            };
-            let fns = match Fns::resolve(&lib) {
-                Ok(fns) => fns,
-                Err(missing) => {
-                    let path = loaded_path(&candidate);
-                    report.attempts.push(Attempt {
-                        source,
-                        candidate,
-                        failure: Some(format!("no C API ({missing} missing)")),
-                    });
-                    let version = embedded_version(Path::new(&path));
-                    return Err(Error::Unsupported {
-                        path,
-                        version,
-                        missing: missing.to_string(),
-                        report,
-                    });
-                }
-            };
-            report.attempts.push(Attempt {
-                source,
-                candidate: candidate.clone(),
-                failure: None,
-            });
-            let mut code: c_int = 0;
-            // SAFETY: `get_version` is onecclGetVersion(int*), given a valid
-            // pointer to a local.
-            let rc = unsafe { (fns.get_version)(&mut code) };
-            let mut library = Library {
-                fns,
-                path: loaded_path(&candidate),
-                version: Version::from_code(0),
-                report,
-                _lib: lib,
-            };
-            library.check("onecclGetVersion", rc)?;
-            library.version = Version::from_code(code);
-            return Ok(library);
-        }
-        Err(Error::NotFound { report })
+                let version = embedded_version(Path::new(&path));
+                return Err(Error::Unsupported {
+                    path,
+                    version,
+                    missing: missing.to_string(),
+                    report,
+                });
+            }
+        };
+        let mut code: c_int = 0;
+        // SAFETY: `get_version` is onecclGetVersion(int*), given a valid
+        // pointer to a local.
+        let rc = unsafe { (fns.get_version)(&mut code) };
+        let mut library = Library {
+            fns,
+            path,
+            version: Version::from_code(0),
+            report,
+            _lib: lib,
+        };
+        library.check("onecclGetVersion", rc)?;
+        library.version = Version::from_code(code);
+        Ok(library)
     }
 
     /// The file that was loaded (resolved through the loader when found by
@@ -786,54 +768,6 @@ impl Drop for Comm<'_> {
         // A failure here cannot be acted on; oneCCL logs it itself.
         let _ = unsafe { (self.lib.fns.comm_destroy)(self.raw) };
     }
-}
-
-/// SAFETY (for callers): `p` is NULL or a NUL-terminated string that stays
-/// valid for the duration of this call.
-unsafe fn c_text(p: *const c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: per this function's contract.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-}
-
-fn loader_message(e: &libloading::Error) -> String {
-    // libloading's own Display is only "dlopen failed"; dlerror()'s text,
-    // which names the missing file or dependency, is its source.
-    match std::error::Error::source(e) {
-        Some(src) => src.to_string(),
-        None => e.to_string(),
-    }
-}
-
-/// A bare soname is reported as the file the loader picked, when /proc says.
-fn loaded_path(candidate: &str) -> String {
-    if candidate.contains('/') {
-        return candidate.to_string();
-    }
-    resolve_in_maps(candidate).unwrap_or_else(|| candidate.to_string())
-}
-
-fn resolve_in_maps(soname: &str) -> Option<String> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| Path::new(p).file_name().is_some_and(|n| n == soname))
-        .map(|p| PathBuf::from(p).display().to_string())
-}
-
-/// dlopen with RTLD_NODELETE: oneCCL starts worker threads and registers
-/// exit handlers, so unmapping it when a `Library` is dropped can crash the
-/// process later. It stays mapped for the life of the process.
-///
-/// # Safety
-/// As `libloading::Library::new`: the library's initialisers run.
-unsafe fn open_resident(path: &str) -> Result<libloading::Library, libloading::Error> {
-    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
-    const RTLD_NODELETE: std::os::raw::c_int = 0x1000;
-    // SAFETY: forwarded to the caller.
-    unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) }.map(Into::into)
 }
 
 #[cfg(test)]

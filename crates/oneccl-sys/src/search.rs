@@ -1,6 +1,5 @@
 //! Where libccl.so.2 is looked for, and the record of what was tried.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Sonames in the order they are tried. libccl.so.2 carries the C API (oneCCL
@@ -8,65 +7,11 @@ use std::path::{Path, PathBuf};
 /// (C++ API only) is reported as an unsupported version instead of "not found".
 pub const SONAMES: [&str; 2] = ["libccl.so.2", "libccl.so.1"];
 
-/// Where a candidate came from: the report names it so an operator knows
-/// which setting to change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// The caller's explicit path (the CLI's `--oneccl-lib`).
-    Explicit,
-    /// `PREFLIGHT_ONECCL_LIB`.
-    EnvVar,
-    /// The dynamic loader by soname (LD_LIBRARY_PATH, ld.so.cache, RUNPATH).
-    Loader,
-    /// `$CCL_ROOT/lib` or `$CCL_ROOT/lib/intel64` (the oneAPI layout).
-    CclRoot,
-}
+pub use loader_sys::{Attempt, Candidate, LoadReport, Source};
 
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Source::Explicit => "explicit path",
-            Source::EnvVar => "PREFLIGHT_ONECCL_LIB",
-            Source::Loader => "system loader",
-            Source::CclRoot => "CCL_ROOT",
-        })
-    }
-}
-
-/// One library the search tried to open.
-#[derive(Debug, Clone)]
-pub struct Attempt {
-    pub source: Source,
-    /// A path, or a bare soname handed to the loader.
-    pub candidate: String,
-    /// `None` when it opened; otherwise why not (the loader's own message).
-    pub failure: Option<String>,
-}
-
-/// Everything the search tried, in order, so that "not found" can say where
-/// it looked.
-#[derive(Debug, Clone, Default)]
-pub struct LoadReport {
-    pub attempts: Vec<Attempt>,
-}
-
-impl fmt::Display for LoadReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.attempts.is_empty() {
-            return f.write_str("nothing tried");
-        }
-        for (i, a) in self.attempts.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
-            }
-            match &a.failure {
-                None => write!(f, "{} ({}): loaded", a.candidate, a.source)?,
-                Some(why) => write!(f, "{} ({}): {}", a.candidate, a.source, why)?,
-            }
-        }
-        Ok(())
-    }
-}
+/// The variable under whose `lib/` (and `lib/intel64/`) oneCCL is looked
+/// for: oneAPI's `setvars.sh` sets it.
+pub const CCL_ROOT: &str = "CCL_ROOT";
 
 /// The search order. Built from the environment by [`Search::from_env`];
 /// tests build it field by field so they never mutate the process environment.
@@ -87,45 +32,45 @@ impl Search {
     /// The documented order: `explicit`, `PREFLIGHT_ONECCL_LIB`, the loader,
     /// `$CCL_ROOT/lib`, `$CCL_ROOT/lib/intel64`.
     pub fn from_env(explicit: Option<&Path>) -> Search {
-        let non_empty = |k: &str| {
-            std::env::var_os(k)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        };
         Search {
             explicit: explicit.map(Path::to_path_buf),
-            env_path: non_empty("PREFLIGHT_ONECCL_LIB"),
+            env_path: loader_sys::env_path("PREFLIGHT_ONECCL_LIB"),
             loader: true,
-            ccl_root: non_empty("CCL_ROOT"),
+            ccl_root: loader_sys::env_path(CCL_ROOT),
         }
     }
 
-    /// Candidates in order; the bool says whether a failure ends the search.
-    pub(crate) fn candidates(&self) -> Vec<(Source, String, bool)> {
-        let mut out = Vec::new();
+    /// Candidates in order.
+    pub(crate) fn candidates(&self) -> Vec<Candidate> {
         if let Some(p) = &self.explicit {
-            out.push((Source::Explicit, p.display().to_string(), true));
-            return out;
+            return vec![Candidate::named(Source::Explicit, p)];
         }
         if let Some(p) = &self.env_path {
-            out.push((Source::EnvVar, p.display().to_string(), true));
-            return out;
+            return vec![Candidate::named(Source::EnvVar("PREFLIGHT_ONECCL_LIB"), p)];
         }
+        let mut out = Vec::new();
         if self.loader {
             for s in SONAMES {
-                out.push((Source::Loader, s.to_string(), false));
+                out.push(Candidate::one_of(Source::Loader, s));
             }
         }
         if let Some(root) = &self.ccl_root {
-            for dir in [root.join("lib"), root.join("lib").join("intel64")] {
+            for dir in root_dirs(root) {
                 for s in SONAMES {
-                    out.push((Source::CclRoot, dir.join(s).display().to_string(), false));
+                    let path = dir.join(s).display().to_string();
+                    out.push(Candidate::one_of(Source::Root(CCL_ROOT), path));
                 }
             }
         }
         out
     }
 }
+
+/// Where oneAPI's layout keeps the library under `$CCL_ROOT`.
+pub fn root_dirs(root: &Path) -> [PathBuf; 2] {
+    [root.join("lib"), root.join("lib").join("intel64")]
+}
+
 
 /// Best-effort version of a oneCCL binary without calling into it: the
 /// library embeds a build string such as "Gold-2021.16.2 2025-09-08T...".
@@ -170,8 +115,8 @@ mod tests {
         };
         let c = s.candidates();
         assert_eq!(c.len(), 1);
-        assert_eq!(c[0].0, Source::Explicit);
-        assert!(c[0].2);
+        assert_eq!(c[0].source, Source::Explicit);
+        assert!(c[0].final_if_failed);
     }
 
     #[test]
@@ -181,7 +126,7 @@ mod tests {
             ccl_root: Some("/opt/ccl".into()),
             ..Search::default()
         };
-        let names: Vec<String> = s.candidates().into_iter().map(|c| c.1).collect();
+        let names: Vec<String> = s.candidates().into_iter().map(|c| c.path).collect();
         assert_eq!(
             names,
             [

@@ -277,7 +277,7 @@ fn found_under_ccl_root_lib_intel64() {
     );
     assert_eq!(
         l.report().attempts.last().unwrap().source,
-        oneccl_sys::Source::CclRoot
+        oneccl_sys::Source::Root(oneccl_sys::CCL_ROOT)
     );
     let _ = std::fs::remove_dir_all(&root);
 }
