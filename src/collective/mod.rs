@@ -10,7 +10,9 @@
 //! 0 makes one report of every rank's result), `ending` (why a backend
 //! ended, and who is at fault), `checks` (the check results
 //! it adds). The library backends run in a child process each: `library`
-//! (what a library backend says about itself) and `registry` (the list of
+//! (what a library backend says about itself), `driver` (what every
+//! library backend shares: the id, init, the exercise as a `Backend`) and
+//! `registry` (the list of
 //! them), `job` (what the child and its parent say to each other),
 //! `worker` (the child), `supervisor` (the parent's side: deadlines, the id
 //! exchange, the log), `oneccl` and `nccl` (the backends over our -sys
@@ -20,6 +22,7 @@
 pub mod assemble;
 pub mod checks;
 pub mod config;
+pub mod driver;
 mod ending;
 pub mod exercise;
 pub mod job;

@@ -39,10 +39,11 @@ use nccl_sys::{
 };
 use tokio::time::Instant;
 
+use super::OpError;
+use super::driver::{Collectives, InitFailed, Initialized, Words, drive};
 use super::job::{Job, Link, ToParent};
 use super::library::{EnvInput, LibraryBackend};
 use super::rank::Found;
-use super::{Backend, Dtype, OpError};
 use crate::facts::shared_library;
 
 pub const LIBRARY: LibraryBackend = LibraryBackend {
@@ -147,30 +148,25 @@ pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
         reason: format!("{probe}; rank {} on GPU {ordinal} {name}", job.rank),
         found,
     })?;
-    let id = link.exchange_id(|| {
+    let unique_id = || {
         nccl.unique_id()
             .map(|u| u.as_bytes().to_vec())
             .map_err(|e| e.to_string())
-    })?;
-    let Some(id) = id else {
-        return Ok(());
     };
-    let id = UniqueId::from_bytes(&id).map_err(|e| e.to_string())?;
-    dev.make_current().map_err(|e| e.to_string())?;
-    let t = std::time::Instant::now();
-    let deadline = std::time::Instant::now() + Duration::from_millis(job.init_timeout_ms);
-    let comm = nccl
-        .init_rank_nonblocking(job.world as usize, &id, job.rank as usize)
-        .and_then(|c| match c.wait_ready(deadline) {
-            Ok(()) => Ok(c),
-            Err(e) => {
-                let _ = c.abort();
-                Err(e)
-            }
-        });
-    let comm = match comm {
-        Ok(c) => c,
-        Err(e) => {
+    let init = |id: &[u8]| {
+        let id = UniqueId::from_bytes(id).map_err(InitFailed::new)?;
+        dev.make_current().map_err(InitFailed::new)?;
+        let deadline = std::time::Instant::now() + Duration::from_millis(job.init_timeout_ms);
+        let comm = nccl
+            .init_rank_nonblocking(job.world as usize, &id, job.rank as usize)
+            .and_then(|c| match c.wait_ready(deadline) {
+                Ok(()) => Ok(c),
+                Err(e) => {
+                    let _ = c.abort();
+                    Err(e)
+                }
+            });
+        let comm = comm.map_err(|e| {
             let mut error = e.to_string();
             // NCCL names the ranks; how they came to share a device is
             // ours to say.
@@ -180,29 +176,25 @@ pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
                     job.local_rank
                 ));
             }
-            return link.send(&ToParent::InitFailed {
+            InitFailed {
                 stalled: matches!(e, nccl_sys::Error::Timeout { .. }),
                 error,
-            });
-        }
+            }
+        })?;
+        let stream = dev.stream().map_err(InitFailed::new)?;
+        Ok(Initialized {
+            comm: NcclComm {
+                nccl: &nccl,
+                dev: &dev,
+                comm: Some(comm),
+                stream,
+                rank: job.rank,
+                world: job.world,
+            },
+            notes: transport_notes(&job.root),
+        })
     };
-    link.send(&ToParent::Init {
-        ms: t.elapsed().as_millis() as u64,
-    })?;
-    for (warning, text) in transport_notes(&job.root) {
-        link.send(&ToParent::Note { warning, text })?;
-    }
-    let stream = dev.stream().map_err(|e| e.to_string())?;
-    let mut backend = NcclBackend {
-        nccl: &nccl,
-        dev: &dev,
-        comm: Some(comm),
-        stream,
-        rank: job.rank,
-        world: job.world,
-        last: None,
-    };
-    link.exercise(&mut backend, job)
+    drive(LIBRARY.name, job, link, unique_id, init)
 }
 
 /// What NCCL's INFO lines say about the network it chose, once init has
@@ -280,7 +272,9 @@ fn flavour(path: &str) -> &'static str {
     }
 }
 
-struct NcclBackend<'a> {
+/// A communicator on this rank's GPU: NCCL's collectives on device copies
+/// of the host buffers, polled to the step's deadline.
+struct NcclComm<'a> {
     nccl: &'a Nccl,
     dev: &'a Device<'a>,
     /// `None` once aborted. Declared before `stream` so it is destroyed
@@ -289,14 +283,6 @@ struct NcclBackend<'a> {
     stream: Stream<'a>,
     rank: u32,
     world: u32,
-    last: Option<Duration>,
-}
-
-fn words<T: Default + Copy>(bytes: &[u8], read: fn([u8; 4]) -> T) -> Vec<T> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| read([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 fn failed(e: nccl_sys::Error) -> OpError {
@@ -313,11 +299,13 @@ fn failed(e: nccl_sys::Error) -> OpError {
     }
 }
 
-impl<'a> NcclBackend<'a> {
-    fn comm(&self) -> Result<&Comm<'a>, OpError> {
-        self.comm.as_ref().ok_or_else(|| OpError::Other {
-            detail: "the communicator was aborted".into(),
-        })
+fn aborted() -> nccl_sys::Error {
+    nccl_sys::Error::InvalidArgument("the communicator was aborted".into())
+}
+
+impl<'a> NcclComm<'a> {
+    fn comm(&self) -> Result<&Comm<'a>, nccl_sys::Error> {
+        self.comm.as_ref().ok_or_else(aborted)
     }
 
     fn upload<T: DataType>(&self, host: &[T]) -> Result<DeviceBuffer<'a, T>, OpError> {
@@ -337,7 +325,7 @@ impl<'a> NcclBackend<'a> {
         &mut self,
         deadline: Instant,
         enqueue: impl FnOnce(&Self) -> Result<(), nccl_sys::Error>,
-    ) -> Result<(), OpError> {
+    ) -> Result<Duration, OpError> {
         // An enqueue that returns ncclInProgress (a non-blocking
         // communicator connecting to a peer) is polled inside the call:
         // it must end by the step's deadline too, not NCCL-sys's default.
@@ -346,16 +334,9 @@ impl<'a> NcclBackend<'a> {
         }
         let t = std::time::Instant::now();
         let queued = enqueue(self);
-        let done = queued.and_then(|()| {
-            self.comm()
-                .map_err(|_| nccl_sys::Error::InvalidArgument("aborted".into()))?
-                .wait(&self.stream, deadline.into_std())
-        });
+        let done = queued.and_then(|()| self.comm()?.wait(&self.stream, deadline.into_std()));
         match done {
-            Ok(()) => {
-                self.last = Some(t.elapsed());
-                Ok(())
-            }
+            Ok(()) => Ok(t.elapsed()),
             Err(e) => {
                 // Said on stderr too, which the parent keeps as the
                 // backend's log: the report shows that this rank ended the
@@ -375,121 +356,84 @@ impl<'a> NcclBackend<'a> {
         }
     }
 
-    fn allreduce_as<T: DataType>(
+    fn sum<T: DataType + Copy>(
         &mut self,
-        buf: &mut [u8],
-        read: fn([u8; 4]) -> T,
-        write: fn(T) -> [u8; 4],
+        values: &mut [T],
         deadline: Instant,
-    ) -> Result<(), OpError> {
-        let host = words(buf, read);
-        let mut d = self.upload(&host)?;
-        self.run(deadline, |s| {
-            let comm = s.comm().map_err(|_| aborted())?;
-            comm.all_reduce_in_place(&mut d, RedOp::Sum, &s.stream)
+    ) -> Result<Duration, OpError> {
+        let mut d = self.upload(values)?;
+        let took = self.run(deadline, |s| {
+            s.comm()?.all_reduce_in_place(&mut d, RedOp::Sum, &s.stream)
         })?;
-        let mut out = vec![T::default(); host.len()];
-        d.copy_to_host(&mut out).map_err(failed)?;
-        for (v, b) in out.into_iter().zip(buf.chunks_exact_mut(4)) {
-            b.copy_from_slice(&write(v));
-        }
-        Ok(())
+        d.copy_to_host(values).map_err(failed)?;
+        Ok(took)
     }
 }
 
-fn aborted() -> nccl_sys::Error {
-    nccl_sys::Error::InvalidArgument("the communicator was aborted".into())
-}
-
-impl Backend for NcclBackend<'_> {
-    fn name(&self) -> &'static str {
-        "nccl"
-    }
-
-    fn rank(&self) -> u32 {
-        self.rank
-    }
-
-    fn world(&self) -> u32 {
-        self.world
-    }
-
-    async fn allreduce(
-        &mut self,
-        buf: &mut [u8],
-        dtype: Dtype,
-        deadline: Instant,
-    ) -> Result<(), OpError> {
-        match dtype {
-            Dtype::F32 => self.allreduce_as(buf, f32::from_le_bytes, f32::to_le_bytes, deadline),
-            Dtype::I32 => self.allreduce_as(buf, i32::from_le_bytes, i32::to_le_bytes, deadline),
+impl Collectives for NcclComm<'_> {
+    fn all_reduce(&mut self, words: Words<'_>, deadline: Instant) -> Result<Duration, OpError> {
+        match words {
+            Words::F32(v) => self.sum(v, deadline),
+            Words::I32(v) => self.sum(v, deadline),
         }
     }
 
-    async fn broadcast(
+    fn broadcast(
         &mut self,
         buf: &mut [u8],
         root: u32,
         deadline: Instant,
-    ) -> Result<(), OpError> {
-        // A broadcast moves bytes unchanged, whatever they encode.
+    ) -> Result<Duration, OpError> {
         let mut d = self.upload::<u8>(buf)?;
-        self.run(deadline, |s| {
-            let comm = s.comm().map_err(|_| aborted())?;
-            comm.broadcast(&mut d, root as usize, &s.stream)
+        let took = self.run(deadline, |s| {
+            s.comm()?.broadcast(&mut d, root as usize, &s.stream)
         })?;
-        d.copy_to_host(buf).map_err(failed)
+        d.copy_to_host(buf).map_err(failed)?;
+        Ok(took)
     }
 
-    async fn allgather(
+    fn all_gather(
         &mut self,
         input: &[u8],
         out: &mut [u8],
         deadline: Instant,
-    ) -> Result<(), OpError> {
+    ) -> Result<Duration, OpError> {
         let d_in = self.upload::<u8>(input)?;
         let mut d_out = self.alloc::<u8>(out.len())?;
-        self.run(deadline, |s| {
-            let comm = s.comm().map_err(|_| aborted())?;
-            comm.all_gather(&d_in, &mut d_out, &s.stream)
+        let took = self.run(deadline, |s| {
+            s.comm()?.all_gather(&d_in, &mut d_out, &s.stream)
         })?;
-        d_out.copy_to_host(out).map_err(failed)
+        d_out.copy_to_host(out).map_err(failed)?;
+        Ok(took)
     }
 
-    async fn sendrecv(
+    fn send_recv(
         &mut self,
         send: &[u8],
         to: u32,
         recv: &mut [u8],
         from: u32,
         deadline: Instant,
-    ) -> Result<(), OpError> {
+    ) -> Result<Duration, OpError> {
         let d_send = self.upload::<u8>(send)?;
         let mut d_recv = self.alloc::<u8>(recv.len())?;
-        self.run(deadline, |s| {
-            let comm = s.comm().map_err(|_| aborted())?;
+        let took = self.run(deadline, |s| {
+            let comm = s.comm()?;
             s.nccl.group(|| {
                 comm.send(&d_send, to as usize, &s.stream)?;
                 comm.recv(&mut d_recv, from as usize, &s.stream)
             })
         })?;
-        d_recv.copy_to_host(recv).map_err(failed)
+        d_recv.copy_to_host(recv).map_err(failed)?;
+        Ok(took)
     }
 
-    async fn barrier(&mut self, deadline: Instant) -> Result<(), OpError> {
-        // NCCL has no barrier: a one-element allreduce is one.
-        let mut one = [0u8; 4];
-        self.allreduce_as(&mut one, i32::from_le_bytes, i32::to_le_bytes, deadline)
-    }
+    // NCCL has no barrier: the driver's one-element all-reduce is one.
 
     fn abort(&mut self) {
         if let Some(c) = self.comm.take() {
             let _ = c.abort();
         }
-    }
-
-    fn last_op_time(&self) -> Option<Duration> {
-        self.last
     }
 }
 

@@ -13,15 +13,14 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use oneccl_sys::{
-    Attempt, Comm, DataType, Library, LoadReport, RedOp, SONAMES, Search, Source, UniqueId,
-};
+use oneccl_sys::{Attempt, Comm, Library, LoadReport, RedOp, SONAMES, Search, Source, UniqueId};
 use tokio::time::Instant;
 
+use super::OpError;
+use super::driver::{Collectives, InitFailed, Initialized, Words, drive};
 use super::job::{Job, Link, ToParent};
 use super::library::{EnvInput, LibraryBackend};
 use super::rank::Found;
-use super::{Backend, Dtype, OpError};
 use crate::facts::shared_library;
 
 pub const LIBRARY: LibraryBackend = LibraryBackend {
@@ -150,68 +149,28 @@ pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
         reason: format!("{} at {}", found.version, found.path),
         found: Some(found),
     })?;
-    let id = link.exchange_id(|| {
+    let unique_id = || {
         lib.unique_id()
             .map(|u| u.as_bytes().to_vec())
             .map_err(|e| e.to_string())
-    })?;
-    let Some(id) = id else {
-        return Ok(());
     };
-    let id = UniqueId::from_bytes(&id).map_err(|e| e.to_string())?;
-    let t = std::time::Instant::now();
-    let comm = match lib.init_rank(job.world as usize, &id, job.rank as usize) {
-        Ok(c) => c,
-        Err(e) => {
-            return link.send(&ToParent::InitFailed {
-                error: e.to_string(),
-                stalled: false,
-            });
-        }
+    let init = |id: &[u8]| {
+        let id = UniqueId::from_bytes(id).map_err(InitFailed::new)?;
+        let comm = lib
+            .init_rank(job.world as usize, &id, job.rank as usize)
+            .map_err(InitFailed::new)?;
+        Ok(Initialized {
+            comm: OnecclComm { lib: &lib, comm },
+            notes: Vec::new(),
+        })
     };
-    link.send(&ToParent::Init {
-        ms: t.elapsed().as_millis() as u64,
-    })?;
-    let mut backend = Oneccl {
-        lib: &lib,
-        comm,
-        rank: job.rank,
-        world: job.world,
-        last: None,
-    };
-    link.exercise(&mut backend, job)
+    drive(LIBRARY.name, job, link, unique_id, init)
 }
 
-struct Oneccl<'a> {
+/// A communicator on host buffers.
+struct OnecclComm<'a> {
     lib: &'a Library,
     comm: Comm<'a>,
-    rank: u32,
-    world: u32,
-    last: Option<Duration>,
-}
-
-/// Element types that travel as little-endian 4-byte words.
-trait Word: DataType + Copy + Default {
-    fn read(b: &[u8]) -> Self;
-    fn write(self, b: &mut [u8]);
-}
-
-impl Word for f32 {
-    fn read(b: &[u8]) -> f32 {
-        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
-    }
-    fn write(self, b: &mut [u8]) {
-        b.copy_from_slice(&self.to_le_bytes());
-    }
-}
-
-impl Word for i32 {
-    fn read(b: &[u8]) -> i32 {
-        i32::from_le_bytes([b[0], b[1], b[2], b[3]])
-    }
-    fn write(self, b: &mut [u8]) {
-        b.copy_from_slice(&self.to_le_bytes());
-    }
 }
 
 fn failed(e: oneccl_sys::Error) -> OpError {
@@ -220,103 +179,62 @@ fn failed(e: oneccl_sys::Error) -> OpError {
     }
 }
 
-impl Oneccl<'_> {
-    /// Times only the library call, not the conversions around it.
-    fn timed<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
-        let t = std::time::Instant::now();
-        let r = f(self);
-        self.last = Some(t.elapsed());
-        r
-    }
-
-    /// oneCCL reduces aligned f32/i32 arrays and the framework's buffers
-    /// are bytes: a typed copy each way, outside the timed call.
-    fn allreduce_as<T: Word>(&mut self, buf: &mut [u8]) -> Result<(), OpError> {
-        let mut typed: Vec<T> = buf.chunks_exact(4).map(T::read).collect();
-        let r = self.timed(|s| s.comm.all_reduce_in_place(&mut typed, RedOp::Sum));
-        r.map_err(failed)?;
-        for (v, b) in typed.iter().zip(buf.chunks_exact_mut(4)) {
-            v.write(b);
-        }
-        Ok(())
-    }
+/// Times only the library call, not what surrounds it.
+fn timed<T>(call: impl FnOnce() -> Result<T, oneccl_sys::Error>) -> Result<Duration, OpError> {
+    let t = std::time::Instant::now();
+    call().map_err(failed)?;
+    Ok(t.elapsed())
 }
 
-impl Backend for Oneccl<'_> {
-    fn name(&self) -> &'static str {
-        "oneccl"
-    }
-
-    fn rank(&self) -> u32 {
-        self.rank
-    }
-
-    fn world(&self) -> u32 {
-        self.world
-    }
-
-    async fn allreduce(
-        &mut self,
-        buf: &mut [u8],
-        dtype: Dtype,
-        _deadline: Instant,
-    ) -> Result<(), OpError> {
-        match dtype {
-            Dtype::F32 => self.allreduce_as::<f32>(buf),
-            Dtype::I32 => self.allreduce_as::<i32>(buf),
+// oneCCL's calls cannot be interrupted: the deadline is the parent's, which
+// kills the worker when a step overruns.
+impl Collectives for OnecclComm<'_> {
+    fn all_reduce(&mut self, words: Words<'_>, _deadline: Instant) -> Result<Duration, OpError> {
+        match words {
+            Words::F32(v) => timed(|| self.comm.all_reduce_in_place(v, RedOp::Sum)),
+            Words::I32(v) => timed(|| self.comm.all_reduce_in_place(v, RedOp::Sum)),
         }
     }
 
-    async fn broadcast(
+    fn broadcast(
         &mut self,
         buf: &mut [u8],
         root: u32,
         _deadline: Instant,
-    ) -> Result<(), OpError> {
-        // A broadcast moves bytes unchanged, whatever they encode.
-        let r = self.timed(|s| s.comm.broadcast(buf, root as usize));
-        r.map_err(failed)
+    ) -> Result<Duration, OpError> {
+        timed(|| self.comm.broadcast(buf, root as usize))
     }
 
-    async fn allgather(
+    fn all_gather(
         &mut self,
         input: &[u8],
         out: &mut [u8],
         _deadline: Instant,
-    ) -> Result<(), OpError> {
-        // A gather moves bytes unchanged, whatever they encode.
-        let r = self.timed(|s| s.comm.all_gather(input, out));
-        r.map_err(failed)
+    ) -> Result<Duration, OpError> {
+        timed(|| self.comm.all_gather(input, out))
     }
 
-    async fn sendrecv(
+    fn send_recv(
         &mut self,
         send: &[u8],
         to: u32,
         recv: &mut [u8],
         from: u32,
         _deadline: Instant,
-    ) -> Result<(), OpError> {
-        let r = self.timed(|s| {
-            let (comm, lib) = (&s.comm, s.lib);
-            lib.group(|g| {
+    ) -> Result<Duration, OpError> {
+        let comm = &self.comm;
+        timed(|| {
+            self.lib.group(|g| {
                 g.send(comm, send, to as usize)?;
                 g.recv(comm, recv, from as usize)
             })
-        });
-        r.map_err(failed)
+        })
     }
 
-    async fn barrier(&mut self, _deadline: Instant) -> Result<(), OpError> {
-        self.comm.barrier().map_err(failed)
+    fn barrier(&mut self, _deadline: Instant) -> Result<Duration, OpError> {
+        timed(|| self.comm.barrier())
     }
 
-    fn abort(&mut self) {
-        // oneCCL has no abort; the worker exits and the parent kills it if
-        // the exit waits on a peer.
-    }
-
-    fn last_op_time(&self) -> Option<Duration> {
-        self.last
-    }
+    // oneCCL has no abort; the worker exits and the parent kills it if the
+    // exit waits on a peer.
 }

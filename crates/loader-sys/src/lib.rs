@@ -242,7 +242,10 @@ mod tests {
     #[test]
     fn a_named_library_that_fails_ends_the_search() {
         let (found, report) = open(vec![
-            Candidate::named(Source::EnvVar("PREFLIGHT_X_LIB"), Path::new("/nonexistent/libx.so")),
+            Candidate::named(
+                Source::EnvVar("PREFLIGHT_X_LIB"),
+                Path::new("/nonexistent/libx.so"),
+            ),
             Candidate::one_of(Source::Loader, "libc.so.6"),
         ]);
         assert_eq!(found, None);
@@ -263,7 +266,10 @@ mod tests {
         ]);
         let path = found.expect("libc loads");
         assert!(path.starts_with('/') && path.contains("libc"), "{path}");
-        assert_eq!(report.loaded().map(|a| a.candidate.as_str()), Some("libc.so.6"));
+        assert_eq!(
+            report.loaded().map(|a| a.candidate.as_str()),
+            Some("libc.so.6")
+        );
         let text = report.to_string();
         assert!(
             text.contains("/nonexistent/lib/libx.so (X_ROOT): ")

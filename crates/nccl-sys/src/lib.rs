@@ -69,9 +69,9 @@ mod probe;
 mod search;
 
 pub use cuda::{Cuda, Device, DeviceBuffer, Stream};
+pub(crate) use loader_sys::c_text;
 pub use nccl::{Comm, CommState, DataType, Nccl, NcclVersion, RedOp, UNIQUE_ID_BYTES, UniqueId};
 pub use probe::{CudaStatus, NcclFound, Probe, probe};
-pub(crate) use loader_sys::c_text;
 pub use search::{
     Attempt, Candidate, CudaSearch, LoadReport, NCCL_SONAMES, NcclSearch, SITE_PACKAGES_NCCL,
     Source, common_site_dirs, python_site_dirs, site_dirs_by_files,

@@ -14,8 +14,8 @@ pub const NCCL_SONAMES: [&str; 2] = ["libnccl.so.2", "librccl.so.1"];
 /// Where pip-installed PyTorch keeps NCCL, under each site-packages dir.
 pub const SITE_PACKAGES_NCCL: &str = "nvidia/nccl/lib/libnccl.so.2";
 
-pub use loader_sys::{Attempt, Candidate, LoadReport, Source};
 use loader_sys::env_path;
+pub use loader_sys::{Attempt, Candidate, LoadReport, Source};
 
 /// How to find NCCL. [`NcclSearch::from_env`] gives the documented order;
 /// tests build it field by field instead of mutating the environment.
@@ -162,7 +162,10 @@ impl CudaSearch {
         for d in &self.dirs {
             let p = d.join("libcuda.so.1");
             if p.exists() {
-                out.push(Candidate::one_of(Source::CommonDir, p.display().to_string()));
+                out.push(Candidate::one_of(
+                    Source::CommonDir,
+                    p.display().to_string(),
+                ));
             }
         }
         out

@@ -71,7 +71,6 @@ pub fn root_dirs(root: &Path) -> [PathBuf; 2] {
     [root.join("lib"), root.join("lib").join("intel64")]
 }
 
-
 /// Best-effort version of a oneCCL binary without calling into it: the
 /// library embeds a build string such as "Gold-2021.16.2 2025-09-08T...".
 /// Used only to name the version of a library we refuse (2021.x has no C API,
