@@ -117,6 +117,9 @@ pub struct Issue {
     pub message: String,
     /// The fix, when there is one name or value to suggest.
     pub suggestion: Option<String>,
+    /// The variable is one the catalog does not know (a warning only
+    /// where the check asks for it: `warn_unknown`).
+    pub uncatalogued: bool,
 }
 
 impl EnvLint {
@@ -152,7 +155,7 @@ impl EnvLint {
         }
         if !self.warn_unknown {
             for issue in &mut issues {
-                if issue.level == Level::Warn && issue.message.contains("not in the catalog") {
+                if issue.level == Level::Warn && issue.uncatalogued {
                     issue.level = Level::Note;
                 }
             }

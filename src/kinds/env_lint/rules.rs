@@ -15,6 +15,7 @@ fn push(issues: &mut Vec<Issue>, level: Level, variable: &str, message: String) 
         variable: variable.to_string(),
         message,
         suggestion: None,
+        uncatalogued: false,
     });
 }
 
@@ -24,6 +25,7 @@ fn suggest(issues: &mut Vec<Issue>, level: Level, variable: &str, message: Strin
         variable: variable.to_string(),
         message,
         suggestion: Some(fix),
+        uncatalogued: false,
     });
 }
 
@@ -71,12 +73,15 @@ pub fn lint_one(
                     s.to_string(),
                 )
             }
-            None => push(
-                issues,
-                Level::Warn,
-                name,
-                format!("{name} is not in the catalog (unknown to preflight; check its spelling)"),
-            ),
+            None => issues.push(Issue {
+                level: Level::Warn,
+                variable: name.to_string(),
+                message: format!(
+                    "{name} is not in the catalog (unknown to preflight; check its spelling)"
+                ),
+                suggestion: None,
+                uncatalogued: true,
+            }),
         }
         return;
     }

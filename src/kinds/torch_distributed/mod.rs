@@ -223,9 +223,13 @@ impl TorchDistributed {
         loop {
             picks += 1;
             let finding = self.run_once(facts).await;
+            // The diagnosis named the port it could not bind.
             let raced = self.rendezvous == Rendezvous::Local
                 && finding.status == crate::result::Status::Fail
-                && finding.message.contains("is already in use");
+                && finding
+                    .vars
+                    .iter()
+                    .any(|(k, v)| *k == "port" && v.parse::<u16>().is_ok());
             if !raced || picks == 3 {
                 return finding;
             }
