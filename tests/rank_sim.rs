@@ -181,3 +181,35 @@ fn a_node_that_drops_its_probes_is_named_in_reachability() {
     assert!(findings.contains("sim00200"), "{findings}");
     assert_eq!(culprit_nodes(&sim.report), ["sim00200"], "{}", sim.out);
 }
+
+/// The simulated nodes played by several processes (each has its own
+/// descriptors: how 16,384 nodes are played on a machine that allows
+/// 20,000 per process): the same one verdict, every rank's outcome
+/// gathered, and rank 0's report says where its time went.
+#[test]
+fn nodes_played_by_several_processes_get_one_verdict() {
+    let sim = simulate(&["--shards", "3"]);
+    assert_eq!(sim.code, 0, "{}", sim.out);
+    assert!(sim.out.contains("(3 process(es))"), "{}", sim.out);
+    assert!(
+        sim.out.contains("ranks: 2047 × ready (exit 0)"),
+        "{}",
+        sim.out
+    );
+    assert!(sim.out.contains("one verdict: every rank"), "{}", sim.out);
+    let phases = &sim.report["cluster"]["phases"];
+    for key in ["checkin_ms", "probes_ms", "assemble_ms", "verdicts_ms"] {
+        assert!(phases[key].is_u64(), "{key}: {phases}");
+    }
+    // Every node probed and was probed: the shards' listeners are where
+    // the plan says.
+    let probes = sim.report["cluster"]["reachability"]["probes"]
+        .as_array()
+        .unwrap();
+    assert!(probes.len() > 256 * 8, "{}", probes.len());
+    assert!(
+        probes.iter().all(|p| p["status"] == "ok"),
+        "{:?}",
+        probes.iter().find(|p| p["status"] != "ok")
+    );
+}

@@ -172,6 +172,7 @@ fn failure_with_hint(
         warnings: Vec::new(),
         interrupted: None,
         collective: None,
+        phases: None,
     }
 }
 
@@ -326,19 +327,19 @@ pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport
             .await
             .map(|(r, l)| (r, Some(l)))
     };
-    if let Some(handle) = server.as_mut() {
-        // Rank 0's own verdict may arrive before the others' are written:
-        // stay until the server has sent them all.
-        if tokio::time::timeout_at(cfg.verdict_deadline, handle)
-            .await
-            .is_ok()
-        {
-            // Done: a finished task must not be polled again.
-            *server = None;
-        }
+    // Rank 0's own verdict may arrive before the others' are written: stay
+    // until the server has sent them all. Its report is the whole one,
+    // which rank 0 reports (its connection got its node's cut).
+    let mut whole: Option<ClusterReport> = None;
+    if let Some(handle) = server.as_mut()
+        && let Ok(joined) = tokio::time::timeout_at(cfg.verdict_deadline, handle).await
+    {
+        // Done: a finished task must not be polled again.
+        *server = None;
+        whole = joined.ok();
     }
     match result {
-        Ok((report, link)) => (report, link),
+        Ok((report, link)) => (whole.unwrap_or(report), link),
         Err(message) => (failure(id.world_size, master, &token, message), None),
     }
 }

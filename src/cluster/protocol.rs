@@ -170,7 +170,16 @@ pub async fn write<W: AsyncWrite + Unpin>(
     msg: &Msg,
     deadline: Instant,
 ) -> Result<(), FrameError> {
-    let frame = encode(msg);
+    write_frame(w, &encode(msg), deadline).await
+}
+
+/// `write` of a frame `encode` made: one encoding for every rank that is
+/// sent the same message.
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    frame: &[u8],
+    deadline: Instant,
+) -> Result<(), FrameError> {
     // Said here, by the sender, rather than as "a frame of N bytes" by a
     // receiver that cannot tell why.
     let body = frame.len() - HEADER;
@@ -181,7 +190,7 @@ pub async fn write<W: AsyncWrite + Unpin>(
         ));
     }
     match tokio::time::timeout_at(deadline, async {
-        w.write_all(&frame).await?;
+        w.write_all(frame).await?;
         w.flush().await
     })
     .await

@@ -28,6 +28,19 @@ pub type Channel = Sealed<tokio::net::TcpStream>;
 const MAX_RECORD: usize = 64 << 10;
 const LEN: usize = 4;
 const TAG: usize = 32;
+/// A buffer larger than this is given back once empty: rank 0 holds one
+/// connection per node, and 16,384 connections each keeping the largest
+/// record it ever held would be a gigabyte.
+const KEEP: usize = 16 << 10;
+
+/// Empties `buf`, giving its memory back when it grew large.
+fn release(buf: &mut Vec<u8>) {
+    if buf.capacity() > KEEP {
+        *buf = Vec::new();
+    } else {
+        buf.clear();
+    }
+}
 
 /// One direction's key and the sequence number of its next record.
 pub struct Direction {
@@ -117,7 +130,11 @@ impl<S> Sealed<S> {
         self.recv.seq += 1;
         self.plain = data.to_vec();
         self.plain_done = 0;
-        self.raw.drain(..LEN + len + TAG);
+        if self.raw.len() == LEN + len + TAG {
+            release(&mut self.raw);
+        } else {
+            self.raw.drain(..LEN + len + TAG);
+        }
         Ok(true)
     }
 }
@@ -132,7 +149,7 @@ impl<S: AsyncWrite + Unpin> Sealed<S> {
             }
             self.out_done += n;
         }
-        self.out.clear();
+        release(&mut self.out);
         self.out_done = 0;
         Poll::Ready(Ok(()))
     }
@@ -150,6 +167,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Sealed<S> {
                 let n = buf.remaining().min(this.plain.len() - this.plain_done);
                 buf.put_slice(&this.plain[this.plain_done..this.plain_done + n]);
                 this.plain_done += n;
+                if this.plain_done == this.plain.len() {
+                    this.plain = Vec::new();
+                    this.plain_done = 0;
+                }
                 return Poll::Ready(Ok(()));
             }
             if this.open_record()? {

@@ -76,6 +76,21 @@ struct Args {
     /// Where rank 0's JSON report goes (default: a temporary file).
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
+    /// Processes playing the simulated nodes (default: one per 4,096
+    /// nodes): each process has its own descriptors (20,000 here, not
+    /// raisable), and a node holds two (its leader's connection, its probe
+    /// listener) plus its probes in flight. With more than one, they run
+    /// at nice 10, below rank 0.
+    #[arg(long)]
+    shards: Option<u32>,
+    /// Internal: this process plays shard I of --shards, started by the
+    /// first with the job's port, probe port and start time.
+    #[arg(long, hide = true, requires_all = ["port", "probe_port", "t0_unix_ns"])]
+    shard: Option<u32>,
+    #[arg(long, hide = true)]
+    probe_port: Option<u16>,
+    #[arg(long, hide = true)]
+    t0_unix_ns: Option<u128>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -170,7 +185,6 @@ struct Job {
     per_node: u32,
     master: SocketAddr,
     token: Token,
-    facts: Facts,
     rank0_host: String,
     checklist_hash: String,
     /// Each node's probe listener address.
@@ -181,15 +195,24 @@ struct Job {
     kill_node: Option<u32>,
     /// Simulated nodes answering their probe plan at once.
     probing: tokio::sync::Semaphore,
-    /// When the simulated ranks started connecting.
+    /// When the simulated ranks started connecting, as every shard's
+    /// clock reads it.
     t0: Instant,
+    /// What every simulated rank's check-in shares, read from the fixture
+    /// once (not once per rank: the simulator's cost, not rank 0's).
+    versions: BTreeMap<String, String>,
+    env: BTreeMap<String, String>,
+    devices: crate::result::cluster::Devices,
 }
 
 /// One simulated rank's times (ms since `t0`) and the verdict it got.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 struct Outcome {
     connected_ms: Option<f64>,
     checked_in_ms: Option<f64>,
+    /// The node's probe plan arrived, and its results went back.
+    plan_ms: Option<f64>,
+    probed_ms: Option<f64>,
     verdict_ms: Option<f64>,
     verdict: Option<(String, i32)>,
     error: Option<String>,
@@ -235,7 +258,6 @@ impl Job {
         } else {
             format!("sim{node:05}")
         };
-        let names = self.facts.env_vars().keys().cloned().collect::<Vec<_>>();
         CheckIn {
             identity: self.identity(rank),
             hostname,
@@ -245,9 +267,9 @@ impl Job {
             checklist_hash: self.checklist_hash.clone(),
             local_verdict: "ready".into(),
             failed: Vec::new(),
-            versions: checkin::versions(&self.facts),
-            env: checkin::launch_env(&self.facts, names.into_iter()),
-            devices: checkin::devices(&self.facts),
+            versions: self.versions.clone(),
+            env: self.env.clone(),
+            devices: self.devices.clone(),
             clock,
             hostname_addrs: vec![ip],
             probe_addr: self.probe_addrs[node as usize].clone(),
@@ -317,7 +339,7 @@ async fn connection(job: Arc<Job>, node: u32, ranks: Vec<u32>) -> Vec<Outcome> {
         drop(ch);
         return fail(out, "killed after check-in".into());
     }
-    match verdict(&job, &mut ch, cfg.verdict_deadline).await {
+    match verdict(&job, &mut ch, cfg.verdict_deadline, &mut out).await {
         Ok(report) => {
             out.verdict_ms = Some(ms(job.t0));
             out.verdict = Some((report.verdict.name().to_string(), report.exit_code));
@@ -337,6 +359,7 @@ async fn verdict<S: AsyncRead + AsyncWrite + Unpin>(
     job: &Job,
     ch: &mut S,
     deadline: Instant,
+    out: &mut Outcome,
 ) -> Result<crate::result::cluster::ClusterReport, String> {
     loop {
         match protocol::read(ch, deadline).await {
@@ -346,6 +369,7 @@ async fn verdict<S: AsyncRead + AsyncWrite + Unpin>(
                 targets,
                 timeout_ms,
             }) => {
+                out.plan_ms = Some(ms(job.t0));
                 let results = {
                     let _permit = job.probing.acquire().await;
                     let timeout = Duration::from_millis(timeout_ms.clamp(50, 5000));
@@ -354,6 +378,7 @@ async fn verdict<S: AsyncRead + AsyncWrite + Unpin>(
                 protocol::write(ch, &Msg::ProbeResults { results }, deadline)
                     .await
                     .map_err(|e| format!("probe results: {e}"))?;
+                out.probed_ms = Some(ms(job.t0));
             }
             Ok(Msg::Rejected { reason, .. }) => return Err(format!("rejected: {reason}")),
             Ok(_) => {}
@@ -406,9 +431,10 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-/// Simulated nodes probing at once: with a dozen probes each, both ends
-/// in this process, a few thousand descriptors.
-const PROBING: usize = 128;
+/// Simulated nodes probing at once in one process: with 14 probes each
+/// at 8,192 nodes, both ends in this process, about 7,000 descriptors
+/// beside the 8,192 its 4,096 nodes hold.
+const PROBING: usize = 256;
 
 /// What rank 0 runs: the shipped cluster checks (the comparisons, the
 /// reachability matrix, the barrier), no node checklist, no collectives.
@@ -438,6 +464,61 @@ fn checklist_hash(root: &std::path::Path) -> Result<String, String> {
         .and_then(|c| super::select(c, &sel.checklist))
         .map_err(|e| e.to_string())?;
     Ok(crate::checklist::checklist_hash(&checks))
+}
+
+/// Every node's probe listener this shard plays, on `port`, and where
+/// every node (this shard's or another's) listens.
+async fn listen_for_nodes(
+    nodes: u32,
+    port: u16,
+    mine: &dyn Fn(u32) -> bool,
+    deaf_node: Option<u32>,
+) -> Result<(Vec<Option<String>>, Vec<tokio::task::JoinHandle<()>>), String> {
+    let mut addrs = vec![None];
+    let mut listeners = Vec::new();
+    for k in 1..nodes {
+        let addr = SocketAddr::new(IpAddr::V4(node_ip(k)), port);
+        addrs.push(Some(addr.to_string()));
+        if !mine(k) {
+            continue;
+        }
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                for l in listeners {
+                    tokio::task::JoinHandle::abort(&l);
+                }
+                return Err(format!("{addr}, node {k}'s probe listener: {e}"));
+            }
+        };
+        listeners.push(if deaf_node == Some(k) {
+            tokio::spawn(deaf(listener))
+        } else {
+            tokio::spawn(reachability::serve(listener))
+        });
+    }
+    Ok((addrs, listeners))
+}
+
+/// A port for every node's probe listener, from `from` on: below the
+/// kernel's ephemeral range, where no connection's own end (the simulated
+/// ranks make hundreds of thousands) can take it on some node's address
+/// first.
+fn probe_port(rendezvous: u16, from: u16) -> Result<u16, String> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    // Simulators started together start apart.
+    let start = from.max(low.saturating_sub(8000) + (std::process::id() % 4000) as u16);
+    (start..low)
+        .filter(|p| *p != rendezvous)
+        .find(|p| {
+            [Ipv4Addr::LOCALHOST, node_ip(1)]
+                .iter()
+                .all(|ip| std::net::TcpListener::bind((*ip, *p)).is_ok())
+        })
+        .ok_or_else(|| format!("no free port below {low} for the probe listeners"))
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -476,6 +557,9 @@ pub fn main() -> i32 {
     }
 }
 
+/// Nodes one simulator process plays at most, by default.
+const NODES_PER_SHARD: u32 = 4096;
+
 async fn simulate(args: Args) -> Result<i32, String> {
     if args.world < 2 {
         return Err("--world must be 2 or more".into());
@@ -483,16 +567,35 @@ async fn simulate(args: Args) -> Result<i32, String> {
     crate::cluster::raise_open_files();
     let per_node = args.layout.per_node(args.world);
     let nodes = args.world.div_ceil(per_node);
+    let shards = args
+        .shards
+        .unwrap_or(nodes.div_ceil(NODES_PER_SHARD))
+        .clamp(1, nodes.max(1));
+    // With more than one shard, this process plays only rank 0's own
+    // node's ranks and starts shards 1 to N for the other nodes, at a
+    // lower priority than rank 0: on a real cluster rank 0 has its
+    // machine, and the simulated nodes' probes (a real cluster's nodes
+    // each run their own) must not take its core.
+    let shard = args.shard.unwrap_or(0);
+    if shard > shards || (shard == 0 && args.shard.is_some()) {
+        return Err(format!("--shard {shard} of {shards}"));
+    }
     let port = match args.port {
         Some(p) => p,
         None => free_port().map_err(|e| format!("a free port: {e}"))?,
     };
-    let secret = {
-        let mut bytes = [0u8; 16];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-            .map_err(|e| format!("/dev/urandom: {e}"))?;
-        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    // Every node's probe listener on its own address and this one port,
+    // so that each shard knows where every other shard's nodes listen.
+    // The first shard makes the secret; the others inherit it.
+    let secret = match std::env::var("PREFLIGHT_TOKEN") {
+        Ok(s) if args.shard.is_some() => s,
+        _ => {
+            let mut bytes = [0u8; 16];
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+                .map_err(|e| format!("/dev/urandom: {e}"))?;
+            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        }
     };
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     env.insert("MASTER_ADDR".into(), "127.0.0.1".into());
@@ -511,45 +614,99 @@ async fn simulate(args: Args) -> Result<i32, String> {
     let report_path = args.report.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("rank-sim-{}-{port}.json", std::process::id()))
     });
+    let mine = |k: u32| match shard {
+        0 => shards == 1,
+        i => k % shards == i - 1,
+    };
 
-    // Real probe listeners, one per simulated node (node 0 is rank 0's).
-    let mut probe_addrs = vec![None];
-    let mut listeners = Vec::new();
-    for k in 1..nodes {
-        let l = reachability::listen(&node_ip(k).to_string(), None)
-            .await?
-            .listener;
-        probe_addrs.push(l.local_addr().ok().map(|a| a.to_string()));
-        listeners.push(if args.deaf_node == Some(k) {
-            tokio::spawn(deaf(l))
-        } else {
-            tokio::spawn(reachability::serve(l))
-        });
-    }
+    // Real probe listeners, one per simulated node (node 0 is rank 0's),
+    // each on its node's address and one port that every shard knows. The
+    // first shard picks the port; where another simulator running beside
+    // this one holds it on some node's address, it picks the next.
+    let mut candidate = args.probe_port.unwrap_or(0);
+    let (probe_port, probe_addrs, listeners) = loop {
+        if args.probe_port.is_none() {
+            candidate = probe_port(port, candidate)?;
+        }
+        match listen_for_nodes(nodes, candidate, &mine, args.deaf_node).await {
+            Ok((addrs, listeners)) => break (candidate, addrs, listeners),
+            Err(e) if args.probe_port.is_some() => return Err(e),
+            Err(_) => candidate += 1,
+        }
+    };
 
-    let started = Instant::now();
-    let mut rank0 = tokio::process::Command::new(&args.preflight);
-    rank0
-        .args(RANK0_ARGS)
-        .arg("--root")
-        .arg(&args.root)
-        .arg("--timeout")
-        .arg(humantime::format_duration(args.timeout).to_string())
-        .arg("--output")
-        .arg(&report_path)
-        .env_clear()
-        .envs(&env)
-        .env("RANK", "0")
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true);
-    if let Layout::Nodes(_) = args.layout {
-        rank0.env("LOCAL_RANK", "0");
+    // The same moment on every shard's clock.
+    let since_t0 = |t0_ns: u128| {
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        Duration::from_nanos(now_ns.saturating_sub(t0_ns) as u64)
+    };
+    let t0_ns = args.t0_unix_ns.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    });
+    let started = Instant::now()
+        .checked_sub(since_t0(t0_ns))
+        .unwrap_or_else(Instant::now);
+    let mut rank0 = None;
+    let mut others = Vec::new();
+    if shard == 0 {
+        let mut cmd = tokio::process::Command::new(&args.preflight);
+        cmd.args(RANK0_ARGS)
+            .arg("--root")
+            .arg(&args.root)
+            .arg("--timeout")
+            .arg(humantime::format_duration(args.timeout).to_string())
+            .arg("--output")
+            .arg(&report_path)
+            .env_clear()
+            .envs(&env)
+            .env("RANK", "0")
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true);
+        if let Layout::Nodes(_) = args.layout {
+            cmd.env("LOCAL_RANK", "0");
+        }
+        rank0 = Some(
+            cmd.spawn()
+                .map_err(|e| format!("{}: {e}", args.preflight.display()))?,
+        );
+        let me = std::env::current_exe().map_err(|e| format!("this program: {e}"))?;
+        for i in (1..=shards).filter(|_| shards > 1) {
+            let mut cmd = tokio::process::Command::new("nice");
+            cmd.args(["-n", "10"])
+                .arg(&me)
+                .arg("--preflight")
+                .arg(&args.preflight)
+                .arg("--world")
+                .arg(args.world.to_string())
+                .arg("--layout")
+                .arg(args.layout.name())
+                .arg("--root")
+                .arg(&args.root)
+                .arg("--timeout")
+                .arg(humantime::format_duration(args.timeout).to_string())
+                .args(["--port", &port.to_string()])
+                .args(["--probe-port", &probe_port.to_string()])
+                .args(["--t0-unix-ns", &t0_ns.to_string()])
+                .args(["--shards", &shards.to_string()])
+                .args(["--shard", &i.to_string()])
+                .env("PREFLIGHT_TOKEN", &secret)
+                .stdout(std::process::Stdio::piped())
+                .kill_on_drop(true);
+            if let Some(k) = args.kill_node {
+                cmd.args(["--kill-node", &k.to_string()]);
+            }
+            if let Some(k) = args.deaf_node {
+                cmd.args(["--deaf-node", &k.to_string()]);
+            }
+            others.push(cmd.spawn().map_err(|e| format!("shard {i}: {e}"))?);
+        }
     }
-    let mut rank0 = rank0
-        .spawn()
-        .map_err(|e| format!("{}: {e}", args.preflight.display()))?;
-    let rank0_pid = rank0.id().unwrap_or(0);
+    let rank0_pid = rank0.as_ref().and_then(|c| c.id()).unwrap_or(0);
 
     let job = Arc::new(Job {
         world: args.world,
@@ -558,7 +715,9 @@ async fn simulate(args: Args) -> Result<i32, String> {
         master: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port),
         token,
         rank0_host: facts.hostname().to_string(),
-        facts,
+        versions: checkin::versions(&facts),
+        env: checkin::launch_env(&facts, facts.env_vars().keys().cloned()),
+        devices: checkin::devices(&facts),
         checklist_hash: checklist_hash(&args.root)?,
         probe_addrs,
         deadline: Instant::now() + args.timeout,
@@ -571,37 +730,94 @@ async fn simulate(args: Args) -> Result<i32, String> {
     let mut tasks = tokio::task::JoinSet::new();
     match args.layout {
         Layout::Flat => {
-            for r in 1..args.world {
+            for r in (1..args.world).filter(|r| mine(job.node_of(*r))) {
                 tasks.spawn(connection(Arc::clone(&job), job.node_of(r), vec![r]));
             }
         }
         Layout::Nodes(_) => {
-            for r in job.ranks_of(0).into_iter().skip(1) {
-                let job = Arc::clone(&job);
-                tasks.spawn(async move { vec![follower(job, r).await] });
+            if shard == 0 {
+                for r in job.ranks_of(0).into_iter().skip(1) {
+                    let job = Arc::clone(&job);
+                    tasks.spawn(async move { vec![follower(job, r).await] });
+                }
             }
-            for node in 1..nodes {
+            for node in (1..nodes).filter(|k| mine(*k)) {
                 tasks.spawn(connection(Arc::clone(&job), node, job.ranks_of(node)));
             }
         }
     }
-    if let Some(r) = args.duplicate {
+    if let Some(r) = args.duplicate.filter(|_| shard == 0) {
         tasks.spawn(connection(Arc::clone(&job), job.node_of(r), vec![r]));
     }
     let mut outcomes = Vec::new();
     while let Some(o) = tasks.join_next().await {
         outcomes.extend(o.unwrap_or_default());
     }
+    let Some(mut rank0) = rank0 else {
+        // A shard says what its ranks saw, for the first to sum up.
+        let mut out = String::new();
+        for o in &outcomes {
+            out.push_str(&serde_json::to_string(o).unwrap_or_default());
+            out.push('\n');
+        }
+        out.push_str(&format!("bytes {}\n", job.received.load(Ordering::Relaxed)));
+        print!("{out}");
+        for l in listeners {
+            l.abort();
+        }
+        return Ok(0);
+    };
     let status = tokio::time::timeout(args.timeout + Duration::from_secs(10), rank0.wait())
         .await
         .map_err(|_| "rank 0 did not exit".to_string())?
         .map_err(|e| e.to_string())?;
+    // Rank 0 is the only child waited for yet: these are its figures.
+    let (rss_mb, rank0_cpu) =
+        nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+            .map(|u| {
+                let secs =
+                    |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+                (
+                    u.max_rss() as f64 / 1024.0,
+                    secs(u.user_time()) + secs(u.system_time()),
+                )
+            })
+            .unwrap_or((0.0, 0.0));
+    for mut other in others {
+        let mut text = String::new();
+        if let Some(mut stdout) = other.stdout.take() {
+            let _ = tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut text).await;
+        }
+        let _ = other.wait().await;
+        for line in text.lines() {
+            if let Some(n) = line.strip_prefix("bytes ") {
+                job.received
+                    .fetch_add(n.parse().unwrap_or(0), Ordering::Relaxed);
+            } else if let Ok(o) = serde_json::from_str::<Outcome>(line) {
+                outcomes.push(o);
+            }
+        }
+    }
     for l in listeners {
         l.abort();
     }
-    let rss_mb = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
-        .map(|u| u.max_rss() as f64 / 1024.0)
+    let own_cpu = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+        .map(|u| {
+            let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+            secs(u.user_time()) + secs(u.system_time())
+        })
         .unwrap_or(0.0);
+    let all_cpu = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .map(|u| {
+            let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+            secs(u.user_time()) + secs(u.system_time())
+        })
+        .unwrap_or(0.0);
+    println!(
+        "cpu: rank 0 {rank0_cpu:.1} s, simulator {:.1} s ({shards} process(es)), wall {:.1} s",
+        own_cpu + (all_cpu - rank0_cpu).max(0.0),
+        started.elapsed().as_secs_f64()
+    );
     let rank0_report: serde_json::Value = std::fs::read_to_string(&report_path)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
@@ -655,11 +871,33 @@ fn summarize(
         "check-in: {} sent, last at {last_checkin:.0} ms",
         checked.len()
     );
+    let span = |v: Vec<f64>| {
+        let first = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let last = v.iter().copied().fold(0.0, f64::max);
+        (v.len(), if first.is_finite() { first } else { 0.0 }, last)
+    };
+    let (plans, first_plan, last_plan) = span(outcomes.iter().filter_map(|o| o.plan_ms).collect());
+    let (_, _, last_probed) = span(outcomes.iter().filter_map(|o| o.probed_ms).collect());
+    let (_, first_verdict, _) = span(verdicts.clone());
     println!(
-        "verdict: {} received, last at {last_verdict:.0} ms ({:.0} ms after the last check-in)",
+        "probe plans: {plans} (per rank of a node) from {first_plan:.0} to {last_plan:.0} ms, last results sent at {last_probed:.0} ms"
+    );
+    println!(
+        "verdict: {} received, first at {first_verdict:.0} ms, last at {last_verdict:.0} ms ({:.0} ms after the last check-in)",
         verdicts.len(),
         (last_verdict - last_checkin).max(0.0)
     );
+    let phases = &rank0_report["cluster"]["phases"];
+    if phases.is_object() {
+        let p = |k: &str| phases[k].as_u64().unwrap_or(0);
+        println!(
+            "rank 0: check-ins until {} ms, probes {} ms, comparisons and report {} ms, verdicts sent {} ms",
+            p("checkin_ms"),
+            p("probes_ms"),
+            p("assemble_ms"),
+            p("verdicts_ms")
+        );
+    }
     let mut by_verdict: BTreeMap<String, usize> = BTreeMap::new();
     for o in outcomes {
         let key = match (&o.verdict, &o.error) {

@@ -20,7 +20,7 @@ mod verdict;
 
 pub use listen::{bind, bound_name};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -73,6 +73,13 @@ impl Drop for Open {
 }
 
 type Writer = Arc<Mutex<tokio::io::WriteHalf<Channel>>>;
+
+/// How long one rank's verdict frame may take to leave: a few kilobytes,
+/// or for node mode's rank 0 the whole report, up to `MAX_FRAME`.
+const VERDICT_WITHIN: Duration = Duration::from_millis(500);
+const OWN_VERDICT_WITHIN: Duration = Duration::from_secs(5);
+/// Verdict frames being written at once.
+const SENDS_IN_FLIGHT: usize = 256;
 
 enum Event {
     Arrived {
@@ -226,6 +233,7 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         }
     }
     let waited = cfg.started.elapsed();
+    let closed_at = Instant::now();
     // The barrier is closed: nothing more to wait for.
     if let Some(w) = &cfg.waiting {
         let _ = w.send(String::new());
@@ -320,10 +328,12 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         }
     }
 
+    let probed_at = Instant::now();
     let told = interrupted
         .as_ref()
         .map(|i| notice(i, cfg.serving_rank, cfg.facts.hostname()));
-    let report = assemble(&cfg, &state, nodes, probes, &deaf, waited, told);
+    let mut report = assemble(&cfg, &state, nodes, probes, &deaf, waited, told);
+    let assembled_at = Instant::now();
     let left_ms = cfg
         .deadline
         .saturating_duration_since(Instant::now())
@@ -360,31 +370,76 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         super::store::HOSTS_KEY,
         &serde_json::to_string(&hosts).unwrap_or_default(),
     );
-    let mut per_node: HashMap<Option<usize>, Arc<Msg>> = HashMap::new();
-    let full = Arc::new(Msg::Verdict {
-        report: Box::new(report.clone()),
-        left_ms,
-    });
-    let frame_deadline = Instant::now() + Duration::from_millis(500);
+    let views = report.rank_views();
+    let duplicates: HashSet<ConnId> = state.duplicates.iter().map(|(c, _)| *c).collect();
+    // Each connection's verdict is made when it is sent, a node's ranks
+    // one after another so that one encoding serves them all, and a few
+    // hundred frames in flight at most: at 16,384 nodes, every node's
+    // frame made at once held a quarter of a gigabyte.
+    let mut order: Vec<(Option<usize>, bool, ConnId, Writer)> = writers
+        .into_iter()
+        .map(|(conn, w)| {
+            let rank = rank_of.get(&conn).copied();
+            let rank0 = rank == Some(0) && !duplicates.contains(&conn);
+            (rank.and_then(|r| node_of.get(&r).copied()), rank0, conn, w)
+        })
+        .collect();
+    order.sort_by_key(|(node, rank0, conn, _)| (*node, !*rank0, *conn));
     let mut sends = tokio::task::JoinSet::new();
-    for (conn, w) in writers {
-        let rank = rank_of.get(&conn).copied();
-        let msg = if rank == Some(0) && !state.duplicates.iter().any(|(c, _)| *c == conn) {
-            Arc::clone(&full)
-        } else {
-            let node = rank.and_then(|r| node_of.get(&r).copied());
-            Arc::clone(per_node.entry(node).or_insert_with(|| {
-                Arc::new(Msg::Verdict {
-                    report: Box::new(report.for_rank(node)),
+    let mut last: Option<(Option<usize>, Arc<Vec<u8>>)> = None;
+    for (node, rank0, _, w) in order {
+        let (frame, within) = if rank0 && cfg.serving_rank.is_none() {
+            // Node mode: rank 0 is another process, which reports the
+            // whole report when it fits in a frame (else its node's cut,
+            // which points at this one). Where rank 0 serves, its own
+            // process takes the whole report from here (`rank_stage`).
+            let full = protocol::encode(&Msg::Verdict {
+                report: Box::new(report.clone()),
+                left_ms,
+            });
+            let frame = if full.len() <= protocol::MAX_FRAME as usize {
+                full
+            } else {
+                protocol::encode(&Msg::Verdict {
+                    report: Box::new(views.view(node)),
                     left_ms,
                 })
-            }))
+            };
+            (Arc::new(frame), OWN_VERDICT_WITHIN)
+        } else {
+            let frame = match &last {
+                Some((n, f)) if *n == node => Arc::clone(f),
+                _ => {
+                    let f = Arc::new(protocol::encode(&Msg::Verdict {
+                        report: Box::new(views.view(node)),
+                        left_ms,
+                    }));
+                    last = Some((node, Arc::clone(&f)));
+                    f
+                }
+            };
+            (frame, VERDICT_WITHIN)
         };
+        while sends.len() >= SENDS_IN_FLIGHT {
+            sends.join_next().await;
+        }
+        // Each frame's own deadline, from when it is written: a slow
+        // reader is let go without making the frames after it late.
         sends.spawn(async move {
-            let _ = protocol::write(&mut *w.lock().await, &msg, frame_deadline).await;
+            let mut w = w.lock().await;
+            let _ = protocol::write_frame(&mut *w, &frame, Instant::now() + within).await;
         });
     }
+    drop(last);
+    drop(views);
     while sends.join_next().await.is_some() {}
+    let ms = |d: Duration| d.as_millis() as u64;
+    report.phases = Some(crate::result::cluster::Phases {
+        checkin_ms: ms(waited),
+        probes_ms: ms(probed_at - closed_at),
+        assemble_ms: ms(assembled_at - probed_at),
+        verdicts_ms: ms(assembled_at.elapsed()),
+    });
     if interrupted.is_some() {
         accept.abort();
         return report;

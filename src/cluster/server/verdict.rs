@@ -326,6 +326,7 @@ pub(super) fn assemble(
         warnings,
         interrupted,
         collective: None,
+        phases: None,
     }
 }
 
