@@ -22,6 +22,9 @@ pub struct View<'a> {
     pub findings: &'a [String],
     /// The nodes the reachability findings single out.
     pub unreachable: &'a [String],
+    /// The nodes asked to probe: those whose results are not in
+    /// `probes` answered after the probe window closed.
+    pub asked_to_probe: usize,
 }
 
 pub trait ClusterProbe: Send + Sync {
@@ -477,9 +480,23 @@ impl ClusterProbe for Reach {
             .iter()
             .filter_map(|p| p.rtt_ms)
             .fold(0.0f64, f64::max);
+        // A node whose results came after the window was still probed by
+        // its peers: its outgoing paths are the ones left unchecked.
+        let mut reported: Vec<usize> = view.probes.iter().map(|p| p.from).collect();
+        reported.sort_unstable();
+        reported.dedup();
+        let late = view.asked_to_probe.saturating_sub(reported.len());
+        let coverage = if late > 0 {
+            format!(
+                "; {late} of {} nodes sent their results after the probe window (their own outgoing paths unchecked, their incoming ones probed by their peers)",
+                view.asked_to_probe
+            )
+        } else {
+            String::new()
+        };
         if bad == 0 && !view.probes.is_empty() {
             Finding::pass(format!(
-                "{} probes ok, slowest {worst:.1} ms",
+                "{} probes ok, slowest {worst:.1} ms{coverage}",
                 view.probes.len()
             ))
         } else if view.probes.is_empty() {
@@ -679,7 +696,46 @@ mod tests {
             probes: &[],
             findings: &[],
             unreachable: &[],
+            asked_to_probe: 0,
         })
+    }
+
+    /// Nodes whose probe results came after the window are counted, not
+    /// passed over: the pass says whose outgoing paths went unchecked.
+    #[test]
+    fn late_probe_results_are_said() {
+        let nodes = [
+            node("a", "2.18", "1", 0.0),
+            node("b", "2.18", "1", 0.0),
+            node("c", "2.18", "1", 0.0),
+        ];
+        let probes: Vec<ReachProbe> = [(0, 1), (1, 0), (0, 2), (1, 2)]
+            .into_iter()
+            .map(|(from, to)| ReachProbe {
+                from,
+                to,
+                status: "ok".into(),
+                rtt_ms: Some(0.2),
+                detail: None,
+            })
+            .collect();
+        let view = |asked_to_probe| View {
+            nodes: &nodes,
+            probes: &probes,
+            findings: &[],
+            unreachable: &[],
+            asked_to_probe,
+        };
+        let f = Reach {}.evaluate_cluster(&view(3));
+        assert_eq!(f.status, Status::Pass);
+        assert!(
+            f.message
+                .ends_with("; 1 of 3 nodes sent their results after the probe window (their own outgoing paths unchecked, their incoming ones probed by their peers)"),
+            "{}",
+            f.message
+        );
+        let f = Reach {}.evaluate_cluster(&view(2));
+        assert_eq!(f.message, "4 probes ok, slowest 0.2 ms");
     }
 
     #[test]

@@ -40,7 +40,7 @@ use super::store::Store;
 use crate::checklist::Check;
 use crate::facts::Facts;
 use crate::result::cluster::{ClusterReport, Probe};
-use verdict::{assemble, build_nodes, deaf_nodes};
+use verdict::{Round, assemble, build_nodes, deaf_nodes};
 /// What a server's connections share beyond the store.
 struct Shared {
     /// Rank to the connection that first checked in as it: the only one
@@ -332,7 +332,12 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     let told = interrupted
         .as_ref()
         .map(|i| notice(i, cfg.serving_rank, cfg.facts.hostname()));
-    let mut report = assemble(&cfg, &state, nodes, probes, &deaf, waited, told);
+    let round = Round {
+        probes,
+        deaf: &deaf,
+        asked_to_probe: expected_replies,
+    };
+    let mut report = assemble(&cfg, &state, nodes, round, waited, told);
     let assembled_at = Instant::now();
     let left_ms = cfg
         .deadline

@@ -109,15 +109,27 @@ pub(super) fn build_nodes(state: &BarrierState) -> Vec<(NodeView, u32)> {
         .collect()
 }
 
+/// What the reachability round brought: the probe results, the nodes that
+/// could not be probed (with why), and how many nodes were asked to probe.
+pub(super) struct Round<'a> {
+    pub probes: Vec<Probe>,
+    pub deaf: &'a [(usize, String)],
+    pub asked_to_probe: usize,
+}
+
 pub(super) fn assemble(
     cfg: &ServerConfig,
     state: &BarrierState,
     nodes: Vec<(NodeView, u32)>,
-    probes: Vec<Probe>,
-    deaf: &[(usize, String)],
+    round: Round<'_>,
     waited: Duration,
     interrupted: Option<Interrupted>,
 ) -> ClusterReport {
+    let Round {
+        probes,
+        deaf,
+        asked_to_probe,
+    } = round;
     // A node that probes from outside its range says why (a stranger
     // holding the range), as a warning: the probes still ran.
     let moved: Vec<String> = nodes
@@ -203,6 +215,7 @@ pub(super) fn assemble(
         probes: &probes,
         findings: &findings,
         unreachable: &unreachable,
+        asked_to_probe,
     };
     let evaluated = crate::checklist::evaluate_cluster(&cfg.checks, &view, &cfg.facts);
     let mut culprits = culprits(&nodes, &evaluated, cfg.strict);
