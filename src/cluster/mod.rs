@@ -252,19 +252,27 @@ pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport
     // it would otherwise retry the master until the deadline for a
     // check-in that rank 0 refuses.
     if id.rank >= id.world_size {
-        let named = |names: Vec<&str>| {
+        let named = |names: Vec<&'static str>| {
             names
                 .into_iter()
-                .find_map(|n| facts.env(n).map(|v| format!("{n}={v}")))
+                .find_map(|n| facts.env(n).map(|v| (n, format!("{n}={v}"))))
         };
-        let vars = [
+        let set: Vec<(&str, String)> = [
             named(crate::facts::launch::rank_vars()),
             named(crate::facts::launch::size_vars()),
         ]
         .into_iter()
         .flatten()
-        .collect::<Vec<_>>()
-        .join(", ");
+        .collect();
+        let vars = set
+            .iter()
+            .map(|(_, shown)| shown.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let about = About {
+            variables: set.iter().map(|(name, _)| name.to_string()).collect(),
+            ..About::default()
+        };
         let message = format!(
             "rank {} is not below the world size {}{}: this process cannot take part in the job",
             id.rank,
@@ -280,14 +288,7 @@ pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport
             id.world_size - 1
         );
         return (
-            failure_with_hint(
-                id.world_size,
-                master,
-                &token,
-                message,
-                &hint,
-                About::default(),
-            ),
+            failure_with_hint(id.world_size, master, &token, message, &hint, about),
             None,
         );
     }
@@ -338,6 +339,10 @@ pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport
         *server = None;
         whole = joined.ok();
     }
+    // Only the server this rank checked in at: a second process that took
+    // an alternate port thinking it was rank 0 has a server of its own,
+    // which nobody joined.
+    let whole = whole.filter(|w| matches!(&result, Ok((r, _)) if r.master == w.master));
     match result {
         Ok((report, link)) => (whole.unwrap_or(report), link),
         Err(message) => (failure(id.world_size, master, &token, message), None),

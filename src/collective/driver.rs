@@ -77,29 +77,25 @@ impl InitFailed {
     }
 }
 
-/// A communicator ready for the exercise, and what init left to say
-/// (warning?, text): the transport NCCL chose, a fallback and why.
-pub struct Initialized<C> {
-    pub comm: C,
-    pub notes: Vec<(bool, String)>,
-}
-
 /// The worker's life after a probe that found the library: rank 0 makes
-/// the id (`unique_id`), every rank inits with it (`init`), and the
-/// exercise runs on what init made. The parent hears each step.
+/// the id (`unique_id`), every rank inits with it (`init`, the time the
+/// parent is told), what init left to say is read (`notes`: warning?,
+/// text, such as the transport NCCL chose), and the exercise runs on what
+/// init made. The parent hears each step.
 pub fn drive<C: Collectives>(
     name: &'static str,
     job: &Job,
     link: &mut Link,
     unique_id: impl FnOnce() -> Result<Vec<u8>, String>,
-    init: impl FnOnce(&[u8]) -> Result<Initialized<C>, InitFailed>,
+    init: impl FnOnce(&[u8]) -> Result<C, InitFailed>,
+    notes: impl FnOnce() -> Vec<(bool, String)>,
 ) -> Result<(), String> {
     let Some(id) = link.exchange_id(unique_id)? else {
         return Ok(());
     };
     let t = std::time::Instant::now();
-    let ready = match init(&id) {
-        Ok(ready) => ready,
+    let comm = match init(&id) {
+        Ok(comm) => comm,
         Err(failed) => {
             return link.send(&ToParent::InitFailed {
                 error: failed.error,
@@ -110,14 +106,14 @@ pub fn drive<C: Collectives>(
     link.send(&ToParent::Init {
         ms: t.elapsed().as_millis() as u64,
     })?;
-    for (warning, text) in ready.notes {
+    for (warning, text) in notes() {
         link.send(&ToParent::Note { warning, text })?;
     }
     let mut backend = Driven {
         name,
         rank: job.rank,
         world: job.world,
-        comm: ready.comm,
+        comm,
         last: None,
     };
     link.exercise(&mut backend, job)

@@ -40,7 +40,7 @@ use nccl_sys::{
 use tokio::time::Instant;
 
 use super::OpError;
-use super::driver::{Collectives, InitFailed, Initialized, Words, drive};
+use super::driver::{Collectives, InitFailed, Words, drive};
 use super::job::{Job, Link, ToParent};
 use super::library::{EnvInput, LibraryBackend};
 use super::rank::Found;
@@ -182,19 +182,17 @@ pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
             }
         })?;
         let stream = dev.stream().map_err(InitFailed::new)?;
-        Ok(Initialized {
-            comm: NcclComm {
-                nccl: &nccl,
-                dev: &dev,
-                comm: Some(comm),
-                stream,
-                rank: job.rank,
-                world: job.world,
-            },
-            notes: transport_notes(&job.root),
+        Ok(NcclComm {
+            nccl: &nccl,
+            dev: &dev,
+            comm: Some(comm),
+            stream,
+            rank: job.rank,
+            world: job.world,
         })
     };
-    drive(LIBRARY.name, job, link, unique_id, init)
+    let notes = || transport_notes(&job.root);
+    drive(LIBRARY.name, job, link, unique_id, init, notes)
 }
 
 /// What NCCL's INFO lines say about the network it chose, once init has

@@ -17,7 +17,7 @@ use oneccl_sys::{Attempt, Comm, Library, LoadReport, RedOp, SONAMES, Search, Sou
 use tokio::time::Instant;
 
 use super::OpError;
-use super::driver::{Collectives, InitFailed, Initialized, Words, drive};
+use super::driver::{Collectives, InitFailed, Words, drive};
 use super::job::{Job, Link, ToParent};
 use super::library::{EnvInput, LibraryBackend};
 use super::rank::Found;
@@ -159,12 +159,9 @@ pub fn work(job: &Job, link: &mut Link) -> Result<(), String> {
         let comm = lib
             .init_rank(job.world as usize, &id, job.rank as usize)
             .map_err(InitFailed::new)?;
-        Ok(Initialized {
-            comm: OnecclComm { lib: &lib, comm },
-            notes: Vec::new(),
-        })
+        Ok(OnecclComm { lib: &lib, comm })
     };
-    drive(LIBRARY.name, job, link, unique_id, init)
+    drive(LIBRARY.name, job, link, unique_id, init, Vec::new)
 }
 
 /// A communicator on host buffers.

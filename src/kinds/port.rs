@@ -84,7 +84,8 @@ impl PortCheck {
             && !matches!(value.trim().parse::<u16>(), Ok(p) if p > 0)
         {
             return Finding::fail(format!("{var}=`{value}` is not a port number (1-65535)"))
-                .var("ports", value.to_string());
+                .var("ports", value.to_string())
+                .about_variables([var.clone()]);
         }
         let ports = with_env_port(&self.ports, env_value);
         if ports.is_empty() {

@@ -182,7 +182,8 @@ impl TcpConnect {
                             "{var}=`{v}` is not a port number (1-65535)"
                         ))
                         .var("outcome", "invalid")
-                        .var("advice", format!("Set {var} to a port number.")));
+                        .var("advice", format!("Set {var} to a port number."))
+                        .about_variables([var.clone()]));
                     }
                 },
             },

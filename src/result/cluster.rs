@@ -289,7 +289,17 @@ impl ClusterReport {
             node_count: self.node_count.max(self.nodes.len()),
             full_report: Some(format!("rank 0's report (the master, {})", self.master)),
             barrier,
-            checks: self.checks.clone(),
+            checks: self
+                .checks
+                .iter()
+                .map(|c| {
+                    let mut c = c.clone();
+                    c.about = c
+                        .about
+                        .for_node(own.map(|i| self.nodes[i].hostname.as_str()));
+                    c
+                })
+                .collect(),
             reachability: Matrix {
                 mode: self.reachability.mode.clone(),
                 nodes: Vec::new(),
@@ -539,6 +549,35 @@ mod tests {
         let unplaced = large.for_rank(None);
         assert!(unplaced.nodes.is_empty() && unplaced.reachability.probes.is_empty());
         assert_eq!(unplaced.verdict, Verdict::NotReady);
+    }
+
+    /// What a check across nodes is about travels cut in every rank's
+    /// verdict: a cluster of loopback hostnames names its own node and one
+    /// other, not 4,096; a restatement too long to tell is said as none.
+    #[test]
+    fn what_a_check_is_about_is_cut_to_the_node() {
+        let mut r = report(4096);
+        let mut c = crate::result::CheckResult::built_in(
+            "cluster.addresses",
+            "cluster_addresses",
+            "cluster",
+            Status::Fail,
+            "every hostname resolves to loopback".into(),
+            None,
+        );
+        c.about.loopback_hostnames = r.nodes.iter().map(|n| n.hostname.clone()).collect();
+        c.about.restates = (0..20).map(|i| format!("check.{i}")).collect();
+        c.about.variables = vec!["GLOO_SOCKET_IFNAME".into()];
+        r.checks.push(c);
+        let own = r.rank_views().view(Some(9));
+        let about = &own.checks.last().unwrap().about;
+        assert_eq!(
+            about.loopback_hostnames,
+            [r.nodes[9].hostname.clone(), r.nodes[0].hostname.clone()]
+        );
+        assert!(about.restates.is_empty());
+        assert_eq!(about.variables, ["GLOO_SOCKET_IFNAME"]);
+        assert!(bytes(&own) < 10_000, "{}", bytes(&own));
     }
 
     /// Rank 0's way of cutting every node's view gives each node what

@@ -97,16 +97,50 @@ pub struct About {
     pub loopback_hostnames: Vec<String>,
 }
 
+/// Names one finding says it is about, at most: a check across 16,384
+/// nodes would otherwise name each (and every rank's verdict carries the
+/// cluster checks), and the cause rules need the first few.
+pub const ABOUT_MOST: usize = 32;
+
 impl About {
     pub fn is_empty(&self) -> bool {
         *self == About::default()
+    }
+
+    /// What one node's rank needs of it (every rank's verdict carries the
+    /// cluster checks): the host names cut to the node's own and one
+    /// other (enough to tell "only mine" from "not only mine"), the rest
+    /// to a few names, and a restatement that does not fit said as none.
+    pub fn for_node(&self, hostname: Option<&str>) -> About {
+        const FEW: usize = 8;
+        let mut names: Vec<String> = Vec::new();
+        if let Some(own) = hostname.filter(|h| self.loopback_hostnames.iter().any(|n| n == h)) {
+            names.push(own.to_string());
+        }
+        if let Some(other) = self
+            .loopback_hostnames
+            .iter()
+            .find(|n| Some(n.as_str()) != hostname)
+        {
+            names.push(other.clone());
+        }
+        About {
+            variables: self.variables.iter().take(FEW).cloned().collect(),
+            holders: self.holders.iter().take(FEW).copied().collect(),
+            restates: if self.restates.len() > FEW {
+                Vec::new()
+            } else {
+                self.restates.clone()
+            },
+            loopback_hostnames: names,
+        }
     }
 
     /// Everything `other` is about added to this, each name once.
     pub fn merge(&mut self, other: &About) {
         fn add<T: PartialEq + Clone>(to: &mut Vec<T>, from: &[T]) {
             for x in from {
-                if !to.contains(x) {
+                if to.len() < ABOUT_MOST && !to.contains(x) {
                     to.push(x.clone());
                 }
             }
@@ -195,7 +229,7 @@ impl Finding {
         let about = self.about_mut();
         for name in names {
             let name = name.into();
-            if !about.variables.contains(&name) {
+            if about.variables.len() < ABOUT_MOST && !about.variables.contains(&name) {
                 about.variables.push(name);
             }
         }
@@ -206,7 +240,7 @@ impl Finding {
     pub fn held_by(mut self, pids: impl IntoIterator<Item = u32>) -> Finding {
         let about = self.about_mut();
         for pid in pids {
-            if !about.holders.contains(&pid) {
+            if about.holders.len() < ABOUT_MOST && !about.holders.contains(&pid) {
                 about.holders.push(pid);
             }
         }
@@ -221,6 +255,12 @@ impl Finding {
                 about.restates.push(id);
             }
         }
+        // Past the bound nothing is said: a restatement is a consequence
+        // only when every check it restates failed here, which a cut list
+        // cannot tell.
+        if about.restates.len() > ABOUT_MOST {
+            about.restates.clear();
+        }
         self
     }
 
@@ -228,7 +268,8 @@ impl Finding {
     pub fn loopback_hostname(mut self, name: impl Into<String>) -> Finding {
         let name = name.into();
         let about = self.about_mut();
-        if !about.loopback_hostnames.contains(&name) {
+        if about.loopback_hostnames.len() < ABOUT_MOST && !about.loopback_hostnames.contains(&name)
+        {
             about.loopback_hostnames.push(name);
         }
         self

@@ -342,7 +342,7 @@ async fn connection(job: Arc<Job>, node: u32, ranks: Vec<u32>) -> Vec<Outcome> {
         drop(ch);
         return fail(out, "killed after check-in".into());
     }
-    match verdict(&job, &mut ch, cfg.verdict_deadline, &mut out).await {
+    match verdict(Arc::clone(&job), ch, cfg.verdict_deadline, &mut out).await {
         Ok(report) => {
             out.verdict_ms = Some(ms(job.t0));
             out.verdict = Some((report.verdict.name().to_string(), report.exit_code));
@@ -358,36 +358,61 @@ async fn connection(job: Arc<Job>, node: u32, ranks: Vec<u32>) -> Vec<Outcome> {
 /// this one process, whose descriptors (20,000 here, and not raisable)
 /// would run out with 2,048 nodes probing a dozen peers each at once;
 /// real nodes each have their own.
-async fn verdict<S: AsyncRead + AsyncWrite + Unpin>(
-    job: &Job,
-    ch: &mut S,
+///
+/// The plan is answered beside the reading, not before it: a real node's
+/// probes are done in milliseconds, long before rank 0's probe window
+/// closes and the verdict comes, so its verdict never waits on them. Here
+/// a node may still be queued for its turn to probe when the verdict
+/// comes; it takes the verdict then (rank 0 has stopped listening for
+/// results), as the real node would have, and gives its turn up.
+async fn verdict<S: AsyncRead + AsyncWrite + Send + 'static>(
+    job: Arc<Job>,
+    ch: S,
     deadline: Instant,
     out: &mut Outcome,
 ) -> Result<crate::result::cluster::ClusterReport, String> {
-    loop {
-        match protocol::read(ch, deadline).await {
-            Ok(Msg::Verdict { report, .. }) => return Ok(*report),
+    let (mut rd, wr) = tokio::io::split(ch);
+    let wr = Arc::new(tokio::sync::Mutex::new(wr));
+    let mut probing: Option<tokio::task::JoinHandle<Result<f64, String>>> = None;
+    let heard = loop {
+        match protocol::read(&mut rd, deadline).await {
+            Ok(Msg::Verdict { report, .. }) => break Ok(*report),
             Ok(Msg::ProbePlan {
                 node,
                 targets,
                 timeout_ms,
             }) => {
                 out.plan_ms = Some(ms(job.t0));
-                let results = {
-                    let _permit = job.probing.acquire().await;
-                    let timeout = Duration::from_millis(timeout_ms.clamp(50, 5000));
-                    reachability::probe_all(node, &targets, timeout).await
-                };
-                protocol::write(ch, &Msg::ProbeResults { results }, deadline)
-                    .await
-                    .map_err(|e| format!("probe results: {e}"))?;
-                out.probed_ms = Some(ms(job.t0));
+                let (job, wr) = (Arc::clone(&job), Arc::clone(&wr));
+                probing = Some(tokio::spawn(async move {
+                    let results = {
+                        let _permit = job.probing.acquire().await;
+                        let timeout = Duration::from_millis(timeout_ms.clamp(50, 5000));
+                        reachability::probe_all(node, &targets, timeout).await
+                    };
+                    let mut w = wr.lock().await;
+                    protocol::write(&mut *w, &Msg::ProbeResults { results }, deadline)
+                        .await
+                        .map_err(|e| format!("probe results: {e}"))?;
+                    Ok(ms(job.t0))
+                }));
             }
-            Ok(Msg::Rejected { reason, .. }) => return Err(format!("rejected: {reason}")),
+            Ok(Msg::Rejected { reason, .. }) => break Err(format!("rejected: {reason}")),
             Ok(_) => {}
-            Err(e) => return Err(format!("no verdict: {e}")),
+            Err(e) => break Err(format!("no verdict: {e}")),
+        }
+    };
+    if let Some(p) = probing {
+        if p.is_finished() {
+            // Results that could not be written change nothing now.
+            if let Ok(Ok(at)) = p.await {
+                out.probed_ms = Some(at);
+            }
+        } else {
+            p.abort();
         }
     }
+    heard
 }
 
 /// A rank of rank 0's own node in the `nodes:K` layout: it checks in

@@ -469,15 +469,18 @@ impl TorchDistributed {
                 "torch is installed for {python_shown} but does not import: a missing shared library (LD_LIBRARY_PATH, the CUDA/oneAPI runtime the wheel expects) or a broken install. Run `{python} -c 'import torch'` in the job's environment and reinstall torch if needed."
             );
         }
+        let mut held = None;
         if let Some(port) = d.port
             && let Ok(list) = super::port_holder::holders(facts, port)
             && let Some(h) = list.first()
         {
             d.summary.push_str(&format!(", held by {}", h.describe()));
+            held = Some(h.pid);
         }
         with_vars(
             Finding::fail(format!("{step} failed: {}", d.summary))
-                .expected("init, Gloo group, allreduce and barrier succeed"),
+                .expected("init, Gloo group, allreduce and barrier succeed")
+                .held_by(held),
             &d.advice,
             d.port,
         )
