@@ -136,18 +136,27 @@ impl<C: Collectives> Driven<C> {
     }
 }
 
-/// Little-endian 4-byte words, the framework's buffers, as elements.
-fn words<T>(bytes: &[u8], read: fn([u8; 4]) -> T) -> Vec<T> {
-    bytes
+/// An element type's reading from and writing to little-endian bytes.
+type LeBytes<T> = (fn([u8; 4]) -> T, fn(T) -> [u8; 4]);
+
+/// The framework's buffers (little-endian 4-byte words) as elements,
+/// reduced by `comm` as `as_words` types them, then written back.
+fn sum_as<T: Copy>(
+    comm: &mut impl Collectives,
+    buf: &mut [u8],
+    (read, write): LeBytes<T>,
+    as_words: for<'a> fn(&'a mut [T]) -> Words<'a>,
+    deadline: Instant,
+) -> Result<Duration, OpError> {
+    let mut values: Vec<T> = buf
         .chunks_exact(4)
         .map(|c| read([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn write_words<T: Copy>(values: &[T], bytes: &mut [u8], write: fn(T) -> [u8; 4]) {
-    for (v, b) in values.iter().zip(bytes.chunks_exact_mut(4)) {
+        .collect();
+    let took = comm.all_reduce(as_words(&mut values), deadline)?;
+    for (v, b) in values.iter().zip(buf.chunks_exact_mut(4)) {
         b.copy_from_slice(&write(*v));
     }
+    Ok(took)
 }
 
 impl<C: Collectives> Backend for Driven<C> {
@@ -169,21 +178,23 @@ impl<C: Collectives> Backend for Driven<C> {
         dtype: Dtype,
         deadline: Instant,
     ) -> Result<(), OpError> {
-        match dtype {
-            Dtype::F32 => {
-                let mut v = words(buf, f32::from_le_bytes);
-                let took = self.comm.all_reduce(Words::F32(&mut v), deadline);
-                self.timed(took)?;
-                write_words(&v, buf, f32::to_le_bytes);
-            }
-            Dtype::I32 => {
-                let mut v = words(buf, i32::from_le_bytes);
-                let took = self.comm.all_reduce(Words::I32(&mut v), deadline);
-                self.timed(took)?;
-                write_words(&v, buf, i32::to_le_bytes);
-            }
-        }
-        Ok(())
+        let took = match dtype {
+            Dtype::F32 => sum_as(
+                &mut self.comm,
+                buf,
+                (f32::from_le_bytes, f32::to_le_bytes),
+                |v| Words::F32(v),
+                deadline,
+            ),
+            Dtype::I32 => sum_as(
+                &mut self.comm,
+                buf,
+                (i32::from_le_bytes, i32::to_le_bytes),
+                |v| Words::I32(v),
+                deadline,
+            ),
+        };
+        self.timed(took)
     }
 
     async fn broadcast(
