@@ -78,10 +78,8 @@ pub fn report_of(args: &RunArgs, stage: Stage, o: Outcome) -> (Report, u32) {
         report = report.with_cluster(c);
         rank = r;
     }
-    // This process's own signal, over any rank 0 told it of.
     if let Some(how) = o.interrupted {
-        report.node.rank = report.node.rank.or(how.rank);
-        report = report.interrupted(how);
+        report = report.signalled(how);
     }
     (report, rank)
 }

@@ -189,7 +189,7 @@ pub fn execute(
         }
         Some((report, place.rank))
     });
-    crate::interrupt::enter("report");
+    crate::interrupt::enter(Interrupted::REPORT_PHASE);
     // Probes stuck in blocking reads past their timeout must not hold the
     // process open: the verdict is already known.
     runtime.shutdown_background();

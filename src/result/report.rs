@@ -58,12 +58,15 @@ pub struct Interrupted {
 }
 
 impl Interrupted {
+    /// The phase once every stage is over and the report is being written.
+    pub const REPORT_PHASE: &'static str = "report";
+
     /// "interrupted by SIGTERM during the checks", or for a peer's: "rank 0
     /// (h1) was interrupted by SIGTERM during the rendezvous".
     pub fn describe(&self) -> String {
         let during = match self.phase.as_str() {
             "startup" => "before any check ran".to_string(),
-            "report" => "while writing the report".to_string(),
+            Interrupted::REPORT_PHASE => "while writing the report".to_string(),
             p => format!("during the {p}"),
         };
         if self.remote {
@@ -152,6 +155,17 @@ impl Report {
         self
     }
 
+    /// This process's own signal. It replaces any interruption rank 0 told
+    /// this rank of, unless it came only once the stages were over: rank
+    /// 0's notice had ended them, and is what cut the run short.
+    pub fn signalled(mut self, how: Interrupted) -> Report {
+        if self.interrupted.is_some() && how.phase == Interrupted::REPORT_PHASE {
+            return self;
+        }
+        self.node.rank = self.node.rank.or(how.rank);
+        self.interrupted(how)
+    }
+
     /// Adds the cluster stage: its checks join this node's, and its verdict,
     /// the same on every rank, becomes this rank's.
     pub fn with_cluster(mut self, mut cluster: ClusterReport) -> Report {
@@ -168,5 +182,59 @@ impl Report {
             Some(how) => self.interrupted(how),
             None => self,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> Report {
+        let node = Node {
+            hostname: "h1".into(),
+            root: "/".into(),
+            pid: 1,
+            rank: Some(1),
+        };
+        Report::new(
+            "run",
+            node,
+            std::time::SystemTime::now(),
+            Default::default(),
+            Vec::new(),
+            false,
+        )
+    }
+
+    fn signal(phase: &str, remote: bool) -> Interrupted {
+        Interrupted {
+            signal: "SIGTERM".into(),
+            phase: phase.into(),
+            rank: Some(if remote { 0 } else { 1 }),
+            host: if remote { "h0" } else { "h1" }.into(),
+            remote,
+        }
+    }
+
+    #[test]
+    fn the_interruption_that_cut_the_run_short_is_the_one_reported() {
+        // Told by rank 0 during the rendezvous, then this rank's own signal
+        // (its node agent passing it on) while it wrote the report.
+        let told = signal("rendezvous", true);
+        let r = report().interrupted(told.clone());
+        assert_eq!(
+            r.signalled(signal(Interrupted::REPORT_PHASE, false))
+                .interrupted,
+            Some(told)
+        );
+        // Its own signal during a stage is its own story, told or not.
+        let own = signal("rendezvous", false);
+        let r = report().interrupted(signal("rendezvous", true));
+        assert_eq!(r.signalled(own.clone()).interrupted, Some(own));
+        // Alone, a signal while writing the report is still the report's.
+        let late = signal(Interrupted::REPORT_PHASE, false);
+        let r = report().signalled(late.clone());
+        assert_eq!(r.interrupted, Some(late));
+        assert_eq!(r.verdict, Verdict::Incomplete);
     }
 }
