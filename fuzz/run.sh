@@ -37,6 +37,21 @@ for pair in 0:nvlink-h100-two-down.txt 1:nvlink-h100-errors.txt 2:nvlink-h100-re
 done
 { printf '\x03'; cat $root/fixtures/h100-ib-broken/root/dev/kmsg; } > corpus/nvidia_text/seed-kmsg
 { printf '\x04'; cat $root/fixtures/nvidia-tools/throttle-old-names.xml; } > corpus/nvidia_text/seed-samples
+# amd_smi, xpu_smi, hl_smi: the first byte picks the output (src/fuzzing.rs).
+vendor_seed() {
+    local target=$1 dir=$2; shift 2
+    mkdir -p "corpus/$target"
+    for pair in "$@"; do
+        local f=$root/fixtures/$dir/${pair#*:}
+        [[ -f $f ]] || { echo "fuzz: seed $f for $target is missing" >&2; exit 1; }
+        { printf "\\x0${pair%%:*}"; cat "$f"; } > "corpus/$target/seed-${pair#*:}"
+    done
+}
+vendor_seed amd_smi amd-tools 0:metric-healthy.json 0:metric-broken.json 0:static.json 0:bad-pages-pending.json \
+    1:xgmi-healthy.json 1:xgmi-link-down.json 2:rocm-smi-broken.json
+vendor_seed xpu_smi intel-tools 0:diag-l1-pass.json 0:diag-l3-memory-fail.json 0:diag-busy.json \
+    1:health-broken.json 2:topology-link-down.txt
+vendor_seed hl_smi habana-tools 0:query-healthy.csv 0:query-broken.csv 1:report-broken.txt 2:links-two-down.txt
 seed report $root/fixtures/reports/run-4node/*.json $root/tests/snapshots/mixed.json
 seed nvidia_smi_xml $(find $root/fixtures -name '*.xml' | head -20)
 seed proc_text $(find $root/fixtures -path '*proc*' -type f | head -40) /proc/net/tcp /proc/net/tcp6 /proc/self/stat

@@ -267,3 +267,36 @@ pub fn nvidia_text(data: &[u8]) {
         }
     }
 }
+
+/// A vendor tool's output: the first byte chooses which of the tool's
+/// outputs the rest is read as.
+fn tool_output(data: &[u8]) -> Option<(u8, &str)> {
+    let (which, rest) = data.split_first()?;
+    Some((*which, std::str::from_utf8(rest).ok()?))
+}
+
+/// `amd-smi metric|static|bad-pages --json`, `amd-smi xgmi --json` and
+/// `rocm-smi --json`, as the `amd_smi` kind reads them: an uncorrectable
+/// error counted or an XGMI link down never becomes a pass.
+pub fn amd_smi(data: &[u8]) {
+    if let Some((which, text)) = tool_output(data) {
+        crate::kinds::amd_smi::judge_for_fuzzing(which, text);
+    }
+}
+
+/// `xpu-smi diag -j`, `health -j` and `topology -m`, as the `xpu_smi`
+/// kind reads them: a failed component never becomes a pass.
+pub fn xpu_smi(data: &[u8]) {
+    if let Some((which, text)) = tool_output(data) {
+        crate::kinds::xpu_smi::judge_for_fuzzing(which, text);
+    }
+}
+
+/// `hl-smi -Q ... -f csv`, `hl-smi -q` and `hl-smi -n link`, as the
+/// `hl_smi` kind reads them: a port down or a throttle reason active
+/// never becomes a pass.
+pub fn hl_smi(data: &[u8]) {
+    if let Some((which, text)) = tool_output(data) {
+        crate::kinds::hl_smi::judge_for_fuzzing(which, text);
+    }
+}

@@ -40,7 +40,7 @@ fn unknown_key() {
 fn unknown_kind() {
     rejects(
         "unknown-kind.yaml",
-        "3:11: checks[0].kind: unknown kind `comand` (did you mean `command`?); valid kinds: command,",
+        "3:11: checks[0].kind: unknown kind `comand` (did you mean `command`?); valid kinds: amd_smi, command,",
     );
 }
 

@@ -474,3 +474,95 @@ fn a_command_check_skips_under_root_as_the_help_says() {
         "{help}"
     );
 }
+
+/// The vendors' own variables against the node: NVIDIA-fabric NCCL names
+/// on an AMD node (RCCL reads the NCCL names but has no NVLink), a
+/// sub-device in the FLAT hierarchy, oneCCL with no launcher and no local
+/// place, the fabric check turned off.
+#[test]
+fn vendor_variables_are_judged_against_the_node() {
+    // One variable's problem is its own result, `env.lint:NAME`.
+    let lint = |r: &serde_json::Value| -> (String, String) {
+        let checks = r["checks"].as_array().unwrap();
+        let c = checks
+            .iter()
+            .find(|c| c["id"].as_str().unwrap_or("").starts_with("env.lint:"))
+            .or_else(|| checks.iter().find(|c| c["id"] == "env.lint"))
+            .unwrap_or_else(|| panic!("no env.lint in {r:#}"));
+        (
+            c["status"].as_str().unwrap_or("").to_string(),
+            c["message"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    let amd = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/amd-mi300x/root");
+    let nvidia = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/h100-ib-healthy/root");
+    let (code, r) = shipped(&amd, &["env.lint"], &[("NCCL_NVLS_ENABLE", "1")]);
+    assert_eq!(code, Some(0), "a warning keeps the node ready");
+    assert_eq!(lint(&r).0, "warn");
+    assert!(
+        lint(&r).1.starts_with("NCCL_NVLS_ENABLE=1 is for NVIDIA's fabric (NVLink, NVLS, CUDA memory): this node's GPUs are AMD's"),
+        "{r:#}"
+    );
+    let (_, r) = shipped(&nvidia, &["env.lint"], &[("NCCL_NVLS_ENABLE", "1")]);
+    assert_eq!(lint(&r).0, "pass", "{r:#}");
+    let (_, r) = shipped(&amd, &["env.lint"], &[("RCCL_MSCCL_ENABLE", "2")]);
+    assert_eq!(lint(&r).0, "fail", "{r:#}");
+    let (_, r) = shipped(
+        &amd,
+        &["env.lint"],
+        &[("RCCL_MSCCL_ENABLE", "0"), ("HSA_NO_SCRATCH_RECLAIM", "1")],
+    );
+    assert_eq!(lint(&r).0, "pass", "{r:#}");
+
+    let xpu = intel_node();
+    let (code, r) = shipped(
+        &xpu,
+        &["xpu.affinity_mask"],
+        &[("ZE_AFFINITY_MASK", "0.0,0.1")],
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        message(&r, "xpu.affinity_mask").contains("names the sub-device `0.0`, which the FLAT hierarchy, Level Zero's default (one device per tile) does not have"),
+        "{r:#}"
+    );
+    let composite = ("ZE_FLAT_DEVICE_HIERARCHY", "COMPOSITE");
+    let (code, _) = shipped(
+        &xpu,
+        &["xpu.affinity_mask"],
+        &[("ZE_AFFINITY_MASK", "0.0,0.1"), composite],
+    );
+    assert_eq!(code, Some(0));
+    let (_, r) = shipped(
+        &xpu,
+        &["env.lint"],
+        &[("ZE_FLAT_DEVICE_HIERARCHY", "TILES")],
+    );
+    assert_eq!(lint(&r).0, "fail", "{r:#}");
+    let (_, r) = shipped(
+        &xpu,
+        &["env.lint"],
+        &[("CCL_PROCESS_LAUNCHER", "none"), ("CCL_LOCAL_RANK", "0")],
+    );
+    assert_eq!(lint(&r).0, "fail");
+    assert!(lint(&r).1.contains("CCL_LOCAL_SIZE is unset"), "{r:#}");
+    let (_, r) = shipped(
+        &xpu,
+        &["env.lint"],
+        &[
+            ("CCL_PROCESS_LAUNCHER", "none"),
+            ("CCL_LOCAL_RANK", "0"),
+            ("CCL_LOCAL_SIZE", "8"),
+        ],
+    );
+    assert_eq!(lint(&r).0, "pass", "{r:#}");
+    let (_, r) = shipped(
+        &xpu,
+        &["env.lint"],
+        &[("CCL_TOPO_FABRIC_VERTEX_CONNECTION_CHECK", "0")],
+    );
+    assert_eq!(lint(&r).0, "warn");
+    assert!(
+        lint(&r).1.contains("a link that is down is no longer seen"),
+        "{r:#}"
+    );
+}

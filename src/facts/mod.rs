@@ -2,11 +2,13 @@
 //! run and only when a check asks for them.
 
 pub mod accel;
+pub mod amd_smi;
 pub mod amdgpu;
 mod backend;
 pub mod cgroup;
 pub mod dcgm;
 pub mod gpu_status;
+pub mod hl_smi;
 pub mod http;
 pub mod infiniband;
 mod interfaces;
@@ -23,6 +25,7 @@ pub mod procs;
 pub mod shared_library;
 pub mod visible;
 pub mod xid;
+pub mod xpu_smi;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,7 @@
 //! declares its parameters (deserialized from the check's remaining keys),
 //! its documentation for `preflight explain`, and how it evaluates.
 
+pub mod amd_smi;
 pub mod cluster;
 pub mod collective_backend;
 pub mod collective_busbw;
@@ -16,6 +17,7 @@ mod env_lint;
 mod file;
 pub mod firewall;
 mod gpu_health;
+pub mod hl_smi;
 pub mod http;
 pub mod ifname_spec;
 mod infiniband;
@@ -32,8 +34,10 @@ pub mod ports;
 pub mod resolve;
 pub mod tcp_connect;
 mod time_sync;
+mod tool_output;
 mod torch_distributed;
 mod user_processes;
+pub mod xpu_smi;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -108,6 +112,7 @@ pub struct KindInfo {
 }
 
 pub const KINDS: &[&KindInfo] = &[
+    &amd_smi::KIND,
     &command::KIND,
     &cpu::KIND,
     &dcgm_diag::KIND,
@@ -119,6 +124,7 @@ pub const KINDS: &[&KindInfo] = &[
     &file::KIND,
     &firewall::KIND,
     &gpu_health::KIND,
+    &hl_smi::KIND,
     &http::KIND,
     &infiniband::KIND,
     &interface::KIND,
@@ -133,6 +139,7 @@ pub const KINDS: &[&KindInfo] = &[
     &time_sync::KIND,
     &torch_distributed::KIND,
     &user_processes::KIND,
+    &xpu_smi::KIND,
     &cluster::ADDRESSES,
     &cluster::CLOCK,
     &cluster::DEVICES,
@@ -331,15 +338,16 @@ pub fn vendors_to_check(
 /// Whether an NVIDIA GPU is on the PCI bus, scanned off the async workers
 /// (the first scan reads sysfs).
 pub async fn nvidia_present(facts: &Arc<Facts>) -> bool {
+    vendor_present(facts, crate::facts::Vendor::Nvidia).await
+}
+
+/// Whether the node has an accelerator of this vendor on its PCI bus (read
+/// off the runtime's threads: the first read walks sysfs).
+pub async fn vendor_present(facts: &Arc<Facts>, vendor: crate::facts::Vendor) -> bool {
     let facts = Arc::clone(facts);
-    tokio::task::spawn_blocking(move || {
-        facts
-            .accelerators()
-            .iter()
-            .any(|a| a.vendor == crate::facts::Vendor::Nvidia)
-    })
-    .await
-    .unwrap_or(false)
+    tokio::task::spawn_blocking(move || facts.accelerators().iter().any(|a| a.vendor == vendor))
+        .await
+        .unwrap_or(false)
 }
 
 /// Reports several problems as one finding: each names its device.

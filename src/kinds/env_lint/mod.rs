@@ -28,6 +28,8 @@ pub const PREFIXES: &[&str] = &[
     "CUDA_",
     "HIP_",
     "ROCR_",
+    "RCCL_",
+    "HSA_",
     "HCCL_",
     "HABANA_",
 ];

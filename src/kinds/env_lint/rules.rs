@@ -179,6 +179,34 @@ pub fn lint_one(
             }
         }
         "TORCH_DISTRIBUTED_BACKEND" => backend_device(value, facts, issues),
+        "CCL_PROCESS_LAUNCHER" if value.trim() == "none" => {
+            let missing: Vec<&str> = ["CCL_LOCAL_RANK", "CCL_LOCAL_SIZE"]
+                .into_iter()
+                .filter(|v| facts.env(v).is_none())
+                .collect();
+            if !missing.is_empty() {
+                push(
+                    issues,
+                    Level::Fail,
+                    name,
+                    format!(
+                        "CCL_PROCESS_LAUNCHER=none: with no launcher oneCCL learns each rank's place on its node only from CCL_LOCAL_RANK and CCL_LOCAL_SIZE, and {} unset",
+                        if missing.len() == 2 {
+                            "both are".to_string()
+                        } else {
+                            format!("{} is", missing[0])
+                        }
+                    ),
+                );
+            }
+        }
+        "CCL_TOPO_FABRIC_VERTEX_CONNECTION_CHECK" if value.trim() == "0" => push(
+            issues,
+            Level::Warn,
+            name,
+            "CCL_TOPO_FABRIC_VERTEX_CONNECTION_CHECK=0 makes oneCCL assume Xe Links between every pair of devices: a link that is down is no longer seen, and traffic meant for it stalls or crawls over PCIe".into(),
+        ),
+        n if NVIDIA_FABRIC_VARS.contains(&n) => rccl_has_no_nvlink(n, value, facts, issues),
         "ZE_AFFINITY_MASK" => ze_affinity_mask(value, facts, issues),
         "CCL_ATL_TRANSPORT" => ccl_transport(value, facts, issues),
         "CUDA_VISIBLE_DEVICES" | "HIP_VISIBLE_DEVICES" | "ROCR_VISIBLE_DEVICES" => {
@@ -186,6 +214,38 @@ pub fn lint_one(
         }
         _ => {}
     }
+}
+
+/// NCCL's variables for NVIDIA's own fabric (NVLink SHARP, NVLink
+/// bridges, multi-node NVLink, CUDA's VMM allocator): RCCL reads the NCCL
+/// names, but these mean nothing to it.
+const NVIDIA_FABRIC_VARS: &[&str] = &[
+    "NCCL_NVLS_ENABLE",
+    "NCCL_NVLS_CHUNKSIZE",
+    "NCCL_NVLS_NCHANNELS",
+    "NCCL_NVB_DISABLE",
+    "NCCL_MNNVL_ENABLE",
+    "NCCL_P2P_NVL_CHUNKSIZE",
+    "NCCL_CUMEM_ENABLE",
+    "NCCL_CUMEM_HOST_ENABLE",
+];
+
+/// On an AMD node (RCCL, which honours the NCCL names), a variable for
+/// NVIDIA's fabric is a leftover of a job script written for NVIDIA: it
+/// does nothing here, and the setting it was meant to make is not made.
+fn rccl_has_no_nvlink(name: &str, value: &str, facts: &Facts, issues: &mut Vec<Issue>) {
+    let vendors = facts.accelerator_vendors();
+    if !vendors.contains(&Vendor::Amd) || vendors.contains(&Vendor::Nvidia) {
+        return;
+    }
+    push(
+        issues,
+        Level::Warn,
+        name,
+        format!(
+            "{name}={value} is for NVIDIA's fabric (NVLink, NVLS, CUDA memory): this node's GPUs are AMD's, and RCCL, which reads the NCCL names, has no such setting: a job script written for NVIDIA? (RCCL's own knobs are RCCL_*; XGMI needs none)"
+        ),
+    );
 }
 
 /// NCCL_IB_HCA: `[^][=]name[:port],...`, names as prefixes unless `=`,
@@ -572,6 +632,21 @@ fn ze_affinity_mask(value: &str, facts: &Facts, issues: &mut Vec<Issue>) {
                         String::new()
                     },
                     if count == 1 { "" } else { "s" }
+                ),
+            );
+            return;
+        }
+        let combined = facts
+            .env("ZE_FLAT_DEVICE_HIERARCHY")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("COMBINED"));
+        if let (false, false, Some(_)) = (composite, combined, sub) {
+            push(
+                issues,
+                Level::Fail,
+                name,
+                format!(
+                    "ZE_AFFINITY_MASK=`{value}` names the sub-device `{raw}`, which the {hierarchy} does not have (the Level Zero specification: `0.0` is not valid with FLAT): name tiles as devices (0-{}), or set ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE",
+                    count - 1
                 ),
             );
             return;
