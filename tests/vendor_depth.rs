@@ -89,9 +89,23 @@ fn amd_checks_pass_a_healthy_mi300x_and_name_each_fault() {
             a("bad-pages-pending.json")
         ),
     ]);
+    let list = list
+        + &checks(&[
+            format!(
+                "{{id: ras_ok, kind: amd_smi, subject: ecc, amd_smi_metric: \"{}\", amd_smi_static: \"{}\"}}",
+                a("metric-healthy.json"),
+                a("static.json")
+            ),
+            format!(
+                "{{id: ras_off, kind: amd_smi, subject: ecc, amd_smi_metric: \"{}\", amd_smi_static: \"{}\"}}",
+                a("metric-healthy.json"),
+                a("static-ras-off.json")
+            ),
+        ])
+        .replacen("checks:\n", "", 1);
     let r = run("amd-mi300x", &list);
     for id in [
-        "ecc_ok", "xgmi_ok", "rocm_ok", "thr_ok", "pcie_ok", "reset_ok",
+        "ecc_ok", "ras_ok", "xgmi_ok", "rocm_ok", "thr_ok", "pcie_ok", "reset_ok",
     ] {
         assert_eq!(r.status(id), "pass", "{id}: {}", r.message(id));
     }
@@ -101,6 +115,10 @@ fn amd_checks_pass_a_healthy_mi300x_and_name_each_fault() {
             "56 XGMI links up on 8 GPUs, from {}",
             a("xgmi-healthy.json")
         )
+    );
+    assert_eq!(
+        r.message("ras_off"),
+        "GPU 4 (0000:85:00.0): RAS error counting for UMC is DISABLED where 7 of 8 GPUs have it enabled: its errors go uncounted"
     );
     assert_eq!(
         r.message("ecc_bad"),

@@ -144,9 +144,9 @@ impl Params for AmdSmi {
         )?;
         only(self.links.is_some() && s != Xgmi, "links", "xgmi")?;
         only(
-            self.amd_smi_static.is_some() && !matches!(s, Pcie | Reset),
+            self.amd_smi_static.is_some() && !matches!(s, Ecc | Pcie | Reset),
             "amd_smi_static",
-            "pcie or reset",
+            "ecc, pcie or reset",
         )?;
         only(
             self.amd_smi_xgmi.is_some() && s != Xgmi,
@@ -268,6 +268,52 @@ fn judge_ecc(check: &AmdSmi, gpus: &[Gpu], names: &Names) -> Finding {
     } else {
         problems_finding(&problems).measured(measured)
     }
+}
+
+/// RAS per block, against the node's other GPUs: a block whose error
+/// counting (`static --ras`'s `ecc_block_state`) is off on one GPU while
+/// on at most of the others counts nothing there, and its errors go
+/// unseen. (What is off on every GPU is the product's design: MI300A's
+/// UMC.)
+fn with_ras_states(finding: Finding, statics: &[Gpu], names: &Names) -> Finding {
+    let states: Vec<(&Gpu, &serde_json::Map<String, Value>)> = statics
+        .iter()
+        .filter_map(|g| {
+            let s = g.section("ras")?.get("ecc_block_state")?.as_object()?;
+            Some((g, s))
+        })
+        .collect();
+    let mut enabled: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, s) in &states {
+        for (block, state) in s.iter() {
+            if state.as_str() == Some("ENABLED") {
+                *enabled.entry(block.as_str()).or_default() += 1;
+            }
+        }
+    }
+    let mut off = Vec::new();
+    for (g, s) in &states {
+        for (block, on) in &enabled {
+            let state = s.get(*block).and_then(Value::as_str).unwrap_or("absent");
+            if state != "ENABLED" && on * 2 > states.len() {
+                off.push(format!(
+                    "{}: RAS error counting for {block} is {state} where {on} of {} GPUs have it enabled: its errors go uncounted",
+                    names.gpu(g.index, g.bdf()),
+                    states.len()
+                ));
+            }
+        }
+    }
+    if off.is_empty() {
+        return finding;
+    }
+    let status = finding.status;
+    let mut problems = off;
+    if status == crate::result::Status::Fail {
+        problems.insert(0, finding.message.clone());
+    }
+    let measured = finding.measured.clone().unwrap_or_default();
+    problems_finding(&problems).measured(measured)
 }
 
 /// The most common value (the larger on a tie).
@@ -654,11 +700,15 @@ impl AmdSmi {
             )
         };
         Ok(match self.subject {
-            Subject::Ecc => judge_ecc(
-                self,
-                &metric(&["metric", "--ecc", "--ecc-blocks", "--json"]).await?,
-                names,
-            ),
+            Subject::Ecc => {
+                let m = metric(&["metric", "--ecc", "--ecc-blocks", "--json"]).await?;
+                let mut f = judge_ecc(self, &m, names);
+                if self.amd_smi_static.is_some() || !self.recorded() {
+                    let s = statics(&["static", "--ras", "--json"]).await?;
+                    f = with_ras_states(f, &s, names);
+                }
+                f
+            }
             Subject::Throttle => {
                 judge_throttle(&metric(&["metric", "--throttle", "--json"]).await?, names)
             }
