@@ -1,9 +1,9 @@
-//! The command line: `preflight run|check|list|explain|validate|bench|slurm|report|token|completions`.
+//! The command line: `preflight run|check|list|explain|validate|bench|slurm|report|baseline|token|completions`.
 
 use clap::{Parser, Subcommand};
 
 use crate::commands::{
-    self, ExplainArgs, ListArgs, ReportArgs, RunArgs, SlurmArgs, Stage, ValidateArgs,
+    self, BaselineArgs, ExplainArgs, ListArgs, ReportArgs, RunArgs, SlurmArgs, Stage, ValidateArgs,
 };
 
 const AFTER_HELP: &str = "\
@@ -48,6 +48,9 @@ pub enum Command {
     /// Merge JSON reports (a run's, or many nodes' gathered by Ansible or
     /// Slurm) into one cluster report: HTML, Markdown or JSON.
     Report(ReportArgs),
+    /// Node profiles: `capture` writes one from a known-good node, `diff`
+    /// shows this node against one (exit 1 when it differs).
+    Baseline(BaselineArgs),
     /// Print a fresh 128-bit job secret (32 hex digits) for PREFLIGHT_TOKEN
     /// or PREFLIGHT_TOKEN_FILE: make one per job, give it to every node.
     Token,
@@ -104,6 +107,7 @@ pub fn main() -> i32 {
         Command::Validate(args) => commands::validate(args),
         Command::Slurm(args) => commands::slurm(args),
         Command::Report(args) => commands::report(args),
+        Command::Baseline(args) => commands::baseline(args),
         Command::Token => commands::token(),
         Command::Completions { shell } => commands::completions(*shell, command()),
         Command::ManPages { dir } => commands::man_pages(command(), dir),

@@ -815,6 +815,10 @@ fn each_command_help_lists_exactly_the_flags_it_takes() {
     let root = empty.path().to_str().unwrap();
     let output = empty.path().join("out").display().to_string();
     let json = empty.path().join("report.json").display().to_string();
+    let profile = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("profiles/hgx-h100-8.yaml")
+        .display()
+        .to_string();
     // A value for every flag; a flag added without one fails here.
     let sample = |flag: &str| -> Option<&str> {
         Some(match flag {
@@ -825,6 +829,7 @@ fn each_command_help_lists_exactly_the_flags_it_takes() {
             "root" => root,
             "backends" => "tcp",
             "init-method" => "env://",
+            "profile" => &profile,
             "color" => "never",
             "format" => "json",
             "output" => &output,

@@ -500,7 +500,7 @@ fn vendor_variables_are_judged_against_the_node() {
     assert_eq!(code, Some(0), "a warning keeps the node ready");
     assert_eq!(lint(&r).0, "warn");
     assert!(
-        lint(&r).1.starts_with("NCCL_NVLS_ENABLE=1 is for NVIDIA's fabric (NVLink, NVLS, CUDA memory): this node's GPUs are AMD's"),
+        lint(&r).1.starts_with("NCCL_NVLS_ENABLE=1 tunes NVLink SHARP or multi-node NVLink, which this node's AMD GPUs do not have"),
         "{r:#}"
     );
     let (_, r) = shipped(&nvidia, &["env.lint"], &[("NCCL_NVLS_ENABLE", "1")]);

@@ -1,6 +1,7 @@
 //! The subcommands, and what they share: assembling the checklist from the
 //! shipped files, `--checks` paths and `--only`/`--skip`.
 
+mod baseline;
 mod completions;
 mod emit;
 mod explain;
@@ -24,6 +25,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use baseline::{BaselineArgs, baseline};
 pub use completions::{Shell, completions};
 pub use explain::{ExplainArgs, explain};
 pub use list::{ListArgs, list};

@@ -316,7 +316,14 @@ impl Plan {
             }
             _ => env,
         };
-        let facts = Arc::new(facts(&args.checklist, env)?);
+        let given = match &args.profile {
+            Some(path) => Some(
+                crate::facts::profile::load(path)
+                    .map_err(|errors| Failure::Usage(errors.join("\nerror: ")))?,
+            ),
+            None => None,
+        };
+        let facts = Arc::new(facts(&args.checklist, env)?.with_profile(given));
         // A secret too short or readable by others is refused before
         // anything runs; `check` meets no peer and needs none.
         let token = match stage {

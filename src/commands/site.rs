@@ -141,10 +141,8 @@ pub struct Resolved {
 pub const EPILOG_TAG: &str = "epilog";
 /// Left out of every mode by default: checks that take seconds.
 pub const SLOW_TAG: &str = "slow";
-/// The opt-in checks the health check runs besides the rest by default:
-/// the vendors' quick diagnostics (seconds; each skips on other nodes).
+/// The opt-in check the health check runs besides the rest by default.
 pub const DCGM_QUICK: &str = "nvidia.dcgm_quick";
-pub const XPU_DIAG_QUICK: &str = "intel.xpu_diag";
 
 impl Settings {
     /// The configuration directory this process uses.
@@ -223,13 +221,7 @@ impl Settings {
             // slurmd kills a HealthCheckProgram after 60 s.
             // DCGM's quick diagnostic (seconds) suits the periodic check;
             // its longer levels are for the epilog or an operator's hand.
-            healthcheck: mode(
-                raw.healthcheck,
-                &[],
-                &[DCGM_QUICK, XPU_DIAG_QUICK],
-                45,
-                false,
-            ),
+            healthcheck: mode(raw.healthcheck, &[], &[DCGM_QUICK], 45, false),
             prolog: mode(prolog.clone(), &[], &[], 60, false),
             prolog_cluster: prolog.as_ref().and_then(|p| p.cluster).unwrap_or(false),
             prolog_probe_ports: prolog.as_ref().and_then(|p| p.probe_ports),
@@ -367,8 +359,8 @@ mod tests {
         assert_eq!(s.healthcheck.skip, vec!["slow"]);
         assert_eq!(s.healthcheck.incomplete, Incomplete::Ignore);
         assert_eq!(s.epilog.only, vec!["epilog"]);
-        // The quick diagnostics run in the health check only.
-        assert_eq!(s.healthcheck.with, vec![DCGM_QUICK, XPU_DIAG_QUICK]);
+        // DCGM's quick level runs in the health check only.
+        assert_eq!(s.healthcheck.with, vec![DCGM_QUICK]);
         assert!(s.prolog.with.is_empty() && s.epilog.with.is_empty());
         assert!(s.epilog.strict && !s.healthcheck.strict && !s.prolog.strict);
         assert!(!s.prolog_cluster);

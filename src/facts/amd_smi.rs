@@ -111,31 +111,41 @@ pub struct XgmiGpu {
 }
 
 fn state(source: &str, word: &str) -> Result<Option<LinkState>, String> {
-    Ok(Some(match word.trim() {
-        "U" => LinkState::Up,
-        "D" => LinkState::Down,
-        "X" => LinkState::Disabled,
-        "N/A" => LinkState::Unknown,
-        "SELF" => return Ok(None),
-        // Several links to one peer: `U/U`; the worst decides.
-        w if w.contains('/') => {
-            let mut worst = LinkState::Up;
-            for part in w.split('/') {
-                match state(source, part)? {
-                    Some(LinkState::Down) => worst = LinkState::Down,
-                    Some(LinkState::Unknown) if worst == LinkState::Up => {
-                        worst = LinkState::Unknown
-                    }
-                    _ => {}
-                }
+    let one = |w: &str| -> Result<Option<LinkState>, String> {
+        Ok(Some(match w.trim() {
+            "U" => LinkState::Up,
+            "D" => LinkState::Down,
+            "X" => LinkState::Disabled,
+            "N/A" => LinkState::Unknown,
+            "SELF" => return Ok(None),
+            w => {
+                return Err(format!(
+                    "{source}: `{w}` is not an XGMI link state (U, D, X, N/A)"
+                ));
             }
-            worst
+        }))
+    };
+    let word = word.trim();
+    if !word.contains('/') || word == "N/A" {
+        return one(word);
+    }
+    // Several links to one peer (`U/U`, `U/N/A`): the worst decides; all
+    // disabled is disabled.
+    let mut states = Vec::new();
+    for part in word.replace("N/A", "?").split('/') {
+        let part = if part == "?" { "N/A" } else { part };
+        if let Some(s) = one(part)? {
+            states.push(s);
         }
-        w => {
-            return Err(format!(
-                "{source}: `{w}` is not an XGMI link state (U, D, X, N/A)"
-            ));
-        }
+    }
+    Ok(Some(if states.contains(&LinkState::Down) {
+        LinkState::Down
+    } else if states.contains(&LinkState::Unknown) {
+        LinkState::Unknown
+    } else if states.contains(&LinkState::Up) {
+        LinkState::Up
+    } else {
+        LinkState::Disabled
     }))
 }
 
@@ -281,9 +291,17 @@ mod tests {
                 (3, LinkState::Disabled)
             ]
         );
-        let peers = r#"{"link_status": [{"gpu": 1, "bdf": "b", "link_status": ["U/D","SELF"]}]}"#;
+        let peers = r#"{"link_status": [{"gpu": 1, "bdf": "b", "link_status": ["U/D","SELF","X/X","U/N/A","U/X"]}]}"#;
         let x = parse_xgmi("x", peers).unwrap().unwrap();
-        assert_eq!(x[0].links, vec![(0, LinkState::Down)]);
+        assert_eq!(
+            x[0].links,
+            vec![
+                (0, LinkState::Down),
+                (2, LinkState::Disabled),
+                (3, LinkState::Unknown),
+                (4, LinkState::Up)
+            ]
+        );
         assert!(!x[0].by_port);
         assert!(parse_xgmi("x", r#"[{"gpu": 0, "link_status": ["Q"]}]"#).is_err());
         // ROCm 6.1-6.3: link metrics only, no state.

@@ -22,6 +22,7 @@ pub mod nvml;
 pub mod pci;
 pub mod ports;
 pub mod procs;
+pub mod profile;
 pub mod shared_library;
 pub mod visible;
 pub mod xid;
@@ -29,7 +30,7 @@ pub mod xpu_smi;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 pub use accel::Accelerator;
 pub use gpu_status::GpuReport;
@@ -59,6 +60,9 @@ pub struct Facts {
     /// NVML or live nvidia-smi, asked once however many checks need it.
     live_gpus: tokio::sync::OnceCell<Result<GpuReport, String>>,
     interfaces: OnceLock<Vec<Interface>>,
+    /// The profile the operator gave (`--profile`), over the shipped ones.
+    given_profile: Option<Arc<profile::Profile>>,
+    profile: OnceLock<Option<Arc<profile::Profile>>>,
     /// Which ports could be bound: one probe per port per run.
     pub ports: ports::PortProbes,
 }
@@ -100,6 +104,8 @@ impl Facts {
             processes: OnceLock::new(),
             live_gpus: tokio::sync::OnceCell::new(),
             interfaces: OnceLock::new(),
+            given_profile: None,
+            profile: OnceLock::new(),
             ports: ports::PortProbes::default(),
         }
     }
@@ -107,6 +113,23 @@ impl Facts {
     pub fn with_init_method(mut self, init_method: Option<String>) -> Facts {
         self.init_method = init_method;
         self
+    }
+
+    /// The profile to hold this node to, whatever the shipped ones say.
+    pub fn with_profile(mut self, profile: Option<profile::Profile>) -> Facts {
+        self.given_profile = profile.map(Arc::new);
+        self
+    }
+
+    /// The profile that applies to this node: the one given, else the
+    /// shipped one its accelerators match; none where none does (the node
+    /// is then compared with its peers only).
+    pub fn profile(&self) -> Option<&Arc<profile::Profile>> {
+        self.profile
+            .get_or_init(|| {
+                profile::select(&profile::Inventory::of(self), self.given_profile.as_ref())
+            })
+            .as_ref()
     }
 
     /// Facts about the real process: its environment, read once.

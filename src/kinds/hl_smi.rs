@@ -39,7 +39,7 @@ pub const KIND: KindInfo = KindInfo {
             name: "max_uncorrectable",
             ty: "integer",
             default: Some("0"),
-            doc: "ecc: the most uncorrectable errors a device may have counted (aggregate, else volatile).",
+            doc: "ecc: the most uncorrectable errors a device may have counted (the larger of aggregate and volatile, of the device and of its HBM).",
         },
         ParamDoc {
             name: "max_correctable",
@@ -48,16 +48,28 @@ pub const KIND: KindInfo = KindInfo {
             doc: "ecc: the most correctable errors a device may have counted.",
         },
         ParamDoc {
+            name: "ports",
+            ty: "integer",
+            default: Some("(what most devices on the node list)"),
+            doc: "nic_ports: the ports hl-smi must list up on every device (21 internal ones on an HLS-2 or HLS-3).",
+        },
+        ParamDoc {
+            name: "scale_out",
+            ty: "boolean",
+            default: Some("true"),
+            doc: "nic_ports: judge the device's Linux interfaces (its scale-out ports): set false where the node scales out over host NICs and leaves them uncabled.",
+        },
+        ParamDoc {
             name: "speed_gbps",
             ty: "integer",
-            default: Some("(100 on Gaudi 2, 200 on Gaudi 3)"),
+            default: Some("(the node's profile, else 100 on Gaudi 2, 200 on Gaudi 3)"),
             doc: "nic_ports: the rate every scale-out port that is a Linux interface must run at.",
         },
         ParamDoc {
             name: "hl_smi_query",
             ty: "path",
             default: Some("unset"),
-            doc: "A recorded `hl-smi -Q index,module_id,bus_id,name,serial,driver_version,ecc.errors.uncorrected.aggregate.total,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.aggregate.total,ecc.errors.corrected.volatile.total -f csv,nounits` (with its header).",
+            doc: "A recorded `hl-smi -Q index,module_id,bus_id,name,serial,driver_version,ecc.errors.uncorrected.aggregate.total,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.aggregate.total,ecc.errors.corrected.volatile.total,ecc.errors.dram.aggregate.total,ecc.errors.dram.volatile.total,ecc.errors.dram-corrected.aggregate.total,ecc.errors.dram-corrected.volatile.total -f csv,nounits` (with its header).",
         },
         ParamDoc {
             name: "hl_smi_report",
@@ -83,7 +95,7 @@ pub const KIND: KindInfo = KindInfo {
 };
 
 /// The fields query mode is asked for (Habana's documented names).
-pub const QUERY: &str = "index,module_id,bus_id,name,serial,driver_version,ecc.errors.uncorrected.aggregate.total,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.aggregate.total,ecc.errors.corrected.volatile.total";
+pub const QUERY: &str = "index,module_id,bus_id,name,serial,driver_version,ecc.errors.uncorrected.aggregate.total,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.aggregate.total,ecc.errors.corrected.volatile.total,ecc.errors.dram.aggregate.total,ecc.errors.dram.volatile.total,ecc.errors.dram-corrected.aggregate.total,ecc.errors.dram-corrected.volatile.total";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -99,6 +111,10 @@ fn default_program() -> PathBuf {
     PathBuf::from("hl-smi")
 }
 
+fn yes() -> bool {
+    true
+}
+
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HlSmi {
@@ -109,6 +125,10 @@ pub struct HlSmi {
     max_uncorrectable: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_correctable: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ports: Option<usize>,
+    #[serde(default = "yes")]
+    scale_out: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     speed_gbps: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,11 +161,13 @@ impl Params for HlSmi {
             "max_correctable",
             "ecc",
         )?;
-        only(
-            self.speed_gbps.is_some() && self.subject != NicPorts,
-            "speed_gbps",
-            "nic_ports",
-        )?;
+        for (set, name) in [
+            (self.speed_gbps.is_some(), "speed_gbps"),
+            (self.ports.is_some(), "ports"),
+            (!self.scale_out, "scale_out"),
+        ] {
+            only(set && self.subject != NicPorts, name, "nic_ports")?;
+        }
         only(
             self.hl_smi_query.is_some() && !matches!(self.subject, Devices | Ecc),
             "hl_smi_query",
@@ -291,32 +313,56 @@ fn judge_devices(check: &HlSmi, facts: &Facts, rows: &[Row], source: &str) -> Fi
 
 fn judge_ecc(check: &HlSmi, rows: &[Row]) -> Finding {
     let mut problems = Vec::new();
+    let mut unjudged = Vec::new();
     let mut read = 0;
     for r in rows {
+        // The device's own count and its HBM's, the larger of aggregate
+        // and volatile (since the driver loaded, since the last reset).
         let count = |fields: [&str; 2]| -> Result<Option<u64>, String> {
+            let mut most = None;
             for f in fields {
                 if let Some(n) = r.number(f)? {
-                    return Ok(Some(n));
+                    most = Some(most.map_or(n, |m: u64| m.max(n)));
                 }
             }
-            Ok(None)
+            Ok(most)
         };
-        let ue = count([
-            "ecc.errors.uncorrected.aggregate.total",
-            "ecc.errors.uncorrected.volatile.total",
-        ]);
-        let ce = count([
-            "ecc.errors.corrected.aggregate.total",
-            "ecc.errors.corrected.volatile.total",
-        ]);
+        let worst = |a: [&str; 2], b: [&str; 2]| -> Result<Option<u64>, String> {
+            Ok(match (count(a)?, count(b)?) {
+                (Some(x), Some(y)) => Some(x.max(y)),
+                (x, y) => x.or(y),
+            })
+        };
+        let ue = worst(
+            [
+                "ecc.errors.uncorrected.aggregate.total",
+                "ecc.errors.uncorrected.volatile.total",
+            ],
+            [
+                "ecc.errors.dram.aggregate.total",
+                "ecc.errors.dram.volatile.total",
+            ],
+        );
+        let ce = worst(
+            [
+                "ecc.errors.corrected.aggregate.total",
+                "ecc.errors.corrected.volatile.total",
+            ],
+            [
+                "ecc.errors.dram-corrected.aggregate.total",
+                "ecc.errors.dram-corrected.volatile.total",
+            ],
+        );
         let (ue, ce) = match (ue, ce) {
             (Ok(ue), Ok(ce)) => (ue, ce),
             (Err(e), _) | (_, Err(e)) => return Finding::error(format!("{}: {e}", row_name(r))),
         };
-        if ue.is_some() || ce.is_some() {
-            read += 1;
-        }
-        if let Some(ue) = ue.filter(|n| *n > check.max_uncorrectable) {
+        let Some(ue) = ue else {
+            unjudged.push(format!("{}: no uncorrectable count (N/A)", row_name(r)));
+            continue;
+        };
+        read += 1;
+        if ue > check.max_uncorrectable {
             problems.push(format!(
                 "{}: {ue} uncorrectable ECC errors (at most {})",
                 row_name(r),
@@ -332,15 +378,36 @@ fn judge_ecc(check: &HlSmi, rows: &[Row]) -> Finding {
             ));
         }
     }
-    if read == 0 {
+    if read == 0 && problems.is_empty() {
         return Finding::skip("no Gaudi device reports its ECC counts");
     }
     let measured = format!("ECC counts of {read} devices");
-    if problems.is_empty() {
-        Finding::pass(format!("{measured}: none over the limits")).measured(measured)
+    verdict(problems, unjudged, measured, |m| {
+        format!("{m}: none over the limits")
+    })
+}
+
+/// Problems fail; what could not be judged beside a clean reading is a
+/// warning, never a pass.
+fn verdict(
+    problems: Vec<String>,
+    unjudged: Vec<String>,
+    measured: String,
+    passed: impl FnOnce(&str) -> String,
+) -> Finding {
+    let finding = if !problems.is_empty() {
+        let unchecked: Vec<&str> = unjudged.iter().map(String::as_str).collect();
+        super::problems_and_unchecked(&problems, &unchecked)
+    } else if !unjudged.is_empty() {
+        Finding::warn(format!(
+            "{}; not judged: {}",
+            passed(&measured),
+            unjudged.join("; ")
+        ))
     } else {
-        problems_finding(&problems).measured(measured)
-    }
+        Finding::pass(passed(&measured))
+    };
+    finding.measured(measured)
 }
 
 fn judge_throttle(reports: &[Report]) -> Finding {
@@ -378,6 +445,7 @@ fn judge_throttle(reports: &[Report]) -> Finding {
 
 fn judge_reset(reports: &[Report]) -> Finding {
     let mut problems = Vec::new();
+    let mut unjudged = Vec::new();
     let mut read = 0;
     for r in reports {
         let status = r.get("Module status");
@@ -390,25 +458,26 @@ fn judge_reset(reports: &[Report]) -> Finding {
         {
             problems.push(format!("{}: module status `{s}`", r.name()));
         }
-        if pending.is_some_and(|p| p.eq_ignore_ascii_case("yes")) {
-            problems.push(format!(
+        match pending.map(str::to_ascii_lowercase).as_deref() {
+            None | Some("no") => {}
+            Some("yes") => problems.push(format!(
                 "{}: a row replacement is pending until the device is reset",
                 r.name()
-            ));
+            )),
+            Some(_) => unjudged.push(format!(
+                "{}: replaced rows pending `{}`",
+                r.name(),
+                pending.unwrap_or_default()
+            )),
         }
     }
     if read == 0 {
         return Finding::skip("no Gaudi device reports its module status or replaced rows");
     }
     let measured = format!("{read} devices");
-    if problems.is_empty() {
-        Finding::pass(format!(
-            "{measured} operational, no row replacement pending"
-        ))
-        .measured(measured)
-    } else {
-        problems_finding(&problems).measured(measured)
-    }
+    verdict(problems, unjudged, measured, |m| {
+        format!("{m} operational, no row replacement pending")
+    })
 }
 
 /// A scale-out port that is a Linux interface of a Gaudi device.
@@ -448,6 +517,18 @@ fn netdevs(facts: &Facts, bus: &str) -> Vec<Netdev> {
     out
 }
 
+/// The most common value (the larger on a tie).
+fn mode(values: impl Iterator<Item = usize>) -> Option<usize> {
+    let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+    for v in values {
+        *counts.entry(v).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
+        .map(|(v, _)| v)
+}
+
 /// The scale-out rate of a Gaudi generation, by PCI device id (the
 /// habanalabs driver's ids).
 fn generation_rate(device: u16) -> Option<u32> {
@@ -473,6 +554,16 @@ fn judge_ports(
             problems.push(format!("{bus}: not in {source}: its ports were not read"));
         }
     }
+    let usual = mode(
+        links
+            .values()
+            .map(|p| p.iter().filter(|(_, s)| *s == PortState::Up).count()),
+    );
+    let (expected, why) = match (check.ports, usual) {
+        (Some(n), _) => (Some(n), "as the check sets"),
+        (None, Some(n)) => (Some(n), "as most devices here"),
+        (None, None) => (None, ""),
+    };
     for (bus, ports) in links {
         total += ports.len();
         up += ports.iter().filter(|(_, s)| *s == PortState::Up).count();
@@ -491,11 +582,24 @@ fn judge_ports(
                 ports.len() - down.len(),
                 ports.len()
             ));
+        } else if let Some(e) = expected.filter(|e| ports.len() < *e) {
+            problems.push(format!(
+                "{bus}: hl-smi lists {} ports up where {e} are expected {why}",
+                ports.len()
+            ));
         }
     }
     let mut interfaces = 0;
-    for (bus, device) in &pci {
-        let rate = check.speed_gbps.or_else(|| generation_rate(*device));
+    let profile = facts
+        .profile()
+        .and_then(|p| Some((p.named(), p.expect.scale_out?.gbps)));
+    for (bus, device) in pci.iter().filter(|_| check.scale_out) {
+        let (rate, why) = match (check.speed_gbps, &profile, generation_rate(*device)) {
+            (Some(r), _, _) => (Some(r), "as the check sets".to_string()),
+            (None, Some((name, r)), _) => (Some(*r), format!("as {name} sets")),
+            (None, None, Some(r)) => (Some(r), "the generation's rate".to_string()),
+            (None, None, None) => (None, String::new()),
+        };
         let mut down = Vec::new();
         // (interface, Gb/s) below the rate.
         let mut slow = Vec::new();
@@ -536,7 +640,7 @@ fn judge_ports(
                 _ => String::new(),
             };
             problems.push(format!(
-                "{bus}: {} {} {}{at}, not {rate}",
+                "{bus}: {} {} {}{at}, not {rate} ({why})",
                 several(slow.len(), "interface", "interfaces"),
                 names.join(", "),
                 several(slow.len(), "runs", "run")
@@ -660,6 +764,8 @@ pub fn judge_for_fuzzing(which: u8, text: &str) {
         devices: None,
         max_uncorrectable: 0,
         max_correctable: None,
+        ports: None,
+        scale_out: true,
         speed_gbps: None,
         hl_smi_query: None,
         hl_smi_report: None,
@@ -670,7 +776,21 @@ pub fn judge_for_fuzzing(which: u8, text: &str) {
         0 => {
             if let Ok(rows) = hl_smi::parse_query("f", text) {
                 let _ = judge_devices(&check(Subject::Devices), &facts, &rows, "f");
-                let _ = judge_ecc(&check(Subject::Ecc), &rows);
+                let f = judge_ecc(&check(Subject::Ecc), &rows);
+                // An uncorrectable count, or none said: never a pass.
+                let bad = rows.iter().any(|r| {
+                    let said = [
+                        "ecc.errors.uncorrected.aggregate.total",
+                        "ecc.errors.uncorrected.volatile.total",
+                        "ecc.errors.dram.aggregate.total",
+                        "ecc.errors.dram.volatile.total",
+                    ]
+                    .map(|k| r.number(k).ok().flatten());
+                    said.iter().all(Option::is_none) || said.iter().flatten().any(|n| *n > 0)
+                });
+                if bad {
+                    assert_ne!(f.status, Status::Pass, "{rows:?}");
+                }
             }
         }
         1 => {

@@ -31,6 +31,7 @@ mod ping;
 mod port;
 pub mod port_holder;
 pub mod ports;
+mod profile;
 pub mod resolve;
 pub mod tcp_connect;
 mod time_sync;
@@ -135,6 +136,7 @@ pub const KINDS: &[&KindInfo] = &[
     &pcie_link::KIND,
     &ping::KIND,
     &port::KIND,
+    &profile::KIND,
     &tcp_connect::KIND,
     &time_sync::KIND,
     &torch_distributed::KIND,

@@ -28,7 +28,9 @@ pub const KIND: KindInfo = KindInfo {
         ParamDoc {
             name: "links",
             ty: "integer",
-            default: Some("(what most GPUs of the same product on the node have)"),
+            default: Some(
+                "(the node's profile, else what most GPUs of the same product on the node have)",
+            ),
             doc: "Active links every GPU must have (18 on H100/H200/B200 SXM, 12 on A100 SXM; fewer on some cloud VM sizes by design).",
         },
         ParamDoc {
@@ -292,11 +294,17 @@ impl NvLink {
                 .or_default()
                 .push(g);
         }
+        // The node's profile says what its GPUs must have where the check
+        // does not.
+        let profile = facts
+            .profile()
+            .and_then(|p| Some((p.named(), p.expect.nvlink?.links)));
         for (product, group) in &products {
             let usual = mode(group.iter().map(|g| g.active()));
-            let (expected, why) = match (self.links, usual) {
-                (Some(n), _) => (n as usize, "as the check sets".to_string()),
-                (None, Some(n)) => (
+            let (expected, why) = match (self.links, &profile, usual) {
+                (Some(n), _, _) => (n as usize, "as the check sets".to_string()),
+                (None, Some((named, n)), _) => (*n, format!("as {named} sets")),
+                (None, None, Some(n)) => (
                     n,
                     if group.len() > 1 {
                         format!("as most {product} GPUs here")
@@ -304,9 +312,12 @@ impl NvLink {
                         "as read".to_string()
                     },
                 ),
-                (None, None) => continue,
+                (None, None, None) => continue,
             };
-            if expected == 0 {
+            // Every GPU of the product without a link is one fault, the
+            // fabric's, whatever the count expected.
+            let none_active = group.iter().all(|g| g.active() == 0);
+            if expected == 0 || (none_active && nvlink::is_module(product)) {
                 if nvlink::is_module(product) {
                     problems.push(format!(
                         "every link of every {product} is inactive: NVLink is down on an SXM module (Fabric Manager, the NVSwitches or the baseboard)"

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::tool_output::{Output, Tool};
-use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params, problems_finding};
+use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::facts::xpu_smi::{self, Health, Tile};
 use crate::facts::{Facts, Vendor};
 use crate::result::Finding;
@@ -228,70 +228,113 @@ fn components(subject: Subject) -> &'static [&'static str] {
 }
 
 /// Names cards by xpu-smi's number and the node's bus (xpu-smi counts
-/// the node's Intel GPUs in PCI order).
-struct Cards(Vec<String>);
+/// the node's Intel GPUs in PCI order), with the tiles sysfs shows.
+struct Cards(Vec<(String, usize)>);
 
 impl Cards {
     fn of(facts: &Facts) -> Cards {
-        let mut buses: Vec<String> = facts
+        let mut cards: Vec<(String, usize)> = facts
             .accelerators()
             .iter()
             .filter(|a| a.vendor == Vendor::Intel)
-            .map(|a| a.pci.address.clone())
+            .map(|a| (a.pci.address.clone(), a.tiles))
             .collect();
-        buses.sort();
-        Cards(buses)
+        cards.sort();
+        Cards(cards)
     }
 
     fn card(&self, id: u64) -> String {
         match self.0.get(id as usize) {
-            Some(b) => format!("GPU {id} ({b})"),
+            Some((b, _)) => format!("GPU {id} ({b})"),
             None => format!("GPU {id}"),
         }
     }
 }
 
-fn judge_health(subject: Subject, health: &[Health], cards: &Cards) -> (Vec<String>, usize) {
-    let mut problems = Vec::new();
-    let mut judged = 0;
+/// What a subject found: problems, readings judged, and what could not
+/// be (an `Unknown`): never a pass.
+#[derive(Default)]
+struct Judged {
+    problems: Vec<String>,
+    judged: usize,
+    unjudged: Vec<String>,
+}
+
+/// A frequency warning that only says the site's own range: every reason
+/// in it ("Tile 0 frequency throttled due to software supplied frequency
+/// range. Tile 1 ...") is that one.
+fn only_the_sites_range(description: &str) -> bool {
+    let reasons = description.matches("throttled due to").count();
+    reasons > 0
+        && description
+            .matches("software supplied frequency range")
+            .count()
+            == reasons
+}
+
+fn judge_health(subject: Subject, health: &[Health], cards: &Cards, j: &mut Judged) {
     for h in health {
         for name in components(subject) {
+            let card = cards.card(h.device);
+            let words = name.replace('_', " ");
             let Some((status, description)) = h.component(name) else {
+                j.unjudged.push(format!("{card}: no {words} health"));
                 continue;
             };
             match status {
-                "Unknown" => continue,
+                // No Xe Link at all is a card's make, judged by the matrix.
+                "Unknown" if description.contains("lacks Xe Link capability") => continue,
+                "Unknown" => {
+                    j.unjudged
+                        .push(format!("{card}: {words} Unknown: {description}"));
+                    continue;
+                }
                 "OK" => {}
-                // A frequency range the site set is no fault.
-                "Warning" if *name == "frequency" && description.contains("software supplied") => {}
-                "Warning" | "Critical" => problems.push(format!(
-                    "{}: {} {status}: {description}",
-                    cards.card(h.device),
-                    name.replace('_', " ")
-                )),
-                other => problems.push(format!(
-                    "{}: {} is `{other}`, a status preflight does not know: {description}",
-                    cards.card(h.device),
-                    name.replace('_', " ")
+                "Warning" if *name == "frequency" && only_the_sites_range(description) => {}
+                "Warning" | "Critical" => j
+                    .problems
+                    .push(format!("{card}: {words} {status}: {description}")),
+                other => j.unjudged.push(format!(
+                    "{card}: {words} is `{other}`, a status preflight does not know: {description}"
                 )),
             }
-            judged += 1;
+            j.judged += 1;
         }
     }
-    (problems, judged)
 }
 
-/// The Xe Link matrix: every pair of cards joined directly, no pair of
-/// tiles of different cards on PCIe alone, no direct link with fewer
-/// lanes than the node's usual.
-fn judge_matrix(cells: &[(Tile, Tile, String)], cards: &Cards) -> (Vec<String>, usize) {
+/// The Xe Link matrix: every card's tiles listed, every pair of cards
+/// joined directly, no pair of tiles of different cards on PCIe alone, no
+/// direct link with fewer lanes than the node's usual. Cards without Xe
+/// Link (`capable` false: xpu-smi says they lack it) have none to judge.
+fn judge_matrix(cells: &[(Tile, Tile, String)], cards: &Cards, capable: bool, j: &mut Judged) {
     let lanes = |c: &str| -> Option<u32> { c.strip_prefix("XL")?.parse().ok() };
     let tile_name = |t: Tile| format!("{}/{}", cards.card(u64::from(t.0)), t.1);
-    let cross: Vec<&(Tile, Tile, String)> = cells.iter().filter(|(a, b, _)| a.0 < b.0).collect();
-    if !cross.iter().any(|(_, _, c)| c.starts_with("XL")) {
-        return (Vec::new(), 0);
+    let mut tiles: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    for (a, b, _) in cells {
+        tiles.entry(a.0).or_default().insert(a.1);
+        tiles.entry(b.0).or_default().insert(b.1);
     }
-    let mut problems = Vec::new();
+    for (i, (_, want)) in cards.0.iter().enumerate() {
+        let have = tiles.get(&(i as u32)).map_or(0, BTreeSet::len);
+        if have < *want {
+            j.problems.push(format!(
+                "{}: the matrix lists {have} of its {want} tiles",
+                cards.card(i as u64)
+            ));
+        }
+    }
+    let cross: Vec<&(Tile, Tile, String)> = cells.iter().filter(|(a, b, _)| a.0 < b.0).collect();
+    j.judged += cross.len();
+    if !cross.iter().any(|(_, _, c)| c.starts_with("XL")) {
+        if capable && tiles.len() > 1 {
+            j.problems.push(format!(
+                "no Xe Link between any two of the {} cards: every pair of their tiles is on PCIe",
+                tiles.len()
+            ));
+        }
+        return;
+    }
     let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
     for (_, _, c) in &cross {
         if let Some(n) = lanes(c) {
@@ -309,7 +352,7 @@ fn judge_matrix(cells: &[(Tile, Tile, String)], cards: &Cards) -> (Vec<String>, 
             (Some(n), _) => {
                 direct.insert((a.0, b.0));
                 if let Some(u) = usual.filter(|u| n < *u) {
-                    problems.push(format!(
+                    j.problems.push(format!(
                         "{} to {}: Xe Link with {n} lanes where links here have {u}",
                         tile_name(*a),
                         tile_name(*b)
@@ -317,23 +360,26 @@ fn judge_matrix(cells: &[(Tile, Tile, String)], cards: &Cards) -> (Vec<String>, 
                 }
             }
             (None, "XL*") => {}
-            (None, other) => problems.push(format!(
-                "{} to {}: `{other}` (PCIe only) where the node's cards are joined by Xe Link",
+            (None, "NODE" | "SYS") => j.problems.push(format!(
+                "{} to {}: `{c}` (PCIe only) where the node's cards are joined by Xe Link",
                 tile_name(*a),
                 tile_name(*b)
             )),
+            (None, other) => {
+                j.unjudged
+                    .push(format!("{} to {}: `{other}`", tile_name(*a), tile_name(*b)))
+            }
         }
     }
     for (a, b) in card_pairs {
         if !direct.contains(&(a, b)) {
-            problems.push(format!(
+            j.problems.push(format!(
                 "{} and {}: no direct Xe Link between any of their tiles",
                 cards.card(u64::from(a)),
                 cards.card(u64::from(b))
             ));
         }
     }
-    (problems, cross.len())
 }
 
 /// The output's text, or the finding that says why there is none.
@@ -368,6 +414,12 @@ impl XpuSmi {
             let tool = self.tool(&["diag", "-l", &level, "-j"], "xpu_smi_diag");
             let (t, source) = text(tool.output(self.xpu_smi_diag.as_deref(), facts).await)?;
             let diag = xpu_smi::parse_diag(&source, &t).map_err(Finding::error)?;
+            if let Some(l) = diag.level.filter(|l| *l != u64::from(self.level)) {
+                return Err(Finding::error(format!(
+                    "{source} is a level {l} diagnostic where the check asks for level {}",
+                    self.level
+                )));
+            }
             return Ok(judge_diag(&diag, self.level));
         }
         let read_health = self.xpu_smi_health.is_some() || !self.recorded();
@@ -381,9 +433,10 @@ impl XpuSmi {
         } else {
             (Vec::new(), String::new())
         };
-        let (mut problems, mut judged) = judge_health(self.subject, &health, cards);
+        let mut j = Judged::default();
+        judge_health(self.subject, &health, cards, &mut j);
         if self.subject == Subject::Health && read_health && health.len() < cards.0.len() {
-            problems.push(format!(
+            j.problems.push(format!(
                 "xpu-smi lists {} of the node's {} Intel GPUs (a ZE_AFFINITY_MASK in its environment hides cards from it, or a card failed to initialise)",
                 health.len(),
                 cards.0.len()
@@ -395,9 +448,13 @@ impl XpuSmi {
             let tool = self.tool(&["topology", "-m"], "xpu_smi_topology");
             let (t, source) = text(tool.output(self.xpu_smi_topology.as_deref(), facts).await)?;
             let cells = xpu_smi::parse_matrix(&source, &t).map_err(Finding::error)?;
-            let (p, n) = judge_matrix(&cells, cards);
-            problems.extend(p);
-            judged += n;
+            // Unless xpu-smi says every card lacks Xe Link.
+            let capable = health.is_empty()
+                || health.iter().any(|h| {
+                    h.component("xe_link_port")
+                        .is_none_or(|(_, d)| !d.contains("lacks Xe Link capability"))
+                });
+            judge_matrix(&cells, cards, capable, &mut j);
             sources.push(source);
         }
         sources.retain(|s| !s.is_empty());
@@ -406,24 +463,31 @@ impl XpuSmi {
             Subject::XeLink => "Xe Link ports and tile pairs",
             _ => "frequency throttling",
         };
-        if judged == 0 && problems.is_empty() {
+        if j.judged == 0 && j.problems.is_empty() {
             return Ok(Finding::skip(format!(
-                "no Intel GPU reports its {what} (Unknown, or no Xe Link)"
+                "no Intel GPU reports its {what}{}",
+                if j.unjudged.is_empty() {
+                    " (no Xe Link, or nothing read)".to_string()
+                } else {
+                    format!(": {}", j.unjudged.join("; "))
+                }
             )));
         }
         let measured = format!(
-            "{judged} readings of {} GPUs",
+            "{} readings of {} GPUs",
+            j.judged,
             health.len().max(cards.0.len())
         );
-        Ok(if problems.is_empty() {
-            Finding::pass(format!(
-                "{what}: {measured}, from {}",
-                sources.join(" and ")
-            ))
-            .measured(measured)
+        let passed = format!("{what}: {measured}, from {}", sources.join(" and "));
+        let unchecked: Vec<&str> = j.unjudged.iter().map(String::as_str).collect();
+        Ok(if !j.problems.is_empty() {
+            super::problems_and_unchecked(&j.problems, &unchecked)
+        } else if !j.unjudged.is_empty() {
+            Finding::warn(format!("{passed}; not judged: {}", j.unjudged.join("; ")))
         } else {
-            problems_finding(&problems).measured(measured)
-        })
+            Finding::pass(passed)
+        }
+        .measured(measured))
     }
 }
 
@@ -481,13 +545,30 @@ pub fn judge_for_fuzzing(which: u8, text: &str) {
         1 => {
             if let Ok(health) = xpu_smi::parse_health("f", text) {
                 for subject in [Subject::Health, Subject::XeLink, Subject::Throttle] {
-                    let _ = judge_health(subject, &health, &cards);
+                    let mut j = Judged::default();
+                    judge_health(subject, &health, &cards, &mut j);
+                    // Every component not OK is a problem or unjudged.
+                    let odd = health.iter().any(|h| {
+                        components(subject).iter().any(|c| {
+                            h.component(c).is_some_and(|(s, d)| {
+                                s != "OK"
+                                    && !d.contains("lacks Xe Link capability")
+                                    && !(s == "Warning" && only_the_sites_range(d))
+                            })
+                        })
+                    });
+                    if odd {
+                        assert!(
+                            !j.problems.is_empty() || !j.unjudged.is_empty(),
+                            "{health:?}"
+                        );
+                    }
                 }
             }
         }
         _ => {
             if let Ok(cells) = xpu_smi::parse_matrix("f", text) {
-                let _ = judge_matrix(&cells, &cards);
+                judge_matrix(&cells, &cards, true, &mut Judged::default());
             }
         }
     }

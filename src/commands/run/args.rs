@@ -40,6 +40,11 @@ pub struct RunArgs {
     pub checklist: ChecklistArgs,
     #[command(flatten)]
     pub display: DisplayArgs,
+    /// Hold this node to the profile in FILE (what a node of its kind
+    /// must have: `preflight baseline capture` writes one) instead of the
+    /// shipped profile its accelerators match.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
     /// Report format.
     #[arg(long, value_enum, default_value = "human")]
     pub format: Format,
@@ -278,6 +283,7 @@ pub fn ignored_flags(stage: Stage) -> Vec<&'static str> {
         "with",
         "strict",
         "init_method",
+        "profile",
     ];
     match stage {
         Stage::Checklist => CLUSTER

@@ -216,23 +216,19 @@ pub fn lint_one(
     }
 }
 
-/// NCCL's variables for NVIDIA's own fabric (NVLink SHARP, NVLink
-/// bridges, multi-node NVLink, CUDA's VMM allocator): RCCL reads the NCCL
-/// names, but these mean nothing to it.
+/// NCCL's variables for what only NVIDIA's fabric has: NVLink SHARP
+/// (NVSwitch multicast) and multi-node NVLink. RCCL reads the NCCL names,
+/// and AMD GPUs have neither.
 const NVIDIA_FABRIC_VARS: &[&str] = &[
     "NCCL_NVLS_ENABLE",
     "NCCL_NVLS_CHUNKSIZE",
     "NCCL_NVLS_NCHANNELS",
-    "NCCL_NVB_DISABLE",
     "NCCL_MNNVL_ENABLE",
-    "NCCL_P2P_NVL_CHUNKSIZE",
-    "NCCL_CUMEM_ENABLE",
-    "NCCL_CUMEM_HOST_ENABLE",
 ];
 
-/// On an AMD node (RCCL, which honours the NCCL names), a variable for
-/// NVIDIA's fabric is a leftover of a job script written for NVIDIA: it
-/// does nothing here, and the setting it was meant to make is not made.
+/// On an AMD node (RCCL), a variable for NVIDIA's fabric is a leftover of
+/// a job script written for NVIDIA: it changes nothing, and what it was
+/// meant to do is not done.
 fn rccl_has_no_nvlink(name: &str, value: &str, facts: &Facts, issues: &mut Vec<Issue>) {
     let vendors = facts.accelerator_vendors();
     if !vendors.contains(&Vendor::Amd) || vendors.contains(&Vendor::Nvidia) {
@@ -243,7 +239,7 @@ fn rccl_has_no_nvlink(name: &str, value: &str, facts: &Facts, issues: &mut Vec<I
         Level::Warn,
         name,
         format!(
-            "{name}={value} is for NVIDIA's fabric (NVLink, NVLS, CUDA memory): this node's GPUs are AMD's, and RCCL, which reads the NCCL names, has no such setting: a job script written for NVIDIA? (RCCL's own knobs are RCCL_*; XGMI needs none)"
+            "{name}={value} tunes NVLink SHARP or multi-node NVLink, which this node's AMD GPUs do not have: it changes nothing under RCCL (a job script written for NVIDIA? RCCL's own settings are RCCL_*)"
         ),
     );
 }

@@ -1,0 +1,109 @@
+//! `preflight baseline`: node profiles from known-good nodes, and a node
+//! against a profile.
+//!
+//! - `capture [--root DIR] [--output FILE] [--name NAME]`: this node, as it
+//!   is now, written as a profile (YAML, to stdout unless `--output`).
+//! - `diff PROFILE [--root DIR]`: this node against the profile, each
+//!   difference named (the PCI address, the port, the count); exit 0 when
+//!   it matches, 1 when it does not, 2 for a profile that does not read.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use super::Failure;
+use crate::exit::ExitCode;
+use crate::facts::Facts;
+use crate::facts::profile::{self, Inventory};
+use crate::report::output::{Destination, write_report, write_stdout};
+
+#[derive(Debug, Args)]
+pub struct BaselineArgs {
+    #[command(subcommand)]
+    pub action: BaselineAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BaselineAction {
+    /// Write a profile of this node as it is now (a known-good node): its
+    /// accelerators, their PCIe link, its active RDMA ports, its memory.
+    Capture {
+        /// Read /sys, /proc and /etc under this directory instead of /.
+        #[arg(long, value_name = "DIR", default_value = "/")]
+        root: PathBuf,
+        /// Write the profile to FILE instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// The profile's name.
+        #[arg(long, default_value = "site-node")]
+        name: String,
+    },
+    /// This node against PROFILE: every difference named; exit 0 when it
+    /// matches, 1 when it does not.
+    Diff {
+        /// A profile file (YAML: `profile`, `match`, `expect`).
+        profile: PathBuf,
+        /// Read /sys, /proc and /etc under this directory instead of /.
+        #[arg(long, value_name = "DIR", default_value = "/")]
+        root: PathBuf,
+    },
+}
+
+fn node(root: &std::path::Path) -> Result<Inventory, Failure> {
+    if !root.is_dir() {
+        return Err(Failure::Usage(format!(
+            "--root {}: not a directory",
+            root.display()
+        )));
+    }
+    let facts = Facts::from_process(root.to_path_buf(), Vec::new());
+    Ok(Inventory::of(&facts))
+}
+
+pub fn baseline(args: &BaselineArgs) -> Result<ExitCode, Failure> {
+    match &args.action {
+        BaselineAction::Capture { root, output, name } => {
+            let text = profile::capture(&node(root)?, name).map_err(Failure::Usage)?;
+            // What it wrote must read back as a profile.
+            profile::parse("captured", &text).map_err(|e| {
+                Failure::Usage(format!("the captured profile does not read: {e:?}"))
+            })?;
+            let to = match output {
+                Some(path) => Destination::File(path.clone()),
+                None => Destination::Stdout,
+            };
+            write_report(&to, &text)
+                .map_err(|e| Failure::Usage(format!("cannot write the profile: {e}")))?;
+            Ok(ExitCode::Ready)
+        }
+        BaselineAction::Diff {
+            profile: path,
+            root,
+        } => {
+            let p = profile::load(path).map_err(|e| Failure::Usage(e.join("\nerror: ")))?;
+            let node = node(root)?;
+            let differences = profile::diff(&p, &node);
+            let mut text = String::new();
+            if differences.is_empty() {
+                text.push_str(&format!("{}: matches {}\n", node.host, p.named()));
+            } else {
+                text.push_str(&format!(
+                    "{}: {} difference{} from {}\n",
+                    node.host,
+                    differences.len(),
+                    if differences.len() == 1 { "" } else { "s" },
+                    p.named()
+                ));
+                for d in &differences {
+                    text.push_str(&format!("  {d}\n"));
+                }
+            }
+            write_stdout(&text).map_err(|e| Failure::Usage(format!("cannot write: {e}")))?;
+            Ok(if differences.is_empty() {
+                ExitCode::Ready
+            } else {
+                ExitCode::NotReady
+            })
+        }
+    }
+}

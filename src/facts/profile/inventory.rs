@@ -1,0 +1,306 @@
+//! What a node has, as far as a profile speaks of it (read from the facts
+//! under `--root`), the differences from a profile, and a profile written
+//! from a known-good node.
+
+use std::collections::BTreeMap;
+
+use super::{Profile, device_id};
+use crate::facts::{Facts, Vendor};
+
+/// One accelerator on the PCI bus.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accelerator {
+    pub vendor: Vendor,
+    pub device: u16,
+    pub address: String,
+    /// Bound to its driver (and, for NVIDIA, registered by it).
+    pub usable: bool,
+    pub product: Option<String>,
+    /// (GT/s, width) now and at most.
+    pub current: (Option<f64>, Option<u32>),
+    pub max: (Option<f64>, Option<u32>),
+}
+
+/// One RDMA port.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RdmaPort {
+    /// `mlx5_0:1`.
+    pub name: String,
+    pub active: bool,
+    pub rate: Option<f64>,
+    pub rate_text: String,
+    pub link_layer: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Inventory {
+    pub host: String,
+    pub accelerators: Vec<Accelerator>,
+    pub rdma: Vec<RdmaPort>,
+    pub memory_total: Option<u64>,
+    pub dmi_product: Option<String>,
+    /// The CPUs say they run under a hypervisor (a cloud VM).
+    pub virtual_machine: bool,
+}
+
+impl Inventory {
+    pub fn of(facts: &Facts) -> Inventory {
+        let accelerators = facts
+            .accelerators()
+            .iter()
+            .map(|a| Accelerator {
+                vendor: a.vendor,
+                device: a.pci.device,
+                address: a.pci.address.clone(),
+                usable: a.in_driver,
+                product: a.model.clone(),
+                current: (a.pci.link.current_speed, a.pci.link.current_width),
+                max: (a.pci.link.max_speed, a.pci.link.max_width),
+            })
+            .collect();
+        let rdma = facts
+            .hcas()
+            .iter()
+            .flat_map(|h| {
+                h.ports.iter().map(move |p| RdmaPort {
+                    name: format!("{}:{}", h.name, p.number),
+                    active: p.is_active(),
+                    rate: p.rate,
+                    rate_text: p.rate_text.clone(),
+                    link_layer: p.link_layer.clone(),
+                })
+            })
+            .collect();
+        let read = |path: &str| std::fs::read_to_string(facts.host_path(path)).ok();
+        Inventory {
+            host: facts.hostname().to_string(),
+            accelerators,
+            rdma,
+            memory_total: read("/proc/meminfo")
+                .and_then(|t| crate::facts::meminfo::field(&t, "MemTotal")),
+            dmi_product: read("/sys/class/dmi/id/product_name")
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty()),
+            virtual_machine: read("/proc/cpuinfo").is_some_and(|t| {
+                t.lines()
+                    .filter(|l| l.starts_with("flags"))
+                    .any(|l| l.split_whitespace().any(|f| f == "hypervisor"))
+            }),
+        }
+    }
+}
+
+/// PCIe GT/s of each generation.
+const GENERATIONS: [(u8, f64); 6] = [
+    (1, 2.5),
+    (2, 5.0),
+    (3, 8.0),
+    (4, 16.0),
+    (5, 32.0),
+    (6, 64.0),
+];
+
+fn generation(speed: f64) -> Option<u8> {
+    GENERATIONS
+        .iter()
+        .find(|(_, s)| (speed - s).abs() < 0.01)
+        .map(|(g, _)| *g)
+}
+
+pub fn diff(profile: &Profile, node: &Inventory) -> Vec<String> {
+    let mut out = Vec::new();
+    let m = &profile.matcher;
+    let ids: Vec<u16> = match &profile.expect.accelerators {
+        Some(a) if !a.device_ids.is_empty() => a
+            .device_ids
+            .iter()
+            .filter_map(|i| device_id(i).ok())
+            .collect(),
+        _ => m.device_ids.clone(),
+    };
+    let of_vendor: Vec<&Accelerator> = node
+        .accelerators
+        .iter()
+        .filter(|a| a.vendor == m.vendor)
+        .collect();
+    let mine: Vec<&Accelerator> = of_vendor
+        .iter()
+        .copied()
+        .filter(|a| ids.contains(&a.device))
+        .collect();
+    if let Some(want) = &profile.expect.accelerators {
+        for a in of_vendor.iter().filter(|a| !ids.contains(&a.device)) {
+            out.push(format!(
+                "{}: a {} device {:04x}, not one the profile names",
+                a.address,
+                a.vendor.name(),
+                a.device
+            ));
+        }
+        let usable = mine.iter().filter(|a| a.usable).count();
+        if mine.len() != want.count {
+            out.push(format!(
+                "{} {} accelerators of the profile's kind on the PCI bus, the profile has {}",
+                mine.len(),
+                m.vendor.name(),
+                want.count
+            ));
+        }
+        for a in mine.iter().filter(|a| !a.usable) {
+            out.push(format!(
+                "{}: on the PCI bus but not usable (not bound to its driver)",
+                a.address
+            ));
+        }
+        if usable < want.count && mine.len() == want.count {
+            out.push(format!("{usable} of {} accelerators usable", want.count));
+        }
+    }
+    if let Some(p) = profile.expect.pcie {
+        for a in &mine {
+            let (speed, width) = a.current;
+            let found = speed.and_then(generation);
+            if found.is_some_and(|g| g < p.generation) || width.is_some_and(|w| w < p.width) {
+                out.push(format!(
+                    "{}: PCIe {} x{} where the profile has Gen{} x{}",
+                    a.address,
+                    found.map_or("at an unknown speed".to_string(), |g| format!("Gen{g}")),
+                    width.map_or("?".to_string(), |w| w.to_string()),
+                    p.generation,
+                    p.width
+                ));
+            }
+        }
+    }
+    if let Some(r) = &profile.expect.rdma {
+        let layer_ok = |port: &RdmaPort| {
+            r.link_layer
+                .as_deref()
+                .is_none_or(|l| port.link_layer.eq_ignore_ascii_case(l))
+        };
+        let good = node
+            .rdma
+            .iter()
+            .filter(|p| p.active && layer_ok(p) && p.rate.is_some_and(|x| x >= r.rate))
+            .count();
+        for p in &node.rdma {
+            if !p.active {
+                out.push(format!(
+                    "{}: not active ({}) where the profile has {} ports active at {} Gb/s",
+                    p.name, p.rate_text, r.ports, r.rate
+                ));
+            } else if !layer_ok(p) {
+                out.push(format!(
+                    "{}: {} where the profile has {}",
+                    p.name,
+                    p.link_layer,
+                    r.link_layer.as_deref().unwrap_or("")
+                ));
+            } else if p.rate.is_some_and(|x| x < r.rate) {
+                out.push(format!(
+                    "{}: {} where the profile has {} Gb/s",
+                    p.name, p.rate_text, r.rate
+                ));
+            }
+        }
+        if good < r.ports {
+            out.push(format!(
+                "{good} RDMA ports active at {} Gb/s, the profile has {}",
+                r.rate, r.ports
+            ));
+        }
+    }
+    if let (Some(mem), Some(total)) = (profile.expect.memory, node.memory_total)
+        && total < mem.min_total.0
+    {
+        out.push(format!(
+            "{} of memory where the profile has at least {}",
+            crate::values::format_bytes(total),
+            mem.min_total
+        ));
+    }
+    out
+}
+
+/// Text as a YAML double-quoted scalar.
+fn yaml_text(text: &str) -> String {
+    let escaped: String = text
+        .chars()
+        .filter(|c| !c.is_control())
+        .flat_map(|c| match c {
+            '"' => vec!['\\', '"'],
+            '\\' => vec!['\\', '\\'],
+            c => vec![c],
+        })
+        .collect();
+    format!("\"{escaped}\"")
+}
+
+/// A profile of this node, as it is now (a known-good node), in the
+/// profiles' YAML: its accelerators by vendor (the most numerous), their
+/// PCIe link, its active RDMA ports, its memory (at 95%).
+pub fn capture(node: &Inventory, name: &str) -> Result<String, String> {
+    let mut by_kind: BTreeMap<(Vendor, u16), Vec<&Accelerator>> = BTreeMap::new();
+    for a in &node.accelerators {
+        by_kind.entry((a.vendor, a.device)).or_default().push(a);
+    }
+    let Some(((vendor, device), accs)) = by_kind.into_iter().max_by_key(|(_, v)| v.len()) else {
+        return Err(format!(
+            "{}: no accelerator on the PCI bus: a profile is decided by the accelerators",
+            node.host
+        ));
+    };
+    let vendor_word = match vendor {
+        Vendor::Nvidia => "nvidia",
+        Vendor::Amd => "amd",
+        Vendor::Intel => "intel",
+        Vendor::Habana => "habana",
+    };
+    let mut text = format!(
+        "# Captured by `preflight baseline capture` from {} (a known-good node).\nprofile: {name}\ndescription: {} x {} {:04x}{}\nmatch: {{vendor: {vendor_word}, device_ids: [\"0x{device:04x}\"], count: {}, virtual_machine: {}{}}}\nexpect:\n  accelerators: {{count: {}, device_ids: [\"0x{device:04x}\"]}}\n",
+        node.host,
+        accs.len(),
+        vendor.name(),
+        device,
+        accs.iter()
+            .find_map(|a| a.product.clone())
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default(),
+        accs.len(),
+        node.virtual_machine,
+        // The cloud's instance type, where the node has one: the profile
+        // then applies to that size only.
+        node.dmi_product
+            .as_deref()
+            .map(|d| format!(", dmi_product: {}", yaml_text(d)))
+            .unwrap_or_default(),
+        accs.len()
+    );
+    let links: Vec<(u8, u32)> = accs
+        .iter()
+        .filter_map(|a| Some((generation(a.current.0?)?, a.current.1?)))
+        .collect();
+    if let Some(low) = links.iter().min() {
+        text.push_str(&format!("  pcie: {{gen: {}, width: {}}}\n", low.0, low.1));
+    }
+    let active: Vec<&RdmaPort> = node.rdma.iter().filter(|p| p.active).collect();
+    if let Some(rate) = active
+        .iter()
+        .filter_map(|p| p.rate)
+        .min_by(|a, b| a.total_cmp(b))
+    {
+        let layer = active[0].link_layer.clone();
+        text.push_str(&format!(
+            "  rdma: {{ports: {}, rate: {rate}, link_layer: {layer}}}\n",
+            active.len()
+        ));
+    }
+    if let Some(total) = node.memory_total {
+        let gib = (total as f64 * 0.95 / (1u64 << 30) as f64).floor() as u64;
+        text.push_str(&format!("  memory: {{min_total: {gib}GiB}}\n"));
+    }
+    // What the sysfs view cannot show is left to the operator: NVLink and
+    // XGMI links, a Gaudi's scale-out rate.
+    text.push_str("  # nvlink: {links: N}    xgmi: {links: N}    scale_out: {gbps: N}\n");
+    Ok(text)
+}

@@ -1,0 +1,447 @@
+//! Node profiles: what a node of a kind must have, for when a golden file
+//! is what the operator wants (preflight otherwise compares nodes with
+//! each other). A profile is YAML in the checklists' dialect, with located
+//! errors:
+//!
+//! ```yaml
+//! profile: hgx-h100-8
+//! description: HGX H100 8-GPU, SXM5 80 GB
+//! match: {vendor: nvidia, device_ids: ["0x2330"], count: 8}
+//! expect:
+//!   accelerators: {count: 8, device_ids: ["0x2330"]}
+//!   pcie: {gen: 5, width: 16}
+//!   nvlink: {links: 18}
+//!   rdma: {ports: 8, rate: 400, link_layer: InfiniBand}
+//!   memory: {min_total: 1.8TiB}
+//! ```
+//!
+//! Which profile applies is decided from the node's accelerators (vendor,
+//! PCI device id and count) and, where a profile says so, the DMI product
+//! name a cloud writes for the instance type; never from the host name.
+//! A node that matches none is compared with its peers as before.
+
+mod inventory;
+mod shipped;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::Vendor;
+use crate::values::Bytes;
+use crate::yaml::{self, YamlError};
+
+pub use inventory::{Inventory, capture};
+pub use shipped::shipped;
+
+/// One profile, as read.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    /// The file it was read from, or `shipped`.
+    pub origin: String,
+    pub matcher: Match,
+    pub expect: Expect,
+}
+
+#[derive(Debug, Clone)]
+pub struct Match {
+    pub vendor: Vendor,
+    pub device_ids: Vec<u16>,
+    pub count: usize,
+    /// A part of /sys/class/dmi/id/product_name (the cloud's instance
+    /// type, the server's model).
+    pub dmi_product: Option<String>,
+    /// Whether the node must be a virtual machine (`false`: bare metal,
+    /// as the data-sheet figures of a board are), else either.
+    pub virtual_machine: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    #[serde(default)]
+    pub accelerators: Option<Accelerators>,
+    #[serde(default)]
+    pub pcie: Option<Pcie>,
+    #[serde(default)]
+    pub nvlink: Option<Links>,
+    #[serde(default)]
+    pub xgmi: Option<Links>,
+    #[serde(default)]
+    pub rdma: Option<Rdma>,
+    #[serde(default)]
+    pub scale_out: Option<ScaleOut>,
+    #[serde(default)]
+    pub memory: Option<Memory>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Accelerators {
+    pub count: usize,
+    #[serde(default)]
+    pub device_ids: Vec<String>,
+}
+
+/// Every accelerator's PCIe link.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Pcie {
+    #[serde(rename = "gen")]
+    pub generation: u8,
+    pub width: u32,
+}
+
+/// Links each GPU must have up (NVLink, XGMI).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Links {
+    pub links: usize,
+}
+
+/// The RDMA ports (InfiniBand or RoCE) that must be active.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Rdma {
+    pub ports: usize,
+    /// Gb/s, as the port's rate says.
+    pub rate: f64,
+    #[serde(default)]
+    pub link_layer: Option<String>,
+}
+
+/// A Gaudi's scale-out ports (Linux interfaces), Gb/s.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScaleOut {
+    pub gbps: u32,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Memory {
+    pub min_total: Bytes,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMatch {
+    vendor: String,
+    device_ids: Vec<String>,
+    count: usize,
+    #[serde(default)]
+    dmi_product: Option<String>,
+    #[serde(default)]
+    virtual_machine: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    profile: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(rename = "match")]
+    matcher: RawMatch,
+    #[serde(default)]
+    expect: Expect,
+}
+
+/// A PCI device id as profiles write it: `0x2330` (or `2330`).
+pub fn device_id(text: &str) -> Result<u16, String> {
+    let t = text.trim();
+    let hex = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(t);
+    u16::from_str_radix(hex, 16)
+        .map_err(|_| format!("`{text}` is not a PCI device id (four hex digits, e.g. 0x2330)"))
+}
+
+fn vendor(text: &str) -> Result<Vendor, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "nvidia" => Ok(Vendor::Nvidia),
+        "amd" => Ok(Vendor::Amd),
+        "intel" => Ok(Vendor::Intel),
+        "habana" | "gaudi" => Ok(Vendor::Habana),
+        other => Err(format!(
+            "unknown vendor `{other}`: nvidia, amd, intel or habana"
+        )),
+    }
+}
+
+/// A located error, `FILE:LINE:COLUMN: PATH: message`, as the
+/// checklists' errors read.
+fn located(origin: &str, e: YamlError) -> String {
+    let mut text = origin.to_string();
+    if let Some(at) = e.location {
+        text.push_str(&format!(":{}:{}", at.line, at.column));
+    }
+    let path = e.path();
+    if !path.is_empty() {
+        text.push_str(&format!(": {path}"));
+    }
+    format!("{text}: {}", e.message)
+}
+
+/// Reads one profile; every error names the file, line and column.
+pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<String>> {
+    let node = yaml::parse_document(text).map_err(|e| vec![located(origin, e)])?;
+    let (raw, errors) = yaml::from_node_all::<Raw>(&node);
+    let mut errors: Vec<String> = errors.into_iter().map(|e| located(origin, e)).collect();
+    let Some(raw) = raw else {
+        if errors.is_empty() {
+            errors.push(format!("{origin}: not a profile (profile, match, expect)"));
+        }
+        return Err(errors);
+    };
+    // Values serde cannot judge, located at their keys.
+    let at = |path: &[&str], message: String| {
+        let mut n = &node;
+        for key in path {
+            match yaml::mapping_entries(n).and_then(|entries| {
+                entries
+                    .into_iter()
+                    .find(|(k, _)| yaml::scalar_text(k).as_deref() == Some(*key))
+            }) {
+                Some((_, v)) => n = v,
+                None => break,
+            }
+        }
+        located(origin, YamlError::at(message, n))
+    };
+    let vendor = vendor(&raw.matcher.vendor).map_err(|e| at(&["match", "vendor"], e));
+    let mut ids = Vec::new();
+    for id in &raw.matcher.device_ids {
+        match device_id(id) {
+            Ok(i) => ids.push(i),
+            Err(e) => errors.push(at(&["match", "device_ids"], e)),
+        }
+    }
+    if ids.is_empty() && errors.is_empty() {
+        errors.push(at(
+            &["match", "device_ids"],
+            "name at least one PCI device id".into(),
+        ));
+    }
+    if let Some(a) = &raw.expect.accelerators {
+        for id in &a.device_ids {
+            if let Err(e) = device_id(id) {
+                errors.push(at(&["expect", "accelerators", "device_ids"], e));
+            }
+        }
+    }
+    if let Some(p) = &raw.expect.pcie
+        && !(1..=6).contains(&p.generation)
+    {
+        errors.push(at(
+            &["expect", "pcie", "gen"],
+            format!("PCIe generation {} does not exist (1 to 6)", p.generation),
+        ));
+    }
+    if raw.matcher.count == 0 {
+        errors.push(at(&["match", "count"], "count must be at least 1".into()));
+    }
+    if raw.profile.trim().is_empty() {
+        errors.push(at(&["profile"], "the profile needs a name".into()));
+    }
+    let vendor = match vendor {
+        Ok(v) => v,
+        Err(e) => {
+            errors.push(e);
+            return Err(errors);
+        }
+    };
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(Profile {
+        name: raw.profile.trim().to_string(),
+        description: raw.description.unwrap_or_default(),
+        origin: origin.to_string(),
+        matcher: Match {
+            vendor,
+            device_ids: ids,
+            count: raw.matcher.count,
+            dmi_product: raw.matcher.dmi_product,
+            virtual_machine: raw.matcher.virtual_machine,
+        },
+        expect: raw.expect,
+    })
+}
+
+/// Reads a profile file (`check --profile`, `baseline diff`).
+pub fn load(path: &Path) -> Result<Profile, Vec<String>> {
+    let shown = path.display().to_string();
+    let text = crate::facts::read_bounded(path, 1024 * 1024)
+        .map_err(|e| vec![format!("{shown}: cannot read the profile: {e}")])?;
+    parse(&shown, &text)
+}
+
+impl Profile {
+    /// How well this profile fits the node: `None` when it does not
+    /// apply; otherwise lower is better (0: the count matches exactly; a
+    /// node with fewer accelerators of the kind than the profile counts
+    /// still gets it, and fails against it).
+    pub fn fit(&self, node: &Inventory) -> Option<usize> {
+        if self
+            .matcher
+            .virtual_machine
+            .is_some_and(|vm| vm != node.virtual_machine)
+        {
+            return None;
+        }
+        if let Some(want) = &self.matcher.dmi_product {
+            let have = node.dmi_product.as_deref().unwrap_or("");
+            if !have
+                .to_ascii_lowercase()
+                .contains(&want.to_ascii_lowercase())
+            {
+                return None;
+            }
+        }
+        let count = node
+            .accelerators
+            .iter()
+            .filter(|a| {
+                a.vendor == self.matcher.vendor && self.matcher.device_ids.contains(&a.device)
+            })
+            .count();
+        if count == 0 || count > self.matcher.count {
+            return None;
+        }
+        Some(self.matcher.count - count)
+    }
+
+    /// `profile NAME` (a shipped one), `profile NAME (FILE)`, for
+    /// messages.
+    pub fn named(&self) -> String {
+        if self.origin.starts_with("shipped:") {
+            format!("profile {}", self.name)
+        } else {
+            format!("profile {} ({})", self.name, self.origin)
+        }
+    }
+}
+
+/// The profile that applies to the node: the one given (`--profile`) when
+/// it fits, else the best-fitting shipped one.
+pub fn select(node: &Inventory, given: Option<&Arc<Profile>>) -> Option<Arc<Profile>> {
+    if let Some(p) = given {
+        return Some(Arc::clone(p));
+    }
+    shipped()
+        .iter()
+        .filter_map(|p| p.fit(node).map(|f| (f, p)))
+        .min_by_key(|(f, _)| *f)
+        .map(|(_, p)| Arc::clone(p))
+}
+
+/// What the node has that the profile does not expect, each difference
+/// naming the device, port or count.
+pub fn diff(profile: &Profile, node: &Inventory) -> Vec<String> {
+    inventory::diff(profile, node)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_their_place() {
+        let bad = "profile: x\nmatch: {vendor: nvidea, device_ids: [\"0xZZ\"], count: 8}\nexpect:\n  pcie: {gen: 9, width: 16}\n  nvlnk: {links: 18}\n";
+        let e = parse("p.yaml", bad).unwrap_err();
+        assert!(
+            e.iter()
+                .any(|e| e.starts_with("p.yaml:5:3") && e.contains("nvlnk")),
+            "{e:?}"
+        );
+        let bad = "profile: x\nmatch: {vendor: nvidea, device_ids: [\"0xZZ\"], count: 8}\nexpect:\n  pcie: {gen: 9, width: 16}\n";
+        let e = parse("p.yaml", bad).unwrap_err();
+        assert!(
+            e.iter()
+                .any(|e| e.starts_with("p.yaml:2:") && e.contains("`0xZZ`")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter().any(|e| e.contains("unknown vendor `nvidea`")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter()
+                .any(|e| e.starts_with("p.yaml:4:") && e.contains("generation 9")),
+            "{e:?}"
+        );
+        let ok = parse(
+            "p.yaml",
+            "profile: x\nmatch: {vendor: amd, device_ids: [\"0x74a1\"], count: 8}\nexpect: {xgmi: {links: 7}}\n",
+        )
+        .unwrap();
+        assert_eq!(ok.matcher.device_ids, vec![0x74a1]);
+        assert_eq!(ok.expect.xgmi, Some(Links { links: 7 }));
+    }
+
+    fn node(count: usize, dmi: Option<&str>, vm: bool) -> Inventory {
+        Inventory {
+            host: "n".into(),
+            accelerators: (0..count)
+                .map(|i| inventory::Accelerator {
+                    vendor: Vendor::Nvidia,
+                    device: 0x2330,
+                    address: format!("0000:{i:02x}:00.0"),
+                    usable: true,
+                    product: None,
+                    current: (Some(32.0), Some(16)),
+                    max: (Some(32.0), Some(16)),
+                })
+                .collect(),
+            dmi_product: dmi.map(str::to_string),
+            virtual_machine: vm,
+            ..Inventory::default()
+        }
+    }
+
+    /// The count fits exactly or from below (a node that lost a GPU still
+    /// gets its profile, and fails it), never from above; a DMI product
+    /// and bare metal are required where a profile says so.
+    #[test]
+    fn which_nodes_a_profile_fits() {
+        let p = parse(
+            "p",
+            "profile: azure-nd-h100\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8, dmi_product: ND96isr_H100, virtual_machine: true}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            p.fit(&node(8, Some("Standard_ND96isr_H100_v5"), true)),
+            Some(0)
+        );
+        assert_eq!(
+            p.fit(&node(7, Some("Standard_ND96isr_H100_v5"), true)),
+            Some(1)
+        );
+        assert_eq!(
+            p.fit(&node(9, Some("Standard_ND96isr_H100_v5"), true)),
+            None
+        );
+        assert_eq!(
+            p.fit(&node(8, Some("Standard_ND96asr_A100_v4"), true)),
+            None
+        );
+        assert_eq!(p.fit(&node(8, None, true)), None);
+        assert_eq!(
+            p.fit(&node(8, Some("Standard_ND96isr_H100_v5"), false)),
+            None
+        );
+        // The shipped board profile is for bare metal only.
+        assert_eq!(
+            select(&node(8, None, false), None)
+                .map(|p| p.name.clone())
+                .as_deref(),
+            Some("hgx-h100-8")
+        );
+        assert!(select(&node(8, None, true), None).is_none());
+    }
+}

@@ -1,0 +1,275 @@
+//! Node profiles on the fixture nodes, run by the real binary: the
+//! shipped profile each node's accelerators match (none for the others),
+//! a degraded node failing against its profile with the profile named, a
+//! profile captured from a healthy node passing it and failing degraded
+//! ones, `--profile` over the shipped ones (and the kinds reading their
+//! expectation from it), and a profile that does not read refused with
+//! its place.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[path = "support/fixture_run.rs"]
+mod fixture_run;
+use fixture_run::*;
+
+fn root(name: &str) -> PathBuf {
+    fixture(name).join("root")
+}
+
+/// `node.profile` alone over a fixture tree, with `--profile` when given.
+fn profile_check(tree: &Path, profile: Option<&Path>) -> serde_json::Value {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "check",
+        "--only",
+        "node.profile",
+        "--format",
+        "json",
+        "--root",
+    ])
+    .arg(tree)
+    .env_remove("HABANA_VISIBLE_MODULES");
+    if let Some(p) = profile {
+        cmd.arg("--profile").arg(p);
+    }
+    let out = cmd.output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "node.profile")
+        .cloned()
+        .unwrap_or_else(|| panic!("no node.profile in {report:#}"))
+}
+
+fn baseline(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(BIN)
+        .arg("baseline")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn each_fixture_node_gets_its_profile_or_none() {
+    for (tree, profile) in [
+        ("h100-ib-healthy", "hgx-h100-8"),
+        ("amd-mi300x", "mi300x-8"),
+        ("intel-max-xpu", "max1550-4"),
+        ("gaudi2-hls", "gaudi2-8"),
+    ] {
+        let c = profile_check(&root(tree), None);
+        assert_eq!(c["status"], "pass", "{tree}: {c:#}");
+        assert!(
+            c["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("matches profile {profile}: ")),
+            "{tree}: {c:#}"
+        );
+    }
+    // Two H100 PCIe cards: no shipped profile is for them.
+    let c = profile_check(&root("roce-node"), None);
+    assert_eq!(c["status"], "skip");
+    assert_eq!(
+        c["message"],
+        "no profile matches 2 accelerators (NVIDIA 2331): this node is compared with its peers; `preflight baseline capture` writes one"
+    );
+    // A cloud VM without accelerators.
+    assert_eq!(profile_check(&root("cpu-node"), None)["status"], "skip");
+}
+
+/// The broken HGX node (one GPU off its driver, a link at x8, one at Gen4)
+/// against the shipped profile; a copy of the healthy node with one IB
+/// port at half rate against a profile captured from the healthy one.
+#[test]
+fn a_degraded_node_fails_against_its_profile_named() {
+    let c = profile_check(&root("h100-ib-broken"), None);
+    assert_eq!(c["status"], "fail");
+    assert_eq!(
+        c["message"],
+        "against profile hgx-h100-8: 0000:9a:00.0: on the PCI bus but not usable (not bound to its driver); 7 of 8 accelerators usable; 0000:3a:00.0: PCIe Gen5 x8 where the profile has Gen5 x16; 0000:ab:00.0: PCIe Gen4 x16 where the profile has Gen5 x16"
+    );
+    assert_eq!(c["expected"], "profile hgx-h100-8");
+
+    let dir = tempfile::tempdir().unwrap();
+    let captured = dir.path().join("site.yaml");
+    let (code, _, err) = baseline(&[
+        "capture",
+        "--root",
+        root("h100-ib-healthy").to_str().unwrap(),
+        "--name",
+        "site-hgx",
+        "--output",
+        captured.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let text = std::fs::read_to_string(&captured).unwrap();
+    for line in [
+        "profile: site-hgx",
+        "match: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8, virtual_machine: false}",
+        "  pcie: {gen: 5, width: 16}",
+        "  rdma: {ports: 8, rate: 400, link_layer: InfiniBand}",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+    }
+    // A copy of the healthy node, one port of mlx5_2 at half rate.
+    let half = dir.path().join("half");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(root("h100-ib-healthy"))
+        .arg(&half)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let rate = std::fs::read_link(half.join("sys/class/infiniband/mlx5_2"))
+        .map(|l| half.join("sys/class/infiniband").join(l))
+        .unwrap()
+        .join("ports/1/rate");
+    std::fs::write(&rate, "200 Gb/sec (4X HDR)\n").unwrap();
+
+    let (code, out, _) = baseline(&[
+        "diff",
+        captured.to_str().unwrap(),
+        "--root",
+        root("h100-ib-healthy").to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        out,
+        format!(
+            "gpu-h100-017: matches profile site-hgx ({})\n",
+            captured.display()
+        )
+    );
+    let (code, out, _) = baseline(&[
+        "diff",
+        captured.to_str().unwrap(),
+        "--root",
+        half.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("  mlx5_2:1: 200 Gb/sec (4X HDR) where the profile has 400 Gb/s\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  7 RDMA ports active at 400 Gb/s, the profile has 8\n"),
+        "{out}"
+    );
+    let (code, out, _) = baseline(&[
+        "diff",
+        captured.to_str().unwrap(),
+        "--root",
+        root("h100-ib-broken").to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1));
+    for d in [
+        "0000:9a:00.0: on the PCI bus but not usable (not bound to its driver)",
+        "0000:3a:00.0: PCIe Gen5 x8 where the profile has Gen5 x16",
+        "mlx5_3:1: not active (10 Gb/sec (4X SDR)) where the profile has 8 ports active at 400 Gb/s",
+    ] {
+        assert!(out.contains(d), "{d} not in:\n{out}");
+    }
+
+    // The same profile given to a run: the check names it and its file.
+    let c = profile_check(&half, Some(&captured));
+    assert_eq!(c["status"], "fail");
+    assert!(
+        c["message"].as_str().unwrap().starts_with(&format!(
+            "against profile site-hgx ({}): mlx5_2:1: 200 Gb/sec",
+            captured.display()
+        )),
+        "{c:#}"
+    );
+    assert_eq!(
+        profile_check(&root("h100-ib-healthy"), Some(&captured))["status"],
+        "pass"
+    );
+}
+
+/// A site's profile sets what the existing kinds expect where their
+/// checks do not: a VM size with 12 NVLinks per GPU by design.
+#[test]
+fn the_kinds_read_their_expectation_from_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let twelve = dir.path().join("twelve.yaml");
+    std::fs::write(
+        &twelve,
+        "profile: vm-h100-12\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8}\nexpect:\n  nvlink: {links: 12}\n",
+    )
+    .unwrap();
+    let checks = dir.path().join("checks.yaml");
+    let recording = fixture("nvidia-tools").join("nvlink-vm-12-links.txt");
+    std::fs::write(
+        &checks,
+        format!(
+            "checks:\n  - {{id: nvlink, kind: nvlink, nvidia_smi_nvlink: \"{}\"}}\n",
+            recording.display()
+        ),
+    )
+    .unwrap();
+    let run = |profile: Option<&Path>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["check", "--no-shipped", "--format", "json", "--checks"])
+            .arg(&checks)
+            .arg("--root")
+            .arg(root("h100-ib-healthy"));
+        if let Some(p) = profile {
+            cmd.arg("--profile").arg(p);
+        }
+        let out = cmd.output().unwrap();
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        r["checks"][0].clone()
+    };
+    // The shipped HGX profile holds the board to 18; the site's VM
+    // profile to 12.
+    let shipped = run(None);
+    assert_eq!(shipped["status"], "fail");
+    assert!(
+        shipped["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("expected 18 as profile hgx-h100-8 sets"),
+        "{shipped:#}"
+    );
+    let site = run(Some(&twelve));
+    assert_eq!(site["status"], "pass", "{site:#}");
+}
+
+#[test]
+fn a_profile_that_does_not_read_is_refused_with_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "profile: x\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8}\nexpect:\n  pcie: {gen: 5, widht: 16}\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--only", "node.profile", "--profile"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!("error: {}:4:", bad.display())) && err.contains("widht"),
+        "{err}"
+    );
+    let (code, _, err) = baseline(&["diff", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("widht"), "{err}");
+    // A node with no accelerator has no profile to capture.
+    let (code, _, err) = baseline(&["capture", "--root", root("cpu-node").to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no accelerator on the PCI bus"), "{err}");
+}
