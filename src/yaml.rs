@@ -237,6 +237,14 @@ pub fn scalar_text(node: &Node) -> Option<String> {
     }
 }
 
+/// The items of a sequence node, in file order.
+pub fn sequence_items(node: &Node) -> Option<Vec<&Node>> {
+    match data(node) {
+        YamlDataOwned::Sequence(items) => Some(items.iter().collect()),
+        _ => None,
+    }
+}
+
 /// Key-value pairs of a mapping node, in file order.
 pub fn mapping_entries(node: &Node) -> Option<Vec<(&Node, &Node)>> {
     match data(node) {

@@ -114,10 +114,10 @@ fn a_degraded_node_fails_against_its_profile_named() {
     assert_eq!(code, Some(0), "{err}");
     let text = std::fs::read_to_string(&captured).unwrap();
     for line in [
-        "profile: site-hgx",
+        "profile: \"site-hgx\"",
         "match: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8, virtual_machine: false}",
         "  pcie: {gen: 5, width: 16}",
-        "  rdma: {ports: 8, rate: 400, link_layer: InfiniBand}",
+        "  rdma: {ports: 8, rate: 400, link_layer: \"InfiniBand\"}",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
     }
@@ -162,9 +162,40 @@ fn a_degraded_node_fails_against_its_profile_named() {
         "{out}"
     );
     assert!(
-        out.contains("  7 RDMA ports active at 400 Gb/s, the profile has 8\n"),
+        out.contains("  7 InfiniBand RDMA ports active at 400 Gb/s, the profile has 8\n"),
         "{out}"
     );
+    // A port turned off on purpose is no fault, and a port is named only
+    // when fewer than the profile's count are good.
+    let state = half
+        .join("sys/class/infiniband")
+        .join(std::fs::read_link(half.join("sys/class/infiniband/mlx5_7")).unwrap());
+    std::fs::write(state.join("ports/1/state"), "1: DOWN\n").unwrap();
+    std::fs::write(state.join("ports/1/phys_state"), "3: Disabled\n").unwrap();
+    let seven = dir.path().join("seven.yaml");
+    let profile = |ports: usize| {
+        format!(
+            "profile: seven\nmatch: {{vendor: nvidia, device_ids: [\"0x2330\"], count: 8}}\nexpect:\n  rdma: {{ports: {ports}, rate: 400, link_layer: InfiniBand}}\n"
+        )
+    };
+    std::fs::write(&seven, profile(6)).unwrap();
+    let (code, out, _) = baseline(&[
+        "diff",
+        seven.to_str().unwrap(),
+        "--root",
+        half.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    std::fs::write(&seven, profile(7)).unwrap();
+    let (code, out, _) = baseline(&[
+        "diff",
+        seven.to_str().unwrap(),
+        "--root",
+        half.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("mlx5_2:1: 200 Gb/sec (4X HDR)"), "{out}");
+    assert!(!out.contains("mlx5_7"), "a disabled port is named: {out}");
     let (code, out, _) = baseline(&[
         "diff",
         captured.to_str().unwrap(),
@@ -175,7 +206,7 @@ fn a_degraded_node_fails_against_its_profile_named() {
     for d in [
         "0000:9a:00.0: on the PCI bus but not usable (not bound to its driver)",
         "0000:3a:00.0: PCIe Gen5 x8 where the profile has Gen5 x16",
-        "mlx5_3:1: not active (10 Gb/sec (4X SDR)) where the profile has 8 ports active at 400 Gb/s",
+        "mlx5_3:1: not active (10 Gb/sec (4X SDR))",
     ] {
         assert!(out.contains(d), "{d} not in:\n{out}");
     }
@@ -268,8 +299,119 @@ fn a_profile_that_does_not_read_is_refused_with_its_place() {
     let (code, _, err) = baseline(&["diff", bad.to_str().unwrap()]);
     assert_eq!(code, Some(2));
     assert!(err.contains("widht"), "{err}");
+    // The Slurm modes' profile is validated with the site.
+    let site = tempfile::tempdir().unwrap();
+    std::fs::copy(&bad, site.path().join("profile.yaml")).unwrap();
+    let out = Command::new(BIN)
+        .args(["validate", "--site", "--config-dir"])
+        .arg(site.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{}:4:",
+            site.path().join("profile.yaml").display()
+        )) && err.contains("widht"),
+        "{err}"
+    );
     // A node with no accelerator has no profile to capture.
     let (code, _, err) = baseline(&["capture", "--root", root("cpu-node").to_str().unwrap()]);
     assert_eq!(code, Some(2));
     assert!(err.contains("no accelerator on the PCI bus"), "{err}");
+}
+
+/// The Slurm modes take the site's profile from the configuration
+/// directory (`profile.yaml`, beside `checks.d`).
+#[test]
+fn the_slurm_modes_hold_the_node_to_the_sites_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    std::fs::write(
+        dir.path().join("settings.yaml"),
+        format!("report_dir: {d}/reports\nscontrol: /bin/true\nhealthcheck:\n  only: [profile]\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("profile.yaml"),
+        "profile: site-a\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8}\nexpect:\n  accelerators: {count: 8}\n",
+    )
+    .unwrap();
+    let o = Command::new(BIN)
+        .args(["slurm", "healthcheck"])
+        .env_clear()
+        .env("PREFLIGHT_CONFIG_DIR", dir.path())
+        .env("SLURMD_NODENAME", "h1")
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("reports/healthcheck.json")).unwrap_or_else(|e| {
+            panic!(
+                "no report ({e}): {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        }),
+    )
+    .unwrap();
+    let check = &report["checks"][0];
+    assert_eq!(check["id"], "node.profile", "{report:#}");
+    assert_eq!(check["status"], "fail", "{report:#}");
+    assert!(
+        check["message"].as_str().unwrap().starts_with(&format!(
+            "against profile site-a ({d}/profile.yaml): 0 NVIDIA accelerators of the profile's kind on the PCI bus, the profile has 8"
+        )),
+        "{report:#}"
+    );
+}
+
+/// An Intel node's Xe Link matrix with no link at all: a failure on OAM
+/// modules (Max 1550), nothing to judge on PCIe cards (Max 1100) that
+/// have no bridge.
+#[test]
+fn no_xe_link_fails_oam_modules_only() {
+    let matrix = std::fs::read_to_string(fixture("intel-tools").join("topology-healthy.txt"))
+        .unwrap()
+        .replace("XL8 ", "SYS ")
+        .replace("XL* ", "SYS ");
+    for (device, status) in [("0x0bd5", "fail"), ("0x0bda", "skip")] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        for (i, bus) in ["16", "38", "98", "b8"].iter().enumerate() {
+            let dev = root.join(format!("sys/devices/pci0000:{bus}/0000:{bus}:00.0"));
+            std::fs::create_dir_all(&dev).unwrap();
+            std::fs::write(dev.join("vendor"), "0x8086\n").unwrap();
+            std::fs::write(dev.join("device"), format!("{device}\n")).unwrap();
+            std::fs::write(dev.join("class"), "0x038000\n").unwrap();
+            std::fs::create_dir_all(root.join("sys/bus/pci/devices")).unwrap();
+            std::os::unix::fs::symlink(
+                format!("../../../devices/pci0000:{bus}/0000:{bus}:00.0"),
+                root.join(format!("sys/bus/pci/devices/0000:{bus}:00.0")),
+            )
+            .unwrap();
+            let _ = i;
+        }
+        let topo = dir.path().join("topo.txt");
+        std::fs::write(&topo, &matrix).unwrap();
+        let checks = dir.path().join("checks.yaml");
+        std::fs::write(
+            &checks,
+            format!(
+                "checks:\n  - {{id: xe, kind: xpu_smi, subject: xe_link, xpu_smi_topology: \"{}\"}}\n",
+                topo.display()
+            ),
+        )
+        .unwrap();
+        let out = Command::new(BIN)
+            .args(["check", "--no-shipped", "--format", "json", "--checks"])
+            .arg(&checks)
+            .arg("--root")
+            .arg(&root)
+            .output()
+            .unwrap();
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(r["checks"][0]["status"], status, "{device}: {r:#}");
+    }
 }

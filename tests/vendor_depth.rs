@@ -140,7 +140,7 @@ fn amd_checks_pass_a_healthy_mi300x_and_name_each_fault() {
     );
     assert_eq!(
         r.message("thr_bad"),
-        "GPU 5 (0000:a6:00.0): ppt violation active (37% of the time)"
+        "GPU 5 (0000:a6:00.0): hbm_thermal violation active (37% of the time)"
     );
     assert_eq!(
         r.message("pcie_bad"),
@@ -777,7 +777,7 @@ fn interfaces_down_cards_unlisted_and_no_link_state() {
     };
     assert_eq!(
         find("nic")["message"],
-        "0000:e9:00.0: interface ens2 (port 22) is down; 0000:e9:00.0: interface ens3 (port 23) runs at 100 Gb/s, not 200 (as profile gaudi3-8 sets)"
+        "0000:e9:00.0: interface ens2 (port 22) is down; 0000:e9:00.0: interface ens3 (port 23) runs at 100 Gb/s, not 200 (the generation's rate)"
     );
     assert_eq!(find("xgmi")["status"], "skip");
     assert!(
@@ -891,10 +891,10 @@ fn what_the_tools_cannot_say_is_never_a_pass() {
     );
     assert_eq!(r.status("xxxx"), "warn");
     assert_eq!(r.status("pcie_only"), "skip");
-    // Only the PPT violation of GPU 5: idle and partition states are not faults.
+    // Only GPU 5's HBM heat: power capping, idle and partition states are not faults.
     assert_eq!(
         r.message("idle"),
-        "GPU 5 (0000:a6:00.0): ppt violation active (37% of the time)"
+        "GPU 5 (0000:a6:00.0): hbm_thermal violation active (37% of the time)"
     );
 
     let health: serde_json::Value = serde_json::from_str(

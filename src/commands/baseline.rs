@@ -46,6 +46,10 @@ pub enum BaselineAction {
         /// Read /sys, /proc and /etc under this directory instead of /.
         #[arg(long, value_name = "DIR", default_value = "/")]
         root: PathBuf,
+        /// Compare the PCIe links' width only, not their speed (GPUs that
+        /// lower their link speed when idle).
+        #[arg(long)]
+        no_speed: bool,
     },
 }
 
@@ -66,7 +70,11 @@ pub fn baseline(args: &BaselineArgs) -> Result<ExitCode, Failure> {
             let text = profile::capture(&node(root)?, name).map_err(Failure::Usage)?;
             // What it wrote must read back as a profile.
             profile::parse("captured", &text).map_err(|e| {
-                Failure::Usage(format!("the captured profile does not read: {e:?}"))
+                let said: Vec<String> = e.iter().map(ToString::to_string).collect();
+                Failure::Usage(format!(
+                    "the captured profile does not read: {}",
+                    said.join("; ")
+                ))
             })?;
             let to = match output {
                 Some(path) => Destination::File(path.clone()),
@@ -79,10 +87,14 @@ pub fn baseline(args: &BaselineArgs) -> Result<ExitCode, Failure> {
         BaselineAction::Diff {
             profile: path,
             root,
+            no_speed,
         } => {
-            let p = profile::load(path).map_err(|e| Failure::Usage(e.join("\nerror: ")))?;
+            let p = profile::load(path).map_err(|e| {
+                let said: Vec<String> = e.iter().map(ToString::to_string).collect();
+                Failure::Usage(said.join("\nerror: "))
+            })?;
             let node = node(root)?;
-            let differences = profile::diff(&p, &node);
+            let differences = profile::diff(&p, &node, !no_speed);
             let mut text = String::new();
             if differences.is_empty() {
                 text.push_str(&format!("{}: matches {}\n", node.host, p.named()));
@@ -97,6 +109,21 @@ pub fn baseline(args: &BaselineArgs) -> Result<ExitCode, Failure> {
                 for d in &differences {
                     text.push_str(&format!("  {d}\n"));
                 }
+            }
+            let e = &p.expect;
+            let elsewhere: Vec<&str> = [
+                (e.nvlink.is_some(), "nvlink (nvidia.nvlink)"),
+                (e.xgmi.is_some(), "xgmi (amd.xgmi)"),
+                (e.scale_out.is_some(), "scale_out (habana.nic_ports)"),
+            ]
+            .into_iter()
+            .filter_map(|(set, what)| set.then_some(what))
+            .collect();
+            if !elsewhere.is_empty() {
+                text.push_str(&format!(
+                    "  (not compared here, the checks read them from the profile: {})\n",
+                    elsewhere.join(", ")
+                ));
             }
             write_stdout(&text).map_err(|e| Failure::Usage(format!("cannot write: {e}")))?;
             Ok(if differences.is_empty() {

@@ -317,10 +317,10 @@ impl Plan {
             _ => env,
         };
         let given = match &args.profile {
-            Some(path) => Some(
-                crate::facts::profile::load(path)
-                    .map_err(|errors| Failure::Usage(errors.join("\nerror: ")))?,
-            ),
+            Some(path) => Some(crate::facts::profile::load(path).map_err(|errors| {
+                let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                Failure::Usage(said.join("\nerror: "))
+            })?),
             None => None,
         };
         let facts = Arc::new(facts(&args.checklist, env)?.with_profile(given));

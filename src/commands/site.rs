@@ -20,6 +20,8 @@ pub const CONFIG_DIR_VAR: &str = "PREFLIGHT_CONFIG_DIR";
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/preflight";
 pub const SETTINGS_FILE: &str = "settings.yaml";
 pub const CHECKS_DIR: &str = "checks.d";
+/// The site's node profile, over the shipped ones (`--profile`).
+pub const PROFILE_FILE: &str = "profile.yaml";
 
 /// What `incomplete` (a required check that could not be evaluated, or
 /// a deadline) does to a node.
@@ -236,6 +238,11 @@ impl Settings {
     /// The site's checks directory.
     pub fn checks_dir(&self) -> PathBuf {
         self.dir.join(CHECKS_DIR)
+    }
+
+    /// The site's node profile, where it has one.
+    pub fn profile_file(&self) -> Option<PathBuf> {
+        Some(self.dir.join(PROFILE_FILE)).filter(|p| p.is_file())
     }
 }
 

@@ -117,16 +117,31 @@ fn site(dir: &Path, quiet: bool) -> Result<ExitCode, Failure> {
         Err(Failure::Checklist(ChecklistErrors(mut e))) => errors.append(&mut e),
         Err(other) => return Err(other),
     }
+    // The site's profile, where it has one: its errors are located.
+    let profile = settings.profile_file();
+    if let Some(path) = &profile
+        && let Err(e) = crate::facts::profile::load(path)
+    {
+        errors.extend(e.into_iter().map(|e| ChecklistError {
+            file: e.file,
+            location: e.location,
+            path: e.path,
+            message: e.message,
+        }));
+    }
     if !errors.is_empty() {
         return Err(Failure::Checklist(ChecklistErrors(errors)));
     }
     if !quiet {
         let text = format!(
-            "ok: {} ({}), {} in {}\n",
+            "ok: {} ({}), {} in {}{}\n",
             dir.display(),
             settings.source,
             crate::values::count(files.len(), "site checklist file"),
-            checks_dir.display()
+            checks_dir.display(),
+            profile
+                .map(|p| format!(", node profile {}", p.display()))
+                .unwrap_or_default()
         );
         write_stdout(&text).map_err(|e| Failure::Usage(format!("cannot write: {e}")))?;
     }

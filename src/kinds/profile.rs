@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{KindInfo, Probe, ProbeFuture, parse_params, problems_finding};
+use super::{KindInfo, ParamDoc, Probe, ProbeFuture, parse_params, problems_finding};
 use crate::facts::Facts;
 use crate::facts::profile::{self, Inventory};
 use crate::result::Finding;
@@ -17,18 +17,30 @@ pub const KIND: KindInfo = KindInfo {
     name: "profile",
     area: "hardware",
     summary: "This node against its profile (`--profile FILE`, else the shipped profile its accelerators match: 8x H100, H200 or A100 SXM, 8x MI300X, 8x Gaudi 2 or 3, 4x Max 1550): the accelerators' count and kind, each one usable, their PCIe links, the RDMA ports' state, rate and link layer, the memory. Each difference names the device, port or count, and the profile. A node no profile matches is skipped: its peers are its measure.",
-    params: &[],
+    params: &[ParamDoc {
+        name: "speed",
+        ty: "bool",
+        default: Some("true"),
+        doc: "Compare the PCIe links' generation as well as their width. Turn off for GPUs that lower their link speed when idle.",
+    }],
     hint_vars: &["profile"],
     parse: parse_params::<ProfileCheck>,
 };
 
-#[derive(Debug, Default, Deserialize, Serialize)]
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ProfileCheck {}
+pub struct ProfileCheck {
+    #[serde(default = "yes")]
+    speed: bool,
+}
 
 impl super::Params for ProfileCheck {}
 
-fn judge(facts: &Facts) -> Finding {
+fn judge(facts: &Facts, speed: bool) -> Finding {
     let node = Inventory::of(facts);
     let Some(p) = facts.profile() else {
         let found: Vec<String> = node
@@ -48,7 +60,7 @@ fn judge(facts: &Facts) -> Finding {
             )
         });
     };
-    let differences = profile::diff(p, &node);
+    let differences = profile::diff(p, &node, speed);
     let named = p.named();
     if differences.is_empty() {
         let what = if p.description.is_empty() {
@@ -71,7 +83,8 @@ fn judge(facts: &Facts) -> Finding {
 impl Probe for ProfileCheck {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || judge(&facts))
+            let speed = self.speed;
+            tokio::task::spawn_blocking(move || judge(&facts, speed))
                 .await
                 .unwrap_or_else(|e| Finding::error(format!("probe crashed: {e}")))
         })

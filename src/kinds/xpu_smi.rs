@@ -229,15 +229,19 @@ fn components(subject: Subject) -> &'static [&'static str] {
 
 /// Names cards by xpu-smi's number and the node's bus (xpu-smi counts
 /// the node's Intel GPUs in PCI order), with the tiles sysfs shows.
-struct Cards(Vec<(String, usize)>);
+struct Cards(Vec<(String, usize, u16)>);
+
+/// Max Series OAM modules (1550, 1350), which carry Xe Link; the PCIe
+/// cards (1100) have it only with a bridge.
+const XE_LINK_MODULES: &[u16] = &[0x0bd5, 0x0bd6];
 
 impl Cards {
     fn of(facts: &Facts) -> Cards {
-        let mut cards: Vec<(String, usize)> = facts
+        let mut cards: Vec<(String, usize, u16)> = facts
             .accelerators()
             .iter()
             .filter(|a| a.vendor == Vendor::Intel)
-            .map(|a| (a.pci.address.clone(), a.tiles))
+            .map(|a| (a.pci.address.clone(), a.tiles, a.pci.device))
             .collect();
         cards.sort();
         Cards(cards)
@@ -245,7 +249,7 @@ impl Cards {
 
     fn card(&self, id: u64) -> String {
         match self.0.get(id as usize) {
-            Some((b, _)) => format!("GPU {id} ({b})"),
+            Some((b, _, _)) => format!("GPU {id} ({b})"),
             None => format!("GPU {id}"),
         }
     }
@@ -315,7 +319,7 @@ fn judge_matrix(cells: &[(Tile, Tile, String)], cards: &Cards, capable: bool, j:
         tiles.entry(a.0).or_default().insert(a.1);
         tiles.entry(b.0).or_default().insert(b.1);
     }
-    for (i, (_, want)) in cards.0.iter().enumerate() {
+    for (i, (_, want, _)) in cards.0.iter().enumerate() {
         let have = tiles.get(&(i as u32)).map_or(0, BTreeSet::len);
         if have < *want {
             j.problems.push(format!(
@@ -325,9 +329,10 @@ fn judge_matrix(cells: &[(Tile, Tile, String)], cards: &Cards, capable: bool, j:
         }
     }
     let cross: Vec<&(Tile, Tile, String)> = cells.iter().filter(|(a, b, _)| a.0 < b.0).collect();
-    j.judged += cross.len();
     if !cross.iter().any(|(_, _, c)| c.starts_with("XL")) {
+        // Cards without Xe Link have none to judge.
         if capable && tiles.len() > 1 {
+            j.judged += cross.len();
             j.problems.push(format!(
                 "no Xe Link between any two of the {} cards: every pair of their tiles is on PCIe",
                 tiles.len()
@@ -335,6 +340,7 @@ fn judge_matrix(cells: &[(Tile, Tile, String)], cards: &Cards, capable: bool, j:
         }
         return;
     }
+    j.judged += cross.len();
     let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
     for (_, _, c) in &cross {
         if let Some(n) = lanes(c) {
@@ -448,12 +454,17 @@ impl XpuSmi {
             let tool = self.tool(&["topology", "-m"], "xpu_smi_topology");
             let (t, source) = text(tool.output(self.xpu_smi_topology.as_deref(), facts).await)?;
             let cells = xpu_smi::parse_matrix(&source, &t).map_err(Finding::error)?;
-            // Unless xpu-smi says every card lacks Xe Link.
-            let capable = health.is_empty()
-                || health.iter().any(|h| {
+            // Xe Link is expected where xpu-smi's health does not say every
+            // card lacks it; without health, where the cards are OAM
+            // modules (or unknown: a recording on another node).
+            let capable = if health.is_empty() {
+                cards.0.is_empty() || cards.0.iter().any(|c| XE_LINK_MODULES.contains(&c.2))
+            } else {
+                health.iter().any(|h| {
                     h.component("xe_link_port")
                         .is_none_or(|(_, d)| !d.contains("lacks Xe Link capability"))
-                });
+                })
+            };
             judge_matrix(&cells, cards, capable, &mut j);
             sources.push(source);
         }

@@ -200,6 +200,9 @@ fn run_args(settings: &Settings, mode: &Resolved, stage: Stage) -> Result<RunArg
     if checks.is_dir() {
         argv.extend(["--checks".into(), checks.display().to_string()]);
     }
+    if let Some(profile) = settings.profile_file() {
+        argv.extend(["--profile".into(), profile.display().to_string()]);
+    }
     for o in &mode.only {
         argv.extend(["--only".into(), o.clone()]);
     }

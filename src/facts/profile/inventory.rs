@@ -27,6 +27,8 @@ pub struct RdmaPort {
     /// `mlx5_0:1`.
     pub name: String,
     pub active: bool,
+    /// `Disabled`: turned off on purpose (an unused port), not down.
+    pub phys_state: String,
     pub rate: Option<f64>,
     pub rate_text: String,
     pub link_layer: String,
@@ -65,13 +67,16 @@ impl Inventory {
                 h.ports.iter().map(move |p| RdmaPort {
                     name: format!("{}:{}", h.name, p.number),
                     active: p.is_active(),
+                    phys_state: p.phys_state.clone(),
                     rate: p.rate,
                     rate_text: p.rate_text.clone(),
                     link_layer: p.link_layer.clone(),
                 })
             })
             .collect();
-        let read = |path: &str| std::fs::read_to_string(facts.host_path(path)).ok();
+        // Bounded: a root's files are not trusted to be small.
+        let read =
+            |path: &str| crate::facts::read_bounded(&facts.host_path(path), 8 * 1024 * 1024).ok();
         Inventory {
             host: facts.hostname().to_string(),
             accelerators,
@@ -81,11 +86,14 @@ impl Inventory {
             dmi_product: read("/sys/class/dmi/id/product_name")
                 .map(|t| t.trim().to_string())
                 .filter(|t| !t.is_empty()),
+            // x86 CPUs say so in their flags; Xen and others in
+            // /sys/hypervisor (aarch64 guests under KVM say neither).
             virtual_machine: read("/proc/cpuinfo").is_some_and(|t| {
                 t.lines()
                     .filter(|l| l.starts_with("flags"))
                     .any(|l| l.split_whitespace().any(|f| f == "hypervisor"))
-            }),
+            }) || read("/sys/hypervisor/type")
+                .is_some_and(|t| !t.trim().is_empty()),
         }
     }
 }
@@ -107,7 +115,7 @@ fn generation(speed: f64) -> Option<u8> {
         .map(|(g, _)| *g)
 }
 
-pub fn diff(profile: &Profile, node: &Inventory) -> Vec<String> {
+pub fn diff(profile: &Profile, node: &Inventory, speed: bool) -> Vec<String> {
     let mut out = Vec::new();
     let m = &profile.matcher;
     let ids: Vec<u16> = match &profile.expect.accelerators {
@@ -158,8 +166,12 @@ pub fn diff(profile: &Profile, node: &Inventory) -> Vec<String> {
     }
     if let Some(p) = profile.expect.pcie {
         for a in &mine {
-            let (speed, width) = a.current;
-            let found = speed.and_then(generation);
+            let (current_speed, width) = a.current;
+            let found = if speed {
+                current_speed.and_then(generation)
+            } else {
+                None
+            };
             if found.is_some_and(|g| g < p.generation) || width.is_some_and(|w| w < p.width) {
                 out.push(format!(
                     "{}: PCIe {} x{} where the profile has Gen{} x{}",
@@ -173,51 +185,55 @@ pub fn diff(profile: &Profile, node: &Inventory) -> Vec<String> {
         }
     }
     if let Some(r) = &profile.expect.rdma {
-        let layer_ok = |port: &RdmaPort| {
-            r.link_layer
-                .as_deref()
-                .is_none_or(|l| port.link_layer.eq_ignore_ascii_case(l))
-        };
-        let good = node
+        // The ports of the profile's link layer (a node's storage or
+        // management NICs on another are not the profile's); a port turned
+        // off on purpose (Disabled) is no fault.
+        let relevant: Vec<&RdmaPort> = node
             .rdma
             .iter()
-            .filter(|p| p.active && layer_ok(p) && p.rate.is_some_and(|x| x >= r.rate))
-            .count();
-        for p in &node.rdma {
-            if !p.active {
-                out.push(format!(
-                    "{}: not active ({}) where the profile has {} ports active at {} Gb/s",
-                    p.name, p.rate_text, r.ports, r.rate
-                ));
-            } else if !layer_ok(p) {
-                out.push(format!(
-                    "{}: {} where the profile has {}",
-                    p.name,
-                    p.link_layer,
-                    r.link_layer.as_deref().unwrap_or("")
-                ));
-            } else if p.rate.is_some_and(|x| x < r.rate) {
-                out.push(format!(
-                    "{}: {} where the profile has {} Gb/s",
-                    p.name, p.rate_text, r.rate
-                ));
+            .filter(|p| {
+                r.link_layer
+                    .as_deref()
+                    .is_none_or(|l| p.link_layer.eq_ignore_ascii_case(l))
+            })
+            .collect();
+        let good = |p: &RdmaPort| p.active && p.rate.is_some_and(|x| x >= r.rate);
+        let n = relevant.iter().filter(|p| good(p)).count();
+        if n < r.ports {
+            for p in relevant.iter().filter(|p| !good(p)) {
+                if p.phys_state.eq_ignore_ascii_case("disabled") {
+                    continue;
+                }
+                if !p.active {
+                    out.push(format!("{}: not active ({})", p.name, p.rate_text));
+                } else {
+                    out.push(format!(
+                        "{}: {} where the profile has {} Gb/s",
+                        p.name, p.rate_text, r.rate
+                    ));
+                }
             }
-        }
-        if good < r.ports {
             out.push(format!(
-                "{good} RDMA ports active at {} Gb/s, the profile has {}",
-                r.rate, r.ports
+                "{n} {}RDMA ports active at {} Gb/s, the profile has {}",
+                r.link_layer
+                    .as_deref()
+                    .map(|l| format!("{l} "))
+                    .unwrap_or_default(),
+                r.rate,
+                r.ports
             ));
         }
     }
-    if let (Some(mem), Some(total)) = (profile.expect.memory, node.memory_total)
-        && total < mem.min_total.0
-    {
-        out.push(format!(
+    match (profile.expect.memory, node.memory_total) {
+        (Some(mem), Some(total)) if total < mem.min_total.0 => out.push(format!(
             "{} of memory where the profile has at least {}",
             crate::values::format_bytes(total),
             mem.min_total
-        ));
+        )),
+        (Some(_), None) => {
+            out.push("the memory total is unknown (no MemTotal in /proc/meminfo)".into())
+        }
+        _ => {}
     }
     out
 }
@@ -257,15 +273,19 @@ pub fn capture(node: &Inventory, name: &str) -> Result<String, String> {
         Vendor::Habana => "habana",
     };
     let mut text = format!(
-        "# Captured by `preflight baseline capture` from {} (a known-good node).\nprofile: {name}\ndescription: {} x {} {:04x}{}\nmatch: {{vendor: {vendor_word}, device_ids: [\"0x{device:04x}\"], count: {}, virtual_machine: {}{}}}\nexpect:\n  accelerators: {{count: {}, device_ids: [\"0x{device:04x}\"]}}\n",
-        node.host,
-        accs.len(),
-        vendor.name(),
-        device,
-        accs.iter()
-            .find_map(|a| a.product.clone())
-            .map(|p| format!(" ({p})"))
-            .unwrap_or_default(),
+        "# Captured by `preflight baseline capture` from {} (a known-good node).\nprofile: {}\ndescription: {}\nmatch: {{vendor: {vendor_word}, device_ids: [\"0x{device:04x}\"], count: {}, virtual_machine: {}{}}}\nexpect:\n  accelerators: {{count: {}, device_ids: [\"0x{device:04x}\"]}}\n",
+        node.host.replace(['\n', '\r'], " "),
+        yaml_text(name),
+        yaml_text(&format!(
+            "{} x {} {:04x}{}",
+            accs.len(),
+            vendor.name(),
+            device,
+            accs.iter()
+                .find_map(|a| a.product.clone())
+                .map(|p| format!(" ({p})"))
+                .unwrap_or_default()
+        )),
         accs.len(),
         node.virtual_machine,
         // The cloud's instance type, where the node has one: the profile
@@ -276,27 +296,34 @@ pub fn capture(node: &Inventory, name: &str) -> Result<String, String> {
             .unwrap_or_default(),
         accs.len()
     );
-    let links: Vec<(u8, u32)> = accs
-        .iter()
-        .filter_map(|a| Some((generation(a.current.0?)?, a.current.1?)))
-        .collect();
-    if let Some(low) = links.iter().min() {
-        text.push_str(&format!("  pcie: {{gen: {}, width: {}}}\n", low.0, low.1));
+    // The lowest generation and the narrowest width, each on its own.
+    let lowest = accs.iter().filter_map(|a| generation(a.current.0?)).min();
+    let width = accs.iter().filter_map(|a| a.current.1).min();
+    if let (Some(g), Some(w)) = (lowest, width) {
+        text.push_str(&format!("  pcie: {{gen: {g}, width: {w}}}\n"));
     }
-    let active: Vec<&RdmaPort> = node.rdma.iter().filter(|p| p.active).collect();
-    if let Some(rate) = active
-        .iter()
-        .filter_map(|p| p.rate)
-        .min_by(|a, b| a.total_cmp(b))
+    // The active ports of the most common link layer (the compute fabric;
+    // storage NICs on another layer are left out).
+    let mut layers: BTreeMap<String, Vec<&RdmaPort>> = BTreeMap::new();
+    for p in node.rdma.iter().filter(|p| p.active) {
+        layers.entry(p.link_layer.clone()).or_default().push(p);
+    }
+    if let Some((layer, ports)) = layers.into_iter().max_by_key(|(_, v)| v.len())
+        && let Some(rate) = ports
+            .iter()
+            .filter_map(|p| p.rate)
+            .min_by(|a, b| a.total_cmp(b))
     {
-        let layer = active[0].link_layer.clone();
         text.push_str(&format!(
-            "  rdma: {{ports: {}, rate: {rate}, link_layer: {layer}}}\n",
-            active.len()
+            "  rdma: {{ports: {}, rate: {rate}, link_layer: {}}}\n",
+            ports.len(),
+            yaml_text(&layer)
         ));
     }
+    // A node of the same kind differs by a few MiB the kernel keeps; a
+    // lost DIMM of 24 is 4%.
     if let Some(total) = node.memory_total {
-        let gib = (total as f64 * 0.95 / (1u64 << 30) as f64).floor() as u64;
+        let gib = (total as f64 * 0.97 / (1u64 << 30) as f64).floor() as u64;
         text.push_str(&format!("  memory: {{min_total: {gib}GiB}}\n"));
     }
     // What the sysfs view cannot show is left to the operator: NVLink and

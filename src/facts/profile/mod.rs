@@ -173,33 +173,63 @@ fn vendor(text: &str) -> Result<Vendor, String> {
     }
 }
 
-/// A located error, `FILE:LINE:COLUMN: PATH: message`, as the
-/// checklists' errors read.
-fn located(origin: &str, e: YamlError) -> String {
-    let mut text = origin.to_string();
-    if let Some(at) = e.location {
-        text.push_str(&format!(":{}:{}", at.line, at.column));
+/// A profile's error, where it is: `FILE:LINE:COLUMN: PATH: message`, as
+/// the checklists' errors read.
+#[derive(Debug, Clone)]
+pub struct ProfileError {
+    pub file: String,
+    pub location: Option<yaml::Location>,
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ProfileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(at) = self.location {
+            write!(f, ":{}:{}", at.line, at.column)?;
+        }
+        if !self.path.is_empty() {
+            write!(f, ": {}", self.path)?;
+        }
+        write!(f, ": {}", self.message)
     }
-    let path = e.path();
-    if !path.is_empty() {
-        text.push_str(&format!(": {path}"));
+}
+
+fn located(origin: &str, e: YamlError) -> ProfileError {
+    ProfileError {
+        file: origin.to_string(),
+        location: e.location,
+        path: e.path(),
+        message: e.message,
     }
-    format!("{text}: {}", e.message)
+}
+
+fn unlocated(origin: &str, message: String) -> ProfileError {
+    ProfileError {
+        file: origin.to_string(),
+        location: None,
+        path: String::new(),
+        message,
+    }
 }
 
 /// Reads one profile; every error names the file, line and column.
-pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<String>> {
+pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<ProfileError>> {
     let node = yaml::parse_document(text).map_err(|e| vec![located(origin, e)])?;
     let (raw, errors) = yaml::from_node_all::<Raw>(&node);
-    let mut errors: Vec<String> = errors.into_iter().map(|e| located(origin, e)).collect();
+    let mut errors: Vec<ProfileError> = errors.into_iter().map(|e| located(origin, e)).collect();
     let Some(raw) = raw else {
         if errors.is_empty() {
-            errors.push(format!("{origin}: not a profile (profile, match, expect)"));
+            errors.push(unlocated(
+                origin,
+                "not a profile (profile, match, expect)".into(),
+            ));
         }
         return Err(errors);
     };
     // Values serde cannot judge, located at their keys.
-    let at = |path: &[&str], message: String| {
+    let find = |path: &[&str]| {
         let mut n = &node;
         for key in path {
             match yaml::mapping_entries(n).and_then(|entries| {
@@ -211,14 +241,22 @@ pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<String>> {
                 None => break,
             }
         }
-        located(origin, YamlError::at(message, n))
+        n
+    };
+    let at = |path: &[&str], message: String| located(origin, YamlError::at(message, find(path)));
+    let at_item = |path: &[&str], i: usize, message: String| {
+        let list = find(path);
+        let item = yaml::sequence_items(list)
+            .and_then(|items| items.get(i).copied())
+            .unwrap_or(list);
+        located(origin, YamlError::at(message, item))
     };
     let vendor = vendor(&raw.matcher.vendor).map_err(|e| at(&["match", "vendor"], e));
     let mut ids = Vec::new();
-    for id in &raw.matcher.device_ids {
+    for (i, id) in raw.matcher.device_ids.iter().enumerate() {
         match device_id(id) {
-            Ok(i) => ids.push(i),
-            Err(e) => errors.push(at(&["match", "device_ids"], e)),
+            Ok(d) => ids.push(d),
+            Err(e) => errors.push(at_item(&["match", "device_ids"], i, e)),
         }
     }
     if ids.is_empty() && errors.is_empty() {
@@ -244,6 +282,51 @@ pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<String>> {
     }
     if raw.matcher.count == 0 {
         errors.push(at(&["match", "count"], "count must be at least 1".into()));
+    }
+    let e = &raw.expect;
+    if *e == Expect::default() {
+        errors.push(at(
+            &["expect"],
+            "the profile expects nothing: name at least one of accelerators, pcie, nvlink, xgmi, rdma, scale_out, memory".into(),
+        ));
+    }
+    for (zero, path, what) in [
+        (
+            e.accelerators.as_ref().is_some_and(|a| a.count == 0),
+            &["expect", "accelerators", "count"][..],
+            "count",
+        ),
+        (
+            e.pcie.is_some_and(|p| p.width == 0),
+            &["expect", "pcie", "width"][..],
+            "width",
+        ),
+        (
+            e.nvlink.is_some_and(|l| l.links == 0),
+            &["expect", "nvlink", "links"][..],
+            "links",
+        ),
+        (
+            e.xgmi.is_some_and(|l| l.links == 0),
+            &["expect", "xgmi", "links"][..],
+            "links",
+        ),
+        (
+            e.rdma
+                .as_ref()
+                .is_some_and(|r| r.ports == 0 || r.rate <= 0.0),
+            &["expect", "rdma"][..],
+            "ports and rate",
+        ),
+        (
+            e.scale_out.is_some_and(|s| s.gbps == 0),
+            &["expect", "scale_out", "gbps"][..],
+            "gbps",
+        ),
+    ] {
+        if zero {
+            errors.push(at(path, format!("{what} must be above 0")));
+        }
     }
     if raw.profile.trim().is_empty() {
         errors.push(at(&["profile"], "the profile needs a name".into()));
@@ -274,18 +357,18 @@ pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<String>> {
 }
 
 /// Reads a profile file (`check --profile`, `baseline diff`).
-pub fn load(path: &Path) -> Result<Profile, Vec<String>> {
+pub fn load(path: &Path) -> Result<Profile, Vec<ProfileError>> {
     let shown = path.display().to_string();
     let text = crate::facts::read_bounded(path, 1024 * 1024)
-        .map_err(|e| vec![format!("{shown}: cannot read the profile: {e}")])?;
+        .map_err(|e| vec![unlocated(&shown, format!("cannot read the profile: {e}"))])?;
     parse(&shown, &text)
 }
 
 impl Profile {
     /// How well this profile fits the node: `None` when it does not
     /// apply; otherwise lower is better (0: the count matches exactly; a
-    /// node with fewer accelerators of the kind than the profile counts
-    /// still gets it, and fails against it).
+    /// node with one accelerator fewer than the profile counts still gets
+    /// it, and fails against it).
     pub fn fit(&self, node: &Inventory) -> Option<usize> {
         if self
             .matcher
@@ -310,7 +393,9 @@ impl Profile {
                 a.vendor == self.matcher.vendor && self.matcher.device_ids.contains(&a.device)
             })
             .count();
-        if count == 0 || count > self.matcher.count {
+        // One fewer still fits (a GPU lost from the bus fails the profile
+        // rather than losing it); a board of half the size does not.
+        if count == 0 || count > self.matcher.count || count + 1 < self.matcher.count {
             return None;
         }
         Some(self.matcher.count - count)
@@ -327,8 +412,9 @@ impl Profile {
     }
 }
 
-/// The profile that applies to the node: the one given (`--profile`) when
-/// it fits, else the best-fitting shipped one.
+/// The profile that applies to the node: the one given (`--profile`)
+/// outright (a node it does not fit fails it, each difference named),
+/// else the best-fitting shipped one.
 pub fn select(node: &Inventory, given: Option<&Arc<Profile>>) -> Option<Arc<Profile>> {
     if let Some(p) = given {
         return Some(Arc::clone(p));
@@ -341,9 +427,12 @@ pub fn select(node: &Inventory, given: Option<&Arc<Profile>>) -> Option<Arc<Prof
 }
 
 /// What the node has that the profile does not expect, each difference
-/// naming the device, port or count.
-pub fn diff(profile: &Profile, node: &Inventory) -> Vec<String> {
-    inventory::diff(profile, node)
+/// naming the device, port or count. `speed`: compare the PCIe links'
+/// generation too (off where GPUs lower their link speed when idle).
+/// NVLink, XGMI and the scale-out rate are the kinds' to judge
+/// (`nvidia.nvlink`, `amd.xgmi`, `habana.nic_ports` read them from here).
+pub fn diff(profile: &Profile, node: &Inventory, speed: bool) -> Vec<String> {
+    inventory::diff(profile, node, speed)
 }
 
 #[cfg(test)]
@@ -353,14 +442,22 @@ mod tests {
     #[test]
     fn errors_name_their_place() {
         let bad = "profile: x\nmatch: {vendor: nvidea, device_ids: [\"0xZZ\"], count: 8}\nexpect:\n  pcie: {gen: 9, width: 16}\n  nvlnk: {links: 18}\n";
-        let e = parse("p.yaml", bad).unwrap_err();
+        let e: Vec<String> = parse("p.yaml", bad)
+            .unwrap_err()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
         assert!(
             e.iter()
                 .any(|e| e.starts_with("p.yaml:5:3") && e.contains("nvlnk")),
             "{e:?}"
         );
         let bad = "profile: x\nmatch: {vendor: nvidea, device_ids: [\"0xZZ\"], count: 8}\nexpect:\n  pcie: {gen: 9, width: 16}\n";
-        let e = parse("p.yaml", bad).unwrap_err();
+        let e: Vec<String> = parse("p.yaml", bad)
+            .unwrap_err()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
         assert!(
             e.iter()
                 .any(|e| e.starts_with("p.yaml:2:") && e.contains("`0xZZ`")),
@@ -374,6 +471,36 @@ mod tests {
             e.iter()
                 .any(|e| e.starts_with("p.yaml:4:") && e.contains("generation 9")),
             "{e:?}"
+        );
+        let empty = parse(
+            "p.yaml",
+            "profile: x\nmatch: {vendor: amd, device_ids: [\"0x74a1\", \"0xQQ\"], count: 8}\nexpect: {pcie: {gen: 5, width: 0}}\n",
+        )
+        .unwrap_err()
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>();
+        assert!(
+            empty
+                .iter()
+                .any(|e| e.starts_with("p.yaml:2:45:") && e.contains("`0xQQ`")),
+            "{empty:?}"
+        );
+        assert!(
+            empty.iter().any(|e| e.contains("width must be above 0")),
+            "{empty:?}"
+        );
+        let nothing = parse(
+            "p.yaml",
+            "profile: x\nmatch: {vendor: amd, device_ids: [\"0x74a1\"], count: 8}\n",
+        )
+        .unwrap_err()
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>();
+        assert!(
+            nothing[0].contains("the profile expects nothing"),
+            "{nothing:?}"
         );
         let ok = parse(
             "p.yaml",
@@ -411,30 +538,26 @@ mod tests {
     fn which_nodes_a_profile_fits() {
         let p = parse(
             "p",
-            "profile: azure-nd-h100\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8, dmi_product: ND96isr_H100, virtual_machine: true}\n",
+            "profile: cloud-gpu8x-h100\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8, dmi_product: GPU8X.H100, virtual_machine: true}\nexpect: {nvlink: {links: 12}}\n",
         )
         .unwrap();
         assert_eq!(
-            p.fit(&node(8, Some("Standard_ND96isr_H100_v5"), true)),
+            p.fit(&node(8, Some("ExampleCloud GPU8X.H100"), true)),
             Some(0)
         );
         assert_eq!(
-            p.fit(&node(7, Some("Standard_ND96isr_H100_v5"), true)),
+            p.fit(&node(7, Some("ExampleCloud GPU8X.H100"), true)),
             Some(1)
         );
-        assert_eq!(
-            p.fit(&node(9, Some("Standard_ND96isr_H100_v5"), true)),
-            None
-        );
-        assert_eq!(
-            p.fit(&node(8, Some("Standard_ND96asr_A100_v4"), true)),
-            None
-        );
+        assert_eq!(p.fit(&node(9, Some("ExampleCloud GPU8X.H100"), true)), None);
+        assert_eq!(p.fit(&node(8, Some("ExampleCloud GPU8X.A100"), true)), None);
         assert_eq!(p.fit(&node(8, None, true)), None);
         assert_eq!(
-            p.fit(&node(8, Some("Standard_ND96isr_H100_v5"), false)),
+            p.fit(&node(8, Some("ExampleCloud GPU8X.H100"), false)),
             None
         );
+        // A 4-GPU board is not the 8-GPU one.
+        assert_eq!(p.fit(&node(4, Some("ExampleCloud GPU8X.H100"), true)), None);
         // The shipped board profile is for bare metal only.
         assert_eq!(
             select(&node(8, None, false), None)

@@ -362,16 +362,12 @@ pub(super) fn judge_rocm_smi(r: &amd_smi::RocmSmi, names: &Names, source: &str) 
     j.finding(measured, |m| format!("{m}, no XGMI error, from {source}"))
 }
 
-/// The violations that slow a GPU down. Others amd-smi reports (ROCm 7's
-/// `low_utilization`, the clock held below the host's limit) are a GPU at
-/// rest, or the site's choice.
-const VIOLATIONS: &[&str] = &[
-    "prochot",
-    "ppt",
-    "socket_thermal",
-    "vr_thermal",
-    "hbm_thermal",
-];
+/// The violations that hold a GPU below what it should reach: heat and
+/// PROCHOT. PPT (the package power limit) is power capping under load, as
+/// NVIDIA's software power cap is: reported, never a fault; ROCm 7's
+/// `low_utilization` and clock-below-host-limit statuses are a GPU at rest
+/// or the site's choice.
+const VIOLATIONS: &[&str] = &["prochot", "socket_thermal", "vr_thermal", "hbm_thermal"];
 
 pub(super) fn judge_throttle(gpus: &[Gpu], names: &Names) -> Finding {
     let mut j = Judged::default();
