@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::tool_output::{Output, Tool};
+use super::tool_output::Tool;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params, problems_finding};
 use crate::facts::hl_smi::{self, PortState, Report, Row};
 use crate::facts::{Facts, Vendor};
@@ -143,13 +143,7 @@ pub struct HlSmi {
 
 impl Params for HlSmi {
     fn validate(&self) -> Result<(), String> {
-        let only = |set: bool, name: &str, subjects: &str| {
-            if set {
-                Err(format!("`{name}` applies to `subject: {subjects}` only"))
-            } else {
-                Ok(())
-            }
-        };
+        let only = super::only_for;
         use Subject::*;
         only(
             self.devices.is_some() && self.subject != Devices,
@@ -382,32 +376,9 @@ fn judge_ecc(check: &HlSmi, rows: &[Row]) -> Finding {
         return Finding::skip("no Gaudi device reports its ECC counts");
     }
     let measured = format!("ECC counts of {read} devices");
-    verdict(problems, unjudged, measured, |m| {
+    super::judged(&problems, &unjudged, measured, |m| {
         format!("{m}: none over the limits")
     })
-}
-
-/// Problems fail; what could not be judged beside a clean reading is a
-/// warning, never a pass.
-fn verdict(
-    problems: Vec<String>,
-    unjudged: Vec<String>,
-    measured: String,
-    passed: impl FnOnce(&str) -> String,
-) -> Finding {
-    let finding = if !problems.is_empty() {
-        let unchecked: Vec<&str> = unjudged.iter().map(String::as_str).collect();
-        super::problems_and_unchecked(&problems, &unchecked)
-    } else if !unjudged.is_empty() {
-        Finding::warn(format!(
-            "{}; not judged: {}",
-            passed(&measured),
-            unjudged.join("; ")
-        ))
-    } else {
-        Finding::pass(passed(&measured))
-    };
-    finding.measured(measured)
 }
 
 fn judge_throttle(reports: &[Report]) -> Finding {
@@ -475,7 +446,7 @@ fn judge_reset(reports: &[Report]) -> Finding {
         return Finding::skip("no Gaudi device reports its module status or replaced rows");
     }
     let measured = format!("{read} devices");
-    verdict(problems, unjudged, measured, |m| {
+    super::judged(&problems, &unjudged, measured, |m| {
         format!("{m} operational, no row replacement pending")
     })
 }
@@ -517,18 +488,6 @@ fn netdevs(facts: &Facts, bus: &str) -> Vec<Netdev> {
     out
 }
 
-/// The most common value (the larger on a tie).
-fn mode(values: impl Iterator<Item = usize>) -> Option<usize> {
-    let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
-    for v in values {
-        *counts.entry(v).or_default() += 1;
-    }
-    counts
-        .into_iter()
-        .max_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
-        .map(|(v, _)| v)
-}
-
 /// The scale-out rate of a Gaudi generation, by PCI device id (the
 /// habanalabs driver's ids).
 fn generation_rate(device: u16) -> Option<u32> {
@@ -554,7 +513,7 @@ fn judge_ports(
             problems.push(format!("{bus}: not in {source}: its ports were not read"));
         }
     }
-    let usual = mode(
+    let usual = super::most_common(
         links
             .values()
             .map(|p| p.iter().filter(|(_, s)| *s == PortState::Up).count()),
@@ -671,7 +630,10 @@ impl HlSmi {
 
     async fn query(&self, facts: &Facts) -> Result<(Vec<Row>, String), Finding> {
         let tool = self.tool(&["-Q", QUERY, "-f", "csv,nounits"], "hl_smi_query");
-        let (text, source) = text(tool.output(self.hl_smi_query.as_deref(), facts).await)?;
+        let (text, source) = tool
+            .output(self.hl_smi_query.as_deref(), facts)
+            .await
+            .text()?;
         hl_smi::parse_query(&source, &text)
             .map(|rows| (rows, source))
             .map_err(Finding::error)
@@ -679,7 +641,10 @@ impl HlSmi {
 
     async fn report(&self, facts: &Facts) -> Result<Vec<Report>, Finding> {
         let tool = self.tool(&["-q"], "hl_smi_report");
-        let (text, source) = text(tool.output(self.hl_smi_report.as_deref(), facts).await)?;
+        let (text, source) = tool
+            .output(self.hl_smi_report.as_deref(), facts)
+            .await
+            .text()?;
         hl_smi::parse_report(&source, &text).map_err(Finding::error)
     }
 
@@ -689,7 +654,10 @@ impl HlSmi {
     ) -> Result<(BTreeMap<String, Vec<(u32, PortState)>>, String), Finding> {
         if self.hl_smi_links.is_some() {
             let tool = self.tool(&["-n", "link"], "hl_smi_links");
-            let (text, source) = text(tool.output(self.hl_smi_links.as_deref(), facts).await)?;
+            let (text, source) = tool
+                .output(self.hl_smi_links.as_deref(), facts)
+                .await
+                .text()?;
             return hl_smi::parse_links(&source, &text, None)
                 .map(|l| (l, source))
                 .map_err(Finding::error);
@@ -697,7 +665,7 @@ impl HlSmi {
         let mut all = BTreeMap::new();
         for bus in pci_devices(facts).keys() {
             let tool = self.tool(&["-n", "link", "-i", bus], "hl_smi_links");
-            let (text, source) = text(tool.output(None, facts).await)?;
+            let (text, source) = tool.output(None, facts).await.text()?;
             let one = hl_smi::parse_links(&source, &text, Some(bus)).map_err(Finding::error)?;
             all.insert(bus.clone(), one.into_values().flatten().collect());
         }
@@ -722,15 +690,6 @@ impl HlSmi {
 
     fn recorded(&self) -> bool {
         self.hl_smi_query.is_some() || self.hl_smi_report.is_some() || self.hl_smi_links.is_some()
-    }
-}
-
-/// The output's text, or the finding that says why there is none.
-fn text(output: Output) -> Result<(String, String), Finding> {
-    match output {
-        Output::Text { text, source } => Ok((text, source)),
-        Output::Skip(reason) => Err(Finding::skip(reason)),
-        Output::Error(e) => Err(Finding::error(e)),
     }
 }
 

@@ -357,6 +357,53 @@ pub fn problems_finding(problems: &[String]) -> Finding {
     Finding::fail(problems.join("; "))
 }
 
+/// What a vendor tool's check found: problems fail; readings the tool
+/// could not give (`N/A`, `Unknown`, a device it left out) beside a clean
+/// result make a warning that names them, never a pass.
+pub fn judged(
+    problems: &[String],
+    unjudged: &[String],
+    measured: String,
+    passed: impl FnOnce(&str) -> String,
+) -> Finding {
+    let finding = if !problems.is_empty() {
+        let unchecked: Vec<&str> = unjudged.iter().map(String::as_str).collect();
+        problems_and_unchecked(problems, &unchecked)
+    } else if !unjudged.is_empty() {
+        Finding::warn(format!(
+            "{}; not judged: {}",
+            passed(&measured),
+            unjudged.join("; ")
+        ))
+    } else {
+        Finding::pass(passed(&measured))
+    };
+    finding.measured(measured)
+}
+
+/// The most common value (the larger on a tie): what most devices of a
+/// node have, where nothing says what they should.
+pub fn most_common<T: Ord + Copy>(values: impl Iterator<Item = T>) -> Option<T> {
+    let mut counts: std::collections::BTreeMap<T, usize> = std::collections::BTreeMap::new();
+    for v in values {
+        *counts.entry(v).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
+        .map(|(v, _)| v)
+}
+
+/// A parameter set with a subject it does not apply to: the located
+/// configuration error (`validate`).
+pub fn only_for(set: bool, name: &str, subjects: &str) -> Result<(), String> {
+    if set {
+        Err(format!("`{name}` applies to `subject: {subjects}` only"))
+    } else {
+        Ok(())
+    }
+}
+
 /// As `problems_finding`, with the parts of the check that could not be
 /// read named beside the problems, never in their place.
 pub fn problems_and_unchecked(problems: &[String], unchecked: &[&str]) -> Finding {

@@ -141,18 +141,6 @@ fn read_file(path: &Path) -> Result<String, String> {
         .map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
-/// The most common value (the larger on a tie).
-fn mode<T: Ord + Copy>(values: impl Iterator<Item = T>) -> Option<T> {
-    let mut counts: BTreeMap<T, usize> = BTreeMap::new();
-    for v in values {
-        *counts.entry(v).or_default() += 1;
-    }
-    counts
-        .into_iter()
-        .max_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
-        .map(|(v, _)| v)
-}
-
 fn plural(n: usize, one: &str) -> String {
     format!("{n} {one}{}", if n == 1 { "" } else { "s" })
 }
@@ -300,7 +288,7 @@ impl NvLink {
             .profile()
             .and_then(|p| Some((p.named(), p.expect.nvlink?.links)));
         for (product, group) in &products {
-            let usual = mode(group.iter().map(|g| g.active()));
+            let usual = super::most_common(group.iter().map(|g| g.active()));
             let (expected, why) = match (self.links, &profile, usual) {
                 (Some(n), _, _) => (n as usize, "as the check sets".to_string()),
                 (None, Some((named, n)), _) => (*n, format!("as {named} sets")),
@@ -360,7 +348,7 @@ impl NvLink {
         let speeds = gpus
             .iter()
             .flat_map(|g| g.links.iter().filter_map(|l| l.speed.map(milli)));
-        if let Some(usual) = mode(speeds) {
+        if let Some(usual) = super::most_common(speeds) {
             for g in &gpus {
                 for l in g.links.iter().filter(|l| l.active) {
                     if let Some(s) = l.speed

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use super::command::{RunError, excerpt, run_program};
 use crate::facts::Facts;
+use crate::result::Finding;
 
 /// The most a recording or a tool's output may hold.
 pub const MAX_OUTPUT: usize = 16 * 1024 * 1024;
@@ -75,6 +76,18 @@ impl Tool<'_> {
                 self.argv[0], self.package
             )),
             Err(RunError::Failed(e)) => Output::Error(e),
+        }
+    }
+}
+
+impl Output {
+    /// The text and where it came from, or the finding that says why
+    /// there is none.
+    pub fn text(self) -> Result<(String, String), Finding> {
+        match self {
+            Output::Text { text, source } => Ok((text, source)),
+            Output::Skip(reason) => Err(Finding::skip(reason)),
+            Output::Error(e) => Err(Finding::error(e)),
         }
     }
 }

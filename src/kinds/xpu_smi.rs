@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::tool_output::{Output, Tool};
+use super::tool_output::Tool;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 use crate::facts::xpu_smi::{self, Health, Tile};
 use crate::facts::{Facts, Vendor};
@@ -341,16 +341,7 @@ fn judge_matrix(cells: &[(Tile, Tile, String)], cards: &Cards, capable: bool, j:
         return;
     }
     j.judged += cross.len();
-    let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
-    for (_, _, c) in &cross {
-        if let Some(n) = lanes(c) {
-            *counts.entry(n).or_default() += 1;
-        }
-    }
-    let usual = counts
-        .iter()
-        .max_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(b.0)))
-        .map(|(n, _)| *n);
+    let usual = super::most_common(cross.iter().filter_map(|(_, _, c)| lanes(c)));
     let mut direct: BTreeSet<(u32, u32)> = BTreeSet::new();
     let card_pairs: BTreeSet<(u32, u32)> = cross.iter().map(|(a, b, _)| (a.0, b.0)).collect();
     for (a, b, c) in &cross {
@@ -388,15 +379,6 @@ fn judge_matrix(cells: &[(Tile, Tile, String)], cards: &Cards, capable: bool, j:
     }
 }
 
-/// The output's text, or the finding that says why there is none.
-fn text(output: Output) -> Result<(String, String), Finding> {
-    match output {
-        Output::Text { text, source } => Ok((text, source)),
-        Output::Skip(reason) => Err(Finding::skip(reason)),
-        Output::Error(e) => Err(Finding::error(e)),
-    }
-}
-
 impl XpuSmi {
     fn tool(&self, args: &[&str], param: &'static str) -> Tool<'static> {
         let mut argv = vec![self.xpu_smi.display().to_string()];
@@ -418,7 +400,10 @@ impl XpuSmi {
         if self.subject == Subject::Diag {
             let level = self.level.to_string();
             let tool = self.tool(&["diag", "-l", &level, "-j"], "xpu_smi_diag");
-            let (t, source) = text(tool.output(self.xpu_smi_diag.as_deref(), facts).await)?;
+            let (t, source) = tool
+                .output(self.xpu_smi_diag.as_deref(), facts)
+                .await
+                .text()?;
             let diag = xpu_smi::parse_diag(&source, &t).map_err(Finding::error)?;
             if let Some(l) = diag.level.filter(|l| *l != u64::from(self.level)) {
                 return Err(Finding::error(format!(
@@ -431,7 +416,10 @@ impl XpuSmi {
         let read_health = self.xpu_smi_health.is_some() || !self.recorded();
         let (health, source) = if read_health {
             let tool = self.tool(&["health", "-l", "-j"], "xpu_smi_health");
-            let (t, source) = text(tool.output(self.xpu_smi_health.as_deref(), facts).await)?;
+            let (t, source) = tool
+                .output(self.xpu_smi_health.as_deref(), facts)
+                .await
+                .text()?;
             (
                 xpu_smi::parse_health(&source, &t).map_err(Finding::error)?,
                 source,
@@ -452,7 +440,10 @@ impl XpuSmi {
         if self.subject == Subject::XeLink && (self.xpu_smi_topology.is_some() || !self.recorded())
         {
             let tool = self.tool(&["topology", "-m"], "xpu_smi_topology");
-            let (t, source) = text(tool.output(self.xpu_smi_topology.as_deref(), facts).await)?;
+            let (t, source) = tool
+                .output(self.xpu_smi_topology.as_deref(), facts)
+                .await
+                .text()?;
             let cells = xpu_smi::parse_matrix(&source, &t).map_err(Finding::error)?;
             // Xe Link is expected where xpu-smi's health does not say every
             // card lacks it; without health, where the cards are OAM
@@ -489,16 +480,10 @@ impl XpuSmi {
             j.judged,
             health.len().max(cards.0.len())
         );
-        let passed = format!("{what}: {measured}, from {}", sources.join(" and "));
-        let unchecked: Vec<&str> = j.unjudged.iter().map(String::as_str).collect();
-        Ok(if !j.problems.is_empty() {
-            super::problems_and_unchecked(&j.problems, &unchecked)
-        } else if !j.unjudged.is_empty() {
-            Finding::warn(format!("{passed}; not judged: {}", j.unjudged.join("; ")))
-        } else {
-            Finding::pass(passed)
-        }
-        .measured(measured))
+        let from = sources.join(" and ");
+        Ok(super::judged(&j.problems, &j.unjudged, measured, |m| {
+            format!("{what}: {m}, from {from}")
+        }))
     }
 }
 

@@ -439,25 +439,26 @@ pub fn diff(profile: &Profile, node: &Inventory, speed: bool) -> Vec<String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn errors_name_their_place() {
-        let bad = "profile: x\nmatch: {vendor: nvidea, device_ids: [\"0xZZ\"], count: 8}\nexpect:\n  pcie: {gen: 9, width: 16}\n  nvlnk: {links: 18}\n";
-        let e: Vec<String> = parse("p.yaml", bad)
+    /// A profile's errors as the operator reads them.
+    fn errors(text: &str) -> Vec<String> {
+        parse("p.yaml", text)
             .unwrap_err()
             .iter()
             .map(|e| e.to_string())
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn errors_name_their_place() {
+        let bad = "profile: x\nmatch: {vendor: nvidea, device_ids: [\"0xZZ\"], count: 8}\nexpect:\n  pcie: {gen: 9, width: 16}\n  nvlnk: {links: 18}\n";
+        let e = errors(bad);
         assert!(
             e.iter()
                 .any(|e| e.starts_with("p.yaml:5:3") && e.contains("nvlnk")),
             "{e:?}"
         );
         let bad = "profile: x\nmatch: {vendor: nvidea, device_ids: [\"0xZZ\"], count: 8}\nexpect:\n  pcie: {gen: 9, width: 16}\n";
-        let e: Vec<String> = parse("p.yaml", bad)
-            .unwrap_err()
-            .iter()
-            .map(|e| e.to_string())
-            .collect();
+        let e = errors(bad);
         assert!(
             e.iter()
                 .any(|e| e.starts_with("p.yaml:2:") && e.contains("`0xZZ`")),
@@ -472,14 +473,9 @@ mod tests {
                 .any(|e| e.starts_with("p.yaml:4:") && e.contains("generation 9")),
             "{e:?}"
         );
-        let empty = parse(
-            "p.yaml",
+        let empty = errors(
             "profile: x\nmatch: {vendor: amd, device_ids: [\"0x74a1\", \"0xQQ\"], count: 8}\nexpect: {pcie: {gen: 5, width: 0}}\n",
-        )
-        .unwrap_err()
-        .iter()
-        .map(|e| e.to_string())
-        .collect::<Vec<_>>();
+        );
         assert!(
             empty
                 .iter()
@@ -490,14 +486,8 @@ mod tests {
             empty.iter().any(|e| e.contains("width must be above 0")),
             "{empty:?}"
         );
-        let nothing = parse(
-            "p.yaml",
-            "profile: x\nmatch: {vendor: amd, device_ids: [\"0x74a1\"], count: 8}\n",
-        )
-        .unwrap_err()
-        .iter()
-        .map(|e| e.to_string())
-        .collect::<Vec<_>>();
+        let nothing =
+            errors("profile: x\nmatch: {vendor: amd, device_ids: [\"0x74a1\"], count: 8}\n");
         assert!(
             nothing[0].contains("the profile expects nothing"),
             "{nothing:?}"

@@ -65,19 +65,7 @@ impl Judged {
     }
 
     fn finding(self, measured: String, passed: impl FnOnce(&str) -> String) -> Finding {
-        let finding = if !self.problems.is_empty() {
-            let unchecked: Vec<&str> = self.unjudged.iter().map(String::as_str).collect();
-            crate::kinds::problems_and_unchecked(&self.problems, &unchecked)
-        } else if !self.unjudged.is_empty() {
-            Finding::warn(format!(
-                "{}; not judged: {}",
-                passed(&measured),
-                self.unjudged.join("; ")
-            ))
-        } else {
-            Finding::pass(passed(&measured))
-        };
-        finding.measured(measured)
+        crate::kinds::judged(&self.problems, &self.unjudged, measured, passed)
     }
 }
 
@@ -203,18 +191,6 @@ pub(super) fn with_ras_states(finding: Finding, off: Vec<String>) -> Finding {
     problems_finding(&problems).measured(measured)
 }
 
-/// The most common value (the larger on a tie).
-fn mode(values: impl Iterator<Item = usize>) -> Option<usize> {
-    let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
-    for v in values {
-        *counts.entry(v).or_default() += 1;
-    }
-    counts
-        .into_iter()
-        .max_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
-        .map(|(v, _)| v)
-}
-
 /// Where the expected link count came from, for the message.
 fn links_expected(
     check: &AmdSmi,
@@ -254,7 +230,11 @@ pub(super) fn judge_xgmi(
     let listed: BTreeSet<u32> = xgmi.iter().map(|g| g.index).collect();
     j.missing(names, &listed, "XGMI output");
     let up = |g: &XgmiGpu| g.links.iter().filter(|(_, s)| *s == LinkState::Up).count();
-    let expected = links_expected(check, profile, mode(known.iter().map(|g| up(g))));
+    let expected = links_expected(
+        check,
+        profile,
+        crate::kinds::most_common(known.iter().map(|g| up(g))),
+    );
     let what = if xgmi.first().is_some_and(|g| g.by_port) {
         "port"
     } else {

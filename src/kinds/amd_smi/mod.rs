@@ -134,13 +134,7 @@ pub struct AmdSmi {
 impl Params for AmdSmi {
     fn validate(&self) -> Result<(), String> {
         use Subject::*;
-        let only = |set: bool, name: &str, subjects: &str| {
-            if set {
-                Err(format!("`{name}` applies to `subject: {subjects}` only"))
-            } else {
-                Ok(())
-            }
-        };
+        let only = super::only_for;
         let s = self.subject;
         only(
             self.max_correctable.is_some() && s != Ecc,
@@ -180,15 +174,6 @@ impl Params for AmdSmi {
     }
 }
 
-/// The output's text, or the finding that says why there is none.
-fn text(output: Output) -> Result<(String, String), Finding> {
-    match output {
-        Output::Text { text, source } => Ok((text, source)),
-        Output::Skip(reason) => Err(Finding::skip(reason)),
-        Output::Error(e) => Err(Finding::error(e)),
-    }
-}
-
 impl AmdSmi {
     fn tool(&self, args: &[&str], param: &'static str) -> Tool<'static> {
         let mut argv = vec![self.amd_smi.display().to_string()];
@@ -207,7 +192,11 @@ impl AmdSmi {
         param: &'static str,
         recorded: Option<&std::path::Path>,
     ) -> Result<Vec<Gpu>, Finding> {
-        let (text, source) = text(self.tool(args, param).output(recorded, facts).await)?;
+        let (text, source) = self
+            .tool(args, param)
+            .output(recorded, facts)
+            .await
+            .text()?;
         amd_smi::parse_gpus(&source, &text).map_err(Finding::error)
     }
 
@@ -233,7 +222,7 @@ impl AmdSmi {
             param: "rocm_smi_json",
             package: "ROCm: rocm-smi-lib",
         };
-        let (t, source) = text(tool.output(recorded, facts).await)?;
+        let (t, source) = tool.output(recorded, facts).await.text()?;
         let r = amd_smi::parse_rocm_smi(&source, &t).map_err(Finding::error)?;
         Ok(judge_rocm_smi(&r, names, &source))
     }
@@ -255,7 +244,7 @@ impl AmdSmi {
                 Output::Skip(_) if live => return self.rocm_smi(facts, names, None).await,
                 // An amd-smi before 6.4 refuses `-l`: rocm-smi says it.
                 Output::Error(_) if live && n == 1 => break,
-                other => text(other)?,
+                other => other.text()?,
             };
             match amd_smi::parse_xgmi(&source, &t) {
                 Ok(Some(x)) => {
