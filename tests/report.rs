@@ -778,3 +778,45 @@ fn the_matrix_row_of_a_culprit_says_so() {
     let row = &row[..row.find("</tr>").unwrap()];
     assert!(row.contains("ready"), "{row}");
 }
+
+/// Ranks of one run on one host whose start seconds differ (a second
+/// boundary fell between them) are one run's reports, folded in; a report
+/// of another job from the next second is superseded.
+#[test]
+fn one_runs_ranks_fold_in_across_a_second_boundary() {
+    let dir = tempfile::tempdir().unwrap();
+    let read = |n: u32| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(rank_file(n)).unwrap()).unwrap()
+    };
+    let r0 = read(0);
+    let mut r1 = read(1);
+    // Rank 1 ran on h0 too, and its clock read the second before.
+    r1["node"]["hostname"] = "h0".into();
+    r1["started_at"] = "2026-11-25T08:36:48Z".into();
+    let a = dir.path().join("a0.json");
+    let b = dir.path().join("a1.json");
+    std::fs::write(&a, r0.to_string()).unwrap();
+    std::fs::write(&b, r1.to_string()).unwrap();
+    let (_, m) = merged(&[a.to_str().unwrap(), b.to_str().unwrap()]);
+    // Nor is the earlier rank taken for an older run than the view's.
+    let warnings = m["warnings"].to_string();
+    assert!(!warnings.contains("superseded"), "{m:#}");
+    assert!(!warnings.contains("older than the one shown"), "{m:#}");
+    // Rank 1 on its own host, a second earlier: the same run as the view.
+    let mut elsewhere = r1.clone();
+    elsewhere["node"]["hostname"] = "h1".into();
+    std::fs::write(&b, elsewhere.to_string()).unwrap();
+    let (_, m) = merged(&[a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(m["warnings"].as_array().unwrap().is_empty(), "{m:#}");
+    // Another job's report (another token) a second older is not this run.
+    let mut other = r1.clone();
+    other["cluster"]["token"] = "PREFLIGHT_TOKEN (00000000)".into();
+    std::fs::write(&b, other.to_string()).unwrap();
+    let (_, m) = merged(&[a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(
+        m["warnings"]
+            .to_string()
+            .contains("a1.json: an older report of h0"),
+        "{m:#}"
+    );
+}

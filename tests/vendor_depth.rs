@@ -365,7 +365,13 @@ fn bad_recordings_and_misplaced_parameters() {
     std::fs::write(&rows, "index, bus_id\n0, 0000:19:00.0, extra\n").unwrap();
     let links = dir.path().join("links.txt");
     std::fs::write(&links, "=== 0000:19:00.0 ===\nport  0:\tMAYBE\n").unwrap();
+    let header = dir.path().join("header.csv");
+    std::fs::write(&header, "index, module_id, bus_id\n").unwrap();
     let list = checks(&[
+        format!(
+            "{{id: none, kind: hl_smi, subject: devices, hl_smi_query: \"{}\"}}",
+            header.display()
+        ),
         format!(
             "{{id: cut, kind: amd_smi, subject: ecc, amd_smi_metric: \"{}\"}}",
             cut.display()
@@ -380,6 +386,14 @@ fn bad_recordings_and_misplaced_parameters() {
         ),
     ]);
     let r = run("gaudi2-hls", &list);
+    // A header and no device: every one of the node's is missing.
+    assert_eq!(r.status("none"), "fail");
+    assert!(
+        r.message("none")
+            .contains("header.csv lists no Gaudi device"),
+        "{}",
+        r.message("none")
+    );
     assert_eq!(r.status("cut"), "error");
     assert!(
         r.message("cut").contains("cut short"),

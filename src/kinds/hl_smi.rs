@@ -228,6 +228,9 @@ fn judge_devices(check: &HlSmi, facts: &Facts, rows: &[Row], source: &str) -> Fi
             ));
         }
     }
+    if rows.is_empty() {
+        problems.push(format!("{source} lists no Gaudi device"));
+    }
     let expected = check.devices.map(|n| n as usize).unwrap_or(pci.len());
     if check.devices.is_some() && rows.len() != expected {
         problems.push(format!(

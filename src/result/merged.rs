@@ -170,6 +170,33 @@ pub struct Source {
 /// The name of a check across nodes in `Problem::nodes`.
 pub const CLUSTER: &str = "cluster";
 
+/// Two reports of one run: started the same second, or ranks of one job's
+/// rendezvous (its address, token fingerprint and world) started within
+/// the rendezvous's own time of each other (a rank's start second can
+/// fall either side of a second boundary, or come late, up to rank 0's
+/// wait).
+fn same_run(a: &Report, b: &Report) -> bool {
+    if a.started_at == b.started_at {
+        return true;
+    }
+    let (Some(x), Some(y)) = (&a.cluster, &b.cluster) else {
+        return false;
+    };
+    let (Ok(p), Ok(q)) = (
+        humantime::parse_rfc3339(&a.started_at),
+        humantime::parse_rfc3339(&b.started_at),
+    ) else {
+        return false;
+    };
+    let apart = p.duration_since(q).or_else(|_| q.duration_since(p));
+    // Whole seconds on both sides, and the slower rank's wait.
+    let skew = std::time::Duration::from_millis(x.duration_ms.max(y.duration_ms) + 2000);
+    apart.is_ok_and(|d| d <= skew)
+        && x.master == y.master
+        && x.token == y.token
+        && x.world_size == y.world_size
+}
+
 /// Merges `reports` (file name, report), in any order.
 pub fn merge(reports: Vec<(String, Report)>, mut warnings: Vec<String>) -> MergedReport {
     let mut reports = reports;
@@ -252,12 +279,14 @@ pub fn merge(reports: Vec<(String, Report)>, mut warnings: Vec<String>) -> Merge
     }
     // One report per node: the newest, and the same run's other ranks on
     // that node folded in.
-    let mut taken: BTreeMap<String, String> = BTreeMap::new();
+    let mut taken: BTreeMap<String, usize> = BTreeMap::new();
     for (i, (file, r)) in reports.iter().enumerate() {
         let own = own_checks(r);
         let hostname = &r.node.hostname;
-        if let Some(at) = taken.get(hostname) {
-            if *at != r.started_at {
+        if let Some(&first) = taken.get(hostname) {
+            let kept = &reports[first].1;
+            if !same_run(kept, r) {
+                let at = &kept.started_at;
                 sources[i].used_for = format!("nothing: superseded by {hostname}'s report of {at}");
                 warnings.push(format!(
                     "{file}: an older report of {hostname} ({}), superseded by the one of {at}",
@@ -266,7 +295,7 @@ pub fn merge(reports: Vec<(String, Report)>, mut warnings: Vec<String>) -> Merge
                 continue;
             }
         } else {
-            taken.insert(hostname.clone(), r.started_at.clone());
+            taken.insert(hostname.clone(), i);
         }
         // A run report of another run than the cluster view's still gives
         // its node's own checks.
@@ -323,9 +352,10 @@ pub fn merge(reports: Vec<(String, Report)>, mut warnings: Vec<String>) -> Merge
             format!("{} and node {hostname}", sources[i].used_for)
         };
         sources[i].used_for = used;
-        if let Some(view) = &view_started
+        if let (Some(view), Some(vi)) = (&view_started, view_at)
             && r.cluster.is_some()
             && &r.started_at < view
+            && !same_run(&reports[vi].1, r)
         {
             warnings.push(format!(
                 "{file}: a run of {} whose cluster view is older than the one shown; its node checks are used",
