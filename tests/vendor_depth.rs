@@ -511,20 +511,29 @@ fn the_vendor_checks_show_everywhere() {
         );
     }
 
-    // The query the kind runs (and tests/gpu/vendor-depth.sh records, from
-    // `explain`) is the one the fixtures hold.
+    // The query the kind documents is the one the fixtures hold and
+    // tests/gpu/vendor-depth.sh records.
     let explain = std::process::Command::new(BIN)
         .args(["explain", "hl_smi"])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&explain.stdout).into_owned();
     let fields = text
-        .split("`hl-smi -Q ")
+        .split("FIELDS being: ")
         .nth(1)
-        .and_then(|t| t.split(" -f csv,nounits`").next())
-        .unwrap_or_else(|| panic!("{text}"));
+        .and_then(|t| t.split(" (joined by commas").next())
+        .unwrap_or_else(|| panic!("{text}"))
+        .replace(", ", ",");
     let header = std::fs::read_to_string(rec("habana-tools", "query-healthy.csv")).unwrap();
     assert_eq!(header.lines().next().unwrap().replace(", ", ","), fields);
+    let script = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/vendor-depth.sh"),
+    )
+    .unwrap();
+    assert!(
+        script.contains(&format!("fields={fields}\n")),
+        "the script's fields differ"
+    );
 
     // The shipped checks under a fixture root: no recording, no pass.
     let shipped = run_with("amd-mi300x", "checks: []\n", &[], true);

@@ -69,7 +69,7 @@ pub const KIND: KindInfo = KindInfo {
             name: "hl_smi_query",
             ty: "path",
             default: Some("unset"),
-            doc: "A recorded `hl-smi -Q index,module_id,bus_id,name,serial,driver_version,ecc.errors.uncorrected.aggregate.total,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.aggregate.total,ecc.errors.corrected.volatile.total,ecc.errors.dram.aggregate.total,ecc.errors.dram.volatile.total,ecc.errors.dram-corrected.aggregate.total,ecc.errors.dram-corrected.volatile.total -f csv,nounits` (with its header).",
+            doc: "A recorded `hl-smi -Q FIELDS -f csv,nounits` with its header, FIELDS being: index, module_id, bus_id, name, serial, driver_version, ecc.errors.uncorrected.aggregate.total, ecc.errors.uncorrected.volatile.total, ecc.errors.corrected.aggregate.total, ecc.errors.corrected.volatile.total, ecc.errors.dram.aggregate.total, ecc.errors.dram.volatile.total, ecc.errors.dram-corrected.aggregate.total, ecc.errors.dram-corrected.volatile.total (joined by commas, no spaces).",
         },
         ParamDoc {
             name: "hl_smi_report",
@@ -94,7 +94,9 @@ pub const KIND: KindInfo = KindInfo {
     parse: parse_params::<HlSmi>,
 };
 
-/// The fields query mode is asked for (Habana's documented names).
+/// The fields query mode is asked for (Habana's documented names); the
+/// `hl_smi_query` parameter's documentation lists them (a test holds the
+/// two equal).
 pub const QUERY: &str = "index,module_id,bus_id,name,serial,driver_version,ecc.errors.uncorrected.aggregate.total,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.aggregate.total,ecc.errors.corrected.volatile.total,ecc.errors.dram.aggregate.total,ecc.errors.dram.volatile.total,ecc.errors.dram-corrected.aggregate.total,ecc.errors.dram-corrected.volatile.total";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -777,5 +779,19 @@ pub fn judge_for_fuzzing(which: u8, text: &str) {
                 assert_ne!(f.status, Status::Pass, "{links:?}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_documented_fields_are_the_query() {
+        let doc = super::KIND
+            .params
+            .iter()
+            .find(|p| p.name == "hl_smi_query")
+            .unwrap()
+            .doc;
+        assert!(doc.contains(&super::QUERY.replace(',', ", ")), "{doc}");
     }
 }
