@@ -995,6 +995,7 @@ fn list_and_explain_know_every_id_a_run_prints() {
     printed.extend([
         "cluster.rendezvous".to_string(),
         "collective.stragglers".to_string(),
+        "collective.slow_links".to_string(),
     ]);
     for id in &printed {
         assert!(ids.contains(&id.as_str()), "`list` does not list {id}");

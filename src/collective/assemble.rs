@@ -6,9 +6,9 @@
 use super::config::Config;
 use super::ending::{availability_reason, explain, init_failure, out_of_time, rank_list};
 use super::rank::{RankBackend, RankResult};
-use super::straggler;
 use super::sweep::Failure;
 use super::{Op, OpError};
+use super::{isolate, straggler};
 use crate::result::collective::{
     BackendReport, CollectiveReport, OpStatus, PairRate, Row, SweepSettings,
 };
@@ -277,8 +277,20 @@ pub fn assemble(
             hosts_crowded.join(", ")
         )
     });
-    let straggler_ranks = straggler::stragglers(world, &judged);
-    let stragglers = straggler_ranks
+    let mut straggler_ranks = straggler::stragglers(world, &judged);
+    let parts: Vec<&isolate::Part> = present.iter().filter_map(|x| x.second.as_ref()).collect();
+    let second_pass = isolate::judge(&parts, hosts, world);
+    // Where the second pass ran, it speaks for the nodes it suspected: a
+    // first-pass straggler there is confirmed, not confirmed or cleared by
+    // it, and every rank of a node it found slow is marked.
+    let suspected: Vec<String> = parts
+        .iter()
+        .find_map(|p| p.plan.as_ref())
+        .filter(|_| second_pass.as_ref().is_some_and(|s| s.ran))
+        .map(|p| p.nodes.iter().map(|&n| isolate::node(hosts, n)).collect())
+        .unwrap_or_default();
+    straggler_ranks.retain(|&r| !suspected.contains(&isolate::node(hosts, r)));
+    let mut stragglers: Vec<String> = straggler_ranks
         .iter()
         .map(|&r| {
             let mine: Vec<f64> = judged
@@ -294,6 +306,12 @@ pub fn assemble(
             )
         })
         .collect();
+    if let Some(sp) = second_pass.as_ref().filter(|s| s.ran) {
+        stragglers.extend(sp.slow_nodes.iter().cloned());
+        straggler_ranks.extend(&sp.slow_node_ranks);
+        straggler_ranks.sort_unstable();
+        straggler_ranks.dedup();
+    }
     CollectiveReport {
         mode: cfg.mode.name().into(),
         world_size: world,
@@ -312,6 +330,7 @@ pub fn assemble(
             iters: cfg.iters,
             step_timeout_ms: cfg.step_timeout.as_millis() as u64,
         }),
+        second_pass,
     }
 }
 
@@ -352,6 +371,7 @@ mod tests {
             backends: vec![b],
             pairs: Vec::new(),
             pair_error: None,
+            second: None,
             link: None,
             oversubscribed: None,
         })

@@ -1,6 +1,7 @@
 //! The check results the collective stage adds to the report: one per
 //! backend (`collective.tcp`, `collective.nccl`, `collective.oneccl`) and
-//! `collective.stragglers`, with hints.
+//! `collective.stragglers` and `collective.slow_links` (the pairwise
+//! round and its second pass), with hints.
 
 use super::Op;
 use super::registry::library;
@@ -101,9 +102,19 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
             Some(STRAGGLERS_HINT.into()),
         ));
     }
+    if let Some(sp) = r.second_pass.as_ref().filter(|s| !s.slow_links.is_empty()) {
+        out.push(synthetic(
+            SLOW_LINKS,
+            Status::Warn,
+            sp.slow_links.join("; "),
+            Some(SLOW_LINKS_HINT.into()),
+        ));
+    }
     out
 }
 
+const SLOW_LINKS: &str = "collective.slow_links";
+const SLOW_LINKS_HINT: &str = "Drain neither node: the path between them is slow. Compare the route and interfaces each takes to the other (`ip route get`), the switch ports and cables between them, and any qdisc or firewall rule toward one of them (`tc qdisc show`, `tc filter show`).";
 const STRAGGLERS: &str = "collective.stragglers";
 const STRAGGLERS_HINT: &str =
     "Compare the named node's link speed, MTU and qdisc (`tc qdisc show`) with the others'.";
@@ -119,7 +130,7 @@ fn failed_hint(backend: &str) -> String {
 }
 
 /// The results this stage prints that no checklist defines: one per
-/// backend it knows, and the stragglers.
+/// backend it knows, the stragglers and the slow links.
 pub fn built_in_results() -> Vec<crate::result::built_in::BuiltIn> {
     use crate::result::Severity;
     use crate::result::built_in::BuiltIn;
@@ -143,9 +154,19 @@ pub fn built_in_results() -> Vec<crate::result::built_in::BuiltIn> {
         kind: "collective",
         area: "collective",
         severity: Severity::Warn,
-        verifies: "The pairwise round of the collective stage: a rank that is slow in every pair it is in, against the median of the pairs without it.".into(),
+        verifies: "The pairwise round of the collective stage: a rank that is slow in every pair it is in, against the median of the pairs without it; across nodes, confirmed by a second pass that measures the node again with nodes that ran at full rate (slow with every good partner).".into(),
         why: "One slow node sets the pace of every collective of the job.",
         hint: STRAGGLERS_HINT.into(),
+        commands: "run, bench",
+    });
+    out.push(BuiltIn {
+        id: SLOW_LINKS.into(),
+        kind: "collective",
+        area: "collective",
+        severity: Severity::Warn,
+        verifies: "The pairwise round's second pass: a node pair slow in the first pass and again when measured a second time, while each of its nodes reaches full rate with other nodes: the link between them, not either node.".into(),
+        why: "A slow path between two nodes slows every collective that crosses it, and draining either node would not fix it.",
+        hint: SLOW_LINKS_HINT.into(),
         commands: "run, bench",
     });
     out

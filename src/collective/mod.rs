@@ -6,7 +6,8 @@
 //! rank's place and its result), `stage` (what a rank runs), `exercise`
 //! (one backend's verification pass and sweep), `tcp` (the built-in TCP
 //! backend), `verify` (known buffers and their checks), `sweep` (sizes,
-//! timing, the table), `straggler` (pairwise round), `assemble` (how rank
+//! timing, the table), `straggler` (pairwise round), `isolate` (its second pass: a slow node told from a
+//! slow link), `assemble` (how rank
 //! 0 makes one report of every rank's result), `ending` (why a backend
 //! ended, and who is at fault), `checks` (the check results
 //! it adds). The library backends run in a child process each: `library`
@@ -25,6 +26,7 @@ pub mod config;
 pub mod driver;
 mod ending;
 pub mod exercise;
+pub mod isolate;
 pub mod job;
 pub mod library;
 pub mod nccl;

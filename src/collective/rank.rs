@@ -17,6 +17,9 @@ pub struct RankResult {
     pub backends: Vec<RankBackend>,
     pub pairs: Vec<PairRate>,
     pub pair_error: Option<OpError>,
+    /// This rank's part of the pairwise round's second pass.
+    #[serde(default)]
+    pub second: Option<super::isolate::Part>,
     /// The TCP backend's interface, link speed and transports.
     #[serde(default)]
     pub link: Option<RankLink>,

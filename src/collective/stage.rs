@@ -18,10 +18,10 @@ use super::assemble::{alone, assemble, failed_with};
 use super::config::Config;
 use super::exercise::exercise;
 use super::rank::{RankBackend, RankInfo, RankResult};
-use super::straggler;
 use super::supervisor;
 use super::tcp::{self, Tcp};
 use super::{Backend, OpError};
+use super::{isolate, straggler};
 use crate::cluster::store;
 use crate::cluster::store::FrameError;
 use crate::result::collective::CollectiveReport;
@@ -36,6 +36,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         backends: Vec::new(),
         pairs: Vec::new(),
         pair_error: None,
+        second: None,
         link: None,
         oversubscribed: oversubscribed(info.local_world),
     };
@@ -134,7 +135,10 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         && !cfg.out_of_time()
     {
         match straggler::round(b, cfg.pair_bytes(), || cfg.deadline(cfg.step_timeout)).await {
-            Ok(p) => result.pairs = p,
+            Ok(p) => {
+                result.second = Some(isolate::run(b, cfg, &info.hosts, &p, cfg.pair_bytes()).await);
+                result.pairs = p;
+            }
             Err(e) => {
                 let e = cfg.judge(e);
                 if !matches!(e, OpError::RunDeadline { .. }) {

@@ -34,10 +34,14 @@ use crate::result::collective::PairRate;
 pub const MAX_ROUNDS: usize = 8;
 /// Timed exchanges per pair and pass; the best counts.
 const REPEATS: usize = 3;
+/// Exchanges of the whole buffer in one `measure`: the untimed one and
+/// the timed ones (for estimating how long a pair takes).
+pub const EXCHANGES: usize = 1 + REPEATS;
 /// Passes over the schedule (the second reversed).
 const PASSES: usize = 2;
-/// A pair slower than this fraction of the fastest pair is slow.
-const SLOW: f64 = 1.0 / 3.0;
+/// A pair slower than this fraction of what the pairs it is judged
+/// against reach (their median) is slow.
+pub const SLOW: f64 = 1.0 / 3.0;
 
 /// Rounds of disjoint pairs (a < b).
 pub fn schedule(n: u32, max_rounds: usize) -> Vec<Vec<(u32, u32)>> {
@@ -93,29 +97,7 @@ pub async fn round<B: Backend>(
             continue;
         };
         let peer = if x == me { y } else { x };
-        let deadline = deadline();
-        let mut one = [0u8; 1];
-        b.sendrecv(&[1], peer, &mut one, peer, deadline).await?;
-        b.sendrecv(&send, peer, &mut recv, peer, deadline).await?;
-        let mut mine = [0u8; 8 * REPEATS];
-        for t in mine.chunks_exact_mut(8) {
-            let start = Instant::now();
-            b.sendrecv(&send, peer, &mut recv, peer, deadline).await?;
-            t.copy_from_slice(&start.elapsed().as_secs_f64().to_le_bytes());
-        }
-        // A sender's part ends when the kernel has taken its bytes, which
-        // a grown socket buffer does at once however slow the link: only
-        // the receiver sees a throttled sender. A repetition's time is the
-        // longer of the two sides'; the pair's, the best repetition's.
-        let mut theirs = [0u8; 8 * REPEATS];
-        b.sendrecv(&mine, peer, &mut theirs, peer, deadline).await?;
-        let secs = |b: &[u8]| f64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
-        let secs = mine
-            .chunks_exact(8)
-            .zip(theirs.chunks_exact(8))
-            .map(|(m, t)| secs(m).max(secs(t)))
-            .fold(f64::INFINITY, f64::min)
-            .max(1e-9);
+        let secs = measure(b, peer, &send, &mut recv, deadline()).await?;
         if me == x {
             match best.iter_mut().find(|(p, _)| *p == (x, y)) {
                 Some((_, t)) => *t = t.min(secs),
@@ -131,6 +113,40 @@ pub async fn round<B: Backend>(
             gbps: bytes as f64 / secs / 1e9,
         })
         .collect())
+}
+
+/// One pair's time for `send.len()` bytes each way, both ranks calling it
+/// with the other as `peer`: a one-byte handshake (so a late partner's
+/// delay is not counted), an untimed exchange, then `REPEATS` timed ones.
+/// A sender's part ends when the kernel has taken its bytes, which a grown
+/// socket buffer does at once however slow the link: only the receiver
+/// sees a throttled sender. A repetition's time is the longer of the two
+/// sides'; the pair's, the best repetition's (seconds, never zero).
+pub async fn measure<B: Backend>(
+    b: &mut B,
+    peer: u32,
+    send: &[u8],
+    recv: &mut [u8],
+    deadline: Instant,
+) -> Result<f64, OpError> {
+    let mut one = [0u8; 1];
+    b.sendrecv(&[1], peer, &mut one, peer, deadline).await?;
+    b.sendrecv(send, peer, recv, peer, deadline).await?;
+    let mut mine = [0u8; 8 * REPEATS];
+    for t in mine.chunks_exact_mut(8) {
+        let start = Instant::now();
+        b.sendrecv(send, peer, recv, peer, deadline).await?;
+        t.copy_from_slice(&start.elapsed().as_secs_f64().to_le_bytes());
+    }
+    let mut theirs = [0u8; 8 * REPEATS];
+    b.sendrecv(&mine, peer, &mut theirs, peer, deadline).await?;
+    let secs = |b: &[u8]| f64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+    Ok(mine
+        .chunks_exact(8)
+        .zip(theirs.chunks_exact(8))
+        .map(|(m, t)| secs(m).max(secs(t)))
+        .fold(f64::INFINITY, f64::min)
+        .max(1e-9))
 }
 
 /// What the pairs without rank `r` reach: their median rate. The median,

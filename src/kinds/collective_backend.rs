@@ -138,6 +138,7 @@ mod tests {
             links: Vec::new(),
             interrupted: None,
             settings: None,
+            second_pass: None,
         }
     }
 

@@ -332,6 +332,7 @@ mod tests {
             links,
             interrupted: None,
             settings: None,
+            second_pass: None,
         }
     }
 

@@ -104,6 +104,9 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
     if let Some(u) = &r.unjudged {
         let _ = writeln!(out, "  {u}");
     }
+    if let Some(sp) = &r.second_pass {
+        out.push_str(&second_pass(sp));
+    }
     if let Some(l) = describe_links(&r.links).filter(|_| r.world_size > 1) {
         let _ = writeln!(out, "  tcp links: {l}");
     }
@@ -251,4 +254,42 @@ mod tests {
         assert!(one_host.ends_with("single-copy reads: 0↔1"), "{one_host}");
         assert_eq!(describe_links(&[]), None);
     }
+}
+
+/// The pairwise round's second pass: why it ran or not, then what it
+/// found (the slow nodes are among the stragglers above).
+fn second_pass(sp: &crate::result::collective::SecondPass) -> String {
+    let mut out = String::new();
+    if !sp.ran {
+        let _ = writeln!(out, "  second pass: {}", sp.reason);
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "  second pass ({:.1} s): {}",
+        sp.ms as f64 / 1000.0,
+        sp.reason
+    );
+    if !sp.pairs.is_empty() {
+        let rates: Vec<String> = sp
+            .pairs
+            .iter()
+            .map(|p| format!("{}↔{} {:.2}", p.a, p.b, p.gbps))
+            .collect();
+        let _ = writeln!(
+            out,
+            "    measured again (GB/s each way): {}",
+            rates.join("  ")
+        );
+    }
+    for l in &sp.slow_links {
+        let _ = writeln!(out, "    slow link: {l}");
+    }
+    for c in &sp.cleared {
+        let _ = writeln!(out, "    cleared: {c}");
+    }
+    if let Some(s) = &sp.skipped {
+        let _ = writeln!(out, "    left out: {s}");
+    }
+    out
 }

@@ -485,6 +485,9 @@ fn heatmap(s: &mut String, c: &crate::result::collective::CollectiveReport) {
     if let Some(u) = &c.unjudged {
         let _ = write!(s, "<p class=\"small\">{}</p>", escape(u));
     }
+    if let Some(sp) = &c.second_pass {
+        second_pass(s, sp);
+    }
     let best = c.pairs.iter().map(|p| p.gbps).fold(0.0_f64, f64::max);
     let world = c.world_size as usize;
     if world > GRID {
@@ -536,6 +539,48 @@ fn heatmap(s: &mut String, c: &crate::result::collective::CollectiveReport) {
         s.push_str("</tr>");
     }
     s.push_str("</tbody></table></div></div>");
+}
+
+/// The pairwise round's second pass: why it ran or not, what it found
+/// (slow nodes, slow links, suspects cleared, what was left out) and the
+/// pairs it measured again.
+fn second_pass(s: &mut String, sp: &crate::result::collective::SecondPass) {
+    let _ = write!(s, "<div id=\"second-pass\"><h4>Second pass</h4>");
+    let took = if sp.ran {
+        format!(" ({:.1} s)", sp.ms as f64 / 1000.0)
+    } else {
+        String::new()
+    };
+    let _ = write!(s, "<p>{}{took}</p>", escape(&sp.reason));
+    let said = [
+        ("s-warn", "!", "slow node", &sp.slow_nodes),
+        ("s-warn", "!", "slow link", &sp.slow_links),
+        ("s-pass", "✓", "cleared", &sp.cleared),
+    ];
+    for (class, mark, what, list) in said {
+        for x in list {
+            let _ = write!(
+                s,
+                "<p class=\"{class}\"><span class=\"m\">{mark}</span> {what}: {}</p>",
+                escape(x)
+            );
+        }
+    }
+    if let Some(x) = &sp.skipped {
+        let _ = write!(s, "<p class=\"small\">left out: {}</p>", escape(x));
+    }
+    if !sp.pairs.is_empty() {
+        s.push_str("<table><thead><tr><th scope=\"col\">ranks</th><th scope=\"col\">GB/s each way, measured again</th></tr></thead><tbody>");
+        for p in &sp.pairs {
+            let _ = write!(
+                s,
+                "<tr><td>{} ↔ {}</td><td>{:.3}</td></tr>",
+                p.a, p.b, p.gbps
+            );
+        }
+        s.push_str("</tbody></table>");
+    }
+    s.push_str("</div>");
 }
 
 fn sources(s: &mut String, m: &MergedReport) {

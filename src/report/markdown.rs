@@ -350,6 +350,44 @@ fn collective(w: &mut String, m: &MergedReport) {
         }
         w.push('\n');
     }
+    if let Some(sp) = &c.second_pass {
+        let _ = writeln!(w, "### Second pass\n");
+        let took = if sp.ran {
+            format!(" ({:.1} s)", sp.ms as f64 / 1000.0)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(w, "{}{took}\n", prose(&sp.reason));
+        let said = [
+            ("slow node", &sp.slow_nodes),
+            ("slow link", &sp.slow_links),
+            ("cleared", &sp.cleared),
+        ];
+        for (what, list) in said {
+            for x in list {
+                let _ = writeln!(w, "- {what}: {}", prose(x));
+            }
+        }
+        if let Some(s) = &sp.skipped {
+            let _ = writeln!(w, "- left out: {}", prose(s));
+        }
+        if !sp.pairs.is_empty() {
+            let rates: Vec<String> = sp
+                .pairs
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}↔{} {:.3}",
+                        inline(&p.a.to_string()),
+                        inline(&p.b.to_string()),
+                        p.gbps
+                    )
+                })
+                .collect();
+            let _ = writeln!(w, "- measured again (GB/s each way): {}", rates.join(", "));
+        }
+        w.push('\n');
+    }
     if !c.pairs.is_empty() {
         let mut pairs = c.pairs.clone();
         pairs.sort_by(|a, b| a.gbps.total_cmp(&b.gbps));

@@ -32,6 +32,50 @@ pub struct CollectiveReport {
     /// What the sweep ran with, so that a figure can be reproduced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<SweepSettings>,
+    /// The pairwise round's second pass: whether it ran, why, and what it
+    /// found. Absent where the pairwise round did not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_pass: Option<SecondPass>,
+}
+
+/// The second pass of the pairwise round: each node the first pass
+/// suspected, measured again with nodes that ran at full rate, which tells
+/// a slow node (slow with every good partner: drain it) from a slow link
+/// (slow only between two nodes that each run at full rate elsewhere:
+/// drain neither).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SecondPass {
+    /// Whether it ran; `reason` says why, or why not.
+    pub ran: bool,
+    pub reason: String,
+    /// The node pairs measured again (each node played by its first
+    /// rank), GB/s each way.
+    #[serde(default)]
+    pub pairs: Vec<PairRate>,
+    /// What the healthy node pairs of the first pass reached (their
+    /// median), GB/s: what "slow" is measured against.
+    #[serde(default)]
+    pub reference_gbps: f64,
+    /// Nodes slow with every good partner, in words.
+    #[serde(default)]
+    pub slow_nodes: Vec<String>,
+    /// Every rank on those nodes.
+    #[serde(default)]
+    pub slow_node_ranks: Vec<u32>,
+    /// Links slow in both passes between nodes that each reach full rate
+    /// with others, in words.
+    #[serde(default)]
+    pub slow_links: Vec<String>,
+    /// Suspects of the first pass that ran at full rate when measured
+    /// again, in words.
+    #[serde(default)]
+    pub cleared: Vec<String>,
+    /// What the time left could not hold, or a pair that failed.
+    #[serde(default)]
+    pub skipped: Option<String>,
+    /// The pass's time, from the shared table to the last pair, ms.
+    #[serde(default)]
+    pub ms: u64,
 }
 
 /// The sweep's parameters as this run used them.
@@ -149,7 +193,7 @@ pub struct Threshold {
     pub min_busbw: f64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PairRate {
     pub a: u32,
     pub b: u32,
