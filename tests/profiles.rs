@@ -415,3 +415,205 @@ fn no_xe_link_fails_oam_modules_only() {
         assert_eq!(r["checks"][0]["status"], status, "{device}: {r:#}");
     }
 }
+
+/// Where their checks set nothing, `infiniband` takes the profile's RDMA
+/// ports (rate, count, link layer), `pcie_link` the profile's generation
+/// and width for the accelerators (a riser capable of x8 only looks
+/// healthy against its own maximum), and `memory` the profile's total:
+/// each says which profile set it.
+#[test]
+fn infiniband_pcie_link_and_memory_read_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    // A copy of the healthy node: one port at half rate, one GPU on a
+    // riser that trains and can train x8 only.
+    let node = dir.path().join("node");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(root("h100-ib-healthy"))
+        .arg(&node)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let linked = |link: &str| {
+        let l = node.join(link);
+        l.parent().unwrap().join(std::fs::read_link(&l).unwrap())
+    };
+    std::fs::write(
+        linked("sys/class/infiniband/mlx5_2").join("ports/1/rate"),
+        "200 Gb/sec (4X HDR)\n",
+    )
+    .unwrap();
+    let gpu = linked("sys/bus/pci/devices/0000:3a:00.0");
+    for f in ["current_link_width", "max_link_width"] {
+        std::fs::write(gpu.join(f), "8\n").unwrap();
+    }
+    let checks = dir.path().join("checks.yaml");
+    std::fs::write(
+        &checks,
+        "checks:\n  - {id: ib, kind: infiniband}\n  - {id: pci, kind: pcie_link, nics: false}\n  - {id: mem, kind: memory, min_nofile: 1}\n",
+    )
+    .unwrap();
+    let site = dir.path().join("site.yaml");
+    let run = |tree: &Path, profile: &str| {
+        std::fs::write(&site, format!("profile: site\nmatch: {{vendor: nvidia, device_ids: [\"0x2330\"], count: 8}}\nexpect:\n{profile}")).unwrap();
+        let out = Command::new(BIN)
+            .args(["check", "--no-shipped", "--format", "json", "--checks"])
+            .arg(&checks)
+            .arg("--root")
+            .arg(tree)
+            .arg("--profile")
+            .arg(&site)
+            .output()
+            .unwrap();
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let of = |id: &str| {
+            let c = r["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["id"] == id)
+                .cloned()
+                .unwrap();
+            (
+                c["status"].as_str().unwrap().to_string(),
+                c["message"].as_str().unwrap().to_string(),
+            )
+        };
+        [of("ib"), of("pci"), of("mem")]
+    };
+    let named = format!("profile site ({})", site.display());
+    let expect = "  rdma: {ports: 8, rate: 400, link_layer: InfiniBand}\n  pcie: {gen: 5, width: 16}\n  memory: {min_total: 1TiB}\n";
+    // The healthy node meets the profile; the degraded copy does not.
+    for (status, message) in run(&root("h100-ib-healthy"), expect) {
+        assert_eq!(status, "pass", "{message}");
+    }
+    let [ib, pci, mem] = run(&node, expect);
+    assert_eq!(ib.0, "fail", "{ib:?}");
+    assert!(
+        ib.1.contains(&format!(
+            "mlx5_2 port 1: rate 200 Gb/sec (4X HDR), where {named} has 400 Gb/sec"
+        )),
+        "{ib:?}"
+    );
+    assert!(
+        ib.1.contains(&format!(
+            "7 InfiniBand ports active at 400 Gb/sec, where {named} has 8"
+        )),
+        "{ib:?}"
+    );
+    assert_eq!(pci.0, "fail", "{pci:?}");
+    assert!(
+        pci.1.contains(&format!(
+            "0000:3a:00.0 (GPU, numa 0): link x8 at 32 GT/s, where {named} has Gen5 x16"
+        )),
+        "{pci:?}"
+    );
+    assert_eq!(mem.0, "pass", "{mem:?}");
+    // Without the profile the riser's link is at its own maximum.
+    let [_, pci, _] = run(&node, "  nvlink: {links: 18}\n");
+    assert_eq!(pci.0, "pass", "{pci:?}");
+    // More memory than the node has.
+    let [_, _, mem] = run(&node, "  memory: {min_total: 4TiB}\n");
+    assert_eq!(mem.0, "fail", "{mem:?}");
+    assert!(
+        mem.1.contains(&format!(
+            "2 TiB of RAM in all, where {named} has at least 4 TiB"
+        )),
+        "{mem:?}"
+    );
+}
+
+/// A directory of site profiles: the one the node's facts match applies,
+/// told by the cloud's instance type (cloud-init's instance metadata,
+/// else the DMI product name), never the host name; a node none of them
+/// matches gets the shipped profile its accelerators match.
+#[test]
+fn a_directory_of_profiles_is_chosen_from_by_the_instance_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("profiles.d");
+    std::fs::create_dir(&site).unwrap();
+    for (file, name, instance) in [
+        ("azure.yaml", "ndv5", "Standard_ND96isr_H100_v5"),
+        ("aws.yaml", "p5", "p5.48xlarge"),
+    ] {
+        std::fs::write(
+            site.join(file),
+            format!("profile: {name}\nmatch: {{vendor: nvidia, device_ids: [\"0x2330\"], count: 8, instance_type: {instance}}}\nexpect:\n  accelerators: {{count: 8}}\n"),
+        )
+        .unwrap();
+    }
+    let node = dir.path().join("node");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(root("h100-ib-healthy"))
+        .arg(&node)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let message = |tree: &Path| {
+        profile_check(tree, Some(&site))["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // No instance type anywhere: the shipped board profile.
+    assert_eq!(
+        message(&node),
+        "matches profile hgx-h100-8: HGX H100 8-GPU, SXM5 80 GB"
+    );
+    // The DMI product name where a cloud writes the type there.
+    let dmi = node.join("sys/class/dmi/id");
+    std::fs::create_dir_all(&dmi).unwrap();
+    std::fs::write(dmi.join("product_name"), "p5.48xlarge\n").unwrap();
+    assert_eq!(
+        message(&node),
+        format!("matches profile p5 ({})", site.join("aws.yaml").display())
+    );
+    // cloud-init's instance metadata says the type on any cloud.
+    let run = node.join("run/cloud-init");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("instance-data.json"),
+        r#"{"v1": {"cloud_name": "azure", "instance_type": "Standard_ND96isr_H100_v5", "region": "eastus"}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        message(&node),
+        format!(
+            "matches profile ndv5 ({})",
+            site.join("azure.yaml").display()
+        )
+    );
+    // And a profile captured there is for that type.
+    let (code, text, err) = baseline(&["capture", "--root", node.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        text.contains(", instance_type: \"Standard_ND96isr_H100_v5\"}"),
+        "{text}"
+    );
+    // baseline diff chooses from the directory the same way.
+    let (code, out, _) = baseline(&[
+        "diff",
+        site.to_str().unwrap(),
+        "--root",
+        node.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("matches profile ndv5"), "{out}");
+    // A bad file in the directory is refused with its place.
+    std::fs::write(site.join("bad.yaml"), "profile: x\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8, instance_typ: y}\nexpect: {accelerators: {count: 8}}\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--only", "node.profile", "--root"])
+        .arg(&node)
+        .arg("--profile")
+        .arg(&site)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}:2:", site.join("bad.yaml").display())),
+        "{err}"
+    );
+}

@@ -41,7 +41,8 @@ pub enum BaselineAction {
     /// This node against PROFILE: every difference named; exit 0 when it
     /// matches, 1 when it does not.
     Diff {
-        /// A profile file (YAML: `profile`, `match`, `expect`).
+        /// A profile file (YAML: `profile`, `match`, `expect`), or a
+        /// directory of them (the one this node's facts match).
         profile: PathBuf,
         /// Read /sys, /proc and /etc under this directory instead of /.
         #[arg(long, value_name = "DIR", default_value = "/")]
@@ -89,11 +90,20 @@ pub fn baseline(args: &BaselineArgs) -> Result<ExitCode, Failure> {
             root,
             no_speed,
         } => {
-            let p = profile::load(path).map_err(|e| {
+            let given = profile::load_given(path).map_err(|e| {
                 let said: Vec<String> = e.iter().map(ToString::to_string).collect();
                 Failure::Usage(said.join("\nerror: "))
             })?;
             let node = node(root)?;
+            let Some(p) = profile::select(&node, Some(&given)) else {
+                write_stdout(&format!(
+                    "{}: no profile in {} matches this node (nor a shipped one)\n",
+                    node.host,
+                    path.display()
+                ))
+                .map_err(|e| Failure::Usage(format!("cannot write: {e}")))?;
+                return Ok(ExitCode::NotReady);
+            };
             let differences = profile::diff(&p, &node, !no_speed);
             let mut text = String::new();
             if differences.is_empty() {

@@ -317,7 +317,7 @@ impl Plan {
             _ => env,
         };
         let given = match &args.profile {
-            Some(path) => Some(crate::facts::profile::load(path).map_err(|errors| {
+            Some(path) => Some(crate::facts::profile::load_given(path).map_err(|errors| {
                 let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
                 Failure::Usage(said.join("\nerror: "))
             })?),

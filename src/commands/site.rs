@@ -22,6 +22,9 @@ pub const SETTINGS_FILE: &str = "settings.yaml";
 pub const CHECKS_DIR: &str = "checks.d";
 /// The site's node profile, over the shipped ones (`--profile`).
 pub const PROFILE_FILE: &str = "profile.yaml";
+/// A fleet of several kinds of node: the site's profiles, each node held
+/// to the one its facts match.
+pub const PROFILES_DIR: &str = "profiles.d";
 
 /// What `incomplete` (a required check that could not be evaluated, or
 /// a deadline) does to a node.
@@ -240,9 +243,12 @@ impl Settings {
         self.dir.join(CHECKS_DIR)
     }
 
-    /// The site's node profile, where it has one.
+    /// The site's node profile, where it has one: `profile.yaml`, held to
+    /// outright, else `profiles.d/`, the one the node's facts match.
     pub fn profile_file(&self) -> Option<PathBuf> {
-        Some(self.dir.join(PROFILE_FILE)).filter(|p| p.is_file())
+        Some(self.dir.join(PROFILE_FILE))
+            .filter(|p| p.is_file())
+            .or_else(|| Some(self.dir.join(PROFILES_DIR)).filter(|p| p.is_dir()))
     }
 }
 

@@ -120,7 +120,7 @@ fn site(dir: &Path, quiet: bool) -> Result<ExitCode, Failure> {
     // The site's profile, where it has one: its errors are located.
     let profile = settings.profile_file();
     if let Some(path) = &profile
-        && let Err(e) = crate::facts::profile::load(path)
+        && let Err(e) = crate::facts::profile::load_given(path)
     {
         errors.extend(e.into_iter().map(|e| ChecklistError {
             file: e.file,

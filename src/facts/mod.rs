@@ -61,7 +61,7 @@ pub struct Facts {
     live_gpus: tokio::sync::OnceCell<Result<GpuReport, String>>,
     interfaces: OnceLock<Vec<Interface>>,
     /// The profile the operator gave (`--profile`), over the shipped ones.
-    given_profile: Option<Arc<profile::Profile>>,
+    given_profile: Option<profile::Given>,
     profile: OnceLock<Option<Arc<profile::Profile>>>,
     /// Which ports could be bound: one probe per port per run.
     pub ports: ports::PortProbes,
@@ -115,9 +115,10 @@ impl Facts {
         self
     }
 
-    /// The profile to hold this node to, whatever the shipped ones say.
-    pub fn with_profile(mut self, profile: Option<profile::Profile>) -> Facts {
-        self.given_profile = profile.map(Arc::new);
+    /// The profile to hold this node to, whatever the shipped ones say,
+    /// or the site's profiles to choose it from.
+    pub fn with_profile(mut self, profile: Option<profile::Given>) -> Facts {
+        self.given_profile = profile;
         self
     }
 

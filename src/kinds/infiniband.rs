@@ -19,7 +19,7 @@ use crate::values::{Bytes, format_bytes};
 pub const KIND: KindInfo = KindInfo {
     name: "infiniband",
     area: "network",
-    summary: "InfiniBand and RoCE ports (those NCCL_IB_HCA selects) are ACTIVE and LinkUp at the expected rate and link layer, with the RoCE v2 GID at NCCL_IB_GID_INDEX, error counters under thresholds, IPoIB up and enough locked memory.",
+    summary: "InfiniBand and RoCE ports (those NCCL_IB_HCA selects) are ACTIVE and LinkUp at the expected rate and link layer (the check's, else the node profile's `rdma`), with the RoCE v2 GID at NCCL_IB_GID_INDEX, error counters under thresholds, IPoIB up and enough locked memory.",
     params: &[
         ParamDoc {
             name: "state",
@@ -218,6 +218,14 @@ impl Infiniband {
 
     fn check(&self, facts: &Facts) -> Result<Finding, String> {
         let hcas = facts.hcas();
+        let wanted = facts
+            .profile()
+            .and_then(|p| Some((p.named(), p.expect.rdma.as_ref()?.ports)));
+        if let (true, None, Some((named, ports))) = (hcas.is_empty(), self.expect_active, wanted) {
+            return Ok(Finding::fail(format!(
+                "no RDMA device (/sys/class/infiniband is empty or absent), where {named} has {ports} active ports"
+            )));
+        }
         if hcas.is_empty() {
             return Ok(match self.expect_active {
                 Some(n) => Finding::fail(format!(
@@ -296,6 +304,20 @@ impl Infiniband {
         if self.state && !unreadable.is_empty() {
             return Err(format!("unreadable or empty: {}", unreadable.join(", ")));
         }
+        // The node's profile sets the rate, link layer and count of the
+        // fabric's ports where the check does not; it speaks of the ports
+        // of its link layer only (a storage NIC on another is not its).
+        let profile = facts
+            .profile()
+            .and_then(|p| Some((p.named(), p.expect.rdma.clone()?)));
+        let of_profile = |port: &Port| {
+            profile.as_ref().is_some_and(|(_, r)| {
+                r.link_layer
+                    .as_deref()
+                    .is_none_or(|l| port.link_layer.eq_ignore_ascii_case(l))
+            })
+        };
+        let mut profile_active = 0u32;
         let mut active = Vec::new();
         // A down port or a failing link is the node's problem whether or
         // not this job's NCCL_IB_HCA selects it; only a port an operator
@@ -311,6 +333,13 @@ impl Infiniband {
             let up = port.state == "ACTIVE" && port.phys_state == "LinkUp";
             if up && chosen {
                 active.push(name.clone());
+            }
+            if up
+                && of_profile(port)
+                && let Some((_, r)) = &profile
+                && port.rate.is_some_and(|x| x >= r.rate)
+            {
+                profile_active += 1;
             }
             if !up && self.state && port.phys_state != "Disabled" {
                 let bus = hca
@@ -339,6 +368,16 @@ impl Infiniband {
                 problems.push(format!(
                     "{name}: rate {}, expected at least {min} Gb/sec",
                     or_unknown(&port.rate_text)
+                ));
+            }
+            if let (None, Some((named, r)), true) = (self.min_rate, &profile, of_profile(port))
+                && up
+                && port.rate.is_none_or(|x| x < r.rate)
+            {
+                problems.push(format!(
+                    "{name}: rate {}, where {named} has {} Gb/sec",
+                    or_unknown(&port.rate_text),
+                    r.rate
                 ));
             }
             if let Some(want) = &self.link_layer
@@ -386,6 +425,20 @@ impl Infiniband {
                 "{} active port{}, expected at least {want}{why}",
                 active.len(),
                 if active.len() == 1 { "" } else { "s" }
+            ));
+        }
+        if let (None, Some((named, r))) = (self.expect_active, &profile)
+            && profile_active < r.ports as u32
+        {
+            problems.push(format!(
+                "{profile_active} {}port{} active at {} Gb/sec, where {named} has {}",
+                r.link_layer
+                    .as_deref()
+                    .map(|l| format!("{l} "))
+                    .unwrap_or_default(),
+                if profile_active == 1 { "" } else { "s" },
+                r.rate,
+                r.ports
             ));
         }
         let ipoib = if self.ipoib {

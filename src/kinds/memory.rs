@@ -18,7 +18,7 @@ use crate::values::{Bytes, format_bytes};
 pub const KIND: KindInfo = KindInfo {
     name: "memory",
     area: "memory",
-    summary: "Available RAM, the size of /dev/shm, free hugepages and the open-files limit (against the world size) meet thresholds.",
+    summary: "Available RAM, the size of /dev/shm, free hugepages and the open-files limit (against the world size) meet thresholds; the RAM in all meets the node profile's `memory`, where one applies.",
     params: &[
         ParamDoc {
             name: "min_available",
@@ -217,7 +217,13 @@ impl Memory {
         let mut notes = Vec::new();
         let mut unchecked: Vec<Unchecked> = Vec::new();
         let mut finding_vars: Vec<(&'static str, String)> = Vec::new();
+        // The node's profile sets how much memory the node must have in
+        // all (a lost DIMM), beside what this check asks of what is free.
+        let profile = facts
+            .profile()
+            .and_then(|p| Some((p.named(), p.expect.memory?.min_total)));
         let needs_meminfo = self.min_available.is_some()
+            || profile.is_some()
             || self.min_hugepages.is_some()
             || self.min_shm.is_some()
             || self.min_shm_free.is_some();
@@ -243,6 +249,16 @@ impl Memory {
                         ));
                     }
                 }
+                Err(e) => unchecked.push(Unchecked::Unreadable(e)),
+            }
+        }
+        if let Some((named, min)) = &profile {
+            match field("MemTotal") {
+                Ok(total) if total < min.0 => problems.push(format!(
+                    "{} of RAM in all, where {named} has at least {min}",
+                    format_bytes(total)
+                )),
+                Ok(total) => notes.push(format!("{} in all", format_bytes(total))),
                 Err(e) => unchecked.push(Unchecked::Unreadable(e)),
             }
         }

@@ -17,7 +17,7 @@ use crate::result::Finding;
 pub const KIND: KindInfo = KindInfo {
     name: "pcie_link",
     area: "accelerators",
-    summary: "Every GPU's and NIC's PCIe link runs at its maximum width and speed (sysfs current_link_* against max_link_*); reports each one's NUMA node.",
+    summary: "Every GPU's and NIC's PCIe link runs at its maximum width and speed (sysfs current_link_* against max_link_*), and the accelerators' at least at the node profile's generation and width; reports each one's NUMA node.",
     params: &[
         ParamDoc {
             name: "gpus",
@@ -117,6 +117,13 @@ impl PcieLink {
         let mut problems = Vec::new();
         let mut degraded = Vec::new();
         let mut numa = Vec::new();
+        // The node's profile says what its accelerators' links must be:
+        // a slot or riser capable of less than the board's design shows
+        // at its own maximum, and only the profile can tell.
+        let profile = facts.profile().and_then(|p| {
+            let pcie = p.expect.pcie?;
+            Some((p.named(), pcie, p.matcher.vendor))
+        });
         for (what, d) in &devices {
             let l = &d.link;
             let node = d
@@ -134,6 +141,19 @@ impl PcieLink {
                     d.address,
                     describe(l.current_width, l.current_speed),
                     describe(l.max_width, l.max_speed)
+                ));
+                degraded.push(d.address.clone());
+            } else if let Some((named, want, vendor)) = &profile
+                && d.accelerator_vendor() == Some(*vendor)
+                && (l.current_width.is_some_and(|w| w < want.width)
+                    || (self.speed && l.current_speed.is_some_and(|s| s + 0.01 < want.gts())))
+            {
+                problems.push(format!(
+                    "{} ({what}, {node}): link {}, where {named} has Gen{} x{}",
+                    d.address,
+                    describe(l.current_width, l.current_speed),
+                    want.generation,
+                    want.width
                 ));
                 degraded.push(d.address.clone());
             }

@@ -42,8 +42,10 @@ pub struct RunArgs {
     pub display: DisplayArgs,
     /// Hold this node to the profile in FILE (what a node of its kind
     /// must have: `preflight baseline capture` writes one) instead of the
-    /// shipped profile its accelerators match.
-    #[arg(long, value_name = "FILE")]
+    /// shipped profile its accelerators match; or, given a directory, to
+    /// the one of its *.yaml profiles the node's facts match (else a
+    /// shipped one).
+    #[arg(long, value_name = "FILE|DIR")]
     pub profile: Option<PathBuf>,
     /// Report format.
     #[arg(long, value_enum, default_value = "human")]

@@ -41,6 +41,10 @@ pub struct Inventory {
     pub rdma: Vec<RdmaPort>,
     pub memory_total: Option<u64>,
     pub dmi_product: Option<String>,
+    /// The cloud's instance type, from the instance metadata cloud-init
+    /// writes on the node (`/run/cloud-init/instance-data.json`,
+    /// `v1.instance_type`).
+    pub instance_type: Option<String>,
     /// The CPUs say they run under a hypervisor (a cloud VM).
     pub virtual_machine: bool,
 }
@@ -86,6 +90,7 @@ impl Inventory {
             dmi_product: read("/sys/class/dmi/id/product_name")
                 .map(|t| t.trim().to_string())
                 .filter(|t| !t.is_empty()),
+            instance_type: read(INSTANCE_DATA).and_then(|t| instance_type(&t)),
             // x86 CPUs say so in their flags; Xen and others in
             // /sys/hypervisor (aarch64 guests under KVM say neither).
             virtual_machine: read("/proc/cpuinfo").is_some_and(|t| {
@@ -98,8 +103,20 @@ impl Inventory {
     }
 }
 
+/// Where cloud-init writes what the cloud's metadata service said of the
+/// instance (AWS, Azure, GCP, OCI and others alike).
+pub const INSTANCE_DATA: &str = "/run/cloud-init/instance-data.json";
+
+/// `v1.instance_type` of cloud-init's instance data: a type name, not
+/// empty, without control characters.
+fn instance_type(json: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let t = v.get("v1")?.get("instance_type")?.as_str()?.trim();
+    (!t.is_empty() && t.len() <= 128 && !t.chars().any(char::is_control)).then(|| t.to_string())
+}
+
 /// PCIe GT/s of each generation.
-const GENERATIONS: [(u8, f64); 6] = [
+pub(super) const GENERATIONS: [(u8, f64); 6] = [
     (1, 2.5),
     (2, 5.0),
     (3, 8.0),
@@ -290,10 +307,11 @@ pub fn capture(node: &Inventory, name: &str) -> Result<String, String> {
         node.virtual_machine,
         // The cloud's instance type, where the node has one: the profile
         // then applies to that size only.
-        node.dmi_product
-            .as_deref()
-            .map(|d| format!(", dmi_product: {}", yaml_text(d)))
-            .unwrap_or_default(),
+        match (&node.instance_type, &node.dmi_product) {
+            (Some(t), _) => format!(", instance_type: {}", yaml_text(t)),
+            (None, Some(d)) => format!(", dmi_product: {}", yaml_text(d)),
+            (None, None) => String::new(),
+        },
         accs.len()
     );
     // The lowest generation and the narrowest width, each on its own.

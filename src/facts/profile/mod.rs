@@ -57,6 +57,10 @@ pub struct Match {
     /// Whether the node must be a virtual machine (`false`: bare metal,
     /// as the data-sheet figures of a board are), else either.
     pub virtual_machine: Option<bool>,
+    /// The cloud's instance type, exactly (any case): as its instance
+    /// metadata file says (cloud-init's instance-data.json), else, on a
+    /// node without one, the DMI product name (where the cloud writes it).
+    pub instance_type: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -93,6 +97,16 @@ pub struct Pcie {
     #[serde(rename = "gen")]
     pub generation: u8,
     pub width: u32,
+}
+
+impl Pcie {
+    /// The generation's rate, GT/s.
+    pub fn gts(&self) -> f64 {
+        inventory::GENERATIONS
+            .iter()
+            .find(|(g, _)| *g == self.generation)
+            .map_or(0.0, |(_, s)| *s)
+    }
 }
 
 /// Links each GPU must have up (NVLink, XGMI).
@@ -136,6 +150,8 @@ struct RawMatch {
     dmi_product: Option<String>,
     #[serde(default)]
     virtual_machine: Option<bool>,
+    #[serde(default)]
+    instance_type: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -350,6 +366,7 @@ pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<ProfileError>> {
             device_ids: ids,
             count: raw.matcher.count,
             dmi_product: raw.matcher.dmi_product,
+            instance_type: raw.matcher.instance_type,
             virtual_machine: raw.matcher.virtual_machine,
         },
         expect: raw.expect,
@@ -386,6 +403,13 @@ impl Profile {
                 return None;
             }
         }
+        if let Some(want) = &self.matcher.instance_type {
+            // The metadata's word first: DMI's only where there is none.
+            let have = node.instance_type.as_ref().or(node.dmi_product.as_ref());
+            if !have.is_some_and(|h| h.trim().eq_ignore_ascii_case(want.trim())) {
+                return None;
+            }
+        }
         let count = node
             .accelerators
             .iter()
@@ -415,15 +439,63 @@ impl Profile {
 /// The profile that applies to the node: the one given (`--profile`)
 /// outright (a node it does not fit fails it, each difference named),
 /// else the best-fitting shipped one.
-pub fn select(node: &Inventory, given: Option<&Arc<Profile>>) -> Option<Arc<Profile>> {
-    if let Some(p) = given {
-        return Some(Arc::clone(p));
+pub fn select(node: &Inventory, given: Option<&Given>) -> Option<Arc<Profile>> {
+    let best = |candidates: &[Arc<Profile>]| {
+        candidates
+            .iter()
+            .filter_map(|p| p.fit(node).map(|f| (f, p)))
+            .min_by_key(|(f, _)| *f)
+            .map(|(_, p)| Arc::clone(p))
+    };
+    match given {
+        Some(Given::Outright(p)) => Some(Arc::clone(p)),
+        Some(Given::Candidates(site)) => best(site).or_else(|| best(shipped())),
+        None => best(shipped()),
     }
-    shipped()
-        .iter()
-        .filter_map(|p| p.fit(node).map(|f| (f, p)))
-        .min_by_key(|(f, _)| *f)
-        .map(|(_, p)| Arc::clone(p))
+}
+
+/// The profiles the operator gave: one file, held to outright, or a
+/// directory of them, the one the node's facts match chosen (before the
+/// shipped ones).
+#[derive(Debug, Clone)]
+pub enum Given {
+    Outright(Arc<Profile>),
+    Candidates(Vec<Arc<Profile>>),
+}
+
+/// `--profile PATH`: a file (applied outright) or a directory whose
+/// `*.yaml` files are the site's profiles, in name order; every error of
+/// every file, located.
+pub fn load_given(path: &Path) -> Result<Given, Vec<ProfileError>> {
+    if !path.is_dir() {
+        return load(path).map(|p| Given::Outright(Arc::new(p)));
+    }
+    let shown = path.display().to_string();
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| vec![unlocated(&shown, format!("cannot read the directory: {e}"))])?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(vec![unlocated(
+            &shown,
+            "no profile in the directory (*.yaml)".into(),
+        )]);
+    }
+    let mut profiles = Vec::new();
+    let mut errors = Vec::new();
+    for f in &files {
+        match load(f) {
+            Ok(p) => profiles.push(Arc::new(p)),
+            Err(mut e) => errors.append(&mut e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(Given::Candidates(profiles))
+    } else {
+        Err(errors)
+    }
 }
 
 /// What the node has that the profile does not expect, each difference
