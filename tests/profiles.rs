@@ -617,3 +617,56 @@ fn a_directory_of_profiles_is_chosen_from_by_the_instance_type() {
         "{err}"
     );
 }
+
+/// Driver and firmware families: captured from a known-good node as the
+/// driver's major and the firmware's first two parts, and a node with
+/// another driver or one adapter on older firmware named against them.
+#[test]
+fn driver_and_firmware_families_are_captured_and_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let captured = dir.path().join("site.yaml");
+    let (code, _, err) = baseline(&[
+        "capture",
+        "--root",
+        root("h100-ib-healthy").to_str().unwrap(),
+        "--output",
+        captured.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let text = std::fs::read_to_string(&captured).unwrap();
+    assert!(text.contains("\n  driver: {family: \"550\"}\n"), "{text}");
+    assert!(text.contains("  firmware: {rdma: \"28.39\""), "{text}");
+    let node = dir.path().join("node");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(root("h100-ib-healthy"))
+        .arg(&node)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let diff = || {
+        baseline(&[
+            "diff",
+            captured.to_str().unwrap(),
+            "--root",
+            node.to_str().unwrap(),
+        ])
+    };
+    assert_eq!(diff().0, Some(0), "{}", diff().1);
+    std::fs::write(node.join("sys/module/nvidia/version"), "535.104.05\n").unwrap();
+    let hca = node.join("sys/class/infiniband/mlx5_3");
+    let hca = hca
+        .parent()
+        .unwrap()
+        .join(std::fs::read_link(&hca).unwrap());
+    std::fs::write(hca.join("fw_ver"), "28.38.1002\n").unwrap();
+    let (code, out, _) = diff();
+    assert_eq!(code, Some(1), "{out}");
+    for d in [
+        "  driver nvidia 535.104.05 where the profile has the 550 family\n",
+        "  mlx5_3: RDMA adapter firmware 28.38.1002 where the profile has the 28.39 family\n",
+    ] {
+        assert!(out.contains(d), "{d} not in:\n{out}");
+    }
+    assert!(!out.contains("mlx5_2"), "{out}");
+}

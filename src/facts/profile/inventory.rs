@@ -45,6 +45,14 @@ pub struct Inventory {
     /// writes on the node (`/run/cloud-init/instance-data.json`,
     /// `v1.instance_type`).
     pub instance_type: Option<String>,
+    /// Each accelerator driver loaded: its vendor, module and version
+    /// (`/sys/module/MODULE/version`).
+    pub drivers: Vec<(Vendor, String, String)>,
+    /// Each RDMA adapter's firmware (`fw_ver`).
+    pub rdma_firmware: Vec<(String, String)>,
+    /// Each NVIDIA GPU's video BIOS, by PCI address (the driver's
+    /// /proc/driver/nvidia/gpus/ADDRESS/information).
+    pub vbios: Vec<(String, String)>,
     /// The CPUs say they run under a hypervisor (a cloud VM).
     pub virtual_machine: bool,
 }
@@ -81,8 +89,55 @@ impl Inventory {
         // Bounded: a root's files are not trusted to be small.
         let read =
             |path: &str| crate::facts::read_bounded(&facts.host_path(path), 8 * 1024 * 1024).ok();
+        let small = |path: &str| {
+            crate::facts::read_bounded(&facts.host_path(path), 4096)
+                .ok()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty() && !t.chars().any(char::is_control))
+        };
+        let drivers = [Vendor::Nvidia, Vendor::Amd, Vendor::Intel, Vendor::Habana]
+            .into_iter()
+            .flat_map(|v| v.drivers().iter().map(move |m| (v, *m)))
+            .filter_map(|(v, m)| {
+                Some((
+                    v,
+                    m.to_string(),
+                    small(&format!("/sys/module/{m}/version"))?,
+                ))
+            })
+            .collect();
+        let rdma_firmware = facts
+            .hcas()
+            .iter()
+            .filter_map(|h| {
+                Some((
+                    h.name.clone(),
+                    small(&format!("/sys/class/infiniband/{}/fw_ver", h.name))?,
+                ))
+            })
+            .collect();
+        let vbios = facts
+            .accelerators()
+            .iter()
+            .filter(|a| a.vendor == Vendor::Nvidia)
+            .filter_map(|a| {
+                let info = small_text(
+                    facts,
+                    &format!("/proc/driver/nvidia/gpus/{}/information", a.pci.address),
+                )?;
+                let v = info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Video BIOS:"))?
+                    .trim()
+                    .to_string();
+                (!v.is_empty()).then(|| (a.pci.address.clone(), v))
+            })
+            .collect();
         Inventory {
             host: facts.hostname().to_string(),
+            drivers,
+            rdma_firmware,
+            vbios,
             accelerators,
             rdma,
             memory_total: read("/proc/meminfo")
@@ -101,6 +156,10 @@ impl Inventory {
                 .is_some_and(|t| !t.trim().is_empty()),
         }
     }
+}
+
+fn small_text(facts: &Facts, path: &str) -> Option<String> {
+    crate::facts::read_bounded(&facts.host_path(path), 64 * 1024).ok()
 }
 
 /// Where cloud-init writes what the cloud's metadata service said of the
@@ -241,6 +300,49 @@ pub fn diff(profile: &Profile, node: &Inventory, speed: bool) -> Vec<String> {
             ));
         }
     }
+    if let Some(d) = &profile.expect.driver {
+        let mine: Vec<&(Vendor, String, String)> = node
+            .drivers
+            .iter()
+            .filter(|(v, _, _)| *v == m.vendor)
+            .collect();
+        if mine.is_empty() {
+            out.push(format!(
+                "the {} driver's version is unknown (no /sys/module/{}/version): the profile has the {} family",
+                m.vendor.name(),
+                m.vendor.drivers().join("/version or /sys/module/"),
+                d.family
+            ));
+        }
+        for (_, module, version) in mine
+            .iter()
+            .filter(|(_, _, v)| !super::in_family(v, &d.family))
+        {
+            out.push(format!(
+                "driver {module} {version} where the profile has the {} family",
+                d.family
+            ));
+        }
+    }
+    if let Some(f) = &profile.expect.firmware {
+        let families = [
+            (f.rdma.as_ref(), &node.rdma_firmware, "RDMA adapter"),
+            (f.vbios.as_ref(), &node.vbios, "video BIOS"),
+        ];
+        for (family, found, what) in families {
+            let Some(family) = family else { continue };
+            if found.is_empty() {
+                out.push(format!(
+                    "no {what} firmware version found: the profile has the {family} family"
+                ));
+            }
+            for (at, version) in found.iter().filter(|(_, v)| !super::in_family(v, family)) {
+                out.push(format!(
+                    "{at}: {what} firmware {version} where the profile has the {family} family"
+                ));
+            }
+        }
+    }
     match (profile.expect.memory, node.memory_total) {
         (Some(mem), Some(total)) if total < mem.min_total.0 => out.push(format!(
             "{} of memory where the profile has at least {}",
@@ -343,6 +445,42 @@ pub fn capture(node: &Inventory, name: &str) -> Result<String, String> {
     if let Some(total) = node.memory_total {
         let gib = (total as f64 * 0.97 / (1u64 << 30) as f64).floor() as u64;
         text.push_str(&format!("  memory: {{min_total: {gib}GiB}}\n"));
+    }
+    // Versions as families: the driver's major (550 of 550.90.07), the
+    // firmware's first two parts (28.39 of 28.39.1002), where every device
+    // agrees; a node with two families is no baseline for either.
+    let family = |v: &str, parts: usize| {
+        v.split(['.', '-'])
+            .take(parts)
+            .collect::<Vec<_>>()
+            .join(".")
+    };
+    let agreed = |versions: Vec<String>| {
+        let first = versions.first()?.clone();
+        versions.iter().all(|v| *v == first).then_some(first)
+    };
+    if let Some(d) = agreed(
+        node.drivers
+            .iter()
+            .filter(|(v, _, _)| *v == vendor)
+            .map(|(_, _, version)| family(version, 1))
+            .collect(),
+    ) {
+        text.push_str(&format!("  driver: {{family: {}}}\n", yaml_text(&d)));
+    }
+    let rdma = agreed(
+        node.rdma_firmware
+            .iter()
+            .map(|(_, v)| family(v, 2))
+            .collect(),
+    );
+    let vbios = agreed(node.vbios.iter().map(|(_, v)| family(v, 2)).collect());
+    let firmware: Vec<String> = [("rdma", rdma), ("vbios", vbios)]
+        .into_iter()
+        .filter_map(|(k, v)| Some(format!("{k}: {}", yaml_text(&v?))))
+        .collect();
+    if !firmware.is_empty() {
+        text.push_str(&format!("  firmware: {{{}}}\n", firmware.join(", ")));
     }
     // What the sysfs view cannot show is left to the operator: NVLink and
     // XGMI links, a Gaudi's scale-out rate.

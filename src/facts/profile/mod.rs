@@ -80,6 +80,38 @@ pub struct Expect {
     pub scale_out: Option<ScaleOut>,
     #[serde(default)]
     pub memory: Option<Memory>,
+    #[serde(default)]
+    pub driver: Option<Driver>,
+    #[serde(default)]
+    pub firmware: Option<Firmware>,
+}
+
+/// The accelerator driver's version family: `550` holds 550.90.07 and
+/// 550.54.15, not 535.x or 5501.x.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Driver {
+    pub family: String,
+}
+
+/// Firmware families: every RDMA adapter's (`fw_ver`, e.g. `28.39`), every
+/// NVIDIA GPU's video BIOS (e.g. `96.00`).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Firmware {
+    #[serde(default)]
+    pub rdma: Option<String>,
+    #[serde(default)]
+    pub vbios: Option<String>,
+}
+
+/// Whether `version` is of `family`: the same, or it followed by a dot
+/// (or a dash: 2.0.0-15, a build after the version).
+pub fn in_family(version: &str, family: &str) -> bool {
+    let (v, f) = (version.trim(), family.trim());
+    v == f
+        || v.strip_prefix(f)
+            .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -303,7 +335,7 @@ pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<ProfileError>> {
     if *e == Expect::default() {
         errors.push(at(
             &["expect"],
-            "the profile expects nothing: name at least one of accelerators, pcie, nvlink, xgmi, rdma, scale_out, memory".into(),
+            "the profile expects nothing: name at least one of accelerators, pcie, nvlink, xgmi, rdma, scale_out, memory, driver, firmware".into(),
         ));
     }
     for (zero, path, what) in [
@@ -343,6 +375,36 @@ pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<ProfileError>> {
         if zero {
             errors.push(at(path, format!("{what} must be above 0")));
         }
+    }
+    for (family, path) in [
+        (
+            e.driver.as_ref().map(|d| &d.family),
+            &["expect", "driver", "family"][..],
+        ),
+        (
+            e.firmware.as_ref().and_then(|f| f.rdma.as_ref()),
+            &["expect", "firmware", "rdma"][..],
+        ),
+        (
+            e.firmware.as_ref().and_then(|f| f.vbios.as_ref()),
+            &["expect", "firmware", "vbios"][..],
+        ),
+    ] {
+        if family.is_some_and(|f| f.trim().is_empty()) {
+            errors.push(at(
+                path,
+                "an empty family holds every version: name one (e.g. 550)".into(),
+            ));
+        }
+    }
+    if e.firmware
+        .as_ref()
+        .is_some_and(|f| *f == Firmware::default())
+    {
+        errors.push(at(
+            &["expect", "firmware"],
+            "name rdma, vbios or both".into(),
+        ));
     }
     if raw.profile.trim().is_empty() {
         errors.push(at(&["profile"], "the profile needs a name".into()));
@@ -518,6 +580,21 @@ mod tests {
             .iter()
             .map(|e| e.to_string())
             .collect()
+    }
+
+    #[test]
+    fn a_family_holds_its_versions_only() {
+        for (v, f, yes) in [
+            ("550.90.07", "550", true),
+            ("550", "550", true),
+            ("5501.2", "550", false),
+            ("535.104.05", "550", false),
+            ("28.39.1002", "28.39", true),
+            ("28.391.2", "28.39", false),
+            ("1.18.0-524", "1.18.0", true),
+        ] {
+            assert_eq!(in_family(v, f), yes, "{v} in {f}");
+        }
     }
 
     #[test]
