@@ -580,3 +580,79 @@ fn one_percent_loss_on_one_host_gives_every_rank_one_verdict() {
     println!("packets dropped on h1: {dropped}");
     assert!(dropped > 0, "{counters}");
 }
+
+/// Measured floors: captured from a healthy 4-host run's reports (the
+/// bus bandwidth at the largest size, the pairs between nodes, each at a
+/// fraction of the median), then held by `collective.floors` in a run
+/// given the profile: a floor no pair reaches names the pairs.
+#[test]
+fn measured_floors_are_captured_from_a_run_and_held() {
+    let _serial = serial();
+    let Some(job) = job(4) else { return };
+    let out = finish(job.start(&[], &[]));
+    all_exit(&out, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let reports = dir.path().join("reports");
+    std::fs::create_dir(&reports).unwrap();
+    for (r, o) in out.iter().enumerate() {
+        std::fs::write(reports.join(format!("rank{r}.json")), &o.stdout).unwrap();
+    }
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/h100-ib-healthy/root");
+    let captured = std::process::Command::new(cluster::BIN)
+        .args(["baseline", "capture", "--root"])
+        .arg(&fixture)
+        .arg("--from")
+        .arg(&reports)
+        .args(["--fraction", "0.5"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&captured.stdout).to_string();
+    assert_eq!(
+        captured.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&captured.stderr)
+    );
+    assert!(
+        text.contains("  # Floors at 50% of the median of 1 run"),
+        "{text}"
+    );
+    assert!(
+        text.contains("      - {backend: tcp, op: allreduce, size: 1MiB, gbps: "),
+        "{text}"
+    );
+    assert!(text.contains("    # 6 node pairs, median "), "{text}");
+    assert!(text.contains("    pair_gbps: "), "{text}");
+    // Held in a run: floors every pair reaches pass; one none reaches
+    // fails, naming the pairs.
+    let profile = dir.path().join("site.yaml");
+    let held = |pair: &str| {
+        std::fs::write(
+            &profile,
+            format!("profile: site\nmatch: {{vendor: nvidia, device_ids: [\"0x2330\"], count: 8}}\nexpect:\n  floors:\n    busbw:\n      - {{backend: tcp, op: allreduce, size: 1MiB, gbps: 0.000001}}\n    pair_gbps: {pair}\n"),
+        )
+        .unwrap();
+        let path = profile.display().to_string();
+        finish(job.start(&["--profile", &path], &[]))
+    };
+    let out = held("0.000001");
+    all_exit(&out, 0);
+    let msg = out[0].message("collective.floors");
+    assert!(msg.starts_with("pass every floor of profile site"), "{msg}");
+    assert!(msg.contains("6 node pairs ≥ 0.000 GB/s"), "{msg}");
+    let out = held("1000");
+    all_exit(&out, 1);
+    for o in &out {
+        let msg = o.message("collective.floors");
+        assert!(
+            msg.starts_with("fail against profile site"),
+            "{}: {msg}",
+            o.label
+        );
+        assert!(
+            msg.contains("6 of 6 node pairs below the floor 1000.000 GB/s: h"),
+            "{msg}"
+        );
+    }
+}

@@ -169,6 +169,16 @@ pub fn built_in_results() -> Vec<crate::result::built_in::BuiltIn> {
         hint: SLOW_LINKS_HINT.into(),
         commands: "run, bench",
     });
+    out.push(BuiltIn {
+        id: super::floors::FLOORS.into(),
+        kind: "collective",
+        area: "collective",
+        severity: Severity::Fail,
+        verifies: "The collective stage's figures against the measured floors of the node's profile (`floors`: bus bandwidth per backend, operation and size; every pair between two nodes), where the profile sets any. A floor the run did not measure cannot be judged.".into(),
+        why: "A node of a known kind below what healthy nodes of its kind reach is slow before any job runs on it.",
+        hint: super::floors::FLOORS_HINT.into(),
+        commands: "run, bench",
+    });
     out
 }
 

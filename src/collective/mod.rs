@@ -10,7 +10,8 @@
 //! slow link), `assemble` (how rank
 //! 0 makes one report of every rank's result), `ending` (why a backend
 //! ended, and who is at fault), `checks` (the check results
-//! it adds). The library backends run in a child process each: `library`
+//! it adds), `floors` (its figures against the node profile's floors).
+//! The library backends run in a child process each: `library`
 //! (what a library backend says about itself), `driver` (what every
 //! library backend shares: the id, init, the exercise as a `Backend`) and
 //! `registry` (the list of
@@ -26,6 +27,7 @@ pub mod config;
 pub mod driver;
 mod ending;
 pub mod exercise;
+pub mod floors;
 pub mod isolate;
 pub mod job;
 pub mod library;

@@ -93,7 +93,7 @@ pub fn render(merged: &MergedReport, format: ReportFormat) -> String {
 }
 
 /// Files as named, and every *.json of a named directory, in name order.
-fn files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
+pub(super) fn files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
     let mut out = Vec::new();
     for input in inputs {
         let meta = std::fs::metadata(input)
@@ -116,7 +116,7 @@ fn files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
 }
 
 /// One report, or why it is not one.
-fn read(path: &Path) -> Result<Report, String> {
+pub(super) fn read(path: &Path) -> Result<Report, String> {
     let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
     if meta.len() > MAX_BYTES {
         return Err(format!(

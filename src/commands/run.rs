@@ -559,7 +559,7 @@ fn collective_stage(
         interfaces: facts.interfaces().to_vec(),
         root: args.checklist.root.clone(),
         hooks: Hooks::from_env(|k| facts.env(k).map(str::to_string), rank),
-        hosts,
+        hosts: hosts.clone(),
         conn: &mut link.stream,
         token: plan.token.clone(),
         on_row: live
@@ -595,6 +595,11 @@ fn collective_stage(
     report
         .checks
         .extend(crate::collective::checks::checks(&c, &plan.coll.required));
+    if let Some(profile) = facts.profile() {
+        report
+            .checks
+            .extend(crate::collective::floors::judge(&c, profile, &hosts));
+    }
     report.checks.extend(checklist::evaluate_collective(
         &plan.collective_checks,
         &c,

@@ -228,34 +228,6 @@ pub fn describe_links(links: &[RankLink]) -> Option<String> {
     Some(format!("{}; {pairs}", ifaces.join(", ")))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn links_name_interfaces_and_unix_pairs() {
-        let l = |rank, unix_peers: Vec<u32>| RankLink {
-            rank,
-            interface: Some("lo".into()),
-            speed_mbps: None,
-            direct_peers: unix_peers.clone(),
-            direct_refused: None,
-            connections: 2,
-            unix_peers,
-        };
-        let text = describe_links(&[l(0, vec![1]), l(1, vec![0]), l(2, vec![])]).unwrap();
-        assert!(text.contains("rank 0 lo (no link speed)"), "{text}");
-        assert!(
-            text.contains("same host, single-copy reads: 0↔1;"),
-            "{text}"
-        );
-        assert!(text.ends_with("other pairs TCP"), "{text}");
-        let one_host = describe_links(&[l(0, vec![1]), l(1, vec![0])]).unwrap();
-        assert!(one_host.ends_with("single-copy reads: 0↔1"), "{one_host}");
-        assert_eq!(describe_links(&[]), None);
-    }
-}
-
 /// The pairwise round's second pass: why it ran or not, then what it
 /// found (the slow nodes are among the stragglers above).
 fn second_pass(sp: &crate::result::collective::SecondPass) -> String {
@@ -292,4 +264,32 @@ fn second_pass(sp: &crate::result::collective::SecondPass) -> String {
         let _ = writeln!(out, "    left out: {s}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_name_interfaces_and_unix_pairs() {
+        let l = |rank, unix_peers: Vec<u32>| RankLink {
+            rank,
+            interface: Some("lo".into()),
+            speed_mbps: None,
+            direct_peers: unix_peers.clone(),
+            direct_refused: None,
+            connections: 2,
+            unix_peers,
+        };
+        let text = describe_links(&[l(0, vec![1]), l(1, vec![0]), l(2, vec![])]).unwrap();
+        assert!(text.contains("rank 0 lo (no link speed)"), "{text}");
+        assert!(
+            text.contains("same host, single-copy reads: 0↔1;"),
+            "{text}"
+        );
+        assert!(text.ends_with("other pairs TCP"), "{text}");
+        let one_host = describe_links(&[l(0, vec![1]), l(1, vec![0])]).unwrap();
+        assert!(one_host.ends_with("single-copy reads: 0↔1"), "{one_host}");
+        assert_eq!(describe_links(&[]), None);
+    }
 }

@@ -13,12 +13,18 @@
 //!   nvlink: {links: 18}
 //!   rdma: {ports: 8, rate: 400, link_layer: InfiniBand}
 //!   memory: {min_total: 1.8TiB}
+//!   driver: {family: "550"}
+//!   firmware: {rdma: "28.39", vbios: "96.00"}
+//!   floors: {busbw: [{backend: nccl, op: allreduce, size: 1GiB, gbps: 360}], pair_gbps: 40}
 //! ```
 //!
 //! Which profile applies is decided from the node's accelerators (vendor,
-//! PCI device id and count) and, where a profile says so, the DMI product
-//! name a cloud writes for the instance type; never from the host name.
-//! A node that matches none is compared with its peers as before.
+//! PCI device id and count) and, where a profile says so, the cloud's
+//! instance type (cloud-init's instance metadata, else the DMI product
+//! name), the DMI product name and whether the node is a VM; never from
+//! the host name. A node that matches none is compared with its peers as
+//! before. The floors are measured, not read: `collective.floors` holds
+//! the collective stage to them.
 
 mod inventory;
 mod shipped;
@@ -84,7 +90,36 @@ pub struct Expect {
     pub driver: Option<Driver>,
     #[serde(default)]
     pub firmware: Option<Firmware>,
+    #[serde(default)]
+    pub floors: Option<Floors>,
 }
+
+/// Measured floors: what the collective stage must reach on nodes of this
+/// kind (`preflight baseline capture --from REPORT...` writes them from a
+/// healthy run). Judged by `collective.floors` in `preflight run`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Floors {
+    /// Bus bandwidth per backend, operation and size.
+    #[serde(default)]
+    pub busbw: Vec<BusbwFloor>,
+    /// Every pair of the pairwise round between two nodes, GB/s each way.
+    #[serde(default)]
+    pub pair_gbps: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BusbwFloor {
+    pub backend: String,
+    pub op: String,
+    pub size: Bytes,
+    /// GB/s (10^9 B/s), nccl-tests' busbw.
+    pub gbps: f64,
+}
+
+/// The operations a sweep measures (and a floor may name).
+pub const SWEPT_OPS: [&str; 3] = ["allreduce", "allgather", "broadcast"];
 
 /// The accelerator driver's version family: `550` holds 550.90.07 and
 /// 550.54.15, not 535.x or 5501.x.
@@ -335,7 +370,7 @@ pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<ProfileError>> {
     if *e == Expect::default() {
         errors.push(at(
             &["expect"],
-            "the profile expects nothing: name at least one of accelerators, pcie, nvlink, xgmi, rdma, scale_out, memory, driver, firmware".into(),
+            "the profile expects nothing: name at least one of accelerators, pcie, nvlink, xgmi, rdma, scale_out, memory, driver, firmware, floors".into(),
         ));
     }
     for (zero, path, what) in [
@@ -394,6 +429,36 @@ pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<ProfileError>> {
             errors.push(at(
                 path,
                 "an empty family holds every version: name one (e.g. 550)".into(),
+            ));
+        }
+    }
+    if let Some(f) = &e.floors {
+        if *f == Floors::default() {
+            errors.push(at(
+                &["expect", "floors"],
+                "name busbw, pair_gbps or both".into(),
+            ));
+        }
+        for (i, b) in f.busbw.iter().enumerate() {
+            let bad = if !SWEPT_OPS.contains(&b.op.as_str()) {
+                Some(format!("op `{}`: one of {}", b.op, SWEPT_OPS.join(", ")))
+            } else if !(b.gbps.is_finite() && b.gbps > 0.0) {
+                Some("gbps must be above 0".to_string())
+            } else if b.backend.trim().is_empty() {
+                Some("name the backend (tcp, nccl, oneccl)".to_string())
+            } else if b.size.0 == 0 {
+                Some("size must be above 0".to_string())
+            } else {
+                None
+            };
+            if let Some(m) = bad {
+                errors.push(at_item(&["expect", "floors", "busbw"], i, m));
+            }
+        }
+        if f.pair_gbps.is_some_and(|g| !(g.is_finite() && g > 0.0)) {
+            errors.push(at(
+                &["expect", "floors", "pair_gbps"],
+                "pair_gbps must be above 0".into(),
             ));
         }
     }

@@ -1,11 +1,15 @@
 //! `preflight baseline`: node profiles from known-good nodes, and a node
 //! against a profile.
 //!
-//! - `capture [--root DIR] [--output FILE] [--name NAME]`: this node, as it
-//!   is now, written as a profile (YAML, to stdout unless `--output`).
+//! - `capture [--root DIR] [--output FILE] [--name NAME] [--from
+//!   REPORT... [--fraction F]]`: this node, as it is now, written as a
+//!   profile (YAML, to stdout unless `--output`); with `--from`, the
+//!   measured floors of a healthy run's reports too (`from_reports`).
 //! - `diff PROFILE [--root DIR]`: this node against the profile, each
 //!   difference named (the PCI address, the port, the count); exit 0 when
 //!   it matches, 1 when it does not, 2 for a profile that does not read.
+
+mod from_reports;
 
 use std::path::PathBuf;
 
@@ -37,6 +41,15 @@ pub enum BaselineAction {
         /// The profile's name.
         #[arg(long, default_value = "site-node")]
         name: String,
+        /// Also the measured floors, from the JSON reports of a healthy
+        /// `preflight run` (files, or directories of *.json): bus bandwidth
+        /// per backend and operation at the largest size, and the pairs
+        /// between nodes.
+        #[arg(long, value_name = "REPORT", num_args = 1..)]
+        from: Vec<PathBuf>,
+        /// The floors as this fraction of the median measured.
+        #[arg(long, default_value_t = 0.8, requires = "from")]
+        fraction: f64,
     },
     /// This node against PROFILE: every difference named; exit 0 when it
     /// matches, 1 when it does not.
@@ -67,8 +80,17 @@ fn node(root: &std::path::Path) -> Result<Inventory, Failure> {
 
 pub fn baseline(args: &BaselineArgs) -> Result<ExitCode, Failure> {
     match &args.action {
-        BaselineAction::Capture { root, output, name } => {
-            let text = profile::capture(&node(root)?, name).map_err(Failure::Usage)?;
+        BaselineAction::Capture {
+            root,
+            output,
+            name,
+            from,
+            fraction,
+        } => {
+            let mut text = profile::capture(&node(root)?, name).map_err(Failure::Usage)?;
+            if !from.is_empty() {
+                text.push_str(&from_reports::floors(from, *fraction)?);
+            }
             // What it wrote must read back as a profile.
             profile::parse("captured", &text).map_err(|e| {
                 let said: Vec<String> = e.iter().map(ToString::to_string).collect();
@@ -125,6 +147,10 @@ pub fn baseline(args: &BaselineArgs) -> Result<ExitCode, Failure> {
                 (e.nvlink.is_some(), "nvlink (nvidia.nvlink)"),
                 (e.xgmi.is_some(), "xgmi (amd.xgmi)"),
                 (e.scale_out.is_some(), "scale_out (habana.nic_ports)"),
+                (
+                    e.floors.is_some(),
+                    "floors (collective.floors, in preflight run)",
+                ),
             ]
             .into_iter()
             .filter_map(|(set, what)| set.then_some(what))

@@ -1,0 +1,206 @@
+//! `collective.floors`: the collective stage's figures against the
+//! measured floors of this node's profile (bus bandwidth per backend,
+//! operation and size; every pair between two nodes). A floor the run did
+//! not measure (a backend absent, a size the sweep did not reach) cannot
+//! be judged, and says why.
+
+use crate::facts::profile::Profile;
+use crate::result::collective::CollectiveReport;
+use crate::result::{CheckResult, Status};
+use crate::values::format_bytes;
+
+pub const FLOORS: &str = "collective.floors";
+pub const FLOORS_HINT: &str = "Compare the node with a healthy one of its kind (`preflight bench` on both), and the profile's floors with what `preflight baseline capture --from` measured; a floor set from another cluster or library version may not hold here.";
+
+/// Most pairs named in one message.
+const PAIRS_SHOWN: usize = 8;
+
+/// The floors of `profile`, where it has any, against the stage's report;
+/// `hosts` gives each rank's node (a pair on one node is no network pair).
+pub fn judge(r: &CollectiveReport, profile: &Profile, hosts: &[String]) -> Option<CheckResult> {
+    let floors = profile.expect.floors.as_ref()?;
+    let named = profile.named();
+    let mut below = Vec::new();
+    let mut unmeasured = Vec::new();
+    let mut met = Vec::new();
+    for f in &floors.busbw {
+        let what = format!("{} {} {}", f.backend, f.op, format_bytes(f.size.0));
+        let backend = r
+            .backends
+            .iter()
+            .find(|b| b.name == f.backend && b.available);
+        let row = backend.and_then(|b| {
+            b.sweep
+                .iter()
+                .find(|row| row.op.name() == f.op && row.bytes as u64 == f.size.0)
+        });
+        match (backend, row) {
+            (None, _) => unmeasured.push(format!("{what}: the {} backend did not run", f.backend)),
+            (Some(_), None) => unmeasured.push(format!(
+                "{what}: not measured (the sweep did not reach it: --collective full, --max-size)"
+            )),
+            (Some(_), Some(row)) if row.busbw < f.gbps => below.push(format!(
+                "{what}: busbw {:.3} GB/s, below the floor {:.3} GB/s",
+                row.busbw, f.gbps
+            )),
+            (Some(_), Some(row)) => met.push(format!(
+                "{what} {:.3} GB/s (floor {:.3})",
+                row.busbw, f.gbps
+            )),
+        }
+    }
+    if let Some(floor) = floors.pair_gbps {
+        let node = |r: u32| crate::collective::isolate::node(hosts, r);
+        let across: Vec<_> = r.pairs.iter().filter(|p| node(p.a) != node(p.b)).collect();
+        if across.is_empty() {
+            unmeasured.push("pairs: no pair between two nodes was measured".into());
+        }
+        let mut slow: Vec<_> = across.iter().filter(|p| p.gbps < floor).collect();
+        slow.sort_by(|a, b| a.gbps.total_cmp(&b.gbps));
+        if !slow.is_empty() {
+            let mut said: Vec<String> = slow
+                .iter()
+                .take(PAIRS_SHOWN)
+                .map(|p| format!("{}–{} {:.3}", node(p.a), node(p.b), p.gbps))
+                .collect();
+            if slow.len() > PAIRS_SHOWN {
+                said.push(format!("and {} more", slow.len() - PAIRS_SHOWN));
+            }
+            below.push(format!(
+                "{} of {} node pairs below the floor {floor:.3} GB/s: {} GB/s",
+                slow.len(),
+                across.len(),
+                said.join(", ")
+            ));
+        } else if !across.is_empty() {
+            met.push(format!("{} node pairs ≥ {floor:.3} GB/s", across.len()));
+        }
+    }
+    let (status, message) = if !below.is_empty() {
+        let mut all = below;
+        all.extend(unmeasured);
+        (Status::Fail, format!("against {named}: {}", all.join("; ")))
+    } else if !unmeasured.is_empty() {
+        (
+            Status::Error,
+            format!("against {named}: {}", unmeasured.join("; ")),
+        )
+    } else {
+        (
+            Status::Pass,
+            format!("every floor of {named} met: {}", met.join(", ")),
+        )
+    };
+    Some(CheckResult::built_in(
+        FLOORS,
+        "collective",
+        "collective",
+        status,
+        message,
+        (status != Status::Pass).then(|| FLOORS_HINT.to_string()),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::collective::{BackendReport, Dtype, Op, PairRate, Row};
+
+    fn report(busbw_us: f64, pairs: Vec<PairRate>) -> CollectiveReport {
+        let row = Row::new(Op::Allreduce, 1 << 20, Dtype::F32, busbw_us, 4);
+        CollectiveReport {
+            mode: "short".into(),
+            world_size: 4,
+            backends: vec![BackendReport {
+                name: "tcp".into(),
+                available: true,
+                reason: String::new(),
+                library: None,
+                env_set: Vec::new(),
+                init_ms: Some(1),
+                ops: Vec::new(),
+                sweep: vec![row],
+                notes: Vec::new(),
+                log: Vec::new(),
+                ended: None,
+                about_variables: Vec::new(),
+                verdict: "pass".into(),
+            }],
+            pairs,
+            stragglers: Vec::new(),
+            straggler_ranks: Vec::new(),
+            unjudged: None,
+            missing: Vec::new(),
+            links: Vec::new(),
+            interrupted: None,
+            settings: None,
+            second_pass: None,
+        }
+    }
+
+    fn profile(floors: &str) -> Profile {
+        crate::facts::profile::parse(
+            "site.yaml",
+            &format!("profile: site\nmatch: {{vendor: nvidia, device_ids: [\"0x2330\"], count: 8}}\nexpect:\n  floors: {floors}\n"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn each_floor_is_held_and_what_was_not_measured_says_why() {
+        let hosts: Vec<String> = ["h0", "h0", "h1", "h2"].map(String::from).to_vec();
+        let p = |a, b, gbps| PairRate { a, b, gbps };
+        let pairs = vec![p(0, 1, 0.01), p(0, 2, 1.0), p(1, 3, 0.2), p(2, 3, 1.1)];
+        // 1 MiB in 1,000 µs: algbw 1.049 GB/s, busbw × 1.5 on 4 ranks.
+        let r = report(1000.0, pairs);
+        let ok = profile(
+            "{busbw: [{backend: tcp, op: allreduce, size: 1MiB, gbps: 1.5}], pair_gbps: 0.5}",
+        );
+        let c = judge(&r, &ok, &hosts).unwrap();
+        assert_eq!(c.status, Status::Fail, "{}", c.message);
+        // The same-node pair (ranks 0 and 1, both on h0) is no network pair.
+        assert_eq!(
+            c.message,
+            "against profile site (site.yaml): 1 of 3 node pairs below the floor 0.500 GB/s: h0–h2 0.200 GB/s"
+        );
+        let ok = profile(
+            "{busbw: [{backend: tcp, op: allreduce, size: 1MiB, gbps: 1.5}], pair_gbps: 0.05}",
+        );
+        let c = judge(&r, &ok, &hosts).unwrap();
+        assert_eq!(c.status, Status::Pass, "{}", c.message);
+        assert!(
+            c.message
+                .contains("tcp allreduce 1 MiB 1.573 GB/s (floor 1.500)"),
+            "{}",
+            c.message
+        );
+        let high = profile("{busbw: [{backend: tcp, op: allreduce, size: 1MiB, gbps: 2}]}");
+        let c = judge(&r, &high, &hosts).unwrap();
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.message
+                .contains("tcp allreduce 1 MiB: busbw 1.573 GB/s, below the floor 2.000 GB/s"),
+            "{}",
+            c.message
+        );
+        let absent = profile(
+            "{busbw: [{backend: nccl, op: allreduce, size: 1MiB, gbps: 2}, {backend: tcp, op: allgather, size: 64MiB, gbps: 1}]}",
+        );
+        let c = judge(&r, &absent, &hosts).unwrap();
+        assert_eq!(c.status, Status::Error);
+        assert!(
+            c.message
+                .contains("nccl allreduce 1 MiB: the nccl backend did not run"),
+            "{}",
+            c.message
+        );
+        assert!(
+            c.message.contains("tcp allgather 64 MiB: not measured"),
+            "{}",
+            c.message
+        );
+        // No floors: nothing to say.
+        let none = crate::facts::profile::parse("p.yaml", "profile: p\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8}\nexpect: {nvlink: {links: 18}}\n").unwrap();
+        assert!(judge(&r, &none, &hosts).is_none());
+    }
+}

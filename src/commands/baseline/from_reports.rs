@@ -1,0 +1,192 @@
+//! `baseline capture --from REPORT...`: the measured floors of a profile,
+//! from the reports of a healthy `preflight run` across nodes: per
+//! backend and operation, the bus bandwidth at the largest size measured;
+//! every pair between two nodes; each at a fraction of the median (of the
+//! runs given, and of the pairs).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::super::Failure;
+use super::super::report::{files, read};
+use crate::result::Verdict;
+use crate::result::collective::CollectiveReport;
+
+/// One run's collective section and each of its ranks' node.
+struct Run {
+    collective: CollectiveReport,
+    hosts: Vec<String>,
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    })
+}
+
+/// A size as the profiles write it, exactly: `64MiB`, `8B`.
+fn size(bytes: usize) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes}B")
+}
+
+/// The runs of the reports: one per distinct collective section (every
+/// rank of a run carries the same one), each rank's node from the
+/// reports' own host names and the cluster view.
+fn runs(inputs: &[PathBuf]) -> Result<Vec<Run>, Failure> {
+    let mut runs: Vec<(String, Run)> = Vec::new();
+    let files = files(inputs)?;
+    if files.is_empty() {
+        return Err(Failure::Usage("--from: no report (*.json) found".into()));
+    }
+    for f in &files {
+        let r = read(f).map_err(|e| Failure::Usage(format!("{}: {e}", f.display())))?;
+        if r.verdict != Verdict::Ready {
+            return Err(Failure::Usage(format!(
+                "{}: the run's verdict is {}, not ready: floors are taken from a healthy run",
+                f.display(),
+                r.verdict.name()
+            )));
+        }
+        let Some(c) = r.collective.clone() else {
+            continue;
+        };
+        let key = serde_json::to_string(&c).unwrap_or_default();
+        let at = match runs.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                let world = c.world_size as usize;
+                runs.push((
+                    key,
+                    Run {
+                        collective: c,
+                        hosts: vec![String::new(); world],
+                    },
+                ));
+                runs.len() - 1
+            }
+        };
+        let hosts = &mut runs[at].1.hosts;
+        if let Some(cluster) = &r.cluster {
+            for (rank, h) in cluster.hosts_by_rank().into_iter().enumerate() {
+                if let Some(slot) = hosts.get_mut(rank).filter(|s| s.is_empty()) {
+                    *slot = h;
+                }
+            }
+        }
+        if let Some(slot) = r.node.rank.and_then(|rank| hosts.get_mut(rank as usize)) {
+            *slot = r.node.hostname.clone();
+        }
+    }
+    if runs.is_empty() {
+        return Err(Failure::Usage(
+            "--from: no report has a collective section (a `preflight run` with its collective stage)".into(),
+        ));
+    }
+    Ok(runs.into_iter().map(|(_, r)| r).collect())
+}
+
+/// The `floors:` lines of a profile's `expect`, at `fraction` of the
+/// median, with a comment saying from what.
+pub fn floors(inputs: &[PathBuf], fraction: f64) -> Result<String, Failure> {
+    if !(fraction > 0.0 && fraction <= 1.0) {
+        return Err(Failure::Usage(format!(
+            "--fraction {fraction}: a fraction of the median, above 0 and at most 1"
+        )));
+    }
+    let runs = runs(inputs)?;
+    // Per backend and operation, the largest size any run measured, and
+    // each run's figure there.
+    let mut busbw: BTreeMap<(String, String), (usize, Vec<f64>)> = BTreeMap::new();
+    for run in &runs {
+        for b in run
+            .collective
+            .backends
+            .iter()
+            .filter(|b| b.available && b.verdict == "pass")
+        {
+            for row in &b.sweep {
+                let e = busbw
+                    .entry((b.name.clone(), row.op.name().to_string()))
+                    .or_insert((0, Vec::new()));
+                if row.bytes > e.0 {
+                    *e = (row.bytes, Vec::new());
+                }
+                if row.bytes == e.0 && row.busbw > 0.0 {
+                    e.1.push(row.busbw);
+                }
+            }
+        }
+    }
+    let pairs: Vec<f64> = runs
+        .iter()
+        .flat_map(|run| {
+            let node = |r: u32| crate::collective::isolate::node(&run.hosts, r);
+            run.collective
+                .pairs
+                .iter()
+                .filter(move |p| node(p.a) != node(p.b))
+                .map(|p| p.gbps)
+        })
+        .filter(|g| g.is_finite() && *g > 0.0)
+        .collect();
+    let mut text = format!(
+        "  # Floors at {:.0}% of the median of {} (baseline capture --from).\n  floors:\n",
+        fraction * 100.0,
+        crate::values::count(runs.len(), "run")
+    );
+    let rows: Vec<String> = busbw
+        .iter()
+        .filter_map(|((backend, op), (bytes, figures))| {
+            let m = median(figures.clone())?;
+            Some(format!(
+                "      - {{backend: {backend}, op: {op}, size: {}, gbps: {:.3}}}\n",
+                size(*bytes),
+                m * fraction
+            ))
+        })
+        .collect();
+    if !rows.is_empty() {
+        text.push_str("    busbw:\n");
+        text.extend(rows);
+    }
+    let pair = median(pairs.clone());
+    if let Some(m) = pair {
+        text.push_str(&format!(
+            "    # {} node pairs, median {m:.3} GB/s\n    pair_gbps: {:.3}\n",
+            pairs.len(),
+            m * fraction
+        ));
+    }
+    if busbw.values().all(|(_, f)| f.is_empty()) && pair.is_none() {
+        return Err(Failure::Usage(
+            "--from: the reports measured no bus bandwidth and no pair between two nodes".into(),
+        ));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_written_exactly() {
+        assert_eq!(size(1 << 20), "1MiB");
+        assert_eq!(size(64 << 20), "64MiB");
+        assert_eq!(size(8), "8B");
+        assert_eq!(size(1536), "1536B");
+        assert_eq!(size(3 << 30), "3GiB");
+    }
+}
