@@ -28,6 +28,7 @@ seed() {
     return 0
 }
 seed checklist $root/checks/*.yaml $root/fixtures/checklists/*/*.yaml $root/fixtures/reports/record-checks.yaml
+seed profile $root/profiles/*.yaml
 seed site_settings $root/contrib/slurm/settings.yaml $root/fixtures/checklists/valid/*.yaml
 seed dcgm_json $root/fixtures/nvidia-tools/dcgm*.json
 # nvidia_text: the first byte picks the reader (src/fuzzing.rs).

@@ -25,6 +25,26 @@ pub fn checklist(data: &[u8]) {
     crate::checklist::reemit::assert_reemitted_loads_the_same("fuzz.yaml", text);
 }
 
+/// A node profile: a profile, or errors that name the file; one that
+/// reads is judged against an empty node without a panic.
+pub fn profile(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match crate::facts::profile::parse("profile.yaml", text) {
+        Ok(p) => {
+            let node = crate::facts::profile::Inventory::default();
+            let _ = p.fit(&node);
+            let _ = crate::facts::profile::diff(&p, &node, true);
+        }
+        Err(errors) => {
+            for e in &errors {
+                assert!(e.to_string().starts_with("profile.yaml"), "{e}");
+            }
+        }
+    }
+}
+
 /// The site settings file of /etc/preflight.
 pub fn site_settings(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {

@@ -670,3 +670,70 @@ fn driver_and_firmware_families_are_captured_and_held() {
     }
     assert!(!out.contains("mlx5_2"), "{out}");
 }
+
+/// A fleet's profiles in the site's `profiles.d/`: `validate --site`
+/// reads every one (a bad one refused with its place), and the Slurm
+/// health check holds a node to the one its facts match: here none (this
+/// machine has no accelerator), so `node.profile` skips.
+#[test]
+fn a_fleets_profiles_directory_is_validated_and_chosen_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    std::fs::write(
+        dir.path().join("settings.yaml"),
+        format!("report_dir: {d}/reports\nscontrol: /bin/true\nhealthcheck:\n  only: [profile]\n"),
+    )
+    .unwrap();
+    let fleet = dir.path().join("profiles.d");
+    std::fs::create_dir(&fleet).unwrap();
+    std::fs::write(
+        fleet.join("a.yaml"),
+        "profile: site-a\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8, instance_type: p5.48xlarge}\nexpect:\n  accelerators: {count: 8}\n",
+    )
+    .unwrap();
+    let validate = || {
+        Command::new(BIN)
+            .args(["validate", "--site"])
+            .env("PREFLIGHT_CONFIG_DIR", dir.path())
+            .output()
+            .unwrap()
+    };
+    let o = validate();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains(&format!("node profile {d}/profiles.d")),
+        "{out}"
+    );
+    let o = Command::new(BIN)
+        .args(["slurm", "healthcheck"])
+        .env_clear()
+        .env("PREFLIGHT_CONFIG_DIR", dir.path())
+        .env("SLURMD_NODENAME", "h1")
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("reports/healthcheck.json"))
+            .unwrap_or_else(|e| panic!("no report ({e}): {}", String::from_utf8_lossy(&o.stderr))),
+    )
+    .unwrap();
+    assert_eq!(report["checks"][0]["id"], "node.profile", "{report:#}");
+    assert_eq!(report["checks"][0]["status"], "skip", "{report:#}");
+    std::fs::write(
+        fleet.join("b.yaml"),
+        "profile: site-b\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8}\nexpect:\n  floors: {busbw: [{backend: tcp, op: alltoall, size: 1MiB, gbps: 1}]}\n",
+    )
+    .unwrap();
+    let o = validate();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{d}/profiles.d/b.yaml:4:")) && err.contains("op `alltoall`"),
+        "{err}"
+    );
+}
