@@ -656,3 +656,31 @@ fn measured_floors_are_captured_from_a_run_and_held() {
         );
     }
 }
+
+/// The second pass within its budget: with `--step-timeout 2s` it may take
+/// 2 s, which holds two of the throttled host's three partners at the
+/// first pass's rates (0.44 s a round, doubled): the third pair is left
+/// out and named, and the host is still named from the pairs measured.
+#[test]
+fn a_second_pass_says_what_its_time_could_not_hold() {
+    let _serial = serial();
+    let Some(job) = job(4) else { return };
+    throttle_host(&job, 2);
+    let out = finish(job.start(&["--step-timeout", "2s"], &[]));
+    all_exit(&out, 0);
+    let report = out[0].json();
+    let sp = &report["collective"]["second_pass"];
+    println!(
+        "4 hosts, h2 throttled, 2 s step deadline: second pass {} ms",
+        sp["ms"]
+    );
+    assert_eq!(sp["ran"], true, "{sp:#}");
+    assert!(sp["ms"].as_u64().is_some_and(|ms| ms < 2000), "{sp:#}");
+    assert_eq!(sp["pairs"].as_array().map(Vec::len), Some(2), "{sp:#}");
+    let skipped = sp["skipped"].as_str().unwrap_or_default();
+    assert!(
+        skipped.starts_with("1 pair not measured again: the pass's 2.0 s (the time left before the run's deadline, at most --step-timeout) could not hold it: h2–h"),
+        "{skipped}"
+    );
+    assert_eq!(sp["slow_node_ranks"], serde_json::json!([2]), "{sp:#}");
+}

@@ -484,7 +484,7 @@ pub fn judge(parts: &[&Part], hosts: &[String], world: u32) -> Option<SecondPass
     let why_not = |a: u32, b: u32| {
         if plan.skipped.contains(&(a.min(b), a.max(b))) {
             format!(
-                "the time left before the run's deadline, {:.1} s, could not hold it",
+                "the pass's {:.1} s (the time left before the run's deadline, at most --step-timeout) could not hold it",
                 plan.budget_ms as f64 / 1000.0
             )
         } else if let Some(e) = errors.first() {
@@ -624,7 +624,7 @@ pub fn judge(parts: &[&Part], hosts: &[String], world: u32) -> Option<SecondPass
             .map(|&(a, b)| format!("{}–{}", name(a), name(b)))
             .collect();
         notes.push(format!(
-            "{} not measured again: the time left before the run's deadline (--timeout), {:.1} s, could not hold {}: {}",
+            "{} not measured again: the pass's {:.1} s (the time left before the run's deadline, at most --step-timeout) could not hold {}: {}",
             crate::values::count(s.len(), "pair"),
             plan.budget_ms as f64 / 1000.0,
             if s.len() == 1 { "it" } else { "them" },
