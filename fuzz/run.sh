@@ -80,6 +80,19 @@ for name, data in [("hello", hello), ("rejected", rejected)]:
     open(f"corpus/frame/seed-{name}", "wb").write(data)
 open("corpus/handshake/seed-server", "wb").write(hello + proof)
 open("corpus/handshake/seed-client", "wb").write(challenge + welcome)
+# The second pass's table (src/collective/isolate/exchange.rs): a world
+# byte, then per rank a block of time left (ms), the nodes' fingerprint,
+# a count and (rank, rank, GB/s) pairs, 148 bytes each; rank 2 slow.
+import os
+os.makedirs("corpus/second_pass_table", exist_ok=True)
+world = 8
+blocks = b""
+for r in range(world):
+    pairs = [(r, b, 0.01 if 2 in (r, b) else 1.0) for b in range(r + 1, world)][:8]
+    body = struct.pack("<QQI", 30000, 7, len(pairs))
+    body += b"".join(struct.pack("<IId", a, b, g) for a, b, g in pairs)
+    blocks += body.ljust(148, b"\0")
+open("corpus/second_pass_table/seed-slow-rank-2", "wb").write(bytes([world]) + blocks)
 PY
 targets=$(ls fuzz_targets | sed 's/\.rs$//')
 cargo fuzz build -O $targets >/dev/null 2>&1 || cargo fuzz build -O

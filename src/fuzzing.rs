@@ -45,6 +45,12 @@ pub fn profile(data: &[u8]) {
     }
 }
 
+/// The second pass's shared table as a peer sends it, and the plan made
+/// from it: every round's pairs disjoint and in the world.
+pub fn second_pass_table(data: &[u8]) {
+    crate::collective::isolate::plan_for_fuzzing(data);
+}
+
 /// The site settings file of /etc/preflight.
 pub fn site_settings(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {

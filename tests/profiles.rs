@@ -691,6 +691,9 @@ fn a_fleets_profiles_directory_is_validated_and_chosen_from() {
         "profile: site-a\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8, instance_type: p5.48xlarge}\nexpect:\n  accelerators: {count: 8}\n",
     )
     .unwrap();
+    // An editor's lock file and a directory are not profiles.
+    std::fs::write(fleet.join(".#a.yaml"), "not: a profile\n").unwrap();
+    std::fs::create_dir(fleet.join("old.yaml")).unwrap();
     let validate = || {
         Command::new(BIN)
             .args(["validate", "--site"])

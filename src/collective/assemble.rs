@@ -279,17 +279,13 @@ pub fn assemble(
     });
     let mut straggler_ranks = straggler::stragglers(world, &judged);
     let parts: Vec<&isolate::Part> = present.iter().filter_map(|x| x.second.as_ref()).collect();
-    let second_pass = isolate::judge(&parts, hosts, world);
-    // Where the second pass ran, it speaks for the nodes it suspected: a
-    // first-pass straggler there is confirmed, not confirmed or cleared by
-    // it, and every rank of a node it found slow is marked.
-    let suspected: Vec<String> = parts
-        .iter()
-        .find_map(|p| p.plan.as_ref())
-        .filter(|_| second_pass.as_ref().is_some_and(|s| s.ran))
-        .map(|p| p.nodes.iter().map(|&n| isolate::node(hosts, n)).collect())
-        .unwrap_or_default();
-    straggler_ranks.retain(|&r| !suspected.contains(&isolate::node(hosts, r)));
+    let judged_again = isolate::judge(&parts, hosts, world);
+    // Where the second pass decided a node (found it slow, or cleared
+    // it), its word stands for that node: a first-pass straggler there
+    // gives way, and every rank of a node it found slow is marked. A node
+    // it could not confirm keeps the first pass's word.
+    let decided: &[String] = judged_again.as_ref().map_or(&[], |j| &j.decided);
+    straggler_ranks.retain(|&r| !decided.contains(&isolate::node(hosts, r)));
     let mut stragglers: Vec<String> = straggler_ranks
         .iter()
         .map(|&r| {
@@ -306,7 +302,8 @@ pub fn assemble(
             )
         })
         .collect();
-    if let Some(sp) = second_pass.as_ref().filter(|s| s.ran) {
+    let second_pass = judged_again.map(|j| j.pass);
+    if let Some(sp) = &second_pass {
         stragglers.extend(sp.slow_nodes.iter().cloned());
         straggler_ranks.extend(&sp.slow_node_ranks);
         straggler_ranks.sort_unstable();

@@ -160,7 +160,7 @@ pub(super) fn init_failure(
     format!("init failed on rank {r}{}: {}", host(r), error(b))
 }
 
-pub(super) fn rank_list(ranks: &[u32]) -> String {
+pub(in crate::collective) fn rank_list(ranks: &[u32]) -> String {
     let names: Vec<String> = ranks.iter().map(u32::to_string).collect();
     if ranks.len() == 1 {
         format!("rank {}", names[0])

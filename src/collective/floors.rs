@@ -1,8 +1,10 @@
 //! `collective.floors`: the collective stage's figures against the
-//! measured floors of this node's profile (bus bandwidth per backend,
-//! operation and size; every pair between two nodes). A floor the run did
-//! not measure (a backend absent, a size the sweep did not reach) cannot
-//! be judged, and says why.
+//! measured floors of this node's profile: bus bandwidth per backend,
+//! operation and size (the job's figure: below, every rank fails), and
+//! this node's pairs with other nodes (below with every node: this node
+//! fails; with some: a warning naming them, as a slow link drains no
+//! node). A floor the run did not measure (a backend absent, a size the
+//! sweep did not reach) cannot be judged, and says why.
 
 use crate::facts::profile::Profile;
 use crate::result::collective::CollectiveReport;
@@ -15,9 +17,16 @@ pub const FLOORS_HINT: &str = "Compare the node with a healthy one of its kind (
 /// Most pairs named in one message.
 const PAIRS_SHOWN: usize = 8;
 
-/// The floors of `profile`, where it has any, against the stage's report;
-/// `hosts` gives each rank's node (a pair on one node is no network pair).
-pub fn judge(r: &CollectiveReport, profile: &Profile, hosts: &[String]) -> Option<CheckResult> {
+/// The floors of `profile`, where it has any, against the stage's report,
+/// as rank `me` holds them: the bus bandwidth (the job's, every rank's),
+/// and the pairs of `me`'s node; `hosts` gives each rank's node (a pair on
+/// one node is no network pair).
+pub fn judge(
+    r: &CollectiveReport,
+    profile: &Profile,
+    hosts: &[String],
+    me: u32,
+) -> Option<CheckResult> {
     let floors = profile.expect.floors.as_ref()?;
     let named = profile.named();
     let mut below = Vec::new();
@@ -49,31 +58,58 @@ pub fn judge(r: &CollectiveReport, profile: &Profile, hosts: &[String]) -> Optio
             )),
         }
     }
+    // This node's pairs with other nodes (each node pair's best rate):
+    // below the floor with every other node, the node is slow; with some,
+    // the paths to those are (a warning, as the second pass's slow links:
+    // no node to drain).
+    let mut with_some = false;
     if let Some(floor) = floors.pair_gbps {
         let node = |r: u32| crate::collective::isolate::node(hosts, r);
-        let across: Vec<_> = r.pairs.iter().filter(|p| node(p.a) != node(p.b)).collect();
-        if across.is_empty() {
-            unmeasured.push("pairs: no pair between two nodes was measured".into());
+        let here = node(me);
+        let mine: Vec<_> = crate::collective::isolate::node_pairs(&r.pairs, hosts, r.world_size)
+            .into_iter()
+            .filter(|p| node(p.a) == here || node(p.b) == here)
+            .collect();
+        let other = |p: &crate::result::collective::PairRate| {
+            if node(p.a) == here {
+                node(p.b)
+            } else {
+                node(p.a)
+            }
+        };
+        if mine.is_empty() {
+            unmeasured.push(format!(
+                "pairs: no pair of {here} with another node was measured"
+            ));
         }
-        let mut slow: Vec<_> = across.iter().filter(|p| p.gbps < floor).collect();
+        let mut slow: Vec<_> = mine.iter().filter(|p| p.gbps < floor).collect();
         slow.sort_by(|a, b| a.gbps.total_cmp(&b.gbps));
         if !slow.is_empty() {
             let mut said: Vec<String> = slow
                 .iter()
                 .take(PAIRS_SHOWN)
-                .map(|p| format!("{}–{} {:.3}", node(p.a), node(p.b), p.gbps))
+                .map(|p| format!("{} {:.3}", other(p), p.gbps))
                 .collect();
             if slow.len() > PAIRS_SHOWN {
                 said.push(format!("and {} more", slow.len() - PAIRS_SHOWN));
             }
-            below.push(format!(
-                "{} of {} node pairs below the floor {floor:.3} GB/s: {} GB/s",
+            let text = format!(
+                "{here} below the pair floor {floor:.3} GB/s with {} of {} nodes: {} GB/s",
                 slow.len(),
-                across.len(),
+                mine.len(),
                 said.join(", ")
+            );
+            if slow.len() == mine.len() {
+                below.push(text);
+            } else {
+                with_some = true;
+                met.push(text);
+            }
+        } else if !mine.is_empty() {
+            met.push(format!(
+                "{here} ≥ {floor:.3} GB/s with {} nodes",
+                mine.len()
             ));
-        } else if !across.is_empty() {
-            met.push(format!("{} node pairs ≥ {floor:.3} GB/s", across.len()));
         }
     }
     let (status, message) = if !below.is_empty() {
@@ -85,6 +121,8 @@ pub fn judge(r: &CollectiveReport, profile: &Profile, hosts: &[String]) -> Optio
             Status::Error,
             format!("against {named}: {}", unmeasured.join("; ")),
         )
+    } else if with_some {
+        (Status::Warn, format!("against {named}: {}", met.join("; ")))
     } else {
         (
             Status::Pass,
@@ -150,32 +188,41 @@ mod tests {
     fn each_floor_is_held_and_what_was_not_measured_says_why() {
         let hosts: Vec<String> = ["h0", "h0", "h1", "h2"].map(String::from).to_vec();
         let p = |a, b, gbps| PairRate { a, b, gbps };
-        let pairs = vec![p(0, 1, 0.01), p(0, 2, 1.0), p(1, 3, 0.2), p(2, 3, 1.1)];
+        let pairs = vec![p(0, 1, 0.01), p(0, 2, 1.0), p(1, 3, 0.2), p(2, 3, 0.3)];
         // 1 MiB in 1,000 µs: algbw 1.049 GB/s, busbw × 1.5 on 4 ranks.
         let r = report(1000.0, pairs);
-        let ok = profile(
-            "{busbw: [{backend: tcp, op: allreduce, size: 1MiB, gbps: 1.5}], pair_gbps: 0.5}",
-        );
-        let c = judge(&r, &ok, &hosts).unwrap();
-        assert_eq!(c.status, Status::Fail, "{}", c.message);
-        // The same-node pair (ranks 0 and 1, both on h0) is no network pair.
-        assert_eq!(
-            c.message,
-            "against profile site (site.yaml): 1 of 3 node pairs below the floor 0.500 GB/s: h0–h2 0.200 GB/s"
-        );
-        let ok = profile(
-            "{busbw: [{backend: tcp, op: allreduce, size: 1MiB, gbps: 1.5}], pair_gbps: 0.05}",
-        );
-        let c = judge(&r, &ok, &hosts).unwrap();
-        assert_eq!(c.status, Status::Pass, "{}", c.message);
+        let floors = |pair: f64| {
+            profile(&format!(
+                "{{busbw: [{{backend: tcp, op: allreduce, size: 1MiB, gbps: 1.5}}], pair_gbps: {pair}}}"
+            ))
+        };
+        // h0's pairs: with h1 1.0, with h2 0.2 (its two ranks' pair on h0
+        // is no network pair); h2's: with h0 0.2, with h1 0.3.
+        let c = judge(&r, &floors(0.5), &hosts, 0).unwrap();
+        assert_eq!(c.status, Status::Warn, "{}", c.message);
         assert!(
             c.message
-                .contains("tcp allreduce 1 MiB 1.573 GB/s (floor 1.500)"),
+                .contains("h0 below the pair floor 0.500 GB/s with 1 of 2 nodes: h2 0.200 GB/s"),
+            "{}",
+            c.message
+        );
+        let c = judge(&r, &floors(0.5), &hosts, 3).unwrap();
+        assert_eq!(c.status, Status::Fail, "{}", c.message);
+        assert_eq!(
+            c.message,
+            "against profile site (site.yaml): h2 below the pair floor 0.500 GB/s with 2 of 2 nodes: h0 0.200, h1 0.300 GB/s"
+        );
+        let c = judge(&r, &floors(0.1), &hosts, 0).unwrap();
+        assert_eq!(c.status, Status::Pass, "{}", c.message);
+        assert!(
+            c.message.contains(
+                "tcp allreduce 1 MiB 1.573 GB/s (floor 1.500), h0 ≥ 0.100 GB/s with 2 nodes"
+            ),
             "{}",
             c.message
         );
         let high = profile("{busbw: [{backend: tcp, op: allreduce, size: 1MiB, gbps: 2}]}");
-        let c = judge(&r, &high, &hosts).unwrap();
+        let c = judge(&r, &high, &hosts, 0).unwrap();
         assert_eq!(c.status, Status::Fail);
         assert!(
             c.message
@@ -186,7 +233,7 @@ mod tests {
         let absent = profile(
             "{busbw: [{backend: nccl, op: allreduce, size: 1MiB, gbps: 2}, {backend: tcp, op: allgather, size: 64MiB, gbps: 1}]}",
         );
-        let c = judge(&r, &absent, &hosts).unwrap();
+        let c = judge(&r, &absent, &hosts, 0).unwrap();
         assert_eq!(c.status, Status::Error);
         assert!(
             c.message
@@ -200,7 +247,11 @@ mod tests {
             c.message
         );
         // No floors: nothing to say.
-        let none = crate::facts::profile::parse("p.yaml", "profile: p\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8}\nexpect: {nvlink: {links: 18}}\n").unwrap();
-        assert!(judge(&r, &none, &hosts).is_none());
+        let none = crate::facts::profile::parse(
+            "p.yaml",
+            "profile: p\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8}\nexpect: {nvlink: {links: 18}}\n",
+        )
+        .unwrap();
+        assert!(judge(&r, &none, &hosts, 0).is_none());
     }
 }

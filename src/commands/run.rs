@@ -598,7 +598,7 @@ fn collective_stage(
     if let Some(profile) = facts.profile() {
         report
             .checks
-            .extend(crate::collective::floors::judge(&c, profile, &hosts));
+            .extend(crate::collective::floors::judge(&c, profile, &hosts, rank));
     }
     report.checks.extend(checklist::evaluate_collective(
         &plan.collective_checks,

@@ -318,6 +318,7 @@ impl Infiniband {
             })
         };
         let mut profile_active = 0u32;
+        let mut profile_slow: Vec<String> = Vec::new();
         let mut active = Vec::new();
         // A down port or a failing link is the node's problem whether or
         // not this job's NCCL_IB_HCA selects it; only a port an operator
@@ -374,7 +375,9 @@ impl Infiniband {
                 && up
                 && port.rate.is_none_or(|x| x < r.rate)
             {
-                problems.push(format!(
+                // Named only when too few ports run at the rate, as the
+                // profile's own comparison does.
+                profile_slow.push(format!(
                     "{name}: rate {}, where {named} has {} Gb/sec",
                     or_unknown(&port.rate_text),
                     r.rate
@@ -430,6 +433,7 @@ impl Infiniband {
         if let (None, Some((named, r))) = (self.expect_active, &profile)
             && profile_active < r.ports as u32
         {
+            problems.append(&mut profile_slow);
             problems.push(format!(
                 "{profile_active} {}port{} active at {} Gb/sec, where {named} has {}",
                 r.link_layer

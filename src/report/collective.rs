@@ -260,6 +260,9 @@ fn second_pass(sp: &crate::result::collective::SecondPass) -> String {
     for c in &sp.cleared {
         let _ = writeln!(out, "    cleared: {c}");
     }
+    for u in &sp.unconfirmed {
+        let _ = writeln!(out, "    not confirmed: {u}");
+    }
     if let Some(s) = &sp.skipped {
         let _ = writeln!(out, "    left out: {s}");
     }

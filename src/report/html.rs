@@ -556,6 +556,7 @@ fn second_pass(s: &mut String, sp: &crate::result::collective::SecondPass) {
         ("s-warn", "!", "slow node", &sp.slow_nodes),
         ("s-warn", "!", "slow link", &sp.slow_links),
         ("s-pass", "✓", "cleared", &sp.cleared),
+        ("s-skip", "–", "not confirmed", &sp.unconfirmed),
     ];
     for (class, mark, what, list) in said {
         for x in list {

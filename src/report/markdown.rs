@@ -362,6 +362,7 @@ fn collective(w: &mut String, m: &MergedReport) {
             ("slow node", &sp.slow_nodes),
             ("slow link", &sp.slow_links),
             ("cleared", &sp.cleared),
+            ("not confirmed", &sp.unconfirmed),
         ];
         for (what, list) in said {
             for x in list {

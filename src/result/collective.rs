@@ -70,6 +70,10 @@ pub struct SecondPass {
     /// again, in words.
     #[serde(default)]
     pub cleared: Vec<String>,
+    /// Suspects the pass could not judge (not measured again, or nothing
+    /// measured beside them to judge one flow against), and why.
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
     /// What the time left could not hold, or a pair that failed.
     #[serde(default)]
     pub skipped: Option<String>,

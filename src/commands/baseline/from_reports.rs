@@ -41,6 +41,13 @@ fn size(bytes: usize) -> String {
     format!("{bytes}B")
 }
 
+/// A rate with three significant digits at least, so that a slow
+/// figure is never written as 0 (which a profile refuses).
+fn rate(gbps: f64) -> String {
+    let digits = (2 - gbps.log10().floor() as i32).clamp(3, 12) as usize;
+    format!("{gbps:.digits$}")
+}
+
 /// The runs of the reports: one per distinct collective section (every
 /// rank of a run carries the same one), each rank's node from the
 /// reports' own host names and the cluster view.
@@ -85,7 +92,14 @@ fn runs(inputs: &[PathBuf]) -> Result<Vec<Run>, Failure> {
                 }
             }
         }
-        if let Some(slot) = r.node.rank.and_then(|rank| hosts.get_mut(rank as usize)) {
+        // The cluster view's name first (it tells apart nodes whose host
+        // names clash); a report's own host name where it has none.
+        if let Some(slot) = r
+            .node
+            .rank
+            .and_then(|rank| hosts.get_mut(rank as usize))
+            .filter(|s| s.is_empty())
+        {
             *slot = r.node.hostname.clone();
         }
     }
@@ -93,6 +107,18 @@ fn runs(inputs: &[PathBuf]) -> Result<Vec<Run>, Failure> {
         return Err(Failure::Usage(
             "--from: no report has a collective section (a `preflight run` with its collective stage)".into(),
         ));
+    }
+    // Pairs of 1 MiB (short) and of 4 MiB (full) are different figures:
+    // one kind of run per profile.
+    let modes: std::collections::BTreeSet<&str> = runs
+        .iter()
+        .map(|(_, r)| r.collective.mode.as_str())
+        .collect();
+    if modes.len() > 1 {
+        return Err(Failure::Usage(format!(
+            "--from: runs of different collective modes ({}): give the reports of one kind of run",
+            modes.into_iter().collect::<Vec<_>>().join(" and ")
+        )));
     }
     Ok(runs.into_iter().map(|(_, r)| r).collect())
 }
@@ -129,31 +155,37 @@ pub fn floors(inputs: &[PathBuf], fraction: f64) -> Result<String, Failure> {
             }
         }
     }
+    // Node pairs (each one's best rate, as `collective.floors` holds them).
     let pairs: Vec<f64> = runs
         .iter()
         .flat_map(|run| {
-            let node = |r: u32| crate::collective::isolate::node(&run.hosts, r);
-            run.collective
-                .pairs
-                .iter()
-                .filter(move |p| node(p.a) != node(p.b))
-                .map(|p| p.gbps)
+            crate::collective::isolate::node_pairs(
+                &run.collective.pairs,
+                &run.hosts,
+                run.collective.world_size,
+            )
         })
-        .filter(|g| g.is_finite() && *g > 0.0)
+        .map(|p| p.gbps)
         .collect();
+    let mut worlds: Vec<u32> = runs.iter().map(|r| r.collective.world_size).collect();
+    worlds.sort_unstable();
+    worlds.dedup();
+    let worlds: Vec<String> = worlds.iter().map(u32::to_string).collect();
     let mut text = format!(
-        "  # Floors at {:.0}% of the median of {} (baseline capture --from).\n  floors:\n",
+        "  # Floors at {:.0}% of the median of {} ({} mode, {} ranks; baseline capture --from).\n  floors:\n",
         fraction * 100.0,
-        crate::values::count(runs.len(), "run")
+        crate::values::count(runs.len(), "run"),
+        runs[0].collective.mode,
+        worlds.join(", ")
     );
     let rows: Vec<String> = busbw
         .iter()
         .filter_map(|((backend, op), (bytes, figures))| {
             let m = median(figures.clone())?;
             Some(format!(
-                "      - {{backend: {backend}, op: {op}, size: {}, gbps: {:.3}}}\n",
+                "      - {{backend: {backend}, op: {op}, size: {}, gbps: {}}}\n",
                 size(*bytes),
-                m * fraction
+                rate(m * fraction)
             ))
         })
         .collect();
@@ -164,9 +196,9 @@ pub fn floors(inputs: &[PathBuf], fraction: f64) -> Result<String, Failure> {
     let pair = median(pairs.clone());
     if let Some(m) = pair {
         text.push_str(&format!(
-            "    # {} node pairs, median {m:.3} GB/s\n    pair_gbps: {:.3}\n",
+            "    # {} node pairs, median {m:.3} GB/s\n    pair_gbps: {}\n",
             pairs.len(),
-            m * fraction
+            rate(m * fraction)
         ));
     }
     if busbw.values().all(|(_, f)| f.is_empty()) && pair.is_none() {
@@ -188,5 +220,12 @@ mod tests {
         assert_eq!(size(8), "8B");
         assert_eq!(size(1536), "1536B");
         assert_eq!(size(3 << 30), "3GiB");
+    }
+
+    #[test]
+    fn a_slow_rate_is_never_written_as_zero() {
+        assert_eq!(rate(12.3456), "12.346");
+        assert_eq!(rate(0.8), "0.800");
+        assert_eq!(rate(0.0004567), "0.000457");
     }
 }

@@ -212,7 +212,14 @@ pub fn diff(profile: &Profile, node: &Inventory, speed: bool) -> Vec<String> {
         .copied()
         .filter(|a| ids.contains(&a.device))
         .collect();
-    if let Some(want) = &profile.expect.accelerators {
+    // The count the profile matched on holds where `expect` names none: a
+    // node with one accelerator fewer still gets the profile, to fail it.
+    let want_count = profile
+        .expect
+        .accelerators
+        .as_ref()
+        .map_or(m.count, |a| a.count);
+    {
         for a in of_vendor.iter().filter(|a| !ids.contains(&a.device)) {
             out.push(format!(
                 "{}: a {} device {:04x}, not one the profile names",
@@ -222,12 +229,12 @@ pub fn diff(profile: &Profile, node: &Inventory, speed: bool) -> Vec<String> {
             ));
         }
         let usable = mine.iter().filter(|a| a.usable).count();
-        if mine.len() != want.count {
+        if mine.len() != want_count {
             out.push(format!(
                 "{} {} accelerators of the profile's kind on the PCI bus, the profile has {}",
                 mine.len(),
                 m.vendor.name(),
-                want.count
+                want_count
             ));
         }
         for a in mine.iter().filter(|a| !a.usable) {
@@ -236,8 +243,8 @@ pub fn diff(profile: &Profile, node: &Inventory, speed: bool) -> Vec<String> {
                 a.address
             ));
         }
-        if usable < want.count && mine.len() == want.count {
-            out.push(format!("{usable} of {} accelerators usable", want.count));
+        if usable < want_count && mine.len() == want_count {
+            out.push(format!("{usable} of {want_count} accelerators usable"));
         }
     }
     if let Some(p) = profile.expect.pcie {

@@ -143,9 +143,10 @@ pub struct Firmware {
 /// Whether `version` is of `family`: the same, or it followed by a dot
 /// (or a dash: 2.0.0-15, a build after the version).
 pub fn in_family(version: &str, family: &str) -> bool {
-    let (v, f) = (version.trim(), family.trim());
+    let v = version.trim().to_ascii_lowercase();
+    let f = family.trim().trim_end_matches('.').to_ascii_lowercase();
     v == f
-        || v.strip_prefix(f)
+        || v.strip_prefix(&f)
             .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
 }
 
@@ -591,8 +592,9 @@ pub enum Given {
 }
 
 /// `--profile PATH`: a file (applied outright) or a directory whose
-/// `*.yaml` files are the site's profiles, in name order; every error of
-/// every file, located.
+/// `*.yaml` files are the site's profiles, in name order (where two fit a
+/// node alike, the first by name applies); every error of every file,
+/// located.
 pub fn load_given(path: &Path) -> Result<Given, Vec<ProfileError>> {
     if !path.is_dir() {
         return load(path).map(|p| Given::Outright(Arc::new(p)));
@@ -601,7 +603,17 @@ pub fn load_given(path: &Path) -> Result<Given, Vec<ProfileError>> {
     let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(path)
         .map_err(|e| vec![unlocated(&shown, format!("cannot read the directory: {e}"))])?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        // A profile is a regular file named *.yaml; an editor's hidden
+        // lock or backup file, a directory or a dangling link is not one.
+        .filter(|p| {
+            p.is_file()
+                && !p
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                && p.extension().is_some_and(|x| {
+                    x.eq_ignore_ascii_case("yaml") || x.eq_ignore_ascii_case("yml")
+                })
+        })
         .collect();
     files.sort();
     if files.is_empty() {
@@ -647,6 +659,38 @@ mod tests {
             .collect()
     }
 
+    /// A profile that says nothing of the accelerators in `expect` still
+    /// holds the node to the count it matched on: a node one short gets
+    /// the profile and fails it.
+    #[test]
+    fn the_count_matched_on_holds_without_an_expectation() {
+        let p = parse(
+            "floors.yaml",
+            "profile: f\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8}\nexpect:\n  floors: {pair_gbps: 40}\n",
+        )
+        .unwrap();
+        let node = |n: usize| Inventory {
+            accelerators: (0..n)
+                .map(|i| inventory::Accelerator {
+                    vendor: Vendor::Nvidia,
+                    device: 0x2330,
+                    address: format!("0000:{i:02x}:00.0"),
+                    usable: true,
+                    product: None,
+                    current: (Some(32.0), Some(16)),
+                    max: (Some(32.0), Some(16)),
+                })
+                .collect(),
+            ..Inventory::default()
+        };
+        assert_eq!(p.fit(&node(7)), Some(1));
+        assert_eq!(
+            diff(&p, &node(7), true),
+            vec!["7 NVIDIA accelerators of the profile's kind on the PCI bus, the profile has 8"]
+        );
+        assert!(diff(&p, &node(8), true).is_empty());
+    }
+
     #[test]
     fn a_family_holds_its_versions_only() {
         for (v, f, yes) in [
@@ -657,6 +701,8 @@ mod tests {
             ("28.39.1002", "28.39", true),
             ("28.391.2", "28.39", false),
             ("1.18.0-524", "1.18.0", true),
+            ("550.90.07", "550.", true),
+            ("96.00.99.00.0A", "96.00.99.00.0a", true),
         ] {
             assert_eq!(in_family(v, f), yes, "{v} in {f}");
         }
