@@ -45,6 +45,19 @@ fn profile_check(tree: &Path, profile: Option<&Path>) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no node.profile in {report:#}"))
 }
 
+/// A copy of the healthy HGX node's tree at `dir/name`, to break.
+fn healthy_copy(dir: &Path, name: &str) -> PathBuf {
+    let to = dir.join(name);
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(root("h100-ib-healthy"))
+        .arg(&to)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    to
+}
+
 fn baseline(args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(BIN)
         .arg("baseline")
@@ -122,14 +135,7 @@ fn a_degraded_node_fails_against_its_profile_named() {
         assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
     }
     // A copy of the healthy node, one port of mlx5_2 at half rate.
-    let half = dir.path().join("half");
-    let cp = Command::new("cp")
-        .arg("-a")
-        .arg(root("h100-ib-healthy"))
-        .arg(&half)
-        .status()
-        .unwrap();
-    assert!(cp.success());
+    let half = healthy_copy(dir.path(), "half");
     let rate = std::fs::read_link(half.join("sys/class/infiniband/mlx5_2"))
         .map(|l| half.join("sys/class/infiniband").join(l))
         .unwrap()
@@ -426,14 +432,7 @@ fn infiniband_pcie_link_and_memory_read_the_profile() {
     let dir = tempfile::tempdir().unwrap();
     // A copy of the healthy node: one port at half rate, one GPU on a
     // riser that trains and can train x8 only.
-    let node = dir.path().join("node");
-    let cp = Command::new("cp")
-        .arg("-a")
-        .arg(root("h100-ib-healthy"))
-        .arg(&node)
-        .status()
-        .unwrap();
-    assert!(cp.success());
+    let node = healthy_copy(dir.path(), "node");
     let linked = |link: &str| {
         let l = node.join(link);
         l.parent().unwrap().join(std::fs::read_link(&l).unwrap())
@@ -543,14 +542,7 @@ fn a_directory_of_profiles_is_chosen_from_by_the_instance_type() {
         )
         .unwrap();
     }
-    let node = dir.path().join("node");
-    let cp = Command::new("cp")
-        .arg("-a")
-        .arg(root("h100-ib-healthy"))
-        .arg(&node)
-        .status()
-        .unwrap();
-    assert!(cp.success());
+    let node = healthy_copy(dir.path(), "node");
     let message = |tree: &Path| {
         profile_check(tree, Some(&site))["message"]
             .as_str()
@@ -636,14 +628,7 @@ fn driver_and_firmware_families_are_captured_and_held() {
     let text = std::fs::read_to_string(&captured).unwrap();
     assert!(text.contains("\n  driver: {family: \"550\"}\n"), "{text}");
     assert!(text.contains("  firmware: {rdma: \"28.39\""), "{text}");
-    let node = dir.path().join("node");
-    let cp = Command::new("cp")
-        .arg("-a")
-        .arg(root("h100-ib-healthy"))
-        .arg(&node)
-        .status()
-        .unwrap();
-    assert!(cp.success());
+    let node = healthy_copy(dir.path(), "node");
     let diff = || {
         baseline(&[
             "diff",

@@ -153,21 +153,13 @@ pub async fn measure<B: Backend>(
 /// not the best: one pair that happened to run fast (alone on the cores
 /// for a moment) must not make every other rank look slow beside it.
 pub fn reference(r: u32, rates: &[PairRate]) -> Option<f64> {
-    let mut others: Vec<f64> = rates
-        .iter()
-        .filter(|p| p.a != r && p.b != r)
-        .map(|p| p.gbps)
-        .collect();
-    if others.is_empty() {
-        return None;
-    }
-    others.sort_by(f64::total_cmp);
-    let mid = others.len() / 2;
-    Some(if others.len() % 2 == 1 {
-        others[mid]
-    } else {
-        (others[mid - 1] + others[mid]) / 2.0
-    })
+    crate::values::median(
+        rates
+            .iter()
+            .filter(|p| p.a != r && p.b != r)
+            .map(|p| p.gbps)
+            .collect(),
+    )
 }
 
 /// Ranks slow in every pair they are in: each below a third of what the

@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::result::collective::PairRate;
+use crate::values::median;
 
 #[cfg(feature = "fuzzing")]
 pub use exchange::plan_for_fuzzing;
@@ -141,19 +142,6 @@ pub fn node_pairs(pairs: &[PairRate], hosts: &[String], world: u32) -> Vec<PairR
     best.into_iter()
         .map(|((a, b), gbps)| PairRate { a, b, gbps })
         .collect()
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    })
 }
 
 fn touches(p: &(u32, u32), n: u32) -> bool {

@@ -11,24 +11,12 @@ use super::super::Failure;
 use super::super::report::{files, read};
 use crate::result::Verdict;
 use crate::result::collective::CollectiveReport;
+use crate::values::median;
 
 /// One run's collective section and each of its ranks' node.
 struct Run {
     collective: CollectiveReport,
     hosts: Vec<String>,
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    })
 }
 
 /// A size as the profiles write it, exactly: `64MiB`, `8B`.
