@@ -122,7 +122,7 @@ impl PcieLink {
         // at its own maximum, and only the profile can tell.
         let profile = facts.profile().and_then(|p| {
             let pcie = p.expect.pcie?;
-            Some((p.named(), pcie, p.matcher.vendor))
+            Some((p.named(), pcie, p.matcher.vendor, &p.matcher.device_ids))
         });
         for (what, d) in &devices {
             let l = &d.link;
@@ -143,8 +143,9 @@ impl PcieLink {
                     describe(l.max_width, l.max_speed)
                 ));
                 degraded.push(d.address.clone());
-            } else if let Some((named, want, vendor)) = &profile
+            } else if let Some((named, want, vendor, ids)) = &profile
                 && d.accelerator_vendor() == Some(*vendor)
+                && ids.contains(&d.device)
                 && (l.current_width.is_some_and(|w| w < want.width)
                     || (self.speed && l.current_speed.is_some_and(|s| s + 0.01 < want.gts())))
             {
