@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every fuzz target for SECONDS (default 60) each, one per core at a
-# time, from seed corpora
-# made of the project's own fixtures and tests (fuzz/corpus/TARGET, not
+# time, from seed corpora made of the project's own fixtures and tests
+# (fuzz/corpus/TARGET, not
 # committed: rebuilt here each time, and what the fuzzer adds is kept
 # between runs on one machine). A crash stops the run with the input
 # under fuzz/artifacts/TARGET/; turn it into a regression test before
