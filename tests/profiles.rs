@@ -725,3 +725,54 @@ fn a_fleets_profiles_directory_is_validated_and_chosen_from() {
         "{err}"
     );
 }
+
+/// `baseline capture --from` reads reports anyone may have written: a
+/// world past what a rendezvous admits is refused before anything is
+/// sized by it, and an unhealthy run is no baseline.
+#[test]
+fn capture_from_refuses_what_no_healthy_run_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let recorded = fixture("reports").join("run-4node/rank0.json");
+    let mut report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(recorded).unwrap()).unwrap();
+    let capture = |report: &serde_json::Value| {
+        let file = dir.path().join("rank0.json");
+        std::fs::write(&file, report.to_string()).unwrap();
+        let started = std::time::Instant::now();
+        let out = baseline(&[
+            "capture",
+            "--root",
+            root("h100-ib-healthy").to_str().unwrap(),
+            "--from",
+            file.to_str().unwrap(),
+        ]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        out
+    };
+    let (code, _, err) = capture(&report);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("the run's verdict is not_ready, not ready"),
+        "{err}"
+    );
+    report["verdict"] = "ready".into();
+    report["collective"]["world_size"] = 4_000_000_000u64.into();
+    report["cluster"]["world_size"] = 4_000_000_000u64.into();
+    let (code, _, err) = capture(&report);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("a collective section of 4000000000 ranks (1 to 1048576 are possible)"),
+        "{err}"
+    );
+    // The same report with its real world gives floors.
+    report["collective"]["world_size"] = 4.into();
+    report["cluster"]["world_size"] = 4.into();
+    let (code, text, err) = capture(&report);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        text.contains(
+            "  floors:\n    busbw:\n      - {backend: tcp, op: allgather, size: 4MiB, gbps: "
+        ),
+        "{text}"
+    );
+}

@@ -57,6 +57,17 @@ fn runs(inputs: &[PathBuf]) -> Result<Vec<Run>, Failure> {
         let Some(c) = r.collective.clone() else {
             continue;
         };
+        // A report is a file anyone may have written: its world is held
+        // to what a rendezvous admits before anything is sized by it.
+        let admitted = |w: u32| (1..=crate::cluster::identity::MAX_WORLD).contains(&w);
+        if !admitted(c.world_size) {
+            return Err(Failure::Usage(format!(
+                "{}: a collective section of {} ranks (1 to {} are possible)",
+                f.display(),
+                c.world_size,
+                crate::cluster::identity::MAX_WORLD
+            )));
+        }
         let key = serde_json::to_string(&c).unwrap_or_default();
         let at = match runs.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
@@ -73,7 +84,7 @@ fn runs(inputs: &[PathBuf]) -> Result<Vec<Run>, Failure> {
             }
         };
         let hosts = &mut runs[at].1.hosts;
-        if let Some(cluster) = &r.cluster {
+        if let Some(cluster) = r.cluster.as_ref().filter(|c| admitted(c.world_size)) {
             for (rank, h) in cluster.hosts_by_rank().into_iter().enumerate() {
                 if let Some(slot) = hosts.get_mut(rank).filter(|s| s.is_empty()) {
                     *slot = h;
