@@ -58,6 +58,49 @@ fn healthy_copy(dir: &Path, name: &str) -> PathBuf {
     to
 }
 
+/// A site configuration directory whose health check runs `node.profile`
+/// alone, reports under it; and its path as text.
+fn site_dir() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    std::fs::write(
+        dir.path().join("settings.yaml"),
+        format!("report_dir: {d}/reports\nscontrol: /bin/true\nhealthcheck:\n  only: [profile]\n"),
+    )
+    .unwrap();
+    (dir, d)
+}
+
+/// `preflight slurm healthcheck` with the site directory `dir`, as slurmd
+/// runs it (a clean environment): the report it kept.
+fn healthcheck(dir: &Path) -> serde_json::Value {
+    let o = Command::new(BIN)
+        .args(["slurm", "healthcheck"])
+        .env_clear()
+        .env("PREFLIGHT_CONFIG_DIR", dir)
+        .env("SLURMD_NODENAME", "h1")
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(dir.join("reports/healthcheck.json")).unwrap_or_else(|e| {
+        panic!(
+            "no report ({e}): {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `preflight baseline diff PROFILE --root TREE`.
+fn diff(profile: &Path, tree: &Path) -> (Option<i32>, String, String) {
+    baseline(&[
+        "diff",
+        profile.to_str().unwrap(),
+        "--root",
+        tree.to_str().unwrap(),
+    ])
+}
+
 fn baseline(args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(BIN)
         .arg("baseline")
@@ -142,12 +185,7 @@ fn a_degraded_node_fails_against_its_profile_named() {
         .join("ports/1/rate");
     std::fs::write(&rate, "200 Gb/sec (4X HDR)\n").unwrap();
 
-    let (code, out, _) = baseline(&[
-        "diff",
-        captured.to_str().unwrap(),
-        "--root",
-        root("h100-ib-healthy").to_str().unwrap(),
-    ]);
+    let (code, out, _) = diff(&captured, &root("h100-ib-healthy"));
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(
         out,
@@ -156,12 +194,7 @@ fn a_degraded_node_fails_against_its_profile_named() {
             captured.display()
         )
     );
-    let (code, out, _) = baseline(&[
-        "diff",
-        captured.to_str().unwrap(),
-        "--root",
-        half.to_str().unwrap(),
-    ]);
+    let (code, out, _) = diff(&captured, &half);
     assert_eq!(code, Some(1), "{out}");
     assert!(
         out.contains("  mlx5_2:1: 200 Gb/sec (4X HDR) where the profile has 400 Gb/s\n"),
@@ -185,29 +218,14 @@ fn a_degraded_node_fails_against_its_profile_named() {
         )
     };
     std::fs::write(&seven, profile(6)).unwrap();
-    let (code, out, _) = baseline(&[
-        "diff",
-        seven.to_str().unwrap(),
-        "--root",
-        half.to_str().unwrap(),
-    ]);
+    let (code, out, _) = diff(&seven, &half);
     assert_eq!(code, Some(0), "{out}");
     std::fs::write(&seven, profile(7)).unwrap();
-    let (code, out, _) = baseline(&[
-        "diff",
-        seven.to_str().unwrap(),
-        "--root",
-        half.to_str().unwrap(),
-    ]);
+    let (code, out, _) = diff(&seven, &half);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("mlx5_2:1: 200 Gb/sec (4X HDR)"), "{out}");
     assert!(!out.contains("mlx5_7"), "a disabled port is named: {out}");
-    let (code, out, _) = baseline(&[
-        "diff",
-        captured.to_str().unwrap(),
-        "--root",
-        root("h100-ib-broken").to_str().unwrap(),
-    ]);
+    let (code, out, _) = diff(&captured, &root("h100-ib-broken"));
     assert_eq!(code, Some(1));
     for d in [
         "0000:9a:00.0: on the PCI bus but not usable (not bound to its driver)",
@@ -332,35 +350,13 @@ fn a_profile_that_does_not_read_is_refused_with_its_place() {
 /// directory (`profile.yaml`, beside `checks.d`).
 #[test]
 fn the_slurm_modes_hold_the_node_to_the_sites_profile() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().display().to_string();
-    std::fs::write(
-        dir.path().join("settings.yaml"),
-        format!("report_dir: {d}/reports\nscontrol: /bin/true\nhealthcheck:\n  only: [profile]\n"),
-    )
-    .unwrap();
+    let (dir, d) = site_dir();
     std::fs::write(
         dir.path().join("profile.yaml"),
         "profile: site-a\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8}\nexpect:\n  accelerators: {count: 8}\n",
     )
     .unwrap();
-    let o = Command::new(BIN)
-        .args(["slurm", "healthcheck"])
-        .env_clear()
-        .env("PREFLIGHT_CONFIG_DIR", dir.path())
-        .env("SLURMD_NODENAME", "h1")
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("reports/healthcheck.json")).unwrap_or_else(|e| {
-            panic!(
-                "no report ({e}): {}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            )
-        }),
-    )
-    .unwrap();
+    let report = healthcheck(dir.path());
     let check = &report["checks"][0];
     assert_eq!(check["id"], "node.profile", "{report:#}");
     assert_eq!(check["status"], "fail", "{report:#}");
@@ -585,12 +581,7 @@ fn a_directory_of_profiles_is_chosen_from_by_the_instance_type() {
         "{text}"
     );
     // baseline diff chooses from the directory the same way.
-    let (code, out, _) = baseline(&[
-        "diff",
-        site.to_str().unwrap(),
-        "--root",
-        node.to_str().unwrap(),
-    ]);
+    let (code, out, _) = diff(&site, &node);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("matches profile ndv5"), "{out}");
     // A bad file in the directory is refused with its place.
@@ -629,15 +620,8 @@ fn driver_and_firmware_families_are_captured_and_held() {
     assert!(text.contains("\n  driver: {family: \"550\"}\n"), "{text}");
     assert!(text.contains("  firmware: {rdma: \"28.39\""), "{text}");
     let node = healthy_copy(dir.path(), "node");
-    let diff = || {
-        baseline(&[
-            "diff",
-            captured.to_str().unwrap(),
-            "--root",
-            node.to_str().unwrap(),
-        ])
-    };
-    assert_eq!(diff().0, Some(0), "{}", diff().1);
+    let (code, out, _) = diff(&captured, &node);
+    assert_eq!(code, Some(0), "{out}");
     std::fs::write(node.join("sys/module/nvidia/version"), "535.104.05\n").unwrap();
     let hca = node.join("sys/class/infiniband/mlx5_3");
     let hca = hca
@@ -645,7 +629,7 @@ fn driver_and_firmware_families_are_captured_and_held() {
         .unwrap()
         .join(std::fs::read_link(&hca).unwrap());
     std::fs::write(hca.join("fw_ver"), "28.38.1002\n").unwrap();
-    let (code, out, _) = diff();
+    let (code, out, _) = diff(&captured, &node);
     assert_eq!(code, Some(1), "{out}");
     for d in [
         "  driver nvidia 535.104.05 where the profile has the 550 family\n",
@@ -662,13 +646,7 @@ fn driver_and_firmware_families_are_captured_and_held() {
 /// machine has no accelerator), so `node.profile` skips.
 #[test]
 fn a_fleets_profiles_directory_is_validated_and_chosen_from() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().display().to_string();
-    std::fs::write(
-        dir.path().join("settings.yaml"),
-        format!("report_dir: {d}/reports\nscontrol: /bin/true\nhealthcheck:\n  only: [profile]\n"),
-    )
-    .unwrap();
+    let (dir, d) = site_dir();
     let fleet = dir.path().join("profiles.d");
     std::fs::create_dir(&fleet).unwrap();
     std::fs::write(
@@ -698,18 +676,7 @@ fn a_fleets_profiles_directory_is_validated_and_chosen_from() {
         out.contains(&format!("node profile {d}/profiles.d")),
         "{out}"
     );
-    let o = Command::new(BIN)
-        .args(["slurm", "healthcheck"])
-        .env_clear()
-        .env("PREFLIGHT_CONFIG_DIR", dir.path())
-        .env("SLURMD_NODENAME", "h1")
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("reports/healthcheck.json"))
-            .unwrap_or_else(|e| panic!("no report ({e}): {}", String::from_utf8_lossy(&o.stderr))),
-    )
-    .unwrap();
+    let report = healthcheck(dir.path());
     assert_eq!(report["checks"][0]["id"], "node.profile", "{report:#}");
     assert_eq!(report["checks"][0]["status"], "skip", "{report:#}");
     std::fs::write(

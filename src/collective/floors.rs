@@ -147,32 +147,12 @@ mod tests {
     fn report(busbw_us: f64, pairs: Vec<PairRate>) -> CollectiveReport {
         let row = Row::new(Op::Allreduce, 1 << 20, Dtype::F32, busbw_us, 4);
         CollectiveReport {
-            mode: "short".into(),
-            world_size: 4,
-            backends: vec![BackendReport {
-                name: "tcp".into(),
-                available: true,
-                reason: String::new(),
-                library: None,
-                env_set: Vec::new(),
-                init_ms: Some(1),
-                ops: Vec::new(),
-                sweep: vec![row],
-                notes: Vec::new(),
-                log: Vec::new(),
-                ended: None,
-                about_variables: Vec::new(),
-                verdict: "pass".into(),
-            }],
             pairs,
-            stragglers: Vec::new(),
-            straggler_ranks: Vec::new(),
-            unjudged: None,
-            missing: Vec::new(),
-            links: Vec::new(),
-            interrupted: None,
-            settings: None,
-            second_pass: None,
+            ..CollectiveReport::of(
+                "short",
+                4,
+                vec![BackendReport::available("tcp", "pass", vec![row])],
+            )
         }
     }
 

@@ -112,34 +112,12 @@ mod tests {
     use crate::result::collective::BackendReport;
 
     fn with(verdict: &str) -> CollectiveReport {
-        CollectiveReport {
-            mode: "short".into(),
-            world_size: 2,
-            backends: vec![BackendReport {
-                name: "oneccl".into(),
-                available: true,
-                reason: String::new(),
-                library: None,
-                env_set: Vec::new(),
-                init_ms: None,
-                ops: Vec::new(),
-                sweep: Vec::new(),
-                notes: Vec::new(),
-                log: Vec::new(),
-                ended: Some("the run's deadline (--timeout) came during init".into()),
-                about_variables: Vec::new(),
-                verdict: verdict.into(),
-            }],
-            pairs: Vec::new(),
-            stragglers: Vec::new(),
-            straggler_ranks: Vec::new(),
-            unjudged: None,
-            missing: Vec::new(),
-            links: Vec::new(),
-            interrupted: None,
-            settings: None,
-            second_pass: None,
-        }
+        let oneccl = BackendReport {
+            init_ms: None,
+            ended: Some("the run's deadline (--timeout) came during init".into()),
+            ..BackendReport::available("oneccl", verdict, Vec::new())
+        };
+        CollectiveReport::of("short", 2, vec![oneccl])
     }
 
     #[test]

@@ -306,33 +306,14 @@ mod tests {
         let bytes = 64 << 20;
         let factor = Op::Allreduce.bus_factor(4);
         let time_us = bytes as f64 * factor / (busbw * 1e3);
+        let row = Row::new(Op::Allreduce, bytes, Dtype::F32, time_us, 4);
         CollectiveReport {
-            mode: "full".into(),
-            world_size: 4,
-            backends: vec![BackendReport {
-                name: "tcp".into(),
-                available: true,
-                reason: String::new(),
-                library: None,
-                env_set: Vec::new(),
-                init_ms: Some(1),
-                ops: Vec::new(),
-                sweep: vec![Row::new(Op::Allreduce, bytes, Dtype::F32, time_us, 4)],
-                notes: Vec::new(),
-                log: Vec::new(),
-                ended: None,
-                about_variables: Vec::new(),
-                verdict: "pass".into(),
-            }],
-            pairs: Vec::new(),
-            stragglers: Vec::new(),
-            straggler_ranks: Vec::new(),
-            unjudged: None,
-            missing: Vec::new(),
             links,
-            interrupted: None,
-            settings: None,
-            second_pass: None,
+            ..CollectiveReport::of(
+                "full",
+                4,
+                vec![BackendReport::available("tcp", "pass", vec![row])],
+            )
         }
     }
 

@@ -38,6 +38,27 @@ pub struct CollectiveReport {
     pub second_pass: Option<SecondPass>,
 }
 
+impl CollectiveReport {
+    /// A report of `backends` alone: no pairs, stragglers, missing ranks,
+    /// links or second pass (what a kind's judgement starts from).
+    pub fn of(mode: &str, world_size: u32, backends: Vec<BackendReport>) -> CollectiveReport {
+        CollectiveReport {
+            mode: mode.into(),
+            world_size,
+            backends,
+            pairs: Vec::new(),
+            stragglers: Vec::new(),
+            straggler_ranks: Vec::new(),
+            unjudged: None,
+            missing: Vec::new(),
+            links: Vec::new(),
+            interrupted: None,
+            settings: None,
+            second_pass: None,
+        }
+    }
+}
+
 /// The second pass of the pairwise round: each node the first pass
 /// suspected, measured again with nodes that ran at full rate, which tells
 /// a slow node (slow with every good partner: drain it) from a slow link
@@ -127,6 +148,28 @@ pub struct BackendReport {
     pub about_variables: Vec<String>,
     /// pass, fail or skip.
     pub verdict: String,
+}
+
+impl BackendReport {
+    /// Backend `name`, available, with `verdict` and what it measured
+    /// (`sweep`); nothing else said.
+    pub fn available(name: &str, verdict: &str, sweep: Vec<Row>) -> BackendReport {
+        BackendReport {
+            name: name.into(),
+            available: true,
+            reason: String::new(),
+            library: None,
+            env_set: Vec::new(),
+            init_ms: Some(1),
+            ops: Vec::new(),
+            sweep,
+            notes: Vec::new(),
+            log: Vec::new(),
+            ended: None,
+            about_variables: Vec::new(),
+            verdict: verdict.into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
