@@ -32,5 +32,6 @@ short rendezvous-scale.sh     env TCPSTORE=0 bash bench/rendezvous-scale.sh 64 n
 short rendezvous-slope.sh     bash bench/rendezvous-slope.sh 64 256
 short report.sh               env RUNS=1 SIZES=20 bash bench/report.sh
 short resources.sh            env RUNS=1 bash bench/resources.sh
+short slowness.sh           env ROUNDS_HEALTHY=2 ROUNDS_STARVED=1 bash bench/slowness.sh
 short slurm.sh                env PROFILE=dev bash bench/slurm.sh
 short ansible-validate.sh     bash bench/ansible-validate.sh 1

@@ -16,6 +16,8 @@
 //! - `PREFLIGHT_TEST_INTERRUPT_DELAY_MS=N`: after a signal, the report is
 //!   written N ms late (an orderly end that takes too long: the hard
 //!   limit, or a second signal, must end the process).
+//! - `PREFLIGHT_TEST_CHECKIN_MARKER=PATH`: the rank writes PATH once its
+//!   check-in has gone out to rank 0 (a test stops it then).
 //! - `PREFLIGHT_TEST_MESH_DIAL_DELAY_MS=RANK:MS`: that rank waits MS before
 //!   dialling its TCP backend's peers, with its own sockets already
 //!   announced (a slow rank, and a window in which others may connect).
@@ -27,6 +29,7 @@ pub const VERSION: &str = "PREFLIGHT_TEST_VERSION";
 pub const CLOCK_OFFSET_MS: &str = "PREFLIGHT_TEST_CLOCK_OFFSET_MS";
 pub const INTERRUPT_DELAY_MS: &str = "PREFLIGHT_TEST_INTERRUPT_DELAY_MS";
 pub const MESH_DIAL_DELAY_MS: &str = "PREFLIGHT_TEST_MESH_DIAL_DELAY_MS";
+pub const CHECKIN_MARKER: &str = "PREFLIGHT_TEST_CHECKIN_MARKER";
 
 /// `RANK:BYTES` for `rank`, from `var`; anything else is no hook.
 pub fn rank_bytes(get: &dyn Fn(&str) -> Option<String>, var: &str, rank: u32) -> Option<usize> {

@@ -599,6 +599,70 @@ fn a_host_whose_firewall_rejects_the_probe_port_is_named_as_refusing() {
     }
 }
 
+/// Host 2's rank is stopped (SIGSTOP) once its check-in has gone out,
+/// before the last rank arrives: its kernel still accepts its peers'
+/// probes, and nothing answers them. That is a process stopped or
+/// starved, said as such: no firewall, nobody drained, a warning.
+#[test]
+fn a_stopped_rank_does_not_answer_and_is_no_firewall() {
+    let Some(job) = job(3, None) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("h2-checked-in");
+    let marker_text = marker.display().to_string();
+    let off: &[(&str, &str)] = &[];
+    // The cluster stage alone: a stopped rank would hold up a collective.
+    let mut argv = run_args("15s");
+    argv.extend(["--collective".to_string(), "off".to_string()]);
+    let args = |rank: u32, extra: &[(&str, &str)]| {
+        let mut env = launcher_env(&job.cluster, rank, 3);
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        on_host(&job.cluster, &job.files, rank as usize, &argv, &pairs(&env))
+    };
+    let h0 = args(0, off);
+    let h2 = args(2, &[("PREFLIGHT_TEST_CHECKIN_MARKER", &marker_text)]);
+    cluster::wait_until("h2 checks in", || marker.exists());
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &h2.pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {}", h2.pid);
+    };
+    signal("-STOP");
+    let h1 = args(1, off);
+    let out: Vec<Outcome> = [h0, h1].into_iter().map(|p| p.finish(MARGIN)).collect();
+    signal("-CONT");
+    let _ = h2.finish(MARGIN);
+    for o in &out {
+        let msg = o.message("cluster.reachability");
+        println!("{}: {msg}", o.label);
+        assert!(msg.starts_with("warn"), "{}: {msg}", o.label);
+        assert!(
+            msg.contains("h2 accepts connections but does not answer (stopped or starved?)"),
+            "{msg}"
+        );
+        assert!(msg.contains("not a firewall"), "{msg}");
+        assert!(!msg.contains("drops") && !msg.contains("DROP"), "{msg}");
+        let culprits = &o.json()["cluster"]["culprits"];
+        let named: Vec<&serde_json::Value> = culprits
+            .as_array()
+            .map(|c| c.iter().map(|c| &c["node"]).collect())
+            .unwrap_or_default();
+        assert!(
+            !named.iter().any(|n| *n == "h0" || *n == "h1"),
+            "{culprits:#}"
+        );
+    }
+    let probes = out[0].json()["cluster"]["reachability"]["probes"].clone();
+    for p in probes.as_array().unwrap() {
+        let want = if p["to"] == 2 { "no_answer" } else { "ok" };
+        if p["from"] != 2 {
+            assert_eq!(p["status"], want, "{probes:#}");
+        }
+    }
+}
+
 /// Another program holds host 1's only probe port (anyone can bind a
 /// fixed port before a job): host 1 probes from an ephemeral port, which
 /// its check-in announces; the job is ready, and rank 0's report says who

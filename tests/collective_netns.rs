@@ -23,6 +23,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 use cluster::{HostFiles, Outcome, Proc, host_files, launcher_env, on_host, pairs, run_args};
+use common::cpu_limit::CpuLimit;
 use common::netns::Cluster;
 
 /// Generous: namespace process start on a loaded 2-core machine.
@@ -43,8 +44,17 @@ impl Job {
     /// Rank h on host h for every host, with collective flags `extra` and
     /// per-host variables.
     fn start(&self, extra: &[&str], vars: &[(usize, &[(&str, &str)])]) -> Vec<Proc> {
+        self.start_command(run_args("20s"), extra, vars)
+    }
+
+    /// The same with the command and its first arguments in `args`.
+    fn start_command(
+        &self,
+        mut args: Vec<String>,
+        extra: &[&str],
+        vars: &[(usize, &[(&str, &str)])],
+    ) -> Vec<Proc> {
         let n = self.cluster.hosts.len() as u32;
-        let mut args = run_args("20s");
         args.extend(["--backends", "tcp"].iter().map(|s| s.to_string()));
         args.extend(extra.iter().map(|s| s.to_string()));
         (0..n)
@@ -142,6 +152,128 @@ fn throttle_host(job: &Job, h: usize) {
             "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "100mbit", "burst",
             "256kb", "latency", "50ms",
         ],
+    );
+}
+
+/// Host 2's rank held to 1 % of a CPU by a cgroup, in `rounds` runs of
+/// `n` hosts: every run names h2, by its own wait for a CPU, and no other
+/// host (its partners' slow pairs are its own). With three hosts the
+/// pairs alone could not tell h2 from its partners.
+fn a_starved_host_is_named_every_time(n: usize, rounds: usize) {
+    let _serial = serial();
+    let Some(job) = job(n) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..rounds {
+        let Some(limit) = CpuLimit::new(1) else {
+            return;
+        };
+        // Held from its check-in on: the rendezvous and the collective
+        // stage run starved; its checklist before them does not need to.
+        let marker = dir.path().join(format!("checked-in-{round}"));
+        let marker_text = marker.display().to_string();
+        let mark: &[(&str, &str)] = &[("PREFLIGHT_TEST_CHECKIN_MARKER", &marker_text)];
+        let procs = job.start(&[], &[(2, mark)]);
+        cluster::wait_until("h2 checks in", || marker.exists());
+        limit.hold(procs[2].pid);
+        let out = finish(procs);
+        all_exit(&out, 0);
+        let report = out[0].json();
+        let c = &report["collective"];
+        println!(
+            "{n} hosts, round {round}: stragglers {}; cpu wait {}",
+            c["stragglers"], c["cpu_wait"]
+        );
+        assert_eq!(c["straggler_ranks"], serde_json::json!([2]), "{c:#}");
+        for o in &out {
+            let msg = o.message("collective.stragglers");
+            assert!(msg.starts_with("warn"), "{}: {msg}", o.label);
+            assert!(
+                msg.contains("node h2 (rank 2) is starved of CPU: its ranks waited"),
+                "{}: {msg}",
+                o.label
+            );
+            for other in (0..n).filter(|h| *h != 2) {
+                assert!(
+                    !msg.contains(&format!("node h{other}"))
+                        && !msg.contains(&format!("(h{other} ")),
+                    "{}: {msg}",
+                    o.label
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_starved_host_among_3_is_named_every_time() {
+    a_starved_host_is_named_every_time(3, 5);
+}
+
+#[test]
+fn a_starved_host_among_4_is_named_every_time() {
+    a_starved_host_is_named_every_time(4, 5);
+}
+
+/// A 100 Mbit/s link both ways: `bench` moves data the whole time, so
+/// its sweep either completes or ends as slow with the rate it reached,
+/// never as a peer that "stopped" (a step deadline that covered the whole
+/// step, whatever its size and the link's rate, called it a hang).
+#[test]
+fn a_100_mbit_link_is_slow_not_hung() {
+    let _serial = serial();
+    let Some(job) = job(2) else { return };
+    throttle_host(&job, 0);
+    throttle_host(&job, 1);
+    let args: Vec<String> = ["bench", "--format", "json", "--timeout", "150s"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    // A 1.5 s stall limit: each step may take up to 9 s, which the 8 and
+    // 16 MiB steps (12 operations each, 0.7 and 1.3 s per allreduce at
+    // 100 Mbit/s) cannot all fit.
+    let out = finish(job.start_command(
+        args,
+        &[
+            "--max-size",
+            "16MiB",
+            "--iters",
+            "10",
+            "--warmup",
+            "2",
+            "--step-timeout",
+            "1500ms",
+        ],
+        &[],
+    ));
+    all_exit(&out, 0);
+    for o in &out {
+        let msg = o.message("collective.tcp");
+        println!("{}: {msg}", o.label);
+        assert!(msg.starts_with("warn"), "{}: {msg}", o.label);
+        assert!(msg.contains("slow: "), "{msg}");
+        assert!(!msg.contains("stopped"), "{msg}");
+        assert!(!msg.contains("timed out"), "{msg}");
+    }
+    let report = out[0].json();
+    let tcp = &report["collective"]["backends"][0];
+    assert_eq!(tcp["verdict"], "pass", "{tcp:#}");
+    let ended = tcp["ended"].as_str().unwrap();
+    // The rate it reached: 100 Mbit/s is 0.0125 GB/s, one way.
+    let busbw: f64 = ended
+        .split("busbw ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no busbw in: {ended}"));
+    assert!((0.005..0.0125).contains(&busbw), "{ended}");
+    assert!(ended.contains("the step needs about"), "{ended}");
+    // Every size below the slow one has its rows.
+    let sweep = tcp["sweep"].as_array().unwrap();
+    assert!(
+        sweep
+            .iter()
+            .any(|r| r["op"] == "allreduce" && r["bytes"] == 4 << 20),
+        "{tcp:#}"
     );
 }
 

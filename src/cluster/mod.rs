@@ -78,6 +78,17 @@ pub fn clock_offset(_facts: &Facts) -> i64 {
     0
 }
 
+/// The test hook's marker (`test_hooks`): written once this rank's
+/// check-in has gone out, so that a test acts on a checked-in rank (stops
+/// it, say), never on a guess of when that was.
+fn checked_in(facts: &Facts) {
+    #[cfg(feature = "test-hooks")]
+    if let Some(path) = facts.env(crate::test_hooks::CHECKIN_MARKER) {
+        let _ = std::fs::write(path, "checked in");
+    }
+    let _ = facts;
+}
+
 /// The tool version this rank reports: the test hook's (`test_hooks`) in
 /// a test build, else the real one.
 fn tool_version(facts: &Facts) -> String {
@@ -486,7 +497,12 @@ async fn session(
         .and_then(|l| l.local_addr().ok())
         .map(|a| a.to_string());
     // Serves peers' probes until this session ends, whichever way it ends.
-    let _probe_task = probe_listener.map(|l| AbortOnDrop(tokio::spawn(reachability::serve(l))));
+    let (_probe_task, probe_addr, probe_error) = match probe_listener.map(reachability::serve_apart)
+    {
+        Some(Ok(serving)) => (Some(serving), probe_addr, probe_error),
+        Some(Err(e)) => (None, None, Some(e)),
+        None => (None, probe_addr, probe_error),
+    };
 
     let clock_deadline = (Instant::now() + Duration::from_secs(2)).min(cfg.deadline);
     let clock = client::sample_clock(&mut stream, cfg.clock_offset_ms, clock_deadline).await;
@@ -507,6 +523,7 @@ async fn session(
     )
     .await
     .map_err(|e| format!("cannot check in with the master: {e}"))?;
+    checked_in(&input.facts);
     let (mut rd, wr) = tokio::io::split(stream);
     let wr = Arc::new(tokio::sync::Mutex::new(wr));
     let relay = relay
@@ -595,12 +612,4 @@ async fn follower_session(
             until,
         }),
     ))
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }

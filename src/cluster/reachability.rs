@@ -1,7 +1,13 @@
 //! All-pairs reachability: every node connects to every other node's probe
 //! listener and exchanges a short echo. TCP tells the failures apart: a
-//! reset is `refused` (nothing listens, or a firewall REJECTs), silence is
-//! `timed_out` (a firewall DROPs), an ICMP error is `unreachable`.
+//! reset is `refused` (nothing listens, or a firewall REJECTs), no SYN-ACK
+//! is `timed_out` (a firewall DROPs), an ICMP error is `unreachable`, and
+//! a connection accepted with no echo is `no_answer`: the kernel answered
+//! for the node, so no firewall drops it, but the rank behind the
+//! listener did not (stopped, or starved of CPU). A failed probe is tried
+//! once more, with twice the time, before it counts: one late echo from a
+//! busy node is not a fault. The listener answers from a thread of its
+//! own, so a rank whose runtime is busy still echoes.
 //!
 //! Up to `ALL_PAIRS_MAX` nodes every ordered pair is probed (N×(N-1)
 //! connects, in parallel per node). Above it each node probes its ring
@@ -99,6 +105,44 @@ pub struct Listening {
     pub taken: Option<PortRange>,
 }
 
+/// Serves echoes on a thread of its own until the handle is dropped: a
+/// rank whose runtime is busy (gathering facts, a slow check) still
+/// answers its peers' probes at once, so its silence means the process
+/// itself is stopped or starved.
+pub fn serve_apart(listener: TcpListener) -> Result<Serving, String> {
+    let listener = listener
+        .into_std()
+        .map_err(|e| format!("the probe listener: {e}"))?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("probe-echo".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let Ok(listener) = TcpListener::from_std(listener) else {
+                    return;
+                };
+                tokio::select! {
+                    () = serve(listener) => {}
+                    _ = stopped => {}
+                }
+            });
+        })
+        .map_err(|e| format!("cannot start the probe listener's thread: {e}"))?;
+    Ok(Serving { _stop: stop })
+}
+
+/// The probe listener's thread: it stops, and its port closes, when this
+/// is dropped.
+pub struct Serving {
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
 /// Serves echoes until the task is dropped. Each connection gets one
 /// second: a peer that connects and says nothing costs nothing else.
 pub async fn serve(listener: TcpListener) {
@@ -120,7 +164,31 @@ pub async fn serve(listener: TcpListener) {
     }
 }
 
+/// A connection accepted, and no echo: the node's kernel answered, its
+/// rank did not.
+pub const NO_ANSWER: &str = "no_answer";
+
+/// Probes `target`: one try within `timeout`, and when it fails, a second
+/// within twice that, whose result counts (the first's is kept in its
+/// words).
 pub async fn probe(from: usize, target: &Target, timeout: Duration) -> Probe {
+    let first = probe_once(from, target, timeout).await;
+    if first.status == "ok" {
+        return first;
+    }
+    let mut again = probe_once(from, target, timeout * 2).await;
+    if again.status != "ok" {
+        let was = first.detail.as_deref().unwrap_or(&first.status);
+        again.detail = Some(match again.detail.take() {
+            Some(d) => format!("{d} (tried twice; the first: {was})"),
+            None => format!("tried twice; the first: {was}"),
+        });
+    }
+    again
+}
+
+/// One try: connect and echo within `timeout`.
+async fn probe_once(from: usize, target: &Target, timeout: Duration) -> Probe {
     let start = Instant::now();
     let deadline = start + timeout;
     let mut result = Probe {
@@ -175,8 +243,11 @@ pub async fn probe(from: usize, target: &Target, timeout: Duration) -> Probe {
             result.detail = Some(format!("connected, but the echo failed: {e}"));
         }
         Err(_) => {
-            result.status = "timed_out".into();
-            result.detail = Some("connected, but no echo before the deadline".into());
+            result.status = NO_ANSWER.into();
+            result.detail = Some(format!(
+                "connected, but no echo within {} ms: the node accepts but does not answer (stopped or starved?)",
+                timeout.as_millis()
+            ));
         }
     }
     result
@@ -220,6 +291,8 @@ pub fn culprits(
 ) -> Vec<(Option<usize>, String)> {
     let mut out = Vec::new();
     let mut blamed = vec![false; n];
+    // Nodes named as silent: their peers' failed echoes are said.
+    let mut quiet = vec![false; n];
     let faulty = |x: usize| own_fault.get(x).copied().unwrap_or(false);
     for (x, name) in names.iter().enumerate().take(n) {
         let inbound: Vec<&Probe> = probes.iter().filter(|p| p.to == x).collect();
@@ -235,6 +308,22 @@ pub fn culprits(
                 "?"
             }
         };
+        let silent = inbound.iter().filter(|p| p.status == NO_ANSWER).count();
+        if !inbound.is_empty() && silent == inbound.len() {
+            // The kernel accepted every connection: no firewall drops
+            // them, and nothing on the network is to blame. Its rank is
+            // named, singled out for nothing.
+            quiet[x] = true;
+            out.push((
+                None,
+                format!(
+                    "{name} accepts connections but does not answer (stopped or starved?): every peer's probe connected and got no echo ({} of {}), twice; not a firewall",
+                    silent,
+                    inbound.len()
+                ),
+            ));
+            continue;
+        }
         if !inbound.is_empty() && in_failed == inbound.len() && out_ok > 0 {
             let why = evidence(inbound.len());
             if why == "?" {
@@ -273,10 +362,20 @@ pub fn culprits(
     for p in probes.iter().filter(|p| p.status != "ok") {
         if blamed.get(p.from).copied().unwrap_or(false)
             || blamed.get(p.to).copied().unwrap_or(false)
+            || quiet.get(p.to).copied().unwrap_or(false)
         {
             continue;
         }
         let (from, to) = (&names[p.from], &names[p.to]);
+        if p.status == NO_ANSWER {
+            out.push((
+                None,
+                format!(
+                    "{from} to {to}: {to} accepted the connection but did not answer, twice (stopped or starved?); not a firewall"
+                ),
+            ));
+            continue;
+        }
         let back = probes
             .iter()
             .find(|q| q.from == p.to && q.to == p.from)
@@ -440,6 +539,109 @@ mod tests {
             let got = probe_all(0, &targets, Duration::from_millis(200)).await;
             assert_eq!(got.len(), ALL_PAIRS_MAX);
         });
+    }
+
+    /// A listener whose kernel accepts but whose process never echoes is
+    /// `no_answer`, after a second try, never `timed_out`; a probe whose
+    /// first echo does not come but whose second does is ok.
+    #[test]
+    fn accepted_without_an_echo_is_no_answer_and_a_second_try_can_pass() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // Never accepted by the program: the kernel completes the
+            // handshake into the backlog, and nothing reads.
+            let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = mute.local_addr().unwrap().to_string();
+            let t = Target { node: 2, addr };
+            let p = probe(0, &t, Duration::from_millis(100)).await;
+            assert_eq!(p.status, NO_ANSWER, "{p:?}");
+            let detail = p.detail.unwrap();
+            assert!(
+                detail.contains("accepts but does not answer (stopped or starved?)"),
+                "{detail}"
+            );
+            assert!(detail.contains("tried twice"), "{detail}");
+            // The first connection is held without an echo, the second
+            // is served.
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap().to_string();
+            let server = async move {
+                let (held, _) = l.accept().await.unwrap();
+                let (mut s, _) = l.accept().await.unwrap();
+                let mut buf = [0u8; 8];
+                s.read_exact(&mut buf).await.unwrap();
+                s.write_all(&buf).await.unwrap();
+                drop(held);
+            };
+            let t = Target { node: 1, addr };
+            let (p, ()) = tokio::join!(probe(0, &t, Duration::from_millis(200)), server);
+            assert_eq!(p.status, "ok", "{p:?}");
+        });
+    }
+
+    /// The echo is served from a thread of its own: a rank whose runtime
+    /// is blocked still answers.
+    #[test]
+    fn a_busy_rank_still_echoes() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap().to_string();
+            let _serving = serve_apart(l).unwrap();
+            // This runtime is blocked until the probe, made from another
+            // thread, has its answer.
+            let p = std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(probe(0, &Target { node: 1, addr }, Duration::from_secs(2)))
+            })
+            .join()
+            .unwrap();
+            assert_eq!(p.status, "ok", "{p:?}");
+        });
+    }
+
+    /// Every peer connected to c and got no echo: c is named as silent,
+    /// blamed for nothing, and no firewall is suspected; one silent pair
+    /// is said as such.
+    #[test]
+    fn a_silent_node_is_not_a_firewall() {
+        let names: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let mut probes = Vec::new();
+        for from in 0..3 {
+            for to in 0..3 {
+                if from != to {
+                    probes.push(seen(from, to, if to == 2 { NO_ANSWER } else { "ok" }));
+                }
+            }
+        }
+        let c = culprits(3, &probes, &names, &[false; 3]);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].0, None, "{c:?}");
+        assert_eq!(
+            c[0].1,
+            "c accepts connections but does not answer (stopped or starved?): every peer's probe connected and got no echo (2 of 2), twice; not a firewall"
+        );
+        assert!(!c[0].1.contains("drops"), "{c:?}");
+        let mut probes: Vec<Probe> = probes.iter().map(|p| seen(p.from, p.to, "ok")).collect();
+        probes[0].status = NO_ANSWER.into();
+        let c = culprits(3, &probes, &names, &[false; 3]);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(
+            c[0].1,
+            "a to b: b accepted the connection but did not answer, twice (stopped or starved?); not a firewall"
+        );
+        assert_eq!(c[0].0, None);
+        assert!(c[0].1.contains("did not answer"), "{c:?}");
+        assert!(!c[0].1.contains("filtered"), "{c:?}");
     }
 
     #[test]

@@ -54,32 +54,85 @@ struct Serving {
     notes: Vec<String>,
 }
 
+/// The server, on a thread and runtime of its own: rank 0's own work
+/// (its checklist, its part of the collective stage, timed exchanges with
+/// its peers) and the serving of every other rank never wait for each
+/// other on one task queue, so rank 0's extra work never makes it look
+/// slow, and a busy rank 0 still answers its peers at once. The handle is
+/// a task on the caller's runtime that ends with the server's verdict.
 fn spawn_server(
     input: ServerInput<'_>,
     serving: Serving,
     listener: tokio::net::TcpListener,
 ) -> tokio::task::JoinHandle<ClusterReport> {
-    tokio::spawn(server::serve(
-        server::ServerConfig {
-            bound: server::bound_name(&serving.addr, &listener),
-            world_size: serving.world_size,
-            placement: serving.placement,
-            master: master_label(&serving.addr, serving.port),
-            token: serving.token,
-            started: input.started,
-            deadline: input.started + input.timeout,
-            timeout: input.timeout,
-            strict: input.strict,
-            clock_offset_ms: clock_offset(input.facts),
-            checks: input.cluster_checks,
-            facts: Arc::clone(input.facts),
-            linger: input.linger,
-            serving_rank: serving.rank,
-            notes: serving.notes,
-            waiting: input.waiting,
-        },
-        listener,
-    ))
+    let cfg = server::ServerConfig {
+        bound: server::bound_name(&serving.addr, &listener),
+        world_size: serving.world_size,
+        placement: serving.placement,
+        master: master_label(&serving.addr, serving.port),
+        token: serving.token,
+        started: input.started,
+        deadline: input.started + input.timeout,
+        timeout: input.timeout,
+        strict: input.strict,
+        clock_offset_ms: clock_offset(input.facts),
+        checks: input.cluster_checks,
+        facts: Arc::clone(input.facts),
+        linger: input.linger,
+        serving_rank: serving.rank,
+        notes: serving.notes,
+        waiting: input.waiting,
+    };
+    let store_end = server::store_end(&cfg);
+    // What the relay says if the server's thread cannot run at all.
+    let (world_size, master, token) = (cfg.world_size, cfg.master.clone(), cfg.token.clone());
+    let lost = move |why: String| {
+        failure_with_hint(
+            world_size,
+            master,
+            &token,
+            format!("rank 0 could not serve the rendezvous: {why}"),
+            "Read the error: the process ran out of threads or file descriptors (ulimit -u, ulimit -n).",
+            About::default(),
+        )
+    };
+    let listener = match listener.into_std() {
+        Ok(l) => l,
+        Err(e) => {
+            let why = format!("its listener could not be handed to its thread ({e})");
+            return tokio::spawn(async move { lost(why) });
+        }
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel::<ClusterReport>();
+    let started = std::thread::Builder::new()
+        .name("rendezvous".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                // Registered with this thread's runtime, not the caller's.
+                if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {
+                    let _ = tx.send(server::serve(cfg, listener).await);
+                }
+                // The store's connections are this runtime's tasks: they
+                // serve the collective stage until the store's own end.
+                tokio::time::sleep_until(store_end).await;
+            });
+        });
+    match started {
+        Ok(_) => tokio::spawn(async move {
+            rx.await
+                .unwrap_or_else(|_| lost("its thread ended without a verdict".into()))
+        }),
+        Err(e) => {
+            let why = format!("no thread for it ({e})");
+            tokio::spawn(async move { lost(why) })
+        }
+    }
 }
 
 /// Rank 0's rendezvous, started before its checklist runs.

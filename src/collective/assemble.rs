@@ -10,7 +10,7 @@ use super::sweep::Failure;
 use super::{Op, OpError};
 use super::{isolate, straggler};
 use crate::result::collective::{
-    BackendReport, CollectiveReport, OpStatus, PairRate, Row, SweepSettings,
+    BackendReport, CollectiveReport, CpuWait, OpStatus, PairRate, Row, SweepSettings,
 };
 
 /// A rank without rank 0's report: its own result only.
@@ -37,6 +37,57 @@ pub fn failed_with(mut r: CollectiveReport, why: &str) -> CollectiveReport {
         });
     }
     r
+}
+
+/// A step that was slow on some rank, where no rank saw a wrong result:
+/// in words, with the slow rank's figures. Every other rank's failure at
+/// it (a peer that left the step, a wait that ended) follows from that
+/// rank leaving the step.
+fn slow_step(failures: &[(u32, &Failure)], host: &dyn Fn(u32) -> String) -> Option<String> {
+    if failures.iter().any(|(_, f)| f.mismatch.is_some()) {
+        return None;
+    }
+    let follows = |e: &OpError| {
+        matches!(
+            e,
+            OpError::RecvTimeout { .. }
+                | OpError::SendTimeout { .. }
+                | OpError::Closed { .. }
+                | OpError::Stalled { .. }
+                | OpError::Remote { .. }
+                | OpError::Slow { .. }
+        )
+    };
+    if !failures
+        .iter()
+        .all(|(_, f)| f.error.as_ref().is_some_and(follows))
+    {
+        return None;
+    }
+    let slow: Vec<(u32, &Failure)> = failures
+        .iter()
+        .filter(|(_, f)| matches!(f.error, Some(OpError::Slow { .. })))
+        .copied()
+        .collect();
+    // The figures of the rank that measured the most of it.
+    let (r, f) = slow.iter().copied().max_by_key(|(_, f)| match f.error {
+        Some(OpError::Slow {
+            busbw_mbps,
+            needs_ms,
+            ..
+        }) => (busbw_mbps > 0, needs_ms),
+        _ => (false, 0),
+    })?;
+    let error = f.error.as_ref()?;
+    let ranks: Vec<u32> = slow.iter().map(|(r, _)| *r).collect();
+    Some(format!(
+        "slow: {} at {}: {} (rank {r}{}); the sweep ended there, larger sizes not measured ({} left the step at its budget)",
+        f.op.name(),
+        crate::values::format_bytes(f.bytes as u64),
+        error,
+        host(r),
+        rank_list(&ranks)
+    ))
 }
 
 /// Rank 0: one report from every rank's result.
@@ -149,11 +200,25 @@ pub fn assemble(
                 }
             }
         }
-        let failures: Vec<(u32, &Failure)> = per
+        let mut failures: Vec<(u32, &Failure)> = per
             .iter()
             .filter_map(|(r, b)| b.failure.as_ref().map(|f| (*r, f)))
             .filter(|(_, f)| !matches!(f.error, Some(OpError::RunDeadline { .. })))
             .collect();
+        let mut notes = notes;
+        let slow = ended.is_none() && missing.is_empty() && {
+            match slow_step(&failures, &host) {
+                Some(text) => {
+                    // Slow is not broken: the sweep ended there, and what
+                    // every other rank saw of it follows from it.
+                    notes.push(format!("warning: {text}"));
+                    ended = Some(text);
+                    failures.clear();
+                    true
+                }
+                None => false,
+            }
+        };
         if ended.is_none() && !failures.is_empty() {
             ended = Some(explain(&failures, &present, &missing, &host));
         }
@@ -233,7 +298,7 @@ pub fn assemble(
         }
         let verdict = if incomplete {
             "incomplete"
-        } else if ended.is_some() {
+        } else if ended.is_some() && !slow {
             "fail"
         } else {
             "pass"
@@ -277,45 +342,20 @@ pub fn assemble(
             hosts_crowded.join(", ")
         )
     });
-    let mut straggler_ranks = straggler::stragglers(world, &judged);
     let parts: Vec<&isolate::Part> = present.iter().filter_map(|x| x.second.as_ref()).collect();
-    let judged_again = isolate::judge(&parts, hosts, world);
-    // Where the second pass decided a node (found it slow, or cleared
-    // it), its word stands for that node: a first-pass straggler there
-    // gives way, and every rank of a node it found slow is marked. A node
-    // it could not confirm keeps the first pass's word.
-    let decided: &[String] = judged_again.as_ref().map_or(&[], |j| &j.decided);
-    straggler_ranks.retain(|&r| !decided.contains(&isolate::node(hosts, r)));
-    let mut stragglers: Vec<String> = straggler_ranks
-        .iter()
-        .map(|&r| {
-            let mine: Vec<f64> = judged
-                .iter()
-                .filter(|p| p.a == r || p.b == r)
-                .map(|p| p.gbps)
-                .collect();
-            let reference = straggler::reference(r, &judged).unwrap_or(0.0);
-            format!(
-                "rank {r}{} is slow in every pair it is in: at most {:.3} GB/s, while the pairs without it reach {reference:.3} GB/s (their median)",
-                host(r),
-                mine.iter().copied().fold(0.0, f64::max)
-            )
-        })
-        .collect();
-    let second_pass = judged_again.map(|j| j.pass);
-    if let Some(sp) = &second_pass {
-        stragglers.extend(sp.slow_nodes.iter().cloned());
-        straggler_ranks.extend(&sp.slow_node_ranks);
-        straggler_ranks.sort_unstable();
-        straggler_ranks.dedup();
-    }
+    let waits: Vec<CpuWait> = present.iter().filter_map(|x| x.cpu).collect();
+    let slow = straggler::verdict(world, &judged, hosts, &host, &parts, &waits);
+    let unjudged = unjudged
+        .into_iter()
+        .chain(slow.unsettled)
+        .reduce(|a, b| format!("{a}; {b}"));
     CollectiveReport {
         mode: cfg.mode.name().into(),
         world_size: world,
         backends,
         pairs,
-        stragglers,
-        straggler_ranks,
+        stragglers: slow.stragglers,
+        straggler_ranks: slow.ranks,
         unjudged,
         missing,
         links: present.iter().filter_map(|x| x.link.clone()).collect(),
@@ -327,7 +367,8 @@ pub fn assemble(
             iters: cfg.iters,
             step_timeout_ms: cfg.step_timeout.as_millis() as u64,
         }),
-        second_pass,
+        second_pass: slow.second_pass,
+        cpu_wait: waits,
     }
 }
 
@@ -371,6 +412,7 @@ mod tests {
             second: None,
             link: None,
             oversubscribed: None,
+            cpu: None,
         })
     }
 
@@ -533,9 +575,11 @@ mod tests {
         assert_eq!(b.ops[0].status, "not_finished");
     }
 
-    /// Rank 2 is slow in every pair: named when the host has a CPU for
-    /// each rank; with more ranks than CPUs on one host, pairs there are
-    /// not evidence, and the report says why they were left out.
+    /// Rank 2 is slow in every pair: with three ranks the one pair
+    /// without it cannot outvote its partners, so it is not named, and
+    /// the report says so; with more ranks than CPUs on one host, pairs
+    /// there are not evidence at all, and the report says why they were
+    /// left out.
     #[test]
     fn pairs_on_an_oversubscribed_host_are_not_judged() {
         let rates = vec![
@@ -570,9 +614,13 @@ mod tests {
         };
         let hosts = vec!["vm".to_string(); 3];
         let roomy = assemble(&cfg(), 3, &ranks(None), &hosts);
-        assert_eq!(roomy.stragglers.len(), 1, "{:?}", roomy.stragglers);
-        assert!(roomy.stragglers[0].starts_with("rank 2 (vm (127.0.0.1)) is slow"));
-        assert_eq!(roomy.unjudged, None);
+        assert!(roomy.stragglers.is_empty(), "{:?}", roomy.stragglers);
+        assert_eq!(
+            roomy.unjudged.as_deref(),
+            Some(
+                "rank 2 (vm (127.0.0.1)) ran slow in every pair it is in (at most 0.100 GB/s), but with 3 ranks the pairs without it are too few to outvote its partners: the network evidence alone names no rank"
+            )
+        );
         let crowded = assemble(&cfg(), 3, &ranks(Some("3 ranks on 2 CPUs")), &hosts);
         assert!(crowded.stragglers.is_empty(), "{:?}", crowded.stragglers);
         assert_eq!(crowded.pairs.len(), 3, "the rates are still reported");
@@ -593,6 +641,61 @@ mod tests {
         ]);
         assert_eq!(b.verdict, "incomplete");
         assert!(!b.ended.unwrap().contains("waiting"));
+    }
+
+    /// A step slow on one rank is a warning, with that rank's figures;
+    /// the peers that then saw it leave the step follow from it. A wrong
+    /// result beside it, or a held rank, is still a failure.
+    #[test]
+    fn a_slow_step_is_a_warning_not_a_failure() {
+        let slow = || {
+            Some(OpError::Slow {
+                busbw_mbps: 12,
+                needs_ms: 250_000,
+                budget_ms: 60_000,
+            })
+        };
+        let closed = || {
+            Some(OpError::Closed {
+                peer: 0,
+                detail: "end of stream: the process is gone?".into(),
+            })
+        };
+        let b = one(&[stopped(0, slow()), stopped(1, closed())]);
+        assert_eq!(b.verdict, "pass");
+        let ended = b.ended.unwrap();
+        assert_eq!(
+            ended,
+            "slow: allreduce at 128 KiB: busbw 0.012 GB/s, the step needs about 4m10s, over its budget of 1m (rank 0 (h0)); the sweep ended there, larger sizes not measured (rank 0 left the step at its budget)"
+        );
+        assert_eq!(b.notes, vec![format!("warning: {ended}")]);
+        // Held: a real culprit, not a consequence.
+        let b = one(&[stopped(0, slow()), stopped(1, Some(OpError::Held))]);
+        assert_eq!(b.verdict, "fail");
+        // A rank gone is not explained by another's slowness.
+        let b = one(&[stopped(0, slow()), None]);
+        assert_eq!(b.verdict, "fail");
+        // A wrong result is never hidden.
+        let mut wrong = stopped(1, None).unwrap();
+        wrong.backends[0].failure = Some(Failure {
+            op: Op::Allreduce,
+            bytes: 128 << 10,
+            error: None,
+            mismatch: Some(crate::collective::verify::Mismatch {
+                op: Op::Allreduce,
+                dtype: crate::collective::Dtype::F32,
+                bytes: 128 << 10,
+                index: 3,
+                expected: 1.0,
+                got: 2.0,
+                bad: 1,
+                culprit: None,
+                rank: None,
+            }),
+            own_contribution_wrong: None,
+        });
+        let b = one(&[stopped(0, slow()), Some(wrong)]);
+        assert_eq!(b.verdict, "fail");
     }
 
     #[test]

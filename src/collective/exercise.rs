@@ -15,8 +15,16 @@ const VERIFY_SIZES: [usize; 3] = [4, 1028, 4108];
 /// its parent, which holds each step's deadline and keeps the steps that
 /// passed should the worker have to be killed later.
 pub enum Progress<'a> {
-    Begin { op: Op, bytes: usize },
-    Passed { op: Op, row: Option<&'a Row> },
+    /// A step begins, with its time budget.
+    Begin {
+        op: Op,
+        bytes: usize,
+        budget: std::time::Duration,
+    },
+    Passed {
+        op: Op,
+        row: Option<&'a Row>,
+    },
 }
 
 /// The verification pass, then the sweep, recording into `rb`.
@@ -29,6 +37,9 @@ pub async fn exercise<B: Backend>(
 ) {
     debug_assert_eq!(b.name(), rb.name);
     let mut plan: Vec<(Op, usize, Dtype, u32, u32, bool)> = Vec::new();
+    // Each step passed: its op, size, and what each of its operations
+    // took, all told.
+    let mut pace: Vec<(Op, usize, std::time::Duration)> = Vec::new();
     for dtype in [Dtype::F32, Dtype::I32] {
         for op in [Op::Allreduce, Op::Broadcast, Op::Allgather, Op::Sendrecv] {
             for &size in &VERIFY_SIZES {
@@ -53,18 +64,32 @@ pub async fn exercise<B: Backend>(
             });
             return;
         }
+        // What this op took at the size before: what this size should
+        // take.
+        let before = pace
+            .iter()
+            .rfind(|(o, b, _)| *o == op && *b < bytes)
+            .map(|(_, b, per)| (*b, *per));
+        let ops = warmup + iters.max(1);
+        let expected_op = sweep::expected_op(bytes, before);
+        let budget = sweep::budget(ops, expected_op, cfg.step_timeout);
         let step = Step {
             op,
             bytes,
             dtype,
             warmup,
             iters,
-            deadline: cfg.deadline(cfg.step_timeout),
+            deadline: cfg.deadline(budget),
+            budget,
+            stall: cfg.step_timeout,
+            expected_op,
             hooks,
         };
-        progress(Progress::Begin { op, bytes });
+        progress(Progress::Begin { op, bytes, budget });
+        let began = std::time::Instant::now();
         match sweep::step(b, &step).await {
             Ok(row) => {
+                pace.push((op, bytes, began.elapsed() / ops));
                 progress(Progress::Passed {
                     op,
                     row: timed.then_some(&row),

@@ -141,10 +141,13 @@ pub enum ToParent {
         #[serde(default)]
         stalled: bool,
     },
-    /// A step begins; the parent's deadline for it starts now.
+    /// A step begins; the parent's deadline for it starts now, its budget
+    /// from now (0: the step timeout, from a worker that did not say).
     Step {
         op: Op,
         bytes: usize,
+        #[serde(default)]
+        budget_ms: u64,
     },
     /// The step passed verification (a sweep step: with its row).
     Passed {
@@ -238,7 +241,11 @@ impl Link {
         let mut lost: Option<String> = None;
         runtime.block_on(exercise(b, &cfg, &hooks, &mut rb, &mut |p| {
             let msg = match p {
-                Progress::Begin { op, bytes } => ToParent::Step { op, bytes },
+                Progress::Begin { op, bytes, budget } => ToParent::Step {
+                    op,
+                    bytes,
+                    budget_ms: budget.as_millis() as u64,
+                },
                 Progress::Passed { op, row } => ToParent::Passed {
                     op,
                     row: row.cloned(),
@@ -290,8 +297,12 @@ mod tests {
         let m = serde_json::to_string(&ToParent::Step {
             op: Op::Allreduce,
             bytes: 8,
+            budget_ms: 60000,
         })
         .unwrap();
-        assert_eq!(m, r#"{"msg":"step","op":"allreduce","bytes":8}"#);
+        assert_eq!(
+            m,
+            r#"{"msg":"step","op":"allreduce","bytes":8,"budget_ms":60000}"#
+        );
     }
 }

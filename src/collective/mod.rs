@@ -7,7 +7,7 @@
 //! (one backend's verification pass and sweep), `tcp` (the built-in TCP
 //! backend), `verify` (known buffers and their checks), `sweep` (sizes,
 //! timing, the table), `straggler` (pairwise round), `isolate` (its second pass: a slow node told from a
-//! slow link), `assemble` (how rank
+//! slow link), `starved` (a node starved of CPU, by its own wait), `assemble` (how rank
 //! 0 makes one report of every rank's result), `ending` (why a backend
 //! ended, and who is at fault), `checks` (the check results
 //! it adds), `floors` (its figures against the node profile's floors).
@@ -36,6 +36,7 @@ pub mod oneccl;
 pub mod rank;
 pub mod registry;
 pub mod stage;
+pub mod starved;
 pub mod straggler;
 pub mod supervisor;
 pub mod sweep;
@@ -72,6 +73,16 @@ pub enum OpError {
     Remote { detail: String },
     /// Any other failure, in words.
     Other { detail: String },
+    /// Data still moved when the step's time budget ran out: a slow step,
+    /// not a hang, and nobody to blame. `busbw_mbps` (MB/s of bus
+    /// bandwidth), `needs_ms` (what the whole step would take at that
+    /// rate) and `budget_ms` are 0 where the backend could not tell; the
+    /// sweep fills them in.
+    Slow {
+        busbw_mbps: u64,
+        needs_ms: u64,
+        budget_ms: u64,
+    },
     /// The run's deadline (`--timeout`) came before the operation ended:
     /// not a fault of the cluster's. `waiting_for`: the peer this rank was
     /// still waiting on then, if any.
@@ -89,7 +100,17 @@ impl OpError {
             | OpError::Stalled { .. }
             | OpError::Remote { .. }
             | OpError::Other { .. }
+            | OpError::Slow { .. }
             | OpError::RunDeadline { .. } => None,
+        }
+    }
+
+    /// A slow step as a backend sees it, before the sweep adds its figures.
+    pub fn still_moving() -> OpError {
+        OpError::Slow {
+            busbw_mbps: 0,
+            needs_ms: 0,
+            budget_ms: 0,
         }
     }
 
@@ -103,7 +124,9 @@ impl OpError {
                     waiting_for: Some(p),
                 }
             }
-            OpError::Held | OpError::Stalled { .. } => OpError::RunDeadline { waiting_for: None },
+            OpError::Held | OpError::Stalled { .. } | OpError::Slow { .. } => {
+                OpError::RunDeadline { waiting_for: None }
+            }
             other => other,
         }
     }
@@ -120,6 +143,28 @@ impl fmt::Display for OpError {
             OpError::Held => write!(f, "held by the test hook"),
             OpError::Stalled { detail } => write!(f, "{detail}"),
             OpError::Remote { detail } | OpError::Other { detail } => write!(f, "{detail}"),
+            OpError::Slow {
+                busbw_mbps,
+                needs_ms,
+                budget_ms,
+            } => {
+                let d = |ms: &u64| crate::values::format_duration(Duration::from_millis(*ms));
+                if *busbw_mbps == 0 {
+                    write!(
+                        f,
+                        "data still moved when the step's budget ({}) ran out",
+                        d(budget_ms)
+                    )
+                } else {
+                    write!(
+                        f,
+                        "busbw {:.3} GB/s, the step needs about {}, over its budget of {}",
+                        *busbw_mbps as f64 / 1e3,
+                        d(needs_ms),
+                        d(budget_ms)
+                    )
+                }
+            }
             OpError::RunDeadline { waiting_for: None } => {
                 write!(f, "the run's deadline (--timeout) came first")
             }
@@ -179,6 +224,12 @@ pub trait Backend {
     /// between host and device that verification needs); `None`: time the
     /// call.
     fn last_op_time(&self) -> Option<Duration> {
+        None
+    }
+    /// Bytes this rank has sent and received so far, where the backend
+    /// sees them (the TCP backend; a library does not say): how a step
+    /// tells slow from stopped, and how fast it went when cut short.
+    fn moved(&self) -> Option<u64> {
         None
     }
 }

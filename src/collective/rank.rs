@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::sweep::{Failure, Hooks};
 use super::{Op, OpError};
-use crate::result::collective::{PairRate, RankLink, Row};
+use crate::result::collective::{CpuWait, PairRate, RankLink, Row};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RankResult {
@@ -28,6 +28,9 @@ pub struct RankResult {
     /// scheduler, not the node.
     #[serde(default)]
     pub oversubscribed: Option<String>,
+    /// How long this rank waited for a CPU during the pairwise round.
+    #[serde(default)]
+    pub cpu: Option<CpuWait>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -24,7 +24,7 @@ use super::{Backend, OpError};
 use super::{isolate, straggler};
 use crate::cluster::store;
 use crate::cluster::store::FrameError;
-use crate::result::collective::CollectiveReport;
+use crate::result::collective::{CollectiveReport, CpuWait};
 use crate::result::report::Interrupted;
 
 /// One rank's whole stage; every rank returns the same report (or, when
@@ -39,6 +39,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         second: None,
         link: None,
         oversubscribed: oversubscribed(info.local_world),
+        cpu: None,
     };
     let mut mesh: Option<Tcp> = None;
     // The library workers load and probe while the TCP backend runs.
@@ -74,6 +75,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             };
             match init.await {
                 Ok(mut b) => {
+                    b.stall_after(cfg.step_timeout);
                     rb.init_ms = Some(t.elapsed().as_millis() as u64);
                     result.link = Some(b.link(&info.interfaces));
                     let on_row = info.on_row;
@@ -134,10 +136,22 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         && !result.backends.iter().any(RankBackend::ran_out_of_time)
         && !cfg.out_of_time()
     {
+        // This thread runs the round: its wait for a CPU through both
+        // passes is the rank's.
+        let before = (crate::facts::schedstat::this_thread(), Instant::now());
         match straggler::round(b, cfg.pair_bytes(), || cfg.deadline(cfg.step_timeout)).await {
             Ok(p) => {
                 result.second = Some(isolate::run(b, cfg, &info.hosts, &p, cfg.pair_bytes()).await);
                 result.pairs = p;
+                result.cpu =
+                    before
+                        .0
+                        .zip(crate::facts::schedstat::this_thread())
+                        .map(|(then, now)| CpuWait {
+                            rank: info.rank,
+                            waited_ms: now.waited.saturating_sub(then.waited).as_millis() as u64,
+                            wall_ms: before.1.elapsed().as_millis() as u64,
+                        });
             }
             Err(e) => {
                 let e = cfg.judge(e);

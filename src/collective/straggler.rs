@@ -163,9 +163,12 @@ pub fn reference(r: u32, rates: &[PairRate]) -> Option<f64> {
 }
 
 /// Ranks slow in every pair they are in: each below a third of what the
-/// pairs without them reach.
-pub fn stragglers(n: u32, rates: &[PairRate]) -> Vec<u32> {
-    (0..n)
+/// pairs without them reach. The second list: ranks that are, but whose
+/// pairs without them involve fewer than three other ranks (three ranks
+/// in all: one pair without it), too few to outvote its partners, so the
+/// network evidence alone names them not.
+pub fn stragglers(n: u32, rates: &[PairRate]) -> (Vec<u32>, Vec<u32>) {
+    let slow: Vec<u32> = (0..n)
         .filter(|&r| {
             let Some(reference) = reference(r, rates).filter(|x| *x > 0.0) else {
                 return false;
@@ -173,7 +176,108 @@ pub fn stragglers(n: u32, rates: &[PairRate]) -> Vec<u32> {
             let mine: Vec<&PairRate> = rates.iter().filter(|p| p.a == r || p.b == r).collect();
             !mine.is_empty() && mine.iter().all(|p| p.gbps < reference * SLOW)
         })
-        .collect()
+        .collect();
+    let voters = |r: u32| {
+        let mut others: Vec<u32> = rates
+            .iter()
+            .filter(|p| p.a != r && p.b != r)
+            .flat_map(|p| [p.a, p.b])
+            .collect();
+        others.sort_unstable();
+        others.dedup();
+        others.len()
+    };
+    slow.into_iter().partition(|&r| voters(r) >= 3)
+}
+
+/// Who is slow, in words: nodes starved of CPU (by their own wait), then
+/// the first pass's stragglers and the second pass's slow nodes, from
+/// pairs without a starved rank (a starved rank's pairs are its own).
+pub struct Verdict {
+    pub stragglers: Vec<String>,
+    pub ranks: Vec<u32>,
+    pub second_pass: Option<crate::result::collective::SecondPass>,
+    /// What the evidence could not settle, in words.
+    pub unsettled: Vec<String>,
+}
+
+/// Rank 0's verdict on slowness, from the pairs (those worth judging),
+/// the second pass's parts and every rank's wait for a CPU.
+pub fn verdict(
+    world: u32,
+    judged: &[PairRate],
+    hosts: &[String],
+    host: &dyn Fn(u32) -> String,
+    parts: &[&super::isolate::Part],
+    waits: &[crate::result::collective::CpuWait],
+) -> Verdict {
+    use super::isolate;
+    let starved = super::starved::starved(waits, hosts);
+    let starved_ranks: Vec<u32> = starved.iter().flat_map(|s| s.ranks.clone()).collect();
+    let clean: Vec<PairRate> = judged
+        .iter()
+        .filter(|p| !starved_ranks.contains(&p.a) && !starved_ranks.contains(&p.b))
+        .cloned()
+        .collect();
+    let (mut ranks, outvoted_not) = stragglers(world, &clean);
+    let judged_again = isolate::judge(parts, hosts, world, &starved_ranks);
+    // Where the second pass decided a node (found it slow, or cleared
+    // it), its word stands for that node: a first-pass straggler there
+    // gives way, and every rank of a node it found slow is marked. A node
+    // it could not confirm keeps the first pass's word.
+    let decided: &[String] = judged_again.as_ref().map_or(&[], |j| &j.decided);
+    ranks.retain(|&r| !decided.contains(&isolate::node(hosts, r)));
+    let slowest_of = |r: u32, rates: &[PairRate]| {
+        rates
+            .iter()
+            .filter(|p| p.a == r || p.b == r)
+            .map(|p| p.gbps)
+            .fold(None, |m: Option<f64>, g| Some(m.map_or(g, |m| m.max(g))))
+    };
+    let mut out: Vec<String> = starved
+        .iter()
+        .map(|s| {
+            let best = s
+                .ranks
+                .iter()
+                .filter_map(|&r| slowest_of(r, judged))
+                .fold(None, |m: Option<f64>, g| Some(m.map_or(g, |m| m.max(g))));
+            s.describe(best)
+        })
+        .collect();
+    out.extend(ranks.iter().map(|&r| {
+        let reference = reference(r, &clean).unwrap_or(0.0);
+        format!(
+            "rank {r}{} is slow in every pair it is in: at most {:.3} GB/s, while the pairs without it reach {reference:.3} GB/s (their median)",
+            host(r),
+            slowest_of(r, &clean).unwrap_or(0.0)
+        )
+    }));
+    let unsettled: Vec<String> = outvoted_not
+        .iter()
+        .filter(|r| !decided.contains(&isolate::node(hosts, **r)))
+        .map(|&r| {
+            format!(
+                "rank {r}{} ran slow in every pair it is in (at most {:.3} GB/s), but with {world} ranks the pairs without it are too few to outvote its partners: the network evidence alone names no rank",
+                host(r),
+                slowest_of(r, &clean).unwrap_or(0.0)
+            )
+        })
+        .collect();
+    let second_pass = judged_again.map(|j| j.pass);
+    ranks.extend(&starved_ranks);
+    if let Some(sp) = &second_pass {
+        out.extend(sp.slow_nodes.iter().cloned());
+        ranks.extend(&sp.slow_node_ranks);
+    }
+    ranks.sort_unstable();
+    ranks.dedup();
+    Verdict {
+        stragglers: out,
+        ranks,
+        second_pass,
+        unsettled,
+    }
 }
 
 #[cfg(test)]
@@ -209,9 +313,12 @@ mod tests {
             p(1, 3, 2.8),
             p(2, 3, 0.01),
         ];
-        assert_eq!(stragglers(4, &rates), vec![2]);
+        assert_eq!(stragglers(4, &rates), (vec![2], vec![]));
         // Two ranks: no pair without either, nobody can be blamed.
-        assert!(stragglers(2, &[p(0, 1, 0.001)]).is_empty());
+        assert_eq!(stragglers(2, &[p(0, 1, 0.001)]), (vec![], vec![]));
+        // Three: one pair without it, which cannot outvote its partners.
+        let three = [p(0, 1, 3.0), p(0, 2, 0.01), p(1, 2, 0.012)];
+        assert_eq!(stragglers(3, &three), (vec![], vec![2]));
     }
 
     /// The loaded-machine case seen once: beside a throttled rank 2, the
@@ -230,6 +337,6 @@ mod tests {
             p(1, 3, 3.236),
             p(2, 3, 0.012),
         ];
-        assert_eq!(stragglers(4, &rates), vec![2]);
+        assert_eq!(stragglers(4, &rates), (vec![2], vec![]));
     }
 }

@@ -218,17 +218,25 @@ pub async fn run(
     // Steps.
     // The worker holds the run's deadline too, and says so itself; GRACE
     // past it, the worker is killed.
-    let step_end = || {
-        let end = Instant::now() + cfg.step_timeout + GRACE;
+    // Each step has the budget the worker announces (see sweep::budget),
+    // the step timeout before the first.
+    let step_end = |budget: Duration| {
+        let end = Instant::now() + budget + GRACE;
         cfg.until.map_or(end, |u| end.min(u + GRACE))
     };
     let mut current: Option<(Op, usize)> = None;
-    let mut deadline = step_end();
+    let mut budget = cfg.step_timeout;
+    let mut deadline = step_end(budget);
     loop {
         match next(&mut worker, deadline, info).await {
-            Ok(ToParent::Step { op, bytes }) => {
+            Ok(ToParent::Step {
+                op,
+                bytes,
+                budget_ms,
+            }) => {
                 current = Some((op, bytes));
-                deadline = step_end();
+                budget = Duration::from_millis(budget_ms).max(cfg.step_timeout);
+                deadline = step_end(budget);
             }
             Ok(ToParent::Passed { op, row }) => {
                 if !rb.verified.contains(&op) {
@@ -272,7 +280,7 @@ pub async fn run(
                         current,
                         format!(
                             "did not complete within {}s; killed (the library does not say which peer it waits for)",
-                            (cfg.step_timeout + GRACE).as_secs()
+                            (budget + GRACE).as_secs()
                         ),
                     ),
                     _ => broke(current, format!("the worker {e}")),

@@ -71,14 +71,55 @@ impl Hooks {
     }
 }
 
+/// How many times what a step should take, at the rate its op reached at
+/// the size before, the step may take before it is slow.
+pub const SLACK: u32 = 4;
+/// The most a step's budget may be, in stall limits (`--step-timeout`).
+pub const MOST_STALLS: u32 = 6;
+
+/// What one operation of a step of `bytes` should take, from `before`:
+/// the size before and what each of its operations took, all told (fill,
+/// verification and the barrier included), scaled up to this size.
+pub fn expected_op(bytes: usize, before: Option<(usize, Duration)>) -> Option<Duration> {
+    let (prev, per) = before?;
+    let scale = bytes as f64 / prev.max(1) as f64;
+    Duration::try_from_secs_f64(per.as_secs_f64() * scale.max(1.0)).ok()
+}
+
+/// A step's time budget: `SLACK` times what `ops` operations need, each
+/// `per_op` (see `expected_op`), at least the stall limit and at most
+/// `MOST_STALLS` of it; with nothing measured yet, the most. It grows
+/// with the size and with a slower pace, so a slow node or link gets the
+/// time its steps need, up to a bound; past that, it is told slow.
+pub fn budget(ops: u32, per_op: Option<Duration>, stall: Duration) -> Duration {
+    let most = stall * MOST_STALLS;
+    match per_op {
+        Some(p) => p
+            .checked_mul(ops.saturating_mul(SLACK))
+            .unwrap_or(most)
+            .clamp(stall, most),
+        None => most,
+    }
+}
+
 pub struct Step<'a> {
     pub op: Op,
     pub bytes: usize,
     pub dtype: Dtype,
     pub warmup: u32,
     pub iters: u32,
-    /// When the step, all its iterations, must be done.
+    /// When the step, all its iterations, must be done: its budget from
+    /// its start, or the run's deadline when that comes first.
     pub deadline: Instant,
+    /// The step's budget (see `budget`).
+    pub budget: Duration,
+    /// An operation is hung when nothing moves for this long
+    /// (`--step-timeout`): bytes, for a backend that sees them; else
+    /// whole operations, each given at least this, or `SLACK` times the
+    /// time operations of this size have taken.
+    pub stall: Duration,
+    /// What one operation should take, from the size before.
+    pub expected_op: Option<Duration>,
     pub hooks: &'a Hooks,
 }
 
@@ -99,7 +140,8 @@ pub async fn step<B: Backend>(b: &mut B, s: &Step<'_>) -> Result<Row, Failure> {
         if let Some(marker) = &s.hooks.hang_marker {
             let _ = std::fs::write(marker, s.bytes.to_string());
         }
-        tokio::time::sleep_until(deadline + Duration::from_secs(2)).await;
+        let past = deadline.min(Instant::now() + s.stall) + Duration::from_secs(2);
+        tokio::time::sleep_until(past).await;
         return Err(fail(Some(OpError::Held), None, None));
     }
     let world = b.world();
@@ -107,17 +149,76 @@ pub async fn step<B: Backend>(b: &mut B, s: &Step<'_>) -> Result<Row, Failure> {
     let total = s.warmup + s.iters.max(1);
     let mut bufs = Buffers::new(s.op, s.bytes, world);
     let mut spent = Duration::ZERO;
+    let start = Instant::now();
+    let moved_before = b.moved();
+    // When the last operation ended: how long each has taken so far.
+    let mut last = start;
     for it in 0..total {
+        let per = (it > 0).then(|| (last - start) / it);
+        // What this step will take, from the operations it has done: one
+        // that cannot end within its budget stops now, as slow.
+        if let Some(per) = per.filter(|p| *p * total > s.budget) {
+            return Err(fail(Some(slow(s, world, Some(per), None)), None, None));
+        }
+        // A backend that sees no bytes is hung when a whole operation
+        // overstays what operations of this size take.
+        let op_deadline = match moved_before {
+            Some(_) => deadline,
+            None => {
+                let est = per.or(s.expected_op).unwrap_or_default();
+                deadline.min(Instant::now() + s.stall.max(est * SLACK))
+            }
+        };
         let check = it == 0 || it + 1 == total;
-        let outcome = one(b, s, &mut bufs, corrupt, check, deadline).await;
+        let outcome = one(b, s, &mut bufs, corrupt, check, op_deadline).await;
         match outcome {
             Ok(t) if it >= s.warmup => spent += t,
             Ok(_) => {}
+            Err((Some(OpError::Slow { .. }), _, _)) => {
+                let moved = b
+                    .moved()
+                    .zip(moved_before)
+                    .map(|(now, then)| (now.saturating_sub(then), start.elapsed()));
+                return Err(fail(Some(slow(s, world, per, moved)), None, None));
+            }
             Err((e, m, own)) => return Err(fail(e, m, own)),
         }
+        last = Instant::now();
     }
     let us = spent.as_secs_f64() * 1e6 / f64::from(s.iters.max(1));
     Ok(Row::new(s.op, s.bytes, s.dtype, us, world))
+}
+
+/// A slow step in figures: its bus bandwidth from the time each
+/// operation took (`per`), else from the bytes this rank moved in the time
+/// it had (`moved`: bytes in and out, time); what the whole step needs at
+/// that rate; its budget.
+fn slow(
+    s: &Step<'_>,
+    world: u32,
+    per: Option<Duration>,
+    moved: Option<(u64, Duration)>,
+) -> OpError {
+    let ops = s.warmup + s.iters.max(1);
+    // Bytes each rank sends in one operation, as nccl-tests counts them.
+    let bus_bytes = s.bytes as f64 * s.op.bus_factor(world);
+    let per_op = per.map(|p| p.as_secs_f64()).or_else(|| {
+        // Every byte sent is received too: half the bytes moved went out.
+        let (bytes, t) = moved?;
+        (bytes > 0).then(|| 2.0 * bus_bytes * t.as_secs_f64() / bytes as f64)
+    });
+    let Some(per_op) = per_op.filter(|p| *p > 0.0) else {
+        return OpError::Slow {
+            busbw_mbps: 0,
+            needs_ms: 0,
+            budget_ms: s.budget.as_millis() as u64,
+        };
+    };
+    OpError::Slow {
+        busbw_mbps: (bus_bytes / per_op / 1e6).round() as u64,
+        needs_ms: (per_op * f64::from(ops) * 1e3).round() as u64,
+        budget_ms: s.budget.as_millis() as u64,
+    }
 }
 
 /// A step's buffers, allocated once and reused by every iteration, as
@@ -284,6 +385,28 @@ mod tests {
         assert_eq!(sizes(100, 4), vec![8, 32]);
         assert_eq!(sizes(0, 2), vec![8]);
         assert_eq!(sizes(64 << 20, 2).len(), 24);
+    }
+
+    /// The budget is SLACK times what the step needs at the pace of the
+    /// size before, scaled to this size, between one and MOST_STALLS
+    /// stall limits; with no pace yet, the most.
+    #[test]
+    fn a_steps_budget_grows_with_its_size_and_pace() {
+        let stall = Duration::from_secs(10);
+        let ms = Duration::from_millis;
+        assert_eq!(budget(25, None, stall), stall * MOST_STALLS);
+        // Fast: the stall limit is the least.
+        let per = expected_op(1 << 20, Some((512 << 10, ms(1))));
+        assert_eq!(per, Some(ms(2)));
+        assert_eq!(budget(25, per, stall), stall);
+        // 200 ms at 32 MiB: 400 ms at 64 MiB, 25 of them, 4 times over.
+        let per = expected_op(64 << 20, Some((32 << 20, ms(200))));
+        assert_eq!(budget(25, per, stall), Duration::from_secs(40));
+        // Slower still: the most.
+        let per = expected_op(64 << 20, Some((32 << 20, ms(2000))));
+        assert_eq!(budget(25, per, stall), stall * MOST_STALLS);
+        // A smaller size never predicts less than its own pace.
+        assert_eq!(expected_op(8, Some((4108, ms(3)))), Some(ms(3)));
     }
 
     #[test]

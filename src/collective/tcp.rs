@@ -21,7 +21,7 @@
 //! top; `direct` (single-copy reads) and `splice` (zero-copy sends) are
 //! the same-host paths.
 
-use std::cell::Cell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -88,6 +88,12 @@ pub struct Tcp {
     /// calls: a fresh one per call costs page faults inside the timed
     /// region.
     scratch: Vec<u8>,
+    /// What every connection has moved, and when last.
+    watch: Rc<transport::Watch>,
+    /// An operation is hung when nothing has moved for this long (and only
+    /// then, however long it takes); `None`: the operation's deadline
+    /// alone.
+    stall: Option<Duration>,
 }
 
 /// How same-host pairs talk, from `PREFLIGHT_COLL_SAME_HOST`: unset or
@@ -104,6 +110,14 @@ pub fn same_host_mode(var: Option<&str>) -> Result<SameHost, String> {
 }
 
 impl Tcp {
+    /// Holds each operation to "something moves at least every `stall`"
+    /// (the step's `--step-timeout`) rather than to its deadline alone: a
+    /// deadline that comes while data still moves ends the operation as
+    /// slow, not as a peer that stopped.
+    pub fn stall_after(&mut self, stall: Duration) {
+        self.stall = Some(stall);
+    }
+
     /// This rank's interface, its speed and each peer's transport.
     pub fn link(&self, interfaces: &[crate::facts::Interface]) -> RankLink {
         let ip: Option<std::net::IpAddr> = self.ip.parse().ok();
@@ -139,6 +153,65 @@ mod tests {
     use super::algorithms::{segments, split_pair};
     use super::setup::partners;
     use super::*;
+
+    /// Data that trickles in keeps an operation alive past the stall
+    /// limit, and ends it as still moving at its deadline; a peer that
+    /// sends nothing is stalled at the stall limit, long before the
+    /// deadline. Paused time: the clock runs forward, nothing waits.
+    #[test]
+    fn a_slow_peer_is_moving_and_a_silent_one_stalled() {
+        use super::transport::{Conn, Waited, Watch, watched};
+        use tokio::time::Instant;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let stall = Some(Duration::from_secs(1));
+            let (a, b) = tokio::net::UnixStream::pair().unwrap();
+            let watch = Watch::new();
+            let (mut rd, _keep) = Conn::Unix(a).split(&watch);
+            let (_, mut wr) = Conn::Unix(b).split(&Watch::new());
+            let start = Instant::now();
+            let mut buf = [0u8; 100];
+            let trickle = async {
+                for _ in 0..40 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    wr.write_all(&[1]).await.unwrap();
+                }
+            };
+            let read = watched(
+                &watch,
+                stall,
+                start + Duration::from_secs(3),
+                rd.read_exact(&mut buf),
+            );
+            let (got, ()) = tokio::join!(read, trickle);
+            assert!(matches!(got, Waited::StillMoving));
+            assert!(watch.bytes() >= 29, "{}", watch.bytes());
+            let start = Instant::now();
+            let read = watched(
+                &watch,
+                stall,
+                start + Duration::from_secs(3),
+                rd.read_exact(&mut buf),
+            );
+            assert!(matches!(read.await, Waited::Stalled));
+            assert_eq!(start.elapsed().as_secs(), 1);
+            // With no stall limit, the deadline alone, and no verdict of
+            // slowness.
+            let start = Instant::now();
+            let read = watched(
+                &watch,
+                None,
+                start + Duration::from_secs(3),
+                rd.read_exact(&mut buf),
+            );
+            assert!(matches!(read.await, Waited::Stalled));
+            assert_eq!(start.elapsed().as_secs(), 3);
+        });
+    }
 
     #[test]
     fn segments_cover_every_element_once() {

@@ -23,6 +23,7 @@ pub mod pci;
 pub mod ports;
 pub mod procs;
 pub mod profile;
+pub mod schedstat;
 pub mod shared_library;
 pub mod visible;
 pub mod xid;

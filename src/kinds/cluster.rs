@@ -501,6 +501,18 @@ impl ClusterProbe for Reach {
             ))
         } else if view.probes.is_empty() {
             Finding::error("no probe results arrived before the deadline")
+        } else if view
+            .probes
+            .iter()
+            .all(|p| p.status == "ok" || p.status == crate::cluster::reachability::NO_ANSWER)
+        {
+            // Every connection was accepted: the network and the firewalls
+            // let it through; a rank that does not answer is a process
+            // stopped or starved, which the collective stage then meets.
+            Finding::warn(listed(view.findings, "; ", LISTED)).measured(format!(
+                "{bad} of {} probes connected but got no echo",
+                view.probes.len()
+            ))
         } else {
             Finding::fail(listed(view.findings, "; ", LISTED))
                 .measured(format!("{bad} of {} probes failed", view.probes.len()))

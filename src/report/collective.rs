@@ -98,6 +98,19 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
         rates.truncate(16);
         let _ = writeln!(out, "  pairs (GB/s each way): {}", rates.join("  "));
     }
+    if !r.cpu_wait.is_empty() {
+        let mut waits: Vec<String> = r
+            .cpu_wait
+            .iter()
+            .map(|w| format!("{} {:.0}%", w.rank, w.share() * 100.0))
+            .collect();
+        waits.truncate(16);
+        let _ = writeln!(
+            out,
+            "  waited for a CPU in the pairwise round (by rank): {}",
+            waits.join("  ")
+        );
+    }
     for st in &r.stragglers {
         let _ = writeln!(out, "  straggler: {st}");
     }

@@ -49,7 +49,7 @@ th.rot code{background:none;padding:0}
 .caused{color:var(--skip)}
 .reach td.cell{width:28px;height:22px;padding:0}
 .r-ok{background:#dafbe1;color:var(--pass)} .r-refused,.r-unreachable{background:#ffebe9;color:var(--fail)}
-.r-timed_out{background:#fff1e5;color:#bc4c00} .r-error{background:#fbefff;color:var(--error)} .r-self{background:#eee;color:#999}
+.r-timed_out{background:#fff1e5;color:#bc4c00} .r-no_answer{background:#fff8c5;color:#7d4e00} .r-error{background:#fbefff;color:var(--error)} .r-self{background:#eee;color:#999}
 .heat td.cell{width:44px;font-size:11px}
 .legend span{margin-right:14px}
 .small{color:#57606a;font-size:12px}
@@ -301,7 +301,7 @@ fn reachability(s: &mut String, m: &MergedReport) {
     }
     let _ = write!(
         s,
-        "<section id=\"reachability\"><h2>Reachability</h2><p class=\"small\">{}, {}; row: the prober, column: the node probed. <span class=\"r-ok\">✓ ok</span> <span class=\"r-refused\">R refused</span> <span class=\"r-timed_out\">T timed out (dropped)</span> <span class=\"r-unreachable\">U unreachable</span> <span class=\"r-error\">E error</span>, blank: not probed (mode)</p>",
+        "<section id=\"reachability\"><h2>Reachability</h2><p class=\"small\">{}, {}; row: the prober, column: the node probed. <span class=\"r-ok\">✓ ok</span> <span class=\"r-refused\">R refused</span> <span class=\"r-timed_out\">T timed out (dropped)</span> <span class=\"r-no_answer\">N no answer (accepted, no echo)</span> <span class=\"r-unreachable\">U unreachable</span> <span class=\"r-error\">E error</span>, blank: not probed (mode)</p>",
         escape(&r.mode),
         count(r.probes.len(), "probe")
     );
@@ -358,11 +358,14 @@ fn reachability(s: &mut String, m: &MergedReport) {
                         "ok" => "✓",
                         "refused" => "R",
                         "timed_out" => "T",
+                        "no_answer" => "N",
                         "unreachable" => "U",
                         _ => "E",
                     };
                     let class = match p.status.as_str() {
-                        "ok" | "refused" | "timed_out" | "unreachable" => p.status.as_str(),
+                        "ok" | "refused" | "timed_out" | "no_answer" | "unreachable" => {
+                            p.status.as_str()
+                        }
                         _ => "error",
                     };
                     let mut tip = format!("{} → {}: {}", name(*i), name(*j), escape(&p.status));

@@ -36,6 +36,34 @@ pub struct CollectiveReport {
     /// found. Absent where the pairwise round did not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub second_pass: Option<SecondPass>,
+    /// How long each rank waited for a CPU during the pairwise round: a
+    /// starved node is named by its own wait, not by its partners' slow
+    /// pairs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu_wait: Vec<CpuWait>,
+}
+
+/// One rank's wait for a CPU over a stretch of time (the pairwise round),
+/// from its thread's scheduler accounting: run-queue delay and cgroup
+/// throttling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuWait {
+    pub rank: u32,
+    /// Time runnable and waiting for a CPU, ms.
+    pub waited_ms: u64,
+    /// The stretch measured, ms.
+    pub wall_ms: u64,
+}
+
+impl CpuWait {
+    /// The part of the stretch spent waiting for a CPU, 0 to 1.
+    pub fn share(&self) -> f64 {
+        if self.wall_ms == 0 {
+            0.0
+        } else {
+            (self.waited_ms as f64 / self.wall_ms as f64).min(1.0)
+        }
+    }
 }
 
 impl CollectiveReport {
@@ -55,6 +83,7 @@ impl CollectiveReport {
             interrupted: None,
             settings: None,
             second_pass: None,
+            cpu_wait: Vec::new(),
         }
     }
 }

@@ -6,6 +6,7 @@
 #[path = "../support/skip.rs"]
 pub mod skip;
 
+pub mod cpu_limit;
 pub mod netns;
 pub mod slurm;
 pub mod standin;

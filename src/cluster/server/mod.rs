@@ -158,13 +158,17 @@ fn notice(
     }
 }
 
+/// When the store closes: connection tasks live until the verdict has gone
+/// out, and then as long as the store: the collective stage's budget; each
+/// connection still ends as soon as its rank closes it.
+pub fn store_end(cfg: &ServerConfig) -> Instant {
+    cfg.deadline + Duration::from_secs(3) + cfg.linger
+}
+
 pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let store = Arc::new(Store::default());
-    // Connection tasks live until the verdict has gone out, and then as
-    // long as the store: the collective stage's budget; each connection
-    // still ends as soon as its rank closes it.
-    let store_end = cfg.deadline + Duration::from_secs(3) + cfg.linger;
+    let store_end = store_end(&cfg);
     let per_node = cfg
         .placement
         .tasks_per_node
@@ -247,13 +251,16 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         nodes.len()
     };
     let now = Instant::now();
-    let probe_deadline = (now + Duration::from_secs(2))
+    // Room for a probe's two tries (the second with twice the time): a
+    // healthy cluster's replies all come long before the window ends.
+    let probe_deadline = (now + Duration::from_millis(3500))
         .min((cfg.deadline + Duration::from_millis(800)).max(now + Duration::from_millis(300)));
-    let probe_timeout = probe_deadline
+    let probe_timeout = (probe_deadline
         .saturating_duration_since(now)
         .saturating_sub(Duration::from_millis(150))
-        .min(Duration::from_secs(1))
-        .max(Duration::from_millis(100));
+        / 3)
+    .min(Duration::from_secs(1))
+    .max(Duration::from_millis(50));
     let mut expected_replies = 0;
     if n > 1 {
         for (i, (_, rep)) in nodes.iter().enumerate() {

@@ -1,11 +1,14 @@
 //! Rank 0: what the second pass found. Its figures are judged against
 //! the control pairs measured alongside them (two good nodes, one flow
-//! each, as the suspects' pairs), or, where no control could run and
-//! every node runs one rank, against what good pairs reached in the first
-//! pass. A suspect is named only on what was measured: slow with every
-//! partner measured (a node), or slow again against both its nodes' own
-//! rates (a link); a suspect measured at full rate is cleared; one not
-//! measured again is not confirmed, and says why.
+//! each, as the suspects' pairs), which the suspect is not part of; where
+//! no control could run (three nodes: a suspect's partners cannot outvote
+//! it), the network evidence names nobody. A suspect is named only on
+//! what was measured: slow with every partner measured (a node), or slow
+//! again against both its nodes' own rates (a link); a suspect measured
+//! at full rate is cleared; one not measured again is not confirmed, and
+//! says why. A node starved of CPU (`starved`) is named by its own wait,
+//! not here, and a pair with one of its ranks is evidence against nobody
+//! else.
 
 use super::{Part, Plan, first_ranks, median, node, ordered, touches};
 use crate::collective::ending::rank_list;
@@ -20,7 +23,7 @@ pub struct Judged {
 }
 
 /// Rank 0: what the pass found, from its plan and every rank's part.
-pub fn judge(parts: &[&Part], hosts: &[String], world: u32) -> Option<Judged> {
+pub fn judge(parts: &[&Part], hosts: &[String], world: u32, starved: &[u32]) -> Option<Judged> {
     let plan = parts.iter().find_map(|p| p.plan.as_ref())?;
     if !plan.runs() {
         return Some(Judged {
@@ -35,12 +38,18 @@ pub fn judge(parts: &[&Part], hosts: &[String], world: u32) -> Option<Judged> {
     }
     let measured: Vec<PairRate> = parts.iter().flat_map(|p| p.pairs.clone()).collect();
     let errors: Vec<&str> = parts.iter().filter_map(|p| p.error.as_deref()).collect();
+    // What a starved rank was in says nothing of its partner.
+    let evidence: Vec<PairRate> = measured
+        .iter()
+        .filter(|p| !starved.contains(&p.a) && !starved.contains(&p.b))
+        .cloned()
+        .collect();
     let verdict = Verdict {
         plan,
         hosts,
-        measured: &measured,
+        measured: &evidence,
         errors: &errors,
-        against: against(plan, &measured),
+        against: against(plan, &evidence),
     };
     let mut out = SecondPass {
         ran: true,
@@ -58,6 +67,11 @@ pub fn judge(parts: &[&Part], hosts: &[String], world: u32) -> Option<Judged> {
             .filter(|(_, f)| **f == x)
             .map(|(r, _)| *r)
             .collect();
+        if ranks.iter().any(|r| starved.contains(r)) {
+            // Named by its own wait for a CPU.
+            decided.push(node(hosts, x));
+            continue;
+        }
         match verdict.node(x, &ranks) {
             Said::Slow(m) => {
                 out.slow_nodes.push(m);
@@ -72,6 +86,9 @@ pub fn judge(parts: &[&Part], hosts: &[String], world: u32) -> Option<Judged> {
         }
     }
     for &(x, y) in &plan.links {
+        if starved.contains(&x) || starved.contains(&y) {
+            continue;
+        }
         match verdict.link(x, y) {
             Said::Slow(m) => out.slow_links.push(m),
             Said::Cleared(m) => out.cleared.push(m),
@@ -100,31 +117,23 @@ pub fn judge(parts: &[&Part], hosts: &[String], world: u32) -> Option<Judged> {
 }
 
 /// What the second pass's figures are judged against, and how to say it:
-/// the control pairs measured alongside; else, where every node runs one
-/// rank (the first pass's figures are of one flow too), its good pairs.
+/// the control pairs measured alongside, two good nodes that are not the
+/// suspect. None ran: nothing to judge against (the first pass's figures
+/// are of the same suspect's partners, which cannot outvote it).
 fn against(plan: &Plan, measured: &[PairRate]) -> Option<(f64, String)> {
     let controls: Vec<f64> = measured
         .iter()
         .filter(|p| plan.controls.contains(&(p.a, p.b)))
         .map(|p| p.gbps)
         .collect();
-    match median(controls.clone()) {
-        Some(m) => Some((
-            m,
-            format!(
-                "control pairs of good nodes measured alongside reach {m:.3} GB/s ({})",
-                crate::values::count(controls.len(), "pair")
-            ),
-        )),
-        None if !plan.several_ranks => Some((
-            plan.reference,
-            format!(
-                "good node pairs reached {:.3} GB/s in the first pass",
-                plan.reference
-            ),
-        )),
-        None => None,
-    }
+    let m = median(controls.clone())?;
+    Some((
+        m,
+        format!(
+            "control pairs of good nodes measured alongside reach {m:.3} GB/s ({})",
+            crate::values::count(controls.len(), "pair")
+        ),
+    ))
 }
 
 fn budget(plan: &Plan) -> String {
@@ -201,17 +210,23 @@ impl Verdict<'_> {
                 "{who}: its pairs ran at {was:.3} GB/s (median) in the first pass, not confirmed: {why}"
             ))
         };
-        let Some((reference, said)) = &self.against else {
-            return unconfirmed(
-                "no control pair could run beside it, and the first pass's figures (several ranks per node) are no measure for one flow".into(),
-            );
-        };
         if tested.is_empty() {
             let why = partners
                 .first()
                 .map_or("no good partner".into(), |&p| self.why_not(x, p));
             return unconfirmed(format!("not measured again ({why})"));
         }
+        let Some((reference, said)) = &self.against else {
+            return unconfirmed(format!(
+                "no control pair of two other good nodes ran beside it (of {} nodes, its partners alone cannot outvote it): the network evidence alone names no node",
+                self.plan
+                    .first
+                    .iter()
+                    .flat_map(|p| [p.a, p.b])
+                    .collect::<std::collections::BTreeSet<u32>>()
+                    .len()
+            ));
+        };
         if let Some(&(p, g)) = tested.iter().find(|(_, g)| *g >= reference * SLOW) {
             return Said::Cleared(format!(
                 "{name}: its pairs ran at {was:.3} GB/s (median) in the first pass, but {g:.3} GB/s with {} when measured again, where {said}: not named (a passing load, not the node)",
@@ -245,7 +260,7 @@ impl Verdict<'_> {
             .map_or(0.0, |p| p.gbps);
         let Some((reference, said)) = &self.against else {
             return Said::Unconfirmed(format!(
-                "the link {link}: {was:.3} GB/s in the first pass, not confirmed: no control pair could run beside it"
+                "the link {link}: {was:.3} GB/s in the first pass, not confirmed: no control pair of two other good nodes ran beside it"
             ));
         };
         let Some(g) = self.again(x, y) else {
@@ -308,7 +323,7 @@ mod tests {
             pairs: again,
             ..Part::default()
         }];
-        judge(&parts, h, n).unwrap()
+        judge(&parts, h, n, &[]).unwrap()
     }
 
     #[test]
@@ -449,7 +464,7 @@ mod tests {
             plan: Some(plan),
             ..Part::default()
         }];
-        let skipped = judge(&parts, &h, n).unwrap().pass.skipped.unwrap();
+        let skipped = judge(&parts, &h, n, &[]).unwrap().pass.skipped.unwrap();
         assert!(
             skipped.starts_with("2 pairs not measured again: the pass's 1.5 s (the time left before the run's deadline, at most --step-timeout) could not hold them: h"),
             "{skipped}"

@@ -119,6 +119,7 @@ impl Backend for Tcp {
         let (to, from) = (self.right(), self.left());
         let forward = to != root;
         let receive = self.rank != root;
+        let (watch, stall) = (self.watch.clone(), self.stall);
         let mut off = 0;
         while off < buf.len() {
             let end = (off + CHUNK).min(buf.len());
@@ -128,10 +129,11 @@ impl Backend for Tcp {
                         detail: format!("no connection from rank {from}"),
                     });
                 };
-                match tokio::time::timeout_at(deadline, rd.read_exact(&mut buf[off..end])).await {
-                    Err(_) => return Err(OpError::RecvTimeout { from }),
-                    Ok(Err(e)) => return Err(closed(from, &e)),
-                    Ok(Ok(_)) => {}
+                match watched(&watch, stall, deadline, rd.read_exact(&mut buf[off..end])).await {
+                    Waited::Stalled => return Err(OpError::RecvTimeout { from }),
+                    Waited::StillMoving => return Err(OpError::still_moving()),
+                    Waited::Done(Err(e)) => return Err(closed(from, &e)),
+                    Waited::Done(Ok(_)) => {}
                 }
             }
             if forward {
@@ -140,10 +142,11 @@ impl Backend for Tcp {
                         detail: format!("no connection to rank {to}"),
                     });
                 };
-                match tokio::time::timeout_at(deadline, wr.write_all(&buf[off..end])).await {
-                    Err(_) => return Err(OpError::SendTimeout { to }),
-                    Ok(Err(e)) => return Err(closed(to, &e)),
-                    Ok(Ok(())) => {}
+                match watched(&watch, stall, deadline, wr.write_all(&buf[off..end])).await {
+                    Waited::Stalled => return Err(OpError::SendTimeout { to }),
+                    Waited::StillMoving => return Err(OpError::still_moving()),
+                    Waited::Done(Err(e)) => return Err(closed(to, &e)),
+                    Waited::Done(Ok(())) => {}
                 }
             }
             off = end;
@@ -209,6 +212,10 @@ impl Backend for Tcp {
             k *= 2;
         }
         Ok(())
+    }
+
+    fn moved(&self) -> Option<u64> {
+        Some(self.watch.bytes())
     }
 
     fn abort(&mut self) {

@@ -287,6 +287,7 @@ impl Tcp {
         let mut readers: Vec<Option<Reader>> = (0..n).map(|_| None).collect();
         let mut writers: Vec<Option<Writer>> = (0..n).map(|_| None).collect();
         let mut transports: Vec<Option<Transport>> = (0..n).map(|_| None).collect();
+        let watch = Watch::new();
         if world <= 1 {
             return Ok(Tcp {
                 rank,
@@ -299,6 +300,8 @@ impl Tcp {
                 pipe: None,
                 ip: ip.to_string(),
                 scratch: Vec::new(),
+                watch,
+                stall: None,
             });
         }
         let listener = TcpListener::bind((ip, 0))
@@ -481,7 +484,7 @@ impl Tcp {
         for (j, s) in dialed?.into_iter().chain(accepted?) {
             peers_of[j as usize] = s.peer();
             transports[j as usize] = Some(s.transport());
-            let (r, w) = s.split();
+            let (r, w) = s.split(&watch);
             readers[j as usize] = Some(r);
             writers[j as usize] = Some(w);
         }
@@ -509,6 +512,8 @@ impl Tcp {
             pipe: None,
             ip: ip.to_string(),
             scratch: Vec::new(),
+            watch,
+            stall: None,
         })
     }
 }
@@ -620,7 +625,7 @@ mod tests {
             let peer = conn.peer().expect("SO_PEERCRED");
             assert_eq!(peer.0 as u32, child.id().unwrap());
             let transports = vec![None, Some(conn.transport())];
-            let (r, w) = conn.split();
+            let (r, w) = conn.split(&Watch::new());
             let mut readers = vec![None, Some(r)];
             let mut writers = vec![None, Some(w)];
             let (direct, refused) = direct_handshake(

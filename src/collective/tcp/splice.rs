@@ -14,7 +14,7 @@ use std::os::fd::OwnedFd;
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice, vmsplice};
 use tokio::io::{AsyncWriteExt, Interest};
 
-use super::transport::Writer;
+use super::transport::{WriteHalf, Writer};
 
 /// One pipe per rank, reused: a message goes through it a pipe's worth at
 /// a time, and it is empty between messages.
@@ -75,21 +75,24 @@ async fn into_socket(wr: &mut Writer, pipe: &OwnedFd, len: usize) -> io::Result<
                 });
                 match r {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(n) => return Ok(n),
+                    Ok(n) => break n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                     Err(e) => return Err(e),
                 }
             }
         }};
     }
-    match wr {
-        Writer::Tcp(w) => pump!(AsRef::<tokio::net::TcpStream>::as_ref(w)),
-        Writer::Unix(w) => pump!(AsRef::<tokio::net::UnixStream>::as_ref(w)),
-    }
+    let n = match &wr.half {
+        WriteHalf::Tcp(w) => pump!(AsRef::<tokio::net::TcpStream>::as_ref(w)),
+        WriteHalf::Unix(w) => pump!(AsRef::<tokio::net::UnixStream>::as_ref(w)),
+    };
+    wr.watch.moved(n);
+    Ok(n)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::transport::{Conn, Watch};
     use super::*;
     use tokio::io::AsyncReadExt;
 
@@ -112,10 +115,10 @@ mod tests {
             let pipe = Pipe::new().expect("a pipe");
             for (mut w, r) in [
                 (
-                    Writer::Unix(a.into_split().1),
+                    Conn::Unix(a).split(&Watch::new()).1,
                     &mut b as &mut (dyn tokio::io::AsyncRead + Unpin),
                 ),
-                (Writer::Tcp(c.unwrap().into_split().1), &mut d),
+                (Conn::Tcp(c.unwrap()).split(&Watch::new()).1, &mut d),
             ] {
                 let mut got = vec![0u8; part.len()];
                 let (sent, read) = tokio::join!(send(&mut w, &pipe, part), r.read_exact(&mut got));

@@ -4,9 +4,12 @@
 //! each read and write under the operation's deadline, a timeout naming
 //! the peer that stopped.
 
+use std::cell::Cell;
 use std::io;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -16,12 +19,108 @@ use tokio::time::Instant;
 use super::*;
 use crate::collective::{Dtype, OpError};
 
-pub(super) enum Reader {
+/// When bytes last moved on any of a rank's connections, and how many
+/// have: a step is hung only when nothing moves for the stall limit, not
+/// when it is merely slow. Each half notes what it moves; a rank's halves
+/// share one watch (its runtime is one thread).
+#[derive(Debug)]
+pub(super) struct Watch {
+    at: Cell<Instant>,
+    bytes: Cell<u64>,
+}
+
+impl Watch {
+    pub(super) fn new() -> Rc<Watch> {
+        Rc::new(Watch {
+            at: Cell::new(Instant::now()),
+            bytes: Cell::new(0),
+        })
+    }
+
+    pub(super) fn moved(&self, n: usize) {
+        if n > 0 {
+            self.at.set(Instant::now());
+            self.bytes.set(self.bytes.get().saturating_add(n as u64));
+        }
+    }
+
+    /// An operation's start counts as movement: the one before it ended.
+    pub(super) fn started(&self) {
+        self.at.set(Instant::now());
+    }
+
+    pub(super) fn last(&self) -> Instant {
+        self.at.get()
+    }
+
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes.get()
+    }
+}
+
+/// At an operation's deadline, data that moved within this long is still
+/// moving: longer than a loaded scheduler's period or a TCP
+/// retransmission's first back-off, far shorter than a stall limit.
+const RECENT: Duration = Duration::from_secs(2);
+
+/// How a wait on the network ended.
+pub(super) enum Waited<T> {
+    Done(T),
+    /// Nothing moved for the stall limit (or, with none, the deadline came).
+    Stalled,
+    /// The deadline came while data still moved.
+    StillMoving,
+}
+
+/// Runs `work` until it ends, `deadline` comes, or nothing has moved
+/// on any connection for the stall limit.
+pub(super) async fn watched<T>(
+    watch: &Watch,
+    stall: Option<Duration>,
+    deadline: tokio::time::Instant,
+    work: impl std::future::Future<Output = T>,
+) -> Waited<T> {
+    tokio::pin!(work);
+    watch.started();
+    loop {
+        let quiet = stall.map_or(deadline, |s| (watch.last() + s).min(deadline));
+        if let Ok(v) = tokio::time::timeout_at(quiet, &mut work).await {
+            return Waited::Done(v);
+        }
+        let now = tokio::time::Instant::now();
+        let since = now.saturating_duration_since(watch.last());
+        match stall {
+            // Before the deadline: alive while something moved within the
+            // stall limit.
+            Some(s) if now < deadline && since < s => {}
+            // At the deadline: still moving only when something moved
+            // lately (a slow link moves every few milliseconds, a starved
+            // rank every scheduling period); a wait on a peer is a wait,
+            // whoever it is for.
+            Some(s) if now >= deadline && since < s.min(RECENT) => {
+                return Waited::StillMoving;
+            }
+            _ => return Waited::Stalled,
+        }
+    }
+}
+
+pub(super) struct Reader {
+    half: ReadHalf,
+    watch: Rc<Watch>,
+}
+
+pub(super) enum ReadHalf {
     Tcp(tcp::OwnedReadHalf),
     Unix(unix::OwnedReadHalf),
 }
 
-pub(super) enum Writer {
+pub(super) struct Writer {
+    pub(super) half: WriteHalf,
+    pub(super) watch: Rc<Watch>,
+}
+
+pub(super) enum WriteHalf {
     Tcp(tcp::OwnedWriteHalf),
     Unix(unix::OwnedWriteHalf),
 }
@@ -32,10 +131,14 @@ impl AsyncRead for Reader {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Reader::Tcp(r) => Pin::new(r).poll_read(cx, buf),
-            Reader::Unix(r) => Pin::new(r).poll_read(cx, buf),
-        }
+        let me = self.get_mut();
+        let before = buf.filled().len();
+        let r = match &mut me.half {
+            ReadHalf::Tcp(r) => Pin::new(r).poll_read(cx, buf),
+            ReadHalf::Unix(r) => Pin::new(r).poll_read(cx, buf),
+        };
+        me.watch.moved(buf.filled().len() - before);
+        r
     }
 }
 
@@ -45,21 +148,26 @@ impl AsyncWrite for Writer {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Writer::Tcp(w) => Pin::new(w).poll_write(cx, buf),
-            Writer::Unix(w) => Pin::new(w).poll_write(cx, buf),
+        let me = self.get_mut();
+        let r = match &mut me.half {
+            WriteHalf::Tcp(w) => Pin::new(w).poll_write(cx, buf),
+            WriteHalf::Unix(w) => Pin::new(w).poll_write(cx, buf),
+        };
+        if let Poll::Ready(Ok(n)) = r {
+            me.watch.moved(n);
         }
+        r
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Writer::Tcp(w) => Pin::new(w).poll_flush(cx),
-            Writer::Unix(w) => Pin::new(w).poll_flush(cx),
+        match &mut self.get_mut().half {
+            WriteHalf::Tcp(w) => Pin::new(w).poll_flush(cx),
+            WriteHalf::Unix(w) => Pin::new(w).poll_flush(cx),
         }
     }
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Writer::Tcp(w) => Pin::new(w).poll_shutdown(cx),
-            Writer::Unix(w) => Pin::new(w).poll_shutdown(cx),
+        match &mut self.get_mut().half {
+            WriteHalf::Tcp(w) => Pin::new(w).poll_shutdown(cx),
+            WriteHalf::Unix(w) => Pin::new(w).poll_shutdown(cx),
         }
     }
 }
@@ -101,17 +209,28 @@ impl Conn {
         }
     }
 
-    pub(super) fn split(self) -> (Reader, Writer) {
-        match self {
+    /// Its halves, each noting what it moves in `watch`.
+    pub(super) fn split(self, watch: &Rc<Watch>) -> (Reader, Writer) {
+        let (r, w) = match self {
             Conn::Tcp(s) => {
                 let (r, w) = s.into_split();
-                (Reader::Tcp(r), Writer::Tcp(w))
+                (ReadHalf::Tcp(r), WriteHalf::Tcp(w))
             }
             Conn::Unix(s) => {
                 let (r, w) = s.into_split();
-                (Reader::Unix(r), Writer::Unix(w))
+                (ReadHalf::Unix(r), WriteHalf::Unix(w))
             }
-        }
+        };
+        (
+            Reader {
+                half: r,
+                watch: watch.clone(),
+            },
+            Writer {
+                half: w,
+                watch: watch.clone(),
+            },
+        )
     }
 }
 
@@ -350,6 +469,7 @@ impl Tcp {
             detail: format!("no connection with rank {peer}"),
         };
         let (t, f) = (to as usize, from as usize);
+        let (watch, stall) = (self.watch.clone(), self.stall);
         let pipe = &mut self.pipe;
         let readers = &mut self.readers;
         let writers = &mut self.writers;
@@ -410,11 +530,12 @@ impl Tcp {
             tokio::try_join!(send_side, recv_side)?;
             Ok(())
         };
-        let r = match tokio::time::timeout_at(deadline, work).await {
-            Ok(r) => r,
-            Err(_) if !got.get() => Err(OpError::RecvTimeout { from }),
-            Err(_) if !sent.get() => Err(OpError::SendTimeout { to }),
-            Err(_) => Ok(()),
+        let r = match watched(&watch, stall, deadline, work).await {
+            Waited::Done(r) => r,
+            Waited::StillMoving => Err(OpError::still_moving()),
+            Waited::Stalled if !got.get() => Err(OpError::RecvTimeout { from }),
+            Waited::Stalled if !sent.get() => Err(OpError::SendTimeout { to }),
+            Waited::Stalled => Ok(()),
         };
         if r.is_err() {
             // Pages of an unfinished message may still sit in the pipe.

@@ -100,8 +100,11 @@ pub struct CollectiveArgs {
     /// (bench, as nccl-tests), 5 for run's short one].
     #[arg(long, value_name = "N")]
     pub iters: Option<u32>,
-    /// Deadline of each step (all its iterations): a hang at one size ends
-    /// that backend's sweep, named, and the run goes on.
+    /// Stall limit of each step: nothing moved for this long is a hang,
+    /// which ends that backend's sweep, named, and the run goes on. A step
+    /// that moves but is slow gets a budget of 4× what the size before
+    /// predicts, between this and 6× this, then ends as slow, with its
+    /// rate.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_span)]
     pub step_timeout: Span,
     /// `--nccl-lib`, `--oneccl-lib`, ...: one flag per library backend.
