@@ -51,6 +51,11 @@ pub enum Command {
     /// Node profiles: `capture` writes one from a known-good node, `diff`
     /// shows this node against one (exit 1 when it differs).
     Baseline(BaselineArgs),
+    /// A running job on this node: each rank's state from /proc, and the
+    /// rank that holds the others up, named only on evidence (exit 0:
+    /// nothing holds it up, 1: a rank named, 3: could not tell). Changes
+    /// nothing in the job.
+    Diagnose(commands::DiagnoseArgs),
     /// Print a fresh 128-bit job secret (32 hex digits) for PREFLIGHT_TOKEN
     /// or PREFLIGHT_TOKEN_FILE: make one per job, give it to every node.
     Token,
@@ -108,6 +113,7 @@ pub fn main() -> i32 {
         Command::Slurm(args) => commands::slurm(args),
         Command::Report(args) => commands::report(args),
         Command::Baseline(args) => commands::baseline(args),
+        Command::Diagnose(args) => commands::diagnose(args),
         Command::Token => commands::token(),
         Command::Completions { shell } => commands::completions(*shell, command()),
         Command::ManPages { dir } => commands::man_pages(command(), dir),

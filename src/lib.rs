@@ -8,7 +8,8 @@
 //! 2. `commands`: one file per command, each with its arguments.
 //! 3. The stages: `engine` (the checklist), `cluster` (rendezvous,
 //!    comparison, reachability), `collective` (real collectives per
-//!    backend).
+//!    backend), `diagnose` (a running job's ranks, and the one that holds
+//!    the others up).
 //! 4. `checklist` (loading, applicability, hints, which stage evaluates a
 //!    check) and `report` (rendering: human, JSON, JUnit, the cluster and
 //!    collective views).
@@ -32,6 +33,7 @@ pub mod cli;
 mod cluster;
 mod collective;
 mod commands;
+mod diagnose;
 mod engine;
 mod exit;
 mod facts;

@@ -8,7 +8,7 @@
 //!   0 lib.rs, main.rs
 //!   1 cli, fuzzing (the fuzz targets' entry points, feature `fuzzing`)
 //!   2 commands
-//!   3 engine, cluster, collective (the stages)
+//!   3 engine, cluster, collective, diagnose (the stages)
 //!   4 checklist, report
 //!   5 kinds
 //!   6 result
@@ -25,6 +25,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("engine", 3),
     ("cluster", 3),
     ("collective", 3),
+    ("diagnose", 3),
     ("checklist", 4),
     ("report", 4),
     ("kinds", 5),
@@ -65,6 +66,7 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("engine", "report"),
     ("cluster", "report"),
     ("collective", "report"),
+    ("diagnose", "report"),
 ];
 
 /// Where clap's types may appear.

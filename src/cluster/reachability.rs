@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::kinds::ports::PortRange;
 use crate::kinds::tcp_connect;
-use crate::result::cluster::Probe;
+use crate::result::cluster::{NO_ANSWER, Probe};
 
 pub const ALL_PAIRS_MAX: usize = 64;
 const ECHO: &[u8; 8] = b"pfprobe\n";
@@ -163,10 +163,6 @@ pub async fn serve(listener: TcpListener) {
         });
     }
 }
-
-/// A connection accepted, and no echo: the node's kernel answered, its
-/// rank did not.
-pub const NO_ANSWER: &str = "no_answer";
 
 /// Probes `target`: one try within `timeout`, and when it fails, a second
 /// within twice that, whose result counts (the first's is kept in its

@@ -8,7 +8,7 @@ use super::ending::{availability_reason, explain, init_failure, out_of_time, ran
 use super::rank::{RankBackend, RankResult};
 use super::sweep::Failure;
 use super::{Op, OpError};
-use super::{isolate, straggler};
+use super::{isolate, slowness};
 use crate::result::collective::{
     BackendReport, CollectiveReport, CpuWait, OpStatus, PairRate, Row, SweepSettings,
 };
@@ -344,7 +344,7 @@ pub fn assemble(
     });
     let parts: Vec<&isolate::Part> = present.iter().filter_map(|x| x.second.as_ref()).collect();
     let waits: Vec<CpuWait> = present.iter().filter_map(|x| x.cpu).collect();
-    let slow = straggler::verdict(world, &judged, hosts, &host, &parts, &waits);
+    let slow = slowness::verdict(world, &judged, hosts, &host, &parts, &waits);
     let unjudged = unjudged
         .into_iter()
         .chain(slow.unsettled)

@@ -7,7 +7,8 @@
 //! (one backend's verification pass and sweep), `tcp` (the built-in TCP
 //! backend), `verify` (known buffers and their checks), `sweep` (sizes,
 //! timing, the table), `straggler` (pairwise round), `isolate` (its second pass: a slow node told from a
-//! slow link), `starved` (a node starved of CPU, by its own wait), `assemble` (how rank
+//! slow link), `starved` (a node starved of CPU, by its own wait), `slowness`
+//! (rank 0's verdict on who is slow, from both), `assemble` (how rank
 //! 0 makes one report of every rank's result), `ending` (why a backend
 //! ended, and who is at fault), `checks` (the check results
 //! it adds), `floors` (its figures against the node profile's floors).
@@ -35,6 +36,7 @@ pub mod nccl;
 pub mod oneccl;
 pub mod rank;
 pub mod registry;
+pub mod slowness;
 pub mod stage;
 pub mod starved;
 pub mod straggler;

@@ -3,6 +3,7 @@
 
 mod baseline;
 mod completions;
+mod diagnose;
 mod emit;
 mod explain;
 mod list;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 
 pub use baseline::{BaselineArgs, baseline};
 pub use completions::{Shell, completions};
+pub use diagnose::{DiagnoseArgs, diagnose};
 pub use explain::{ExplainArgs, explain};
 pub use list::{ListArgs, list};
 pub use manual::man_pages;

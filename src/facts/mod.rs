@@ -25,6 +25,8 @@ pub mod procs;
 pub mod profile;
 pub mod schedstat;
 pub mod shared_library;
+pub mod task;
+pub mod tcp_sockets;
 pub mod visible;
 pub mod xid;
 pub mod xpu_smi;

@@ -504,7 +504,7 @@ impl ClusterProbe for Reach {
         } else if view
             .probes
             .iter()
-            .all(|p| p.status == "ok" || p.status == crate::cluster::reachability::NO_ANSWER)
+            .all(|p| p.status == "ok" || p.status == crate::result::cluster::NO_ANSWER)
         {
             // Every connection was accepted: the network and the firewalls
             // let it through; a rank that does not answer is a process

@@ -7,6 +7,7 @@
 mod chart;
 pub mod cluster;
 pub mod collective;
+pub mod diagnosis;
 mod html;
 pub mod human;
 mod json;

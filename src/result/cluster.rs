@@ -423,6 +423,11 @@ impl Clock {
     }
 }
 
+/// A probe's status when the connection was accepted (by the node's
+/// kernel) and no echo came: the rank is stopped or starved, not behind a
+/// firewall.
+pub const NO_ANSWER: &str = "no_answer";
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Probe {
     pub from: usize,

@@ -5,6 +5,7 @@ pub mod built_in;
 pub mod cause;
 pub mod cluster;
 pub mod collective;
+pub mod diagnosis;
 pub mod merged;
 pub mod report;
 

@@ -1,0 +1,150 @@
+//! The distributed jobs on the node: every process whose environment
+//! names its rank and world size (torchrun's RANK/WORLD_SIZE, Slurm's,
+//! Open MPI's, PMI's), grouped by job (torchrun's run id, the Slurm job
+//! and step, else the job's store address). A process that inherited its
+//! parent rank's environment (a data loader worker, a subprocess) is that
+//! rank's child, not another rank. Processes whose environment this user
+//! cannot read (another user's job, as an ordinary user) are not seen.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::facts::launch::{rank_vars, size_vars};
+use crate::facts::procs;
+
+/// Which jobs to keep: all, the one with this process, or the one with
+/// this id (a Slurm job id or a torchrun run id).
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub pid: Option<u32>,
+    pub job: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankProcess {
+    pub rank: u32,
+    pub pid: u32,
+    pub local_world: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// In words: `torchrun run 4f2a…`.
+    pub name: String,
+    /// Its ids: the torchrun run id, the Slurm job id.
+    pub ids: Vec<String>,
+    pub world: u32,
+    /// MASTER_ADDR:MASTER_PORT where set.
+    pub store: Option<(String, u16)>,
+    pub ranks: Vec<RankProcess>,
+    /// Every process of the job, the ranks' children included.
+    pub pids: Vec<u32>,
+}
+
+/// One process's environment, `NAME=value` pairs; `None` when unreadable.
+fn environ(proc_pid: &Path) -> Option<BTreeMap<String, String>> {
+    let raw = std::fs::read(proc_pid.join("environ")).ok()?;
+    Some(
+        raw.split(|b| *b == 0)
+            .filter_map(|kv| {
+                let kv = std::str::from_utf8(kv).ok()?;
+                let (k, v) = kv.split_once('=')?;
+                Some((k.to_string(), v.to_string()))
+            })
+            .collect(),
+    )
+}
+
+fn first(env: &BTreeMap<String, String>, names: &[&str]) -> Option<u32> {
+    names
+        .iter()
+        .find_map(|n| env.get(*n).and_then(|v| v.trim().parse().ok()))
+}
+
+/// The jobs under `proc_dir`, ranks in order.
+pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir(proc_dir) else {
+        return Vec::new();
+    };
+    let mut by_key: BTreeMap<String, Job> = BTreeMap::new();
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Some(env) = environ(&e.path()) else {
+            continue;
+        };
+        let (Some(rank), Some(world)) = (first(&env, &rank_vars()), first(&env, &size_vars()))
+        else {
+            continue;
+        };
+        if world == 0 || rank >= world {
+            continue;
+        }
+        let get = |k: &str| env.get(k).filter(|v| !v.is_empty()).cloned();
+        let store = get("MASTER_ADDR").zip(get("MASTER_PORT").and_then(|p| p.parse().ok()));
+        // torchrun's static rendezvous names every run "none".
+        let run = get("TORCHELASTIC_RUN_ID").filter(|r| r != "none");
+        let slurm = get("SLURM_JOB_ID");
+        let mut ids: Vec<String> = run.iter().chain(slurm.iter()).cloned().collect();
+        ids.dedup();
+        let (key, name) = if let Some(r) = &run {
+            (format!("torchrun:{r}"), format!("torchrun run {r}"))
+        } else if let Some(j) = &slurm {
+            let step = get("SLURM_STEP_ID").unwrap_or_default();
+            (format!("slurm:{j}.{step}"), format!("slurm job {j}"))
+        } else if let Some((a, p)) = &store {
+            (format!("store:{a}:{p}"), format!("master {a}:{p}"))
+        } else {
+            let parent = procs::parent(&e.path()).unwrap_or(0);
+            (format!("parent:{parent}"), format!("ranks of pid {parent}"))
+        };
+        let local_world = first(
+            &env,
+            &[
+                "LOCAL_WORLD_SIZE",
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+                "MPI_LOCALNRANKS",
+            ],
+        );
+        let job = by_key.entry(key).or_insert_with(|| Job {
+            name,
+            ids,
+            world,
+            store,
+            ranks: Vec::new(),
+            pids: Vec::new(),
+        });
+        job.world = job.world.max(world);
+        job.pids.push(pid);
+        job.ranks.push(RankProcess {
+            rank,
+            pid,
+            local_world,
+        });
+    }
+    let mut out: Vec<Job> = by_key.into_values().collect();
+    for job in &mut out {
+        // A process whose ancestor claims the same rank is that rank's
+        // child (it inherited the environment), not the rank.
+        let claimed: Vec<(u32, u32)> = job.ranks.iter().map(|r| (r.rank, r.pid)).collect();
+        job.ranks.retain(|r| {
+            !procs::ancestors(proc_dir, r.pid)
+                .iter()
+                .any(|a| claimed.contains(&(r.rank, *a)))
+        });
+        job.ranks.sort_by_key(|r| (r.rank, r.pid));
+    }
+    out.retain(|j| {
+        filter.pid.is_none_or(|p| j.pids.contains(&p))
+            && filter
+                .job
+                .as_ref()
+                .is_none_or(|id| j.ids.iter().any(|x| x == id))
+    });
+    out
+}

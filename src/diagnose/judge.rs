@@ -1,0 +1,281 @@
+//! The verdict on one job: what each rank does, and which ranks hold the
+//! others up. A rank is named only on evidence: every other rank of the
+//! job here waits (asleep in the kernel on a lock, a poll or a socket,
+//! using no CPU through the sample) while it does something else (sleeps
+//! in user code, runs, is stopped, has exited), or it is absent from a
+//! job that runs wholly on this node. Where every rank waits and none is
+//! absent, the rank they wait for is elsewhere, and nothing is named.
+
+use std::collections::BTreeMap;
+
+use super::find::Job;
+use super::observe::Watched;
+use crate::facts::task::syscall_name;
+use crate::result::diagnosis::{Culprit, JobDiagnosis, RankState};
+
+/// CPU in the sample at which a rank counts as running.
+const BUSY_MS: u64 = 30;
+/// CPU in the sample below which a rank asleep in a wait counts as
+/// waiting (a rank that only began to wait during the sample used more).
+const IDLE_MS: u64 = 10;
+
+/// Kernel functions a blocked wait sleeps in: a lock or condition
+/// variable (futex), a poll, a socket's receive or accept.
+const WAITS: &[&str] = &[
+    "futex",
+    "epoll",
+    "ep_poll",
+    "poll",
+    "select",
+    "sk_wait",
+    "inet_csk",
+    "unix_stream",
+    "wait_woken",
+    "tcp_recv",
+    "pipe_read",
+    "do_wait",
+];
+const WAIT_CALLS: &[&str] = &[
+    "futex",
+    "epoll_wait",
+    "epoll_pwait",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect6",
+    "read",
+    "recvfrom",
+    "recvmsg",
+    "accept",
+    "accept4",
+    "wait4",
+];
+
+fn classify(w: Option<&Watched>, sample_ms: u64) -> (&'static str, String) {
+    let Some(t) = w.and_then(|w| w.task.as_ref()) else {
+        return ("exited", "exited (its process is gone)".into());
+    };
+    let cpu = w.map_or(0, |w| w.cpu_ms);
+    let wchan = t.wchan.clone().unwrap_or_default();
+    let call = t.syscall.and_then(syscall_name).unwrap_or("");
+    let at = if !wchan.is_empty() {
+        wchan.clone()
+    } else if !call.is_empty() {
+        call.to_string()
+    } else {
+        "user space".to_string()
+    };
+    match t.state {
+        'Z' | 'X' => ("exited", "exited, not yet reaped by its launcher".into()),
+        'T' | 't' => ("stopped", "stopped (SIGSTOP, or held by a debugger)".into()),
+        'D' => (
+            "in_kernel",
+            format!("in an uninterruptible wait in the kernel ({at}): a driver or a disk"),
+        ),
+        _ if cpu >= BUSY_MS => (
+            "running",
+            format!("running ({cpu} ms of CPU in {sample_ms} ms)"),
+        ),
+        _ if wchan.contains("nanosleep") || call.contains("nanosleep") => (
+            "sleeping",
+            format!("sleeping in its own code ({at}: time.sleep or the like)"),
+        ),
+        _ if cpu < IDLE_MS
+            && (WAITS.iter().any(|x| wchan.contains(x)) || WAIT_CALLS.contains(&call)) =>
+        {
+            ("waiting", format!("waiting in {at}, no CPU used"))
+        }
+        _ => (
+            "idle",
+            format!("idle in {at} ({cpu} ms of CPU in {sample_ms} ms)"),
+        ),
+    }
+}
+
+/// "rank 2", "ranks 0-1,3".
+fn rank_list(ranks: &[u32]) -> String {
+    match ranks {
+        [one] => format!("rank {one}"),
+        _ => format!("ranks {}", crate::values::rank_ranges(ranks)),
+    }
+}
+
+/// The judgement of `job` from what each of its ranks was seen doing.
+pub fn judge(
+    job: &Job,
+    watched: &BTreeMap<u32, Watched>,
+    node: &str,
+    sample_ms: u64,
+) -> JobDiagnosis {
+    let store = job.store.as_ref().map(|(a, p)| format!("{a}:{p}"));
+    let store_port = job.store.as_ref().map(|(_, p)| *p);
+    // Every local address of the job's ranks: a connection to one of them
+    // is a connection to a peer.
+    let locals: Vec<(u32, std::net::SocketAddr)> = job
+        .ranks
+        .iter()
+        .flat_map(|r| {
+            watched
+                .get(&r.pid)
+                .into_iter()
+                .flat_map(|w| w.sockets.iter().map(|s| (r.pid, s.local)))
+        })
+        .collect();
+    let ranks: Vec<RankState> = job
+        .ranks
+        .iter()
+        .map(|r| {
+            let w = watched.get(&r.pid);
+            let (state, doing) = classify(w, sample_ms);
+            let sockets = w.map(|w| w.sockets.as_slice()).unwrap_or_default();
+            let established = sockets.iter().filter(|s| s.state == "established");
+            let store_connected = match (w, store_port) {
+                (Some(w), Some(port)) if w.sockets_read => Some(sockets.iter().any(|s| {
+                    (s.state == "established" && s.remote.port() == port)
+                        || (s.state == "listen" && s.local.port() == port)
+                })),
+                _ => None,
+            };
+            RankState {
+                rank: r.rank,
+                pid: r.pid,
+                state: state.into(),
+                doing,
+                wchan: w.and_then(|w| w.task.as_ref()?.wchan.clone()),
+                syscall: w
+                    .and_then(|w| w.task.as_ref()?.syscall)
+                    .map(|n| syscall_name(n).map_or(n.to_string(), String::from)),
+                cpu_ms: w.map_or(0, |w| w.cpu_ms),
+                store_connected,
+                peer_connections: established
+                    .clone()
+                    .filter(|s| locals.iter().any(|(p, a)| *p != r.pid && *a == s.remote))
+                    .count() as u32,
+                unread_bytes: sockets.iter().map(|s| s.unread).sum(),
+                unsent_bytes: sockets.iter().map(|s| s.unsent).sum(),
+            }
+        })
+        .collect();
+    let here = job.ranks.first().and_then(|r| r.local_world);
+    let found: Vec<u32> = ranks.iter().map(|r| r.rank).collect();
+    // A job wholly on this node: every rank should be here.
+    let whole = here == Some(job.world) || found.len() as u32 == job.world;
+    let missing: Vec<u32> = if whole {
+        (0..job.world).filter(|r| !found.contains(r)).collect()
+    } else {
+        Vec::new()
+    };
+    let elsewhere = if whole {
+        0
+    } else {
+        job.world.saturating_sub(here.unwrap_or(found.len() as u32))
+    };
+    let waiting: Vec<&RankState> = ranks.iter().filter(|r| r.state == "waiting").collect();
+    let odd: Vec<&RankState> = ranks.iter().filter(|r| r.state != "waiting").collect();
+    let waiting_ranks: Vec<u32> = waiting.iter().map(|r| r.rank).collect();
+    let phase = phase(&waiting, ranks.len() + missing.len(), store.as_deref());
+    let mut culprits = Vec::new();
+    let summary;
+    let verdict;
+    if !waiting.is_empty() && (!odd.is_empty() || !missing.is_empty()) {
+        let others = format!(
+            "{} {} {phase}",
+            rank_list(&waiting_ranks),
+            if waiting.len() == 1 { "waits" } else { "wait" }
+        );
+        for r in &odd {
+            let mut why = format!("{} while {others}", r.doing);
+            let others_on_store = waiting.iter().all(|w| w.store_connected == Some(true));
+            if others_on_store && r.store_connected == Some(false) {
+                why.push_str(&format!(
+                    "; it is not connected to the job's store ({})",
+                    store.as_deref().unwrap_or("MASTER_ADDR:MASTER_PORT")
+                ));
+            }
+            if r.unread_bytes > 0 {
+                why.push_str(&format!(
+                    "; {} of its peers' data wait unread in its sockets",
+                    crate::values::format_bytes(r.unread_bytes)
+                ));
+            }
+            culprits.push(Culprit {
+                rank: r.rank,
+                node: node.into(),
+                pid: Some(r.pid),
+                reason: why,
+            });
+        }
+        for &m in &missing {
+            culprits.push(Culprit {
+                rank: m,
+                node: node.into(),
+                pid: None,
+                reason: format!(
+                    "absent: no process of rank {m} on this node (it exited, or never started), while {others}"
+                ),
+            });
+        }
+        summary = others;
+        verdict = "held";
+    } else if waiting.is_empty() && missing.is_empty() {
+        summary = if ranks.iter().all(|r| r.state == "running") {
+            format!("every rank is running ({} here)", ranks.len())
+        } else {
+            format!("no rank waits on another ({} here)", ranks.len())
+        };
+        verdict = "progressing";
+    } else {
+        summary = if elsewhere > 0 {
+            format!(
+                "{} {} {phase}: the rank they wait for is not on this node ({elsewhere} of {} ranks run elsewhere): run diagnose there",
+                rank_list(&waiting_ranks),
+                if waiting.len() == 1 { "waits" } else { "wait" },
+                job.world
+            )
+        } else {
+            format!(
+                "every rank waits {phase}, and none is absent: nothing here tells which one the others wait for"
+            )
+        };
+        verdict = "unknown";
+    }
+    JobDiagnosis {
+        job: job.name.clone(),
+        world_size: job.world,
+        store,
+        ranks,
+        missing,
+        elsewhere,
+        culprits,
+        summary,
+        verdict: verdict.into(),
+    }
+}
+
+/// Where the waiting ranks are, from their connections: connected to
+/// every other rank here is after init (a collective or a barrier);
+/// connected to the store, the mesh not complete, is init
+/// (`init_process_group`, waiting for the ranks that have not come).
+fn phase(waiting: &[&RankState], here: usize, store: Option<&str>) -> String {
+    if waiting.is_empty() {
+        return String::new();
+    }
+    let on_store = waiting
+        .iter()
+        .filter(|r| r.store_connected == Some(true))
+        .count();
+    let meshed = waiting
+        .iter()
+        .filter(|r| r.peer_connections as usize + 1 >= here)
+        .count();
+    if here > 1 && meshed == waiting.len() {
+        "after init (connected to every other rank here): in a collective or a barrier".into()
+    } else if on_store == waiting.len() {
+        format!(
+            "in init (connected to the store {}, not yet to every other rank)",
+            store.unwrap_or("")
+        )
+    } else {
+        "(no CPU used)".into()
+    }
+}

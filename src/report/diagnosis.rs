@@ -1,0 +1,70 @@
+//! `preflight diagnose` for people: per job, each rank's line, then the
+//! ranks that hold the job up (or why nothing was named), and the verdict.
+
+use std::fmt::Write;
+
+use crate::result::diagnosis::Diagnosis;
+
+pub fn human(d: &Diagnosis) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "preflight diagnose · node {} · {} (each rank watched {} ms)",
+        d.node,
+        crate::values::count(d.jobs.len(), "job"),
+        d.sample_ms
+    );
+    for j in &d.jobs {
+        let _ = writeln!(
+            out,
+            "\n{} · {} · store {}",
+            j.job,
+            crate::values::count(j.world_size as usize, "rank"),
+            j.store.as_deref().unwrap_or("unknown")
+        );
+        for r in &j.ranks {
+            let store = match r.store_connected {
+                Some(true) => "store ✓",
+                Some(false) => "store ✗",
+                None => "store ?",
+            };
+            let _ = writeln!(
+                out,
+                "  rank {:<4} pid {:<7} {:<9} {} · {store} · {} peer conns · {} unread",
+                r.rank,
+                r.pid,
+                r.state,
+                r.doing,
+                r.peer_connections,
+                crate::values::format_bytes(r.unread_bytes)
+            );
+        }
+        for m in &j.missing {
+            let _ = writeln!(out, "  rank {m:<4} absent from this node");
+        }
+        if j.elsewhere > 0 {
+            let _ = writeln!(out, "  ({} ranks run on other nodes)", j.elsewhere);
+        }
+        for c in &j.culprits {
+            let pid = c.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  HELD UP BY rank {} ({}{pid}): {}",
+                c.rank, c.node, c.reason
+            );
+        }
+        if j.culprits.is_empty() {
+            let _ = writeln!(out, "  {}", j.summary);
+        }
+    }
+    let line = match d.verdict.as_str() {
+        "held" => "HELD  a rank holds its job up: named above",
+        "progressing" => "PROGRESSING  nothing holds a job up",
+        "no_job" => {
+            "NO JOB  no distributed job on this node that this user can see (RANK/WORLD_SIZE or a launcher's equivalents in a process's environment)"
+        }
+        _ => "UNKNOWN  the evidence here names no rank",
+    };
+    let _ = writeln!(out, "\n{line}");
+    out
+}

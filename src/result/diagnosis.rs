@@ -1,0 +1,71 @@
+//! What `preflight diagnose` found on a node: each running job's ranks,
+//! what each one is doing, and the ranks that hold the others up, named
+//! only on evidence. The JSON output is this, as written.
+
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA: &str = "preflight.diagnosis/v1";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub schema: String,
+    pub node: String,
+    /// How long each rank's CPU time was watched, ms.
+    pub sample_ms: u64,
+    pub jobs: Vec<JobDiagnosis>,
+    /// `held` (a culprit named), `progressing` (nothing holds a job up),
+    /// `unknown` (it could not tell), `no_job` (none found).
+    pub verdict: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobDiagnosis {
+    /// What identifies the job: `torchrun run 4f2a…`, `slurm job 1234`,
+    /// `master 10.0.0.1:29500`.
+    pub job: String,
+    pub world_size: u32,
+    /// The job's store, where its ranks say it is (MASTER_ADDR:MASTER_PORT).
+    pub store: Option<String>,
+    pub ranks: Vec<RankState>,
+    /// Ranks expected on this node and not found running here.
+    pub missing: Vec<u32>,
+    /// Ranks that run on other nodes (not judged here).
+    pub elsewhere: u32,
+    pub culprits: Vec<Culprit>,
+    /// The others' state in one line ("ranks 0, 1, 3 wait ...").
+    pub summary: String,
+    /// `held`, `progressing` or `unknown`.
+    pub verdict: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankState {
+    pub rank: u32,
+    pub pid: u32,
+    /// `waiting`, `sleeping`, `running`, `stopped`, `exited`, `in_kernel`
+    /// or `idle`.
+    pub state: String,
+    /// What it does, in words.
+    pub doing: String,
+    pub wchan: Option<String>,
+    pub syscall: Option<String>,
+    /// CPU time used during the sample, ms.
+    pub cpu_ms: u64,
+    /// Connected to the job's store; `None` when its sockets could not be
+    /// read or no store is known.
+    pub store_connected: Option<bool>,
+    /// Established connections to other ranks of the job on this node.
+    pub peer_connections: u32,
+    /// Bytes received and not read, over all its connections.
+    pub unread_bytes: u64,
+    /// Bytes written and not yet taken by its peers.
+    pub unsent_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Culprit {
+    pub rank: u32,
+    pub node: String,
+    pub pid: Option<u32>,
+    pub reason: String,
+}

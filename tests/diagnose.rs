@@ -1,0 +1,302 @@
+//! `preflight diagnose` against real torch jobs (Debian's python3-torch,
+//! Gloo) under real torchrun, 4 ranks on this machine: a rank that sleeps
+//! before init_process_group, a rank that stops before an all_reduce, and
+//! a healthy job, which keeps running. Each state is reached by an event
+//! (the job writes a marker when its rank holds; diagnose is asked until
+//! the others wait, 30 s at most), never by a sleep. The job's store is
+//! read-only to diagnose: the job, let go, finishes normally.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// One job at a time: four torch ranks each, on two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn torchrun_here() -> bool {
+    let ok = Command::new("/usr/bin/python3")
+        .args(["-c", "import torch.distributed"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+        && Path::new("/usr/bin/torchrun").exists();
+    if !ok {
+        common::skip_unless_required("torchrun and python3-torch are not installed");
+    }
+    ok
+}
+
+/// A torch job under torchrun; killed with its ranks when dropped.
+struct TorchJob {
+    child: Child,
+    marker: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TorchJob {
+    fn start(mode: &str, held: u32) -> TorchJob {
+        TorchJob::start_with(mode, held, &[])
+    }
+
+    fn start_with(mode: &str, held: u32, vars: &[(&str, &Path)]) -> TorchJob {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("marker");
+        let port = common::unused_port("127.0.0.1");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnose/job.py");
+        let child = Command::new("/usr/bin/torchrun")
+            .args(["--nproc_per_node", "4", "--master_port", &port.to_string()])
+            .args(["--redirects", "1", "--tee", "1", "--log_dir"])
+            .arg(dir.path().join("logs"))
+            .arg(&script)
+            .env("JOB_MODE", mode)
+            .env("JOB_RANK", held.to_string())
+            .env("JOB_MARKER", &marker)
+            .env("JOB_SECONDS", "120")
+            .env("OMP_NUM_THREADS", "1")
+            .envs(vars.iter().map(|(k, v)| (*k, *v)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own process group: the ranks go with it.
+            .process_group(0)
+            .spawn()
+            .expect("torchrun");
+        TorchJob {
+            child,
+            marker,
+            _dir: dir,
+        }
+    }
+
+    fn wait_for_marker(&self) {
+        let start = Instant::now();
+        while !self.marker.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the job never reached its mark"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for TorchJob {
+    fn drop(&mut self) {
+        let group = -(self.child.id() as i32);
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group.to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+use std::os::unix::process::CommandExt;
+
+/// `preflight diagnose --format json` for the job of `pid`: exit code and
+/// report.
+fn diagnose(pid: u32) -> (i32, Value) {
+    let out = Command::new(common::BIN)
+        .args(["diagnose", "--format", "json", "--pid", &pid.to_string()])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
+
+/// Diagnose until the three other ranks have come to wait (a rank still
+/// importing torch is busy, not waiting), 30 s at most; the last answer.
+fn diagnose_until_three_wait(pid: u32) -> (i32, Value) {
+    let start = Instant::now();
+    loop {
+        let (code, v) = diagnose(pid);
+        let waiting = v["jobs"][0]["ranks"]
+            .as_array()
+            .map_or(0, |r| r.iter().filter(|r| r["state"] == "waiting").count());
+        if waiting == 3 {
+            return (code, v);
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{v:#}");
+    }
+}
+
+fn marker_pid(job: &TorchJob) -> u32 {
+    std::fs::read_to_string(&job.marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn states(job: &Value) -> Vec<(u64, String)> {
+    job["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["rank"].as_u64().unwrap(),
+                r["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_rank_asleep_before_init_is_named_and_the_others_wait_in_init() {
+    let _serial = serial();
+    if !torchrun_here() {
+        return;
+    }
+    let job = TorchJob::start("late_init", 3);
+    job.wait_for_marker();
+    let pid = marker_pid(&job);
+    let (code, d) = diagnose_until_three_wait(pid);
+    let j = &d["jobs"][0];
+    assert_eq!(j["world_size"], 4, "{d:#}");
+    let culprits = j["culprits"].as_array().unwrap();
+    assert_eq!(culprits.len(), 1, "{d:#}");
+    assert_eq!(culprits[0]["rank"], 3, "{d:#}");
+    assert_eq!(culprits[0]["pid"], pid, "{d:#}");
+    let reason = culprits[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("sleeping in its own code"), "{reason}");
+    assert!(reason.contains("ranks 0-2 wait in init"), "{reason}");
+    assert!(
+        reason.contains("not connected to the job's store"),
+        "{reason}"
+    );
+    for (rank, state) in states(j) {
+        let want = if rank == 3 { "sleeping" } else { "waiting" };
+        assert_eq!(state, want, "{d:#}");
+    }
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn a_rank_stopped_before_an_all_reduce_is_named_and_the_others_wait_after_init() {
+    let _serial = serial();
+    if !torchrun_here() {
+        return;
+    }
+    let job = TorchJob::start("stop", 2);
+    job.wait_for_marker();
+    let pid = marker_pid(&job);
+    let (code, d) = diagnose_until_three_wait(pid);
+    let j = &d["jobs"][0];
+    let culprits = j["culprits"].as_array().unwrap();
+    assert_eq!(culprits.len(), 1, "{d:#}");
+    assert_eq!(culprits[0]["rank"], 2, "{d:#}");
+    let reason = culprits[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("while ranks 0-1,3 wait after init (connected to every other rank here)"),
+        "{reason}"
+    );
+    for r in j["ranks"].as_array().unwrap() {
+        assert_eq!(r["store_connected"], true, "{d:#}");
+        assert_eq!(r["peer_connections"], 3, "{d:#}");
+    }
+    assert_eq!(code, 1);
+    // Human output, the same verdict.
+    let out = Command::new(common::BIN)
+        .args(["diagnose", "--pid", &pid.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("HELD UP BY rank 2 ("), "{text}");
+    assert!(
+        text.trim_end()
+            .ends_with("HELD  a rank holds its job up: named above"),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn a_healthy_job_keeps_running_and_nothing_is_named() {
+    let _serial = serial();
+    if !torchrun_here() {
+        return;
+    }
+    let job = TorchJob::start("healthy", 0);
+    job.wait_for_marker();
+    let pid = marker_pid(&job);
+    let (code, d) = diagnose(pid);
+    let j = &d["jobs"][0];
+    assert_eq!(j["culprits"], serde_json::json!([]), "{d:#}");
+    assert_eq!(j["verdict"], "progressing", "{d:#}");
+    assert_eq!(code, 0, "{d:#}");
+    // Diagnosed, the job goes on: rank 0 still gets through all_reduces.
+    let (_, again) = diagnose(pid);
+    let cpu: u64 = again["jobs"][0]["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["cpu_ms"].as_u64().unwrap())
+        .sum();
+    assert!(cpu > 0, "{again:#}");
+}
+
+/// Diagnosed while held, then let go: the job finishes normally, every
+/// rank through its all_reduces (diagnose wrote nothing, stopped nothing).
+#[test]
+fn a_diagnosed_job_let_go_finishes_normally() {
+    let _serial = serial();
+    if !torchrun_here() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let release = dir.path().join("release");
+    let mut job = TorchJob::start_with(
+        "stop",
+        2,
+        &[("JOB_RELEASE", &release), ("JOB_ROUNDS", Path::new("40"))],
+    );
+    job.wait_for_marker();
+    let pid = marker_pid(&job);
+    let (code, d) = diagnose_until_three_wait(pid);
+    assert_eq!(code, 1, "{d:#}");
+    std::fs::write(&release, "go").unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = job.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "torchrun: {status}");
+}
+
+#[test]
+fn no_job_is_said_and_exits_3() {
+    let out = Command::new(common::BIN)
+        .args(["diagnose", "--format", "json", "--pid", "1"])
+        .output()
+        .unwrap();
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["verdict"], "no_job");
+    assert_eq!(d["schema"], "preflight.diagnosis/v1");
+    assert_eq!(out.status.code(), Some(3));
+    let bad = Command::new(common::BIN)
+        .args(["diagnose", "--sample", "1ms"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
