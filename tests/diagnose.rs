@@ -101,11 +101,40 @@ impl Drop for TorchJob {
 
 use std::os::unix::process::CommandExt;
 
+/// py-spy for the cases run with it: PREFLIGHT_PY_SPY (.ci/install puts
+/// it in a virtual environment); `None`, said, where it is not installed.
+fn py_spy() -> Option<String> {
+    let p = std::env::var("PREFLIGHT_PY_SPY")
+        .ok()
+        .filter(|p| Path::new(p).is_file());
+    if p.is_none() {
+        common::skip_unless_required("py-spy is not installed (PREFLIGHT_PY_SPY)");
+    }
+    p
+}
+
+/// With py-spy (its path) or without (`off`).
+#[derive(Clone, Copy)]
+enum Stacks<'a> {
+    Off,
+    With(&'a str),
+}
+
+impl Stacks<'_> {
+    fn arg(&self) -> &str {
+        match self {
+            Stacks::Off => "off",
+            Stacks::With(p) => p,
+        }
+    }
+}
+
 /// `preflight diagnose --format json` for the job of `pid`: exit code and
 /// report.
-fn diagnose(pid: u32) -> (i32, Value) {
+fn diagnose(pid: u32, stacks: Stacks<'_>) -> (i32, Value) {
     let out = Command::new(common::BIN)
         .args(["diagnose", "--format", "json", "--pid", &pid.to_string()])
+        .args(["--py-spy", stacks.arg()])
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -120,10 +149,10 @@ fn diagnose(pid: u32) -> (i32, Value) {
 
 /// Diagnose until the three other ranks have come to wait (a rank still
 /// importing torch is busy, not waiting), 30 s at most; the last answer.
-fn diagnose_until_three_wait(pid: u32) -> (i32, Value) {
+fn diagnose_until_three_wait(pid: u32, stacks: Stacks<'_>) -> (i32, Value) {
     let start = Instant::now();
     loop {
-        let (code, v) = diagnose(pid);
+        let (code, v) = diagnose(pid, stacks);
         let waiting = v["jobs"][0]["ranks"]
             .as_array()
             .map_or(0, |r| r.iter().filter(|r| r["state"] == "waiting").count());
@@ -156,8 +185,9 @@ fn states(job: &Value) -> Vec<(u64, String)> {
         .collect()
 }
 
-#[test]
-fn a_rank_asleep_before_init_is_named_and_the_others_wait_in_init() {
+/// (a) Rank 3 sleeps before init_process_group: it is named, not
+/// connected to the store, and the others are shown waiting in init.
+fn asleep_before_init(stacks: Stacks<'_>) {
     let _serial = serial();
     if !torchrun_here() {
         return;
@@ -165,7 +195,7 @@ fn a_rank_asleep_before_init_is_named_and_the_others_wait_in_init() {
     let job = TorchJob::start("late_init", 3);
     job.wait_for_marker();
     let pid = marker_pid(&job);
-    let (code, d) = diagnose_until_three_wait(pid);
+    let (code, d) = diagnose_until_three_wait(pid, stacks);
     let j = &d["jobs"][0];
     assert_eq!(j["world_size"], 4, "{d:#}");
     let culprits = j["culprits"].as_array().unwrap();
@@ -183,11 +213,38 @@ fn a_rank_asleep_before_init_is_named_and_the_others_wait_in_init() {
         let want = if rank == 3 { "sleeping" } else { "waiting" };
         assert_eq!(state, want, "{d:#}");
     }
+    if let Stacks::With(_) = stacks {
+        // The call each is in, and the culprit's line of its own code.
+        assert!(
+            reason.contains("ranks 0-2 wait in init_process_group ("),
+            "{reason}"
+        );
+        assert!(reason.contains("at job.py:"), "{reason}");
+        for r in j["ranks"].as_array().unwrap() {
+            if r["rank"] != 3 {
+                assert_eq!(r["call"], "init_process_group", "{d:#}");
+            }
+        }
+    }
     assert_eq!(code, 1);
 }
 
 #[test]
-fn a_rank_stopped_before_an_all_reduce_is_named_and_the_others_wait_after_init() {
+fn a_rank_asleep_before_init_is_named_and_the_others_wait_in_init() {
+    asleep_before_init(Stacks::Off);
+}
+
+#[test]
+fn a_rank_asleep_before_init_is_named_with_py_spy() {
+    if let Some(p) = py_spy() {
+        asleep_before_init(Stacks::With(&p));
+    }
+}
+
+/// (b) Every rank loops all_reduce and rank 2 stops before one: rank 2
+/// is named, and the others are shown after init (in all_reduce, where
+/// py-spy says so).
+fn stopped_before_an_all_reduce(stacks: Stacks<'_>) {
     let _serial = serial();
     if !torchrun_here() {
         return;
@@ -195,16 +252,19 @@ fn a_rank_stopped_before_an_all_reduce_is_named_and_the_others_wait_after_init()
     let job = TorchJob::start("stop", 2);
     job.wait_for_marker();
     let pid = marker_pid(&job);
-    let (code, d) = diagnose_until_three_wait(pid);
+    let (code, d) = diagnose_until_three_wait(pid, stacks);
     let j = &d["jobs"][0];
     let culprits = j["culprits"].as_array().unwrap();
     assert_eq!(culprits.len(), 1, "{d:#}");
     assert_eq!(culprits[0]["rank"], 2, "{d:#}");
     let reason = culprits[0]["reason"].as_str().unwrap();
-    assert!(
-        reason.contains("while ranks 0-1,3 wait after init (connected to every other rank here)"),
-        "{reason}"
-    );
+    let others = match stacks {
+        Stacks::Off => "while ranks 0-1,3 wait after init (connected to every other rank here)",
+        Stacks::With(_) => {
+            "while ranks 0-1,3 wait in all_reduce (after init: connected to every other rank here)"
+        }
+    };
+    assert!(reason.contains(others), "{reason}");
     for r in j["ranks"].as_array().unwrap() {
         assert_eq!(r["store_connected"], true, "{d:#}");
         assert_eq!(r["peer_connections"], 3, "{d:#}");
@@ -212,7 +272,13 @@ fn a_rank_stopped_before_an_all_reduce_is_named_and_the_others_wait_after_init()
     assert_eq!(code, 1);
     // Human output, the same verdict.
     let out = Command::new(common::BIN)
-        .args(["diagnose", "--pid", &pid.to_string()])
+        .args([
+            "diagnose",
+            "--pid",
+            &pid.to_string(),
+            "--py-spy",
+            stacks.arg(),
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -226,7 +292,19 @@ fn a_rank_stopped_before_an_all_reduce_is_named_and_the_others_wait_after_init()
 }
 
 #[test]
-fn a_healthy_job_keeps_running_and_nothing_is_named() {
+fn a_rank_stopped_before_an_all_reduce_is_named_and_the_others_wait_after_init() {
+    stopped_before_an_all_reduce(Stacks::Off);
+}
+
+#[test]
+fn a_rank_stopped_before_an_all_reduce_is_named_with_py_spy() {
+    if let Some(p) = py_spy() {
+        stopped_before_an_all_reduce(Stacks::With(&p));
+    }
+}
+
+/// (c) A healthy job keeps running: nothing is named, exit 0.
+fn healthy(stacks: Stacks<'_>) {
     let _serial = serial();
     if !torchrun_here() {
         return;
@@ -234,13 +312,13 @@ fn a_healthy_job_keeps_running_and_nothing_is_named() {
     let job = TorchJob::start("healthy", 0);
     job.wait_for_marker();
     let pid = marker_pid(&job);
-    let (code, d) = diagnose(pid);
+    let (code, d) = diagnose(pid, stacks);
     let j = &d["jobs"][0];
     assert_eq!(j["culprits"], serde_json::json!([]), "{d:#}");
     assert_eq!(j["verdict"], "progressing", "{d:#}");
     assert_eq!(code, 0, "{d:#}");
-    // Diagnosed, the job goes on: rank 0 still gets through all_reduces.
-    let (_, again) = diagnose(pid);
+    // Diagnosed, the job goes on: its ranks still use the CPU.
+    let (_, again) = diagnose(pid, stacks);
     let cpu: u64 = again["jobs"][0]["ranks"]
         .as_array()
         .unwrap()
@@ -248,6 +326,18 @@ fn a_healthy_job_keeps_running_and_nothing_is_named() {
         .map(|r| r["cpu_ms"].as_u64().unwrap())
         .sum();
     assert!(cpu > 0, "{again:#}");
+}
+
+#[test]
+fn a_healthy_job_keeps_running_and_nothing_is_named() {
+    healthy(Stacks::Off);
+}
+
+#[test]
+fn a_healthy_job_with_py_spy_keeps_running_and_nothing_is_named() {
+    if let Some(p) = py_spy() {
+        healthy(Stacks::With(&p));
+    }
 }
 
 /// Diagnosed while held, then let go: the job finishes normally, every
@@ -267,7 +357,7 @@ fn a_diagnosed_job_let_go_finishes_normally() {
     );
     job.wait_for_marker();
     let pid = marker_pid(&job);
-    let (code, d) = diagnose_until_three_wait(pid);
+    let (code, d) = diagnose_until_three_wait(pid, Stacks::Off);
     assert_eq!(code, 1, "{d:#}");
     std::fs::write(&release, "go").unwrap();
     let start = Instant::now();

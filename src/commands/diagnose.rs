@@ -27,6 +27,10 @@ pub struct DiagnoseArgs {
     /// How long each rank's CPU time is watched.
     #[arg(long, value_name = "DURATION", default_value = "300ms", value_parser = parse_sample)]
     pub sample: Duration,
+    /// py-spy for each rank's Python stack (`pip install py-spy`):
+    /// `auto` (the first on PATH), `off`, or its path.
+    #[arg(long, value_name = "auto|off|PATH", default_value = "auto")]
+    pub py_spy: String,
     #[arg(long, value_enum, default_value = "human")]
     pub format: DiagnoseFormat,
     /// Write to FILE (atomically) instead of stdout.
@@ -52,7 +56,14 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
     let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
-    let d = crate::diagnose::diagnose(std::path::Path::new("/proc"), &node, &filter, args.sample);
+    let py_spy = crate::facts::py_spy::locate(&args.py_spy, std::env::var("PATH").ok().as_deref());
+    let d = crate::diagnose::diagnose(
+        std::path::Path::new("/proc"),
+        &node,
+        &filter,
+        args.sample,
+        py_spy,
+    );
     let text = match args.format {
         DiagnoseFormat::Human => crate::report::diagnosis::human(&d),
         DiagnoseFormat::Json => {

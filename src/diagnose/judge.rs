@@ -8,8 +8,10 @@
 
 use std::collections::BTreeMap;
 
+use super::Stacks;
 use super::find::Job;
 use super::observe::Watched;
+use crate::facts::py_spy::PyFrame;
 use crate::facts::task::syscall_name;
 use crate::result::diagnosis::{Culprit, JobDiagnosis, RankState};
 
@@ -104,6 +106,7 @@ fn rank_list(ranks: &[u32]) -> String {
 pub fn judge(
     job: &Job,
     watched: &BTreeMap<u32, Watched>,
+    stacks: &Stacks,
     node: &str,
     sample_ms: u64,
 ) -> JobDiagnosis {
@@ -126,7 +129,12 @@ pub fn judge(
         .iter()
         .map(|r| {
             let w = watched.get(&r.pid);
-            let (state, doing) = classify(w, sample_ms);
+            let (state, mut doing) = classify(w, sample_ms);
+            let stack = stacks.get(&r.pid);
+            let call = stack.and_then(|s| s.as_ref().ok()).and_then(|f| call(f));
+            if let Some(c) = call.as_ref().filter(|c| c.contains(".py:")) {
+                doing.push_str(&format!(", at {c}"));
+            }
             let sockets = w.map(|w| w.sockets.as_slice()).unwrap_or_default();
             let established = sockets.iter().filter(|s| s.state == "established");
             let store_connected = match (w, store_port) {
@@ -153,6 +161,17 @@ pub fn judge(
                     .count() as u32,
                 unread_bytes: sockets.iter().map(|s| s.unread).sum(),
                 unsent_bytes: sockets.iter().map(|s| s.unsent).sum(),
+                call,
+                stack: stack
+                    .and_then(|s| s.as_ref().ok())
+                    .map(|f| {
+                        f.iter()
+                            .take(32)
+                            .map(|f| format!("{} ({}:{})", f.function, f.file, f.line))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                stack_error: stack.and_then(|s| s.as_ref().err().cloned()),
             }
         })
         .collect();
@@ -252,6 +271,50 @@ pub fn judge(
     }
 }
 
+/// The torch.distributed calls a rank waits in, as py-spy names them.
+const CALLS: &[&str] = &[
+    "init_process_group",
+    "new_group",
+    "barrier",
+    "monitored_barrier",
+    "all_reduce",
+    "all_reduce_coalesced",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "all_to_all_single",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "broadcast_object_list",
+    "destroy_process_group",
+    "wait",
+];
+
+/// Where a stack is: the innermost torch.distributed call it is in, else
+/// the innermost frame of its own code (`job.py:12 in <module>`).
+fn call(frames: &[PyFrame]) -> Option<String> {
+    if let Some(f) = frames
+        .iter()
+        .find(|f| f.file.contains("torch/distributed/") && CALLS.contains(&f.function.as_str()))
+    {
+        return Some(f.function.clone());
+    }
+    frames
+        .iter()
+        .find(|f| !f.file.contains("-packages/") && !f.file.starts_with("/usr/lib/python"))
+        .or(frames.first())
+        .map(|f| format!("{}:{} in {}", f.file, f.line, f.function))
+}
+
 /// Where the waiting ranks are, from their connections: connected to
 /// every other rank here is after init (a collective or a barrier);
 /// connected to the store, the mesh not complete, is init
@@ -260,6 +323,10 @@ fn phase(waiting: &[&RankState], here: usize, store: Option<&str>) -> String {
     if waiting.is_empty() {
         return String::new();
     }
+    let shared = waiting[0]
+        .call
+        .as_ref()
+        .filter(|c| !c.contains(".py:") && waiting.iter().all(|r| r.call.as_ref() == Some(c)));
     let on_store = waiting
         .iter()
         .filter(|r| r.store_connected == Some(true))
@@ -269,13 +336,21 @@ fn phase(waiting: &[&RankState], here: usize, store: Option<&str>) -> String {
         .filter(|r| r.peer_connections as usize + 1 >= here)
         .count();
     if here > 1 && meshed == waiting.len() {
-        "after init (connected to every other rank here): in a collective or a barrier".into()
+        match shared {
+            Some(c) => format!("in {c} (after init: connected to every other rank here)"),
+            None => "after init (connected to every other rank here): in a collective or a barrier"
+                .into(),
+        }
     } else if on_store == waiting.len() {
         format!(
-            "in init (connected to the store {}, not yet to every other rank)",
+            "in {} (connected to the store {}, not yet to every other rank)",
+            shared.map_or("init", String::as_str),
             store.unwrap_or("")
         )
     } else {
-        "(no CPU used)".into()
+        match shared {
+            Some(c) => format!("in {c}"),
+            None => "(no CPU used)".into(),
+        }
     }
 }

@@ -23,6 +23,7 @@ pub mod pci;
 pub mod ports;
 pub mod procs;
 pub mod profile;
+pub mod py_spy;
 pub mod schedstat;
 pub mod shared_library;
 pub mod task;

@@ -60,6 +60,17 @@ pub struct RankState {
     pub unread_bytes: u64,
     /// Bytes written and not yet taken by its peers.
     pub unsent_bytes: u64,
+    /// The distributed call its main thread is in (`init_process_group`,
+    /// `all_reduce`), or where in its own code (`job.py:12 in <module>`),
+    /// from py-spy where it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    /// Its Python stack, innermost first, from py-spy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<String>,
+    /// Why py-spy gave no stack, where it was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
