@@ -40,6 +40,7 @@ fn torchrun_here() -> bool {
 struct TorchJob {
     child: Child,
     marker: PathBuf,
+    port: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -73,6 +74,7 @@ impl TorchJob {
         TorchJob {
             child,
             marker,
+            port,
             _dir: dir,
         }
     }
@@ -163,6 +165,41 @@ fn diagnose_until_three_wait(pid: u32, stacks: Stacks<'_>) -> (i32, Value) {
     }
 }
 
+/// The store's key count and the values of the keys a 1.13 job under
+/// torchrun writes at init (the workers' counter, each rank's Gloo
+/// address), read by the test itself over the wire (GETNUMKEYS, CHECK and
+/// GET: nothing written), to compare before and after diagnose.
+fn store_snapshot(port: u16) -> String {
+    let script = r#"
+import socket, struct, sys
+port = int(sys.argv[1])
+s = socket.create_connection(("127.0.0.1", port), timeout=5)
+s.sendall(bytes([6])); n = struct.unpack("<q", s.recv(8))[0]
+out = ["keys %d" % n]
+def check(k):
+    kb = k.encode(); s.sendall(bytes([4]) + struct.pack("<QQ", 1, len(kb)) + kb)
+    return s.recv(1)[0] == 0
+def get(k):
+    kb = k.encode(); s.sendall(bytes([2]) + struct.pack("<Q", len(kb)) + kb)
+    l = struct.unpack("<Q", s.recv(8))[0]; v = b""
+    while len(v) < l: v += s.recv(l - len(v))
+    return v.hex()
+for k in ["init/"] + ["//worker/attempt_0/default_pg/0/0/%d" % r for r in range(4)]:
+    out.append("%s=%s" % (k, get(k) if check(k) else "-"))
+print(" ".join(out))
+"#;
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", script, &port.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn marker_pid(job: &TorchJob) -> u32 {
     std::fs::read_to_string(&job.marker)
         .unwrap()
@@ -196,8 +233,20 @@ fn asleep_before_init(stacks: Stacks<'_>) {
     job.wait_for_marker();
     let pid = marker_pid(&job);
     let (code, d) = diagnose_until_three_wait(pid, stacks);
+    // The store, read by diagnose, is as it was: diagnose again between
+    // two snapshots.
+    let before = store_snapshot(job.port);
+    let _ = diagnose(pid, stacks);
+    assert_eq!(store_snapshot(job.port), before);
     let j = &d["jobs"][0];
     assert_eq!(j["world_size"], 4, "{d:#}");
+    // Read from the store: ranks 0-2 published their address, rank 3 not.
+    assert_eq!(
+        j["store_read"]["arrived"],
+        serde_json::json!([0, 1, 2]),
+        "{d:#}"
+    );
+    assert_eq!(j["store_read"]["server"], "torch 1.13 to 2.1", "{d:#}");
     let culprits = j["culprits"].as_array().unwrap();
     assert_eq!(culprits.len(), 1, "{d:#}");
     assert_eq!(culprits[0]["rank"], 3, "{d:#}");

@@ -39,6 +39,10 @@ pub struct Job {
     pub ranks: Vec<RankProcess>,
     /// Every process of the job, the ranks' children included.
     pub pids: Vec<u32>,
+    /// Where torch keeps its keys in the store: under torchrun's agent
+    /// store, `/worker/attempt_N` (TORCHELASTIC_USE_AGENT_STORE,
+    /// TORCHELASTIC_RESTART_COUNT).
+    pub agent_attempt: Option<u32>,
 }
 
 /// One process's environment, `NAME=value` pairs; `None` when unreadable.
@@ -87,6 +91,12 @@ pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
         }
         let get = |k: &str| env.get(k).filter(|v| !v.is_empty()).cloned();
         let store = get("MASTER_ADDR").zip(get("MASTER_PORT").and_then(|p| p.parse().ok()));
+        let agent_attempt =
+            (get("TORCHELASTIC_USE_AGENT_STORE").as_deref() == Some("True")).then(|| {
+                get("TORCHELASTIC_RESTART_COUNT")
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0)
+            });
         // torchrun's static rendezvous names every run "none".
         let run = get("TORCHELASTIC_RUN_ID").filter(|r| r != "none");
         let slurm = get("SLURM_JOB_ID");
@@ -118,6 +128,7 @@ pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
             store,
             ranks: Vec::new(),
             pids: Vec::new(),
+            agent_attempt,
         });
         job.world = job.world.max(world);
         job.pids.push(pid);

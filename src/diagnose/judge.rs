@@ -13,7 +13,7 @@ use super::find::Job;
 use super::observe::Watched;
 use crate::facts::py_spy::PyFrame;
 use crate::facts::task::syscall_name;
-use crate::result::diagnosis::{Culprit, JobDiagnosis, RankState};
+use crate::result::diagnosis::{Culprit, JobDiagnosis, RankState, StoreRead};
 
 /// CPU in the sample at which a rank counts as running.
 const BUSY_MS: u64 = 30;
@@ -107,9 +107,16 @@ pub fn judge(
     job: &Job,
     watched: &BTreeMap<u32, Watched>,
     stacks: &Stacks,
+    store_read: Option<StoreRead>,
     node: &str,
     sample_ms: u64,
 ) -> JobDiagnosis {
+    let in_store = |rank: u32| {
+        store_read
+            .as_ref()
+            .filter(|s| s.error.is_none())
+            .map(|s| s.arrived.contains(&rank))
+    };
     let store = job.store.as_ref().map(|(a, p)| format!("{a}:{p}"));
     let store_port = job.store.as_ref().map(|(_, p)| *p);
     // Every local address of the job's ranks: a connection to one of them
@@ -161,6 +168,7 @@ pub fn judge(
                     .count() as u32,
                 unread_bytes: sockets.iter().map(|s| s.unread).sum(),
                 unsent_bytes: sockets.iter().map(|s| s.unsent).sum(),
+                in_store: in_store(r.rank),
                 call,
                 stack: stack
                     .and_then(|s| s.as_ref().ok())
@@ -197,8 +205,19 @@ pub fn judge(
     let summary;
     let verdict;
     if !waiting.is_empty() && (!odd.is_empty() || !missing.is_empty()) {
+        let arrival = store_read
+            .as_ref()
+            .filter(|s| s.error.is_none() && phase.contains("connected to the store"))
+            .map(|s| {
+                format!(
+                    "; {} of {} ranks reached init_process_group (their address is in the store)",
+                    s.arrived.len(),
+                    job.world
+                )
+            })
+            .unwrap_or_default();
         let others = format!(
-            "{} {} {phase}",
+            "{} {} {phase}{arrival}",
             rank_list(&waiting_ranks),
             if waiting.len() == 1 { "waits" } else { "wait" }
         );
@@ -210,6 +229,12 @@ pub fn judge(
                     "; it is not connected to the job's store ({})",
                     store.as_deref().unwrap_or("MASTER_ADDR:MASTER_PORT")
                 ));
+            }
+            let others_in_store = waiting.iter().all(|w| w.in_store == Some(true));
+            if others_in_store && r.in_store == Some(false) {
+                why.push_str(
+                    "; it has not published its address in the store, as the others have (it never reached init_process_group)",
+                );
             }
             if r.unread_bytes > 0 {
                 why.push_str(&format!(
@@ -230,7 +255,12 @@ pub fn judge(
                 node: node.into(),
                 pid: None,
                 reason: format!(
-                    "absent: no process of rank {m} on this node (it exited, or never started), while {others}"
+                    "absent: no process of rank {m} on this node (it exited, or never started), while {others}{}",
+                    if in_store(m) == Some(false) {
+                        "; it never published its address in the store"
+                    } else {
+                        ""
+                    }
                 ),
             });
         }
@@ -266,6 +296,7 @@ pub fn judge(
         missing,
         elsewhere,
         culprits,
+        store_read,
         summary,
         verdict: verdict.into(),
     }

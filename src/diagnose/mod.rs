@@ -15,9 +15,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::facts::py_spy::{self, PyFrame};
+use std::net::ToSocketAddrs;
 
-pub use find::{Filter, jobs};
+use crate::facts::py_spy::{self, PyFrame};
+use crate::facts::tcp_store::{self, Numbering};
+use crate::result::diagnosis::StoreRead;
+
+pub use find::{Filter, Job, jobs};
 pub use judge::judge;
 pub use observe::observe;
 
@@ -50,6 +54,82 @@ fn stacks(py_spy: &Path, pids: &[u32]) -> Stacks {
     })
 }
 
+/// How long each exchange with the job's store may take.
+const STORE_WITHIN: Duration = Duration::from_millis(500);
+
+/// The keys a rank's process group address is published under, in the
+/// store's own spelling (a leading `/` for the client's prefix, then
+/// torchrun's agent store prefix, `default_pg`, the group `0`, and
+/// Gloo's context `0`): torch up to 2.1, then 2.2 and later (whose group
+/// prefix ends in `/`, and whose agent store drops the attempt from 2.6).
+fn address_keys(job: &Job, numbering: Numbering) -> Vec<(u32, String)> {
+    let agent = job
+        .agent_attempt
+        .map(|n| format!("/worker/attempt_{n}/"))
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for r in 0..job.world.min(4096) {
+        match numbering {
+            Numbering::Old => out.push((r, format!("/{agent}default_pg/0/0/{r}"))),
+            Numbering::New => {
+                out.push((r, format!("/{agent}default_pg/0//0/{r}")));
+                if !agent.is_empty() {
+                    out.push((r, format!("/default_pg/0//0/{r}")));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Which ranks of `job` reached init_process_group, from its store.
+fn read_store(job: &Job) -> Option<StoreRead> {
+    let (host, port) = job.store.as_ref()?;
+    let addr = (host.as_str(), *port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next());
+    let Some(addr) = addr else {
+        return Some(StoreRead {
+            error: Some(format!("{host}:{port} does not resolve here")),
+            ..StoreRead::default()
+        });
+    };
+    let numbering = match tcp_store::probe(addr, STORE_WITHIN) {
+        Ok((n, _)) => n,
+        Err(e) => {
+            return Some(StoreRead {
+                error: Some(e),
+                ..StoreRead::default()
+            });
+        }
+    };
+    let keys = address_keys(job, numbering);
+    let wire: Vec<String> = keys.iter().map(|(_, k)| k.clone()).collect();
+    Some(match tcp_store::read(addr, &wire, STORE_WITHIN) {
+        Ok(view) => {
+            let mut arrived: Vec<u32> = keys
+                .iter()
+                .zip(&view.values)
+                .filter(|(_, (_, v))| v.is_some())
+                .map(|((r, _), _)| *r)
+                .collect();
+            arrived.dedup();
+            StoreRead {
+                server: view.numbering.name().into(),
+                keys: view.keys,
+                arrived,
+                error: None,
+            }
+        }
+        Err(e) => StoreRead {
+            server: numbering.name().into(),
+            error: Some(e),
+            ..StoreRead::default()
+        },
+    })
+}
+
 /// Every job on the node (under `proc_dir`) that `filter` keeps, each
 /// rank watched for `sample` (and its Python stack read with `py_spy`,
 /// where given), judged.
@@ -70,7 +150,7 @@ pub fn diagnose(
     let ms = sample.as_millis() as u64;
     let judged: Vec<_> = found
         .iter()
-        .map(|j| judge(j, &watched, &stacks, node, ms))
+        .map(|j| judge(j, &watched, &stacks, read_store(j), node, ms))
         .collect();
     let verdict = if judged.is_empty() {
         "no_job"

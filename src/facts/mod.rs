@@ -28,6 +28,7 @@ pub mod schedstat;
 pub mod shared_library;
 pub mod task;
 pub mod tcp_sockets;
+pub mod tcp_store;
 pub mod visible;
 pub mod xid;
 pub mod xpu_smi;

@@ -22,6 +22,23 @@ pub fn human(d: &Diagnosis) -> String {
             crate::values::count(j.world_size as usize, "rank"),
             j.store.as_deref().unwrap_or("unknown")
         );
+        if let Some(sr) = &j.store_read {
+            match &sr.error {
+                Some(e) => {
+                    let _ = writeln!(out, "  store not read: {e}");
+                }
+                None => {
+                    let keys = sr.keys.map(|k| format!(", {k} keys")).unwrap_or_default();
+                    let _ = writeln!(
+                        out,
+                        "  store ({}{keys}, read only): {} of {} ranks reached init_process_group",
+                        sr.server,
+                        sr.arrived.len(),
+                        j.world_size
+                    );
+                }
+            }
+        }
         for r in &j.ranks {
             let store = match r.store_connected {
                 Some(true) => "store ✓",

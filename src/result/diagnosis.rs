@@ -32,6 +32,9 @@ pub struct JobDiagnosis {
     /// Ranks that run on other nodes (not judged here).
     pub elsewhere: u32,
     pub culprits: Vec<Culprit>,
+    /// What the job's store holds, read without writing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_read: Option<StoreRead>,
     /// The others' state in one line ("ranks 0, 1, 3 wait ...").
     pub summary: String,
     /// `held`, `progressing` or `unknown`.
@@ -68,9 +71,27 @@ pub struct RankState {
     /// Its Python stack, innermost first, from py-spy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stack: Vec<String>,
+    /// Whether its process group address is in the job's store (it
+    /// reached init_process_group); `None` where the store was not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_store: Option<bool>,
     /// Why py-spy gave no stack, where it was asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_error: Option<String>,
+}
+
+/// The job's store, as diagnose read it (CHECK and GET only).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StoreRead {
+    /// `torch 1.13 to 2.1` or `torch 2.2 or later`, from how it answered.
+    pub server: String,
+    /// How many keys it holds.
+    pub keys: Option<i64>,
+    /// Ranks whose process group address is in the store: they reached
+    /// init_process_group.
+    pub arrived: Vec<u32>,
+    /// Why it could not be read.
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
