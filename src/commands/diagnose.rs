@@ -31,6 +31,10 @@ pub struct DiagnoseArgs {
     /// `auto` (the first on PATH), `off`, or its path.
     #[arg(long, value_name = "auto|off|PATH", default_value = "auto")]
     pub py_spy: String,
+    /// NCCL's RAS port (NCCL 2.24+): `auto` (a rank's NCCL_RAS_ADDR, else
+    /// localhost:28028, where something listens), `off`, or HOST:PORT.
+    #[arg(long, value_name = "auto|off|HOST:PORT", default_value = "auto")]
+    pub nccl_ras: String,
     #[arg(long, value_enum, default_value = "human")]
     pub format: DiagnoseFormat,
     /// Write to FILE (atomically) instead of stdout.
@@ -63,6 +67,11 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
         &filter,
         args.sample,
         py_spy,
+        &match args.nccl_ras.as_str() {
+            "auto" => crate::diagnose::Ras::Auto,
+            "off" => crate::diagnose::Ras::Off,
+            at => crate::diagnose::Ras::At(at.to_string()),
+        },
     );
     let text = match args.format {
         DiagnoseFormat::Human => crate::report::diagnosis::human(&d),

@@ -43,6 +43,8 @@ pub struct Job {
     /// store, `/worker/attempt_N` (TORCHELASTIC_USE_AGENT_STORE,
     /// TORCHELASTIC_RESTART_COUNT).
     pub agent_attempt: Option<u32>,
+    /// NCCL_RAS_ADDR, where a rank was given one.
+    pub ras_addr: Option<String>,
 }
 
 /// One process's environment, `NAME=value` pairs; `None` when unreadable.
@@ -129,6 +131,7 @@ pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
             ranks: Vec::new(),
             pids: Vec::new(),
             agent_attempt,
+            ras_addr: get("NCCL_RAS_ADDR"),
         });
         job.world = job.world.max(world);
         job.pids.push(pid);

@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use std::net::ToSocketAddrs;
 
+use crate::facts::nccl_ras;
 use crate::facts::py_spy::{self, PyFrame};
 use crate::facts::tcp_store::{self, Numbering};
-use crate::result::diagnosis::StoreRead;
+use crate::result::diagnosis::{Culprit, RasReport, StoreRead};
 
 pub use find::{Filter, Job, jobs};
 pub use judge::judge;
@@ -130,15 +131,70 @@ fn read_store(job: &Job) -> Option<StoreRead> {
     })
 }
 
+/// How long NCCL's RAS may take to gather its report.
+const RAS_WITHIN: Duration = Duration::from_secs(8);
+
+/// Where to ask NCCL's RAS: `off`, an address, or `auto`: the
+/// NCCL_RAS_ADDR a rank was given, else NCCL's default, asked only
+/// where something listens there.
+#[derive(Debug, Clone)]
+pub enum Ras {
+    Off,
+    Auto,
+    At(String),
+}
+
+fn ras(setting: &Ras, found: &[Job]) -> Option<RasReport> {
+    let (addr, quiet) = match setting {
+        Ras::Off => return None,
+        Ras::At(a) => (a.clone(), false),
+        Ras::Auto => (
+            found
+                .iter()
+                .find_map(|j| j.ras_addr.clone())
+                .unwrap_or_else(|| nccl_ras::DEFAULT_ADDR.to_string()),
+            true,
+        ),
+    };
+    match nccl_ras::status(&addr, RAS_WITHIN) {
+        Ok(st) => Some(RasReport {
+            address: addr,
+            format: st.format,
+            nccl_version: st.nccl_version,
+            communicators: st.communicators,
+            findings: st.findings,
+            culprits: st
+                .named
+                .into_iter()
+                .map(|r| Culprit {
+                    rank: r.rank,
+                    node: r.host,
+                    pid: r.pid,
+                    reason: format!("NCCL RAS: {}", r.why),
+                })
+                .collect(),
+            error: None,
+        }),
+        // Nothing listens: no NCCL job with RAS here.
+        Err(e) if quiet && e.starts_with("no NCCL RAS") => None,
+        Err(e) => Some(RasReport {
+            address: addr,
+            error: Some(e),
+            ..RasReport::default()
+        }),
+    }
+}
+
 /// Every job on the node (under `proc_dir`) that `filter` keeps, each
 /// rank watched for `sample` (and its Python stack read with `py_spy`,
-/// where given), judged.
+/// where given), judged; and NCCL's RAS, as `ras` says.
 pub fn diagnose(
     proc_dir: &Path,
     node: &str,
     filter: &Filter,
     sample: Duration,
     py_spy: Option<PathBuf>,
+    ras_at: &Ras,
 ) -> Diagnosis {
     let found = jobs(proc_dir, filter);
     let pids: Vec<u32> = found
@@ -152,10 +208,12 @@ pub fn diagnose(
         .iter()
         .map(|j| judge(j, &watched, &stacks, read_store(j), node, ms))
         .collect();
-    let verdict = if judged.is_empty() {
-        "no_job"
-    } else if judged.iter().any(|j| j.verdict == "held") {
+    let nccl_ras = ras(ras_at, &found);
+    let ras_named = nccl_ras.as_ref().is_some_and(|r| !r.culprits.is_empty());
+    let verdict = if judged.iter().any(|j| j.verdict == "held") || ras_named {
         "held"
+    } else if judged.is_empty() {
+        "no_job"
     } else if judged.iter().all(|j| j.verdict == "progressing") {
         "progressing"
     } else {
@@ -166,6 +224,7 @@ pub fn diagnose(
         node: node.into(),
         sample_ms: sample.as_millis() as u64,
         jobs: judged,
+        nccl_ras,
         verdict: verdict.into(),
     }
 }

@@ -16,6 +16,7 @@ pub mod kmsg;
 pub mod launch;
 pub mod limits;
 pub mod meminfo;
+pub mod nccl_ras;
 pub mod nvidia;
 pub mod nvlink;
 pub mod nvml;

@@ -74,6 +74,34 @@ pub fn human(d: &Diagnosis) -> String {
             let _ = writeln!(out, "  {}", j.summary);
         }
     }
+    if let Some(r) = &d.nccl_ras {
+        let _ = writeln!(out, "\nNCCL RAS at {}", r.address);
+        match &r.error {
+            Some(e) => {
+                let _ = writeln!(out, "  not read: {e}");
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  NCCL {} · {} ({} form)",
+                    r.nccl_version.as_deref().unwrap_or("?"),
+                    crate::values::count(r.communicators as usize, "communicator"),
+                    r.format
+                );
+                for f in &r.findings {
+                    let _ = writeln!(out, "  {f}");
+                }
+                for c in &r.culprits {
+                    let pid = c.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+                    let _ = writeln!(
+                        out,
+                        "  HELD UP BY rank {} ({}{pid}): {}",
+                        c.rank, c.node, c.reason
+                    );
+                }
+            }
+        }
+    }
     let line = match d.verdict.as_str() {
         "held" => "HELD  a rank holds its job up: named above",
         "progressing" => "PROGRESSING  nothing holds a job up",

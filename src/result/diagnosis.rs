@@ -13,6 +13,10 @@ pub struct Diagnosis {
     /// How long each rank's CPU time was watched, ms.
     pub sample_ms: u64,
     pub jobs: Vec<JobDiagnosis>,
+    /// What NCCL's RAS port on this node says of the job's communicators,
+    /// where one answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_ras: Option<RasReport>,
     /// `held` (a culprit named), `progressing` (nothing holds a job up),
     /// `unknown` (it could not tell), `no_job` (none found).
     pub verdict: String,
@@ -78,6 +82,23 @@ pub struct RankState {
     /// Why py-spy gave no stack, where it was asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_error: Option<String>,
+}
+
+/// NCCL's RAS report, folded in.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RasReport {
+    pub address: String,
+    /// `json` (NCCL 2.28.7 and later) or `text`.
+    pub format: String,
+    pub nccl_version: Option<String>,
+    pub communicators: u32,
+    /// Incomplete communicators, dead processes, mismatched counts.
+    pub findings: Vec<String>,
+    /// Ranks RAS names: missing or dead, behind in a collective's count,
+    /// with an error.
+    pub culprits: Vec<Culprit>,
+    /// Why it could not be read.
+    pub error: Option<String>,
 }
 
 /// The job's store, as diagnose read it (CHECK and GET only).
