@@ -22,6 +22,7 @@ short() {
     echo "== bench/$script passed in $((SECONDS - start)) s"
 }
 short check-latency.sh        env RUNS=2 bash bench/check-latency.sh
+short diagnose.sh            env RUNS=2 bash bench/diagnose.sh
 short hardware-checks.sh      env RUNS=2 bash bench/hardware-checks.sh
 short network-checks.sh       bash bench/network-checks.sh 2
 short cluster-rendezvous.sh   env RUNS=1 PEERS=0 bash bench/cluster-rendezvous.sh

@@ -50,11 +50,31 @@ impl TorchJob {
     }
 
     fn start_with(mode: &str, held: u32, vars: &[(&str, &Path)]) -> TorchJob {
+        TorchJob::start_as(mode, held, vars, &[])
+    }
+
+    /// `prefix` runs torchrun as another user (setpriv ...).
+    fn start_as(mode: &str, held: u32, vars: &[(&str, &Path)], prefix: &[&str]) -> TorchJob {
         let dir = tempfile::tempdir().unwrap();
+        // Writable by the job's user, whoever it is.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .unwrap();
         let marker = dir.path().join("marker");
         let port = common::unused_port("127.0.0.1");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnose/job.py");
-        let child = Command::new("/usr/bin/torchrun")
+        let (program, first): (&str, Vec<&str>) = match prefix.split_first() {
+            Some((p, rest)) => (
+                p,
+                rest.iter().copied().chain(["/usr/bin/torchrun"]).collect(),
+            ),
+            None => ("/usr/bin/torchrun", Vec::new()),
+        };
+        let child = Command::new(program)
+            .args(first)
+            .env("HOME", "/tmp")
             .args(["--nproc_per_node", "4", "--master_port", &port.to_string()])
             .args(["--redirects", "1", "--tee", "1", "--log_dir"])
             .arg(dir.path().join("logs"))
@@ -338,6 +358,45 @@ fn stopped_before_an_all_reduce(stacks: Stacks<'_>) {
         "{text}"
     );
     assert_eq!(out.status.code(), Some(1));
+    // Prometheus, written as node_exporter's textfile collector reads it,
+    // passes the real promtool.
+    let dir = tempfile::tempdir().unwrap();
+    let prom = dir.path().join("diagnose.prom");
+    let out = Command::new(common::BIN)
+        .args([
+            "diagnose",
+            "--pid",
+            &pid.to_string(),
+            "--py-spy",
+            stacks.arg(),
+        ])
+        .args(["--format", "prometheus", "--output"])
+        .arg(&prom)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    assert!(
+        metrics.contains("verdict=\"held\"} 1") && metrics.contains(",rank=\"2\","),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(",state=\"waiting\"} 3") && metrics.contains(",state=\"sleeping\"} 1"),
+        "{metrics}"
+    );
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&prom).unwrap())
+        .output()
+    {
+        Ok(check) => assert!(
+            check.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&check.stdout),
+            String::from_utf8_lossy(&check.stderr)
+        ),
+        Err(_) => common::skip_unless_required("promtool is not installed (apt: prometheus)"),
+    }
 }
 
 #[test]
@@ -387,6 +446,62 @@ fn a_healthy_job_with_py_spy_keeps_running_and_nothing_is_named() {
     if let Some(p) = py_spy() {
         healthy(Stacks::With(&p));
     }
+}
+
+const NOBODY: [&str; 4] = [
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
+/// As an ordinary user: the job runs as nobody, and diagnose, as nobody
+/// too, sees its ranks, names the stopped one, and reads the store.
+#[test]
+fn as_the_jobs_own_ordinary_user_the_stopped_rank_is_named() {
+    let _serial = serial();
+    if !torchrun_here() {
+        return;
+    }
+    let job = TorchJob::start_as("stop", 2, &[], &NOBODY);
+    job.wait_for_marker();
+    let pid = marker_pid(&job);
+    let start = Instant::now();
+    let (code, d) = loop {
+        let out = Command::new(NOBODY[0])
+            .args(&NOBODY[1..])
+            .arg(common::BIN)
+            .args([
+                "diagnose",
+                "--format",
+                "json",
+                "--pid",
+                &pid.to_string(),
+                "--py-spy",
+                "off",
+            ])
+            .output()
+            .unwrap();
+        let d: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let waiting = d["jobs"][0]["ranks"]
+            .as_array()
+            .map_or(0, |r| r.iter().filter(|r| r["state"] == "waiting").count());
+        if waiting == 3 {
+            break (out.status.code(), d);
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{d:#}");
+    };
+    let j = &d["jobs"][0];
+    assert_eq!(j["culprits"][0]["rank"], 2, "{d:#}");
+    assert_eq!(j["culprits"].as_array().map(Vec::len), Some(1), "{d:#}");
+    for r in j["ranks"].as_array().unwrap() {
+        assert_eq!(
+            r["peer_connections"], 3,
+            "its own sockets are readable: {d:#}"
+        );
+    }
+    assert_eq!(code, Some(1));
 }
 
 /// Diagnosed while held, then let go: the job finishes normally, every

@@ -14,6 +14,8 @@ use crate::report::output::Destination;
 pub enum DiagnoseFormat {
     Human,
     Json,
+    /// node_exporter's textfile collector (write it with --output).
+    Prometheus,
 }
 
 #[derive(Debug, Args)]
@@ -75,6 +77,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
     );
     let text = match args.format {
         DiagnoseFormat::Human => crate::report::diagnosis::human(&d),
+        DiagnoseFormat::Prometheus => crate::report::diagnosis::prometheus(&d),
         DiagnoseFormat::Json => {
             let mut t = serde_json::to_string_pretty(&d)
                 .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));

@@ -3,7 +3,76 @@
 
 use std::fmt::Write;
 
+use super::prometheus::{escape, family};
 use crate::result::diagnosis::Diagnosis;
+
+const VERDICTS: [&str; 4] = ["held", "progressing", "unknown", "no_job"];
+
+/// `--format prometheus`, for node_exporter's textfile collector (a
+/// watchdog's diagnose every minute): the verdict, one series per state
+/// with the number of ranks in it per job, and each culprit, 1.
+pub fn prometheus(d: &Diagnosis) -> String {
+    let mut s = String::new();
+    let node = escape(&d.node);
+    family(
+        &mut s,
+        "preflight_diagnose_verdict",
+        "diagnose's verdict on this node: one series per verdict, 1 for the one it had.",
+    );
+    for v in VERDICTS {
+        let _ = writeln!(
+            s,
+            "preflight_diagnose_verdict{{node=\"{node}\",verdict=\"{v}\"}} {}",
+            u8::from(d.verdict == v)
+        );
+    }
+    family(
+        &mut s,
+        "preflight_diagnose_ranks",
+        "Ranks of each job on this node by what they were doing.",
+    );
+    for j in &d.jobs {
+        let mut by: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
+        for r in &j.ranks {
+            *by.entry(r.state.as_str()).or_default() += 1;
+        }
+        for (state, n) in by {
+            let _ = writeln!(
+                s,
+                "preflight_diagnose_ranks{{node=\"{node}\",job=\"{}\",state=\"{state}\"}} {n}",
+                escape(&j.job)
+            );
+        }
+    }
+    family(
+        &mut s,
+        "preflight_diagnose_culprit",
+        "A rank named as holding its job up (1), with its node and pid.",
+    );
+    let ras = d
+        .nccl_ras
+        .iter()
+        .flat_map(|r| r.culprits.iter().map(|c| ("nccl ras", c)));
+    let named = d
+        .jobs
+        .iter()
+        .flat_map(|j| j.culprits.iter().map(move |c| (j.job.as_str(), c)))
+        .chain(ras);
+    let mut seen = std::collections::BTreeSet::new();
+    for (job, c) in named {
+        let pid = c.pid.map(|p| p.to_string()).unwrap_or_default();
+        if seen.insert((job.to_string(), c.rank, pid.clone())) {
+            let _ = writeln!(
+                s,
+                "preflight_diagnose_culprit{{job=\"{}\",rank=\"{}\",node=\"{}\",pid=\"{pid}\"}} 1",
+                escape(job),
+                c.rank,
+                escape(&c.node)
+            );
+        }
+    }
+    s
+}
 
 pub fn human(d: &Diagnosis) -> String {
     let mut out = String::new();

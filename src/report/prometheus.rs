@@ -209,7 +209,7 @@ pub fn prometheus(report: &Report) -> String {
     s
 }
 
-fn family(s: &mut String, name: &str, help: &str) {
+pub(super) fn family(s: &mut String, name: &str, help: &str) {
     let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge");
 }
 
@@ -222,7 +222,7 @@ fn severity(s: crate::result::Severity) -> &'static str {
 
 /// A label value as the exposition format reads it: backslash, double
 /// quote and newline escaped.
-fn escape(v: &str) -> String {
+pub(super) fn escape(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
     for c in v.chars() {
         match c {
