@@ -6,6 +6,8 @@
 //! the others wait, 30 s at most), never by a sleep. The job's store is
 //! read-only to diagnose: the job, let go, finishes normally.
 
+#[path = "common/cluster.rs"]
+mod cluster;
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -354,7 +356,7 @@ fn stopped_before_an_all_reduce(stacks: Stacks<'_>) {
     assert!(text.contains("HELD UP BY rank 2 ("), "{text}");
     assert!(
         text.trim_end()
-            .ends_with("HELD  a rank holds its job up: named above"),
+            .ends_with("HELD  a rank or a path holds its job up: named above"),
         "{text}"
     );
     assert_eq!(out.status.code(), Some(1));
@@ -671,4 +673,164 @@ fn nccl_ras_reports_name_the_missing_dead_and_lagging_ranks() {
     let e = d["nccl_ras"]["error"].as_str().unwrap();
     assert!(e.starts_with("no NCCL RAS at 127.0.0.1:"), "{e}");
     assert_eq!(code, 3);
+}
+
+/// Every process whose command line names `needle` (a path of this
+/// test's own), killed: the ranks a namespace host's torchrun started.
+fn kill_every(needle: &str) {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains(needle) && pid != std::process::id() as i32 {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// (d) Two namespace hosts, two ranks each, under torchrun: after init,
+/// host 1 drops every packet from and to host 0. Every rank waits in its
+/// all_reduce; diagnose on host 0 names the path to host 1, whose data is
+/// sent and never acknowledged, and a connect from host 0 to it times
+/// out.
+#[test]
+fn a_path_dropped_after_init_is_named() {
+    let _serial = serial();
+    if !torchrun_here() {
+        return;
+    }
+    let Some(net) = common::netns::Cluster::new(2) else {
+        return;
+    };
+    let files = cluster::host_files(&net, None);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let script = dir.path().join("job.py");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnose/job.py"),
+        &script,
+    )
+    .unwrap();
+    let marker = dir.path().join("marker");
+    let needle = script.display().to_string();
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            kill_every(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(needle.clone());
+    let master = net.addr(0);
+    let procs: Vec<cluster::Proc> = (0..2)
+        .map(|k| {
+            let argv: Vec<String> = [
+                "/usr/bin/torchrun",
+                "--nnodes",
+                "2",
+                "--node_rank",
+                &k.to_string(),
+                "--nproc_per_node",
+                "2",
+                "--master_addr",
+                &master,
+                "--master_port",
+                "29500",
+                "--redirects",
+                "1",
+                "--tee",
+                "1",
+                "--log_dir",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                dir.path().join(format!("logs{k}")).display().to_string(),
+                needle.clone(),
+            ])
+            .collect();
+            let marker_text = marker.display().to_string();
+            let env = [
+                ("HOME", "/tmp"),
+                ("LANG", "C.UTF-8"),
+                ("GLOO_SOCKET_IFNAME", "eth0"),
+                ("OMP_NUM_THREADS", "1"),
+                ("JOB_MODE", "healthy"),
+                ("JOB_SECONDS", "120"),
+                ("JOB_MARKER", marker_text.as_str()),
+            ];
+            cluster::on_host_cmd(&net, &files, k, &argv, &env)
+        })
+        .collect();
+    // After 20 all_reduces: init is done, every connection made.
+    let start = Instant::now();
+    while !marker.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job never reached its mark"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = marker_pid_at(&marker);
+    let other = net.addr(0);
+    net.iptables(1, &["-A", "INPUT", "-s", &other, "-j", "DROP"]);
+    net.iptables(1, &["-A", "OUTPUT", "-d", &other, "-j", "DROP"]);
+    let start = Instant::now();
+    let d = loop {
+        let out = net.exec(
+            0,
+            &[
+                common::BIN,
+                "diagnose",
+                "--format",
+                "json",
+                "--pid",
+                &pid.to_string(),
+                "--py-spy",
+                "off",
+                "--nccl-ras",
+                "off",
+            ],
+        );
+        let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if out.status.code() == Some(1)
+            && d["jobs"][0]["paths"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty())
+        {
+            break d;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{d:#}");
+    };
+    println!("{}", d["jobs"][0]["paths"]);
+    let j = &d["jobs"][0];
+    let paths = j["paths"].to_string();
+    assert!(paths.contains(&format!("to {}:", net.addr(1))), "{d:#}");
+    assert!(paths.contains("sent and never acknowledged"), "{paths}");
+    assert!(
+        paths.contains(&format!("a connect from here to {}:", net.addr(1))),
+        "{paths}"
+    );
+    assert!(paths.contains("timed_out"), "{paths}");
+    // No rank is blamed for the path's fault.
+    assert_eq!(j["culprits"], serde_json::json!([]), "{d:#}");
+    drop(procs);
+}
+
+fn marker_pid_at(marker: &Path) -> u32 {
+    std::fs::read_to_string(marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }

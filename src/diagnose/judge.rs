@@ -94,6 +94,71 @@ fn classify(w: Option<&Watched>, sample_ms: u64) -> (&'static str, String) {
     }
 }
 
+/// Connections of waiting ranks whose data the peer never acknowledges:
+/// sent, not acknowledged, and retransmitted by the kernel. A peer that
+/// does not read shows a zero-window probe instead, and is left to the
+/// rank evidence; this is the path (or the peer's host) dropping it. Each
+/// peer once, with a connect from here to it, as preflight's tcp_connect
+/// check makes one.
+fn dropping_paths(job: &Job, watched: &BTreeMap<u32, Watched>, ranks: &[RankState]) -> Vec<String> {
+    // A connect from here tests a rank's path only from its own network
+    // namespace (a container's ranks have theirs).
+    let own_ns = std::fs::read_link("/proc/self/ns/net").ok();
+    let here = |pid: u32| {
+        own_ns.is_some() && std::fs::read_link(format!("/proc/{pid}/ns/net")).ok() == own_ns
+    };
+    let mut by_peer: BTreeMap<std::net::SocketAddr, (Vec<u32>, u64, u32, bool)> = BTreeMap::new();
+    for r in ranks.iter().filter(|r| r.state == "waiting") {
+        let Some(pid) = job.ranks.iter().find(|p| p.rank == r.rank).map(|p| p.pid) else {
+            continue;
+        };
+        for s in watched
+            .get(&pid)
+            .map(|w| w.sockets.as_slice())
+            .unwrap_or_default()
+        {
+            if s.state == "established" && s.unsent > 0 && s.timer == 1 && s.retransmits > 0 {
+                let e = by_peer.entry(s.remote).or_default();
+                if !e.0.contains(&r.rank) {
+                    e.0.push(r.rank);
+                }
+                e.1 += s.unsent;
+                e.2 = e.2.max(s.retransmits);
+                e.3 |= here(pid);
+            }
+        }
+    }
+    by_peer
+        .into_iter()
+        .map(|(peer, (from, unsent, retransmits, local))| {
+            let probe = if !local {
+                "not probed from here (the ranks are in another network namespace)".to_string()
+            } else {
+                match std::net::TcpStream::connect_timeout(&peer, PROBE) {
+                    Ok(_) => format!("a connect from here to {peer} succeeds"),
+                    Err(e) => format!(
+                        "a connect from here to {peer}: {} ({})",
+                        crate::kinds::tcp_connect::classify(&e).name(),
+                        e
+                    ),
+                }
+            };
+            let times = match retransmits {
+                1 => "once".to_string(),
+                n => format!("{n} times"),
+            };
+            format!(
+                "the path from {} to {peer} drops the job's data: {} sent and never acknowledged, retransmitted {times}; {probe}",
+                rank_list(&from),
+                crate::values::format_bytes(unsent)
+            )
+        })
+        .collect()
+}
+
+/// A connect to a peer the evidence points at.
+const PROBE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// "rank 2", "ranks 0-1,3".
 fn rank_list(ranks: &[u32]) -> String {
     match ranks {
@@ -201,6 +266,7 @@ pub fn judge(
     let odd: Vec<&RankState> = ranks.iter().filter(|r| r.state != "waiting").collect();
     let waiting_ranks: Vec<u32> = waiting.iter().map(|r| r.rank).collect();
     let phase = phase(&waiting, ranks.len() + missing.len(), store.as_deref());
+    let paths = dropping_paths(job, watched, &ranks);
     let mut culprits = Vec::new();
     let summary;
     let verdict;
@@ -288,7 +354,19 @@ pub fn judge(
         };
         verdict = "unknown";
     }
+    let (verdict, summary) = if verdict == "unknown" && !paths.is_empty() {
+        (
+            "held",
+            format!(
+                "{}: every rank here waits, and a path they send on drops their data (below)",
+                rank_list(&waiting_ranks)
+            ),
+        )
+    } else {
+        (verdict, summary)
+    };
     JobDiagnosis {
+        paths,
         job: job.name.clone(),
         world_size: job.world,
         store,

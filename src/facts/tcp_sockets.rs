@@ -19,6 +19,12 @@ pub struct TcpSocket {
     /// Bytes received and not yet read by the process.
     pub unread: u64,
     pub inode: u64,
+    /// The kernel's timer on it: 1 retransmission (data sent and not
+    /// acknowledged), 4 zero-window probe (the peer's receive window is
+    /// full: it does not read), 0 none, 2 keepalive, 3 TIME_WAIT.
+    pub timer: u8,
+    /// Unanswered retransmissions of its oldest unacknowledged data.
+    pub retransmits: u32,
 }
 
 /// The TCP sockets of the process at `proc_pid`; empty when its
@@ -62,6 +68,7 @@ pub fn parse_table(text: &str, v6: bool) -> Vec<TcpSocket> {
             // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
             let f: Vec<&str> = line.split_whitespace().collect();
             let (tx, rx) = f.get(4)?.split_once(':')?;
+            let timer = f.get(5)?.split_once(':')?.0;
             Some(TcpSocket {
                 local: addr(f.get(1)?, v6)?,
                 remote: addr(f.get(2)?, v6)?,
@@ -69,6 +76,8 @@ pub fn parse_table(text: &str, v6: bool) -> Vec<TcpSocket> {
                 unsent: u64::from_str_radix(tx, 16).ok()?,
                 unread: u64::from_str_radix(rx, 16).ok()?,
                 inode: f.get(9)?.parse().ok()?,
+                timer: u8::from_str_radix(timer, 16).ok()?,
+                retransmits: u32::from_str_radix(f.get(6)?, 16).ok()?,
             })
         })
         .collect()
@@ -126,6 +135,10 @@ mod tests {
         assert_eq!(s[0].remote, "127.0.0.1:41668".parse().unwrap());
         assert_eq!(s[0].state, "established");
         assert_eq!((s[0].unsent, s[0].unread, s[0].inode), (0, 128_000, 12345));
+        assert_eq!((s[0].timer, s[0].retransmits), (0, 0));
+        let lossy = "  sl local rem st tx:rx tr when retr uid timeout inode\n   0: 0100007F:7531 0200007F:A2C4 01 00003000:00000000 01:0000012C 00000005     0        0 9 1\n";
+        let s = parse_table(lossy, false);
+        assert_eq!((s[0].unsent, s[0].timer, s[0].retransmits), (0x3000, 1, 5));
         let v6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1\n";
         let s = parse_table(v6, true);
         assert_eq!(s[0].local, "[::1]:8080".parse().unwrap());

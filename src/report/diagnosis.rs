@@ -139,6 +139,9 @@ pub fn human(d: &Diagnosis) -> String {
                 c.rank, c.node, c.reason
             );
         }
+        for p in &j.paths {
+            let _ = writeln!(out, "  PATH: {p}");
+        }
         if j.culprits.is_empty() {
             let _ = writeln!(out, "  {}", j.summary);
         }
@@ -172,7 +175,7 @@ pub fn human(d: &Diagnosis) -> String {
         }
     }
     let line = match d.verdict.as_str() {
-        "held" => "HELD  a rank holds its job up: named above",
+        "held" => "HELD  a rank or a path holds its job up: named above",
         "progressing" => "PROGRESSING  nothing holds a job up",
         "no_job" => {
             "NO JOB  no distributed job on this node that this user can see (RANK/WORLD_SIZE or a launcher's equivalents in a process's environment)"

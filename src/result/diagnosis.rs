@@ -36,6 +36,11 @@ pub struct JobDiagnosis {
     /// Ranks that run on other nodes (not judged here).
     pub elsewhere: u32,
     pub culprits: Vec<Culprit>,
+    /// Paths that drop the job's data: a waiting rank's connection whose
+    /// data the peer never acknowledges (the kernel retransmitting it), in
+    /// words, with what a connect from this node to the peer found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
     /// What the job's store holds, read without writing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_read: Option<StoreRead>,
