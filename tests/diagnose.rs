@@ -834,3 +834,216 @@ fn marker_pid_at(marker: &Path) -> u32 {
         .parse()
         .unwrap()
 }
+
+/// sshd on each namespace host (its own hostname), root's key; the key.
+fn sshd_on(
+    net: &common::netns::Cluster,
+    files: &cluster::HostFiles,
+    dir: &Path,
+) -> Option<PathBuf> {
+    if !Path::new("/usr/sbin/sshd").exists() {
+        common::skip_unless_required("no /usr/sbin/sshd (apt: openssh-server)");
+        return None;
+    }
+    for key in ["id", "hostkey"] {
+        let out = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(dir.join(key))
+            .output()
+            .expect("ssh-keygen (apt: openssh-client)");
+        assert!(out.status.success(), "{out:?}");
+    }
+    std::fs::copy(dir.join("id.pub"), dir.join("authorized_keys")).unwrap();
+    std::fs::create_dir_all("/run/sshd").unwrap();
+    for h in 0..net.hosts.len() {
+        let conf = dir.join(format!("sshd{h}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "ListenAddress {}:22\nHostKey {}\nPidFile none\nPermitRootLogin prohibit-password\n\
+                 PasswordAuthentication no\nAuthorizedKeysFile {}\nStrictModes no\nUsePAM no\nUseDNS no\n",
+                net.addr(h),
+                dir.join("hostkey").display(),
+                dir.join("authorized_keys").display()
+            ),
+        )
+        .unwrap();
+        let argv: Vec<String> = ["/usr/sbin/sshd", "-D", "-e", "-f"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([conf.display().to_string()])
+            .collect();
+        std::mem::forget(cluster::on_host_cmd(
+            net,
+            files,
+            h,
+            &argv,
+            &[("LANG", "C.UTF-8")],
+        ));
+        let addr: std::net::SocketAddr = format!("{}:22", net.addr(h)).parse().unwrap();
+        let start = Instant::now();
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "sshd on h{h} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Some(dir.join("id"))
+}
+
+/// Across nodes, in one command: two namespace hosts, one rank each; rank
+/// 1 (host 1) stops before an all_reduce. Host 0 alone sees only a rank
+/// that waits (the one it waits for is elsewhere); host 1 alone, a rank
+/// asleep that nobody here waits for. diagnose --hosts, over ssh to both
+/// and to a host that does not answer, names rank 1 on h1, and says the
+/// host it could not ask.
+#[test]
+fn across_nodes_the_rank_asleep_on_another_node_is_named() {
+    let _serial = serial();
+    if !torchrun_here() {
+        return;
+    }
+    let Some(net) = common::netns::Cluster::new(2) else {
+        return;
+    };
+    let files = cluster::host_files(&net, None);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let Some(key) = sshd_on(&net, &files, dir.path()) else {
+        return;
+    };
+    let script = dir.path().join("job.py");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnose/job.py"),
+        &script,
+    )
+    .unwrap();
+    let needle = script.display().to_string();
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            kill_every(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(needle.clone());
+    let marker = dir.path().join("marker");
+    let marker_text = marker.display().to_string();
+    let master = net.addr(0);
+    let _procs: Vec<cluster::Proc> = (0..2)
+        .map(|k| {
+            let argv: Vec<String> = [
+                "/usr/bin/torchrun",
+                "--nnodes",
+                "2",
+                "--node_rank",
+                &k.to_string(),
+                "--nproc_per_node",
+                "1",
+                "--master_addr",
+                &master,
+                "--master_port",
+                "29500",
+                "--redirects",
+                "1",
+                "--tee",
+                "1",
+                "--log_dir",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                dir.path().join(format!("logs{k}")).display().to_string(),
+                needle.clone(),
+            ])
+            .collect();
+            let env = [
+                ("HOME", "/tmp"),
+                ("LANG", "C.UTF-8"),
+                ("GLOO_SOCKET_IFNAME", "eth0"),
+                ("OMP_NUM_THREADS", "1"),
+                ("JOB_MODE", "stop"),
+                ("JOB_RANK", "1"),
+                ("JOB_SECONDS", "120"),
+                ("JOB_MARKER", marker_text.as_str()),
+            ];
+            cluster::on_host_cmd(&net, &files, k, &argv, &env)
+        })
+        .collect();
+    let start = Instant::now();
+    while !marker.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job never reached its mark"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let silent = net.unused_addr();
+    let hosts = format!("{},{},{silent}", net.addr(0), net.addr(1));
+    let key = key.display().to_string();
+    let start = Instant::now();
+    let d = loop {
+        let out = net.exec(
+            0,
+            &[
+                common::BIN,
+                "diagnose",
+                "--format",
+                "json",
+                "--hosts",
+                &hosts,
+                "--this-namespace",
+                "--py-spy",
+                "off",
+                "--nccl-ras",
+                "off",
+                "--remote-preflight",
+                common::BIN,
+                "--ssh-option=-i",
+                &format!("--ssh-option={key}"),
+                "--ssh-option=-o",
+                "--ssh-option=StrictHostKeyChecking=no",
+                "--ssh-option=-o",
+                "--ssh-option=UserKnownHostsFile=/dev/null",
+                "--ssh-option=-o",
+                "--ssh-option=LogLevel=ERROR",
+            ],
+        );
+        let d: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        if out.status.code() == Some(1) {
+            break d;
+        }
+        assert!(start.elapsed() < Duration::from_secs(40), "{d:#}");
+    };
+    let c = d["culprits"].as_array().unwrap();
+    assert_eq!(c.len(), 1, "{d:#}");
+    assert_eq!(c[0]["rank"], 1, "{d:#}");
+    assert_eq!(c[0]["node"], "h1", "{d:#}");
+    let reason = c[0]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("sleeping in its own code"), "{reason}");
+    assert!(
+        reason.ends_with("while rank 0 waits, on 2 nodes"),
+        "{reason}"
+    );
+    // Each node alone could not tell.
+    let verdicts: Vec<&str> = d["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, ["unknown", "progressing"], "{d:#}");
+    assert_eq!(d["unreachable"][0]["host"], silent, "{d:#}");
+    assert_eq!(d["verdict"], "held", "{d:#}");
+}

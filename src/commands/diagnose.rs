@@ -42,6 +42,120 @@ pub struct DiagnoseArgs {
     /// Write to FILE (atomically) instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Every node of the job, asked over ssh (`ssh HOST preflight diagnose
+    /// ...`, all at once) and merged into one verdict: a comma-separated
+    /// list, or @FILE of one host a line. This node is asked only when
+    /// listed.
+    #[arg(long, value_name = "HOST,...|@FILE")]
+    pub hosts: Option<String>,
+    /// An option for ssh, before the host (`--ssh-option=-i --ssh-option
+    /// KEY`); repeatable. ssh always gets BatchMode=yes and
+    /// ConnectTimeout=5.
+    #[arg(long = "ssh-option", value_name = "WORD", allow_hyphen_values = true)]
+    pub ssh_options: Vec<String>,
+    /// Only the ranks in this process's network namespace: where a node's
+    /// jobs run in namespaces of their own (containers), run it inside the
+    /// job's.
+    #[arg(long)]
+    pub this_namespace: bool,
+    /// preflight on the other nodes, for --hosts.
+    #[arg(long, value_name = "PATH", default_value = "preflight")]
+    pub remote_preflight: String,
+}
+
+fn hosts(list: &str) -> Result<Vec<String>, Failure> {
+    let text = match list.strip_prefix('@') {
+        Some(file) => std::fs::read_to_string(file)
+            .map_err(|e| Failure::Usage(format!("--hosts @{file}: {e}")))?,
+        None => list.replace(',', "\n"),
+    };
+    let hosts: Vec<String> = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    if hosts.is_empty() {
+        return Err(Failure::Usage(format!("--hosts {list}: no host")));
+    }
+    if let Some(bad) = hosts
+        .iter()
+        .find(|h| h.starts_with('-') || h.contains(char::is_whitespace))
+    {
+        return Err(Failure::Usage(format!(
+            "--hosts: `{bad}` is not a host name"
+        )));
+    }
+    Ok(hosts)
+}
+
+/// Across the job's nodes: each asked over ssh, one verdict.
+fn across(args: &DiagnoseArgs, list: &str) -> Result<ExitCode, Failure> {
+    if args.pid.is_some() {
+        return Err(Failure::Usage(
+            "--pid names a process of this node: with --hosts, name the job (--job ID)".into(),
+        ));
+    }
+    let hosts = hosts(list)?;
+    let mut remote: Vec<String> = vec![
+        "--py-spy".into(),
+        args.py_spy.clone(),
+        "--nccl-ras".into(),
+        args.nccl_ras.clone(),
+        "--sample".into(),
+        format!("{}ms", args.sample.as_millis()),
+    ];
+    if let Some(j) = &args.job {
+        remote.extend(["--job".into(), j.clone()]);
+    }
+    if args.this_namespace {
+        remote.push("--this-namespace".into());
+    }
+    if args.format == DiagnoseFormat::Prometheus {
+        return Err(Failure::Usage(
+            "--format prometheus is one node's metrics: run it on each node, without --hosts"
+                .into(),
+        ));
+    }
+    let ssh = crate::diagnose::Ssh {
+        options: args.ssh_options.clone(),
+        program: args.remote_preflight.clone(),
+        within: Duration::from_secs(30),
+    };
+    let (nodes, unreachable) = crate::diagnose::ask_all(&ssh, &hosts, &remote);
+    let c = crate::diagnose::merge(nodes, unreachable);
+    // Prometheus was refused above: one node's metrics each.
+    let text = if args.format == DiagnoseFormat::Json {
+        let mut t =
+            serde_json::to_string_pretty(&c).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+        t.push('\n');
+        t
+    } else {
+        crate::report::diagnosis::human_across(&c)
+    };
+    write(args, &text)?;
+    Ok(code(&c.verdict))
+}
+
+fn write(args: &DiagnoseArgs, text: &str) -> Result<(), Failure> {
+    let destination = match &args.output {
+        Some(p) => Destination::File(p.clone()),
+        None => Destination::Stdout,
+    };
+    crate::report::write_report(&destination, text).map_err(|e| {
+        let place = args
+            .output
+            .as_ref()
+            .map_or("stdout".to_string(), |p| p.display().to_string());
+        Failure::Usage(format!("cannot write the diagnosis to {place}: {e}"))
+    })
+}
+
+fn code(verdict: &str) -> ExitCode {
+    match verdict {
+        "held" => ExitCode::NotReady,
+        "progressing" => ExitCode::Ready,
+        _ => ExitCode::Incomplete,
+    }
 }
 
 fn parse_sample(text: &str) -> Result<Duration, String> {
@@ -55,9 +169,13 @@ fn parse_sample(text: &str) -> Result<Duration, String> {
 /// Exit 0 when nothing holds a job up, 1 when a rank is named, 3 when the
 /// evidence names none (or no job was found).
 pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
+    if let Some(list) = &args.hosts {
+        return across(args, list);
+    }
     let filter = crate::diagnose::Filter {
         pid: args.pid,
         job: args.job.clone(),
+        own_netns: args.this_namespace,
     };
     let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
@@ -85,20 +203,6 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
             t
         }
     };
-    let destination = match &args.output {
-        Some(p) => Destination::File(p.clone()),
-        None => Destination::Stdout,
-    };
-    crate::report::write_report(&destination, &text).map_err(|e| {
-        let place = args
-            .output
-            .as_ref()
-            .map_or("stdout".to_string(), |p| p.display().to_string());
-        Failure::Usage(format!("cannot write the diagnosis to {place}: {e}"))
-    })?;
-    Ok(match d.verdict.as_str() {
-        "held" => ExitCode::NotReady,
-        "progressing" => ExitCode::Ready,
-        _ => ExitCode::Incomplete,
-    })
+    write(args, &text)?;
+    Ok(code(&d.verdict))
 }

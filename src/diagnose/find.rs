@@ -18,6 +18,10 @@ use crate::facts::procs;
 pub struct Filter {
     pub pid: Option<u32>,
     pub job: Option<String>,
+    /// Only processes in this process's network namespace: a node whose
+    /// jobs run in namespaces of their own (containers), asked from
+    /// inside the job's.
+    pub own_netns: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -70,6 +74,7 @@ fn first(env: &BTreeMap<String, String>, names: &[&str]) -> Option<u32> {
 /// The jobs under `proc_dir`, ranks in order.
 pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
     let me = std::process::id();
+    let own_ns = std::fs::read_link(proc_dir.join("self/ns/net")).ok();
     let Ok(entries) = std::fs::read_dir(proc_dir) else {
         return Vec::new();
     };
@@ -79,6 +84,9 @@ pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
             continue;
         };
         if pid == me {
+            continue;
+        }
+        if filter.own_netns && std::fs::read_link(e.path().join("ns/net")).ok() != own_ns {
             continue;
         }
         let Some(env) = environ(&e.path()) else {

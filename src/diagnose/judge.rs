@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use super::Stacks;
 use super::find::Job;
 use super::observe::Watched;
+use super::{Stacks, rank_list};
 use crate::facts::py_spy::PyFrame;
 use crate::facts::task::syscall_name;
 use crate::result::diagnosis::{Culprit, JobDiagnosis, RankState, StoreRead};
@@ -158,14 +158,6 @@ fn dropping_paths(job: &Job, watched: &BTreeMap<u32, Watched>, ranks: &[RankStat
 
 /// A connect to a peer the evidence points at.
 const PROBE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// "rank 2", "ranks 0-1,3".
-fn rank_list(ranks: &[u32]) -> String {
-    match ranks {
-        [one] => format!("rank {one}"),
-        _ => format!("ranks {}", crate::values::rank_ranges(ranks)),
-    }
-}
 
 /// The judgement of `job` from what each of its ranks was seen doing.
 pub fn judge(

@@ -5,11 +5,14 @@
 //!
 //! `find` (the jobs and their ranks, from each process's environment),
 //! `observe` (a rank's state over a short sample: its task, its CPU time,
-//! its sockets), `judge` (the verdict).
+//! its sockets), `judge` (the verdict), `merge` (one verdict across the
+//! job's nodes, each asked over ssh).
 
 mod find;
 mod judge;
+mod merge;
 mod observe;
+mod remote;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,9 +27,19 @@ use crate::result::diagnosis::{Culprit, RasReport, StoreRead};
 
 pub use find::{Filter, Job, jobs};
 pub use judge::judge;
+pub use merge::merge;
 pub use observe::observe;
+pub use remote::{Ssh, ask_all};
 
 use crate::result::diagnosis::{Diagnosis, SCHEMA};
+
+/// "rank 2", "ranks 0-1,3".
+pub(crate) fn rank_list(ranks: &[u32]) -> String {
+    match ranks {
+        [one] => format!("rank {one}"),
+        _ => format!("ranks {}", crate::values::rank_ranges(ranks)),
+    }
+}
 
 /// How long py-spy may take for every rank at once.
 const STACKS_WITHIN: Duration = Duration::from_secs(3);

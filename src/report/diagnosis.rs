@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::prometheus::{escape, family};
-use crate::result::diagnosis::Diagnosis;
+use crate::result::diagnosis::{ClusterDiagnosis, Diagnosis};
 
 const VERDICTS: [&str; 4] = ["held", "progressing", "unknown", "no_job"];
 
@@ -181,6 +181,46 @@ pub fn human(d: &Diagnosis) -> String {
             "NO JOB  no distributed job on this node that this user can see (RANK/WORLD_SIZE or a launcher's equivalents in a process's environment)"
         }
         _ => "UNKNOWN  the evidence here names no rank",
+    };
+    let _ = writeln!(out, "\n{line}");
+    out
+}
+
+/// `--hosts`: each node's diagnosis, then the job's verdict across them.
+pub fn human_across(c: &ClusterDiagnosis) -> String {
+    let mut out = String::new();
+    for d in &c.nodes {
+        out.push_str(&human(d));
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "across {} ({} answered)",
+        crate::values::count(c.nodes.len() + c.unreachable.len(), "node"),
+        c.nodes.len()
+    );
+    for u in &c.unreachable {
+        let _ = writeln!(out, "  UNREACHABLE {}: {}", u.host, u.why);
+    }
+    for x in &c.culprits {
+        let pid = x.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  HELD UP BY rank {} ({}{pid}): {}",
+            x.rank, x.node, x.reason
+        );
+    }
+    for p in &c.paths {
+        let _ = writeln!(out, "  PATH: {p}");
+    }
+    if !c.summary.is_empty() {
+        let _ = writeln!(out, "  {}", c.summary);
+    }
+    let line = match c.verdict.as_str() {
+        "held" => "HELD  a rank or a path holds the job up: named above",
+        "progressing" => "PROGRESSING  nothing holds the job up on any node",
+        "no_job" => "NO JOB  no node runs a distributed job this user can see",
+        _ => "UNKNOWN  the evidence names no rank (see the nodes not asked)",
     };
     let _ = writeln!(out, "\n{line}");
     out

@@ -127,3 +127,30 @@ pub struct Culprit {
     pub pid: Option<u32>,
     pub reason: String,
 }
+
+/// `preflight diagnose --hosts`: every node's diagnosis, and one verdict
+/// for the job across them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterDiagnosis {
+    pub schema: String,
+    pub nodes: Vec<Diagnosis>,
+    /// Nodes that could not be asked, and why: never guessed at.
+    pub unreachable: Vec<Unreachable>,
+    /// The ranks that hold a job up, from the nodes' own findings and
+    /// from every node's ranks taken together (a rank asleep on one node
+    /// while every other rank, on every node, waits).
+    pub culprits: Vec<Culprit>,
+    /// Paths that drop a job's data, as the nodes found them.
+    pub paths: Vec<String>,
+    pub summary: String,
+    /// `held`, `progressing`, `unknown` or `no_job`.
+    pub verdict: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Unreachable {
+    pub host: String,
+    pub why: String,
+}
+
+pub const CLUSTER_SCHEMA: &str = "preflight.cluster-diagnosis/v1";

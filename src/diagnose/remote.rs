@@ -1,0 +1,114 @@
+//! diagnose on other nodes, over ssh: `ssh HOST preflight diagnose
+//! --format json ...` on every host at once, each within a deadline; what
+//! each answers, or why it could not (unreachable, no preflight there, an
+//! answer that is not a diagnosis), which is said and never guessed at.
+
+use std::time::Duration;
+
+use crate::result::diagnosis::{Diagnosis, SCHEMA, Unreachable};
+
+/// How to reach the other nodes.
+#[derive(Debug, Clone)]
+pub struct Ssh {
+    /// Options before the host (`-i KEY`, `-o Port=2222`), each a word.
+    pub options: Vec<String>,
+    /// preflight on the other nodes.
+    pub program: String,
+    /// How long a node may take, ssh included.
+    pub within: Duration,
+}
+
+/// A word for the remote shell, whatever it holds.
+fn quote(w: &str) -> String {
+    format!("'{}'", w.replace('\'', "'\\''"))
+}
+
+async fn ask(ssh: &Ssh, host: &str, args: &[String]) -> Result<Diagnosis, String> {
+    let remote: Vec<String> = std::iter::once(ssh.program.as_str())
+        .chain(["diagnose", "--format", "json"])
+        .chain(args.iter().map(String::as_str))
+        .map(quote)
+        .collect();
+    let run = tokio::process::Command::new("ssh")
+        .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=5"])
+        .args(&ssh.options)
+        .arg(host)
+        .arg("--")
+        .arg(remote.join(" "))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(ssh.within, run)
+        .await
+        .map_err(|_| format!("no answer within {} s", ssh.within.as_secs()))?
+        .map_err(|e| format!("cannot run ssh: {e}"))?;
+    // diagnose's own exits: 0, 1, 3; anything else is ssh's or a failure.
+    if !matches!(out.status.code(), Some(0 | 1 | 3)) {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        return Err(format!("{} ({})", last.trim(), out.status));
+    }
+    let d: Diagnosis = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("its answer is not a diagnosis: {e}"))?;
+    if d.schema != SCHEMA {
+        return Err(format!("its answer is a {} document", d.schema));
+    }
+    Ok(d)
+}
+
+/// Every host asked at once; each one's diagnosis, or why not.
+pub fn ask_all(ssh: &Ssh, hosts: &[String], args: &[String]) -> (Vec<Diagnosis>, Vec<Unreachable>) {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        let why = "cannot start the async runtime".to_string();
+        return (
+            Vec::new(),
+            hosts
+                .iter()
+                .map(|h| Unreachable {
+                    host: h.clone(),
+                    why: why.clone(),
+                })
+                .collect(),
+        );
+    };
+    rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for (i, h) in hosts.iter().enumerate() {
+            let (ssh, h, args) = (ssh.clone(), h.clone(), args.to_vec());
+            set.spawn(async move { (i, h.clone(), ask(&ssh, &h, &args).await) });
+        }
+        let mut answers = Vec::new();
+        while let Some(Ok(a)) = set.join_next().await {
+            answers.push(a);
+        }
+        answers.sort_by_key(|(i, _, _)| *i);
+        let mut nodes = Vec::new();
+        let mut unreachable = Vec::new();
+        for (_, host, a) in answers {
+            match a {
+                Ok(d) => nodes.push(d),
+                Err(why) => unreachable.push(Unreachable { host, why }),
+            }
+        }
+        (nodes, unreachable)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_word_is_one_word_to_the_remote_shell() {
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(quote("it's"), "'it'\\''s'");
+        assert_eq!(quote("$(rm -rf /)"), "'$(rm -rf /)'");
+    }
+}
