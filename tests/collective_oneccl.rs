@@ -432,11 +432,21 @@ fn a_library_worker_dies_with_its_rank() {
             local(&format!("rank{r}"), &args, &e)
         })
         .collect();
-    // Rank 0's worker, once it runs.
+    // Rank 0's worker, once it runs and has connected to its rank: it
+    // asks the kernel for its parent's death signal before that, so a
+    // worker stopped earlier (just after its exec) would never get it.
+    let connected = |w: u32| {
+        std::fs::read_dir(format!("/proc/{w}/fd")).is_ok_and(|fds| {
+            fds.flatten().any(|f| {
+                std::fs::read_link(f.path())
+                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:["))
+            })
+        })
+    };
     let start = std::time::Instant::now();
     let worker = loop {
-        if let Some(w) = workers_of(procs[0].pid).first() {
-            break *w;
+        if let Some(w) = workers_of(procs[0].pid).into_iter().find(|w| connected(*w)) {
+            break w;
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),

@@ -189,7 +189,7 @@ mod tests {
                     loop {
                         let mut q = [0u8; 1];
                         if c.read_exact(&mut q).is_err() {
-                            return;
+                            break;
                         }
                         log.lock().unwrap().push(q[0]);
                         if numbering == Numbering::New && first {
@@ -200,7 +200,7 @@ mod tests {
                                 || c.read_exact(&mut magic).is_err()
                                 || magic != VALIDATE[1..]
                             {
-                                return;
+                                break;
                             }
                             continue;
                         }

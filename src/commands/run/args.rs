@@ -102,8 +102,8 @@ pub struct CollectiveArgs {
     pub iters: Option<u32>,
     /// Stall limit of each step: nothing moved for this long is a hang,
     /// which ends that backend's sweep, named, and the run goes on. A step
-    /// that moves but is slow gets a budget of 4× what the size before
-    /// predicts, between this and 6× this, then ends as slow, with its
+    /// that moves but is slow gets a budget of 4 times what the size before
+    /// predicts, between this and 6 times this, then ends as slow, with its
     /// rate.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_span)]
     pub step_timeout: Span,
