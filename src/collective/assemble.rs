@@ -47,16 +47,22 @@ fn slow_step(failures: &[(u32, &Failure)], host: &dyn Fn(u32) -> String) -> Opti
     if failures.iter().any(|(_, f)| f.mismatch.is_some()) {
         return None;
     }
-    let follows = |e: &OpError| {
-        matches!(
-            e,
-            OpError::RecvTimeout { .. }
-                | OpError::SendTimeout { .. }
-                | OpError::Closed { .. }
-                | OpError::Stalled { .. }
-                | OpError::Remote { .. }
-                | OpError::Slow { .. }
-        )
+    let slow_ranks: Vec<u32> = failures
+        .iter()
+        .filter(|(_, f)| matches!(f.error, Some(OpError::Slow { .. })))
+        .map(|(r, _)| *r)
+        .collect();
+    // A wait that ended, or a connection closed by a rank that left the
+    // step as slow; a library's remote error (every rank reported, so none
+    // died). A connection another rank closed is a fault of its own.
+    let follows = |e: &OpError| match e {
+        OpError::RecvTimeout { .. }
+        | OpError::SendTimeout { .. }
+        | OpError::Stalled { .. }
+        | OpError::Remote { .. }
+        | OpError::Slow { .. } => true,
+        OpError::Closed { peer, .. } => slow_ranks.contains(peer),
+        _ => false,
     };
     if !failures
         .iter()
@@ -653,6 +659,7 @@ mod tests {
                 busbw_mbps: 12,
                 needs_ms: 250_000,
                 budget_ms: 60_000,
+                waiting_for: Some(1),
             })
         };
         let closed = || {
@@ -669,6 +676,13 @@ mod tests {
             "slow: allreduce at 128 KiB: busbw 0.012 GB/s, the step needs about 4m10s, over its budget of 1m (rank 0 (h0)); the sweep ended there, larger sizes not measured (rank 0 left the step at its budget)"
         );
         assert_eq!(b.notes, vec![format!("warning: {ended}")]);
+        // A connection a rank that was not slow closed is its own fault.
+        let reset = Some(OpError::Closed {
+            peer: 2,
+            detail: "connection reset".into(),
+        });
+        let b = one(&[stopped(0, slow()), stopped(1, reset), stopped(2, closed())]);
+        assert_eq!(b.verdict, "fail");
         // Held: a real culprit, not a consequence.
         let b = one(&[stopped(0, slow()), stopped(1, Some(OpError::Held))]);
         assert_eq!(b.verdict, "fail");

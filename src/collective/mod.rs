@@ -84,6 +84,10 @@ pub enum OpError {
         busbw_mbps: u64,
         needs_ms: u64,
         budget_ms: u64,
+        /// The peer this rank was still exchanging with when the budget
+        /// ran out, if one.
+        #[serde(default)]
+        waiting_for: Option<u32>,
     },
     /// The run's deadline (`--timeout`) came before the operation ended:
     /// not a fault of the cluster's. `waiting_for`: the peer this rank was
@@ -107,12 +111,14 @@ impl OpError {
         }
     }
 
-    /// A slow step as a backend sees it, before the sweep adds its figures.
-    pub fn still_moving() -> OpError {
+    /// A slow step as a backend sees it, before the sweep adds its
+    /// figures: still exchanging with `waiting_for`, if one.
+    pub fn still_moving(waiting_for: Option<u32>) -> OpError {
         OpError::Slow {
             busbw_mbps: 0,
             needs_ms: 0,
             budget_ms: 0,
+            waiting_for,
         }
     }
 
@@ -126,9 +132,8 @@ impl OpError {
                     waiting_for: Some(p),
                 }
             }
-            OpError::Held | OpError::Stalled { .. } | OpError::Slow { .. } => {
-                OpError::RunDeadline { waiting_for: None }
-            }
+            OpError::Slow { waiting_for, .. } => OpError::RunDeadline { waiting_for },
+            OpError::Held | OpError::Stalled { .. } => OpError::RunDeadline { waiting_for: None },
             other => other,
         }
     }
@@ -149,6 +154,7 @@ impl fmt::Display for OpError {
                 busbw_mbps,
                 needs_ms,
                 budget_ms,
+                ..
             } => {
                 let d = |ms: &u64| crate::values::format_duration(Duration::from_millis(*ms));
                 if *busbw_mbps == 0 {

@@ -143,15 +143,6 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             Ok(p) => {
                 result.second = Some(isolate::run(b, cfg, &info.hosts, &p, cfg.pair_bytes()).await);
                 result.pairs = p;
-                result.cpu =
-                    before
-                        .0
-                        .zip(crate::facts::schedstat::this_thread())
-                        .map(|(then, now)| CpuWait {
-                            rank: info.rank,
-                            waited_ms: now.waited.saturating_sub(then.waited).as_millis() as u64,
-                            wall_ms: before.1.elapsed().as_millis() as u64,
-                        });
             }
             Err(e) => {
                 let e = cfg.judge(e);
@@ -161,6 +152,16 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
                 result.pair_error = Some(e);
             }
         }
+        // Measured however the round ended: a rank starved enough to miss
+        // its deadline is the one whose wait matters most.
+        result.cpu = before
+            .0
+            .zip(crate::facts::schedstat::this_thread())
+            .map(|(then, now)| CpuWait {
+                rank: info.rank,
+                waited_ms: now.waited.saturating_sub(then.waited).as_millis() as u64,
+                wall_ms: before.1.elapsed().as_millis() as u64,
+            });
     }
     let margin = cfg.step_timeout + Duration::from_secs(5);
     let json = serde_json::to_string(&result).unwrap_or_default();

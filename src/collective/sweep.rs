@@ -158,7 +158,11 @@ pub async fn step<B: Backend>(b: &mut B, s: &Step<'_>) -> Result<Row, Failure> {
         // What this step will take, from the operations it has done: one
         // that cannot end within its budget stops now, as slow.
         if let Some(per) = per.filter(|p| *p * total > s.budget) {
-            return Err(fail(Some(slow(s, world, Some(per), None)), None, None));
+            return Err(fail(
+                Some(slow(s, world, Some(per), None, None)),
+                None,
+                None,
+            ));
         }
         // A backend that sees no bytes is hung when a whole operation
         // overstays what operations of this size take.
@@ -174,12 +178,13 @@ pub async fn step<B: Backend>(b: &mut B, s: &Step<'_>) -> Result<Row, Failure> {
         match outcome {
             Ok(t) if it >= s.warmup => spent += t,
             Ok(_) => {}
-            Err((Some(OpError::Slow { .. }), _, _)) => {
+            Err((Some(OpError::Slow { waiting_for, .. }), _, _)) => {
                 let moved = b
                     .moved()
                     .zip(moved_before)
                     .map(|(now, then)| (now.saturating_sub(then), start.elapsed()));
-                return Err(fail(Some(slow(s, world, per, moved)), None, None));
+                let e = slow(s, world, per, moved, waiting_for);
+                return Err(fail(Some(e), None, None));
             }
             Err((e, m, own)) => return Err(fail(e, m, own)),
         }
@@ -198,6 +203,7 @@ fn slow(
     world: u32,
     per: Option<Duration>,
     moved: Option<(u64, Duration)>,
+    waiting_for: Option<u32>,
 ) -> OpError {
     let ops = s.warmup + s.iters.max(1);
     // Bytes each rank sends in one operation, as nccl-tests counts them.
@@ -212,12 +218,14 @@ fn slow(
             busbw_mbps: 0,
             needs_ms: 0,
             budget_ms: s.budget.as_millis() as u64,
+            waiting_for,
         };
     };
     OpError::Slow {
         busbw_mbps: (bus_bytes / per_op / 1e6).round() as u64,
         needs_ms: (per_op * f64::from(ops) * 1e3).round() as u64,
         budget_ms: s.budget.as_millis() as u64,
+        waiting_for,
     }
 }
 

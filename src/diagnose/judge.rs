@@ -255,7 +255,12 @@ pub fn judge(
         job.world.saturating_sub(here.unwrap_or(found.len() as u32))
     };
     let waiting: Vec<&RankState> = ranks.iter().filter(|r| r.state == "waiting").collect();
-    let odd: Vec<&RankState> = ranks.iter().filter(|r| r.state != "waiting").collect();
+    // A rank idle in the kernel with a little CPU (one that is only now
+    // coming to wait) is neither evidence nor a waiter.
+    let odd: Vec<&RankState> = ranks
+        .iter()
+        .filter(|r| r.state != "waiting" && r.state != "idle")
+        .collect();
     let waiting_ranks: Vec<u32> = waiting.iter().map(|r| r.rank).collect();
     let phase = phase(&waiting, ranks.len() + missing.len(), store.as_deref());
     let paths = dropping_paths(job, watched, &ranks);

@@ -47,8 +47,10 @@ pub fn merge(nodes: Vec<Diagnosis>, unreachable: Vec<Unreachable>) -> ClusterDia
             .filter(|(_, r)| r.state == "waiting")
             .map(|(_, r)| r.rank)
             .collect();
-        let odd: Vec<&(String, RankState)> =
-            ranks.iter().filter(|(_, r)| r.state != "waiting").collect();
+        let odd: Vec<&(String, RankState)> = ranks
+            .iter()
+            .filter(|(_, r)| r.state != "waiting" && r.state != "idle")
+            .collect();
         let seen: Vec<u32> = ranks.iter().map(|(_, r)| r.rank).collect();
         let absent: Vec<u32> = if unreachable.is_empty() {
             (0..*world).filter(|r| !seen.contains(r)).collect()

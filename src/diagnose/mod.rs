@@ -18,8 +18,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use std::net::ToSocketAddrs;
-
 use crate::facts::nccl_ras;
 use crate::facts::py_spy::{self, PyFrame};
 use crate::facts::tcp_store::{self, Numbering};
@@ -68,8 +66,8 @@ fn stacks(py_spy: &Path, pids: &[u32]) -> Stacks {
     })
 }
 
-/// How long each exchange with the job's store may take.
-const STORE_WITHIN: Duration = Duration::from_millis(500);
+/// How long the whole reading of the job's store may take.
+const STORE_WITHIN: Duration = Duration::from_secs(2);
 
 /// The keys a rank's process group address is published under, in the
 /// store's own spelling (a leading `/` for the client's prefix, then
@@ -99,17 +97,17 @@ fn address_keys(job: &Job, numbering: Numbering) -> Vec<(u32, String)> {
 /// Which ranks of `job` reached init_process_group, from its store.
 fn read_store(job: &Job) -> Option<StoreRead> {
     let (host, port) = job.store.as_ref()?;
-    let addr = (host.as_str(), *port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next());
-    let Some(addr) = addr else {
-        return Some(StoreRead {
-            error: Some(format!("{host}:{port} does not resolve here")),
-            ..StoreRead::default()
-        });
+    let addr = match crate::facts::resolve::within(host, *port, STORE_WITHIN) {
+        Ok(a) => a,
+        Err(e) => {
+            return Some(StoreRead {
+                error: Some(e),
+                ..StoreRead::default()
+            });
+        }
     };
-    let numbering = match tcp_store::probe(addr, STORE_WITHIN) {
+    let deadline = std::time::Instant::now() + STORE_WITHIN;
+    let numbering = match tcp_store::probe(addr, deadline) {
         Ok((n, _)) => n,
         Err(e) => {
             return Some(StoreRead {
@@ -120,7 +118,7 @@ fn read_store(job: &Job) -> Option<StoreRead> {
     };
     let keys = address_keys(job, numbering);
     let wire: Vec<String> = keys.iter().map(|(_, k)| k.clone()).collect();
-    Some(match tcp_store::read(addr, &wire, STORE_WITHIN) {
+    Some(match tcp_store::read(addr, numbering, &wire, deadline) {
         Ok(view) => {
             let mut arrived: Vec<u32> = keys
                 .iter()

@@ -5,7 +5,17 @@
 
 use std::time::Duration;
 
+use tokio::io::AsyncReadExt;
+
 use crate::result::diagnosis::{Diagnosis, SCHEMA, Unreachable};
+
+/// The largest answer a node may give: a node of thousands of ranks'
+/// diagnosis is megabytes at most.
+const MAX_ANSWER: u64 = 64 << 20;
+
+struct Output {
+    stdout: Vec<u8>,
+}
 
 /// How to reach the other nodes.
 #[derive(Debug, Clone)]
@@ -29,29 +39,49 @@ async fn ask(ssh: &Ssh, host: &str, args: &[String]) -> Result<Diagnosis, String
         .chain(args.iter().map(String::as_str))
         .map(quote)
         .collect();
-    let run = tokio::process::Command::new("ssh")
+    let mut child = tokio::process::Command::new("ssh")
         .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=5"])
         .args(&ssh.options)
         .arg(host)
         .arg("--")
         .arg(remote.join(" "))
         .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(ssh.within, run)
+        .spawn()
+        .map_err(|e| format!("cannot run ssh: {e}"))?;
+    let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err("ssh's output could not be read".into());
+    };
+    // A node's answer is bounded, whatever it sends.
+    let run = async {
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        let (mut out, mut err) = (out.take(MAX_ANSWER + 1), err.take(64 << 10));
+        let (a, b) = tokio::join!(out.read_to_end(&mut stdout), err.read_to_end(&mut stderr));
+        a.and(b)?;
+        let status = child.wait().await?;
+        Ok::<_, std::io::Error>((status, stdout, stderr))
+    };
+    let (status, stdout, stderr) = tokio::time::timeout(ssh.within, run)
         .await
         .map_err(|_| format!("no answer within {} s", ssh.within.as_secs()))?
-        .map_err(|e| format!("cannot run ssh: {e}"))?;
+        .map_err(|e| format!("ssh: {e}"))?;
+    if stdout.len() as u64 > MAX_ANSWER {
+        return Err(format!("an answer over {} MiB", MAX_ANSWER >> 20));
+    }
     // diagnose's own exits: 0, 1, 3; anything else is ssh's or a failure.
-    if !matches!(out.status.code(), Some(0 | 1 | 3)) {
-        let err = String::from_utf8_lossy(&out.stderr);
+    if !matches!(status.code(), Some(0 | 1 | 3)) {
+        let err = String::from_utf8_lossy(&stderr);
         let last = err
             .lines()
             .rev()
             .find(|l| !l.trim().is_empty())
             .unwrap_or("");
-        return Err(format!("{} ({})", last.trim(), out.status));
+        return Err(format!("{} ({status})", last.trim()));
     }
+    let out = Output { stdout };
     let d: Diagnosis = serde_json::from_slice(&out.stdout)
         .map_err(|e| format!("its answer is not a diagnosis: {e}"))?;
     if d.schema != SCHEMA {
@@ -85,8 +115,20 @@ pub fn ask_all(ssh: &Ssh, hosts: &[String], args: &[String]) -> (Vec<Diagnosis>,
             set.spawn(async move { (i, h.clone(), ask(&ssh, &h, &args).await) });
         }
         let mut answers = Vec::new();
-        while let Some(Ok(a)) = set.join_next().await {
-            answers.push(a);
+        while let Some(joined) = set.join_next().await {
+            if let Ok(a) = joined {
+                answers.push(a);
+            }
+        }
+        // A query that ended without an answer is said, as any other.
+        for (i, h) in hosts.iter().enumerate() {
+            if !answers.iter().any(|(k, _, _)| *k == i) {
+                answers.push((
+                    i,
+                    h.clone(),
+                    Err("its query ended without an answer".into()),
+                ));
+            }
         }
         answers.sort_by_key(|(i, _, _)| *i);
         let mut nodes = Vec::new();

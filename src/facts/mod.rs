@@ -25,6 +25,7 @@ pub mod ports;
 pub mod procs;
 pub mod profile;
 pub mod py_spy;
+pub mod resolve;
 pub mod schedstat;
 pub mod shared_library;
 pub mod task;

@@ -8,8 +8,8 @@
 //! the JSON form where the library has it, else the text form; both
 //! bounded in size and time.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// The most of a report read: a job of thousands of ranks is megabytes.
@@ -40,68 +40,83 @@ pub struct RasStatus {
     pub findings: Vec<String>,
 }
 
-fn line(r: &mut BufReader<TcpStream>) -> Result<String, String> {
-    let mut l = String::new();
-    r.by_ref()
-        .take(4096)
-        .read_line(&mut l)
-        .map_err(|e| format!("NCCL RAS: {e}"))?;
-    Ok(l.trim_end().to_string())
+/// Reads what is there by `deadline`: at most `max` bytes, up to and
+/// with the first newline when `line`, else to the end of the stream.
+fn read_until(
+    s: &mut TcpStream,
+    deadline: Instant,
+    max: u64,
+    line: bool,
+) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 64 << 10];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("no whole answer in time".into());
+        }
+        s.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+        // A line is read a byte at a time: nothing past it is taken.
+        let want = if line { 1 } else { chunk.len() };
+        match s.read(&mut chunk[..want]) {
+            Ok(0) => return Ok(out),
+            Ok(n) => {
+                out.extend_from_slice(&chunk[..n]);
+                if out.len() as u64 > max {
+                    return Err(format!("an answer over {max} bytes"));
+                }
+                if line && out.ends_with(b"\n") {
+                    return Ok(out);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
 }
 
-/// Asks the RAS port at `addr` for the job's status within `timeout`.
+/// `host:port`, or `[v6]:port`.
+fn split_addr(addr: &str) -> Option<(&str, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    Some((host, port.parse().ok()?))
+}
+
+/// Asks the RAS port at `addr` for the job's status, all within `timeout`.
 pub fn status(addr: &str, timeout: Duration) -> Result<RasStatus, String> {
-    let target: SocketAddr = addr
-        .to_socket_addrs()
-        .map_err(|e| format!("NCCL_RAS_ADDR {addr}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("NCCL_RAS_ADDR {addr}: no address"))?;
-    let s = TcpStream::connect_timeout(&target, timeout)
-        .map_err(|e| format!("no NCCL RAS at {addr}: {e}"))?;
     let end = Instant::now() + timeout;
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    let mut w = s.try_clone().map_err(|e| e.to_string())?;
-    let mut r = BufReader::new(s);
-    let say = |w: &mut TcpStream, l: &str| {
-        w.write_all(format!("{l}\n").as_bytes())
-            .map_err(|e| format!("NCCL RAS at {addr}: {e}"))
+    let (host, port) =
+        split_addr(addr).ok_or_else(|| format!("NCCL_RAS_ADDR {addr}: not HOST:PORT"))?;
+    let target: SocketAddr = super::resolve::within(host, port, timeout)
+        .map_err(|e| format!("NCCL_RAS_ADDR {addr}: {e}"))?;
+    let left = end.saturating_duration_since(Instant::now());
+    let mut s = TcpStream::connect_timeout(&target, left.max(Duration::from_millis(1)))
+        .map_err(|e| format!("no NCCL RAS at {addr}: {e}"))?;
+    let ras = |e: String| format!("NCCL RAS at {addr}: {e}");
+    let say = |s: &mut TcpStream, l: &str| {
+        let left = end.saturating_duration_since(Instant::now());
+        s.set_write_timeout(Some(left.max(Duration::from_millis(1))))
+            .and_then(|()| s.write_all(format!("{l}\n").as_bytes()))
+            .map_err(|e| ras(e.to_string()))
     };
-    say(&mut w, "CLIENT PROTOCOL 2")?;
-    let hello = line(&mut r)?;
+    say(&mut s, "CLIENT PROTOCOL 2")?;
+    let hello = read_until(&mut s, end, 4096, true).map_err(ras)?;
+    let hello = String::from_utf8_lossy(&hello).trim_end().to_string();
     if !hello.starts_with("SERVER PROTOCOL ") {
         return Err(format!(
             "{addr} is not NCCL's RAS port: it answered {hello:?}"
         ));
     }
-    say(&mut w, "SET FORMAT json")?;
-    let json = line(&mut r)?.eq_ignore_ascii_case("OK");
-    say(&mut w, "STATUS")?;
-    let mut report = Vec::new();
-    let mut chunk = [0u8; 64 << 10];
-    loop {
-        if Instant::now() >= end {
-            return Err(format!(
-                "NCCL RAS at {addr}: no whole report within {} ms",
-                timeout.as_millis()
-            ));
-        }
-        match r.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => {
-                report.extend_from_slice(&chunk[..n]);
-                if report.len() as u64 > MAX_REPORT {
-                    return Err(format!(
-                        "NCCL RAS at {addr}: a report over {} MiB",
-                        MAX_REPORT >> 20
-                    ));
-                }
-            }
-            Err(e) => return Err(format!("NCCL RAS at {addr}: {e}")),
-        }
-    }
+    say(&mut s, "SET FORMAT json")?;
+    let ok = read_until(&mut s, end, 4096, true).map_err(ras)?;
+    let json = String::from_utf8_lossy(&ok)
+        .trim()
+        .eq_ignore_ascii_case("OK");
+    say(&mut s, "STATUS")?;
+    let report = read_until(&mut s, end, MAX_REPORT, false).map_err(ras)?;
     let text = String::from_utf8_lossy(&report);
     if json {
         parse_json(&text)

@@ -12,7 +12,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::Instant;
 
 /// The largest value read: arrival counters and addresses are short.
 const MAX_VALUE: u64 = 64 << 10;
@@ -63,38 +63,68 @@ pub struct StoreView {
     pub values: Vec<(String, Option<Vec<u8>>)>,
 }
 
-fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, String> {
-    let s = TcpStream::connect_timeout(&addr, timeout)
+fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, String> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(format!("the store at {addr}: out of time"));
+    }
+    let s = TcpStream::connect_timeout(&addr, left)
         .map_err(|e| format!("cannot connect to the job's store at {addr}: {e}"))?;
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
     let _ = s.set_nodelay(true);
     Ok(s)
 }
 
+/// Reads exactly `buf` by `deadline`, however slowly the peer sends.
+fn read_full(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf[off..]) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => off += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn send(s: &mut TcpStream, bytes: &[u8], deadline: Instant) -> std::io::Result<()> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(ErrorKind::TimedOut.into());
+    }
+    s.set_write_timeout(Some(left))?;
+    s.write_all(bytes)
+}
+
 /// Which numbering the server at `addr` speaks (and, for the old one, how
-/// many keys it holds).
-pub fn probe(addr: SocketAddr, timeout: Duration) -> Result<(Numbering, Option<i64>), String> {
-    let mut s = connect(addr, timeout)?;
-    s.write_all(&[6])
-        .map_err(|e| format!("the store at {addr}: {e}"))?;
+/// many keys it holds), by `deadline`. A server that neither answers nor
+/// closes is not guessed at: it may be an old one that is busy (to which
+/// the new numbering's VALIDATE would do harm) or torch 2.4's libuv store
+/// (which ignores the probe): either way it is not read.
+pub fn probe(addr: SocketAddr, deadline: Instant) -> Result<(Numbering, Option<i64>), String> {
+    let mut s = connect(addr, deadline)?;
+    send(&mut s, &[6], deadline).map_err(|e| format!("the store at {addr}: {e}"))?;
     let mut n = [0u8; 8];
-    match s.read_exact(&mut n) {
+    match read_full(&mut s, &mut n, deadline) {
         Ok(()) => Ok((Numbering::Old, Some(i64::from_le_bytes(n)))),
-        // Closed (2.2+'s legacy server), or silent (2.2+'s libuv server).
+        // Closed at once: 2.2+'s legacy server, which wants VALIDATE first.
         Err(e)
             if matches!(
                 e.kind(),
-                ErrorKind::UnexpectedEof
-                    | ErrorKind::ConnectionReset
-                    | ErrorKind::WouldBlock
-                    | ErrorKind::TimedOut
+                ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset
             ) =>
         {
             Ok((Numbering::New, None))
         }
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Err(format!(
+            "the store at {addr} answered no probe in time (a busy store, or torch 2.4+'s libuv store, which answers none): not read, rather than guessed at"
+        )),
         Err(e) => Err(format!("the store at {addr}: {e}")),
     }
 }
@@ -106,38 +136,39 @@ fn string(key: &str) -> Vec<u8> {
 }
 
 /// Reads `keys` (wire keys, as the client sends them) from the store at
-/// `addr`, each step within `timeout`.
-pub fn read(addr: SocketAddr, keys: &[String], timeout: Duration) -> Result<StoreView, String> {
-    let (numbering, probed) = probe(addr, timeout)?;
-    let mut s = connect(addr, timeout)?;
+/// `addr`, which speaks `numbering` (see `probe`), all by `deadline`.
+pub fn read(
+    addr: SocketAddr,
+    numbering: Numbering,
+    keys: &[String],
+    deadline: Instant,
+) -> Result<StoreView, String> {
+    let mut s = connect(addr, deadline)?;
     let io = |e: std::io::Error| format!("the store at {addr}: {e}");
     if numbering == Numbering::New {
-        s.write_all(&VALIDATE).map_err(io)?;
+        send(&mut s, &VALIDATE, deadline).map_err(io)?;
     }
-    let mut keys_held = probed;
-    if numbering == Numbering::New {
-        s.write_all(&[numbering.num_keys()]).map_err(io)?;
-        let mut n = [0u8; 8];
-        s.read_exact(&mut n).map_err(io)?;
-        keys_held = Some(i64::from_le_bytes(n));
-    }
+    send(&mut s, &[numbering.num_keys()], deadline).map_err(io)?;
+    let mut n = [0u8; 8];
+    read_full(&mut s, &mut n, deadline).map_err(io)?;
+    let keys_held = Some(i64::from_le_bytes(n));
     let mut values = Vec::new();
     for key in keys {
         let mut q = vec![numbering.check()];
         q.extend_from_slice(&1u64.to_le_bytes());
         q.extend(string(key));
-        s.write_all(&q).map_err(io)?;
+        send(&mut s, &q, deadline).map_err(io)?;
         let mut ready = [0u8; 1];
-        s.read_exact(&mut ready).map_err(io)?;
+        read_full(&mut s, &mut ready, deadline).map_err(io)?;
         if ready[0] != 0 {
             values.push((key.clone(), None));
             continue;
         }
         let mut q = vec![numbering.get()];
         q.extend(string(key));
-        s.write_all(&q).map_err(io)?;
+        send(&mut s, &q, deadline).map_err(io)?;
         let mut len = [0u8; 8];
-        s.read_exact(&mut len).map_err(io)?;
+        read_full(&mut s, &mut len, deadline).map_err(io)?;
         let len = u64::from_le_bytes(len);
         if len > MAX_VALUE {
             return Err(format!(
@@ -145,7 +176,7 @@ pub fn read(addr: SocketAddr, keys: &[String], timeout: Duration) -> Result<Stor
             ));
         }
         let mut v = vec![0u8; len as usize];
-        s.read_exact(&mut v).map_err(io)?;
+        read_full(&mut s, &mut v, deadline).map_err(io)?;
         values.push((key.clone(), Some(v)));
     }
     Ok(StoreView {
@@ -161,6 +192,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::net::TcpListener;
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     /// A store server of one numbering, over real sockets, that records
     /// every query type it is sent; its keys as given.
@@ -245,7 +277,9 @@ mod tests {
         ];
         for numbering in [Numbering::Old, Numbering::New] {
             let (addr, seen) = server(numbering, keys.clone());
-            let v = read(addr, &wanted, Duration::from_millis(300)).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(2);
+            let (found, _) = probe(addr, deadline).unwrap();
+            let v = read(addr, found, &wanted, deadline).unwrap();
             assert_eq!(v.numbering, numbering);
             assert_eq!(v.keys, Some(2));
             assert_eq!(
@@ -274,11 +308,62 @@ mod tests {
         }
     }
 
+    /// A store that answers nothing to the probe is not read (no VALIDATE
+    /// is ever sent on a guess), and a peer that trickles its answer is
+    /// cut at the deadline.
+    #[test]
+    fn a_silent_store_is_not_guessed_at_and_a_slow_one_is_cut() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&got);
+        std::thread::spawn(move || {
+            // Takes what it is sent, answers nothing.
+            if let Ok((mut c, _)) = l.accept() {
+                let mut b = [0u8; 64];
+                while let Ok(n) = c.read(&mut b) {
+                    if n == 0 {
+                        break;
+                    }
+                    log.lock().unwrap().extend_from_slice(&b[..n]);
+                }
+            }
+        });
+        let start = Instant::now();
+        let e = probe(addr, start + Duration::from_millis(300)).unwrap_err();
+        assert!(e.contains("not read, rather than guessed at"), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(2));
+        assert_eq!(*got.lock().unwrap(), vec![6], "only the probe's byte");
+        // An old store that answers a byte at a time, forever.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            if let Ok((mut c, _)) = l.accept() {
+                let mut q = [0u8; 1];
+                let _ = c.read(&mut q);
+                for _ in 0..1000 {
+                    if c.write_all(&[0]).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        });
+        let start = Instant::now();
+        assert!(probe(addr, start + Duration::from_millis(400)).is_err());
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
     #[test]
     fn a_value_past_the_bound_is_refused() {
         let big: BTreeMap<String, Vec<u8>> = [("k".to_string(), vec![b'x'; 70_000])].into();
         let (addr, _) = server(Numbering::Old, big);
-        let e = read(addr, &["k".to_string()], Duration::from_millis(300)).unwrap_err();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let e = read(addr, Numbering::Old, &["k".to_string()], deadline).unwrap_err();
         assert!(e.contains("more than a counter"), "{e}");
     }
 }

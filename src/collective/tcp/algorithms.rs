@@ -131,7 +131,7 @@ impl Backend for Tcp {
                 };
                 match watched(&watch, stall, deadline, rd.read_exact(&mut buf[off..end])).await {
                     Waited::Stalled => return Err(OpError::RecvTimeout { from }),
-                    Waited::StillMoving => return Err(OpError::still_moving()),
+                    Waited::StillMoving => return Err(OpError::still_moving(Some(from))),
                     Waited::Done(Err(e)) => return Err(closed(from, &e)),
                     Waited::Done(Ok(_)) => {}
                 }
@@ -144,7 +144,7 @@ impl Backend for Tcp {
                 };
                 match watched(&watch, stall, deadline, wr.write_all(&buf[off..end])).await {
                     Waited::Stalled => return Err(OpError::SendTimeout { to }),
-                    Waited::StillMoving => return Err(OpError::still_moving()),
+                    Waited::StillMoving => return Err(OpError::still_moving(Some(to))),
                     Waited::Done(Err(e)) => return Err(closed(to, &e)),
                     Waited::Done(Ok(())) => {}
                 }

@@ -25,7 +25,10 @@ use crate::collective::{Dtype, OpError};
 /// share one watch (its runtime is one thread).
 #[derive(Debug)]
 pub(super) struct Watch {
+    /// The last movement, or an operation's start.
     at: Cell<Instant>,
+    /// The last movement of bytes alone.
+    moved_at: Cell<Instant>,
     bytes: Cell<u64>,
 }
 
@@ -33,13 +36,16 @@ impl Watch {
     pub(super) fn new() -> Rc<Watch> {
         Rc::new(Watch {
             at: Cell::new(Instant::now()),
+            moved_at: Cell::new(Instant::now()),
             bytes: Cell::new(0),
         })
     }
 
     pub(super) fn moved(&self, n: usize) {
         if n > 0 {
-            self.at.set(Instant::now());
+            let now = Instant::now();
+            self.at.set(now);
+            self.moved_at.set(now);
             self.bytes.set(self.bytes.get().saturating_add(n as u64));
         }
     }
@@ -57,11 +63,6 @@ impl Watch {
         self.bytes.get()
     }
 }
-
-/// At an operation's deadline, data that moved within this long is still
-/// moving: longer than a loaded scheduler's period or a TCP
-/// retransmission's first back-off, far shorter than a stall limit.
-const RECENT: Duration = Duration::from_secs(2);
 
 /// How a wait on the network ended.
 pub(super) enum Waited<T> {
@@ -82,6 +83,7 @@ pub(super) async fn watched<T>(
 ) -> Waited<T> {
     tokio::pin!(work);
     watch.started();
+    let before = watch.bytes();
     loop {
         let quiet = stall.map_or(deadline, |s| (watch.last() + s).min(deadline));
         if let Ok(v) = tokio::time::timeout_at(quiet, &mut work).await {
@@ -93,11 +95,14 @@ pub(super) async fn watched<T>(
             // Before the deadline: alive while something moved within the
             // stall limit.
             Some(s) if now < deadline && since < s => {}
-            // At the deadline: still moving only when something moved
-            // lately (a slow link moves every few milliseconds, a starved
-            // rank every scheduling period); a wait on a peer is a wait,
-            // whoever it is for.
-            Some(s) if now >= deadline && since < s.min(RECENT) => {
+            // At the deadline: still moving when bytes moved during this
+            // very wait, and within the stall limit (a wait begun on a
+            // peer that has stopped moves nothing, and is a wait).
+            Some(s)
+                if now >= deadline
+                    && watch.bytes() > before
+                    && now.saturating_duration_since(watch.moved_at.get()) < s =>
+            {
                 return Waited::StillMoving;
             }
             _ => return Waited::Stalled,
@@ -376,7 +381,9 @@ pub(super) async fn recv_direct(
         let at = addr.checked_add(at as u64).ok_or_else(|| OpError::Other {
             detail: format!("rank {from} offered an address that wraps around ({addr:#x})"),
         })?;
-        direct::read(pid, at, dst).map_err(|e| closed(from, &e))
+        direct::read(pid, at, dst)
+            .map(|()| rd.watch.moved(dst.len()))
+            .map_err(|e| closed(from, &e))
     };
     match recv {
         Recv::Into(buf) => copy(buf, 0)?,
@@ -532,7 +539,13 @@ impl Tcp {
         };
         let r = match watched(&watch, stall, deadline, work).await {
             Waited::Done(r) => r,
-            Waited::StillMoving => Err(OpError::still_moving()),
+            Waited::StillMoving => Err(OpError::still_moving(if !got.get() {
+                Some(from)
+            } else if !sent.get() {
+                Some(to)
+            } else {
+                None
+            })),
             Waited::Stalled if !got.get() => Err(OpError::RecvTimeout { from }),
             Waited::Stalled if !sent.get() => Err(OpError::SendTimeout { to }),
             Waited::Stalled => Ok(()),
