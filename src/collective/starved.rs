@@ -7,15 +7,17 @@
 //!
 //! "Starved" is judged against the other nodes of the same run, so that
 //! a machine where every rank waits (busy loops on every core) names
-//! nobody: a node's ranks waited at least half the round, and a quarter
-//! of the round more than the other nodes' median.
+//! nobody: a node's ranks waited at least four fifths of the round, and a
+//! quarter of the round more than the other nodes' median. (At half the
+//! round, a healthy rank 0 among busy loops was once named: 51 % against
+//! the others' 20 %, in a round of under a second.)
 
 use super::isolate::node;
 use crate::result::collective::CpuWait;
 use crate::values::median;
 
 /// The least part of the round a starved node waited for a CPU.
-pub const STARVED: f64 = 0.5;
+pub const STARVED: f64 = 0.8;
 /// How much more than the other nodes' median it waited.
 pub const ABOVE_OTHERS: f64 = 0.25;
 
@@ -131,8 +133,11 @@ mod tests {
             s.iter().map(|s| s.node.as_str()).collect::<Vec<_>>(),
             ["h2"]
         );
-        // A little wait is no starvation, however far above the others.
+        // A little wait is no starvation, however far above the others;
+        // nor is half the round beside busy neighbours (seen once, on a
+        // healthy rank 0).
         assert!(starved(&[w(0, 1), w(1, 1), w(2, 40)], &hosts(3)).is_empty());
+        assert!(starved(&[w(0, 51), w(1, 20), w(2, 18)], &hosts(3)).is_empty());
         // One node: nothing to compare with.
         assert!(starved(&[w(0, 99)], &hosts(1)).is_empty());
     }
