@@ -4,7 +4,12 @@
 //! PREFLIGHT_REQUIRE_LIBS=1 (CI), where that is a failure. The tests of
 //! the missing interpreter and of the deadline need no torch.
 
+#[path = "common/cluster.rs"]
+mod cluster;
 mod common;
+/// `preflight diagnose` against real torch jobs under real torchrun.
+#[path = "diagnose/cases.rs"]
+mod diagnose;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -72,6 +77,7 @@ fn gone(pid: u32) -> bool {
 
 #[test]
 fn a_one_process_world_passes_with_gloo_on_cpu() {
+    let _serial = diagnose::serial();
     let Some(python) = torch_python() else {
         return;
     };
@@ -96,6 +102,7 @@ fn a_one_process_world_passes_with_gloo_on_cpu() {
 
 #[test]
 fn gloo_told_to_use_a_missing_interface_is_named() {
+    let _serial = diagnose::serial();
     let Some(python) = torch_python() else {
         return;
     };
@@ -123,6 +130,7 @@ fn gloo_told_to_use_a_missing_interface_is_named() {
 
 #[test]
 fn the_job_port_held_by_another_process_is_named() {
+    let _serial = diagnose::serial();
     let Some(python) = torch_python() else {
         return;
     };
@@ -174,6 +182,7 @@ fn the_job_port_held_by_another_process_is_named() {
 
 #[test]
 fn a_backend_this_torch_cannot_use_is_named() {
+    let _serial = diagnose::serial();
     let Some(python) = torch_python() else {
         return;
     };
@@ -205,6 +214,7 @@ fn a_backend_this_torch_cannot_use_is_named() {
 
 #[test]
 fn a_missing_interpreter_or_torch_skips_unless_required() {
+    let _serial = diagnose::serial();
     let dir = tempfile::tempdir().unwrap();
     let (_d, path) = checklist(
         "checks:
@@ -282,6 +292,7 @@ fn a_missing_interpreter_or_torch_skips_unless_required() {
 
 #[test]
 fn a_hung_interpreter_is_killed_with_its_whole_group() {
+    let _serial = diagnose::serial();
     let dir = tempfile::tempdir().unwrap();
     let pids = dir.path().join("pids");
     // Stands in for an init that never returns: a helper in the
@@ -334,6 +345,7 @@ fn a_hung_interpreter_is_killed_with_its_whole_group() {
 
 #[test]
 fn the_shipped_check_runs_the_probe() {
+    let _serial = diagnose::serial();
     let Some(python) = torch_python() else {
         return;
     };

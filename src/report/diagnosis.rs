@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::prometheus::{escape, family};
-use crate::result::diagnosis::{ClusterDiagnosis, Diagnosis};
+use crate::result::diagnosis::{ClusterDiagnosis, Culprit, Diagnosis};
 
 const VERDICTS: [&str; 4] = ["held", "progressing", "unknown", "no_job"];
 
@@ -74,6 +74,15 @@ pub fn prometheus(d: &Diagnosis) -> String {
     s
 }
 
+/// One culprit's line, wherever it was named.
+fn held_up_by(c: &Culprit) -> String {
+    let pid = c.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+    format!(
+        "  HELD UP BY rank {} ({}{pid}): {}",
+        c.rank, c.node, c.reason
+    )
+}
+
 pub fn human(d: &Diagnosis) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -132,12 +141,7 @@ pub fn human(d: &Diagnosis) -> String {
             let _ = writeln!(out, "  ({} ranks run on other nodes)", j.elsewhere);
         }
         for c in &j.culprits {
-            let pid = c.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "  HELD UP BY rank {} ({}{pid}): {}",
-                c.rank, c.node, c.reason
-            );
+            let _ = writeln!(out, "{}", held_up_by(c));
         }
         for p in &j.paths {
             let _ = writeln!(out, "  PATH: {p}");
@@ -164,12 +168,7 @@ pub fn human(d: &Diagnosis) -> String {
                     let _ = writeln!(out, "  {f}");
                 }
                 for c in &r.culprits {
-                    let pid = c.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
-                    let _ = writeln!(
-                        out,
-                        "  HELD UP BY rank {} ({}{pid}): {}",
-                        c.rank, c.node, c.reason
-                    );
+                    let _ = writeln!(out, "{}", held_up_by(c));
                 }
             }
         }
@@ -203,12 +202,7 @@ pub fn human_across(c: &ClusterDiagnosis) -> String {
         let _ = writeln!(out, "  UNREACHABLE {}: {}", u.host, u.why);
     }
     for x in &c.culprits {
-        let pid = x.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "  HELD UP BY rank {} ({}{pid}): {}",
-            x.rank, x.node, x.reason
-        );
+        let _ = writeln!(out, "{}", held_up_by(x));
     }
     for p in &c.paths {
         let _ = writeln!(out, "  PATH: {p}");

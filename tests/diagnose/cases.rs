@@ -6,9 +6,7 @@
 //! the others wait, 30 s at most), never by a sleep. The job's store is
 //! read-only to diagnose: the job, let go, finishes normally.
 
-#[path = "common/cluster.rs"]
-mod cluster;
-mod common;
+use super::{cluster, common};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,10 +15,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// One job at a time: four torch ranks each, on two cores.
+/// One job at a time: four torch ranks each, on two cores (the other torch
+/// tests of this binary take it too).
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -716,72 +715,9 @@ fn a_path_dropped_after_init_is_named() {
         std::os::unix::fs::PermissionsExt::from_mode(0o777),
     )
     .unwrap();
-    let script = dir.path().join("job.py");
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnose/job.py"),
-        &script,
-    )
-    .unwrap();
-    let marker = dir.path().join("marker");
-    let needle = script.display().to_string();
-    struct Cleanup(String);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            kill_every(&self.0);
-        }
-    }
-    let _cleanup = Cleanup(needle.clone());
-    let master = net.addr(0);
-    let procs: Vec<cluster::Proc> = (0..2)
-        .map(|k| {
-            let argv: Vec<String> = [
-                "/usr/bin/torchrun",
-                "--nnodes",
-                "2",
-                "--node_rank",
-                &k.to_string(),
-                "--nproc_per_node",
-                "2",
-                "--master_addr",
-                &master,
-                "--master_port",
-                "29500",
-                "--redirects",
-                "1",
-                "--tee",
-                "1",
-                "--log_dir",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([
-                dir.path().join(format!("logs{k}")).display().to_string(),
-                needle.clone(),
-            ])
-            .collect();
-            let marker_text = marker.display().to_string();
-            let env = [
-                ("HOME", "/tmp"),
-                ("LANG", "C.UTF-8"),
-                ("GLOO_SOCKET_IFNAME", "eth0"),
-                ("OMP_NUM_THREADS", "1"),
-                ("JOB_MODE", "healthy"),
-                ("JOB_SECONDS", "120"),
-                ("JOB_MARKER", marker_text.as_str()),
-            ];
-            cluster::on_host_cmd(&net, &files, k, &argv, &env)
-        })
-        .collect();
     // After 20 all_reduces: init is done, every connection made.
-    let start = Instant::now();
-    while !marker.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the job never reached its mark"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let pid = marker_pid_at(&marker);
+    let job = torchrun_on_hosts(&net, &files, dir.path(), 2, &[("JOB_MODE", "healthy")]);
+    let pid = job.pid;
     let other = net.addr(0);
     net.iptables(1, &["-A", "INPUT", "-s", &other, "-j", "DROP"]);
     net.iptables(1, &["-A", "OUTPUT", "-d", &other, "-j", "DROP"]);
@@ -824,7 +760,97 @@ fn a_path_dropped_after_init_is_named() {
     assert!(paths.contains("timed_out"), "{paths}");
     // No rank is blamed for the path's fault.
     assert_eq!(j["culprits"], serde_json::json!([]), "{d:#}");
-    drop(procs);
+    drop(job);
+}
+
+/// A torch job under torchrun on both of `net`'s hosts (`per_node` ranks
+/// each, `vars` added to the job's environment), in `dir` (writable by
+/// anyone); every rank killed when the guard drops. Returns once the job
+/// has written its marker, with the marking rank's pid.
+struct HostsJob {
+    _procs: Vec<cluster::Proc>,
+    script: String,
+    pid: u32,
+}
+
+impl Drop for HostsJob {
+    fn drop(&mut self) {
+        kill_every(&self.script);
+    }
+}
+
+fn torchrun_on_hosts(
+    net: &common::netns::Cluster,
+    files: &cluster::HostFiles,
+    dir: &Path,
+    per_node: u32,
+    vars: &[(&str, &str)],
+) -> HostsJob {
+    let script = dir.join("job.py");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnose/job.py"),
+        &script,
+    )
+    .unwrap();
+    let script = script.display().to_string();
+    let marker = dir.join("marker");
+    let marker_text = marker.display().to_string();
+    let master = net.addr(0);
+    let procs = (0..2)
+        .map(|k| {
+            let argv: Vec<String> = [
+                "/usr/bin/torchrun",
+                "--nnodes",
+                "2",
+                "--node_rank",
+                &k.to_string(),
+                "--nproc_per_node",
+                &per_node.to_string(),
+                "--master_addr",
+                &master,
+                "--master_port",
+                "29500",
+                "--redirects",
+                "1",
+                "--tee",
+                "1",
+                "--log_dir",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                dir.join(format!("logs{k}")).display().to_string(),
+                script.clone(),
+            ])
+            .collect();
+            let mut env = vec![
+                ("HOME", "/tmp"),
+                ("LANG", "C.UTF-8"),
+                ("GLOO_SOCKET_IFNAME", "eth0"),
+                ("OMP_NUM_THREADS", "1"),
+                ("JOB_SECONDS", "120"),
+                ("JOB_MARKER", marker_text.as_str()),
+            ];
+            env.extend_from_slice(vars);
+            cluster::on_host_cmd(net, files, k, &argv, &env)
+        })
+        .collect();
+    // The guard first: a job that never marks is still killed.
+    let mut job = HostsJob {
+        _procs: procs,
+        script,
+        pid: 0,
+    };
+    let start = Instant::now();
+    while !marker.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job never reached its mark"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    job.pid = marker_pid_at(&marker);
+    job
 }
 
 fn marker_pid_at(marker: &Path) -> u32 {
@@ -918,71 +944,13 @@ fn across_nodes_the_rank_asleep_on_another_node_is_named() {
     let Some(key) = sshd_on(&net, &files, dir.path()) else {
         return;
     };
-    let script = dir.path().join("job.py");
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnose/job.py"),
-        &script,
-    )
-    .unwrap();
-    let needle = script.display().to_string();
-    struct Cleanup(String);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            kill_every(&self.0);
-        }
-    }
-    let _cleanup = Cleanup(needle.clone());
-    let marker = dir.path().join("marker");
-    let marker_text = marker.display().to_string();
-    let master = net.addr(0);
-    let _procs: Vec<cluster::Proc> = (0..2)
-        .map(|k| {
-            let argv: Vec<String> = [
-                "/usr/bin/torchrun",
-                "--nnodes",
-                "2",
-                "--node_rank",
-                &k.to_string(),
-                "--nproc_per_node",
-                "1",
-                "--master_addr",
-                &master,
-                "--master_port",
-                "29500",
-                "--redirects",
-                "1",
-                "--tee",
-                "1",
-                "--log_dir",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([
-                dir.path().join(format!("logs{k}")).display().to_string(),
-                needle.clone(),
-            ])
-            .collect();
-            let env = [
-                ("HOME", "/tmp"),
-                ("LANG", "C.UTF-8"),
-                ("GLOO_SOCKET_IFNAME", "eth0"),
-                ("OMP_NUM_THREADS", "1"),
-                ("JOB_MODE", "stop"),
-                ("JOB_RANK", "1"),
-                ("JOB_SECONDS", "120"),
-                ("JOB_MARKER", marker_text.as_str()),
-            ];
-            cluster::on_host_cmd(&net, &files, k, &argv, &env)
-        })
-        .collect();
-    let start = Instant::now();
-    while !marker.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the job never reached its mark"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _job = torchrun_on_hosts(
+        &net,
+        &files,
+        dir.path(),
+        1,
+        &[("JOB_MODE", "stop"), ("JOB_RANK", "1")],
+    );
     let silent = net.unused_addr();
     let hosts = format!("{},{},{silent}", net.addr(0), net.addr(1));
     let key = key.display().to_string();
