@@ -1226,3 +1226,120 @@ fn a_failing_scontrol_is_reported_not_hidden() {
         "{err}"
     );
 }
+
+/// The sbatch example's watchdog (contrib/slurm/sbatch-example.sh), with
+/// a minute's limit and no gate step: at the
+/// warning signal before the time limit, the job's every node diagnosed
+/// in steps of the job itself, saved where the epilog looks.
+/// `--this-namespace`: here every node shares one process table.
+const WATCHDOG_JOB: &str = r#"#!/bin/bash
+#SBATCH --time=1
+#SBATCH --signal=B:USR1@45
+watchdog() {
+    "$PREFLIGHT" diagnose --slurm --this-namespace --py-spy off \
+        --remote-preflight "$PREFLIGHT" --format json \
+        --output "$workdir/preflight-diagnose-$SLURM_JOB_ID.json"
+    echo $? > "$workdir/watchdog-exit"
+}
+workdir=$PWD  # the job's working directory (--chdir): where the epilog looks
+trap watchdog USR1
+export MASTER_ADDR=h1 MASTER_PORT=29511 GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1
+export JOB_MODE=stop JOB_RANK=1 JOB_SECONDS=300 HOME=/tmp
+srun --ntasks-per-node=1 bash -c 'RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS exec /usr/bin/python3 "$0"' "$JOB" &
+train=$!
+while wait "$train"; status=$?; kill -0 "$train" 2>/dev/null; do :; done
+exit "$status"
+"#;
+
+#[test]
+fn a_watchdog_names_the_stuck_rank_across_the_allocation_and_the_timeouts_epilog_drains_its_node() {
+    let torch = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import torch.distributed"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !torch {
+        common::skip_unless_required("python3-torch is not installed");
+        return;
+    }
+    let _s = serial();
+    let settings = "report_dir: {dir}/reports/%n\nepilog:\n  only: [epilog]\n";
+    let before = |d: &Path| {
+        let etc = site(d, settings);
+        wrapper(d, "preflight-epilog", &etc, "");
+        std::fs::write(d.join("job.sh"), WATCHDOG_JOB).unwrap();
+    };
+    let extra = ["Epilog={dir}/preflight-epilog".to_string()];
+    let Some(s) = Slurm::start(Options {
+        nodes: 2,
+        extra: &extra,
+        before_start: &before,
+    }) else {
+        return;
+    };
+    let d = s.dir.path().to_path_buf();
+    let job_py = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/diagnose/job.py");
+    let o = s
+        .cmd("sbatch", &["--parsable", "-N2", "--chdir"])
+        .arg(&d)
+        .args(["-o", "job.out"])
+        .arg(d.join("job.sh"))
+        .env("PREFLIGHT", BIN)
+        .env("JOB", job_py)
+        .env("JOB_MARKER", d.join("held"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let job = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    // The limit is a minute; slurmctld looks every 30 s: the warning
+    // within 60 s, the end within 90 s, the epilog at once.
+    let saved = d.join(format!("preflight-diagnose-{job}.json"));
+    assert!(
+        wait_until(Duration::from_secs(120), || d
+            .join("watchdog-exit")
+            .exists()),
+        "the watchdog did not run: {}\n{}",
+        job_state(&s, &job),
+        std::fs::read_to_string(d.join("job.out")).unwrap_or_default()
+    );
+    let out = std::fs::read_to_string(d.join("job.out")).unwrap_or_default();
+    assert!(d.join("held").exists(), "rank 1 never held: {out}");
+    let exit = std::fs::read_to_string(d.join("watchdog-exit")).unwrap();
+    let diagnosis: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    assert_eq!(exit.trim(), "1", "{diagnosis:#}\n{out}");
+    assert_eq!(diagnosis["verdict"], "held", "{diagnosis:#}");
+    assert_eq!(
+        diagnosis["nodes"].as_array().map(Vec::len),
+        Some(2),
+        "both nodes asked, in steps of the job: {diagnosis:#}"
+    );
+    let culprits = diagnosis["culprits"].as_array().unwrap();
+    assert!(
+        culprits.len() == 1 && culprits[0]["rank"] == 1 && culprits[0]["node"] == "h2",
+        "{diagnosis:#}"
+    );
+    // The job runs out of time; h1's epilog (the batch host's) drains h2
+    // on the saved evidence, and h1, whose rank waited, stays.
+    assert!(
+        wait_until(Duration::from_secs(90), || s.state("h2") == "drain"),
+        "h2 was not drained: {}\n{}\n{}",
+        s.sinfo(),
+        job_state(&s, &job),
+        s.log("h1")
+    );
+    let reason = s.reason("h2");
+    assert!(
+        reason.starts_with(&format!(
+            "preflight: job {job} timed out held up by rank 1 pid "
+        )),
+        "{reason}"
+    );
+    assert!(
+        wait_until(LIMIT, || d
+            .join(format!("reports/h1/epilog-{job}.json"))
+            .exists()),
+        "h1's epilog did not run"
+    );
+    assert!(!s.state("h1").starts_with("drain"), "{}", s.sinfo());
+    assert_eq!(s.reason("h1"), "none", "{}", s.sinfo());
+}

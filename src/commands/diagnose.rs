@@ -48,6 +48,12 @@ pub struct DiagnoseArgs {
     /// listed.
     #[arg(long, value_name = "HOST,...|@FILE")]
     pub hosts: Option<String>,
+    /// Every node of a Slurm job (`--job ID`, else SLURM_JOB_ID), each
+    /// asked in a step of the job itself (`srun --overlap --jobid ID`, no
+    /// ssh needed) and merged into one verdict, as --hosts. For a
+    /// watchdog in the batch script (see docs/diagnose.md).
+    #[arg(long, conflicts_with_all = ["hosts", "pid"])]
+    pub slurm: bool,
     /// An option for ssh, before the host (`--ssh-option=-i --ssh-option
     /// KEY`); repeatable. ssh always gets BatchMode=yes and
     /// ConnectTimeout=5.
@@ -58,7 +64,7 @@ pub struct DiagnoseArgs {
     /// job's.
     #[arg(long)]
     pub this_namespace: bool,
-    /// preflight on the other nodes, for --hosts.
+    /// preflight on the other nodes, for --hosts and --slurm.
     #[arg(long, value_name = "PATH", default_value = "preflight")]
     pub remote_preflight: String,
 }
@@ -88,14 +94,58 @@ fn hosts(list: &str) -> Result<Vec<String>, Failure> {
     Ok(hosts)
 }
 
-/// Across the job's nodes: each asked over ssh, one verdict.
-fn across(args: &DiagnoseArgs, list: &str) -> Result<ExitCode, Failure> {
+/// The Slurm job's nodes and the job, for --slurm.
+fn slurm_nodes(args: &DiagnoseArgs) -> Result<(Vec<String>, String), Failure> {
+    let job = args
+        .job
+        .clone()
+        .or_else(|| std::env::var("SLURM_JOB_ID").ok())
+        .filter(|j| !j.is_empty())
+        .ok_or_else(|| {
+            Failure::Usage(
+                "--slurm: which job? name it (--job ID), or run it in the job (SLURM_JOB_ID)"
+                    .into(),
+            )
+        })?;
+    let env = |k: &str| std::env::var(k).ok();
+    let slurm = super::slurm::scontrol::Slurm::find(None, &env)
+        .map_err(|e| Failure::Usage(format!("--slurm: {e}")))?;
+    let state = slurm
+        .job(&job)
+        .map_err(|e| Failure::Usage(format!("--slurm: {e}")))?;
+    if state.nodes.is_empty() {
+        return Err(Failure::Usage(format!(
+            "--slurm: job {job} has no nodes (it is {})",
+            state.state
+        )));
+    }
+    Ok((state.nodes, job))
+}
+
+/// Across the job's nodes: each asked over ssh or srun, one verdict.
+fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
     if args.pid.is_some() {
         return Err(Failure::Usage(
             "--pid names a process of this node: with --hosts, name the job (--job ID)".into(),
         ));
     }
-    let hosts = hosts(list)?;
+    let (hosts, via, job) = match &args.hosts {
+        Some(list) => (
+            hosts(list)?,
+            crate::diagnose::Via::Ssh {
+                options: args.ssh_options.clone(),
+            },
+            args.job.clone(),
+        ),
+        None => {
+            let (nodes, job) = slurm_nodes(args)?;
+            (
+                nodes,
+                crate::diagnose::Via::Srun { job: job.clone() },
+                Some(job),
+            )
+        }
+    };
     let mut remote: Vec<String> = vec![
         "--py-spy".into(),
         args.py_spy.clone(),
@@ -104,24 +154,24 @@ fn across(args: &DiagnoseArgs, list: &str) -> Result<ExitCode, Failure> {
         "--sample".into(),
         format!("{}ms", args.sample.as_millis()),
     ];
-    if let Some(j) = &args.job {
-        remote.extend(["--job".into(), j.clone()]);
+    if let Some(j) = job {
+        remote.extend(["--job".into(), j]);
     }
     if args.this_namespace {
         remote.push("--this-namespace".into());
     }
     if args.format == DiagnoseFormat::Prometheus {
         return Err(Failure::Usage(
-            "--format prometheus is one node's metrics: run it on each node, without --hosts"
+            "--format prometheus is one node's metrics: run it on each node, without --hosts or --slurm"
                 .into(),
         ));
     }
-    let ssh = crate::diagnose::Ssh {
-        options: args.ssh_options.clone(),
+    let over = crate::diagnose::Remote {
+        via,
         program: args.remote_preflight.clone(),
         within: Duration::from_secs(30),
     };
-    let (nodes, unreachable) = crate::diagnose::ask_all(&ssh, &hosts, &remote);
+    let (nodes, unreachable) = crate::diagnose::ask_all(&over, &hosts, &remote);
     let c = crate::diagnose::merge(nodes, unreachable);
     // Prometheus was refused above: one node's metrics each.
     let text = if args.format == DiagnoseFormat::Json {
@@ -169,8 +219,8 @@ fn parse_sample(text: &str) -> Result<Duration, String> {
 /// Exit 0 when nothing holds a job up, 1 when a rank is named, 3 when the
 /// evidence names none (or no job was found).
 pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
-    if let Some(list) = &args.hosts {
-        return across(args, list);
+    if args.hosts.is_some() || args.slurm {
+        return across(args);
     }
     let filter = crate::diagnose::Filter {
         pid: args.pid,

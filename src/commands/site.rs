@@ -70,18 +70,30 @@ pub struct Mode {
     /// The prolog's: where each node's reachability probe listener may
     /// listen (else an ephemeral port): the range a site's firewall opens.
     pub probe_ports: Option<PortRange>,
+    /// The epilog's: where a watchdog in the job saved its diagnosis
+    /// (`%j` job id, `%w` its working directory, `%n` the node), read
+    /// when the job ran out of time; `off`.
+    pub diagnosis: Option<String>,
 }
 
 /// The keys only the prolog takes: the other modes run on one node.
 const PROLOG_ONLY: &[&str] = &["cluster", "ports", "probe_ports"];
 
+/// The keys only the epilog takes: a job's end.
+const EPILOG_ONLY: &[&str] = &["diagnosis"];
+
+/// Where the sbatch example's watchdog saves the job's diagnosis.
+pub const DIAGNOSIS_FILE: &str = "%w/preflight-diagnose-%j.json";
+
 impl Mode {
-    /// Forgets the prolog's own settings.
-    fn without_prolog_settings(self) -> Mode {
+    /// Forgets the settings of the other modes.
+    fn only_its_own(self, mode: &str) -> Mode {
+        let prolog = mode == "prolog";
         Mode {
-            cluster: None,
-            ports: None,
-            probe_ports: None,
+            cluster: self.cluster.filter(|_| prolog),
+            ports: self.ports.filter(|_| prolog),
+            probe_ports: self.probe_ports.filter(|_| prolog),
+            diagnosis: self.diagnosis.filter(|_| mode == "epilog"),
             ..self
         }
     }
@@ -129,6 +141,8 @@ pub struct Settings {
     pub prolog_ports: PortRange,
     pub prolog_probe_ports: Option<PortRange>,
     pub epilog: Resolved,
+    /// The epilog's: where the job's saved diagnosis is read; `None`: off.
+    pub epilog_diagnosis: Option<String>,
 }
 
 /// One mode with its defaults applied.
@@ -234,6 +248,11 @@ impl Settings {
                 first: 29400,
                 last: 29499,
             }),
+            epilog_diagnosis: match raw.epilog.as_ref().and_then(|e| e.diagnosis.clone()) {
+                Some(off) if off == "off" => None,
+                Some(p) => Some(p),
+                None => Some(DIAGNOSIS_FILE.to_string()),
+            },
             epilog: mode(raw.epilog, &[EPILOG_TAG], &[], 45, true),
         }
     }
@@ -287,25 +306,29 @@ fn parse(file: &str, text: &str) -> (Raw, Vec<ChecklistError>) {
     let mut raw = raw.unwrap_or_default();
     for (name, mode) in [
         ("healthcheck", &mut raw.healthcheck),
+        ("prolog", &mut raw.prolog),
         ("epilog", &mut raw.epilog),
     ] {
         let Some(entries) = entry(&node, name).and_then(yaml::mapping_entries) else {
             continue;
         };
         for (key, _) in entries {
-            let Some(key_text) =
-                yaml::scalar_text(key).filter(|k| PROLOG_ONLY.contains(&k.as_str()))
-            else {
+            let Some(key_text) = yaml::scalar_text(key) else {
+                continue;
+            };
+            let why = if name != "prolog" && PROLOG_ONLY.contains(&key_text.as_str()) {
+                "only the prolog takes `{key}` (it alone runs across the job's allocation); move it under `prolog:`"
+            } else if name != "epilog" && EPILOG_ONLY.contains(&key_text.as_str()) {
+                "only the epilog takes `{key}` (a job's saved diagnosis is read at its end); move it under `epilog:`"
+            } else {
                 continue;
             };
             errors.push(located(yaml::YamlError::at(
-                format!(
-                    "{name}.{key_text}: only the prolog takes `{key_text}` (it alone runs across the job's allocation); move it under `prolog:`"
-                ),
+                format!("{name}.{key_text}: {}", why.replace("{key}", &key_text)),
                 key,
             )));
         }
-        *mode = mode.take().map(Mode::without_prolog_settings);
+        *mode = mode.take().map(|m| m.only_its_own(name));
     }
     if let Some(p) = &raw.drain_prefix
         && (p.trim().is_empty() || p.len() > 32 || p.contains(['\n', '"', '\'']))
@@ -377,6 +400,9 @@ mod tests {
         assert!(s.prolog.with.is_empty() && s.epilog.with.is_empty());
         assert!(s.epilog.strict && !s.healthcheck.strict && !s.prolog.strict);
         assert!(!s.prolog_cluster);
+        assert_eq!(s.epilog_diagnosis.as_deref(), Some(DIAGNOSIS_FILE));
+        let off = load("epilog: {only: [epilog], diagnosis: \"off\"}\n").unwrap();
+        assert_eq!(off.epilog_diagnosis, None);
         assert_eq!(s.prolog_ports.to_string(), "29400-29499");
         assert_eq!(s.site_key_file, d.path().join("site.key"));
     }
@@ -446,6 +472,11 @@ mod tests {
         let e = load("healthcheck: {probe_ports: 1-2}\n").unwrap_err();
         assert!(
             e.contains(":1:15") && e.contains("healthcheck.probe_ports"),
+            "{e}"
+        );
+        let e = load("prolog:\n  diagnosis: off\n").unwrap_err();
+        assert!(
+            e.contains(":2:3") && e.contains("prolog.diagnosis: only the epilog takes"),
             "{e}"
         );
         let e = load("a: [\n").unwrap_err();

@@ -71,6 +71,17 @@ fn first(env: &BTreeMap<String, String>, names: &[&str]) -> Option<u32> {
         .find_map(|n| env.get(*n).and_then(|v| v.trim().parse().ok()))
 }
 
+/// A Slurm batch script and what it starts outside a step (srun itself,
+/// a watchdog) carry SLURM_PROCID and SLURM_NTASKS but no step: they are
+/// not ranks. A task of a step has SLURM_STEP_ID; a rank given its own
+/// RANK (torch under srun) is one whatever Slurm says.
+fn is_batch_script(env: &BTreeMap<String, String>) -> bool {
+    let own_rank = rank_vars()
+        .iter()
+        .any(|v| !v.starts_with("SLURM_") && env.contains_key(*v));
+    !own_rank && env.contains_key("SLURM_PROCID") && !env.contains_key("SLURM_STEP_ID")
+}
+
 /// The jobs under `proc_dir`, ranks in order.
 pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
     let me = std::process::id();
@@ -96,6 +107,9 @@ pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
         else {
             continue;
         };
+        if is_batch_script(&env) {
+            continue;
+        }
         if world == 0 || rank >= world {
             continue;
         }
@@ -169,4 +183,37 @@ pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
                 .is_none_or(|id| j.ids.iter().any(|x| x == id))
     });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_script_is_no_rank_and_a_steps_task_is() {
+        // As Slurm 22.05 sets them: the batch script, then a task of step 0.
+        let batch = env(&[
+            ("SLURM_JOB_ID", "2"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "2"),
+        ]);
+        assert!(is_batch_script(&batch));
+        let mut task = batch.clone();
+        task.insert("SLURM_STEP_ID".into(), "0".into());
+        assert!(!is_batch_script(&task));
+        let mut torch = batch.clone();
+        torch.insert("RANK".into(), "0".into());
+        assert!(!is_batch_script(&torch));
+        assert!(!is_batch_script(&env(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2")
+        ])));
+    }
 }

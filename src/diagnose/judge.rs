@@ -134,14 +134,18 @@ fn dropping_paths(job: &Job, watched: &BTreeMap<u32, Watched>, ranks: &[RankStat
             let probe = if !local {
                 "not probed from here (the ranks are in another network namespace)".to_string()
             } else {
-                match std::net::TcpStream::connect_timeout(&peer, PROBE) {
+                let connect = match std::net::TcpStream::connect_timeout(&peer, PROBE) {
                     Ok(_) => format!("a connect from here to {peer} succeeds"),
                     Err(e) => format!(
                         "a connect from here to {peer}: {} ({})",
                         crate::kinds::tcp_connect::classify(&e).name(),
                         e
                     ),
-                }
+                };
+                format!(
+                    "{connect}; {}",
+                    crate::kinds::ping::quote(&peer.ip().to_string())
+                )
             };
             let times = match retransmits {
                 1 => "once".to_string(),

@@ -27,7 +27,7 @@ pub use find::{Filter, Job, jobs};
 pub use judge::judge;
 pub use merge::merge;
 pub use observe::observe;
-pub use remote::{Ssh, ask_all};
+pub use remote::{Remote, Via, ask_all};
 
 use crate::result::diagnosis::{Diagnosis, SCHEMA};
 
@@ -169,21 +169,22 @@ fn ras(setting: &Ras, found: &[Job]) -> Option<RasReport> {
     };
     match nccl_ras::status(&addr, RAS_WITHIN) {
         Ok(st) => Some(RasReport {
+            culprits: quote_pings(
+                st.named
+                    .into_iter()
+                    .map(|r| Culprit {
+                        rank: r.rank,
+                        node: r.host,
+                        pid: r.pid,
+                        reason: format!("NCCL RAS: {}", r.why),
+                    })
+                    .collect(),
+            ),
             address: addr,
             format: st.format,
             nccl_version: st.nccl_version,
             communicators: st.communicators,
             findings: st.findings,
-            culprits: st
-                .named
-                .into_iter()
-                .map(|r| Culprit {
-                    rank: r.rank,
-                    node: r.host,
-                    pid: r.pid,
-                    reason: format!("NCCL RAS: {}", r.why),
-                })
-                .collect(),
             error: None,
         }),
         // Nothing listens: no NCCL job with RAS here.
@@ -194,6 +195,38 @@ fn ras(setting: &Ras, found: &[Job]) -> Option<RasReport> {
             ..RasReport::default()
         }),
     }
+}
+
+/// Nodes whose ping check is quoted at most: each is a thread for a
+/// second or so.
+const MOST_PINGED: usize = 16;
+
+/// Each node RAS names, pinged as preflight's ping check does (every node
+/// at once), what it finds added to the reasons: a dead peer whose node
+/// answers lost its process; one whose node does not, the node or the
+/// path.
+fn quote_pings(mut culprits: Vec<Culprit>) -> Vec<Culprit> {
+    let mut hosts: Vec<String> = culprits
+        .iter()
+        .map(|c| c.node.clone())
+        .filter(|h| h != "unknown" && !h.is_empty())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts.truncate(MOST_PINGED);
+    let quotes: Vec<(String, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = hosts
+            .iter()
+            .map(|h| s.spawn(move || (h.clone(), crate::kinds::ping::quote(h))))
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    for c in &mut culprits {
+        if let Some((_, q)) = quotes.iter().find(|(h, _)| *h == c.node) {
+            c.reason.push_str(&format!("; {q}"));
+        }
+    }
+    culprits
 }
 
 /// Every job on the node (under `proc_dir`) that `filter` keeps, each

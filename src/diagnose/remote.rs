@@ -1,7 +1,9 @@
-//! diagnose on other nodes, over ssh: `ssh HOST preflight diagnose
-//! --format json ...` on every host at once, each within a deadline; what
-//! each answers, or why it could not (unreachable, no preflight there, an
-//! answer that is not a diagnosis), which is said and never guessed at.
+//! diagnose on other nodes, over ssh (`ssh HOST preflight diagnose
+//! --format json ...`) or as a step of the job's own Slurm allocation
+//! (`srun --overlap --jobid J --nodelist NODE ...`): every node at once
+//! (at most `AT_ONCE`), each within a deadline; what each answers, or why
+//! it could not (unreachable, no preflight there, an answer that is not a
+//! diagnosis), which is said and never guessed at.
 
 use std::time::Duration;
 
@@ -13,18 +15,27 @@ use crate::result::diagnosis::{Diagnosis, SCHEMA, Unreachable};
 /// diagnosis is megabytes at most.
 const MAX_ANSWER: u64 = 64 << 20;
 
-struct Output {
-    stdout: Vec<u8>,
+/// Nodes asked at once: a job of a thousand nodes does not start a
+/// thousand ssh or srun processes on one host.
+const AT_ONCE: usize = 64;
+
+/// How the other nodes are reached.
+#[derive(Debug, Clone)]
+pub enum Via {
+    /// Options before the host (`-i KEY`, `-o Port=2222`), each a word.
+    Ssh { options: Vec<String> },
+    /// A step of this Slurm job on the node, beside the job's own
+    /// (`--overlap`): no ssh, the job's user, the job's nodes.
+    Srun { job: String },
 }
 
 /// How to reach the other nodes.
 #[derive(Debug, Clone)]
-pub struct Ssh {
-    /// Options before the host (`-i KEY`, `-o Port=2222`), each a word.
-    pub options: Vec<String>,
+pub struct Remote {
+    pub via: Via,
     /// preflight on the other nodes.
     pub program: String,
-    /// How long a node may take, ssh included.
+    /// How long a node may take, ssh or srun included.
     pub within: Duration,
 }
 
@@ -33,26 +44,47 @@ fn quote(w: &str) -> String {
     format!("'{}'", w.replace('\'', "'\\''"))
 }
 
-async fn ask(ssh: &Ssh, host: &str, args: &[String]) -> Result<Diagnosis, String> {
-    let remote: Vec<String> = std::iter::once(ssh.program.as_str())
+fn command(remote: &Remote, host: &str, args: &[String]) -> tokio::process::Command {
+    let words = std::iter::once(remote.program.as_str())
         .chain(["diagnose", "--format", "json"])
-        .chain(args.iter().map(String::as_str))
-        .map(quote)
-        .collect();
-    let mut child = tokio::process::Command::new("ssh")
-        .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=5"])
-        .args(&ssh.options)
-        .arg(host)
-        .arg("--")
-        .arg(remote.join(" "))
+        .chain(args.iter().map(String::as_str));
+    match &remote.via {
+        Via::Ssh { options } => {
+            let mut c = tokio::process::Command::new("ssh");
+            c.args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=5"])
+                .args(options)
+                .arg(host)
+                .arg("--")
+                .arg(words.map(quote).collect::<Vec<_>>().join(" "));
+            c
+        }
+        Via::Srun { job } => {
+            let mut c = tokio::process::Command::new("srun");
+            // Explicit shape: a watchdog in the batch script inherits the
+            // job's SLURM_NTASKS and the like, which would ask for more.
+            c.args(["--overlap", "--quiet", "--jobid", job, "--nodelist", host])
+                .args(["--nodes=1", "--ntasks=1", "--cpus-per-task=1"])
+                .args(["--kill-on-bad-exit=1", "--"])
+                .args(words);
+            c
+        }
+    }
+}
+
+async fn ask(remote: &Remote, host: &str, args: &[String]) -> Result<Diagnosis, String> {
+    let how = match remote.via {
+        Via::Ssh { .. } => "ssh",
+        Via::Srun { .. } => "srun",
+    };
+    let mut child = command(remote, host, args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("cannot run ssh: {e}"))?;
+        .map_err(|e| format!("cannot run {how}: {e}"))?;
     let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err("ssh's output could not be read".into());
+        return Err(format!("{how}'s output could not be read"));
     };
     // A node's answer is bounded, whatever it sends.
     let run = async {
@@ -64,14 +96,15 @@ async fn ask(ssh: &Ssh, host: &str, args: &[String]) -> Result<Diagnosis, String
         let status = child.wait().await?;
         Ok::<_, std::io::Error>((status, stdout, stderr))
     };
-    let (status, stdout, stderr) = tokio::time::timeout(ssh.within, run)
+    let (status, stdout, stderr) = tokio::time::timeout(remote.within, run)
         .await
-        .map_err(|_| format!("no answer within {} s", ssh.within.as_secs()))?
-        .map_err(|e| format!("ssh: {e}"))?;
+        .map_err(|_| format!("no answer within {} s", remote.within.as_secs()))?
+        .map_err(|e| format!("{how}: {e}"))?;
     if stdout.len() as u64 > MAX_ANSWER {
         return Err(format!("an answer over {} MiB", MAX_ANSWER >> 20));
     }
-    // diagnose's own exits: 0, 1, 3; anything else is ssh's or a failure.
+    // diagnose's own exits: 0, 1, 3; anything else is ssh's, srun's or a
+    // failure.
     if !matches!(status.code(), Some(0 | 1 | 3)) {
         let err = String::from_utf8_lossy(&stderr);
         let last = err
@@ -81,8 +114,7 @@ async fn ask(ssh: &Ssh, host: &str, args: &[String]) -> Result<Diagnosis, String
             .unwrap_or("");
         return Err(format!("{} ({status})", last.trim()));
     }
-    let out = Output { stdout };
-    let d: Diagnosis = serde_json::from_slice(&out.stdout)
+    let d: Diagnosis = serde_json::from_slice(&stdout)
         .map_err(|e| format!("its answer is not a diagnosis: {e}"))?;
     if d.schema != SCHEMA {
         return Err(format!("its answer is a {} document", d.schema));
@@ -91,7 +123,11 @@ async fn ask(ssh: &Ssh, host: &str, args: &[String]) -> Result<Diagnosis, String
 }
 
 /// Every host asked at once; each one's diagnosis, or why not.
-pub fn ask_all(ssh: &Ssh, hosts: &[String], args: &[String]) -> (Vec<Diagnosis>, Vec<Unreachable>) {
+pub fn ask_all(
+    remote: &Remote,
+    hosts: &[String],
+    args: &[String],
+) -> (Vec<Diagnosis>, Vec<Unreachable>) {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -110,9 +146,17 @@ pub fn ask_all(ssh: &Ssh, hosts: &[String], args: &[String]) -> (Vec<Diagnosis>,
     };
     rt.block_on(async {
         let mut set = tokio::task::JoinSet::new();
+        let at_once = std::sync::Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
         for (i, h) in hosts.iter().enumerate() {
-            let (ssh, h, args) = (ssh.clone(), h.clone(), args.to_vec());
-            set.spawn(async move { (i, h.clone(), ask(&ssh, &h, &args).await) });
+            let (remote, h, args) = (remote.clone(), h.clone(), args.to_vec());
+            let at_once = at_once.clone();
+            set.spawn(async move {
+                let Ok(_turn) = at_once.acquire().await else {
+                    return (i, h, Err("its query was never started".to_string()));
+                };
+                let a = ask(&remote, &h, &args).await;
+                (i, h, a)
+            });
         }
         let mut answers = Vec::new();
         while let Some(joined) = set.join_next().await {

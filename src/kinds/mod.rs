@@ -27,7 +27,7 @@ mod launch_env;
 mod memory;
 mod nvlink;
 mod pcie_link;
-mod ping;
+pub mod ping;
 mod port;
 pub mod port_holder;
 pub mod ports;

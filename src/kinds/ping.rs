@@ -323,12 +323,16 @@ impl Ping {
                 self.hosts_var.as_deref().unwrap_or("no host")
             ));
         }
+        self.ping_hosts(&hosts)
+    }
+
+    fn ping_hosts(&self, hosts: &[String]) -> Finding {
         let mut problems = Vec::new();
         let mut lines = Vec::new();
         let mut worst_loss: f64 = 0.0;
         let mut worst_rtt = None;
         let mut socket_kind = None;
-        for host in &hosts {
+        for host in hosts {
             let ips = match resolve_blocking(host, Duration::from_secs(3)) {
                 Ok(ips) => ips,
                 Err(e) => {
@@ -403,6 +407,23 @@ impl Ping {
             )))
         }
     }
+}
+
+/// The ping check of one host (3 echoes, 1 s for the last reply), as
+/// its finding says it: for `diagnose`, which quotes it of a node the
+/// evidence points at.
+pub fn quote(host: &str) -> String {
+    let p = Ping {
+        hosts: vec![host.to_string()],
+        hosts_var: None,
+        count: three(),
+        interval: default_interval(),
+        reply_timeout: default_reply_timeout(),
+        max_loss_percent: 0.0,
+        max_rtt: None,
+    };
+    let f = p.ping_hosts(&p.hosts);
+    format!("ping check {}: {}", f.status.name(), f.message)
 }
 
 fn format_rtt(d: Duration) -> String {

@@ -649,10 +649,15 @@ fn nccl_ras_reports_name_the_missing_dead_and_lagging_ranks() {
             assert_eq!(c.as_array().map(Vec::len), Some(1), "{case} {form}: {d:#}");
             assert_eq!(c[0]["rank"], rank, "{case} {form}: {d:#}");
             assert_eq!(c[0]["pid"], pid, "{case} {form}: {d:#}");
-            let node = if rank < 4 { "10.0.0.1" } else { "10.0.0.2" };
+            let node = if rank < 4 { "127.0.0.21" } else { "127.0.0.22" };
             assert_eq!(c[0]["node"], node, "{case} {form}: {d:#}");
             let reason = c[0]["reason"].as_str().unwrap();
             assert!(reason.contains(words), "{case} {form}: {reason}");
+            // The node RAS names gets preflight's ping check, quoted.
+            assert!(
+                reason.contains(&format!("; ping check pass: {node} ({node}): 3/3 replies")),
+                "{case} {form}: {reason}"
+            );
             assert_eq!(d["verdict"], "held", "{case} {form}");
             assert_eq!(code, 1, "{case} {form}");
         }
@@ -661,7 +666,7 @@ fn nccl_ras_reports_name_the_missing_dead_and_lagging_ranks() {
             let (_, d) = ras(&ras_replay("dead", false));
             let f = d["nccl_ras"]["findings"].to_string();
             assert!(
-                f.contains("process 4242 on node 10.0.0.2 is considered dead"),
+                f.contains("process 4242 on node 127.0.0.22 is considered dead"),
                 "{f}"
             );
         }

@@ -1,7 +1,7 @@
 //! NCCL smoke test on the local GPUs: one process per GPU, the five
 //! operations verified, a size sweep with busbw, and an abort at a deadline.
 //!
-//!   smoke [--nccl-lib PATH] [--gpus N] [--sizes 1M,16M,64M,256M] [--deadline-s 60]
+//!   smoke [--nccl-lib PATH] [--gpus N] [--sizes 1M,16M,64M,256M] [--deadline-s 60] [--hold-s 0]
 //!
 //! 1. The probe runs first and the smoke test stops there (exit 2) when it
 //!    says there is no usable device or no NCCL.
@@ -16,6 +16,9 @@
 //!    and ncclCommAbort must end it promptly.
 //!
 //! Output lines starting with "RANK", "SWEEP" and "ABORT" are the results.
+//! "HOLD": with --hold-s, each rank keeps its communicator that long after
+//! the operations (for a query of NCCL's RAS port meanwhile), and writes
+//! NCCL_SMOKE_HOLD_FILE.RANK, where set, when it starts to.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -32,6 +35,9 @@ const LIB: &str = "NCCL_SMOKE_LIB";
 const PHASE: &str = "NCCL_SMOKE_PHASE";
 const SIZES: &str = "NCCL_SMOKE_SIZES";
 const DEADLINE: &str = "NCCL_SMOKE_DEADLINE_S";
+/// Seconds each rank keeps its communicator after the operations, for a
+/// query of NCCL's RAS port meanwhile (tests/gpu/nccl-ras.sh).
+const HOLD: &str = "NCCL_SMOKE_HOLD_S";
 
 fn main() {
     let child = std::env::var(RANK).is_ok();
@@ -74,6 +80,7 @@ fn parent_main() -> Result<(), Failure> {
     let mut gpus: Option<usize> = None;
     let mut sizes = "1M,16M,64M,256M".to_string();
     let mut deadline_s: u64 = 60;
+    let mut hold_s: u64 = 0;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || {
@@ -84,6 +91,11 @@ fn parent_main() -> Result<(), Failure> {
             "--nccl-lib" => lib = Some(PathBuf::from(value()?)),
             "--gpus" => gpus = Some(value()?.parse().map_err(|e| fail(format!("--gpus: {e}")))?),
             "--sizes" => sizes = value()?,
+            "--hold-s" => {
+                hold_s = value()?
+                    .parse()
+                    .map_err(|e| fail(format!("--hold-s: {e}")))?
+            }
             "--deadline-s" => {
                 deadline_s = value()?
                     .parse()
@@ -119,9 +131,17 @@ fn parent_main() -> Result<(), Failure> {
         .map(usize::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let ops = run_phase(&dir, "ops", n, n, &nccl.path, &size_list, deadline_s)?;
+    let ops = run_phase(
+        &dir,
+        "ops",
+        n,
+        n,
+        &nccl.path,
+        &size_list,
+        (deadline_s + hold_s, hold_s),
+    )?;
     // The abort phase: a world of n+1 whose last rank never starts.
-    let abort = run_phase(&dir, "abort", n, n + 1, &nccl.path, "", deadline_s)?;
+    let abort = run_phase(&dir, "abort", n, n + 1, &nccl.path, "", (deadline_s, 0))?;
     let _ = std::fs::remove_dir_all(&dir);
 
     let mut ok = true;
@@ -163,7 +183,7 @@ fn run_phase(
     world: usize,
     lib: &str,
     sizes: &str,
-    deadline_s: u64,
+    (deadline_s, hold_s): (u64, u64),
 ) -> Result<Vec<(bool, String)>, Failure> {
     let id_file = dir.join(format!("{phase}-id"));
     let exe = std::env::current_exe().map_err(fail)?;
@@ -178,6 +198,7 @@ fn run_phase(
             .env(PHASE, phase)
             .env(SIZES, sizes)
             .env(DEADLINE, deadline_s.to_string())
+            .env(HOLD, hold_s.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -316,6 +337,16 @@ fn rank_main() -> Result<(), Failure> {
                 free >> 20,
                 total >> 20
             );
+            let hold = env_usize(HOLD).unwrap_or(0) as u64;
+            if hold > 0 {
+                println!("HOLD rank {rank}: communicator kept {hold} s");
+                // Said at once to whoever waits for it (stdout reaches
+                // the parent only when the rank ends).
+                if let Ok(f) = std::env::var("NCCL_SMOKE_HOLD_FILE") {
+                    let _ = std::fs::write(format!("{f}.{rank}"), "holding\n");
+                }
+                std::thread::sleep(Duration::from_secs(hold));
+            }
             comm.destroy().map_err(fail)
         }
         Err(e) => {

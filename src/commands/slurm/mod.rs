@@ -9,6 +9,7 @@
 mod job;
 mod reason;
 pub mod scontrol;
+mod timed_out;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -140,8 +141,21 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
         &action,
         &settings.drain_prefix,
     );
+    let diagnosis = match mode {
+        SlurmMode::Epilog => timed_out::act(
+            settings.epilog_diagnosis.as_deref(),
+            &slurm,
+            &get,
+            &own,
+            &settings.drain_prefix,
+        ),
+        _ => timed_out::Outcome::default(),
+    };
     let mut text = summary(mode, &own, &report, &action, &done, &file);
     text.push('\n');
+    for l in &diagnosis.lines {
+        text.push_str(&format!("  diagnosis: {}\n", scontrol::one_line(l, 600)));
+    }
     // Every problem on its own line, for the log (the reason holds one).
     for c in report
         .checks
@@ -163,7 +177,9 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
     // that did not happen must not look like one that did.
     Ok(match (&action, &done) {
         (_, Err(_)) => ExitCode::Usage,
+        _ if diagnosis.failed => ExitCode::Usage,
         (Action::Drain(_), _) => ExitCode::NotReady,
+        _ if diagnosis.drained_self => ExitCode::NotReady,
         _ if mode == SlurmMode::Healthcheck => report.verdict.exit_code(),
         _ => ExitCode::Ready,
     })

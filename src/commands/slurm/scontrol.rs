@@ -67,6 +67,26 @@ impl NodeState {
     }
 }
 
+/// What `scontrol show job` says of a job.
+#[derive(Debug, Clone)]
+pub struct JobState {
+    /// `RUNNING`, `COMPLETING`, `TIMEOUT`, ...
+    pub state: String,
+    /// `TimeLimit` for a job that ran out of time (while it completes).
+    pub reason: Option<String>,
+    pub batch_host: Option<String>,
+    pub user_id: Option<u32>,
+    pub nodes: Vec<String>,
+}
+
+impl JobState {
+    /// Ended by its time limit: `TIMEOUT`, or `COMPLETING` for that reason
+    /// (what an epilog sees).
+    pub fn timed_out(&self) -> bool {
+        self.state == "TIMEOUT" || self.reason.as_deref() == Some("TimeLimit")
+    }
+}
+
 impl Slurm {
     /// `scontrol` from the setting, PATH, then the usual directories;
     /// slurm.conf from SLURM_CONF, the slurmd that started this process
@@ -160,6 +180,44 @@ impl Slurm {
         field(&out, "NodeAddr")
             .filter(|a| !a.is_empty())
             .ok_or_else(|| format!("scontrol show node {name}: no NodeAddr"))
+    }
+
+    /// A job as `scontrol show job -o` says it: its state, the reason,
+    /// its batch host, its nodes (expanded).
+    pub fn job(&self, id: &str) -> Result<JobState, String> {
+        let out = self.call(&["show", "job", "-o", id])?;
+        let get = |k: &str| field(&out, k).filter(|v| !v.is_empty() && v != "(null)");
+        let state = get("JobState").ok_or_else(|| {
+            format!(
+                "scontrol show job {id}: no JobState in `{}`",
+                one_line(&out, 200)
+            )
+        })?;
+        let nodes = match get("NodeList") {
+            Some(list) => self.hostnames(&list)?,
+            None => Vec::new(),
+        };
+        Ok(JobState {
+            state,
+            reason: get("Reason"),
+            batch_host: get("BatchHost"),
+            user_id: get("UserId")
+                .and_then(|u| {
+                    u.split_once('(')
+                        .and_then(|(_, id)| id.strip_suffix(')').map(str::to_string))
+                })
+                .and_then(|id| id.parse().ok()),
+            nodes,
+        })
+    }
+
+    /// A Slurm host list (`h[1-3],g7`) as names.
+    pub fn hostnames(&self, list: &str) -> Result<Vec<String>, String> {
+        Ok(self
+            .call(&["show", "hostnames", list])?
+            .split_whitespace()
+            .map(str::to_string)
+            .collect())
     }
 
     /// Takes a job off its allocation before it starts, with the reason

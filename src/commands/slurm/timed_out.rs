@@ -1,0 +1,274 @@
+//! The epilog of a job that ran out of time. By then every rank is gone,
+//! so the evidence is what a watchdog in the job saved before the end
+//! (`preflight diagnose --slurm --output FILE`, at the warning signal
+//! `sbatch --signal` sends). The batch host's epilog reads it, and drains
+//! each of the job's nodes where it names a rank that held the job up,
+//! with that rank and why in the reason. No file, a job that ended
+//! otherwise, a verdict that names no node: nothing is drained.
+//!
+//! The file is the job's user's: it is read only when it is a plain file
+//! the user (or root) owns, bounded in size, and it can drain no node
+//! outside the job's own allocation.
+
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+
+use super::scontrol::{self, JobState, Slurm};
+use crate::result::diagnosis::{CLUSTER_SCHEMA, ClusterDiagnosis, Culprit, Diagnosis, SCHEMA};
+
+/// A diagnosis of thousands of nodes is megabytes.
+const MAX_FILE: u64 = 64 << 20;
+
+/// What the epilog learnt and did; each line for its log.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub lines: Vec<String>,
+    /// This node was drained on the diagnosis.
+    pub drained_self: bool,
+    /// A drain the diagnosis asked for did not happen.
+    pub failed: bool,
+}
+
+/// `%j` the job id, `%w` its working directory, `%n` this node.
+fn path(pattern: &str, job: &str, env: &dyn Fn(&str) -> Option<String>, own: &str) -> PathBuf {
+    PathBuf::from(
+        pattern
+            .replace("%j", job)
+            .replace("%w", &env("SLURM_JOB_WORK_DIR").unwrap_or_default())
+            .replace("%n", own),
+    )
+}
+
+/// The culprits the saved file names, or why it is not taken.
+fn read_culprits(file: &PathBuf, owner: Option<u32>) -> Result<Option<Vec<Culprit>>, String> {
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits() | nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(file)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", file.display())),
+    };
+    let meta = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{}: not a plain file", file.display()));
+    }
+    if meta.uid() != 0 && Some(meta.uid()) != owner {
+        return Err(format!(
+            "{}: owned by uid {}, neither the job's user nor root",
+            file.display(),
+            meta.uid()
+        ));
+    }
+    let mut text = Vec::new();
+    f.take(MAX_FILE + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    if text.len() as u64 > MAX_FILE {
+        return Err(format!("{}: over {} MiB", file.display(), MAX_FILE >> 20));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&text)
+        .map_err(|e| format!("{}: not a diagnosis: {e}", file.display()))?;
+    let held = v["verdict"].as_str() == Some("held");
+    match v["schema"].as_str() {
+        Some(CLUSTER_SCHEMA) => {
+            let c: ClusterDiagnosis = serde_json::from_value(v)
+                .map_err(|e| format!("{}: not a diagnosis: {e}", file.display()))?;
+            Ok(Some(if held { c.culprits } else { Vec::new() }))
+        }
+        Some(SCHEMA) => {
+            let d: Diagnosis = serde_json::from_value(v)
+                .map_err(|e| format!("{}: not a diagnosis: {e}", file.display()))?;
+            Ok(Some(if held {
+                d.jobs.into_iter().flat_map(|j| j.culprits).collect()
+            } else {
+                Vec::new()
+            }))
+        }
+        other => Err(format!(
+            "{}: a {} document, not a diagnosis",
+            file.display(),
+            other.unwrap_or("schemaless")
+        )),
+    }
+}
+
+/// The short name: a node's hostname may be its FQDN, Slurm's name not.
+fn short(n: &str) -> &str {
+    n.split('.').next().unwrap_or(n)
+}
+
+/// Reads the saved diagnosis of a job that ran out of time and drains the
+/// nodes it names, on the batch host only (where the watchdog ran).
+pub fn act(
+    pattern: Option<&str>,
+    slurm: &Slurm,
+    env: &dyn Fn(&str) -> Option<String>,
+    own: &str,
+    prefix: &str,
+) -> Outcome {
+    let mut out = Outcome::default();
+    let (Some(pattern), Some(job)) = (pattern, env("SLURM_JOB_ID").filter(|j| !j.is_empty()))
+    else {
+        return out;
+    };
+    let state: JobState = match slurm.job(&job) {
+        Ok(s) => s,
+        Err(e) => {
+            // Not known to have run out of time: nothing to act on, and
+            // no reason for an Epilog error on this node.
+            out.lines
+                .push(format!("the job's saved diagnosis not read: {e}"));
+            return out;
+        }
+    };
+    let acting = state
+        .batch_host
+        .as_deref()
+        .or(state.nodes.first().map(String::as_str));
+    if !state.timed_out() || acting.map(short) != Some(short(own)) {
+        return out;
+    }
+    let owner = env("SLURM_JOB_UID")
+        .and_then(|u| u.parse().ok())
+        .or(state.user_id);
+    let file = path(pattern, &job, env, own);
+    let culprits = match read_culprits(&file, owner) {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            out.lines.push(format!(
+                "job {job} ran out of time; no diagnosis saved at {} (docs/diagnose.md: a watchdog saves one)",
+                file.display()
+            ));
+            return out;
+        }
+        Err(e) => {
+            out.lines.push(format!(
+                "job {job} ran out of time; its diagnosis not taken: {e}"
+            ));
+            return out;
+        }
+    };
+    if culprits.is_empty() {
+        out.lines.push(format!(
+            "job {job} ran out of time; its diagnosis ({}) names no rank: no node drained",
+            file.display()
+        ));
+    }
+    // One drain per node, with its first culprit; the rest counted.
+    let mut by_node: Vec<(String, Vec<&Culprit>)> = Vec::new();
+    for c in &culprits {
+        let Some(node) = state.nodes.iter().find(|n| short(n) == short(&c.node)) else {
+            out.lines.push(format!(
+                "job {job}: rank {} named on {}, not a node of the job: not drained ({})",
+                c.rank, c.node, c.reason
+            ));
+            continue;
+        };
+        match by_node.iter_mut().find(|(n, _)| n == node) {
+            Some((_, cs)) => cs.push(c),
+            None => by_node.push((node.clone(), vec![c])),
+        }
+    }
+    for (node, cs) in by_node {
+        let first = cs[0];
+        let more = match cs.len() - 1 {
+            0 => String::new(),
+            n => format!(" (+{n} more)"),
+        };
+        let pid = first.pid.map(|p| format!(" pid {p}")).unwrap_or_default();
+        let reason = scontrol::one_line(
+            &format!(
+                "{prefix} job {job} timed out held up by rank {}{pid}: {}{more}",
+                first.rank, first.reason
+            ),
+            400,
+        );
+        match slurm.node(&node) {
+            Ok(n) if n.out_of_service() => {
+                out.lines.push(format!(
+                    "{node} left {} ({}); the diagnosis says: {reason}",
+                    n.state,
+                    n.reason.unwrap_or_default()
+                ));
+                continue;
+            }
+            Err(e) => {
+                out.lines.push(e);
+                out.failed = true;
+                continue;
+            }
+            Ok(_) => {}
+        }
+        match slurm.drain(&node, &reason) {
+            Ok(()) => {
+                out.drained_self |= short(&node) == short(own);
+                out.lines.push(format!("{node} drained: {reason}"));
+            }
+            Err(e) => {
+                out.lines.push(e);
+                out.failed = true;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_file_pattern_takes_the_job_its_directory_and_the_node() {
+        let env = |k: &str| (k == "SLURM_JOB_WORK_DIR").then(|| "/home/a/run".to_string());
+        assert_eq!(
+            path("%w/preflight-diagnose-%j.json", "77", &env, "h2"),
+            PathBuf::from("/home/a/run/preflight-diagnose-77.json")
+        );
+        assert_eq!(
+            path("/shared/%n/%j.json", "77", &env, "h2"),
+            PathBuf::from("/shared/h2/77.json")
+        );
+    }
+
+    #[test]
+    fn a_file_of_another_user_a_link_or_no_diagnosis_is_not_taken() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("d.json");
+        let me = nix::unistd::getuid().as_raw();
+        // No file: nothing to take, and no error.
+        assert!(read_culprits(&f, Some(me)).unwrap().is_none());
+        std::fs::write(&f, "{\"schema\": \"preflight.report/v1\"}").unwrap();
+        assert!(
+            read_culprits(&f, Some(me))
+                .unwrap_err()
+                .contains("not a diagnosis")
+        );
+        let link = d.path().join("link.json");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        assert!(read_culprits(&link, Some(me)).is_err());
+        if me != 0 {
+            assert!(
+                read_culprits(&f, Some(me + 1))
+                    .unwrap_err()
+                    .contains("owned by uid")
+            );
+        }
+        let held = serde_json::json!({
+            "schema": CLUSTER_SCHEMA, "verdict": "held", "summary": "", "paths": [],
+            "nodes": [], "unreachable": [],
+            "culprits": [{"rank": 1, "node": "h2.cluster", "pid": 7, "reason": "sleeping"}],
+        });
+        std::fs::write(&f, held.to_string()).unwrap();
+        let c = read_culprits(&f, Some(me)).unwrap().unwrap();
+        assert_eq!((c[0].rank, short(&c[0].node)), (1, "h2"));
+        let mut unknown = held.clone();
+        unknown["verdict"] = "unknown".into();
+        std::fs::write(&f, unknown.to_string()).unwrap();
+        assert!(read_culprits(&f, Some(me)).unwrap().unwrap().is_empty());
+    }
+}
