@@ -11,6 +11,9 @@
 #[path = "common/cluster.rs"]
 mod cluster;
 mod common;
+/// Kubernetes pods as namespaces, each operator's environment.
+#[path = "pods/cases.rs"]
+mod pods;
 
 use std::time::Duration;
 

@@ -92,7 +92,12 @@ impl Token {
             Some((var @ "SLURM_JOB_ID", id)) => {
                 Token::new(format!("slurm-job:{id}").as_bytes(), var)
             }
-            Some((var, id)) => Token::new(format!("torchelastic:{id}").as_bytes(), var),
+            Some((var @ "TORCHELASTIC_RUN_ID", id)) => {
+                Token::new(format!("torchelastic:{id}").as_bytes(), var)
+            }
+            // A pod's job, by what every pod of it shares (its leader's
+            // name): as readable as a Slurm job id, so as weak.
+            Some((var, id)) => Token::new(format!("kubernetes:{id}").as_bytes(), var),
             None => Token::none(),
         })
     }

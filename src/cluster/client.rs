@@ -177,7 +177,10 @@ where
         Outcome::Unreachable => format!(
             "cannot reach the master {host}:{port} (rank 0): {last_text}: no route to {host} from here"
         ),
-        Outcome::Other | Outcome::Connected | Outcome::NotResolved => format!(
+        Outcome::NotResolved => format!(
+            "rank 0's {host} did not come up within {waited}: its name does not resolve here ({attempts} attempts, the last: {last_text}): the node or pod that runs rank 0 is not up yet or is gone, or its name is wrong (in Kubernetes a pod's name resolves only once the pod exists, under the job's headless Service)"
+        ),
+        Outcome::Other | Outcome::Connected => format!(
             "cannot reach the master {host}:{port} (rank 0) within {waited}: {}",
             if last_text.is_empty() {
                 "no attempt completed"

@@ -118,6 +118,9 @@ pub struct NodePlan {
     pub master_port: u16,
     pub job_id: Option<String>,
     pub nodelist: Vec<String>,
+    /// Where the plan came from when a pod's operator gave it, and what
+    /// preflight took where the contract is ambiguous (the report's notes).
+    pub notes: Vec<String>,
 }
 
 type Env = BTreeMap<String, String>;
@@ -141,7 +144,7 @@ fn text(env: &Env, names: &[&str]) -> Option<String> {
 
 /// OMPI_COMM_WORLD_NODE_RANK is not here: it is a process's rank among the
 /// processes on its node, not the node's index.
-const NODE_RANK: &[&str] = &["GROUP_RANK", "SLURM_NODEID"];
+const NODE_RANK: &[&str] = &["GROUP_RANK", "SLURM_NODEID", "PET_NODE_RANK"];
 const NNODES: &[&str] = &["SLURM_NNODES", "SLURM_JOB_NUM_NODES"];
 
 /// The job's id and the variable it came from: SLURM_JOB_ID, else
@@ -153,6 +156,7 @@ pub fn job_id(env: &Env) -> Option<(&'static str, String)> {
         .into_iter()
         .find_map(|var| Some((var, text(env, &[var])?)))
         .filter(|(var, id)| !(*var == "TORCHELASTIC_RUN_ID" && id == "none"))
+        .or_else(|| crate::facts::pod::job_id(env))
 }
 
 fn source_of(var: &str) -> &'static str {
@@ -291,6 +295,26 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
             master_port: master_port(flags, env, if single { 0 } else { DEFAULT_PORT })?,
             job_id,
             nodelist: nodes,
+            notes: Vec::new(),
+        }));
+    }
+    // A Kubernetes pod of a job operator's: a node of the job.
+    if !child && let Some(found) = crate::facts::pod::discover(env) {
+        let job = found?;
+        let p = job.plan;
+        return Ok(Role::Node(NodePlan {
+            nnodes: p.nnodes,
+            node_rank: p.node_rank,
+            nproc: flags.nproc_per_node.flatten().or(p.nproc),
+            master_addr: flags.master_addr.clone().unwrap_or(p.master_addr),
+            master_port: flags.master_port.unwrap_or(p.master_port),
+            job_id: job_id.or(p.job_id),
+            nodelist: p.nodelist,
+            notes: job
+                .notes
+                .iter()
+                .map(|n| format!("{}: {n}", job.operator))
+                .collect(),
         }));
     }
     let Some((rank, rank_var)) = first::<u32>(env, &launch::rank_vars()) else {
@@ -337,6 +361,7 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
             master_port: master_port(flags, env, 0)?,
             job_id,
             nodelist: nodes,
+            notes: Vec::new(),
         }));
     };
     let world_size = first(env, &launch::size_vars())

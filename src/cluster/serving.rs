@@ -283,7 +283,7 @@ pub async fn start_node_server(
                 },
                 token: token.clone(),
                 rank: None,
-                notes: Vec::new(),
+                notes: plan.notes.clone(),
             };
             Ok((spawn_server(input, serving, listener), port))
         }

@@ -200,5 +200,30 @@ pub fn emit(args: &RunArgs, stage: Stage, outcome: Outcome) -> Result<ExitCode, 
             },
         )?;
     }
+    if let (Some(path), false) = (termination_log(args, facts), muted) {
+        // What the pod's status shows: worth a try, never a change of
+        // verdict.
+        if let Err(e) = std::fs::write(&path, report::termination::message(&report)) {
+            eprintln!(
+                "preflight: cannot write the termination message to {}: {e}",
+                path.display()
+            );
+        }
+    }
     Ok(report.verdict.exit_code())
+}
+
+/// Where the kubelet reads a container's termination message.
+const TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// --termination-log, else the kubelet's file in a pod (the API server's
+/// address is in every container's environment, the file mounted).
+fn termination_log(args: &RunArgs, facts: &Facts) -> Option<std::path::PathBuf> {
+    match &args.termination_log {
+        Some(p) if p.as_os_str() == "off" => None,
+        Some(p) => Some(p.clone()),
+        None => (facts.env("KUBERNETES_SERVICE_HOST").is_some()
+            && std::path::Path::new(TERMINATION_LOG).exists())
+        .then(|| TERMINATION_LOG.into()),
+    }
 }

@@ -21,6 +21,7 @@ pub mod nvidia;
 pub mod nvlink;
 pub mod nvml;
 pub mod pci;
+pub mod pod;
 pub mod ports;
 pub mod procs;
 pub mod profile;

@@ -207,6 +207,7 @@ impl LaunchEnv {
     fn check(&self, facts: &Facts) -> Finding {
         let present: Vec<&str> = ALL_VARS
             .iter()
+            .chain(crate::facts::pod::POD_VARS)
             .copied()
             .filter(|n| facts.env(n).is_some())
             .collect();
@@ -214,6 +215,27 @@ impl LaunchEnv {
             return Finding::skip("no launcher variables are set (not inside a job)");
         }
         let mut v = Verdicts::default();
+        // A Kubernetes pod of a job operator's: what its contract makes of
+        // this pod, or why it cannot be read.
+        let pod = match crate::facts::pod::discover(facts.env_vars()) {
+            Some(Ok(job)) => Some(format!(
+                "{}: pod {} of {} ({})",
+                job.operator,
+                job.plan.node_rank,
+                job.plan.nnodes,
+                job.notes.join("; ")
+            )),
+            Some(Err(e)) => {
+                let vars: Vec<&str> = crate::facts::pod::POD_VARS
+                    .iter()
+                    .copied()
+                    .filter(|n| e.contains(n))
+                    .collect();
+                v.problem(&vars, e);
+                None
+            }
+            None => None,
+        };
 
         self.check_master(facts, &mut v);
 
@@ -388,8 +410,9 @@ impl LaunchEnv {
                 .about_variables(v.variables);
         }
         Finding::pass(format!(
-            "{} launcher variable(s) consistent: {summary}",
-            present.len()
+            "{} launcher variable(s) consistent: {summary}{}",
+            present.len(),
+            pod.map(|p| format!("; {p}")).unwrap_or_default()
         ))
         .measured(summary)
     }
@@ -540,6 +563,42 @@ mod tests {
             init_method_var: None,
             require_master: false,
         }
+    }
+
+    #[test]
+    fn a_pods_contract_is_said_and_a_world_it_cannot_read_fails() {
+        let f = run(
+            &[
+                ("LWS_LEADER_ADDRESS", "lws-0.lws.default"),
+                ("LWS_GROUP_SIZE", "3"),
+                ("LWS_WORKER_INDEX", "2"),
+            ],
+            plain(),
+        );
+        assert_eq!(f.status, Status::Pass, "{}", f.message);
+        assert!(
+            f.message.contains("LeaderWorkerSet: pod 2 of 3"),
+            "{}",
+            f.message
+        );
+        let f = run(
+            &[
+                ("PET_NNODES", "3"),
+                ("PET_NODE_RANK", "1"),
+                ("PET_NPROC_PER_NODE", "2"),
+                ("MASTER_ADDR", "pj-master-0"),
+                ("MASTER_PORT", "23456"),
+                ("RANK", "1"),
+                ("WORLD_SIZE", "4"),
+            ],
+            plain(),
+        );
+        assert_eq!(f.status, Status::Fail, "{}", f.message);
+        assert!(
+            f.message.contains("WORLD_SIZE=4 is neither PET_NNODES=3"),
+            "{}",
+            f.message
+        );
     }
 
     #[test]

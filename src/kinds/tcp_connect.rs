@@ -147,6 +147,14 @@ pub fn classify(error: &std::io::Error) -> Outcome {
         ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => Outcome::Unreachable,
         _ => match error.raw_os_error() {
             Some(libc::EHOSTUNREACH | libc::ENETUNREACH) => Outcome::Unreachable,
+            // getaddrinfo's failures carry no errno: std says them so
+            // (NXDOMAIN, no DNS server answering, no address).
+            _ if error
+                .to_string()
+                .starts_with("failed to lookup address information") =>
+            {
+                Outcome::NotResolved
+            }
             _ => Outcome::Other,
         },
     }

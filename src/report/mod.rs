@@ -17,6 +17,7 @@ mod markup;
 pub mod output;
 mod prometheus;
 pub mod style;
+pub mod termination;
 
 pub use html::html;
 pub use human::{Human, progress_line};

@@ -275,11 +275,22 @@ pub fn on_host_cmd(
     argv: &[String],
     env: &[(&str, &str)],
 ) -> Proc {
+    on_host_named(cluster, files, host, &format!("h{host}"), argv, env)
+}
+
+/// As `on_host_cmd`, with the host's name given (a pod's: its own name).
+pub fn on_host_named(
+    cluster: &Cluster,
+    files: &HostFiles,
+    host: usize,
+    hostname: &str,
+    argv: &[String],
+    env: &[(&str, &str)],
+) -> Proc {
     let script = "hostname \"$1\" && mount --bind \"$2\" /etc/hosts && shift 2 && exec \"$@\"";
-    let hostname = format!("h{host}");
     let hosts = files.paths[host].display().to_string();
     let mut all: Vec<&str> = vec![
-        "--uts", "--mount", "sh", "-c", script, "sh", &hostname, &hosts,
+        "--uts", "--mount", "sh", "-c", script, "sh", hostname, &hosts,
     ];
     all.extend(argv.iter().map(String::as_str));
     let mut env = env.to_vec();
@@ -287,7 +298,7 @@ pub fn on_host_cmd(
         env.push(("LANG", "C.UTF-8"));
     }
     let child = cluster.spawn_preflight(host, "unshare", &all, &env);
-    Proc::new(&format!("h{host}"), child)
+    Proc::new(hostname, child)
 }
 
 /// The launcher's variables for rank `rank` of `world`, master on host 0.

@@ -58,6 +58,12 @@ pub struct RunArgs {
     /// says: the copy `preflight report` merges, beside metrics or JUnit.
     #[arg(long, value_name = "FILE")]
     pub json_report: Option<PathBuf>,
+    /// Kubernetes' termination message: the verdict's line and the first
+    /// findings (4,096 bytes at most), for `kubectl describe pod`. By
+    /// default /dev/termination-log when running in a pod (the kubelet
+    /// mounts it); `off` writes none.
+    #[arg(long, value_name = "PATH|off")]
+    pub termination_log: Option<PathBuf>,
     /// After the run, POST the JSON report to this http(s) URL (a
     /// collector), through the job's proxy, retried within the deadline; a
     /// failed upload is a warning, never a change of verdict.

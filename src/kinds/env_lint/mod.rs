@@ -32,12 +32,15 @@ pub const PREFIXES: &[&str] = &[
     "HSA_",
     "HCCL_",
     "HABANA_",
+    "PET_",
+    "LWS_",
+    "JOBSET_",
 ];
 
 pub const KIND: KindInfo = KindInfo {
     name: "env_lint",
     area: "environment",
-    summary: "Every set NCCL_, TORCH_NCCL_, GLOO_, CCL_, FI_, I_MPI_, UCX_, ZE_, CUDA_, HIP_, ROCR_, HCCL_, HABANA_ variable is known (else \"did you mean\"), has a valid value, and fits this node's interfaces and HCAs.",
+    summary: "Every set NCCL_, TORCH_NCCL_, GLOO_, CCL_, FI_, I_MPI_, UCX_, ZE_, CUDA_, HIP_, ROCR_, HCCL_, HABANA_, PET_, LWS_, JOBSET_ variable is known (else \"did you mean\"), has a valid value, and fits this node's interfaces and HCAs.",
     params: &[
         ParamDoc {
             name: "prefixes",
@@ -399,6 +402,13 @@ mod tests {
                 Some(Fail),
                 "did you mean GLOO_SOCKET_IFNAME",
             ),
+            (&[("PET_NNODE", "3")], Some(Fail), "did you mean PET_NNODES"),
+            (
+                &[("LWS_WORKER_IDX", "1")],
+                Some(Fail),
+                "did you mean LWS_WORKER_INDEX",
+            ),
+            (&[("PET_NODE_RANK", "1"), ("LWS_GROUP_SIZE", "3")], None, ""),
             (
                 &[("NCCL_TOTALLY_NEW_KNOB", "1")],
                 Some(Note),

@@ -1,0 +1,120 @@
+//! Kubernetes' termination message: what `kubectl describe pod` shows of
+//! a container that ended, from the file it wrote last
+//! (`terminationMessagePath`, /dev/termination-log by default). The
+//! kubelet keeps 4,096 bytes of it: the verdict's line first, then the
+//! nodes the cluster stage named and the checks that failed, each on a
+//! line, as many as fit whole.
+
+use crate::report::style::Style;
+use crate::result::Status;
+use crate::result::report::Report;
+
+/// What the kubelet keeps of one container's message.
+pub const MAX_BYTES: usize = 4096;
+
+/// One line, at most `max` bytes, cut on a character.
+fn line(text: &str, max: usize) -> String {
+    let mut s: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if s.len() > max {
+        let mut end = max.saturating_sub(3);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push_str("...");
+    }
+    s
+}
+
+/// The message, within `MAX_BYTES`.
+pub fn message(report: &Report) -> String {
+    let mut lines = vec![line(
+        &super::human::verdict_line(report, &Style { color: false }),
+        512,
+    )];
+    if let Some(c) = &report.cluster {
+        for culprit in &c.culprits {
+            lines.push(line(
+                &format!(
+                    "{} (ranks {}): {}",
+                    culprit.node,
+                    crate::values::rank_ranges(&culprit.ranks),
+                    culprit.reasons.join("; ")
+                ),
+                600,
+            ));
+        }
+        for x in c
+            .checks
+            .iter()
+            .filter(|x| matches!(x.status, Status::Fail | Status::Error))
+        {
+            lines.push(line(&format!("{}: {}", x.id, x.message), 600));
+        }
+    }
+    for x in report
+        .checks
+        .iter()
+        .filter(|x| matches!(x.status, Status::Fail | Status::Error))
+    {
+        lines.push(line(&format!("{}: {}", x.id, x.message), 600));
+    }
+    let mut out = String::new();
+    let mut left = lines.len();
+    for l in lines {
+        left -= 1;
+        // Room kept for the count of what did not fit.
+        let tail = if left > 0 { 32 } else { 0 };
+        if out.len() + l.len() + 1 + tail > MAX_BYTES {
+            out.push_str(&format!("(+{} more in the report)\n", left + 1));
+            break;
+        }
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::CheckResult;
+    use crate::result::report::Node;
+
+    #[test]
+    fn a_long_report_is_cut_to_whole_lines_within_the_kubelets_limit() {
+        let mut checks: Vec<CheckResult> = (0..200)
+            .map(|i| {
+                let id = format!("site.check_{i}");
+                CheckResult::built_in(
+                    &id,
+                    "command",
+                    "system",
+                    Status::Fail,
+                    format!("{id} failed\nbecause"),
+                    None,
+                )
+            })
+            .collect();
+        checks[0].message = "é".repeat(3000);
+        let node = Node {
+            hostname: "h".into(),
+            root: "/".into(),
+            pid: 1,
+            rank: None,
+        };
+        let r = Report::new(
+            "run",
+            node,
+            std::time::SystemTime::now(),
+            Default::default(),
+            checks,
+            false,
+        );
+        let m = message(&r);
+        assert!(m.len() <= MAX_BYTES, "{}", m.len());
+        assert!(m.starts_with("NOT READY"), "{m}");
+        assert!(m.trim_end().ends_with("more in the report)"), "{m}");
+        assert!(m.lines().all(|l| l.len() <= 600));
+    }
+}
