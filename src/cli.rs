@@ -56,6 +56,11 @@ pub enum Command {
     /// nothing holds it up, 1: a rank named, 3: could not tell). Changes
     /// nothing in the job.
     Diagnose(commands::DiagnoseArgs),
+    /// A Kubernetes mutating admission webhook (HTTPS, `POST /mutate`):
+    /// pods labelled preflight.dev/gate=gang get an init container that runs
+    /// `preflight run` from the pod's own environment, =node one that runs
+    /// `preflight check`; every other pod is allowed unchanged.
+    Webhook(commands::WebhookArgs),
     /// Print a fresh 128-bit job secret (32 hex digits) for PREFLIGHT_TOKEN
     /// or PREFLIGHT_TOKEN_FILE: make one per job, give it to every node.
     Token,
@@ -114,6 +119,7 @@ pub fn main() -> i32 {
         Command::Report(args) => commands::report(args),
         Command::Baseline(args) => commands::baseline(args),
         Command::Diagnose(args) => commands::diagnose(args),
+        Command::Webhook(args) => commands::webhook(args),
         Command::Token => commands::token(),
         Command::Completions { shell } => commands::completions(*shell, command()),
         Command::ManPages { dir } => commands::man_pages(command(), dir),

@@ -28,6 +28,7 @@
 // `unsafe` lives in the -sys crates.
 #![forbid(unsafe_code)]
 
+mod admission;
 mod checklist;
 pub mod cli;
 mod cluster;

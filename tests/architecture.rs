@@ -26,6 +26,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("cluster", 3),
     ("collective", 3),
     ("diagnose", 3),
+    ("admission", 3),
     ("checklist", 4),
     ("report", 4),
     ("kinds", 5),
@@ -67,6 +68,7 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("cluster", "report"),
     ("collective", "report"),
     ("diagnose", "report"),
+    ("admission", "report"),
 ];
 
 /// Where clap's types may appear.

@@ -815,6 +815,7 @@ fn each_command_help_lists_exactly_the_flags_it_takes() {
     let root = empty.path().to_str().unwrap();
     let output = empty.path().join("out").display().to_string();
     let json = empty.path().join("report.json").display().to_string();
+    let termination = empty.path().join("termination-log").display().to_string();
     let profile = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("profiles/hgx-h100-8.yaml")
         .display()
@@ -834,6 +835,7 @@ fn each_command_help_lists_exactly_the_flags_it_takes() {
             "format" => "json",
             "output" => &output,
             "json-report" => &json,
+            "termination-log" => &termination,
             "post" => "http://127.0.0.1:9/",
             "timeout" => "30s",
             "nnodes" => "1",

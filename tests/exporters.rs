@@ -11,6 +11,9 @@ mod support;
 
 #[path = "common/cluster.rs"]
 mod cluster;
+/// `preflight webhook` over HTTPS, fed the API server's requests.
+#[path = "webhook/cases.rs"]
+mod webhook;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -234,6 +237,9 @@ fn the_kubernetes_manifests_are_valid_against_the_schemas() {
         "job/preflight",
         "pod/trainer",
         "configmap/preflight-npd-config",
+        "deployment/preflight-webhook",
+        "service/preflight-webhook",
+        "mutatingwebhookconfiguration/preflight-gate",
     ] {
         assert!(
             text.contains(&format!("passed for resource {kind}")),

@@ -171,10 +171,14 @@ fn source_of(var: &str) -> &'static str {
     }
 }
 
+/// Slurm's nodelist, else an MPI launcher's hostfile (an MPIJob's).
 fn nodelist(env: &Env) -> Result<Vec<String>, String> {
     match text(env, &["SLURM_JOB_NODELIST", "SLURM_NODELIST"]) {
         Some(list) => hostlist::expand(&list).map_err(|e| format!("SLURM_JOB_NODELIST: {e}")),
-        None => Ok(Vec::new()),
+        None => match crate::facts::pod::mpi_hostfile(env) {
+            Some(found) => found.map(|(hosts, _)| hosts),
+            None => Ok(Vec::new()),
+        },
     }
 }
 
@@ -185,6 +189,12 @@ fn tasks_per_node(env: &Env) -> Result<Vec<u32>, String> {
         if let Some(v) = text(env, &[name]) {
             return hostlist::counts(&v).map_err(|e| format!("{name}={e}"));
         }
+    }
+    // An MPI hostfile's slots: mpirun fills each host's in order.
+    if text(env, &["SLURM_JOB_NODELIST", "SLURM_NODELIST"]).is_none()
+        && let Some(found) = crate::facts::pod::mpi_hostfile(env)
+    {
+        return found.map(|(_, slots)| slots);
     }
     Ok(Vec::new())
 }

@@ -19,6 +19,7 @@ mod slurm;
 mod token;
 mod validate;
 mod waiting;
+mod webhook;
 
 use clap::Args;
 
@@ -38,6 +39,7 @@ pub use run::{RunArgs, Stage, run};
 pub use slurm::{SlurmArgs, slurm};
 pub use token::token;
 pub use validate::{ValidateArgs, validate};
+pub use webhook::{WebhookArgs, webhook};
 
 use crate::checklist::{self, Check, ChecklistError, ChecklistErrors};
 use crate::exit::ExitCode;

@@ -471,6 +471,67 @@ fn jobset(env: &Env) -> Result<PodJob, String> {
     })
 }
 
+/// Where an MPI launcher's hostfile is named: MPIJob (Kubeflow's
+/// mpi-operator, Trainer's MPI runtime) mounts it at /etc/mpi/hostfile
+/// and names it so for Open MPI, Intel MPI and MPICH.
+pub const HOSTFILE_VARS: &[&str] = &[
+    "OMPI_MCA_orte_default_hostfile",
+    "I_MPI_HYDRA_HOST_FILE",
+    "HYDRA_HOST_FILE",
+];
+
+/// A hostfile's nodes, in order, and each one's slots.
+pub type Hostfile = (Vec<String>, Vec<u32>);
+
+/// A hostfile is a line a node: megabytes would be a mistake.
+const MAX_HOSTFILE: u64 = 1 << 20;
+
+/// The MPI hostfile's nodes and each one's slots (`host slots=N` for
+/// Open MPI, `host:N` for Intel MPI and MPICH, `host` for one), in order:
+/// where an MPIJob's ranks run, rank 0 on the first. `None` when no
+/// hostfile is named.
+pub fn mpi_hostfile(env: &Env) -> Option<Result<Hostfile, String>> {
+    let (var, path) = HOSTFILE_VARS
+        .iter()
+        .find_map(|v| Some((*v, get(env, v)?)))?;
+    let read = || -> Result<Hostfile, String> {
+        use std::io::Read;
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_HOSTFILE).read_to_string(&mut text))
+            .map_err(|e| format!("{var}={path}: {e}"))?;
+        let mut hosts = Vec::new();
+        let mut slots = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            let Some(first) = line.split_whitespace().next() else {
+                continue;
+            };
+            let (host, count) = match first.split_once(':') {
+                Some((h, c)) => (h, Some(c)),
+                None => (
+                    first,
+                    line.split_whitespace()
+                        .find_map(|w| w.strip_prefix("slots=")),
+                ),
+            };
+            let count = match count {
+                Some(c) => c.parse::<u32>().ok().filter(|c| *c > 0).ok_or_else(|| {
+                    format!("{var}={path}:{}: `{c}` is not a number of slots", n + 1)
+                })?,
+                None => 1,
+            };
+            hosts.push(host.to_string());
+            slots.push(count);
+        }
+        if hosts.is_empty() {
+            return Err(format!("{var}={path}: no host in it"));
+        }
+        Ok((hosts, slots))
+    };
+    Some(read())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -625,6 +686,39 @@ mod tests {
         .unwrap()
         .unwrap_err();
         assert!(e.contains("JOBSET_REPLICATED_JOB"), "{e}");
+    }
+
+    #[test]
+    fn an_mpi_hostfile_gives_the_nodes_and_their_slots_in_each_dialect() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("hostfile");
+        std::fs::write(
+            &f,
+            "# MPIJob\nmj-worker-0.mj.default.svc slots=2\nmj-worker-1.mj.default.svc:4\n\nmj-worker-2\n",
+        )
+        .unwrap();
+        let p = f.display().to_string();
+        let (hosts, slots) = mpi_hostfile(&env(&[("OMPI_MCA_orte_default_hostfile", &p)]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            hosts,
+            [
+                "mj-worker-0.mj.default.svc",
+                "mj-worker-1.mj.default.svc",
+                "mj-worker-2"
+            ]
+        );
+        assert_eq!(slots, [2, 4, 1]);
+        std::fs::write(&f, "h1 slots=two\n").unwrap();
+        let e = mpi_hostfile(&env(&[("I_MPI_HYDRA_HOST_FILE", &p)]))
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            e.contains("I_MPI_HYDRA_HOST_FILE=") && e.contains(":1:"),
+            "{e}"
+        );
+        assert!(mpi_hostfile(&env(&[])).is_none());
     }
 
     #[test]

@@ -1,0 +1,9 @@
+//! Kubernetes admission: `preflight webhook`, a mutating admission webhook
+//! that puts preflight's gate into the pods that ask for it
+//! (`preflight.dev/gate=gang|node`). What it does to a pod is `mutate`;
+//! the HTTPS server the API server calls is `serve`.
+
+pub mod mutate;
+pub mod serve;
+
+pub use mutate::Config;

@@ -1,0 +1,319 @@
+//! What the webhook does to a pod: the AdmissionReview v1 the API server
+//! sends, answered with the pod allowed and, for a pod labelled
+//! `preflight.dev/gate`, a JSON patch that puts preflight's init container
+//! first:
+//!
+//! - `gang`: `preflight run`, with the environment of the pod's first
+//!   container (the rank variables its operator gave it: PET_, LWS_,
+//!   VC_, MASTER_ADDR, JOB_COMPLETION_INDEX), JobSet's labels through the
+//!   downward API, the job's secret from the Secret the pod's annotation
+//!   names, and the first container's devices;
+//! - `node`: `preflight check` of the node, with the same devices;
+//! - anything else, and every other pod: allowed unchanged.
+//!
+//! Pure: bytes in, status and bytes out; the server is `serve`.
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+/// The label that asks for the gate, and its values.
+pub const GATE_LABEL: &str = "preflight.dev/gate";
+/// The annotation naming the Secret that holds the job's token (key
+/// `token`), which every pod of the job mounts.
+pub const TOKEN_SECRET_ANNOTATION: &str = "preflight.dev/token-secret";
+/// JobSet: its Jobs' parallelism, which no label carries.
+pub const PODS_PER_JOB_ANNOTATION: &str = "preflight.dev/pods-per-job";
+/// The init container's name: a pod that has one is left as it is (the
+/// API server may call the webhook again for the same pod).
+pub const CONTAINER: &str = "preflight";
+/// Where the token Secret is mounted in the init container.
+const TOKEN_DIR: &str = "/var/run/preflight";
+
+/// The webhook's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub image: String,
+    /// `preflight run`'s deadline: every pod of the gang must start within
+    /// it (image pulls, scheduling).
+    pub gang_timeout: String,
+}
+
+/// JobSet's labels, as the downward API gives them to the init container.
+const JOBSET_LABELS: &[(&str, &str)] = &[
+    ("JOBSET_NAME", "jobset.sigs.k8s.io/jobset-name"),
+    (
+        "JOBSET_REPLICATED_JOB",
+        "jobset.sigs.k8s.io/replicatedjob-name",
+    ),
+    ("JOBSET_JOB_INDEX", "jobset.sigs.k8s.io/job-index"),
+    (
+        "JOBSET_REPLICAS",
+        "jobset.sigs.k8s.io/replicatedjob-replicas",
+    ),
+];
+
+/// Resources that are not devices: the init container asks for little
+/// CPU and memory of its own.
+fn is_device(name: &str) -> bool {
+    name.contains('/')
+}
+
+/// The first container's device requests and limits (`nvidia.com/gpu`,
+/// `amd.com/gpu`, `habana.ai/gaudi`, `rdma/...`).
+fn devices(first: &Value) -> Value {
+    let mut out = json!({
+        "requests": {"cpu": "100m", "memory": "64Mi"},
+        "limits": {"memory": "256Mi"},
+    });
+    for side in ["requests", "limits"] {
+        if let Some(m) = first["resources"][side].as_object() {
+            for (k, v) in m.iter().filter(|(k, _)| is_device(k)) {
+                out[side][k] = v.clone();
+            }
+        }
+    }
+    out
+}
+
+/// The init container for a pod gated as `gate`.
+fn container(pod: &Value, gate: &str, cfg: &Config) -> Value {
+    let first = &pod["spec"]["containers"][0];
+    let meta = &pod["metadata"];
+    let mut env: Vec<Value> = Vec::new();
+    let mut c = json!({
+        "name": CONTAINER,
+        "image": cfg.image,
+        "resources": devices(first),
+        "terminationMessagePolicy": "File",
+    });
+    if gate == "gang" {
+        c["args"] = json!(["run", "--timeout", cfg.gang_timeout]);
+        env.extend(first["env"].as_array().cloned().unwrap_or_default());
+        if let Some(from) = first["envFrom"].as_array() {
+            c["envFrom"] = Value::Array(from.clone());
+        }
+        let labels = &meta["labels"];
+        for (var, label) in JOBSET_LABELS {
+            if labels[*label].is_string() && !env.iter().any(|e| e["name"] == *var) {
+                env.push(json!({
+                    "name": var,
+                    "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{label}']")}},
+                }));
+            }
+        }
+        if let Some(n) = meta["annotations"][PODS_PER_JOB_ANNOTATION].as_str() {
+            env.push(json!({"name": "JOBSET_PODS_PER_JOB", "value": n}));
+        }
+        if meta["annotations"][TOKEN_SECRET_ANNOTATION].is_string() {
+            env.retain(|e| e["name"] != "PREFLIGHT_TOKEN" && e["name"] != "PREFLIGHT_TOKEN_FILE");
+            env.push(
+                json!({"name": "PREFLIGHT_TOKEN_FILE", "value": format!("{TOKEN_DIR}/token")}),
+            );
+            c["volumeMounts"] =
+                json!([{"name": "preflight-token", "mountPath": TOKEN_DIR, "readOnly": true}]);
+        }
+    } else {
+        c["args"] = json!(["check", "--skip", "slow", "--timeout", "45s"]);
+    }
+    if !env.is_empty() {
+        c["env"] = Value::Array(env);
+    }
+    c
+}
+
+/// The JSON patch for `pod`, or `None` when it is left unchanged; an
+/// error for a gate label with a value that means nothing.
+pub fn patch(pod: &Value, cfg: &Config) -> Result<Option<Vec<Value>>, String> {
+    let Some(gate) = pod["metadata"]["labels"][GATE_LABEL].as_str() else {
+        return Ok(None);
+    };
+    if gate != "gang" && gate != "node" {
+        return Err(format!(
+            "the label {GATE_LABEL}={gate}: it takes `gang` (preflight run across the job's pods) or `node` (preflight check of the node)"
+        ));
+    }
+    let spec = &pod["spec"];
+    if !spec["containers"][0].is_object() {
+        return Err("the pod has no container".into());
+    }
+    let inits = spec["initContainers"].as_array();
+    if inits.is_some_and(|i| i.iter().any(|c| c["name"] == CONTAINER)) {
+        return Ok(None);
+    }
+    let c = container(pod, gate, cfg);
+    let mut ops = vec![match inits {
+        // First: nothing else in the pod starts before the gate opens.
+        Some(_) => json!({"op": "add", "path": "/spec/initContainers/0", "value": c}),
+        None => json!({"op": "add", "path": "/spec/initContainers", "value": [c]}),
+    }];
+    if gate == "gang"
+        && let Some(secret) = pod["metadata"]["annotations"][TOKEN_SECRET_ANNOTATION].as_str()
+    {
+        let volume = json!({
+            "name": "preflight-token",
+            "secret": {"secretName": secret, "items": [{"key": "token", "path": "token"}], "defaultMode": 256},
+        });
+        ops.push(match spec["volumes"].as_array() {
+            Some(_) => json!({"op": "add", "path": "/spec/volumes/-", "value": volume}),
+            None => json!({"op": "add", "path": "/spec/volumes", "value": [volume]}),
+        });
+    }
+    Ok(Some(ops))
+}
+
+/// The most of a request the webhook reads: the API server's own limit
+/// on an object is 3 MiB, and its review wraps one (or two) of them.
+pub const MAX_BODY: usize = 8 << 20;
+
+/// An AdmissionReview request, answered: the HTTP status and the body.
+/// A body that is no review gets 400 with why; a pod the label asks for
+/// with a value that means nothing is refused with why (the API server
+/// shows it to whoever created the pod).
+pub fn review(body: &[u8], cfg: &Config) -> (u16, Vec<u8>) {
+    let bad = |why: String| (400, format!("{why}\n").into_bytes());
+    let v: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return bad(format!(
+                "not an AdmissionReview: the body is not JSON ({e})"
+            ));
+        }
+    };
+    if v["kind"] != "AdmissionReview" || v["apiVersion"] != "admission.k8s.io/v1" {
+        return bad(format!(
+            "not an AdmissionReview of admission.k8s.io/v1 (kind {}, apiVersion {})",
+            v["kind"], v["apiVersion"]
+        ));
+    }
+    let req = &v["request"];
+    let Some(uid) = req["uid"].as_str() else {
+        return bad("an AdmissionReview without request.uid".into());
+    };
+    let pod = &req["object"];
+    let mut response = json!({"uid": uid, "allowed": true});
+    if req["kind"]["kind"] == "Pod" && pod.is_object() {
+        match patch(pod, cfg) {
+            Ok(Some(ops)) => {
+                let text = serde_json::to_vec(&ops).unwrap_or_default();
+                response["patchType"] = json!("JSONPatch");
+                response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+            }
+            Ok(None) => {}
+            Err(why) => {
+                response["allowed"] = json!(false);
+                response["status"] = json!({"code": 400, "message": format!("preflight: {why}")});
+            }
+        }
+    }
+    let out = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": response,
+    });
+    (200, serde_json::to_vec(&out).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> Config {
+        Config {
+            image: "preflight:0.1.0".into(),
+            gang_timeout: "600s".into(),
+        }
+    }
+
+    fn reviewed(pod: Value) -> Value {
+        let req = json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": pod},
+        });
+        let (status, body) = review(&serde_json::to_vec(&req).unwrap(), &cfg());
+        assert_eq!(status, 200);
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    fn ops(r: &Value) -> Vec<Value> {
+        let b = base64::engine::general_purpose::STANDARD
+            .decode(r["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        serde_json::from_slice(&b).unwrap()
+    }
+
+    #[test]
+    fn a_gang_pod_gets_run_with_its_first_containers_environment_and_devices() {
+        let r = reviewed(json!({
+            "metadata": {
+                "labels": {GATE_LABEL: "gang", "jobset.sigs.k8s.io/jobset-name": "js"},
+                "annotations": {TOKEN_SECRET_ANNOTATION: "job-token"},
+            },
+            "spec": {"containers": [{
+                "name": "node",
+                "env": [{"name": "PET_NNODES", "value": "3"}],
+                "resources": {"limits": {"nvidia.com/gpu": "8", "memory": "1Ti"}},
+            }]},
+        }));
+        assert_eq!(r["response"]["uid"], "u-1");
+        assert_eq!(r["response"]["allowed"], true);
+        let ops = ops(&r);
+        let c = &ops[0]["value"][0];
+        assert_eq!(ops[0]["path"], "/spec/initContainers");
+        assert_eq!(c["args"][0], "run");
+        let env = c["env"].to_string();
+        assert!(
+            env.contains("PET_NNODES") && env.contains("JOBSET_NAME"),
+            "{env}"
+        );
+        assert!(env.contains("PREFLIGHT_TOKEN_FILE"), "{env}");
+        assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "8");
+        assert_eq!(c["resources"]["limits"]["memory"], "256Mi");
+        assert_eq!(ops[1]["value"][0]["secret"]["secretName"], "job-token");
+    }
+
+    #[test]
+    fn node_unlabelled_gated_already_and_nonsense_labels() {
+        let node = reviewed(json!({
+            "metadata": {"labels": {GATE_LABEL: "node"}},
+            "spec": {"initContainers": [{"name": "setup"}], "containers": [{"name": "c"}]},
+        }));
+        let ops = ops(&node);
+        assert_eq!(ops[0]["path"], "/spec/initContainers/0");
+        assert_eq!(ops[0]["value"]["args"][0], "check");
+        let plain = reviewed(json!({"metadata": {}, "spec": {"containers": [{"name": "c"}]}}));
+        assert!(plain["response"]["patch"].is_null());
+        let again = reviewed(json!({
+            "metadata": {"labels": {GATE_LABEL: "gang"}},
+            "spec": {"initContainers": [{"name": CONTAINER}], "containers": [{"name": "c"}]},
+        }));
+        assert!(again["response"]["patch"].is_null());
+        let odd = reviewed(json!({
+            "metadata": {"labels": {GATE_LABEL: "yes"}},
+            "spec": {"containers": [{"name": "c"}]},
+        }));
+        assert_eq!(odd["response"]["allowed"], false);
+        assert!(
+            odd["response"]["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("gang")
+        );
+    }
+
+    #[test]
+    fn what_is_no_review_is_a_400_that_says_why() {
+        for (body, why) in [
+            (&b"{not json"[..], "not JSON"),
+            (&br#"{"kind": "Pod", "apiVersion": "v1"}"#[..], "not an AdmissionReview"),
+            (
+                &br#"{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {}}"#[..],
+                "request.uid",
+            ),
+        ] {
+            let (status, text) = review(body, &cfg());
+            assert_eq!(status, 400);
+            assert!(String::from_utf8_lossy(&text).contains(why), "{why}");
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The webhook's HTTPS server: `POST /mutate` takes an AdmissionReview and
+//! answers it (`mutate::review`), `GET /healthz` answers `ok` for the
+//! Deployment's probes. Every peer is bounded: 10 s for the TLS handshake
+//! and for a request's headers, `MAX_BODY` for its body, a minute for a
+//! connection, `AT_ONCE` connections; a request it cannot read gets its
+//! 4xx and the server goes on serving.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::mutate::{self, Config};
+
+/// Connections served at once; the next waits to be accepted.
+const AT_ONCE: usize = 512;
+/// The TLS handshake, and a request's headers.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+/// One connection, however many requests it carries (the API server
+/// keeps them alive and opens another).
+const CONNECTION: Duration = Duration::from_secs(60);
+
+/// The server's TLS settings from PEM files: the certificate chain the API
+/// server verifies (its caBundle), and the key.
+pub fn tls(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!(
+            "--tls-cert {}: no certificate in it",
+            cert.display()
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("--tls-cert and --tls-key do not go together: {e}"))?;
+    // The API server speaks HTTP/1.1 to a webhook that offers only that.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+fn reply(status: u16, body: Vec<u8>, json: bool) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    let kind = if json {
+        "application/json"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    if let Ok(v) = hyper::header::HeaderValue::from_str(kind) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    cfg: Arc<Config>,
+    peer: SocketAddr,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    let path = req.uri().path().to_string();
+    Ok(match (req.method(), path.as_str()) {
+        (&Method::GET, "/healthz") => reply(200, b"ok\n".to_vec(), false),
+        (&Method::POST, "/mutate") => {
+            let body = match Limited::new(req.into_body(), mutate::MAX_BODY)
+                .collect()
+                .await
+            {
+                Ok(b) => b.to_bytes(),
+                Err(e) => {
+                    let too_big = e
+                        .downcast_ref::<http_body_util::LengthLimitError>()
+                        .is_some();
+                    let (status, why) = if too_big {
+                        (413, format!("a body over {} MiB", mutate::MAX_BODY >> 20))
+                    } else {
+                        (400, format!("the body could not be read: {e}"))
+                    };
+                    eprintln!("preflight webhook: {peer}: {status} {why}");
+                    return Ok(reply(status, format!("{why}\n").into_bytes(), false));
+                }
+            };
+            let (status, out) = mutate::review(&body, &cfg);
+            if status != 200 {
+                eprintln!(
+                    "preflight webhook: {peer}: {status} {}",
+                    String::from_utf8_lossy(&out).trim()
+                );
+            }
+            reply(status, out, status == 200)
+        }
+        _ => reply(
+            404,
+            b"preflight webhook: POST /mutate, GET /healthz\n".to_vec(),
+            false,
+        ),
+    })
+}
+
+/// Serves on `listener` until SIGTERM or SIGINT (exit 0 then).
+pub fn serve(
+    listener: std::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    cfg: Config,
+) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async move {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("the listener: {e}"))?;
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| format!("the listener: {e}"))?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        let cfg = Arc::new(cfg);
+        let slots = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| format!("SIGTERM: {e}"))?;
+        loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return Ok(());
+            };
+            let (tcp, peer) = tokio::select! {
+                a = listener.accept() => match a {
+                    Ok(a) => a,
+                    // A peer gone between SYN and accept, or no descriptor
+                    // left: said, and the next one taken.
+                    Err(e) => {
+                        eprintln!("preflight webhook: accept: {e}");
+                        continue;
+                    }
+                },
+                _ = term.recv() => return Ok(()),
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            };
+            let (acceptor, cfg) = (acceptor.clone(), cfg.clone());
+            tokio::spawn(async move {
+                let _slot = slot;
+                let tls = match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        eprintln!("preflight webhook: {peer}: TLS: {e}");
+                        return;
+                    }
+                    Err(_) => return,
+                };
+                let service = hyper::service::service_fn(move |req| handle(req, cfg.clone(), peer));
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HANDSHAKE)
+                    .max_buf_size(64 << 10)
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+                let _ = tokio::time::timeout(CONNECTION, conn).await;
+            });
+        }
+    })
+}
