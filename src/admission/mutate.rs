@@ -75,6 +75,21 @@ fn devices(first: &Value) -> Value {
     out
 }
 
+/// Whether the init container runs as root: neither the pod nor its
+/// first container asks for another user.
+fn runs_as_root(pod: &Value) -> bool {
+    let first = &pod["spec"]["containers"][0]["securityContext"];
+    let pod_level = &pod["spec"]["securityContext"];
+    let user = first["runAsUser"]
+        .as_u64()
+        .or(pod_level["runAsUser"].as_u64());
+    let non_root = first["runAsNonRoot"]
+        .as_bool()
+        .or(pod_level["runAsNonRoot"].as_bool())
+        .unwrap_or(false);
+    user.unwrap_or(0) == 0 && !non_root
+}
+
 /// The init container for a pod gated as `gate`.
 fn container(pod: &Value, gate: &str, cfg: &Config) -> Value {
     let first = &pod["spec"]["containers"][0];
@@ -104,13 +119,24 @@ fn container(pod: &Value, gate: &str, cfg: &Config) -> Value {
         if let Some(n) = meta["annotations"][PODS_PER_JOB_ANNOTATION].as_str() {
             env.push(json!({"name": "JOBSET_PODS_PER_JOB", "value": n}));
         }
-        if meta["annotations"][TOKEN_SECRET_ANNOTATION].is_string() {
+        if let Some(secret) = meta["annotations"][TOKEN_SECRET_ANNOTATION].as_str() {
             env.retain(|e| e["name"] != "PREFLIGHT_TOKEN" && e["name"] != "PREFLIGHT_TOKEN_FILE");
-            env.push(
-                json!({"name": "PREFLIGHT_TOKEN_FILE", "value": format!("{TOKEN_DIR}/token")}),
-            );
-            c["volumeMounts"] =
-                json!([{"name": "preflight-token", "mountPath": TOKEN_DIR, "readOnly": true}]);
+            if runs_as_root(pod) {
+                // The file itself: a Secret volume's names are links into
+                // its current `..data`, which PREFLIGHT_TOKEN_FILE refuses.
+                env.push(json!({"name": "PREFLIGHT_TOKEN_FILE", "value": format!("{TOKEN_DIR}/..data/token")}));
+                c["volumeMounts"] =
+                    json!([{"name": "preflight-token", "mountPath": TOKEN_DIR, "readOnly": true}]);
+            } else {
+                // A Secret volume's files are root's, and preflight takes a
+                // token file only from its own user: the Secret's key as
+                // the variable instead, which only this user's processes
+                // can read.
+                env.push(json!({
+                    "name": "PREFLIGHT_TOKEN",
+                    "valueFrom": {"secretKeyRef": {"name": secret, "key": "token"}},
+                }));
+            }
         }
     } else {
         c["args"] = json!(["check", "--skip", "slow", "--timeout", "45s"]);
@@ -147,6 +173,7 @@ pub fn patch(pod: &Value, cfg: &Config) -> Result<Option<Vec<Value>>, String> {
         None => json!({"op": "add", "path": "/spec/initContainers", "value": [c]}),
     }];
     if gate == "gang"
+        && runs_as_root(pod)
         && let Some(secret) = pod["metadata"]["annotations"][TOKEN_SECRET_ANNOTATION].as_str()
     {
         let volume = json!({
@@ -270,6 +297,28 @@ mod tests {
         assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "8");
         assert_eq!(c["resources"]["limits"]["memory"], "256Mi");
         assert_eq!(ops[1]["value"][0]["secret"]["secretName"], "job-token");
+    }
+
+    #[test]
+    fn a_pod_that_runs_as_another_user_gets_the_token_as_a_variable() {
+        let r = reviewed(json!({
+            "metadata": {
+                "labels": {GATE_LABEL: "gang"},
+                "annotations": {TOKEN_SECRET_ANNOTATION: "job-token"},
+            },
+            "spec": {
+                "securityContext": {"runAsUser": 1000, "fsGroup": 1000},
+                "containers": [{"name": "node"}],
+            },
+        }));
+        let ops = ops(&r);
+        assert_eq!(ops.len(), 1, "no volume: {ops:?}");
+        let env = ops[0]["value"][0]["env"].to_string();
+        assert!(
+            env.contains("secretKeyRef") && env.contains("job-token"),
+            "{env}"
+        );
+        assert!(!env.contains("PREFLIGHT_TOKEN_FILE"), "{env}");
     }
 
     #[test]

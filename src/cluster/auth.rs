@@ -645,6 +645,31 @@ mod tests {
             e.ends_with("is a symbolic link: name the file itself"),
             "{e}"
         );
+        // A Kubernetes Secret volume: `token` is a link into `..data`, a
+        // link to the current timestamped directory; the webhook names
+        // `..data/token`, whose last part is the file itself.
+        let volume = dir.join("volume");
+        let stamped = volume.join("..2026_11_28_08_00_00.123");
+        std::fs::create_dir_all(&stamped).unwrap();
+        std::fs::write(stamped.join("token"), "855c0625cb2b1c6f1fd0\n").unwrap();
+        std::fs::set_permissions(
+            stamped.join("token"),
+            std::fs::Permissions::from_mode(0o400),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("..2026_11_28_08_00_00.123", volume.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/token", volume.join("token")).unwrap();
+        let through = volume.join("..data/token");
+        let t =
+            Token::resolve(&env(&[("PREFLIGHT_TOKEN_FILE", through.to_str().unwrap())])).unwrap();
+        assert_eq!(t.fingerprint(), same.fingerprint());
+        assert!(
+            Token::resolve(&env(&[(
+                "PREFLIGHT_TOKEN_FILE",
+                volume.join("token").to_str().unwrap()
+            )]))
+            .is_err()
+        );
         let fifo = dir.join("fifo");
         let _ = std::fs::remove_file(&fifo);
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
