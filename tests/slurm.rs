@@ -1013,6 +1013,35 @@ fn validate_site_checks_the_settings_the_checks_d_and_every_modes_selection() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("bad.yaml:3:") && err.contains("nope"), "{err}");
+
+    // Ranges a local user can bind whole, or the kernel hands out, are
+    // said (exit 0: a site may have its reasons).
+    std::fs::remove_file(etc.join("checks.d/bad.yaml")).unwrap();
+    std::fs::write(
+        etc.join("settings.yaml"),
+        "prolog:\n  ports: 29400-29409\n  probe_ports: 40000-40999\n",
+    )
+    .unwrap();
+    let o = validate(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("warning: prolog.ports 29400-29409 holds 10 ports: any local user can bind them all before a job; the job then runs unchecked (on_squat: run)"),
+        "{err}"
+    );
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let low: u16 = ephemeral
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    if low <= 40999 {
+        assert!(
+            err.contains("prolog.probe_ports 40000-40999 is inside the kernel's ephemeral range"),
+            "{err}"
+        );
+    }
 }
 
 fn median_ms(mut v: Vec<f64>) -> f64 {
@@ -1342,4 +1371,88 @@ fn a_watchdog_names_the_stuck_rank_across_the_allocation_and_the_timeouts_epilog
     );
     assert!(!s.state("h1").starts_with("drain"), "{}", s.sinfo());
     assert_eq!(s.reason("h1"), "none", "{}", s.sinfo());
+}
+
+/// A batch job on all three nodes that touches `marker` and then runs a
+/// while (its comment stays readable), held until released.
+fn sbatch_lasting(s: &Slurm, d: &Path, marker: &str) -> String {
+    let dir = d.display().to_string();
+    let script = format!("touch {}; sleep 60", d.join(marker).display());
+    let o = s.run(
+        "sbatch",
+        &[
+            "--parsable",
+            "-N3",
+            "--hold",
+            "--chdir",
+            &dir,
+            "-o",
+            "/dev/null",
+            "--wrap",
+            &script,
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn job_comment(s: &Slurm, job: &str) -> String {
+    let o = s.run("squeue", &["-h", "-j", job, "-o", "%k"]);
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// A stranger (user nobody) binds every port of the rendezvous range on
+/// rank 0's node before the prolog: rank 0 cannot serve at all. The job
+/// runs anyway, unchecked, its comment naming the holder; no node is
+/// drained. With `on_squat: hold` the same job is held, and says why.
+#[test]
+fn a_stranger_holding_the_whole_rendezvous_range_holds_no_job_unless_the_site_says_so() {
+    let _s = serial();
+    for hold in [false, true] {
+        let site = if hold {
+            SQUATTED_SITE.replace("  timeout: 15s\n", "  timeout: 15s\n  on_squat: hold\n")
+        } else {
+            SQUATTED_SITE.to_string()
+        };
+        let Some(s) = with_prolog(&site) else {
+            return;
+        };
+        let d = s.dir.path().to_path_buf();
+        squat(&s, 0, &(29400..=29409).collect::<Vec<u16>>());
+        let job = sbatch_lasting(&s, &d, "ran");
+        let o = s.run("scontrol", &["release", &job]);
+        assert!(o.status.success(), "{}", text(&o));
+        if hold {
+            assert!(
+                wait_until(LIMIT, || is_held(&job_state(&s, &job))),
+                "not held: {}",
+                job_state(&s, &job)
+            );
+            assert!(!d.join("ran").exists());
+        } else {
+            assert!(
+                wait_until(LIMIT, || d.join("ran").exists()),
+                "the job did not run: {}\n{}",
+                job_state(&s, &job),
+                s.sinfo()
+            );
+        }
+        let comment = job_comment(&s, &job);
+        assert!(
+            comment.contains("strangers hold the rendezvous")
+                && comment.contains("(user nobody)")
+                && comment.contains(if hold { "on_squat: hold" } else { "preflight:" }),
+            "{comment}"
+        );
+        for n in ["h1", "h2", "h3"] {
+            assert!(!s.state(n).starts_with("drain"), "{}", s.sinfo());
+        }
+        if !hold {
+            let warnings = master_report(&d, &job)["cluster"]["warnings"].to_string();
+            assert!(
+                warnings.contains("the job runs without preflight's gate"),
+                "{warnings}"
+            );
+        }
+    }
 }

@@ -38,6 +38,22 @@ pub enum Incomplete {
     Drain,
 }
 
+/// What the prolog does with a job whose rank 0 finds every port of the
+/// rendezvous range held by other programs: a local user can bind them
+/// all, so holding the job for it would let anyone hold any job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnSquat {
+    /// The job runs, ungated, with the holders named in its comment and
+    /// a warning in the report and the log.
+    #[default]
+    Run,
+    /// The job is requeued and held, the holders named in its comment:
+    /// a site that prefers no job unchecked, at the price that a local
+    /// user can hold any job whose rank 0 lands on their node.
+    Hold,
+}
+
 /// One mode's selection and deadline, and the prolog's own settings
 /// (`PROLOG_ONLY`), which the other modes refuse where they are written.
 /// One struct for every mode: the located deserializer and
@@ -70,6 +86,9 @@ pub struct Mode {
     /// The prolog's: where each node's reachability probe listener may
     /// listen (else an ephemeral port): the range a site's firewall opens.
     pub probe_ports: Option<PortRange>,
+    /// The prolog's: what a rendezvous range held whole by strangers does
+    /// to the job.
+    pub on_squat: Option<OnSquat>,
     /// The epilog's: where a watchdog in the job saved its diagnosis
     /// (`%j` job id, `%w` its working directory, `%n` the node), read
     /// when the job ran out of time; `off`.
@@ -77,7 +96,7 @@ pub struct Mode {
 }
 
 /// The keys only the prolog takes: the other modes run on one node.
-const PROLOG_ONLY: &[&str] = &["cluster", "ports", "probe_ports"];
+const PROLOG_ONLY: &[&str] = &["cluster", "ports", "probe_ports", "on_squat"];
 
 /// The keys only the epilog takes: a job's end.
 const EPILOG_ONLY: &[&str] = &["diagnosis"];
@@ -93,6 +112,7 @@ impl Mode {
             cluster: self.cluster.filter(|_| prolog),
             ports: self.ports.filter(|_| prolog),
             probe_ports: self.probe_ports.filter(|_| prolog),
+            on_squat: self.on_squat.filter(|_| prolog),
             diagnosis: self.diagnosis.filter(|_| mode == "epilog"),
             ..self
         }
@@ -140,6 +160,7 @@ pub struct Settings {
     pub prolog_cluster: bool,
     pub prolog_ports: PortRange,
     pub prolog_probe_ports: Option<PortRange>,
+    pub prolog_on_squat: OnSquat,
     pub epilog: Resolved,
     /// The epilog's: where the job's saved diagnosis is read; `None`: off.
     pub epilog_diagnosis: Option<String>,
@@ -244,6 +265,7 @@ impl Settings {
             prolog: mode(prolog.clone(), &[], &[], 60, false),
             prolog_cluster: prolog.as_ref().and_then(|p| p.cluster).unwrap_or(false),
             prolog_probe_ports: prolog.as_ref().and_then(|p| p.probe_ports),
+            prolog_on_squat: prolog.as_ref().and_then(|p| p.on_squat).unwrap_or_default(),
             prolog_ports: prolog.and_then(|p| p.ports).unwrap_or(PortRange {
                 first: 29400,
                 last: 29499,

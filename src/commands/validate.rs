@@ -8,10 +8,11 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::site::Settings;
+use super::site::{OnSquat, Settings};
 use super::{ChecklistArgs, Failure, all_checks, expand_paths, load_added, select};
 use crate::checklist::{ChecklistError, ChecklistErrors};
 use crate::exit::ExitCode;
+use crate::kinds::ports::PortRange;
 use crate::report::output::write_stdout;
 
 #[derive(Debug, Args)]
@@ -69,6 +70,45 @@ pub fn validate(args: &ValidateArgs) -> Result<ExitCode, Failure> {
             }
             Ok(ExitCode::Ready)
         })
+}
+
+/// Fewer ports than this in a range a local user can bind whole in a
+/// moment.
+const FEW_PORTS: u32 = 16;
+
+/// What a local user can do with the prolog's ranges.
+fn range_warnings(settings: &Settings, ephemeral: Option<PortRange>) -> Vec<String> {
+    let mut out = Vec::new();
+    let ranges = [
+        ("prolog.ports", Some(settings.prolog_ports)),
+        ("prolog.probe_ports", settings.prolog_probe_ports),
+    ];
+    for (name, range) in ranges {
+        let Some(r) = range else { continue };
+        let count = u32::from(r.last - r.first) + 1;
+        if count < FEW_PORTS {
+            out.push(format!(
+                "{name} {r} holds {count} ports: any local user can bind them all before a job; {}",
+                if name == "prolog.ports" {
+                    match settings.prolog_on_squat {
+                        OnSquat::Run => "the job then runs unchecked (on_squat: run)",
+                        OnSquat::Hold => "the job is then held (on_squat: hold): anyone can hold any job whose rank 0 lands on their node",
+                    }
+                } else {
+                    "the probe listener then takes an ephemeral port, which a firewall may drop"
+                }
+            ));
+        }
+        if let Some(e) = ephemeral
+            && r.first <= e.last
+            && e.first <= r.last
+        {
+            out.push(format!(
+                "{name} {r} is inside the kernel's ephemeral range {e} (net.ipv4.ip_local_port_range): any program's outgoing connection may take one of its ports"
+            ));
+        }
+    }
+    out
 }
 
 /// The site configuration as the `slurm` modes will read it.
@@ -131,6 +171,20 @@ fn site(dir: &Path, quiet: bool) -> Result<ExitCode, Failure> {
     }
     if !errors.is_empty() {
         return Err(Failure::Checklist(ChecklistErrors(errors)));
+    }
+    // What a local user can do with the prolog's port ranges: said, not
+    // refused (a site may have its reasons).
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| {
+            let mut it = t.split_whitespace().map(|n| n.parse::<u16>().ok());
+            Some(PortRange {
+                first: it.next()??,
+                last: it.next()??,
+            })
+        });
+    for w in range_warnings(&settings, ephemeral) {
+        eprintln!("warning: {w}");
     }
     if !quiet {
         let text = format!(

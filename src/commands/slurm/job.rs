@@ -14,7 +14,7 @@ use super::reason::{Action, reason};
 use super::scontrol::Slurm;
 use crate::cluster::auth::job_secret;
 use crate::cluster::hostlist;
-use crate::commands::site::Settings;
+use crate::commands::site::{OnSquat, Settings};
 use crate::result::cluster::ClusterReport;
 use crate::result::{Status, Verdict};
 
@@ -87,7 +87,37 @@ pub fn environment(
 /// culprits drain themselves (the scheduler places it elsewhere), requeued
 /// and held where no node can be named (a node that never arrived, a
 /// deadline), so it does not start into a hang; nothing is drained then.
-pub fn cluster_action(c: &ClusterReport, rank: u32, prefix: &str) -> Action {
+/// Rank 0 could not serve at all because other programs hold every port
+/// it may take (`cluster.rendezvous` failed with the holders found, and
+/// nothing else): strangers' doing, not the node's nor the job's.
+fn squatted(c: &ClusterReport) -> Option<String> {
+    let failed: Vec<_> = c
+        .checks
+        .iter()
+        .filter(|x| matches!(x.status, Status::Fail | Status::Error))
+        .collect();
+    match failed.as_slice() {
+        [only] if only.id == "cluster.rendezvous" && !only.about.holders.is_empty() => {
+            Some(only.message.clone())
+        }
+        _ => None,
+    }
+}
+
+pub fn cluster_action(c: &ClusterReport, rank: u32, prefix: &str, on_squat: OnSquat) -> Action {
+    if rank == 0
+        && c.verdict != Verdict::Ready
+        && let Some(why) = squatted(c)
+    {
+        let said = format!("strangers hold the rendezvous, the job was not checked: {why}");
+        return match on_squat {
+            OnSquat::Run => Action::RunNoted(reason(prefix, &said, 0)),
+            OnSquat::Hold => Action::StopJob {
+                reason: reason(prefix, &format!("on_squat: hold: {said}"), 0),
+                hold: true,
+            },
+        };
+    }
     if let Some(culprit) = c.culprits.iter().find(|x| x.ranks.contains(&rank)) {
         let first = culprit
             .reasons

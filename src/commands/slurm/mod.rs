@@ -121,19 +121,25 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
             ));
         }
     };
-    let (report, rank) = report_of(&run_args, stage, outcome);
+    let (mut report, rank) = report_of(&run_args, stage, outcome);
     let file = report_file(&settings.report_dir, &own, mode, job_id.as_deref());
-    let mut problems: Vec<String> = Vec::new();
-    if let Err(e) = write_report(&file, &report) {
-        problems.push(e);
-    }
     let action = match (&report.cluster, mode) {
-        (Some(c), _) => job::cluster_action(c, rank, &settings.drain_prefix),
+        (Some(c), _) => {
+            job::cluster_action(c, rank, &settings.drain_prefix, settings.prolog_on_squat)
+        }
         (None, SlurmMode::Healthcheck) => {
             node_action(&report, resolved.incomplete, &settings.drain_prefix, true)
         }
         (None, _) => node_action(&report, resolved.incomplete, &settings.drain_prefix, false),
     };
+    if let (Action::RunNoted(why), Some(c)) = (&action, report.cluster.as_mut()) {
+        c.warnings
+            .push(format!("the job runs without preflight's gate: {why}"));
+    }
+    let mut problems: Vec<String> = Vec::new();
+    if let Err(e) = write_report(&file, &report) {
+        problems.push(e);
+    }
     let done = act(
         &slurm,
         &own,
@@ -176,6 +182,9 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
     // A Slurm call that failed is exit 2, whatever the verdict: a drain
     // that did not happen must not look like one that did.
     Ok(match (&action, &done) {
+        // A comment that could not be set is in the log; the job still
+        // runs, and the node is never drained for a stranger's doing.
+        (Action::RunNoted(_), _) => ExitCode::Ready,
         (_, Err(_)) => ExitCode::Usage,
         _ if diagnosis.failed => ExitCode::Usage,
         (Action::Drain(_), _) => ExitCode::NotReady,
@@ -303,6 +312,12 @@ fn act(
             }
         }
         Action::Keep(why) => Ok(why.clone()),
+        Action::RunNoted(reason) => match job {
+            Some(j) => slurm
+                .comment_job(j, reason)
+                .map(|()| format!("job {j} runs unchecked, its comment says why: {reason}")),
+            None => Ok(format!("the job runs unchecked: {reason}")),
+        },
         Action::StopJob { reason, hold } => match job {
             Some(j) => slurm.stop_job(j, reason, *hold),
             None => Err(format!(
@@ -335,6 +350,7 @@ fn summary(
                 Action::Drain(_) => "drain",
                 Action::ResumeIfOurs => "resume",
                 Action::StopJob { .. } => "taking the job off this allocation",
+                Action::RunNoted(_) => "the job's comment",
                 Action::Keep(_) => "nothing",
             }
         ),

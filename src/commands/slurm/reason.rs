@@ -24,6 +24,9 @@ pub enum Action {
     /// no node was named, so that it does not loop back onto the same
     /// nodes) with the reason in its comment; drain nothing here.
     StopJob { reason: String, hold: bool },
+    /// The job runs, though the gate could not be kept (strangers held
+    /// the rendezvous): why, in its comment and the log.
+    RunNoted(String),
 }
 
 /// `PREFIX check.id: message (+N more)`, one line, at most REASON_MAX.

@@ -220,6 +220,17 @@ impl Slurm {
             .collect())
     }
 
+    /// Says `reason` in a job's comment (`scontrol show job`, `sacct -o
+    /// comment`), its owner's to read.
+    pub fn comment_job(&self, job: &str, reason: &str) -> Result<(), String> {
+        self.call(&[
+            "update",
+            &format!("jobid={job}"),
+            &format!("comment={reason}"),
+        ])
+        .map(|_| ())
+    }
+
     /// Takes a job off its allocation before it starts, with the reason
     /// in its comment so that its owner sees why (`scontrol show job`,
     /// `sacct -o comment`): a batch job is requeued (and held, with
