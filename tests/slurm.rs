@@ -552,8 +552,8 @@ const SQUATTED_SITE: &str = "report_dir: {dir}/reports/%n\n\
                              ports: 29400-29409\n  probe_ports: 29450-29459\n  timeout: 15s\n";
 
 /// A stranger binds every port of h2's probe range before the job: the
-/// job still runs, nobody is drained, and rank 0's report names the
-/// stranger's hold.
+/// job still runs, nobody is drained, and rank 0's report and the job's
+/// comment name the stranger's hold.
 #[test]
 fn a_stranger_holding_the_probe_ports_drains_nobody_and_the_job_runs() {
     let _s = serial();
@@ -562,7 +562,9 @@ fn a_stranger_holding_the_probe_ports_drains_nobody_and_the_job_runs() {
     };
     let d = s.dir.path().to_path_buf();
     squat(&s, 1, &(29450..=29459).collect::<Vec<u16>>());
-    let job = sbatch(&s, &d, "ran");
+    let job = sbatch_lasting(&s, &d, "ran");
+    let o = s.run("scontrol", &["release", &job]);
+    assert!(o.status.success(), "{}", text(&o));
     assert!(
         wait_until(LIMIT, || d.join("ran").exists()),
         "the job did not run: {}\n{}",
@@ -579,6 +581,12 @@ fn a_stranger_holding_the_probe_ports_drains_nobody_and_the_job_runs() {
         warnings.contains("h2: every port of the probe range 29450-29459 is taken (by pid ")
             && warnings.contains("(user nobody)"),
         "{report:#}"
+    );
+    // The job's owner reads who held them in its comment.
+    let comment = job_comment(&s, &job);
+    assert!(
+        comment.contains("strangers hold a probe range") && comment.contains("(user nobody)"),
+        "{comment}"
     );
 }
 

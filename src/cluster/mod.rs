@@ -81,6 +81,11 @@ pub fn clock_offset(_facts: &Facts) -> i64 {
 /// The test hook's marker (`test_hooks`): written once this rank's
 /// check-in has gone out, so that a test acts on a checked-in rank (stops
 /// it, say), never on a guess of when that was.
+
+/// How a node's warning starts when strangers held its whole probe range
+/// (the Slurm prolog names them in the job's comment).
+pub const PROBE_RANGE_TAKEN: &str = "every port of the probe range";
+
 fn checked_in(facts: &Facts) {
     #[cfg(feature = "test-hooks")]
     if let Some(path) = facts.env(crate::test_hooks::CHECKIN_MARKER) {
@@ -404,7 +409,7 @@ fn probe_range_taken(
         format!("by {}", who.join(", "))
     };
     format!(
-        "every port of the probe range {range} is taken ({held}): its probe listener took port {} instead",
+        "{PROBE_RANGE_TAKEN} {range} is taken ({held}): its probe listener took port {} instead",
         listener.local_addr().map(|a| a.port()).unwrap_or(0)
     )
 }

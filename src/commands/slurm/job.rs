@@ -111,7 +111,7 @@ pub fn cluster_action(c: &ClusterReport, rank: u32, prefix: &str, on_squat: OnSq
     {
         let said = format!("strangers hold the rendezvous, the job was not checked: {why}");
         return match on_squat {
-            OnSquat::Run => Action::RunNoted(reason(prefix, &said, 0)),
+            OnSquat::Run => Action::RunNoted(reason(prefix, &format!("unchecked: {said}"), 0)),
             OnSquat::Hold => Action::StopJob {
                 reason: reason(prefix, &format!("on_squat: hold: {said}"), 0),
                 hold: true,
@@ -130,9 +130,20 @@ pub fn cluster_action(c: &ClusterReport, rank: u32, prefix: &str, on_squat: OnSq
             culprit.reasons.len().saturating_sub(1),
         ));
     }
-    match (c.verdict, rank) {
-        (Verdict::Ready, _) => Action::Keep("ready".into()),
-        (_, 0) => {
+    // Ready, though strangers held a node's probe range (its listener
+    // took another port): the job runs, its comment names them.
+    let taken = c
+        .warnings
+        .iter()
+        .find(|w| w.contains(crate::cluster::PROBE_RANGE_TAKEN));
+    match (c.verdict, rank, taken) {
+        (Verdict::Ready, 0, Some(w)) => Action::RunNoted(reason(
+            prefix,
+            &format!("checked, ready; strangers hold a probe range: {w}"),
+            0,
+        )),
+        (Verdict::Ready, _, _) => Action::Keep("ready".into()),
+        (_, 0, _) => {
             let why = match c.culprits.as_slice() {
                 [] => c
                     .checks

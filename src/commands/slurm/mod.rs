@@ -132,7 +132,9 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
         }
         (None, _) => node_action(&report, resolved.incomplete, &settings.drain_prefix, false),
     };
-    if let (Action::RunNoted(why), Some(c)) = (&action, report.cluster.as_mut()) {
+    if let (Action::RunNoted(why), Some(c)) = (&action, report.cluster.as_mut())
+        && c.verdict != Verdict::Ready
+    {
         c.warnings
             .push(format!("the job runs without preflight's gate: {why}"));
     }
@@ -315,8 +317,8 @@ fn act(
         Action::RunNoted(reason) => match job {
             Some(j) => slurm
                 .comment_job(j, reason)
-                .map(|()| format!("job {j} runs unchecked, its comment says why: {reason}")),
-            None => Ok(format!("the job runs unchecked: {reason}")),
+                .map(|()| format!("job {j} runs, its comment names the strangers: {reason}")),
+            None => Ok(format!("the job runs: {reason}")),
         },
         Action::StopJob { reason, hold } => match job {
             Some(j) => slurm.stop_job(j, reason, *hold),
