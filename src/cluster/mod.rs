@@ -78,14 +78,13 @@ pub fn clock_offset(_facts: &Facts) -> i64 {
     0
 }
 
-/// The test hook's marker (`test_hooks`): written once this rank's
-/// check-in has gone out, so that a test acts on a checked-in rank (stops
-/// it, say), never on a guess of when that was.
-
 /// How a node's warning starts when strangers held its whole probe range
 /// (the Slurm prolog names them in the job's comment).
 pub const PROBE_RANGE_TAKEN: &str = "every port of the probe range";
 
+/// The test hook's marker (`test_hooks`): written once this rank's
+/// check-in has gone out, so that a test acts on a checked-in rank (stops
+/// it, say), never on a guess of when that was.
 fn checked_in(facts: &Facts) {
     #[cfg(feature = "test-hooks")]
     if let Some(path) = facts.env(crate::test_hooks::CHECKIN_MARKER) {
