@@ -26,8 +26,6 @@ pub const PODS_PER_JOB_ANNOTATION: &str = "preflight.dev/pods-per-job";
 /// The init container's name: a pod that has one is left as it is (the
 /// API server may call the webhook again for the same pod).
 pub const CONTAINER: &str = "preflight";
-/// Where the token Secret is mounted in the init container.
-const TOKEN_DIR: &str = "/var/run/preflight";
 
 /// The webhook's settings.
 #[derive(Debug, Clone)]
@@ -75,24 +73,32 @@ fn devices(first: &Value) -> Value {
     out
 }
 
-/// Whether the init container runs as root: neither the pod nor its
-/// first container asks for another user.
-fn runs_as_root(pod: &Value) -> bool {
-    let first = &pod["spec"]["containers"][0]["securityContext"];
-    let pod_level = &pod["spec"]["securityContext"];
-    let user = first["runAsUser"]
-        .as_u64()
-        .or(pod_level["runAsUser"].as_u64());
-    let non_root = first["runAsNonRoot"]
-        .as_bool()
-        .or(pod_level["runAsNonRoot"].as_bool())
-        .unwrap_or(false);
-    user.unwrap_or(0) == 0 && !non_root
+/// The container whose environment is the job's: the one its operator
+/// gives the rank variables (Kubeflow Trainer's `node`, PyTorchJob's
+/// `pytorch`), else the first that carries any of them, else the first
+/// (a sidecar injected first has none of them).
+fn job_container(pod: &Value) -> &Value {
+    let containers = pod["spec"]["containers"].as_array();
+    let all = containers.map(Vec::as_slice).unwrap_or_default();
+    let carries = |c: &&Value| {
+        c["env"].as_array().is_some_and(|env| {
+            env.iter().any(|e| {
+                e["name"]
+                    .as_str()
+                    .is_some_and(|n| crate::facts::pod::POD_VARS.contains(&n) || n == "MASTER_ADDR")
+            })
+        })
+    };
+    all.iter()
+        .find(|c| c["name"] == "node" || c["name"] == "pytorch")
+        .or_else(|| all.iter().find(carries))
+        .or(all.first())
+        .unwrap_or(&Value::Null)
 }
 
 /// The init container for a pod gated as `gate`.
 fn container(pod: &Value, gate: &str, cfg: &Config) -> Value {
-    let first = &pod["spec"]["containers"][0];
+    let first = job_container(pod);
     let meta = &pod["metadata"];
     let mut env: Vec<Value> = Vec::new();
     let mut c = json!({
@@ -101,6 +107,11 @@ fn container(pod: &Value, gate: &str, cfg: &Config) -> Value {
         "resources": devices(first),
         "terminationMessagePolicy": "File",
     });
+    // The job's own container's: the same user (the token is this user's
+    // to read) and whatever the namespace's Pod Security level asks of it.
+    if first["securityContext"].is_object() {
+        c["securityContext"] = first["securityContext"].clone();
+    }
     if gate == "gang" {
         c["args"] = json!(["run", "--timeout", cfg.gang_timeout]);
         env.extend(first["env"].as_array().cloned().unwrap_or_default());
@@ -117,27 +128,25 @@ fn container(pod: &Value, gate: &str, cfg: &Config) -> Value {
             }
         }
         if let Some(n) = meta["annotations"][PODS_PER_JOB_ANNOTATION].as_str() {
+            env.retain(|e| e["name"] != "JOBSET_PODS_PER_JOB");
             env.push(json!({"name": "JOBSET_PODS_PER_JOB", "value": n}));
         }
         if let Some(secret) = meta["annotations"][TOKEN_SECRET_ANNOTATION].as_str() {
+            // The Secret's key as the variable (an explicit env entry wins
+            // over envFrom): a Secret volume's files are root's, under
+            // fsGroup readable by the group, and preflight takes a token
+            // file only when it is its own user's alone; a variable only
+            // this user's processes can read works for every user.
             env.retain(|e| e["name"] != "PREFLIGHT_TOKEN" && e["name"] != "PREFLIGHT_TOKEN_FILE");
-            if runs_as_root(pod) {
-                // The file itself: a Secret volume's names are links into
-                // its current `..data`, which PREFLIGHT_TOKEN_FILE refuses.
-                env.push(json!({"name": "PREFLIGHT_TOKEN_FILE", "value": format!("{TOKEN_DIR}/..data/token")}));
-                c["volumeMounts"] =
-                    json!([{"name": "preflight-token", "mountPath": TOKEN_DIR, "readOnly": true}]);
-            } else {
-                // A Secret volume's files are root's, and preflight takes a
-                // token file only from its own user: the Secret's key as
-                // the variable instead, which only this user's processes
-                // can read.
-                env.push(json!({
-                    "name": "PREFLIGHT_TOKEN",
-                    "valueFrom": {"secretKeyRef": {"name": secret, "key": "token"}},
-                }));
-            }
+            env.push(json!({
+                "name": "PREFLIGHT_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": secret, "key": "token"}},
+            }));
         }
+        // No contract found in the pod is an error there, never a world of
+        // one that passes alone.
+        env.retain(|e| e["name"] != REQUIRE_GANG);
+        env.push(json!({"name": REQUIRE_GANG, "value": "1"}));
     } else {
         c["args"] = json!(["check", "--skip", "slow", "--timeout", "45s"]);
     }
@@ -146,6 +155,11 @@ fn container(pod: &Value, gate: &str, cfg: &Config) -> Value {
     }
     c
 }
+
+/// Set in a gang's init container: a pod in which no operator's contract
+/// is found fails instead of running as a job of one (the cluster stage's
+/// `REQUIRE_GANG_VAR`).
+const REQUIRE_GANG: &str = "PREFLIGHT_REQUIRE_GANG";
 
 /// The JSON patch for `pod`, or `None` when it is left unchanged; an
 /// error for a gate label with a value that means nothing.
@@ -166,31 +180,25 @@ pub fn patch(pod: &Value, cfg: &Config) -> Result<Option<Vec<Value>>, String> {
     if inits.is_some_and(|i| i.iter().any(|c| c["name"] == CONTAINER)) {
         return Ok(None);
     }
+    if spec["containers"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["name"] == CONTAINER))
+    {
+        return Err(format!(
+            "a container of this pod is named `{CONTAINER}`, the name of the gate's init container: rename it"
+        ));
+    }
     let c = container(pod, gate, cfg);
-    let mut ops = vec![match inits {
+    Ok(Some(vec![match inits {
         // First: nothing else in the pod starts before the gate opens.
         Some(_) => json!({"op": "add", "path": "/spec/initContainers/0", "value": c}),
         None => json!({"op": "add", "path": "/spec/initContainers", "value": [c]}),
-    }];
-    if gate == "gang"
-        && runs_as_root(pod)
-        && let Some(secret) = pod["metadata"]["annotations"][TOKEN_SECRET_ANNOTATION].as_str()
-    {
-        let volume = json!({
-            "name": "preflight-token",
-            "secret": {"secretName": secret, "items": [{"key": "token", "path": "token"}], "defaultMode": 256},
-        });
-        ops.push(match spec["volumes"].as_array() {
-            Some(_) => json!({"op": "add", "path": "/spec/volumes/-", "value": volume}),
-            None => json!({"op": "add", "path": "/spec/volumes", "value": [volume]}),
-        });
-    }
-    Ok(Some(ops))
+    }]))
 }
 
 /// The most of a request the webhook reads: the API server's own limit
-/// on an object is 3 MiB, and its review wraps one (or two) of them.
-pub const MAX_BODY: usize = 8 << 20;
+/// on an object is 3 MiB, and a CREATE's review wraps one.
+pub const MAX_BODY: usize = 4 << 20;
 
 /// An AdmissionReview request, answered: the HTTP status and the body.
 /// A body that is no review gets 400 with why; a pod the label asks for
@@ -293,32 +301,38 @@ mod tests {
             env.contains("PET_NNODES") && env.contains("JOBSET_NAME"),
             "{env}"
         );
-        assert!(env.contains("PREFLIGHT_TOKEN_FILE"), "{env}");
-        assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "8");
-        assert_eq!(c["resources"]["limits"]["memory"], "256Mi");
-        assert_eq!(ops[1]["value"][0]["secret"]["secretName"], "job-token");
-    }
-
-    #[test]
-    fn a_pod_that_runs_as_another_user_gets_the_token_as_a_variable() {
-        let r = reviewed(json!({
-            "metadata": {
-                "labels": {GATE_LABEL: "gang"},
-                "annotations": {TOKEN_SECRET_ANNOTATION: "job-token"},
-            },
-            "spec": {
-                "securityContext": {"runAsUser": 1000, "fsGroup": 1000},
-                "containers": [{"name": "node"}],
-            },
-        }));
-        let ops = ops(&r);
-        assert_eq!(ops.len(), 1, "no volume: {ops:?}");
-        let env = ops[0]["value"][0]["env"].to_string();
         assert!(
             env.contains("secretKeyRef") && env.contains("job-token"),
             "{env}"
         );
-        assert!(!env.contains("PREFLIGHT_TOKEN_FILE"), "{env}");
+        assert!(env.contains(REQUIRE_GANG), "{env}");
+        assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "8");
+        assert_eq!(c["resources"]["limits"]["memory"], "256Mi");
+        assert_eq!(ops.len(), 1, "no volume: {ops:?}");
+    }
+
+    #[test]
+    fn the_job_container_is_the_operators_not_a_sidecar_and_its_user_is_kept() {
+        let r = reviewed(json!({
+            "metadata": {"labels": {GATE_LABEL: "gang"}},
+            "spec": {"containers": [
+                {"name": "istio-proxy", "env": [{"name": "ISTIO_META", "value": "x"}]},
+                {
+                    "name": "trainer",
+                    "env": [{"name": "LWS_GROUP_SIZE", "value": "3"}],
+                    "securityContext": {"runAsUser": 1000, "runAsNonRoot": true},
+                },
+            ]},
+        }));
+        let c = &ops(&r)[0]["value"][0];
+        assert!(c["env"].to_string().contains("LWS_GROUP_SIZE"), "{c}");
+        assert!(!c["env"].to_string().contains("ISTIO_META"), "{c}");
+        assert_eq!(c["securityContext"]["runAsUser"], 1000);
+        let clash = reviewed(json!({
+            "metadata": {"labels": {GATE_LABEL: "node"}},
+            "spec": {"containers": [{"name": CONTAINER}]},
+        }));
+        assert_eq!(clash["response"]["allowed"], false);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! answers it (`mutate::review`), `GET /healthz` answers `ok` for the
 //! Deployment's probes. Every peer is bounded: 10 s for the TLS handshake
 //! and for a request's headers, `MAX_BODY` for its body, a minute for a
-//! connection, `AT_ONCE` connections; a request it cannot read gets its
-//! 4xx and the server goes on serving.
+//! connection (closed after the request in hand), `AT_ONCE` connections
+//! and `REVIEWS_AT_ONCE` reviews parsed at once; a request it cannot read
+//! gets its 4xx and the server goes on serving.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,6 +22,8 @@ use super::mutate::{self, Config};
 
 /// Connections served at once; the next waits to be accepted.
 const AT_ONCE: usize = 512;
+/// Reviews parsed at once: one of `MAX_BODY` may take a hundred MiB.
+const REVIEWS_AT_ONCE: usize = 2;
 /// The TLS handshake, and a request's headers.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 /// One connection, however many requests it carries (the API server
@@ -72,6 +75,7 @@ async fn handle(
     req: Request<Incoming>,
     cfg: Arc<Config>,
     peer: SocketAddr,
+    reviews: Arc<tokio::sync::Semaphore>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let path = req.uri().path().to_string();
     Ok(match (req.method(), path.as_str()) {
@@ -94,6 +98,11 @@ async fn handle(
                     eprintln!("preflight webhook: {peer}: {status} {why}");
                     return Ok(reply(status, format!("{why}\n").into_bytes(), false));
                 }
+            };
+            // A parsed review takes many times its body's bytes: a few at
+            // a time keep the webhook within its memory limit.
+            let Ok(_turn) = reviews.acquire().await else {
+                return Ok(reply(503, b"shutting down\n".to_vec(), false));
             };
             let (status, out) = mutate::review(&body, &cfg);
             if status != 200 {
@@ -131,6 +140,7 @@ pub fn serve(
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         let cfg = Arc::new(cfg);
         let slots = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
+        let reviews = Arc::new(tokio::sync::Semaphore::new(REVIEWS_AT_ONCE));
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| format!("SIGTERM: {e}"))?;
         loop {
@@ -150,7 +160,7 @@ pub fn serve(
                 _ = term.recv() => return Ok(()),
                 _ = tokio::signal::ctrl_c() => return Ok(()),
             };
-            let (acceptor, cfg) = (acceptor.clone(), cfg.clone());
+            let (acceptor, cfg, reviews) = (acceptor.clone(), cfg.clone(), reviews.clone());
             tokio::spawn(async move {
                 let _slot = slot;
                 let tls = match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
@@ -161,13 +171,26 @@ pub fn serve(
                     }
                     Err(_) => return,
                 };
-                let service = hyper::service::service_fn(move |req| handle(req, cfg.clone(), peer));
+                let reviews = reviews.clone();
+                let service = hyper::service::service_fn(move |req| {
+                    handle(req, cfg.clone(), peer, reviews.clone())
+                });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(HANDSHAKE)
                     .max_buf_size(64 << 10)
                     .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
-                let _ = tokio::time::timeout(CONNECTION, conn).await;
+                tokio::pin!(conn);
+                // At the connection's deadline, the request in hand is
+                // answered and the connection closed after it (the API
+                // server opens another), never cut mid-request.
+                tokio::select! {
+                    _ = conn.as_mut() => {}
+                    _ = tokio::time::sleep(CONNECTION) => {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = tokio::time::timeout(HANDSHAKE, conn).await;
+                    }
+                }
             });
         }
     })

@@ -44,6 +44,10 @@ pub const DEFAULT_PORT: u16 = 29500;
 /// that waits for millions of ranks.
 pub const MAX_WORLD: u32 = 1 << 20;
 
+/// Set in a Kubernetes gang's gate: a pod whose environment names no job
+/// is an error there, not a job of one.
+pub const REQUIRE_GANG_VAR: &str = "PREFLIGHT_REQUIRE_GANG";
+
 /// Set by a node agent in its children's environment: "you are a rank,
 /// read your identity from the variables I gave you".
 pub const CHILD_MARKER: &str = "PREFLIGHT_NODE_CHILD";
@@ -359,6 +363,13 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
                 l.size,
             ));
         }
+        // A gang's gate (the webhook's init container) that finds no
+        // operator's contract: an error, never a world of one that passes.
+        if env.get(REQUIRE_GANG_VAR).is_some_and(|v| v == "1") && !flags.node_mode() {
+            return Err(format!(
+                "{REQUIRE_GANG_VAR}=1 but this pod's environment names no job: none of Kubeflow's PET_NNODES/PET_NODE_RANK, LeaderWorkerSet's LWS_LEADER_ADDRESS, Volcano's VC_TASK_INDEX, JobSet's JOBSET_NAME with JOB_COMPLETION_INDEX, nor a launcher's RANK/WORLD_SIZE: give the init container the job container's environment (docs/kubernetes.md)"
+            ));
+        }
         // Nothing set: a one-node job of this machine's ranks.
         return Ok(Role::Node(NodePlan {
             nnodes: 1,
@@ -663,6 +674,28 @@ mod tests {
         };
         let e = resolve(&flags, &env(&[("OMPI_COMM_WORLD_NODE_RANK", "1")])).unwrap_err();
         assert!(e.contains("needs --node-rank"), "{e}");
+    }
+
+    #[test]
+    fn a_gangs_gate_with_no_contract_is_an_error_not_a_world_of_one() {
+        let e = resolve(&Flags::default(), &env(&[(REQUIRE_GANG_VAR, "1")])).unwrap_err();
+        assert!(
+            e.contains("names no job") && e.contains("PET_NNODES"),
+            "{e}"
+        );
+        let Role::Node(plan) = resolve(
+            &Flags::default(),
+            &env(&[
+                (REQUIRE_GANG_VAR, "1"),
+                ("LWS_LEADER_ADDRESS", "l-0.l.ns"),
+                ("LWS_GROUP_SIZE", "2"),
+                ("LWS_WORKER_INDEX", "1"),
+            ]),
+        )
+        .unwrap() else {
+            panic!("a pod of a LeaderWorkerSet is a node of its job")
+        };
+        assert_eq!((plan.nnodes, plan.node_rank), (2, 1));
     }
 
     #[test]

@@ -82,6 +82,21 @@ fn is_batch_script(env: &BTreeMap<String, String>) -> bool {
     !own_rank && env.contains_key("SLURM_PROCID") && !env.contains_key("SLURM_STEP_ID")
 }
 
+/// The launchers' rank variables, Slurm's last: mpirun (or Intel MPI's
+/// Hydra) started from a batch script or through srun gives each rank its
+/// own, while SLURM_PROCID there is the batch task's or the node's.
+fn ranks_first() -> Vec<&'static str> {
+    let mut v = rank_vars();
+    v.sort_by_key(|n| n.starts_with("SLURM_"));
+    v
+}
+
+fn sizes_first() -> Vec<&'static str> {
+    let mut v = size_vars();
+    v.sort_by_key(|n| n.starts_with("SLURM_"));
+    v
+}
+
 /// The jobs under `proc_dir`, ranks in order.
 pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
     let me = std::process::id();
@@ -103,7 +118,7 @@ pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
         let Some(env) = environ(&e.path()) else {
             continue;
         };
-        let (Some(rank), Some(world)) = (first(&env, &rank_vars()), first(&env, &size_vars()))
+        let (Some(rank), Some(world)) = (first(&env, &ranks_first()), first(&env, &sizes_first()))
         else {
             continue;
         };
@@ -215,5 +230,18 @@ mod tests {
             ("RANK", "1"),
             ("WORLD_SIZE", "2")
         ])));
+    }
+
+    #[test]
+    fn mpiruns_rank_wins_over_the_slurm_task_it_runs_in() {
+        let e = env(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_ID", "0"),
+            ("OMPI_COMM_WORLD_RANK", "5"),
+            ("OMPI_COMM_WORLD_SIZE", "8"),
+        ]);
+        assert_eq!(first(&e, &ranks_first()), Some(5));
+        assert_eq!(first(&e, &sizes_first()), Some(8));
     }
 }

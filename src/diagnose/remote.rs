@@ -19,6 +19,23 @@ const MAX_ANSWER: u64 = 64 << 20;
 /// thousand ssh or srun processes on one host.
 const AT_ONCE: usize = 64;
 
+/// What srun takes from its environment as the new step's requests: a
+/// diagnosis step asks for one CPU on its node, nothing else.
+const STEP_REQUESTS: &[&str] = &[
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_CPUS_PER_GPU",
+    "SLURM_GPUS",
+    "SLURM_GPUS_PER_NODE",
+    "SLURM_GPUS_PER_SOCKET",
+    "SLURM_GPUS_PER_TASK",
+    "SLURM_MEM_PER_CPU",
+    "SLURM_MEM_PER_GPU",
+    "SLURM_MEM_PER_NODE",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_TRES_PER_TASK",
+    "SLURM_DISTRIBUTION",
+];
+
 /// How the other nodes are reached.
 #[derive(Debug, Clone)]
 pub enum Via {
@@ -62,6 +79,10 @@ fn command(remote: &Remote, host: &str, args: &[String]) -> tokio::process::Comm
             let mut c = tokio::process::Command::new("srun");
             // Explicit shape: a watchdog in the batch script inherits the
             // job's SLURM_NTASKS and the like, which would ask for more.
+            // Nor the batch step's requests of GPUs, memory and CPUs.
+            for var in STEP_REQUESTS {
+                c.env_remove(var);
+            }
             c.args(["--overlap", "--quiet", "--jobid", job, "--nodelist", host])
                 .args(["--nodes=1", "--ntasks=1", "--cpus-per-task=1"])
                 .args(["--kill-on-bad-exit=1", "--"])
@@ -91,8 +112,15 @@ async fn ask(remote: &Remote, host: &str, args: &[String]) -> Result<Diagnosis, 
         let mut stdout = Vec::new();
         let mut stderr = Vec::new();
         let (mut out, mut err) = (out.take(MAX_ANSWER + 1), err.take(64 << 10));
-        let (a, b) = tokio::join!(out.read_to_end(&mut stdout), err.read_to_end(&mut stderr));
-        a.and(b)?;
+        // What is kept is bounded; the rest of stderr is read and dropped,
+        // so that a chatty node is not stalled on a full pipe.
+        let drain_err = async {
+            err.read_to_end(&mut stderr).await?;
+            tokio::io::copy(&mut err.into_inner(), &mut tokio::io::sink()).await
+        };
+        let (a, b) = tokio::join!(out.read_to_end(&mut stdout), drain_err);
+        a?;
+        b?;
         let status = child.wait().await?;
         Ok::<_, std::io::Error>((status, stdout, stderr))
     };

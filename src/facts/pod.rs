@@ -254,7 +254,9 @@ fn kubeflow(env: &Env) -> Result<PodJob, String> {
         None => nn.parse().ok(),
     }
     .ok_or_else(|| format!("PET_NNODES=`{nn}` is not a number of pods"))?;
-    let node_rank = number(env, "PET_NODE_RANK")?.unwrap_or(0);
+    let node_rank = number(env, "PET_NODE_RANK")?.ok_or(
+        "PET_NNODES is set but PET_NODE_RANK is empty: the operator gives every pod its index",
+    )?;
     let v1 = env.contains_key("WORLD_SIZE") || env.contains_key("RANK");
     let operator = if v1 {
         "Kubeflow PyTorchJob"
@@ -277,7 +279,7 @@ fn kubeflow(env: &Env) -> Result<PodJob, String> {
     )];
     if let Some(w) = number(env, "WORLD_SIZE")? {
         let counts = match procs {
-            Some(n) if w == nnodes * n => {
+            Some(n) if Some(w) == nnodes.checked_mul(n) => {
                 format!("WORLD_SIZE={w} counts processes ({nnodes} pods × {n})")
             }
             _ if w == nnodes => format!(
@@ -288,7 +290,7 @@ fn kubeflow(env: &Env) -> Result<PodJob, String> {
                     "WORLD_SIZE={w} is neither PET_NNODES={nnodes} pods nor their processes ({}): which does the job mean?",
                     procs.map_or("PET_NPROC_PER_NODE auto".to_string(), |n| format!(
                         "{} = {nnodes} × {n}",
-                        nnodes * n
+                        u64::from(nnodes) * u64::from(n)
                     ))
                 ));
             }
@@ -393,7 +395,7 @@ fn volcano(env: &Env) -> Result<PodJob, String> {
         {
             mine = Some((task.clone(), offset));
         }
-        offset += hosts.len() as u32;
+        offset = offset.saturating_add(hosts.len() as u32);
     }
     let (task, offset) = mine.ok_or_else(|| {
         format!(
@@ -406,7 +408,7 @@ fn volcano(env: &Env) -> Result<PodJob, String> {
         )
     })?;
     let nnodes = all.len() as u32;
-    let node_rank = offset + index;
+    let node_rank = offset.saturating_add(index);
     in_range(nnodes, node_rank, "Volcano")?;
     Ok(PodJob {
         plan: plan(
@@ -447,7 +449,10 @@ fn jobset(env: &Env) -> Result<PodJob, String> {
         ));
     }
     let nnodes = replicas.saturating_mul(per_job);
-    let node_rank = job_index.saturating_mul(per_job) + pod;
+    let node_rank = job_index
+        .checked_mul(per_job)
+        .and_then(|n| n.checked_add(pod))
+        .ok_or_else(|| format!("JobSet: JOBSET_JOB_INDEX={job_index} × JOBSET_PODS_PER_JOB={per_job} is out of range"))?;
     in_range(nnodes, node_rank, "JobSet")?;
     let sub = get(env, "JOBSET_SUBDOMAIN").unwrap_or(js);
     let nodelist: Vec<String> = (0..replicas)
@@ -494,6 +499,12 @@ pub fn mpi_hostfile(env: &Env) -> Option<Result<Hostfile, String>> {
     let (var, path) = HOSTFILE_VARS
         .iter()
         .find_map(|v| Some((*v, get(env, v)?)))?;
+    // mpirun forwards the variable to every rank, and MPIJob mounts the
+    // file on its launcher only: where it is not, there is no hostfile
+    // (the ranks then need MASTER_ADDR, as under any mpirun).
+    if !std::path::Path::new(path).exists() {
+        return None;
+    }
     let read = || -> Result<Hostfile, String> {
         use std::io::Read;
         let mut text = String::new();
@@ -719,6 +730,14 @@ mod tests {
             "{e}"
         );
         assert!(mpi_hostfile(&env(&[])).is_none());
+        // Forwarded by mpirun to a worker where the file is not mounted.
+        assert!(
+            mpi_hostfile(&env(&[(
+                "OMPI_MCA_orte_default_hostfile",
+                "/nonexistent/hostfile"
+            )]))
+            .is_none()
+        );
     }
 
     #[test]
@@ -742,6 +761,17 @@ mod tests {
         .unwrap()
         .unwrap_err();
         assert!(e.contains("LWS_GROUP_SIZE=`three`"), "{e}");
+        let e = discover(&env(&[
+            ("JOBSET_NAME", "js"),
+            ("JOBSET_REPLICATED_JOB", "w"),
+            ("JOBSET_JOB_INDEX", "4294967295"),
+            ("JOBSET_REPLICAS", "2"),
+            ("JOBSET_PODS_PER_JOB", "2"),
+            ("JOB_COMPLETION_INDEX", "1"),
+        ]))
+        .unwrap()
+        .unwrap_err();
+        assert!(e.contains("out of range"), "{e}");
         assert!(discover(&env(&[("RANK", "0"), ("WORLD_SIZE", "2")])).is_none());
     }
 }

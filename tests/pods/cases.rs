@@ -170,6 +170,9 @@ fn start_for(
     let hostname = op.names[i].split('.').next().unwrap_or(op.names[i]);
     let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     all.push(("HOSTNAME", hostname));
+    // As the webhook's init container has it: no contract found would be
+    // an error, not a world of one.
+    all.push(("PREFLIGHT_REQUIRE_GANG", "1"));
     all.push(("GLOO_SOCKET_IFNAME", "eth0"));
     let argv: Vec<String> = std::iter::once(cluster::BIN.to_string())
         .chain(args)

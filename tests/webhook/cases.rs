@@ -214,16 +214,22 @@ fn the_webhook_gates_gang_and_node_pods_leaves_others_and_survives_a_bad_body() 
         "PET_MASTER_ADDR",
         "JOB_COMPLETION_INDEX",
         "JOBSET_NAME",
-        "PREFLIGHT_TOKEN_FILE",
+        "PREFLIGHT_REQUIRE_GANG",
     ] {
         assert!(env.contains(var), "{var}: {env}");
     }
-    assert_eq!(init["resources"]["limits"]["nvidia.com/gpu"], "8");
-    let volumes = pod["spec"]["volumes"].to_string();
-    assert!(
-        volumes.contains("llama-preflight-token") && volumes.contains("kube-api-access"),
-        "{volumes}"
+    // The job's secret, from the Secret the annotation names.
+    let token = init["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "PREFLIGHT_TOKEN")
+        .unwrap();
+    assert_eq!(
+        token["valueFrom"]["secretKeyRef"]["name"],
+        "llama-preflight-token"
     );
+    assert_eq!(init["resources"]["limits"]["nvidia.com/gpu"], "8");
     validate(&pod, w.dir.path());
 
     // Node: `preflight check`, before the pod's own init container.

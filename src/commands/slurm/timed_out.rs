@@ -17,8 +17,12 @@ use std::path::PathBuf;
 use super::scontrol::{self, JobState, Slurm};
 use crate::result::diagnosis::{CLUSTER_SCHEMA, ClusterDiagnosis, Culprit, Diagnosis, SCHEMA};
 
-/// A diagnosis of thousands of nodes is megabytes.
-const MAX_FILE: u64 = 64 << 20;
+/// A diagnosis of a thousand nodes' culprits is well under this; parsed
+/// whole by root on a compute node, it stays small.
+const MAX_FILE: u64 = 4 << 20;
+/// Culprits acted on at most: a diagnosis naming more is a job whose
+/// every node waited, or a forged file.
+const MOST_CULPRITS: usize = 64;
 
 /// What the epilog learnt and did; each line for its log.
 #[derive(Debug, Default)]
@@ -71,30 +75,40 @@ fn read_culprits(file: &PathBuf, owner: Option<u32>) -> Result<Option<Vec<Culpri
     if text.len() as u64 > MAX_FILE {
         return Err(format!("{}: over {} MiB", file.display(), MAX_FILE >> 20));
     }
-    let v: serde_json::Value = serde_json::from_slice(&text)
-        .map_err(|e| format!("{}: not a diagnosis: {e}", file.display()))?;
-    let held = v["verdict"].as_str() == Some("held");
-    match v["schema"].as_str() {
+    // Its schema first, then the typed document: no tree of the whole.
+    #[derive(serde::Deserialize)]
+    struct Head {
+        schema: Option<String>,
+    }
+    let not = |e: serde_json::Error| format!("{}: not a diagnosis: {e}", file.display());
+    let head: Head = serde_json::from_slice(&text).map_err(not)?;
+    let mut culprits = match head.schema.as_deref() {
         Some(CLUSTER_SCHEMA) => {
-            let c: ClusterDiagnosis = serde_json::from_value(v)
-                .map_err(|e| format!("{}: not a diagnosis: {e}", file.display()))?;
-            Ok(Some(if held { c.culprits } else { Vec::new() }))
+            let c: ClusterDiagnosis = serde_json::from_slice(&text).map_err(not)?;
+            if c.verdict == "held" {
+                c.culprits
+            } else {
+                Vec::new()
+            }
         }
         Some(SCHEMA) => {
-            let d: Diagnosis = serde_json::from_value(v)
-                .map_err(|e| format!("{}: not a diagnosis: {e}", file.display()))?;
-            Ok(Some(if held {
+            let d: Diagnosis = serde_json::from_slice(&text).map_err(not)?;
+            if d.verdict == "held" {
                 d.jobs.into_iter().flat_map(|j| j.culprits).collect()
             } else {
                 Vec::new()
-            }))
+            }
         }
-        other => Err(format!(
-            "{}: a {} document, not a diagnosis",
-            file.display(),
-            other.unwrap_or("schemaless")
-        )),
-    }
+        other => {
+            return Err(format!(
+                "{}: a {} document, not a diagnosis",
+                file.display(),
+                other.unwrap_or("schemaless")
+            ));
+        }
+    };
+    culprits.truncate(MOST_CULPRITS);
+    Ok(Some(culprits))
 }
 
 /// The short name: a node's hostname may be its FQDN, Slurm's name not.
@@ -136,6 +150,12 @@ pub fn act(
     let owner = env("SLURM_JOB_UID")
         .and_then(|u| u.parse().ok())
         .or(state.user_id);
+    if pattern.contains("%w") && env("SLURM_JOB_WORK_DIR").is_none_or(|w| w.is_empty()) {
+        out.lines.push(format!(
+            "job {job} ran out of time; its working directory is unknown (no SLURM_JOB_WORK_DIR), so {pattern} names no file"
+        ));
+        return out;
+    }
     let file = path(pattern, &job, env, own);
     let culprits = match read_culprits(&file, owner) {
         Ok(Some(c)) => c,
@@ -160,19 +180,31 @@ pub fn act(
         ));
     }
     // One drain per node, with its first culprit; the rest counted.
+    let nodes: std::collections::BTreeMap<&str, &String> =
+        state.nodes.iter().map(|n| (short(n), n)).collect();
     let mut by_node: Vec<(String, Vec<&Culprit>)> = Vec::new();
+    let mut outside: Vec<&str> = Vec::new();
     for c in &culprits {
-        let Some(node) = state.nodes.iter().find(|n| short(n) == short(&c.node)) else {
-            out.lines.push(format!(
-                "job {job}: rank {} named on {}, not a node of the job: not drained ({})",
-                c.rank, c.node, c.reason
-            ));
+        let Some(node) = nodes.get(short(&c.node)).copied() else {
+            outside.push(&c.node);
             continue;
         };
         match by_node.iter_mut().find(|(n, _)| n == node) {
             Some((_, cs)) => cs.push(c),
             None => by_node.push((node.clone(), vec![c])),
         }
+    }
+    if !outside.is_empty() {
+        out.lines.push(format!(
+            "job {job}: {} named on nodes not of the job ({}): not drained",
+            crate::values::count(outside.len(), "rank"),
+            outside
+                .iter()
+                .take(8)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     for (node, cs) in by_node {
         let first = cs[0];
