@@ -3,18 +3,45 @@
 //! checklist order whatever order they finish in.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::task::JoinSet;
 
+use crate::checklist::kept::{Lookup, Store};
 use crate::checklist::{Check, Evaluator, complete, complete_all};
 use crate::facts::Facts;
 use crate::result::{CheckResult, Finding};
 use crate::values::{Span, format_duration};
 
-/// At most this many checks run at once: enough to overlap slow probes,
-/// few enough not to fork a storm of commands on a busy node.
-const MAX_PARALLEL: usize = 16;
+/// At most this many checks run at once by default: enough to overlap
+/// slow probes, few enough not to fork a storm of commands on a busy node.
+pub const MAX_PARALLEL: usize = 16;
+
+/// How a run treats its checks beyond their own settings.
+#[derive(Debug)]
+pub struct Options<'a> {
+    /// Kept passes (`cache:`), reused and kept; none: nothing kept.
+    pub kept: Option<&'a Store>,
+    /// Checks run at once (`--max-concurrent`).
+    pub max_concurrent: usize,
+    /// `--no-slow-now`: a check tagged slow reuses its kept pass or is
+    /// skipped (the health check while a job holds the node).
+    pub no_slow_now: bool,
+}
+
+impl Default for Options<'_> {
+    fn default() -> Self {
+        Options {
+            kept: None,
+            max_concurrent: MAX_PARALLEL,
+            no_slow_now: false,
+        }
+    }
+}
+
+/// The tag of the checks too slow for every run (DCGM's longer levels,
+/// torch's import): `--no-slow-now` holds them back.
+const SLOW_TAG: &str = "slow";
 
 /// What the engine reports while it works, for progress displays.
 pub enum Progress<'a> {
@@ -31,6 +58,7 @@ pub async fn run(
     checks: &[Arc<Check>],
     facts: &Arc<Facts>,
     run_timeout: Duration,
+    options: &Options<'_>,
     mut progress: impl FnMut(Progress<'_>),
 ) -> Vec<CheckResult> {
     let now = tokio::time::Instant::now();
@@ -42,7 +70,9 @@ pub async fn run(
     let mut done = 0;
     let mut running = std::collections::BTreeSet::new();
 
-    let limit = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL));
+    let limit = Arc::new(tokio::sync::Semaphore::new(options.max_concurrent.max(1)));
+    // Why a check's kept pass was not taken, said with its result.
+    let mut not_kept: Vec<Option<String>> = vec![None; total];
     let mut tasks = JoinSet::new();
     let run_start = Instant::now();
     for (index, check) in checks.iter().enumerate() {
@@ -53,6 +83,40 @@ pub async fn run(
         };
         if let Some(reason) = unmet {
             let result = complete(check, Finding::skip(reason), Duration::ZERO, facts);
+            done += 1;
+            progress(Progress::Finished {
+                done,
+                total,
+                result: &result,
+                running: Vec::new(),
+            });
+            results[index] = Some(vec![result]);
+            continue;
+        }
+        if let Some(store) = options.kept {
+            match store.lookup(check, SystemTime::now()) {
+                Lookup::Reuse(result) => {
+                    done += 1;
+                    progress(Progress::Finished {
+                        done,
+                        total,
+                        result: &result,
+                        running: Vec::new(),
+                    });
+                    results[index] = Some(vec![*result]);
+                    continue;
+                }
+                Lookup::Run { why } => not_kept[index] = why,
+            }
+        }
+        if options.no_slow_now && check.tags.iter().any(|t| t == SLOW_TAG) {
+            let why = format!(
+                "not run now: a job holds this node, and slow checks run between jobs ({})",
+                not_kept[index]
+                    .take()
+                    .unwrap_or_else(|| "no kept pass to reuse".into())
+            );
+            let result = complete(check, Finding::skip(why), Duration::ZERO, facts);
             done += 1;
             progress(Progress::Finished {
                 done,
@@ -106,7 +170,16 @@ pub async fn run(
         match next {
             Ok(None) => break,
             Ok(Some(Ok((index, start, finding)))) => {
-                let lines = complete_all(&checks[index], finding, start.elapsed(), facts);
+                let check = &checks[index];
+                let mut lines = complete_all(check, finding, start.elapsed(), facts);
+                if let (Some(store), [line]) = (options.kept, lines.as_mut_slice()) {
+                    if let Err(e) = store.keep(check, line, SystemTime::now()) {
+                        line.message.push_str(&format!(" ({e})"));
+                    }
+                    if let Some(why) = not_kept[index].take() {
+                        line.message.push_str(&format!(" ({why})"));
+                    }
+                }
                 done += 1;
                 running.remove(&index);
                 if let Some(first) = lines.first() {

@@ -824,7 +824,10 @@ fn each_command_help_lists_exactly_the_flags_it_takes() {
     let sample = |flag: &str| -> Option<&str> {
         Some(match flag {
             "checks" => MIXED,
-            "no-shipped" | "strict" | "quiet" | "verbose" | "require-secret" => return None,
+            "no-shipped" | "strict" | "quiet" | "verbose" | "require-secret" | "fresh"
+            | "no-slow-now" => return None,
+            "state-dir" => root,
+            "max-concurrent" => "4",
             "only" | "with" => "kernel",
             "skip" => "env",
             "root" => root,

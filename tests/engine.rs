@@ -1,6 +1,9 @@
 //! The checklist engine end to end: reports, verdicts and exit codes,
 //! timeouts, concurrency, selection and replacing shipped checks.
 
+/// Kept passes (`cache:`).
+#[path = "kept/cases.rs"]
+mod kept;
 mod support;
 
 use support::{assert_snapshot, check, json, preflight, run};

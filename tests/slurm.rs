@@ -1464,3 +1464,150 @@ fn a_stranger_holding_the_whole_rendezvous_range_holds_no_job_unless_the_site_sa
         }
     }
 }
+
+/// The slow tier at the quick tier's cost: the periodic timer's command
+/// keeps a slow check's pass, and the next job's prolog reuses it; the
+/// health check while a job holds the node reuses it too, and with none
+/// kept skips the check rather than run it under the job.
+#[test]
+fn the_timer_keeps_a_slow_pass_the_prolog_reuses_and_a_busy_health_check_never_runs_it() {
+    let _s = serial();
+    let settings = "report_dir: {dir}/reports/%n\nstate_dir: {dir}/state/%n\n\
+                    healthcheck:\n  only: [site]\n  skip: []\n  timeout: 20s\n\
+                    prolog:\n  only: [site]\n  skip: []\n  timeout: 20s\n";
+    let before = |d: &Path| {
+        let etc = site(d, settings);
+        std::fs::write(
+            etc.join("checks.d/slow.yaml"),
+            format!(
+                "checks:\n  - id: site.slow\n    kind: command\n    cache: 1h\n    tags: [site, slow]\n    timeout: 20s\n\
+                 \x20   argv: [sh, -c, 'echo run >> {}/slow-$(hostname); sleep 2']\n",
+                d.display()
+            ),
+        )
+        .unwrap();
+        wrapper(d, "preflight-prolog", &etc, "");
+        wrapper(d, "preflight-healthcheck", &etc, "");
+    };
+    let extra = [
+        "Prolog={dir}/preflight-prolog".to_string(),
+        "PrologFlags=Alloc".to_string(),
+    ];
+    let Some(s) = Slurm::start(Options {
+        nodes: 1,
+        extra: &extra,
+        before_start: &before,
+    }) else {
+        return;
+    };
+    let d = s.dir.path().to_path_buf();
+    let runs = || {
+        std::fs::read_to_string(d.join("slow-h1"))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    // The timer's command (contrib/systemd), as root on the node.
+    let etc = d.join("etc");
+    let state = d.join("state/h1").display().to_string();
+    let o = s.on_node(
+        0,
+        BIN,
+        &[
+            "check",
+            "--checks",
+            &etc.join("checks.d").display().to_string(),
+            "--only",
+            "site",
+            "--state-dir",
+            &state,
+            "--format",
+            "json",
+        ],
+        // The site's own checks name the node by it (test scaffolding).
+        &[("SLURMD_NODENAME", "h1")],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let timer: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(runs(), 1);
+    let slow_ms = timer["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "site.slow")
+        .unwrap()["duration_ms"]
+        .as_f64()
+        .unwrap();
+    assert!(slow_ms >= 2000.0, "{timer:#}");
+
+    // The next job's prolog reuses the pass.
+    let job = sbatch_on(&s, &d, "ran", &["-w", "h1"]);
+    assert!(
+        wait_until(LIMIT, || d.join("ran").exists()),
+        "the job did not run: {}",
+        job_state(&s, &job)
+    );
+    let prolog: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.join(format!("reports/h1/prolog-{job}.json"))).unwrap(),
+    )
+    .unwrap();
+    let slow = |r: &serde_json::Value| -> serde_json::Value {
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "site.slow")
+            .cloned()
+            .unwrap_or_else(|| panic!("no site.slow in {r:#}"))
+    };
+    assert_eq!(slow(&prolog)["cached"], true, "{prolog:#}");
+    assert_eq!(runs(), 1);
+    eprintln!(
+        "the timer's run: {} ms (site.slow {slow_ms} ms); the prolog reusing it: {} ms",
+        timer["duration_ms"], prolog["duration_ms"]
+    );
+    assert!(
+        prolog["duration_ms"].as_f64().unwrap() < slow_ms,
+        "{prolog:#}"
+    );
+
+    // A job holds the node: the health check reuses the pass, and with
+    // none kept it skips the check rather than run it under the job.
+    let hold = d.join("hold");
+    let o = s.run(
+        "sbatch",
+        &[
+            "--parsable",
+            "-w",
+            "h1",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            &format!("touch {}; sleep 60", hold.display()),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(wait_until(LIMIT, || hold.exists()), "{}", s.sinfo());
+    let hc = d.join("preflight-healthcheck").display().to_string();
+    let conf = s.conf.display().to_string();
+    let env = [("SLURMD_NODENAME", "h1"), ("SLURM_CONF", conf.as_str())];
+    let health = || -> serde_json::Value {
+        let o = s.on_node(0, "sh", &[&hc], &env);
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+        serde_json::from_str(
+            &std::fs::read_to_string(d.join("reports/h1/healthcheck.json")).unwrap(),
+        )
+        .unwrap()
+    };
+    assert_eq!(slow(&health())["cached"], true);
+    std::fs::remove_dir_all(d.join("state/h1/kept")).unwrap();
+    let r = health();
+    assert_eq!(slow(&r)["status"], "skip", "{r:#}");
+    assert!(
+        slow(&r)["message"]
+            .as_str()
+            .unwrap()
+            .contains("a job holds this node"),
+        "{r:#}"
+    );
+    assert_eq!(runs(), 1, "a slow check ran under the job");
+}

@@ -130,5 +130,8 @@ pub fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Fac
         caused_by: None,
         about,
         threshold: finding.extra.and_then(|e| e.threshold),
+        cached: false,
+        measured_at: None,
+        reused_until: None,
     }
 }

@@ -26,6 +26,7 @@ pub const COMMON_KEYS: &[&str] = &[
     "description",
     "hint",
     "opt_in",
+    "cache",
 ];
 
 pub fn load_file(path: &Path) -> Result<Vec<Check>, ChecklistErrors> {
@@ -146,6 +147,7 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, Vec<YamlError>> {
     let mut description = None;
     let mut hint_node = None;
     let mut opt_in = false;
+    let mut cache = None;
     let mut params = Vec::new();
     // The value, or the error kept for the report.
     fn ok<T>(errors: &mut Vec<YamlError>, r: Result<T, YamlError>) -> Option<T> {
@@ -199,6 +201,21 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, Vec<YamlError>> {
             "description" => description = ok(&mut errors, field::<String>("description", value)),
             "hint" => hint_node = Some(value),
             "opt_in" => opt_in = ok(&mut errors, field("opt_in", value)).unwrap_or_default(),
+            "cache" => {
+                if let Some(span) = ok(&mut errors, field::<Span>("cache", value)) {
+                    if span.0.is_zero() {
+                        errors.push(
+                            YamlError::at(
+                                "a check's cache must be longer than zero (leave it out to keep nothing)",
+                                value,
+                            )
+                            .under(Segment::Key("cache".into())),
+                        );
+                    } else {
+                        cache = Some(span.0);
+                    }
+                }
+            }
             "<<" => errors.push(YamlError::at(
                 "YAML merge keys (`<<`) are not supported: write the keys out",
                 key,
@@ -313,6 +330,7 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, Vec<YamlError>> {
         description,
         hint,
         opt_in,
+        cache,
         source: format!("{file}:{}:{}", location.line, location.column),
     })
 }

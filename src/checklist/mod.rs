@@ -5,6 +5,7 @@ mod error;
 mod evaluate;
 mod hash;
 mod hint;
+pub mod kept;
 mod load;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod reemit;
@@ -55,6 +56,9 @@ pub struct Check {
     /// Runs only when `--only` names it (its id or one of its tags): for
     /// checks too slow or intrusive for every health check.
     pub opt_in: bool,
+    /// `cache: DURATION`: a pass is kept that long and reused while the
+    /// node and the check are unchanged (`kept`).
+    pub cache: Option<Duration>,
     /// `file:line:column` of the check's first key.
     pub source: String,
 }

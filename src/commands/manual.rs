@@ -57,6 +57,10 @@ const COMMON_KEY_DOCS: &[(&str, &str)] = &[
         "opt_in",
         "true: the check runs only when --only or --with names it (its id or a tag), for checks too slow for every health check.",
     ),
+    (
+        "cache",
+        "A duration: a pass is kept in the state directory and reused that long while the node (boot, kernel, drivers, firmware, accelerators, hardware events) and the check are unchanged; --fresh reuses none.",
+    ),
 ];
 
 /// The conditions of `when:`, all of which must hold.

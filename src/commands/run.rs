@@ -425,10 +425,27 @@ fn checklist_stage(
         Some(_) => checklist_share(args.timeout.0),
         None => args.timeout.0,
     };
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(crate::checklist::kept::default_dir);
+    let kept = plan
+        .node_checks
+        .iter()
+        .any(|c| c.cache.is_some())
+        .then(|| crate::checklist::kept::Store::open(&state_dir, &plan.facts, args.fresh));
+    let options = engine::Options {
+        kept: kept.as_ref(),
+        max_concurrent: args
+            .max_concurrent
+            .map_or(engine::MAX_PARALLEL, usize::from),
+        no_slow_now: args.no_slow_now,
+    };
     let results = runtime.block_on(engine::run(
         &plan.node_checks,
         &plan.facts,
         checklist_deadline,
+        &options,
         |event| {
             if let (
                 true,

@@ -132,6 +132,8 @@ pub struct Secret {
 struct Raw {
     drain_prefix: Option<String>,
     report_dir: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    max_concurrent: Option<u16>,
     scontrol: Option<PathBuf>,
     incomplete: Option<Incomplete>,
     secret: Option<Secret>,
@@ -152,6 +154,11 @@ pub struct Settings {
     /// Reports are written here, one file per mode (the prolog's and
     /// epilog's with the job id).
     pub report_dir: PathBuf,
+    /// Where kept passes live (`cache:`): the periodic timer's and the
+    /// Slurm modes' must be the same for the prolog to reuse the timer's.
+    pub state_dir: PathBuf,
+    /// Checks run at once in every mode (`--max-concurrent`).
+    pub max_concurrent: Option<u16>,
     /// `scontrol`, when not found in the usual places.
     pub scontrol: Option<PathBuf>,
     pub site_key_file: PathBuf,
@@ -253,6 +260,10 @@ impl Settings {
             report_dir: raw
                 .report_dir
                 .unwrap_or_else(|| PathBuf::from("/var/lib/preflight")),
+            state_dir: raw
+                .state_dir
+                .unwrap_or_else(|| PathBuf::from("/var/lib/preflight")),
+            max_concurrent: raw.max_concurrent,
             scontrol: raw.scontrol,
             site_key_file: raw
                 .secret

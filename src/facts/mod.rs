@@ -7,6 +7,7 @@ pub mod amdgpu;
 mod backend;
 pub mod cgroup;
 pub mod dcgm;
+pub mod fingerprint;
 pub mod gpu_status;
 pub mod hl_smi;
 pub mod http;

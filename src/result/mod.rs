@@ -336,6 +336,14 @@ pub struct CheckResult {
     /// A bandwidth threshold's row and minimum (`collective_busbw`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<collective::Threshold>,
+    /// A kept pass reused instead of a run (`cache:`), with when it was
+    /// measured and until when it is reused (RFC 3339).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused_until: Option<String>,
 }
 
 impl CheckResult {
@@ -366,6 +374,9 @@ impl CheckResult {
             caused_by: None,
             about: About::default(),
             threshold: None,
+            cached: false,
+            measured_at: None,
+            reused_until: None,
         }
     }
 

@@ -64,6 +64,22 @@ pub struct RunArgs {
     /// mounts it); `off` writes none.
     #[arg(long, value_name = "PATH|off")]
     pub termination_log: Option<PathBuf>,
+    /// Where kept passes live (checks with `cache:`): /var/lib/preflight
+    /// for root, else $XDG_STATE_HOME/preflight (~/.local/state/preflight).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Reuse no kept pass: every check runs (a pass is still kept).
+    #[arg(long)]
+    pub fresh: bool,
+    /// At most N checks run at once (default 16): fewer spread the load
+    /// of heavy checks on a busy node.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub max_concurrent: Option<u16>,
+    /// Checks tagged slow are not run now: each reuses its kept pass, or
+    /// is skipped saying so (the Slurm health check while a job holds the
+    /// node's GPUs).
+    #[arg(long)]
+    pub no_slow_now: bool,
     /// After the run, POST the JSON report to this http(s) URL (a
     /// collector), through the job's proxy, retried within the deadline; a
     /// failed upload is a warning, never a change of verdict.
@@ -295,6 +311,10 @@ pub fn ignored_flags(stage: Stage) -> Vec<&'static str> {
         "strict",
         "init_method",
         "profile",
+        "state_dir",
+        "fresh",
+        "max_concurrent",
+        "no_slow_now",
     ];
     match stage {
         Stage::Checklist => CLUSTER

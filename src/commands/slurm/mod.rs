@@ -112,7 +112,20 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
     } else {
         (Stage::Checklist, None)
     };
-    let run_args = run_args(&settings, resolved, stage)?;
+    // The health check while a job holds the node: its slow checks would
+    // take the GPUs from under the job; they reuse a kept pass or wait.
+    let busy = mode == SlurmMode::Healthcheck
+        && slurm.node(&own).is_ok_and(|n| {
+            n.state.split('+').any(|f| {
+                matches!(
+                    f.trim_end_matches('*'),
+                    "ALLOCATED" | "MIXED" | "COMPLETING"
+                )
+            })
+        });
+    // `%n`: the node's own, where the directory is on a shared filesystem.
+    let state = settings.state_dir.display().to_string().replace("%n", &own);
+    let run_args = run_args(&settings, resolved, stage, busy, &state)?;
     let outcome = match execute(&run_args, stage, job_env)? {
         Executed::Done(o) => *o,
         Executed::Agent(_) => {
@@ -216,7 +229,13 @@ fn node_name(env: &BTreeMap<String, String>) -> Result<String, Failure> {
 
 /// The stages' arguments from the site settings: the shipped checklist,
 /// the site's `checks.d`, the mode's selection and deadline, JSON.
-fn run_args(settings: &Settings, mode: &Resolved, stage: Stage) -> Result<RunArgs, Failure> {
+fn run_args(
+    settings: &Settings,
+    mode: &Resolved,
+    stage: Stage,
+    busy: bool,
+    state_dir: &str,
+) -> Result<RunArgs, Failure> {
     #[derive(clap::Parser)]
     struct Wrap {
         #[command(flatten)]
@@ -245,6 +264,13 @@ fn run_args(settings: &Settings, mode: &Resolved, stage: Stage) -> Result<RunArg
     ]);
     if mode.strict {
         argv.push("--strict".into());
+    }
+    if busy {
+        argv.push("--no-slow-now".into());
+    }
+    argv.extend(["--state-dir".into(), state_dir.to_string()]);
+    if let Some(n) = settings.max_concurrent {
+        argv.extend(["--max-concurrent".into(), n.to_string()]);
     }
     if stage == Stage::Full {
         argv.extend(["--collective".into(), "off".into()]);
