@@ -17,6 +17,15 @@ venv=${PREFLIGHT_ZIG_VENV:-/opt/preflight-zig}
 # cargo-zigbuild runs `python3 -m ziglang` when no `zig` is on PATH.
 export PATH="$venv/bin:$HOME/.cargo/bin:$PATH"
 target=x86_64-unknown-linux-gnu
+# Said plainly on a fresh machine, rather than cargo's "no such command".
+if ! command -v cargo-zigbuild >/dev/null; then
+    echo "tools/release.sh needs cargo-zigbuild (cargo install cargo-zigbuild) and zig (pip install ziglang into $venv, or zig on PATH); .ci/install installs both" >&2
+    exit 2
+fi
+if ! command -v zig >/dev/null && ! python3 -c 'import ziglang' 2>/dev/null; then
+    echo "tools/release.sh needs zig: pip install ziglang into $venv (python3 -m venv $venv), or zig on PATH; .ci/install installs it" >&2
+    exit 2
+fi
 cargo zigbuild --release --quiet --locked --target "$target.2.17" --bin preflight
 mkdir -p dist
 cp "target/$target/release/preflight" dist/preflight
