@@ -964,6 +964,16 @@ fn a_job_secret_must_be_a_secret() {
         "{}",
         out.stderr
     );
+    // A launcher that says only the ranks (no local world size) is not
+    // told it spans nodes it may not.
+    let out = local("strict", &strict, &derived("1")).finish(MARGIN);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("--require-secret: this job has 2 ranks (on one node or several"),
+        "{}",
+        out.stderr
+    );
     let mut by_env = one_node.clone();
     by_env.push(("PREFLIGHT_REQUIRE_SECRET", "1"));
     let out = local("strict-env", &run_args("20s"), &by_env).finish(MARGIN);

@@ -1302,7 +1302,13 @@ fn a_watchdog_names_the_stuck_rank_across_the_allocation_and_the_timeouts_epilog
     let settings = "report_dir: {dir}/reports/%n\nepilog:\n  only: [epilog]\n";
     let before = |d: &Path| {
         let etc = site(d, settings);
-        wrapper(d, "preflight-epilog", &etc, "");
+        // What each epilog said, kept for the test's messages.
+        wrapper(
+            d,
+            "preflight-epilog",
+            &etc,
+            &format!(">> {}/epilog-$SLURMD_NODENAME.log 2>&1", d.display()),
+        );
         std::fs::write(d.join("job.sh"), WATCHDOG_JOB).unwrap();
     };
     let extra = ["Epilog={dir}/preflight-epilog".to_string()];
@@ -1358,11 +1364,11 @@ fn a_watchdog_names_the_stuck_rank_across_the_allocation_and_the_timeouts_epilog
     // The job runs out of time; h1's epilog (the batch host's) drains h2
     // on the saved evidence, and h1, whose rank waited, stays.
     assert!(
-        wait_until(Duration::from_secs(90), || s.state("h2") == "drain"),
-        "h2 was not drained: {}\n{}\n{}",
+        wait_until(Duration::from_secs(180), || s.state("h2") == "drain"),
+        "h2 was not drained: {}\n{}\nh1's epilog: {}",
         s.sinfo(),
         job_state(&s, &job),
-        s.log("h1")
+        std::fs::read_to_string(d.join("epilog-h1.log")).unwrap_or_default()
     );
     let reason = s.reason("h2");
     assert!(

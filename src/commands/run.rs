@@ -371,12 +371,22 @@ impl Plan {
             identity::Role::Node(plan) => Role::Node(plan),
             identity::Role::Rank(id) => Role::Rank(id),
         };
+        // The nodes the job spans, where the launcher says (a node count, or
+        // a local world size to divide by); `None`: only its rank count is
+        // known.
+        let local_size_given = crate::facts::launch::local_size_vars()
+            .iter()
+            .any(|v| self.facts.env(v).is_some());
         let nodes = match &role {
-            Role::Node(plan) => plan.nnodes,
-            Role::Rank(id) => id
-                .nnodes
-                .unwrap_or(id.world_size.div_ceil(id.local_world_size.max(1))),
-            Role::Alone => 1,
+            Role::Node(plan) => Some(plan.nnodes),
+            Role::Rank(id) => id.nnodes.or_else(|| {
+                local_size_given.then(|| id.world_size.div_ceil(id.local_world_size.max(1)))
+            }),
+            Role::Alone => Some(1),
+        };
+        let ranks = match &role {
+            Role::Rank(id) => id.world_size,
+            _ => 1,
         };
         // A one-node agent makes a secret of its own for its ranks; every
         // other job needs one given, one node or many: a one-node job's
@@ -385,10 +395,14 @@ impl Plan {
         let required =
             args.cluster.require_secret || self.facts.env(REQUIRE_SECRET_VAR) == Some("1");
         if required && !makes_its_own && !self.token.is_secret() {
-            let spans = if nodes > 1 {
-                format!("spans {nodes} nodes")
-            } else {
-                "runs on one node, where every local user reaches its rendezvous".to_string()
+            let spans = match nodes {
+                Some(n) if n > 1 => format!("spans {n} nodes"),
+                Some(_) => {
+                    "runs on one node, where every local user reaches its rendezvous".to_string()
+                }
+                None => format!(
+                    "has {ranks} ranks (on one node or several: its launcher gives no local world size)"
+                ),
             };
             return Err(Failure::Usage(format!(
                 "--require-secret: this job {spans} and its token {}: set PREFLIGHT_TOKEN or PREFLIGHT_TOKEN_FILE to a secret on every node (`preflight token` prints a fresh one)",
