@@ -54,6 +54,47 @@ pub enum Progress<'a> {
     },
 }
 
+/// A check's result when it is known without running it: skipped (it
+/// does not apply here, or it is slow and must wait: `--no-slow-now`), or
+/// its kept pass; `None`: run it, `not_kept` saying why a kept pass was
+/// not taken.
+fn settle(
+    check: &Check,
+    facts: &Facts,
+    options: &Options<'_>,
+    not_kept: &mut Option<String>,
+) -> Option<CheckResult> {
+    let unmet = if check.evaluator() != Evaluator::Node {
+        Some(crate::kinds::cluster::NOT_HERE.to_string())
+    } else {
+        check.when.unmet(facts)
+    };
+    if let Some(reason) = unmet {
+        return Some(complete(
+            check,
+            Finding::skip(reason),
+            Duration::ZERO,
+            facts,
+        ));
+    }
+    if let Some(store) = options.kept {
+        match store.lookup(check, SystemTime::now()) {
+            Lookup::Reuse(result) => return Some(*result),
+            Lookup::Run { why } => *not_kept = why,
+        }
+    }
+    if options.no_slow_now && check.tags.iter().any(|t| t == SLOW_TAG) {
+        let why = format!(
+            "not run now: a job holds this node, and slow checks run between jobs ({})",
+            not_kept
+                .take()
+                .unwrap_or_else(|| "no kept pass to reuse".into())
+        );
+        return Some(complete(check, Finding::skip(why), Duration::ZERO, facts));
+    }
+    None
+}
+
 pub async fn run(
     checks: &[Arc<Check>],
     facts: &Arc<Facts>,
@@ -76,47 +117,10 @@ pub async fn run(
     let mut tasks = JoinSet::new();
     let run_start = Instant::now();
     for (index, check) in checks.iter().enumerate() {
-        let unmet = if check.evaluator() != Evaluator::Node {
-            Some(crate::kinds::cluster::NOT_HERE.to_string())
-        } else {
-            check.when.unmet(facts)
-        };
-        if let Some(reason) = unmet {
-            let result = complete(check, Finding::skip(reason), Duration::ZERO, facts);
-            done += 1;
-            progress(Progress::Finished {
-                done,
-                total,
-                result: &result,
-                running: Vec::new(),
-            });
-            results[index] = Some(vec![result]);
-            continue;
-        }
-        if let Some(store) = options.kept {
-            match store.lookup(check, SystemTime::now()) {
-                Lookup::Reuse(result) => {
-                    done += 1;
-                    progress(Progress::Finished {
-                        done,
-                        total,
-                        result: &result,
-                        running: Vec::new(),
-                    });
-                    results[index] = Some(vec![*result]);
-                    continue;
-                }
-                Lookup::Run { why } => not_kept[index] = why,
-            }
-        }
-        if options.no_slow_now && check.tags.iter().any(|t| t == SLOW_TAG) {
-            let why = format!(
-                "not run now: a job holds this node, and slow checks run between jobs ({})",
-                not_kept[index]
-                    .take()
-                    .unwrap_or_else(|| "no kept pass to reuse".into())
-            );
-            let result = complete(check, Finding::skip(why), Duration::ZERO, facts);
+        // What is known without running the check: it does not apply
+        // here, its kept pass stands, or it is slow and must wait.
+        let settled = settle(check, facts, options, &mut not_kept[index]);
+        if let Some(result) = settled {
             done += 1;
             progress(Progress::Finished {
                 done,

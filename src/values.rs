@@ -305,6 +305,28 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
 }
 
 /// Bytes as lowercase hex, two digits each.
+/// Text on one line, at most `max` bytes (cut on a character, `...`
+/// said), control characters as spaces: for a drain reason, a log line, a
+/// termination message.
+pub fn one_line(text: &str, max: usize) -> String {
+    let mut s: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    if s.len() > max {
+        let mut end = max.saturating_sub(3);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push_str("...");
+    }
+    s
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -1273,6 +1273,9 @@ const WATCHDOG_JOB: &str = r#"#!/bin/bash
 #SBATCH --time=1
 #SBATCH --signal=B:USR1@45
 watchdog() {
+    # A one-minute limit may warn before torch is up on a busy machine:
+    # the test's watchdog looks once rank 1 holds (the hang it is about).
+    while [ ! -e "$JOB_MARKER" ]; do sleep 0.2; done
     "$PREFLIGHT" diagnose --slurm --this-namespace --py-spy off \
         --remote-preflight "$PREFLIGHT" --format json \
         --output "$workdir/preflight-diagnose-$SLURM_JOB_ID.json"

@@ -9,8 +9,7 @@
 //! trusted: the check runs, and its message says why the kept pass was
 //! not taken.
 
-use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -235,43 +234,31 @@ fn create_dir(dir: &Path) -> Result<(), String> {
 /// A kept pass from `path`: none where there is no file; an error where
 /// the file is there but is not one to trust.
 fn read(path: &Path) -> Result<Option<Kept>, String> {
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    use crate::facts::guarded_file::{self, Refused};
+    let me = nix::unistd::geteuid().as_raw();
+    let judged = guarded_file::read(path, MAX_FILE, |meta| {
+        if meta.uid() != me {
+            return Err(format!(
+                "{} belongs to uid {}, not to this user (uid {me})",
+                path.display(),
+                meta.uid()
+            ));
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} can be written by others (mode {:04o})",
+                path.display(),
+                meta.mode() & 0o777
+            ));
+        }
+        Ok(())
+    });
+    let text = match judged {
+        Ok(Ok(t)) => t,
+        Ok(Err(why)) => return Err(why),
+        Err(Refused::Missing) => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", path.display())),
     };
-    let meta = f
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{} is not a plain file", path.display()));
-    }
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me {
-        return Err(format!(
-            "{} belongs to uid {}, not to this user (uid {me})",
-            path.display(),
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{} can be written by others (mode {:04o})",
-            path.display(),
-            meta.mode() & 0o777
-        ));
-    }
-    let mut text = Vec::new();
-    f.take(MAX_FILE + 1)
-        .read_to_end(&mut text)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if text.len() as u64 > MAX_FILE {
-        return Err(format!("{} is over {} KiB", path.display(), MAX_FILE >> 10));
-    }
     serde_json::from_slice(&text)
         .map(Some)
         .map_err(|e| format!("{} is corrupt ({e})", path.display()))

@@ -213,44 +213,41 @@ fn read_secret_file(path: &std::path::Path) -> Result<String, String> {
 /// A secret file's trimmed text, refused unless it is this user's own,
 /// readable by no one else, and long enough; errors start with `named`.
 fn read_secret(path: &std::path::Path, named: &str) -> Result<String, String> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use crate::facts::guarded_file::{self, Refused};
+    use std::os::unix::fs::MetadataExt;
     let shown = path.display();
-    // Opened once, not followed if a link, and judged by what was opened
-    // (fstat): a check by path and a read by path could see two files.
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits() | nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
-                format!("{named} is a symbolic link: name the file itself")
-            } else {
-                format!("{named}: {e}")
-            }
-        })?;
-    let meta = file.metadata().map_err(|e| format!("{named}: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{named}: not a regular file"));
-    }
     let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me {
-        return Err(format!(
-            "{named} belongs to uid {}, not to this user (uid {me}): the secret must be its user's own",
-            meta.uid()
-        ));
-    }
-    let mode = meta.mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(format!(
-            "{named} can be read by others (mode {mode:04o}): `chmod 600 {shown}`"
-        ));
-    }
     // A secret is a line; a huge file is not one.
-    let mut text = String::new();
-    std::io::Read::take(&mut file, 4096)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("{named}: {e}"))?;
-    let secret = text.trim().to_string();
+    let judged = guarded_file::read(path, 4096, |meta| {
+        if meta.uid() != me {
+            return Err(format!(
+                "{named} belongs to uid {}, not to this user (uid {me}): the secret must be its user's own",
+                meta.uid()
+            ));
+        }
+        let mode = meta.mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(format!(
+                "{named} can be read by others (mode {mode:04o}): `chmod 600 {shown}`"
+            ));
+        }
+        Ok(())
+    });
+    let bytes = match judged {
+        Ok(Ok(b)) => b,
+        Ok(Err(why)) => return Err(why),
+        Err(Refused::Link) => {
+            return Err(format!("{named} is a symbolic link: name the file itself"));
+        }
+        Err(Refused::NotPlain) => return Err(format!("{named}: not a regular file")),
+        Err(Refused::TooLarge(_)) => {
+            return Err(format!(
+                "{named}: a secret is a line, not a file of kilobytes"
+            ));
+        }
+        Err(e @ (Refused::Missing | Refused::Io(_))) => return Err(format!("{named}: {e}")),
+    };
+    let secret = String::from_utf8_lossy(&bytes).trim().to_string();
     check_length(&format!("the secret in {named}"), &secret)?;
     Ok(secret)
 }

@@ -112,20 +112,7 @@ pub enum Role {
     Node(NodePlan),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodePlan {
-    pub nnodes: u32,
-    pub node_rank: u32,
-    /// `None`: one per local accelerator, else one.
-    pub nproc: Option<u32>,
-    pub master_addr: String,
-    pub master_port: u16,
-    pub job_id: Option<String>,
-    pub nodelist: Vec<String>,
-    /// Where the plan came from when a pod's operator gave it, and what
-    /// preflight took where the contract is ambiguous (the report's notes).
-    pub notes: Vec<String>,
-}
+pub use crate::facts::pod::NodePlan;
 
 type Env = BTreeMap<String, String>;
 
@@ -317,18 +304,16 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
         let job = found?;
         let p = job.plan;
         return Ok(Role::Node(NodePlan {
-            nnodes: p.nnodes,
-            node_rank: p.node_rank,
             nproc: flags.nproc_per_node.flatten().or(p.nproc),
             master_addr: flags.master_addr.clone().unwrap_or(p.master_addr),
             master_port: flags.master_port.unwrap_or(p.master_port),
             job_id: job_id.or(p.job_id),
-            nodelist: p.nodelist,
             notes: job
                 .notes
                 .iter()
                 .map(|n| format!("{}: {n}", job.operator))
                 .collect(),
+            ..p
         }));
     }
     let Some((rank, rank_var)) = first::<u32>(env, &launch::rank_vars()) else {

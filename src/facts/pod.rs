@@ -35,18 +35,22 @@ pub const DEFAULT_PORT: u16 = 29500;
 /// As the cluster stage's: far above any real job.
 const MAX_WORLD: u32 = 1 << 20;
 
-/// A pod's place: the job's pods, this one's index, its ranks, where the
-/// first pod serves the rendezvous, and the pods' names in index order.
+/// A node's place in its job (a pod's, or a node agent's from flags or a
+/// launcher): the job's nodes, this one's index, its ranks, where node 0
+/// serves the rendezvous, and the nodes' names in index order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodePlan {
     pub nnodes: u32,
     pub node_rank: u32,
-    /// `None`: one per accelerator, else one.
+    /// `None`: one per local accelerator, else one.
     pub nproc: Option<u32>,
     pub master_addr: String,
     pub master_port: u16,
     pub job_id: Option<String>,
     pub nodelist: Vec<String>,
+    /// Where the plan came from when a pod's operator gave it, and what
+    /// preflight took where the contract is ambiguous (the report's notes).
+    pub notes: Vec<String>,
 }
 
 /// A pod's job: the node plan, which operator's contract gave it, and
@@ -190,6 +194,7 @@ fn plan(
         master_port: master.1,
         job_id: job_id(env).map(|(_, id)| id),
         nodelist,
+        notes: Vec::new(),
     }
 }
 

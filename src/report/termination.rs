@@ -12,29 +12,15 @@ use crate::result::report::Report;
 /// What the kubelet keeps of one container's message.
 pub const MAX_BYTES: usize = 4096;
 
-/// One line, at most `max` bytes, cut on a character.
-fn line(text: &str, max: usize) -> String {
-    let mut s: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if s.len() > max {
-        let mut end = max.saturating_sub(3);
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push_str("...");
-    }
-    s
-}
-
 /// The message, within `MAX_BYTES`.
 pub fn message(report: &Report) -> String {
-    let mut lines = vec![line(
+    let mut lines = vec![crate::values::one_line(
         &super::human::verdict_line(report, &Style { color: false }),
         512,
     )];
     if let Some(c) = &report.cluster {
         for culprit in &c.culprits {
-            lines.push(line(
+            lines.push(crate::values::one_line(
                 &format!(
                     "{} (ranks {}): {}",
                     culprit.node,
@@ -49,7 +35,10 @@ pub fn message(report: &Report) -> String {
             .iter()
             .filter(|x| matches!(x.status, Status::Fail | Status::Error))
         {
-            lines.push(line(&format!("{}: {}", x.id, x.message), 600));
+            lines.push(crate::values::one_line(
+                &format!("{}: {}", x.id, x.message),
+                600,
+            ));
         }
     }
     for x in report
@@ -57,7 +46,10 @@ pub fn message(report: &Report) -> String {
         .iter()
         .filter(|x| matches!(x.status, Status::Fail | Status::Error))
     {
-        lines.push(line(&format!("{}: {}", x.id, x.message), 600));
+        lines.push(crate::values::one_line(
+            &format!("{}: {}", x.id, x.message),
+            600,
+        ));
     }
     let mut out = String::new();
     let mut left = lines.len();

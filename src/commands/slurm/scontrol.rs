@@ -340,25 +340,7 @@ fn field(out: &str, key: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Text on one line, at most `max` bytes, for a reason or a log.
-pub fn one_line(text: &str, max: usize) -> String {
-    let mut s: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect::<String>()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    if s.len() > max {
-        let mut end = max.saturating_sub(3);
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push_str("...");
-    }
-    s
-}
+pub use crate::values::one_line;
 
 /// Runs `cmd` to its end or the deadline (then kills it): success, stdout,
 /// stderr, each kept to `KEEP` bytes.

@@ -10,8 +10,7 @@
 //! the user (or root) owns, bounded in size, and it can drain no node
 //! outside the job's own allocation.
 
-use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use super::scontrol::{self, JobState, Slurm};
@@ -45,36 +44,24 @@ fn path(pattern: &str, job: &str, env: &dyn Fn(&str) -> Option<String>, own: &st
 }
 
 /// The culprits the saved file names, or why it is not taken.
-fn read_culprits(file: &PathBuf, owner: Option<u32>) -> Result<Option<Vec<Culprit>>, String> {
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits() | nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open(file)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+fn read_culprits(file: &std::path::Path, owner: Option<u32>) -> Result<Option<Vec<Culprit>>, String> {
+    use crate::facts::guarded_file::{self, Refused};
+    let judged = guarded_file::read(file, MAX_FILE, |meta| {
+        if meta.uid() != 0 && Some(meta.uid()) != owner {
+            return Err(format!(
+                "{}: owned by uid {}, neither the job's user nor root",
+                file.display(),
+                meta.uid()
+            ));
+        }
+        Ok(())
+    });
+    let text = match judged {
+        Ok(Ok(t)) => t,
+        Ok(Err(why)) => return Err(why),
+        Err(Refused::Missing) => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", file.display())),
     };
-    let meta = f
-        .metadata()
-        .map_err(|e| format!("{}: {e}", file.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{}: not a plain file", file.display()));
-    }
-    if meta.uid() != 0 && Some(meta.uid()) != owner {
-        return Err(format!(
-            "{}: owned by uid {}, neither the job's user nor root",
-            file.display(),
-            meta.uid()
-        ));
-    }
-    let mut text = Vec::new();
-    f.take(MAX_FILE + 1)
-        .read_to_end(&mut text)
-        .map_err(|e| format!("{}: {e}", file.display()))?;
-    if text.len() as u64 > MAX_FILE {
-        return Err(format!("{}: over {} MiB", file.display(), MAX_FILE >> 20));
-    }
     // Its schema first, then the typed document: no tree of the whole.
     #[derive(serde::Deserialize)]
     struct Head {
