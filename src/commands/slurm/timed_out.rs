@@ -44,7 +44,10 @@ fn path(pattern: &str, job: &str, env: &dyn Fn(&str) -> Option<String>, own: &st
 }
 
 /// The culprits the saved file names, or why it is not taken.
-fn read_culprits(file: &std::path::Path, owner: Option<u32>) -> Result<Option<Vec<Culprit>>, String> {
+fn read_culprits(
+    file: &std::path::Path,
+    owner: Option<u32>,
+) -> Result<Option<Vec<Culprit>>, String> {
     use crate::facts::guarded_file::{self, Refused};
     let judged = guarded_file::read(file, MAX_FILE, |meta| {
         if meta.uid() != 0 && Some(meta.uid()) != owner {
