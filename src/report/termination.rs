@@ -30,20 +30,11 @@ pub fn message(report: &Report) -> String {
                 600,
             ));
         }
-        for x in c
-            .checks
-            .iter()
-            .filter(|x| matches!(x.status, Status::Fail | Status::Error))
-        {
-            lines.push(crate::values::one_line(
-                &format!("{}: {}", x.id, x.message),
-                600,
-            ));
-        }
     }
-    for x in report
-        .checks
-        .iter()
+    // The cluster's failed checks, then this node's.
+    let cluster_checks = report.cluster.iter().flat_map(|c| c.checks.iter());
+    for x in cluster_checks
+        .chain(report.checks.iter())
         .filter(|x| matches!(x.status, Status::Fail | Status::Error))
     {
         lines.push(crate::values::one_line(
