@@ -15,11 +15,24 @@ use crate::facts::py_spy::PyFrame;
 use crate::facts::task::syscall_name;
 use crate::result::diagnosis::{Culprit, JobDiagnosis, RankState, StoreRead};
 
-/// CPU in the sample at which a rank counts as running.
+/// CPU in the sample at or above which a rank counts as running: 30 ms,
+/// or a tenth of a CPU over a longer sample.
 const BUSY_MS: u64 = 30;
-/// CPU in the sample below which a rank asleep in a wait counts as
-/// waiting (a rank that only began to wait during the sample used more).
-const IDLE_MS: u64 = 10;
+/// CPU in the sample up to which a rank asleep in a wait counts as
+/// waiting: 20 ms, or a twentieth of a CPU over a longer sample. CPU time
+/// comes in clock ticks of 10 ms, and a rank that waits still has helper
+/// threads (Gloo's loop, torch's watchdog) that wake now and then; on a
+/// busy host a tick or two lands on them in any sample. A rank that only
+/// began to wait during the sample used more.
+const IDLE_MS: u64 = 20;
+
+fn busy_ms(sample_ms: u64) -> u64 {
+    BUSY_MS.max(sample_ms / 10)
+}
+
+fn idle_ms(sample_ms: u64) -> u64 {
+    IDLE_MS.max(sample_ms / 20)
+}
 
 /// Kernel functions a blocked wait sleeps in: a lock or condition
 /// variable (futex), a poll, a socket's receive or accept.
@@ -74,7 +87,7 @@ fn classify(w: Option<&Watched>, sample_ms: u64) -> (&'static str, String) {
             "in_kernel",
             format!("in an uninterruptible wait in the kernel ({at}): a driver or a disk"),
         ),
-        _ if cpu >= BUSY_MS => (
+        _ if cpu >= busy_ms(sample_ms) => (
             "running",
             format!("running ({cpu} ms of CPU in {sample_ms} ms)"),
         ),
@@ -82,7 +95,7 @@ fn classify(w: Option<&Watched>, sample_ms: u64) -> (&'static str, String) {
             "sleeping",
             format!("sleeping in its own code ({at}: time.sleep or the like)"),
         ),
-        _ if cpu < IDLE_MS
+        _ if cpu <= idle_ms(sample_ms)
             && (WAITS.iter().any(|x| wchan.contains(x)) || WAIT_CALLS.contains(&call)) =>
         {
             ("waiting", format!("waiting in {at}, no CPU used"))
@@ -462,5 +475,56 @@ fn phase(waiting: &[&RankState], here: usize, store: Option<&str>) -> String {
             Some(c) => format!("in {c}"),
             None => "(no CPU used)".into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::task::Task;
+
+    fn watched(state: char, wchan: &str, cpu_ms: u64) -> Watched {
+        Watched {
+            task: Some(Task {
+                state,
+                wchan: Some(wchan.into()),
+                syscall: None,
+                cpu_ticks: 0,
+                threads: 8,
+            }),
+            cpu_ms,
+            sockets: Vec::new(),
+            sockets_read: true,
+        }
+    }
+
+    #[test]
+    fn a_tick_or_two_on_a_helper_thread_is_still_a_wait() {
+        for cpu in [0, 10, 20] {
+            let w = watched('S', "futex_do_wait", cpu);
+            assert_eq!(classify(Some(&w), 300).0, "waiting", "{cpu} ms");
+        }
+        let w = watched('S', "futex_do_wait", 40);
+        assert_eq!(classify(Some(&w), 300).0, "running");
+        let w = watched('S', "futex_do_wait", 25);
+        assert_eq!(classify(Some(&w), 300).0, "idle");
+    }
+
+    #[test]
+    fn the_bounds_grow_with_a_longer_sample() {
+        let w = watched('S', "ep_poll", 40);
+        assert_eq!(classify(Some(&w), 1000).0, "waiting");
+        let w = watched('S', "ep_poll", 90);
+        assert_eq!(classify(Some(&w), 1000).0, "idle");
+        let w = watched('S', "ep_poll", 100);
+        assert_eq!(classify(Some(&w), 1000).0, "running");
+    }
+
+    #[test]
+    fn a_sleep_in_user_code_is_no_wait() {
+        let w = watched('S', "hrtimer_nanosleep", 0);
+        assert_eq!(classify(Some(&w), 300).0, "sleeping");
+        let w = watched('T', "do_signal_stop", 0);
+        assert_eq!(classify(Some(&w), 300).0, "stopped");
     }
 }
