@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::task::JoinSet;
 
 use crate::checklist::kept::{Lookup, Store};
-use crate::checklist::{Check, Evaluator, complete, complete_all};
+use crate::checklist::{Check, Evaluator, complete, complete_all, shared};
 use crate::facts::Facts;
 use crate::result::{CheckResult, Finding};
 use crate::values::{Span, format_duration};
@@ -27,6 +27,9 @@ pub struct Options<'a> {
     /// `--no-slow-now`: a check tagged slow reuses its kept pass or is
     /// skipped (the health check while a job holds the node).
     pub no_slow_now: bool,
+    /// A rank whose node's leader evaluates the node checks for it: it
+    /// evaluates only its own (`checklist::shared`).
+    pub led: bool,
 }
 
 impl Default for Options<'_> {
@@ -35,6 +38,7 @@ impl Default for Options<'_> {
             kept: None,
             max_concurrent: MAX_PARALLEL,
             no_slow_now: false,
+            led: false,
         }
     }
 }
@@ -69,6 +73,9 @@ fn settle(
     } else {
         check.when.unmet(facts)
     };
+    if unmet.is_none() && options.led && shared::is_nodes(check) {
+        return Some(shared::left_to_leader(check, facts));
+    }
     if let Some(reason) = unmet {
         return Some(complete(
             check,

@@ -354,3 +354,19 @@ fn validate_site_shows_every_error_at_once() {
         lines[2]
     );
 }
+
+#[test]
+fn a_rank_kind_cannot_be_left_to_the_nodes_leader() {
+    rejects(
+        "rank-kind-as-node.yaml",
+        "5:12: checks[0].scope: kind `env` examines each rank's own state (its environment, devices or bindings): its scope is rank",
+    );
+}
+
+#[test]
+fn a_node_kind_is_no_cluster_comparison() {
+    rejects(
+        "node-kind-as-cluster.yaml",
+        "5:12: checks[0].scope: `scope: cluster` needs a cluster kind (cluster_versions, cluster_env, ...); `file` is evaluated on each node",
+    );
+}

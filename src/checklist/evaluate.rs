@@ -133,5 +133,6 @@ pub fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Fac
         cached: false,
         measured_at: None,
         reused_until: None,
+        shared: false,
     }
 }

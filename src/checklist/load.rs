@@ -291,29 +291,17 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, Vec<YamlError>> {
     else {
         return Err(errors);
     };
-    let kind_scope = if probe.cluster().is_some() {
-        Scope::Cluster
-    } else {
-        Scope::Node
+    let scope = match scope {
+        None => kind.scope,
+        Some((said, value)) => match scope_said(kind, said) {
+            Ok(s) => s,
+            Err(message) => {
+                return Err(vec![
+                    YamlError::at(message, value).under(Segment::Key("scope".into())),
+                ]);
+            }
+        },
     };
-    if let Some((said, value)) = scope
-        && said != kind_scope
-    {
-        let message = match said {
-            Scope::Cluster => format!(
-                "`scope: cluster` needs a cluster kind (cluster_versions, cluster_env, ...); `{}` is evaluated on each node",
-                kind.name
-            ),
-            Scope::Node => format!(
-                "kind `{}` compares nodes with each other: its scope is cluster",
-                kind.name
-            ),
-        };
-        return Err(vec![
-            YamlError::at(message, value).under(Segment::Key("scope".into())),
-        ]);
-    }
-    let scope = kind_scope;
     let timeout = timeout
         .or_else(|| probe.default_timeout())
         .unwrap_or(DEFAULT_TIMEOUT);
@@ -384,4 +372,32 @@ fn explain_unknown_key(error: YamlError, kind: &KindInfo) -> YamlError {
         COMMON_KEYS.join(", ")
     ));
     error.with_message(message)
+}
+
+/// A check's own `scope:` against its kind's: a node kind may be said to
+/// be each rank's (a `command` that reads the rank's environment); no
+/// other change holds.
+fn scope_said(kind: &KindInfo, said: Scope) -> Result<Scope, String> {
+    match (kind.scope, said) {
+        (k, s) if k == s => Ok(s),
+        (Scope::Node, Scope::Rank) => Ok(Scope::Rank),
+        (Scope::Cluster, _) => Err(format!(
+            "kind `{}` compares nodes with each other: its scope is cluster",
+            kind.name
+        )),
+        (_, Scope::Cluster) => Err(format!(
+            "`scope: cluster` needs a cluster kind (cluster_versions, cluster_env, ...); `{}` is evaluated on each {}",
+            kind.name,
+            if kind.scope == Scope::Rank {
+                "rank"
+            } else {
+                "node"
+            }
+        )),
+        (Scope::Rank, _) => Err(format!(
+            "kind `{}` examines each rank's own state (its environment, devices or bindings): its scope is rank, and a node's leader cannot evaluate it for the node's other ranks",
+            kind.name
+        )),
+        (Scope::Node, Scope::Node) => Ok(Scope::Node),
+    }
 }

@@ -9,12 +9,11 @@ pub mod kept;
 mod load;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod reemit;
+pub mod shared;
 pub mod when;
 
 use std::sync::Arc;
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 pub use error::{ChecklistError, ChecklistErrors};
 pub use evaluate::{Evaluator, complete, complete_all, evaluate_cluster, evaluate_collective};
@@ -28,15 +27,7 @@ use crate::kinds::{KindInfo, Probe};
 use crate::result::Severity;
 use when::When;
 
-/// Where a check is evaluated: on each node, or by rank 0 across the
-/// cluster (`scope: cluster`, only for `cluster_*` kinds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    #[default]
-    Node,
-    Cluster,
-}
+pub use crate::kinds::Scope;
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -15,6 +15,7 @@ use super::protocol::now_us;
 use super::protocol::{self, FrameError, Msg};
 use super::reachability;
 use crate::kinds::tcp_connect::{self, Outcome};
+use crate::result::CheckResult;
 use crate::result::cluster::{Clock, ClusterReport};
 use crate::values::format_duration;
 
@@ -272,12 +273,32 @@ pub async fn sample_clock<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// After checking in: answer a probe plan, then return the verdict and the
 /// run's deadline as rank 0 holds it.
+#[cfg(any(test, feature = "rank-sim"))]
 pub async fn await_verdict<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     deadline: Instant,
 ) -> Result<(ClusterReport, Instant), String> {
+    hear_verdict(stream, deadline)
+        .await
+        .map(|h| (h.report, h.until))
+}
+
+/// What a rank hears after checking in.
+pub struct Heard {
+    pub report: ClusterReport,
+    /// The run's deadline as rank 0 holds it.
+    pub until: Instant,
+    /// From a node's leader: the node-scope findings it shares.
+    pub node_findings: Option<Vec<CheckResult>>,
+}
+
+/// `await_verdict`, with what a node's leader shares before the verdict.
+pub async fn hear_verdict<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    deadline: Instant,
+) -> Result<Heard, String> {
     let (mut rd, wr) = tokio::io::split(stream);
-    await_verdict_on(&mut rd, &tokio::sync::Mutex::new(wr), deadline).await
+    hear_on(&mut rd, &tokio::sync::Mutex::new(wr), deadline).await
 }
 
 /// `await_verdict` over a connection split in two: a node leader's writer
@@ -291,11 +312,29 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    hear_on(rd, wr, deadline).await.map(|h| (h.report, h.until))
+}
+
+async fn hear_on<R, W>(
+    rd: &mut R,
+    wr: &tokio::sync::Mutex<W>,
+    deadline: Instant,
+) -> Result<Heard, String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut node_findings = None;
     loop {
         match protocol::read(rd, deadline).await {
             Ok(Msg::Verdict { report, left_ms }) => {
-                return Ok((*report, Instant::now() + Duration::from_millis(left_ms)));
+                return Ok(Heard {
+                    report: *report,
+                    until: Instant::now() + Duration::from_millis(left_ms),
+                    node_findings,
+                });
             }
+            Ok(Msg::NodeFindings { results }) => node_findings = Some(results),
             Ok(Msg::ProbePlan {
                 node,
                 targets,

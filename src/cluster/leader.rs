@@ -30,6 +30,7 @@ use super::checkin::CheckIn;
 use super::identity::Identity;
 use super::protocol::{self, MAX_RANK_FRAME, Msg};
 use super::sealed::Sealed;
+use crate::result::CheckResult;
 use crate::result::cluster::{Clock, ClusterReport};
 
 /// Whether this rank's node checks in through a leader: its layout is
@@ -95,39 +96,39 @@ pub struct Stamp {
     pub addr: String,
     pub interface: Option<String>,
     pub clock: Option<Clock>,
-    pub node_rank: u32,
-    pub local_world_size: u32,
 }
 
 type Follower = Sealed<UnixStream>;
 
-/// The leader's side: takes its node's ranks' check-ins and relays them
-/// to rank 0 on its own connection, then hands each the verdict.
+/// A local rank that proved the token and checked in, waiting for the
+/// leader's own connection to rank 0.
+type Arrived = (CheckIn, Follower);
+
+/// The leader's side: from the process's start it takes its node's
+/// ranks' handshakes and check-ins, so that they know at once whether
+/// their leader is there; once it is checked in itself (`attach`), it
+/// relays them to rank 0 on its own connection, and at the verdict hands
+/// each its node's shared findings and the verdict.
 pub struct Relay {
     accept: tokio::task::JoinHandle<()>,
-    /// One task per local rank; each holds the upstream writer while it
-    /// lives, so `finish` waits for them before the writer is this rank's
-    /// alone again.
+    /// One task per local rank while it proves the token and checks in,
+    /// and the forwarder once attached; `finish` waits for them.
     each: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    arrived: Option<tokio::sync::mpsc::Receiver<Arrived>>,
     followers: Arc<Mutex<Vec<Follower>>>,
 }
 
 impl Relay {
-    /// Serves `listener` until `finish`: each local rank proves the token,
-    /// sends its check-in, which goes on to rank 0 through `upstream`.
-    pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
-        listener: UnixListener,
-        token: Token,
-        stamp: Stamp,
-        upstream: Arc<Mutex<WriteHalf<W>>>,
-        deadline: Instant,
-    ) -> Relay {
-        let followers: Arc<Mutex<Vec<Follower>>> = Arc::default();
+    /// Serves `listener` until `finish`: each local rank proves the token
+    /// and sends its check-in, kept until `attach`.
+    pub fn start(listener: UnixListener, token: Token, id: &Identity, deadline: Instant) -> Relay {
         let each: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
-        let (list, tasks) = (Arc::clone(&followers), Arc::clone(&each));
+        let tasks = Arc::clone(&each);
+        let node_rank = id.node_rank;
+        // One connection per local rank but this one.
+        let mut left = id.local_world_size.saturating_sub(1);
+        let (tx, rx) = tokio::sync::mpsc::channel(left.max(1) as usize);
         let accept = tokio::spawn(async move {
-            // One connection per local rank but this one.
-            let mut left = stamp.local_world_size.saturating_sub(1);
             while left > 0 {
                 let Ok(Ok((stream, _))) =
                     tokio::time::timeout_at(deadline, listener.accept()).await
@@ -138,9 +139,8 @@ impl Relay {
                 let task = tokio::spawn(follow(
                     stream,
                     token.clone(),
-                    stamp.clone(),
-                    Arc::clone(&upstream),
-                    Arc::clone(&list),
+                    node_rank,
+                    tx.clone(),
                     deadline,
                 ));
                 tasks.lock().unwrap_or_else(|e| e.into_inner()).push(task);
@@ -149,23 +149,60 @@ impl Relay {
         Relay {
             accept,
             each,
-            followers,
+            arrived: Some(rx),
+            followers: Arc::default(),
         }
+    }
+
+    /// This rank is checked in with rank 0: its node's check-ins go on
+    /// through `upstream`, stamped with where the node reaches rank 0 from.
+    pub fn attach<W: AsyncWrite + Unpin + Send + 'static>(
+        &mut self,
+        stamp: Stamp,
+        upstream: Arc<Mutex<WriteHalf<W>>>,
+        deadline: Instant,
+    ) {
+        let Some(mut arrived) = self.arrived.take() else {
+            return;
+        };
+        let followers = Arc::clone(&self.followers);
+        let task = tokio::spawn(async move {
+            while let Some((c, f)) = arrived.recv().await {
+                let relayed = Msg::CheckIn(Box::new(stamped(c, &stamp)));
+                if protocol::write(&mut *upstream.lock().await, &relayed, deadline)
+                    .await
+                    .is_ok()
+                {
+                    followers.lock().await.push(f);
+                }
+            }
+        });
+        self.each
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
     }
 
     /// Stops taking check-ins, lets the relays in flight end (1 s at most:
     /// a frame cut halfway would garble the connection to rank 0), and
-    /// hands each local rank the verdict, cut to its node. When it
-    /// returns, no task holds the upstream writer.
-    pub async fn finish(mut self, report: &ClusterReport, left_ms: u64) {
+    /// hands each local rank the node's findings (`node`: the node-scope
+    /// checks this leader evaluated for them) and the verdict, cut to its
+    /// node. When it returns, no task holds the upstream writer.
+    pub async fn finish(mut self, report: &ClusterReport, left_ms: u64, node: &[CheckResult]) {
         self.accept.abort();
         let _ = (&mut self.accept).await;
-        let tasks = std::mem::take(&mut *self.each.lock().unwrap_or_else(|e| e.into_inner()));
         let settle = Instant::now() + Duration::from_secs(1);
-        for mut t in tasks {
-            if tokio::time::timeout_at(settle, &mut t).await.is_err() {
-                t.abort();
-                let _ = t.await;
+        // Check-ins first, then the forwarder, which ends once they have.
+        loop {
+            let tasks = std::mem::take(&mut *self.each.lock().unwrap_or_else(|e| e.into_inner()));
+            if tasks.is_empty() {
+                break;
+            }
+            for mut t in tasks {
+                if tokio::time::timeout_at(settle, &mut t).await.is_err() {
+                    t.abort();
+                    let _ = t.await;
+                }
             }
         }
         let report = if report.full_report.is_none() {
@@ -176,6 +213,9 @@ impl Relay {
         } else {
             report.clone()
         };
+        let shared = Msg::NodeFindings {
+            results: node.to_vec(),
+        };
         let msg = Msg::Verdict {
             report: Box::new(report),
             left_ms,
@@ -184,9 +224,11 @@ impl Relay {
         let mut followers = std::mem::take(&mut *self.followers.lock().await);
         let mut sends = JoinSet::new();
         for mut f in followers.drain(..) {
-            let msg = msg.clone();
+            let (shared, msg) = (shared.clone(), msg.clone());
             sends.spawn(async move {
-                let _ = protocol::write(&mut f, &msg, deadline).await;
+                if protocol::write(&mut f, &shared, deadline).await.is_ok() {
+                    let _ = protocol::write(&mut f, &msg, deadline).await;
+                }
             });
         }
         while sends.join_next().await.is_some() {}
@@ -204,14 +246,12 @@ impl Drop for Relay {
     }
 }
 
-/// One local rank: its handshake, its check-in (stamped and relayed), then
-/// it waits among the followers for the verdict.
-async fn follow<W: AsyncWrite + Unpin>(
+/// One local rank: its handshake and its check-in, kept for the relay.
+async fn follow(
     mut stream: UnixStream,
     token: Token,
-    stamp: Stamp,
-    upstream: Arc<Mutex<WriteHalf<W>>>,
-    followers: Arc<Mutex<Vec<Follower>>>,
+    node_rank: u32,
+    arrived: tokio::sync::mpsc::Sender<Arrived>,
     deadline: Instant,
 ) {
     let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(deadline);
@@ -224,10 +264,10 @@ async fn follow<W: AsyncWrite + Unpin>(
         return;
     };
     // Only a rank of this node: another node's rank has its own leader.
-    if c.identity.node_rank != stamp.node_rank {
+    if c.identity.node_rank != node_rank {
         let reason = format!(
-            "this is node {}'s leader, and rank {} says it is on node {}",
-            stamp.node_rank, c.identity.rank, c.identity.node_rank
+            "this is node {node_rank}'s leader, and rank {} says it is on node {}",
+            c.identity.rank, c.identity.node_rank
         );
         let _ = protocol::write(
             &mut sealed,
@@ -241,13 +281,7 @@ async fn follow<W: AsyncWrite + Unpin>(
         .await;
         return;
     }
-    let relayed = Msg::CheckIn(Box::new(stamped(*c, &stamp)));
-    if protocol::write(&mut *upstream.lock().await, &relayed, deadline)
-        .await
-        .is_ok()
-    {
-        followers.lock().await.push(sealed);
-    }
+    let _ = arrived.send((*c, sealed)).await;
 }
 
 /// A local rank's check-in as the leader sends it on: on the leader's node

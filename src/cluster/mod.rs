@@ -58,6 +58,75 @@ pub struct RankInput {
     pub collective: bool,
     /// Where this rank says how its attempts at reaching rank 0 go.
     pub waiting: Waiting,
+    /// Its place among its node's ranks, settled before its checklist.
+    pub node: NodeLink,
+    /// A leader's node-scope findings, shared with its node's ranks.
+    pub node_findings: Vec<CheckResult>,
+}
+
+/// A rank's place among its node's ranks, settled before its checklist
+/// runs: whether the node's checks are its leader's to evaluate.
+pub enum NodeLink {
+    /// No known node layout, or one rank on its node.
+    Alone,
+    /// Local rank 0: it evaluates the node's checks, takes its node's
+    /// check-ins from the start, and shares its findings with them.
+    Leader(leader::Relay),
+    /// Another local rank, connected to its leader, which evaluates the
+    /// node's checks for it.
+    Follower(sealed::Sealed<tokio::net::UnixStream>),
+    /// Another local rank whose leader did not answer: it evaluates the
+    /// node's checks itself, and says why.
+    Unled(String),
+}
+
+impl NodeLink {
+    /// Local rank 0 listens for its node's ranks; the others look for it,
+    /// for a tenth of the timeout (1 to 5 s): every rank of a node starts
+    /// within moments of the others.
+    pub async fn settle(
+        id: &Identity,
+        token: &Token,
+        started: Instant,
+        timeout: Duration,
+    ) -> NodeLink {
+        if !leader::hierarchical(id) {
+            return NodeLink::Alone;
+        }
+        let deadline = started + timeout;
+        if id.local_rank == 0 {
+            // A leader that cannot bind its socket (another process holds
+            // the name) still checks in; its node's ranks then come on
+            // their own, each evaluating its node's checks.
+            return match leader::listen(id) {
+                Ok(l) => NodeLink::Leader(leader::Relay::start(l, token.clone(), id, deadline)),
+                Err(_) => NodeLink::Alone,
+            };
+        }
+        let wait = (timeout / 10).clamp(Duration::from_secs(1), Duration::from_secs(5));
+        let until = (Instant::now() + wait).min(deadline);
+        match leader::connect(token, id, until).await {
+            Some(ch) => NodeLink::Follower(ch),
+            None => NodeLink::Unled(format!(
+                "this node's leader (local rank 0) did not answer on its local socket within {}",
+                crate::values::format_duration(wait)
+            )),
+        }
+    }
+
+    /// Whether this rank leaves its node's checks to its leader.
+    pub fn led(&self) -> bool {
+        matches!(self, NodeLink::Follower(_))
+    }
+}
+
+/// What the cluster stage brings back to a rank.
+pub struct Staged {
+    pub report: ClusterReport,
+    /// The connection to rank 0, for the collective stage.
+    pub link: Option<Link>,
+    /// A led rank's node findings, from its leader; `None`: none came.
+    pub node_findings: Option<Vec<CheckResult>>,
 }
 
 /// The test hook's clock offset (`test_hooks`), bounded to a day either
@@ -252,7 +321,13 @@ impl Link {
 /// run cut short by a signal still reads the verdict it sent the others.
 /// One rank's cluster stage: serve (rank 0 of a launcher-started job),
 /// connect, check in, probe, and return the verdict rank 0 sent.
-pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport, Option<Link>) {
+pub async fn rank_stage(mut input: RankInput, server: &mut Server) -> Staged {
+    let node = std::mem::replace(&mut input.node, NodeLink::Alone);
+    let staged = |report: ClusterReport| Staged {
+        report,
+        link: None,
+        node_findings: None,
+    };
     let id = &input.identity;
     let facts = &input.facts;
     let token = input.token.clone();
@@ -261,7 +336,7 @@ pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport
     let master = master_label(&id.master_addr, id.master_port);
     let server = match server {
         Ok(s) => s,
-        Err(report) => return ((**report).clone(), None),
+        Err(report) => return staged((**report).clone()),
     };
     // A rank outside the world cannot take part: it says so at once, where
     // it would otherwise retry the master until the deadline for a
@@ -302,10 +377,14 @@ pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport
             "Give every process a distinct rank from 0 to {} and the same world size (the launcher sets both; check what the job script exports).",
             id.world_size - 1
         );
-        return (
-            failure_with_hint(id.world_size, master, &token, message, &hint, about),
-            None,
-        );
+        return staged(failure_with_hint(
+            id.world_size,
+            master,
+            &token,
+            message,
+            &hint,
+            about,
+        ));
     }
 
     let cfg = client::ClientConfig {
@@ -324,24 +403,22 @@ pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport
             input.waiting.clone()
         },
     };
-    let result = if leader::hierarchical(id) && id.local_rank > 0 {
-        // Through the node's leader; straight to rank 0 where the leader
-        // does not answer in time (it died, or never started).
-        let wait = (input.timeout / 10).clamp(Duration::from_secs(1), Duration::from_secs(5));
-        let until = (Instant::now() + wait).min(deadline);
-        match leader::connect(&token, id, until).await {
-            Some(ch) => follower_session(&cfg, &input, ch).await,
-            None => session(&cfg, &input, None).await.map(|(r, l)| (r, Some(l))),
-        }
-    } else {
-        // A leader that cannot bind its socket (another process holds the
-        // name) still checks in; its node's ranks then come on their own.
-        let relay = leader::hierarchical(id)
-            .then(|| leader::listen(id).ok())
-            .flatten();
-        session(&cfg, &input, relay)
+    let mut node_findings = None;
+    let result = match node {
+        // Through the node's leader; a leader that never answered left
+        // this rank to check in straight with rank 0.
+        NodeLink::Follower(ch) => follower_session(&cfg, &input, ch)
             .await
-            .map(|(r, l)| (r, Some(l)))
+            .map(|(r, l, shared)| {
+                node_findings = shared;
+                (r, l)
+            }),
+        NodeLink::Leader(relay) => session(&cfg, &input, Some(relay))
+            .await
+            .map(|(r, l)| (r, Some(l))),
+        NodeLink::Alone | NodeLink::Unled(_) => {
+            session(&cfg, &input, None).await.map(|(r, l)| (r, Some(l)))
+        }
     };
     // Rank 0's own verdict may arrive before the others' are written: stay
     // until the server has sent them all. Its report is the whole one,
@@ -359,8 +436,12 @@ pub async fn rank_stage(input: RankInput, server: &mut Server) -> (ClusterReport
     // which nobody joined.
     let whole = whole.filter(|w| matches!(&result, Ok((r, _)) if r.master == w.master));
     match result {
-        Ok((report, link)) => (whole.unwrap_or(report), link),
-        Err(message) => (failure(id.world_size, master, &token, message), None),
+        Ok((report, link)) => Staged {
+            report: whole.unwrap_or(report),
+            link,
+            node_findings,
+        },
+        Err(message) => staged(failure(id.world_size, master, &token, message)),
     }
 }
 
@@ -476,7 +557,7 @@ fn make_checkin(
 async fn session(
     cfg: &client::ClientConfig,
     input: &RankInput,
-    relay: Option<tokio::net::UnixListener>,
+    relay: Option<leader::Relay>,
 ) -> Result<(ClusterReport, Link), String> {
     let mut stream = client::connect(cfg).await?;
     let local_ip = stream
@@ -516,8 +597,6 @@ async fn session(
         addr: local_ip.clone(),
         interface: g.interface.clone(),
         clock,
-        node_rank: input.identity.node_rank,
-        local_world_size: input.identity.local_world_size,
     };
     let checkin = make_checkin(input, g, local_ip.clone(), clock, (probe_addr, probe_error));
     protocol::write(
@@ -530,12 +609,14 @@ async fn session(
     checked_in(&input.facts);
     let (mut rd, wr) = tokio::io::split(stream);
     let wr = Arc::new(tokio::sync::Mutex::new(wr));
-    let relay = relay
-        .map(|l| leader::Relay::start(l, cfg.token.clone(), stamp, Arc::clone(&wr), cfg.deadline));
+    let relay = relay.map(|mut r| {
+        r.attach(stamp, Arc::clone(&wr), cfg.deadline);
+        r
+    });
     let verdict = client::await_verdict_on(&mut rd, &wr, cfg.verdict_deadline).await;
     if let (Some(relay), Ok((report, until))) = (relay, &verdict) {
         let left = until.saturating_duration_since(Instant::now()).as_millis() as u64;
-        relay.finish(report, left).await;
+        relay.finish(report, left, &input.node_findings).await;
     }
     let (report, until) = verdict?;
     let wr = Arc::try_unwrap(wr)
@@ -558,7 +639,7 @@ async fn follower_session(
     cfg: &client::ClientConfig,
     input: &RankInput,
     mut ch: sealed::Sealed<tokio::net::UnixStream>,
-) -> Result<(ClusterReport, Option<Link>), String> {
+) -> Result<(ClusterReport, Option<Link>, Option<Vec<CheckResult>>), String> {
     let g = gather(&input.facts, "").await?;
     // The leader stamps its node's address, interface and clock sample.
     let checkin = make_checkin(input, g, String::new(), None, (None, None));
@@ -570,7 +651,11 @@ async fn follower_session(
     )
     .await
     .map_err(|e| format!("cannot check in with this node's leader (local rank 0): {e}"))?;
-    let (report, until) = client::await_verdict(&mut ch, cfg.verdict_deadline)
+    let client::Heard {
+        report,
+        until,
+        node_findings,
+    } = client::hear_verdict(&mut ch, cfg.verdict_deadline)
         .await
         .map_err(|e| {
             format!(
@@ -579,7 +664,7 @@ async fn follower_session(
             )
         })?;
     if !(input.collective && report.barrier.complete) {
-        return Ok((report, None));
+        return Ok((report, None, node_findings));
     }
     let attach = client::ClientConfig {
         deadline: (Instant::now() + Duration::from_secs(10)).min(until),
@@ -615,5 +700,6 @@ async fn follower_session(
             local_ip,
             until,
         }),
+        node_findings,
     ))
 }

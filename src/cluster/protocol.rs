@@ -102,6 +102,11 @@ pub enum Msg {
         report: Box<ClusterReport>,
         left_ms: u64,
     },
+    /// A node's leader to its other local ranks, before the verdict: the
+    /// node-scope checks it evaluated once for the whole node.
+    NodeFindings {
+        results: Vec<crate::result::CheckResult>,
+    },
     /// Server, after the verdict: rank 0 was interrupted by a signal and
     /// is leaving; every request from now on gets this answer.
     Interrupted {

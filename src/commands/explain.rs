@@ -78,6 +78,7 @@ fn explain_check(check: &Check, unmet: Option<String>) -> String {
         }
     );
     let _ = writeln!(out, "  defined at {}", check.source);
+    let _ = writeln!(out, "  evaluated {}", evaluated(check.scope));
 
     let _ = writeln!(out, "\nWhat it verifies\n{}", wrap(check.kind.summary, 2));
     if let serde_json::Value::Object(params) = check.probe.params() {
@@ -153,12 +154,25 @@ fn explain_built_in(b: &BuiltIn) -> String {
     out
 }
 
+/// Where and how often a job evaluates a check of `scope`.
+fn evaluated(scope: crate::checklist::Scope) -> &'static str {
+    match scope {
+        crate::checklist::Scope::Node => {
+            "once per node (scope node: in a job, by local rank 0 for the node's ranks)"
+        }
+        crate::checklist::Scope::Rank => "on every rank (scope rank: each rank's own state)",
+        crate::checklist::Scope::Cluster => "by rank 0 across the nodes (scope cluster)",
+    }
+}
+
 fn explain_kind(kind: &KindInfo) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Kind `{}`\n  {}\n\nParameters",
-        kind.name, kind.summary
+        "Kind `{}`\n  {}\n  Evaluated {}.\n\nParameters",
+        kind.name,
+        kind.summary,
+        evaluated(kind.scope)
     );
     let width = kind.params.iter().map(|p| p.name.len()).max().unwrap_or(0);
     for p in kind.params {

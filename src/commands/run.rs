@@ -157,8 +157,22 @@ pub fn execute(
             },
         ))
     });
+    // Before the checklist: a node's ranks other than its leader leave
+    // the node's checks to it.
+    let node = identity.as_ref().map(|id| {
+        runtime.block_on(cluster::NodeLink::settle(
+            id,
+            &plan.token,
+            process_start,
+            args.timeout.0,
+        ))
+    });
+    if let Some(cluster::NodeLink::Unled(why)) = &node {
+        eprintln!("preflight: warning: {why}: this rank evaluates its node's checks itself");
+    }
+    let led = node.as_ref().is_some_and(cluster::NodeLink::led);
     crate::interrupt::enter("checks");
-    let results = checklist_stage(&runtime, args, &plan, identity.as_ref());
+    let mut results = checklist_stage(&runtime, args, &plan, identity.as_ref(), led);
     let rank = identity.as_ref().map(|id| id.rank);
     let cluster = identity.zip(server).and_then(|(identity, mut server)| {
         let place = Place {
@@ -174,13 +188,16 @@ pub fn execute(
         crate::interrupt::enter("rendezvous");
         let (mut report, link) = cluster_stage(
             &runtime,
-            args,
-            &plan,
-            identity,
+            Rendezvous {
+                args,
+                plan: &plan,
+                identity,
+                node: node.unwrap_or(cluster::NodeLink::Alone),
+                started: process_start,
+                watch: &watch,
+            },
             &mut server,
-            &results,
-            process_start,
-            &watch,
+            &mut results,
         )?;
         if let Some(link) = link
             && crate::interrupt::get().is_none()
@@ -426,6 +443,7 @@ fn checklist_stage(
     args: &RunArgs,
     plan: &Plan,
     identity: Option<&Identity>,
+    led: bool,
 ) -> Vec<CheckResult> {
     let show_progress = args.format == Format::Human
         && !args.display.quiet
@@ -454,6 +472,7 @@ fn checklist_stage(
             .max_concurrent
             .map_or(engine::MAX_PARALLEL, usize::from),
         no_slow_now: args.no_slow_now,
+        led,
     };
     let results = runtime.block_on(engine::run(
         &plan.node_checks,
@@ -481,23 +500,44 @@ fn checklist_stage(
     results
 }
 
+/// What a rank takes into the rendezvous.
+struct Rendezvous<'a> {
+    args: &'a RunArgs,
+    plan: &'a Plan,
+    identity: Identity,
+    /// Its place among its node's ranks, settled before the checklist.
+    node: cluster::NodeLink,
+    /// When this process started: the run's deadline counts from here.
+    started: tokio::time::Instant,
+    watch: &'a Watch,
+}
+
 /// Check-in, barrier and verdict; the connection to rank 0 comes back when
-/// every rank is here and a collective stage is to run.
-// Each argument is a different stage's product; a struct of them would
-// exist for this one call.
-#[allow(clippy::too_many_arguments)]
+/// every rank is here and a collective stage is to run. A rank whose
+/// leader evaluated its node's checks takes the leader's findings into
+/// `results` in place of the lines it left to it.
 fn cluster_stage(
     runtime: &tokio::runtime::Runtime,
-    args: &RunArgs,
-    plan: &Plan,
-    identity: Identity,
+    r: Rendezvous<'_>,
     server: &mut cluster::Server,
-    results: &[CheckResult],
-    process_start: tokio::time::Instant,
-    watch: &Watch,
+    results: &mut Vec<CheckResult>,
 ) -> Option<(ClusterReport, Option<cluster::Link>)> {
+    let Rendezvous {
+        args,
+        plan,
+        identity,
+        node,
+        started: process_start,
+        watch,
+    } = r;
     let own_world = identity.world_size;
     let rank0 = identity.rank == 0;
+    let led = node.led();
+    let node_findings = if matches!(node, cluster::NodeLink::Leader(_)) {
+        crate::checklist::shared::node_findings(&plan.node_checks, results)
+    } else {
+        Vec::new()
+    };
     let input = RankInput {
         identity,
         facts: Arc::clone(&plan.facts),
@@ -509,6 +549,8 @@ fn cluster_stage(
         token: plan.token.clone(),
         collective: plan.coll.mode != coll::Mode::Off,
         waiting: watch.sender.clone(),
+        node,
+        node_findings,
     };
     let deadline = process_start + args.timeout.0;
     // A signal ends the stage: at once on a rank, which has nothing to tell
@@ -527,8 +569,12 @@ fn cluster_stage(
         }
     });
     watch.done();
+    if led {
+        let shared = staged.as_ref().and_then(|s| s.node_findings.as_deref());
+        *results = crate::checklist::shared::fill(std::mem::take(results), shared);
+    }
     let (report, link) = match staged {
-        Some(staged) => staged,
+        Some(s) => (s.report, s.link),
         None => return sent_verdict(runtime, server).map(|r| (r, None)),
     };
     // Only when every rank is here and agrees on the world: all ranks see

@@ -94,6 +94,7 @@ macro_rules! cluster_kind {
 
 pub const VERSIONS: KindInfo = KindInfo {
     name: "cluster_versions",
+    scope: crate::kinds::Scope::Cluster,
     area: "cluster",
     summary: "Every node runs the same versions: tool, checklist, kernel, driver, CUDA, NCCL, oneCCL, libc. Groups nodes by value and names the odd ones.",
     params: &[ParamDoc {
@@ -178,6 +179,7 @@ impl ClusterProbe for Versions {
 
 pub const ENV: KindInfo = KindInfo {
     name: "cluster_env",
+    scope: crate::kinds::Scope::Cluster,
     area: "cluster",
     summary: "Every node's launch variables (NCCL_*, GLOO_*, CCL_*, MASTER_*, ...) have the same values; names the differing variables and nodes.",
     params: &[
@@ -262,6 +264,7 @@ impl ClusterProbe for EnvSame {
 
 pub const DEVICES: KindInfo = KindInfo {
     name: "cluster_devices",
+    scope: crate::kinds::Scope::Cluster,
     area: "cluster",
     summary: "Every node has the same number of accelerators.",
     params: &[],
@@ -297,6 +300,7 @@ impl ClusterProbe for DevicesSame {
 
 pub const CLOCK: KindInfo = KindInfo {
     name: "cluster_clock",
+    scope: crate::kinds::Scope::Cluster,
     area: "cluster",
     summary: "Every node's clock is within a threshold of rank 0's, measured NTP-style over the rendezvous connection (offset ± RTT/2).",
     params: &[ParamDoc {
@@ -376,6 +380,7 @@ impl ClusterProbe for ClockSame {
 
 pub const NODE_CHECKS: KindInfo = KindInfo {
     name: "cluster_node_checks",
+    scope: crate::kinds::Scope::Cluster,
     area: "cluster",
     summary: "No node's own checklist failed: any node's failed local checks make the cluster not ready, listed by node.",
     params: &[],
@@ -455,6 +460,7 @@ impl ClusterProbe for NodeChecks {
 
 pub const REACHABILITY: KindInfo = KindInfo {
     name: "cluster_reachability",
+    scope: crate::kinds::Scope::Cluster,
     area: "cluster",
     summary: "Every node reaches every other node's probe listener (TCP connect and echo); names the node whose firewall drops or rejects.",
     params: &[],
@@ -525,6 +531,7 @@ impl ClusterProbe for Reach {
 
 pub const ADDRESSES: KindInfo = KindInfo {
     name: "cluster_addresses",
+    scope: crate::kinds::Scope::Cluster,
     area: "cluster",
     summary: "Each node's hostname resolves to an address its peers can reach (not loopback), and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME, when set, select the interface the peers are reached on.",
     params: &[],

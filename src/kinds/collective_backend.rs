@@ -17,6 +17,7 @@ use crate::result::collective::CollectiveReport;
 
 pub const KIND: KindInfo = KindInfo {
     name: "collective_backend",
+    scope: crate::kinds::Scope::Node,
     area: "collective",
     summary: "A collective backend is available on every rank and passed the collective stage (all five operations verified).",
     params: &[ParamDoc {

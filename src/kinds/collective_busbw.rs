@@ -23,6 +23,7 @@ use crate::result::collective::{CollectiveReport, RankLink, Threshold};
 
 pub const KIND: KindInfo = KindInfo {
     name: "collective_busbw",
+    scope: crate::kinds::Scope::Rank,
     area: "collective",
     summary: "The collective stage's bus bandwidth for one backend, operation and size is at least a minimum (GB/s, nccl-tests' busbw).",
     params: &[

@@ -21,6 +21,7 @@ const EXCERPT_CHARS: usize = 600;
 
 pub const KIND: KindInfo = KindInfo {
     name: "command",
+    scope: crate::kinds::Scope::Node,
     area: "system",
     summary: "Runs a program directly (no shell) and checks its exit code and output. Skipped under --root: it would run on this machine, not the tree.",
     params: &[

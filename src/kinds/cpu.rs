@@ -15,6 +15,7 @@ use crate::values::{Bytes, format_bytes};
 
 pub const KIND: KindInfo = KindInfo {
     name: "cpu",
+    scope: crate::kinds::Scope::Rank,
     area: "cpu",
     summary: "Online CPUs, the frequency governor, and cgroup CPU quota and memory limit meet expectations.",
     params: &[

@@ -18,6 +18,7 @@ use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "dcgm_diag",
+    scope: crate::kinds::Scope::Node,
     area: "accelerators",
     summary: "NVIDIA DCGM's diagnostic (`dcgmi diag -r LEVEL -j`, level 1 to 4): every failing test on every GPU, with the action DCGM's error severity asks for (monitor, isolate, triage, fix the configuration, reset). Skipped with the reason on MIG GPUs and where DCGM is not installed.",
     params: &[

@@ -16,6 +16,7 @@ use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "devices",
+    scope: crate::kinds::Scope::Rank,
     area: "accelerators",
     summary: "Every accelerator on the PCI bus is bound to its driver and has its device node; the visibility masks and LOCAL_RANK name devices that exist.",
     params: &[

@@ -15,6 +15,7 @@ use crate::values::{Bytes, format_bytes};
 
 pub const KIND: KindInfo = KindInfo {
     name: "disk_free",
+    scope: crate::kinds::Scope::Node,
     area: "storage",
     summary: "Each path's file system has at least the given free space (for the job's user: statvfs f_bavail).",
     params: &[

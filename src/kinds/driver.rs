@@ -18,6 +18,7 @@ use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "driver",
+    scope: crate::kinds::Scope::Node,
     area: "accelerators",
     summary: "The accelerator drivers are loaded and bound to every device, at least a minimum version, one version from kernel to user space; GPUDirect RDMA and Fabric Manager when asked.",
     params: &[

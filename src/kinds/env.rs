@@ -11,6 +11,7 @@ use crate::values::Pattern;
 
 pub const KIND: KindInfo = KindInfo {
     name: "env",
+    scope: crate::kinds::Scope::Rank,
     area: "environment",
     summary: "An environment variable of the job is set, or unset, and its value matches a pattern.",
     params: &[

@@ -18,6 +18,7 @@ const MAX_READ: u64 = 16 * 1024 * 1024;
 
 pub const KIND: KindInfo = KindInfo {
     name: "file",
+    scope: crate::kinds::Scope::Node,
     area: "system",
     summary: "A file or directory exists (or does not), with the expected type and mode, and its contents match a pattern.",
     params: &[

@@ -23,6 +23,7 @@ use crate::values::{Bytes, Span, format_bytes};
 
 pub const KIND: KindInfo = KindInfo {
     name: "gpu_health",
+    scope: crate::kinds::Scope::Node,
     area: "accelerators",
     summary: "NVIDIA and AMD GPUs: persistence mode, uncorrectable ECC errors, pending row remaps, a reset the driver requires, clocks held down by the hardware, Xid errors in the kernel log (by the action each needs), memory used by other processes, free memory balanced across GPUs.",
     params: &[

@@ -20,6 +20,7 @@ use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "hl_smi",
+    scope: crate::kinds::Scope::Node,
     area: "accelerators",
     summary: "Intel Gaudi devices through `hl-smi`, one `subject` per check: `devices` (each device on the PCI bus listed, module ids distinct, HABANA_VISIBLE_DEVICES and HABANA_VISIBLE_MODULES naming devices that exist), `ecc` (uncorrectable and correctable counts), `throttle` (power and thermal slowdown), `reset` (module status, row replacement pending) and `nic_ports` (every port of the integrated NIC up; the scale-out ports that are Linux interfaces up and at 100 Gb/s on Gaudi 2, 200 Gb/s on Gaudi 3).",
     params: &[

@@ -21,6 +21,7 @@ const KEEP_BODY: usize = 256 * 1024;
 
 pub const KIND: KindInfo = KindInfo {
     name: "http",
+    scope: crate::kinds::Scope::Node,
     area: "network",
     summary: "GETs a URL (through the environment's proxy) and checks the status code and, optionally, the body.",
     params: &[

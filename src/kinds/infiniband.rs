@@ -18,6 +18,7 @@ use crate::values::{Bytes, format_bytes};
 
 pub const KIND: KindInfo = KindInfo {
     name: "infiniband",
+    scope: crate::kinds::Scope::Node,
     area: "network",
     summary: "InfiniBand and RoCE ports (those NCCL_IB_HCA selects) are ACTIVE and LinkUp at the expected rate and link layer (the check's, else the node profile's `rdma`), with the RoCE v2 GID at NCCL_IB_GID_INDEX, error counters under thresholds, IPoIB up and enough locked memory.",
     params: &[

@@ -19,6 +19,7 @@ use crate::values::Span;
 
 pub const KIND: KindInfo = KindInfo {
     name: "interface",
+    scope: crate::kinds::Scope::Node,
     area: "network",
     summary: "The hostname and MASTER_ADDR resolve (not to loopback in a multi-node job); the interface routed to MASTER_ADDR is up with carrier, adequate MTU and speed, and agrees with NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME.",
     params: &[

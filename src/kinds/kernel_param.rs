@@ -11,6 +11,7 @@ use crate::values::Pattern;
 
 pub const KIND: KindInfo = KindInfo {
     name: "kernel_param",
+    scope: crate::kinds::Scope::Node,
     area: "kernel",
     summary: "A kernel parameter under /proc/sys (sysctl) has the expected value.",
     params: &[

@@ -16,6 +16,7 @@ use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "launch_env",
+    scope: crate::kinds::Scope::Rank,
     area: "launch",
     summary: "The launcher's variables (MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK and their Slurm, Open MPI and PMI equivalents) are valid and agree with each other and with the job's init method; in a Kubernetes pod, what its operator's contract (Kubeflow Trainer and PyTorchJob PET_, LeaderWorkerSet LWS_, Volcano VC_, JobSet JOB_COMPLETION_INDEX and JOBSET_) makes of the pod, and whether a WORLD_SIZE counts pods or processes.",
     params: &[

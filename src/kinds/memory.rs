@@ -17,6 +17,7 @@ use crate::values::{Bytes, format_bytes};
 
 pub const KIND: KindInfo = KindInfo {
     name: "memory",
+    scope: crate::kinds::Scope::Node,
     area: "memory",
     summary: "Available RAM, the size of /dev/shm, free hugepages and the open-files limit (against the world size) meet thresholds; the RAM in all meets the node profile's `memory`, where one applies.",
     params: &[

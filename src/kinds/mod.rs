@@ -101,8 +101,27 @@ pub struct ParamDoc {
 /// Builds a kind's probe from a check's mapping and its kind-specific keys.
 pub type ParseFn = fn(&Node, Vec<(&Node, &Node)>) -> Result<Arc<dyn Probe>, YamlError>;
 
+/// Whose state a check examines, and so where and how often a job
+/// evaluates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// The node's: its hardware, drivers, firewall, ports, services. In a
+    /// job whose node layout is known, its leader (local rank 0) evaluates
+    /// it once and shares the finding with the node's other ranks.
+    #[default]
+    Node,
+    /// Each rank's own: its environment and launch variables, its visible
+    /// devices, masks and CPU bindings. Every rank evaluates it.
+    Rank,
+    /// Across the nodes: rank 0 compares every node's check-in.
+    Cluster,
+}
+
 pub struct KindInfo {
     pub name: &'static str,
+    /// Whose state it examines (`Scope`): every kind says.
+    pub scope: Scope,
     /// Where results are grouped in the human report, unless a check says.
     pub area: &'static str,
     pub summary: &'static str,
@@ -276,6 +295,35 @@ pub fn redact(name: &str, value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each kind's scope decides how often a job evaluates it: the kinds
+    /// that read a rank's own state are named here, so that a kind moves
+    /// between node and rank only on purpose.
+    #[test]
+    fn every_kind_is_held_to_its_scope() {
+        let of = |scope: Scope| -> Vec<&str> {
+            let mut v: Vec<&str> = KINDS
+                .iter()
+                .filter(|k| k.scope == scope)
+                .map(|k| k.name)
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            of(Scope::Rank),
+            ["collective_busbw", "cpu", "devices", "env", "env_lint", "launch_env"]
+        );
+        for kind in KINDS {
+            assert_eq!(
+                kind.name.starts_with("cluster_"),
+                kind.scope == Scope::Cluster,
+                "{}",
+                kind.name
+            );
+        }
+        assert_eq!(of(Scope::Node).len() + 13, KINDS.len());
+    }
 
     #[test]
     fn kind_names_are_unique_and_documented() {

@@ -22,6 +22,7 @@ use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "nvlink",
+    scope: crate::kinds::Scope::Node,
     area: "accelerators",
     summary: "NVIDIA NVLink per link (NVML, else `nvidia-smi nvlink`): active links per GPU against `links` or the node's other GPUs of the same product, link speed, error counters (replay, recovery, CRC), and the remote end of each link. No NVLink (a PCIe card) is not a failure; an SXM module with its links down is.",
     params: &[

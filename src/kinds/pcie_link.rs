@@ -16,6 +16,7 @@ use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "pcie_link",
+    scope: crate::kinds::Scope::Node,
     area: "accelerators",
     summary: "Every GPU's and NIC's PCIe link runs at its maximum width and speed (sysfs current_link_* against max_link_*), and the accelerators' at least at the node profile's generation and width; reports each one's NUMA node.",
     params: &[

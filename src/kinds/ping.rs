@@ -18,6 +18,7 @@ use crate::values::{Span, format_duration};
 
 pub const KIND: KindInfo = KindInfo {
     name: "ping",
+    scope: crate::kinds::Scope::Node,
     area: "network",
     summary: "ICMP echo to hosts (unprivileged ICMP socket, raw socket as fallback) within loss and round-trip limits.",
     params: &[

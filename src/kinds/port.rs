@@ -17,6 +17,7 @@ use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "port",
+    scope: crate::kinds::Scope::Node,
     area: "network",
     summary: "TCP ports (MASTER_PORT, rendezvous ranges) can be bound on this node; a taken port names its holder's pid and command line.",
     params: &[

@@ -15,6 +15,7 @@ use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "profile",
+    scope: crate::kinds::Scope::Node,
     area: "hardware",
     summary: "This node against its profile (`--profile FILE`, else the shipped profile its accelerators match: 8x H100, H200 or A100 SXM, 8x MI300X, 8x Gaudi 2 or 3, 4x Max 1550): the accelerators' count and kind, each one usable, their PCIe links, the RDMA ports' state, rate and link layer, the memory. Each difference names the device, port or count, and the profile. A node no profile matches is skipped: its peers are its measure.",
     params: &[ParamDoc {

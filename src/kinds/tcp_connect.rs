@@ -17,6 +17,7 @@ use crate::values::{Span, format_duration};
 
 pub const KIND: KindInfo = KindInfo {
     name: "tcp_connect",
+    scope: crate::kinds::Scope::Node,
     area: "network",
     summary: "Connects to host:port under a timeout and classifies the outcome: connected, refused, timed out, unreachable, or not resolved.",
     params: &[

@@ -21,6 +21,7 @@ use crate::values::{Span, format_duration};
 
 pub const KIND: KindInfo = KindInfo {
     name: "time_sync",
+    scope: crate::kinds::Scope::Node,
     area: "time",
     summary: "The kernel clock is synchronised (adjtimex status, maxerror, esterror) and chronyd, ntpd or systemd-timesyncd is running.",
     params: &[

@@ -16,6 +16,7 @@ const LISTED: usize = 8;
 
 pub const KIND: KindInfo = KindInfo {
     name: "user_processes",
+    scope: crate::kinds::Scope::Node,
     area: "system",
     summary: "No process of the job's user (by uid, from a variable such as SLURM_JOB_UID) is left on the node. Skipped when the variable is unset or names root.",
     params: &[

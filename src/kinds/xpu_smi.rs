@@ -20,6 +20,7 @@ use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "xpu_smi",
+    scope: crate::kinds::Scope::Node,
     area: "accelerators",
     summary: "Intel Data Center GPU Max through `xpu-smi`, one `subject` per check: `diag` (its diagnostic at `level` 1 to 3, each failing component named, an unknown result never a pass), `health` (core and memory temperature, power and memory health, and every card listed), `xe_link` (the Xe Link ports' health and the tile matrix: every pair of cards joined by Xe Link, none on PCIe alone, no link with fewer lanes than its peers) and `throttle` (frequency throttled by power, current or temperature).",
     params: &[

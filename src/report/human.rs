@@ -8,6 +8,9 @@ use crate::result::report::Report;
 use crate::result::{CheckResult, Status, Verdict};
 use crate::values::format_duration;
 
+/// After a finding a rank's leader shared: whose it is.
+const SHARED: &str = "(the node's, from local rank 0)";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Detail {
     /// Problems and the verdict only.
@@ -63,7 +66,9 @@ impl Human {
                     // The duration ends the check's own line (nothing was
                     // measured for a skip); the values follow on a line of
                     // their own only when they say more than the message.
-                    let took = if check.status == Status::Skip {
+                    let took = if check.shared {
+                        format!("  {}", s.dim(SHARED))
+                    } else if check.status == Status::Skip {
                         String::new()
                     } else {
                         format!(
@@ -146,10 +151,15 @@ pub fn problems<'a>(checks: impl Iterator<Item = &'a CheckResult>, s: &Style) ->
             }
             let _ = writeln!(
                 out,
-                "  {}  {}: {}",
+                "  {}  {}: {}{}",
                 s.mark(check.status),
                 check.id,
-                under(&check.message, 8)
+                under(&check.message, 8),
+                if check.shared {
+                    format!(" {}", s.dim(SHARED))
+                } else {
+                    String::new()
+                }
             );
             let values = values_line(check);
             if !values.is_empty() {

@@ -344,6 +344,10 @@ pub struct CheckResult {
     pub measured_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reused_until: Option<String>,
+    /// The node's finding, evaluated once by its leader (local rank 0) and
+    /// shared with this rank (`checklist::shared`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 impl CheckResult {
@@ -377,6 +381,7 @@ impl CheckResult {
             cached: false,
             measured_at: None,
             reused_until: None,
+            shared: false,
         }
     }
 

@@ -25,6 +25,7 @@ use crate::result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "amd_smi",
+    scope: crate::kinds::Scope::Node,
     area: "accelerators",
     summary: "AMD Instinct GPUs through `amd-smi` (`rocm-smi` for XGMI where amd-smi is missing), one `subject` per check: `ecc` (uncorrectable and deferred errors per RAS block), `xgmi` (every GPU's XGMI links up, as many as its peers', no XGMI error), `throttle` (power, thermal and PROCHOT violations active now), `pcie` (link width and speed at their maximum) and `reset` (bad pages pending retirement, the bad-page threshold exceeded).",
     params: &[

@@ -39,6 +39,7 @@ pub const PREFIXES: &[&str] = &[
 
 pub const KIND: KindInfo = KindInfo {
     name: "env_lint",
+    scope: crate::kinds::Scope::Rank,
     area: "environment",
     summary: "Every set NCCL_, TORCH_NCCL_, GLOO_, CCL_, FI_, I_MPI_, UCX_, ZE_, CUDA_, HIP_, ROCR_, HCCL_, HABANA_, PET_, LWS_, JOBSET_ variable is known (else \"did you mean\"), has a valid value, and fits this node's interfaces and HCAs.",
     params: &[

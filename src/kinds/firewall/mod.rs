@@ -28,6 +28,7 @@ use ruleset::{Block, Family, Hook, Packet, Table, blocks};
 
 pub const KIND: KindInfo = KindInfo {
     name: "firewall",
+    scope: crate::kinds::Scope::Node,
     area: "network",
     summary: "The active nftables/iptables ruleset does not drop or reject TCP to the rendezvous ports or between cluster addresses; blocking rules are quoted.",
     params: &[

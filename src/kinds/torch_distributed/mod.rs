@@ -46,6 +46,7 @@ const JOB_VARS: [&str; 4] = ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"]
 
 pub const KIND: KindInfo = KindInfo {
     name: "torch_distributed",
+    scope: crate::kinds::Scope::Node,
     area: "framework",
     summary: "Starts torch.distributed as a job does (backend for this node's device, device_id, a Gloo CPU group, allreduce, barrier) with the node's Python, under a deadline; known failures come with their fix. Needs Python with torch; skipped under --root.",
     params: &[
