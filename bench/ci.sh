@@ -26,6 +26,7 @@ short diagnose.sh            env RUNS=2 bash bench/diagnose.sh
 short hardware-checks.sh      env RUNS=2 bash bench/hardware-checks.sh
 short network-checks.sh       bash bench/network-checks.sh 2
 short cluster-rendezvous.sh   env RUNS=1 PEERS=0 bash bench/cluster-rendezvous.sh
+short node-share.sh           env RUNS=5 bash bench/node-share.sh
 short collective-allreduce.sh env PEERS=0 bash bench/collective-allreduce.sh 1
 short collective-netns.sh     env PEERS=0 bash bench/collective-netns.sh 1
 short oneccl-allreduce.sh     bash bench/oneccl-allreduce.sh --runs 1 --ranks 2 --max-size 64KiB

@@ -336,3 +336,40 @@ fn a_nodes_checks_run_once_and_every_rank_reports_them() {
         }
     }
 }
+
+/// A node's leader judges the job secret for its node's ranks; a secret
+/// too easy to guess is still refused on every rank (exit 2): the leader
+/// refuses it, and a rank that finds no leader to prove it to judges it
+/// itself.
+#[test]
+fn a_weak_secret_is_refused_on_every_local_rank() {
+    let port = free_port().to_string();
+    let procs: Vec<Proc> = (0..2)
+        .map(|r| {
+            let rs = r.to_string();
+            local(
+                &format!("rank {r}"),
+                &run_args("10s"),
+                &[
+                    ("RANK", rs.as_str()),
+                    ("WORLD_SIZE", "2"),
+                    ("LOCAL_RANK", rs.as_str()),
+                    ("LOCAL_WORLD_SIZE", "2"),
+                    ("MASTER_ADDR", "127.0.0.1"),
+                    ("MASTER_PORT", port.as_str()),
+                    ("PREFLIGHT_TOKEN", "correcthorsebatterystaple"),
+                ],
+            )
+        })
+        .collect();
+    for p in procs {
+        let o = p.finish(Duration::from_secs(30));
+        assert_eq!(o.code, 2, "{}: {}\n{}", o.label, o.stdout, o.stderr);
+        assert!(
+            o.stderr.contains("PREFLIGHT_TOKEN is too easy to guess"),
+            "{}: {}",
+            o.label,
+            o.stderr
+        );
+    }
+}

@@ -79,9 +79,19 @@ impl Token {
     /// The job's token from the environment, or why the secret given there
     /// cannot be used (too short, a file others can read): exit 2.
     pub fn resolve(env: &BTreeMap<String, String>) -> Result<Token, String> {
+        let token = Token::resolve_unjudged(env)?;
+        token.judge()?;
+        Ok(token)
+    }
+
+    /// `resolve`, but PREFLIGHT_TOKEN's guessing cost is left to `judge`:
+    /// estimating it builds zxcvbn's dictionaries, about 10 ms of CPU, and
+    /// a node's other ranks need not pay it when their leader, which did,
+    /// proves the same secret to them.
+    pub fn resolve_unjudged(env: &BTreeMap<String, String>) -> Result<Token, String> {
         let get = |n: &str| env.get(n).filter(|v| !v.is_empty());
         if let Some(t) = get(TOKEN_VAR) {
-            check_length(TOKEN_VAR, t)?;
+            check_min_length(TOKEN_VAR, t)?;
             return Ok(Token::new(t.as_bytes(), TOKEN_VAR));
         }
         if let Some(path) = get(TOKEN_FILE_VAR) {
@@ -100,6 +110,15 @@ impl Token {
             Some((var, id)) => Token::new(format!("kubernetes:{id}").as_bytes(), var),
             None => Token::none(),
         })
+    }
+
+    /// Whether PREFLIGHT_TOKEN's secret is too easy to guess (a secret
+    /// from a file was judged as it was read).
+    pub fn judge(&self) -> Result<(), String> {
+        if self.source != TOKEN_VAR {
+            return Ok(());
+        }
+        check_guessing(TOKEN_VAR, &String::from_utf8_lossy(&self.key))
     }
 
     /// No token at all: what `check`, which never meets a peer, carries.
@@ -181,12 +200,21 @@ impl Token {
 }
 
 fn check_length(what: &str, secret: &str) -> Result<(), String> {
+    check_min_length(what, secret)?;
+    check_guessing(what, secret)
+}
+
+fn check_min_length(what: &str, secret: &str) -> Result<(), String> {
     let n = secret.chars().count();
     if n < MIN_SECRET {
         return Err(format!(
             "{what} is {n} characters: a job secret needs at least {MIN_SECRET} (`preflight token` prints a fresh 128-bit one)"
         ));
     }
+    Ok(())
+}
+
+fn check_guessing(what: &str, secret: &str) -> Result<(), String> {
     let bits = guessing_bits(secret);
     if bits < MIN_SECRET_BITS {
         return Err(format!(

@@ -244,19 +244,15 @@ pub fn versions(facts: &Facts) -> BTreeMap<String, String> {
     )
     .or_else(|| read("/sys/module/amdgpu/version").map(|s| format!("amdgpu {}", s.trim())));
     v.insert("driver".into(), driver.unwrap_or_else(not_found));
+    let [cudart, nccl, oneccl] =
+        library_versions(facts, ["libcudart.so.", "libnccl.so.", "libccl.so."]);
     let cuda = read("/usr/local/cuda/version.json")
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .and_then(|j| j["cuda"]["version"].as_str().map(String::from))
-        .or_else(|| library_version(facts, "libcudart.so."));
+        .or(cudart);
     v.insert("cuda".into(), cuda.unwrap_or_else(not_found));
-    v.insert(
-        "nccl".into(),
-        library_version(facts, "libnccl.so.").unwrap_or_else(not_found),
-    );
-    v.insert(
-        "oneccl".into(),
-        library_version(facts, "libccl.so.").unwrap_or_else(not_found),
-    );
+    v.insert("nccl".into(), nccl.unwrap_or_else(not_found));
+    v.insert("oneccl".into(), oneccl.unwrap_or_else(not_found));
     v.insert("libc".into(), libc_version(facts).unwrap_or_else(not_found));
     v
 }
@@ -275,21 +271,24 @@ const LIB_DIRS: &[&str] = &[
     "/opt/intel/oneapi/ccl/latest/lib",
 ];
 
-/// The longest versioned file name `PREFIX<version>` in the usual library
-/// directories: libnccl.so.2.18.5 says 2.18.5.
-fn library_version(facts: &Facts, prefix: &str) -> Option<String> {
-    let mut best: Option<String> = None;
+/// For each prefix, the longest versioned file name `PREFIX<version>` in
+/// the usual library directories (libnccl.so.2.18.5 says 2.18.5), in one
+/// pass over them.
+fn library_versions<const N: usize>(facts: &Facts, prefixes: [&str; N]) -> [Option<String>; N] {
+    let mut best: [Option<String>; N] = std::array::from_fn(|_| None);
     for dir in LIB_DIRS {
         let Ok(entries) = std::fs::read_dir(facts.host_path(dir)) else {
             continue;
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(version) = name.strip_prefix(prefix)
-                && !version.is_empty()
-                && best.as_ref().is_none_or(|b| version.len() > b.len())
-            {
-                best = Some(version.to_string());
+            for (prefix, best) in prefixes.iter().zip(best.iter_mut()) {
+                if let Some(version) = name.strip_prefix(prefix)
+                    && !version.is_empty()
+                    && best.as_ref().is_none_or(|b| version.len() > b.len())
+                {
+                    *best = Some(version.to_string());
+                }
             }
         }
     }

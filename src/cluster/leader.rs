@@ -89,13 +89,18 @@ pub async fn connect(token: &Token, id: &Identity, until: Instant) -> Option<Sea
 }
 
 /// What the leader stamps on its ranks' check-ins: where the node reaches
-/// rank 0 from, and its clock against rank 0 (one sample per node).
+/// rank 0 from, its clock against rank 0 (one sample per node), and the
+/// node's versions and addresses where a rank left them to it.
 #[derive(Clone)]
 pub struct Stamp {
     pub hostname: String,
     pub addr: String,
     pub interface: Option<String>,
     pub clock: Option<Clock>,
+    /// The node's versions and what its hostname resolves to: read once,
+    /// by the leader, for every rank of the node.
+    pub versions: std::collections::BTreeMap<String, String>,
+    pub hostname_addrs: Vec<String>,
 }
 
 type Follower = Sealed<UnixStream>;
@@ -294,6 +299,12 @@ fn stamped(mut c: CheckIn, stamp: &Stamp) -> CheckIn {
     }
     if c.clock.is_none() {
         c.clock = stamp.clock;
+    }
+    if c.versions.is_empty() {
+        c.versions = stamp.versions.clone();
+    }
+    if c.hostname_addrs.is_empty() {
+        c.hostname_addrs = stamp.hostname_addrs.clone();
     }
     c
 }

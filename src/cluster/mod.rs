@@ -464,23 +464,19 @@ fn probe_range_taken(
     listener: &tokio::net::TcpListener,
 ) -> String {
     let mut who: Vec<String> = Vec::new();
-    // Each lookup reads every process's descriptors: the range's two ends,
-    // not every port of it, before this rank checks in.
-    let ends = [range.first, range.last];
-    for port in ends
-        .into_iter()
-        .take(if range.first == range.last { 1 } else { 2 })
-    {
-        if let Ok(found) = crate::kinds::port_holder::holders(facts, port) {
-            for h in found {
-                let d = h.describe();
-                if !who.contains(&d) {
-                    who.push(d);
-                }
+    // The range's two ends, in one pass over every process's descriptors,
+    // before this rank checks in.
+    let ends: &[u16] = if range.first == range.last {
+        &[range.first]
+    } else {
+        &[range.first, range.last]
+    };
+    for (_, found) in crate::kinds::port_holder::holders_of(facts, ends) {
+        for h in found.unwrap_or_default() {
+            let d = h.describe();
+            if !who.contains(&d) && who.len() < 3 {
+                who.push(d);
             }
-        }
-        if who.len() >= 3 {
-            break;
         }
     }
     let held = if who.is_empty() {
@@ -494,7 +490,9 @@ fn probe_range_taken(
     )
 }
 
-async fn gather(facts: &Arc<Facts>, local_ip: &str) -> Result<Gathered, String> {
+/// What a rank reports of its node. A rank led by its node's leader
+/// (`led`) leaves the node's versions and addresses to the leader's stamp.
+async fn gather(facts: &Arc<Facts>, local_ip: &str, led: bool) -> Result<Gathered, String> {
     let facts = Arc::clone(facts);
     let ip = local_ip.to_string();
     let gathered = tokio::time::timeout(
@@ -503,13 +501,21 @@ async fn gather(facts: &Arc<Facts>, local_ip: &str) -> Result<Gathered, String> 
             let hostname = facts.hostname().to_string();
             let names = facts.env_vars().keys().cloned().collect::<Vec<_>>();
             Gathered {
-                hostname_addrs: checkin::resolve_hostname(&facts, &hostname),
+                hostname_addrs: if led {
+                    Vec::new()
+                } else {
+                    checkin::resolve_hostname(&facts, &hostname)
+                },
                 interface: if ip.is_empty() {
                     None
                 } else {
                     checkin::interface_of(&facts, &ip)
                 },
-                versions: checkin::versions(&facts),
+                versions: if led {
+                    Default::default()
+                } else {
+                    checkin::versions(&facts)
+                },
                 devices: checkin::devices(&facts),
                 env: checkin::launch_env(&facts, names.into_iter()),
                 hostname,
@@ -591,12 +597,14 @@ async fn session(
 
     let clock_deadline = (Instant::now() + Duration::from_secs(2)).min(cfg.deadline);
     let clock = client::sample_clock(&mut stream, cfg.clock_offset_ms, clock_deadline).await;
-    let g = gather(&input.facts, &local_ip).await?;
+    let g = gather(&input.facts, &local_ip, false).await?;
     let stamp = leader::Stamp {
         hostname: g.hostname.clone(),
         addr: local_ip.clone(),
         interface: g.interface.clone(),
         clock,
+        versions: g.versions.clone(),
+        hostname_addrs: g.hostname_addrs.clone(),
     };
     let checkin = make_checkin(input, g, local_ip.clone(), clock, (probe_addr, probe_error));
     protocol::write(
@@ -640,7 +648,7 @@ async fn follower_session(
     input: &RankInput,
     mut ch: sealed::Sealed<tokio::net::UnixStream>,
 ) -> Result<(ClusterReport, Option<Link>, Option<Vec<CheckResult>>), String> {
-    let g = gather(&input.facts, "").await?;
+    let g = gather(&input.facts, "", true).await?;
     // The leader stamps its node's address, interface and clock sample.
     let checkin = make_checkin(input, g, String::new(), None, (None, None));
     let rank = input.identity.rank;

@@ -216,9 +216,9 @@ async fn bind_in_range(
             Ok(listener) => {
                 let mut notes = Vec::new();
                 if !taken.is_empty() {
-                    let held: Vec<String> = taken
-                        .iter()
-                        .map(|&p| match crate::kinds::port_holder::holders(facts, p) {
+                    let held: Vec<String> = crate::kinds::port_holder::holders_of(facts, &taken)
+                        .into_iter()
+                        .map(|(p, found)| match found {
                             Ok(found) if !found.is_empty() => format!(
                                 "{p} (held by {})",
                                 found

@@ -34,6 +34,8 @@ pub struct Outcome {
     pub elapsed: Duration,
     /// A signal cut the run short.
     pub interrupted: Option<Interrupted>,
+    /// Where the time went, by phase.
+    pub timings: Option<crate::result::report::Timings>,
 }
 
 /// A node agent that could not start its ranks still reports, in the
@@ -53,6 +55,7 @@ pub fn emit_cluster_only(
             started_at: SystemTime::now(),
             elapsed: Duration::ZERO,
             interrupted: None,
+            timings: None,
         },
     )
 }
@@ -81,6 +84,7 @@ pub fn report_of(args: &RunArgs, stage: Stage, o: Outcome) -> (Report, u32) {
     if let Some(how) = o.interrupted {
         report = report.signalled(how);
     }
+    report.timings = o.timings;
     (report, rank)
 }
 

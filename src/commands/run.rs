@@ -131,6 +131,16 @@ pub fn execute(
         Role::Rank(id) => Some(id),
         Role::Alone => None,
     };
+    // A secret too easy to guess is refused before anything serves. A
+    // node's leader judges it for its node's other ranks: a rank that
+    // proves the same secret to its leader needs not judge it again.
+    let follows = identity
+        .as_ref()
+        .is_some_and(|id| cluster::leader::hierarchical(id) && id.local_rank > 0);
+    let judge = || plan.token.judge().map_err(Failure::Usage);
+    if !follows {
+        judge()?;
+    }
     let started_at = SystemTime::now();
     let start = Instant::now();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -168,11 +178,22 @@ pub fn execute(
         ))
     });
     if let Some(cluster::NodeLink::Unled(why)) = &node {
+        judge()?;
         eprintln!("preflight: warning: {why}: this rank evaluates its node's checks itself");
     }
     let led = node.as_ref().is_some_and(cluster::NodeLink::led);
     crate::interrupt::enter("checks");
+    let checks_start = Instant::now();
     let mut results = checklist_stage(&runtime, args, &plan, identity.as_ref(), led);
+    let mut timings = crate::result::report::Timings {
+        checks_ms: checks_start.elapsed().as_millis() as u64,
+        evaluated: results
+            .iter()
+            .filter(|r| r.status != crate::result::Status::Skip && !r.cached)
+            .count(),
+        shared: results.iter().filter(|r| r.shared).count(),
+        ..Default::default()
+    };
     let rank = identity.as_ref().map(|id| id.rank);
     let cluster = identity.zip(server).and_then(|(identity, mut server)| {
         let place = Place {
@@ -186,6 +207,7 @@ pub fn execute(
             return sent_verdict(&runtime, &mut server).map(|r| (r, place.rank));
         }
         crate::interrupt::enter("rendezvous");
+        let rendezvous_start = Instant::now();
         let (mut report, link) = cluster_stage(
             &runtime,
             Rendezvous {
@@ -199,10 +221,13 @@ pub fn execute(
             &mut server,
             &mut results,
         )?;
+        timings.rendezvous_ms = Some(rendezvous_start.elapsed().as_millis() as u64);
         if let Some(link) = link
             && crate::interrupt::get().is_none()
         {
+            let collective_start = Instant::now();
             collective_stage(&runtime, args, &plan, &mut report, link, place);
+            timings.collective_ms = Some(collective_start.elapsed().as_millis() as u64);
         }
         Some((report, place.rank))
     });
@@ -230,6 +255,8 @@ pub fn execute(
             remote: false,
         }
     });
+    timings.shared = results.iter().filter(|r| r.shared).count();
+    timings.cpu_ms = cpu_ms();
     Ok(Executed::Done(Box::new(Outcome {
         facts: plan.facts,
         results,
@@ -237,7 +264,23 @@ pub fn execute(
         started_at,
         elapsed: start.elapsed(),
         interrupted,
+        timings: Some(timings),
     })))
+}
+
+/// CPU time of this process and of the programs it ran and waited for,
+/// user and system, ms.
+fn cpu_ms() -> u64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let ms = |who| {
+        getrusage(who).map_or(0, |u| {
+            let t = |tv: nix::sys::time::TimeVal| {
+                (tv.tv_sec().max(0) as u64) * 1000 + (tv.tv_usec().max(0) as u64) / 1000
+            };
+            t(u.user_time()) + t(u.system_time())
+        })
+    };
+    ms(UsageWho::RUSAGE_SELF) + ms(UsageWho::RUSAGE_CHILDREN)
 }
 
 /// After a signal: how long rank 0's part of the rendezvous may go on. Its
@@ -343,9 +386,11 @@ impl Plan {
         let facts = Arc::new(facts(&args.checklist, env)?.with_profile(given));
         // A secret too short or readable by others is refused before
         // anything runs; `check` meets no peer and needs none.
+        // How easy the secret is to guess is judged once the rank knows
+        // whether its node's leader judged it for it (`execute`).
         let token = match stage {
             Stage::Checklist => Token::none(),
-            _ => Token::resolve(facts.env_vars()).map_err(Failure::Usage)?,
+            _ => Token::resolve_unjudged(facts.env_vars()).map_err(Failure::Usage)?,
         };
         let checklist_hash = checklist::checklist_hash(&checks);
         let (mut node_checks, mut cluster_checks, mut collective_checks) =

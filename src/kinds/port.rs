@@ -100,12 +100,26 @@ impl PortCheck {
         let mut launchers: Vec<String> = Vec::new();
         let mut first_holder: Option<(String, String)> = None;
         let mut held: Vec<u32> = Vec::new();
-        for &port in &ports {
+        let binds: Vec<(u16, Bind)> = ports
+            .iter()
+            .map(|&port| (port, facts.ports.bind(SocketAddr::new(self.address, port))))
+            .collect();
+        // Every taken port's holders in one pass over /proc.
+        let in_use: Vec<u16> = binds
+            .iter()
+            .filter(|(_, b)| matches!(b, Bind::InUse))
+            .map(|(p, _)| *p)
+            .collect();
+        let mut holders = super::port_holder::holders_of(facts, &in_use).into_iter();
+        for (port, bind) in binds {
             let address = SocketAddr::new(self.address, port);
-            match facts.ports.bind(address) {
+            match bind {
                 Bind::Free => {}
                 Bind::InUse => {
-                    let who = match super::port_holder::holders(facts, port) {
+                    let found = holders
+                        .next()
+                        .map_or_else(|| Ok(Vec::new()), |(_, found)| found);
+                    let who = match found {
                         Ok(list) if list.is_empty() => {
                             "held by a socket not visible in /proc/net/tcp (another network namespace?)".to_string()
                         }

@@ -59,22 +59,6 @@ impl Holder {
     }
 }
 
-/// Socket inodes bound to `port` (any state, any local address).
-fn inodes(facts: &Facts, port: u16) -> Vec<u64> {
-    let mut found = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(facts.host_path(table)) else {
-            continue;
-        };
-        for inode in bound_inodes(&text, port) {
-            if !found.contains(&inode) {
-                found.push(inode);
-            }
-        }
-    }
-    found
-}
-
 /// The inodes of the sockets bound to `port` in one table's text
 /// (/proc/net/tcp or tcp6): the kernel's, or a fixture's, or garbage.
 pub(crate) fn bound_inodes(text: &str, port: u16) -> Vec<u64> {
@@ -193,58 +177,111 @@ fn launcher_name(holder: &Holder, proc_dir: &Path) -> String {
     }
 }
 
+/// Who holds `port`; `Err` says why nobody can be named.
 pub fn holders(facts: &Facts, port: u16) -> Result<Vec<Holder>, String> {
-    let wanted = inodes(facts, port);
-    if wanted.is_empty() {
-        return Ok(Vec::new());
-    }
-    let targets: Vec<String> = wanted.iter().map(|i| format!("socket:[{i}]")).collect();
-    let proc_root = facts.host_path("/proc");
-    let Ok(entries) = std::fs::read_dir(&proc_root) else {
-        return Err(format!("cannot list {}", proc_root.display()));
-    };
-    let mut found: Vec<Holder> = Vec::new();
-    let mut unreadable = 0usize;
-    for entry in entries.filter_map(Result::ok) {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let dir = entry.path();
-        let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
-            unreadable += 1;
-            continue;
-        };
-        let holds = fds.filter_map(Result::ok).any(|fd| {
-            std::fs::read_link(fd.path())
-                .map(|t| targets.iter().any(|s| t.as_os_str() == s.as_str()))
-                .unwrap_or(false)
-        });
-        if holds && !found.iter().any(|h| h.pid == pid) {
-            found.push(Holder {
-                pid,
-                ppid: procs::parent(&dir).unwrap_or(0),
-                cmdline: cmdline(&dir),
-                user: std::fs::metadata(&dir)
-                    .map(|m| facts.user_name(std::os::unix::fs::MetadataExt::uid(&m)))
-                    .unwrap_or_default(),
-            });
+    holders_of(facts, &[port])
+        .pop()
+        .map_or_else(|| Ok(Vec::new()), |(_, found)| found)
+}
+
+/// Who holds each of `ports`, in one pass over /proc: every process's
+/// descriptors are read once however many ports are asked about (a scan
+/// costs tens of milliseconds on a busy node).
+pub fn holders_of(facts: &Facts, ports: &[u16]) -> Vec<(u16, Result<Vec<Holder>, String>)> {
+    let tables: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(facts.host_path(t)).ok())
+        .collect();
+    // `socket:[inode]` → the ports it is bound to.
+    let mut wanted: std::collections::HashMap<String, Vec<u16>> = Default::default();
+    for &port in ports {
+        for text in &tables {
+            for inode in bound_inodes(text, port) {
+                let ports = wanted.entry(format!("socket:[{inode}]")).or_default();
+                if !ports.contains(&port) {
+                    ports.push(port);
+                }
+            }
         }
     }
-    if found.is_empty() {
-        return Err(if unreadable > 0 {
-            format!(
-                "a socket holds it, but its process is among {unreadable} this user cannot inspect (run as root to name it)"
-            )
-        } else {
-            "a socket holds it, but no process owns it (it may be closing, or in another PID namespace)".into()
-        });
-    }
-    found.sort_by_key(|h| h.pid);
-    Ok(found)
+    let mut found: Vec<(u16, Vec<Holder>)> = ports.iter().map(|&p| (p, Vec::new())).collect();
+    let mut unreadable = 0usize;
+    let proc_root = facts.host_path("/proc");
+    let listed = if wanted.is_empty() {
+        Ok(())
+    } else {
+        match std::fs::read_dir(&proc_root) {
+            Ok(entries) => {
+                for entry in entries.filter_map(Result::ok) {
+                    let Some(pid) = entry
+                        .file_name()
+                        .to_str()
+                        .and_then(|n| n.parse::<u32>().ok())
+                    else {
+                        continue;
+                    };
+                    let dir = entry.path();
+                    let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
+                        unreadable += 1;
+                        continue;
+                    };
+                    let mut held: Vec<u16> = Vec::new();
+                    for fd in fds.filter_map(Result::ok) {
+                        if let Ok(t) = std::fs::read_link(fd.path())
+                            && let Some(ports) = t.to_str().and_then(|t| wanted.get(t))
+                        {
+                            for p in ports {
+                                if !held.contains(p) {
+                                    held.push(*p);
+                                }
+                            }
+                        }
+                    }
+                    if held.is_empty() {
+                        continue;
+                    }
+                    let holder = Holder {
+                        pid,
+                        ppid: procs::parent(&dir).unwrap_or(0),
+                        cmdline: cmdline(&dir),
+                        user: std::fs::metadata(&dir)
+                            .map(|m| facts.user_name(std::os::unix::fs::MetadataExt::uid(&m)))
+                            .unwrap_or_default(),
+                    };
+                    for (_, list) in found.iter_mut().filter(|(p, _)| held.contains(p)) {
+                        if !list.iter().any(|h| h.pid == pid) {
+                            list.push(holder.clone());
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Err(_) => Err(format!("cannot list {}", proc_root.display())),
+        }
+    };
+    found
+        .into_iter()
+        .map(|(port, mut list)| {
+            let bound = wanted.values().any(|ps| ps.contains(&port));
+            let result = if !bound {
+                Ok(Vec::new())
+            } else if let Err(e) = &listed {
+                Err(e.clone())
+            } else if list.is_empty() {
+                Err(if unreadable > 0 {
+                    format!(
+                        "a socket holds it, but its process is among {unreadable} this user cannot inspect (run as root to name it)"
+                    )
+                } else {
+                    "a socket holds it, but no process owns it (it may be closing, or in another PID namespace)".into()
+                })
+            } else {
+                list.sort_by_key(|h| h.pid);
+                Ok(list)
+            };
+            (port, result)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -284,6 +321,33 @@ mod tests {
             );
             assert_eq!(this_jobs(&facts, &holder(parent, 1, "bash")), None);
         }
+    }
+
+    /// Real listeners of this process, asked about at once: each port is
+    /// named with its holder, and a free port with nobody.
+    #[test]
+    fn several_ports_in_one_pass_each_with_its_holder() {
+        let facts = Facts::new("/".into(), Default::default(), Vec::new());
+        let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (pa, pb) = (a.local_addr().unwrap().port(), b.local_addr().unwrap().port());
+        let free = {
+            let c = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            c.local_addr().unwrap().port()
+        };
+        let found = holders_of(&facts, &[pa, free, pb]);
+        let me = std::process::id();
+        let ports: Vec<u16> = found.iter().map(|(p, _)| *p).collect();
+        assert_eq!(ports, [pa, free, pb]);
+        for (port, held) in &found {
+            let pids: Vec<u32> = held.as_ref().unwrap().iter().map(|h| h.pid).collect();
+            if *port == free {
+                assert!(pids.is_empty(), "{port}: {pids:?}");
+            } else {
+                assert_eq!(pids, [me], "{port}");
+            }
+        }
+        assert_eq!(holders(&facts, pb).unwrap()[0].pid, me);
     }
 
     #[test]

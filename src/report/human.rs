@@ -8,6 +8,27 @@ use crate::result::report::Report;
 use crate::result::{CheckResult, Status, Verdict};
 use crate::values::format_duration;
 
+/// Where a run's time went: `-v`'s line under the header.
+fn timings_line(t: &crate::result::report::Timings) -> String {
+    let mut parts = vec![format!(
+        "checks {} ms ({} evaluated here{})",
+        t.checks_ms,
+        t.evaluated,
+        if t.shared > 0 {
+            format!(", {} from the node's leader", t.shared)
+        } else {
+            String::new()
+        }
+    )];
+    if let Some(ms) = t.rendezvous_ms {
+        parts.push(format!("rendezvous {ms} ms"));
+    }
+    if let Some(ms) = t.collective_ms {
+        parts.push(format!("collective {ms} ms"));
+    }
+    format!("time: {}; CPU {} ms", parts.join(", "), t.cpu_ms)
+}
+
 /// After a finding a rank's leader shared: whose it is.
 const SHARED: &str = "(the node's, from local rank 0)";
 
@@ -53,6 +74,9 @@ impl Human {
         }
         if self.detail == Detail::Verbose {
             let _ = writeln!(out, "{}", header(report, s));
+            if let Some(t) = &report.timings {
+                let _ = writeln!(out, "{}", s.dim(&timings_line(t)));
+            }
             let width = report.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
             let mut areas: Vec<&str> = Vec::new();
             for check in &report.checks {
@@ -274,7 +298,23 @@ pub fn progress_line(done: usize, total: usize, last: &CheckResult, running: &[&
 
 #[cfg(test)]
 mod tests {
-    use super::under;
+    use super::{timings_line, under};
+
+    #[test]
+    fn the_time_line_says_each_phase_and_what_the_leader_did() {
+        let t = crate::result::report::Timings {
+            checks_ms: 4,
+            evaluated: 5,
+            shared: 10,
+            rendezvous_ms: Some(12),
+            collective_ms: None,
+            cpu_ms: 21,
+        };
+        assert_eq!(
+            timings_line(&t),
+            "time: checks 4 ms (5 evaluated here, 10 from the node's leader), rendezvous 12 ms; CPU 21 ms"
+        );
+    }
 
     #[test]
     fn a_message_of_several_lines_stays_under_its_check() {

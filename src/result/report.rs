@@ -114,6 +114,29 @@ pub struct Report {
     /// that it told this rank of): the verdict is then `incomplete`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<Interrupted>,
+    /// Where this process's time went, by phase (`run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Timings>,
+}
+
+/// Where a run's time went, by phase, and what it cost this process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timings {
+    /// The checklist stage, wall clock.
+    pub checks_ms: u64,
+    /// Checks this process evaluated.
+    pub evaluated: usize,
+    /// Checks its node's leader evaluated for it (`shared`).
+    pub shared: usize,
+    /// Finding its node's leader, check-in, barrier and verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendezvous_ms: Option<u64>,
+    /// The collective stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective_ms: Option<u64>,
+    /// CPU time of this process and the programs it ran (nft, nvidia-smi,
+    /// ...), user and system.
+    pub cpu_ms: u64,
 }
 
 impl Report {
@@ -143,6 +166,7 @@ impl Report {
             collective: None,
             warnings: Vec::new(),
             interrupted: None,
+            timings: None,
         }
     }
 
