@@ -143,7 +143,22 @@ pub fn checklist_page() -> String {
     ));
     p.push('\n');
     for kind in KINDS {
-        let _ = write!(p, ".SS {}\n{}\n", roff(kind.name), roff(kind.summary));
+        let scope = match kind.scope {
+            crate::kinds::Scope::Node => {
+                "Scope node: evaluated once per node (in a job, by local rank 0 for the node's ranks)."
+            }
+            crate::kinds::Scope::Rank => {
+                "Scope rank: every rank evaluates it (its own environment, devices, bindings)."
+            }
+            crate::kinds::Scope::Cluster => "Scope cluster: rank 0 compares every node.",
+        };
+        let _ = write!(
+            p,
+            ".SS {}\n{} {}\n",
+            roff(kind.name),
+            roff(kind.summary),
+            roff(scope)
+        );
         for param in kind.params {
             let default = match param.default {
                 None => "required".to_string(),

@@ -312,7 +312,14 @@ mod tests {
         };
         assert_eq!(
             of(Scope::Rank),
-            ["collective_busbw", "cpu", "devices", "env", "env_lint", "launch_env"]
+            [
+                "collective_busbw",
+                "cpu",
+                "devices",
+                "env",
+                "env_lint",
+                "launch_env"
+            ]
         );
         for kind in KINDS {
             assert_eq!(

@@ -330,7 +330,10 @@ mod tests {
         let facts = Facts::new("/".into(), Default::default(), Vec::new());
         let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let (pa, pb) = (a.local_addr().unwrap().port(), b.local_addr().unwrap().port());
+        let (pa, pb) = (
+            a.local_addr().unwrap().port(),
+            b.local_addr().unwrap().port(),
+        );
         let free = {
             let c = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             c.local_addr().unwrap().port()
