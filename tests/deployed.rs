@@ -5,7 +5,7 @@
 //! rank other than 0 prints.
 //!
 //! Each launch line is read from the README (tools/readme-commands.sh,
-//! section "Launch lines") and run as printed, the placeholders filled in
+//! section "Run it under torchrun, srun or mpirun") and run as printed, the placeholders filled in
 //! (`host0`, `K`, the counts) and `preflight` the path of a copy of the
 //! binary that an ordinary user may run. Every case runs in network
 //! namespaces of its own, so the README's fixed ports collide with
@@ -59,7 +59,7 @@ fn readme_line(first: &str) -> Vec<String> {
         env!("CARGO_MANIFEST_DIR"),
         "/tools/readme-commands.sh"
     ))
-    .arg("Launch lines")
+    .arg("Run it under torchrun, srun or mpirun")
     .output()
     .unwrap();
     assert!(out.status.success(), "README has no launch lines");

@@ -572,11 +572,11 @@ fn a_post_makes_three_attempts_at_most_and_a_ready_run_stays_ready() {
     assert_eq!(report["verdict"], "ready");
 }
 
-/// The alerting rules the packages ship (and the README quotes) load in
-/// promtool, fire on a not-ready node in its unit test, and are the ones
-/// the README shows.
+/// The alerting rules the packages ship (and docs/install.md quotes) load
+/// in promtool, fire on a not-ready node in its unit test, and are the
+/// ones docs/install.md shows.
 #[test]
-fn the_alerting_rules_pass_promtool_and_the_readme_quotes_them() {
+fn the_alerting_rules_pass_promtool_and_the_install_docs_quote_them() {
     if !have("promtool") {
         common::skip::skip("promtool is not installed (apt: prometheus)");
         return;
@@ -603,7 +603,7 @@ fn the_alerting_rules_pass_promtool_and_the_readme_quotes_them() {
         );
     }
     let text = std::fs::read_to_string(&rules).unwrap();
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
     let quoted: Vec<&str> = readme
         .lines()
         .filter_map(|l| l.trim().strip_prefix("expr: "))
@@ -612,7 +612,7 @@ fn the_alerting_rules_pass_promtool_and_the_readme_quotes_them() {
     for expr in quoted {
         assert!(
             text.contains(&format!("expr: {expr}")),
-            "README's {expr} is not in {rules:?}"
+            "docs/install.md's {expr} is not in {rules:?}"
         );
     }
 }

@@ -793,7 +793,7 @@ fn srun_gates_on_preflight_run_per_node_and_per_gpu_and_the_sbatch_example_stops
         env!("CARGO_MANIFEST_DIR"),
         "/tools/readme-commands.sh"
     ))
-    .arg("Launch lines")
+    .arg("Run it under torchrun, srun or mpirun")
     .output()
     .unwrap();
     let line = String::from_utf8_lossy(&readme.stdout)
