@@ -6,9 +6,11 @@ pub enum ExitCode {
     Ready = 0,
     /// A check failed (or warned, under `--strict`).
     NotReady = 1,
-    /// Bad invocation or an invalid checklist.
+    /// Bad invocation or invalid configuration (a checklist, the settings,
+    /// a variable), and only that.
     Usage = 2,
-    /// Nothing failed, but a required check could not be evaluated.
+    /// Nothing failed, but a required check could not be evaluated, or the
+    /// run could not start what it needs.
     Incomplete = 3,
 }
 

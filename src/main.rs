@@ -1,7 +1,5 @@
 //! The `preflight` binary: the library's command line, and its exit code.
 
-#![forbid(unsafe_code)]
-
 fn main() {
     std::process::exit(preflight::cli::main());
 }

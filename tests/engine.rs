@@ -66,6 +66,8 @@ fn json_report_snapshot() {
         v.as_str().is_some_and(|t| rfc3339.is_match(t))
     });
     normalise(&mut report, &["duration_ms"], 0, |v| v.is_u64());
+    normalise(&mut report, &["timings", "checks_ms"], 0, |v| v.is_u64());
+    normalise(&mut report, &["timings", "cpu_ms"], 0, |v| v.is_u64());
     normalise(&mut report, &["node", "pid"], 0, |v| {
         v.as_u64().is_some_and(|p| p > 0)
     });

@@ -3,15 +3,19 @@
 # machine: installs what the tests need (.ci/install: apt packages, the
 # real collective libraries, ansible-core, zig, cargo-fuzz; what is there
 # already is kept), builds the binary to ship (tools/release.sh, which
-# tests/release.rs checks), runs `cargo test --workspace`, then every fuzz
-# target for PREFLIGHT_FUZZ_SECONDS (default 20) each. This is the README's
-# one test command and what CI runs (.ci/run reads it from the README).
+# tests/release.rs checks), runs clippy over the declared lints and
+# `cargo test --workspace`, every bench script in a short mode, then every
+# fuzz target for PREFLIGHT_FUZZ_SECONDS (default 20) each. This is the
+# README's one test command and what CI runs (.ci/run reads it from the
+# README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Sourced, not run: it exports where the libraries and virtual
 # environments are, and finds cargo.
 . .ci/install
 tools/release.sh
+# The lints Cargo.toml declares, every target, warnings as errors.
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace
 BIN=dist/preflight bash bench/ci.sh
 bash fuzz/run.sh "${PREFLIGHT_FUZZ_SECONDS:-20}"

@@ -244,15 +244,24 @@ pub fn versions(facts: &Facts) -> BTreeMap<String, String> {
     )
     .or_else(|| read("/sys/module/amdgpu/version").map(|s| format!("amdgpu {}", s.trim())));
     v.insert("driver".into(), driver.unwrap_or_else(not_found));
-    let [cudart, nccl, oneccl] =
-        library_versions(facts, ["libcudart.so.", "libnccl.so.", "libccl.so."]);
+    // CUDA's runtime, and each library backend's library (facts::Backend).
+    let backends: Vec<(&str, &str)> = crate::facts::Backend::ALL
+        .into_iter()
+        .filter_map(|b| Some((b.name(), b.library_prefix()?)))
+        .collect();
+    let prefixes: Vec<&str> = std::iter::once("libcudart.so.")
+        .chain(backends.iter().map(|(_, p)| *p))
+        .collect();
+    let mut found = library_versions(facts, &prefixes).into_iter();
+    let cudart = found.next().flatten();
     let cuda = read("/usr/local/cuda/version.json")
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .and_then(|j| j["cuda"]["version"].as_str().map(String::from))
         .or(cudart);
     v.insert("cuda".into(), cuda.unwrap_or_else(not_found));
-    v.insert("nccl".into(), nccl.unwrap_or_else(not_found));
-    v.insert("oneccl".into(), oneccl.unwrap_or_else(not_found));
+    for ((name, _), version) in backends.iter().zip(found) {
+        v.insert((*name).into(), version.unwrap_or_else(not_found));
+    }
     v.insert("libc".into(), libc_version(facts).unwrap_or_else(not_found));
     v
 }
@@ -274,8 +283,8 @@ const LIB_DIRS: &[&str] = &[
 /// For each prefix, the longest versioned file name `PREFIX<version>` in
 /// the usual library directories (libnccl.so.2.18.5 says 2.18.5), in one
 /// pass over them.
-fn library_versions<const N: usize>(facts: &Facts, prefixes: [&str; N]) -> [Option<String>; N] {
-    let mut best: [Option<String>; N] = std::array::from_fn(|_| None);
+fn library_versions(facts: &Facts, prefixes: &[&str]) -> Vec<Option<String>> {
+    let mut best: Vec<Option<String>> = vec![None; prefixes.len()];
     for dir in LIB_DIRS {
         let Ok(entries) = std::fs::read_dir(facts.host_path(dir)) else {
             continue;

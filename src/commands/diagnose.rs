@@ -7,16 +7,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::Failure;
+use super::format::{self, Format};
 use crate::exit::ExitCode;
 use crate::report::output::Destination;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DiagnoseFormat {
-    Human,
-    Json,
-    /// node_exporter's textfile collector (write it with --output).
-    Prometheus,
-}
 
 #[derive(Debug, Args)]
 pub struct DiagnoseArgs {
@@ -37,8 +30,8 @@ pub struct DiagnoseArgs {
     /// localhost:28028, where something listens), `off`, or HOST:PORT.
     #[arg(long, value_name = "auto|off|HOST:PORT", default_value = "auto")]
     pub nccl_ras: String,
-    #[arg(long, value_enum, default_value = "human")]
-    pub format: DiagnoseFormat,
+    #[arg(long, value_parser = Format::parser(format::DIAGNOSE), default_value = "human")]
+    pub format: Format,
     /// Write to FILE (atomically) instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -160,7 +153,7 @@ fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
     if args.this_namespace {
         remote.push("--this-namespace".into());
     }
-    if args.format == DiagnoseFormat::Prometheus {
+    if args.format == Format::Prometheus {
         return Err(Failure::Usage(
             "--format prometheus is one node's metrics: run it on each node, without --hosts or --slurm"
                 .into(),
@@ -174,7 +167,7 @@ fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
     let (nodes, unreachable) = crate::diagnose::ask_all(&over, &hosts, &remote);
     let c = crate::diagnose::merge(nodes, unreachable);
     // Prometheus was refused above: one node's metrics each.
-    let text = if args.format == DiagnoseFormat::Json {
+    let text = if args.format == Format::Json {
         let mut t =
             serde_json::to_string_pretty(&c).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
         t.push('\n');
@@ -244,14 +237,15 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
         },
     );
     let text = match args.format {
-        DiagnoseFormat::Human => crate::report::diagnosis::human(&d),
-        DiagnoseFormat::Prometheus => crate::report::diagnosis::prometheus(&d),
-        DiagnoseFormat::Json => {
+        Format::Prometheus => crate::report::diagnosis::prometheus(&d),
+        Format::Json => {
             let mut t = serde_json::to_string_pretty(&d)
                 .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
             t.push('\n');
             t
         }
+        // Human; `--format` takes no other (`format::DIAGNOSE`).
+        _ => crate::report::diagnosis::human(&d),
     };
     write(args, &text)?;
     Ok(code(&d.verdict))

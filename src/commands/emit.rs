@@ -164,8 +164,9 @@ pub fn emit(args: &RunArgs, stage: Stage, outcome: Outcome) -> Result<ExitCode, 
         Format::Json => report::json(&report),
         Format::Junit => report::junit(&report),
         Format::Prometheus => report::prometheus(&report),
-        Format::Human if args.output.is_some() => plain(human(Style { color: false })),
-        Format::Human => plain(human(Style::for_stdout(args.display.color))),
+        // Human; `--format` takes no other (`format::RUN`).
+        _ if args.output.is_some() => plain(human(Style { color: false })),
+        _ => plain(human(Style::for_stdout(args.display.color))),
     };
     match (&args.output, muted) {
         (_, true) => Ok(()),

@@ -161,7 +161,9 @@ fn evaluated(scope: crate::checklist::Scope) -> &'static str {
             "once per node (scope node: in a job, by local rank 0 for the node's ranks)"
         }
         crate::checklist::Scope::Rank => "on every rank (scope rank: each rank's own state)",
-        crate::checklist::Scope::Cluster => "by rank 0 across the nodes (scope cluster)",
+        crate::checklist::Scope::Cluster => {
+            "across the job (scope cluster: rank 0 compares every node's check-in, or every rank reads the collective stage's shared report)"
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 use clap::Args;
 
 use super::ChecklistArgs;
+use super::format::{self, Format};
 use crate::report::style::ColorChoice;
 
 use std::fmt::Write;
@@ -15,12 +16,6 @@ use crate::report::output::write_stdout;
 use crate::report::style::Style;
 use crate::result::Severity;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ListFormat {
-    Human,
-    Json,
-}
-
 #[derive(Debug, Args)]
 pub struct ListArgs {
     #[command(flatten)]
@@ -28,8 +23,8 @@ pub struct ListArgs {
     /// Colour: auto, always, never.
     #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
     pub color: ColorChoice,
-    #[arg(long, value_enum, default_value = "human")]
-    pub format: ListFormat,
+    #[arg(long, value_parser = Format::parser(format::LIST), default_value = "human")]
+    pub format: Format,
 }
 
 #[derive(Serialize)]
@@ -116,12 +111,13 @@ pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
         ..counts
     };
     let text = match args.format {
-        ListFormat::Json => {
+        Format::Json => {
             let mut t = serde_json::to_string_pretty(&entries).unwrap_or_default();
             t.push('\n');
             t
         }
-        ListFormat::Human => table(&entries, &counts, &Style::for_stdout(args.color)),
+        // Human; `--format` takes no other (`format::LIST`).
+        _ => table(&entries, &counts, &Style::for_stdout(args.color)),
     };
     write_stdout(&text).map_err(|e| Failure::Usage(format!("cannot write: {e}")))?;
     Ok(ExitCode::Ready)

@@ -6,6 +6,7 @@ mod completions;
 mod diagnose;
 mod emit;
 mod explain;
+pub mod format;
 mod list;
 pub mod manual;
 mod node;
@@ -137,14 +138,19 @@ fn parse_backends(text: &str) -> Result<BackendList, String> {
 /// Why a command could not do its job; every case is exit code 2.
 #[derive(Debug)]
 pub enum Failure {
+    /// A usage or configuration error: exit 2.
     Usage(String),
     Checklist(ChecklistErrors),
+    /// The run could not start what it needs (its async runtime, its own
+    /// program to start the ranks): nothing was evaluated, so the verdict
+    /// is incomplete, exit 3, never a usage error.
+    Runtime(String),
 }
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Usage(m) => write!(f, "error: {m}"),
+            Failure::Usage(m) | Failure::Runtime(m) => write!(f, "error: {m}"),
             Failure::Checklist(e) => write!(f, "{e}"),
         }
     }
@@ -152,7 +158,10 @@ impl fmt::Display for Failure {
 
 impl Failure {
     pub fn exit_code(&self) -> ExitCode {
-        ExitCode::Usage
+        match self {
+            Failure::Usage(_) | Failure::Checklist(_) => ExitCode::Usage,
+            Failure::Runtime(_) => ExitCode::Incomplete,
+        }
     }
 }
 
@@ -327,5 +336,26 @@ impl clap::ValueEnum for ColorChoice {
             ColorChoice::Always => "always",
             ColorChoice::Never => "never",
         }))
+    }
+}
+
+#[cfg(test)]
+mod failure_tests {
+    use super::*;
+
+    /// Exit 2 is for usage and configuration alone: a run that could not
+    /// start what it needs evaluated nothing, and says incomplete.
+    #[test]
+    fn only_usage_and_configuration_exit_2() {
+        assert_eq!(Failure::Usage("x".into()).exit_code(), ExitCode::Usage);
+        assert_eq!(
+            Failure::Runtime("cannot start the async runtime".into()).exit_code(),
+            ExitCode::Incomplete
+        );
+        assert_eq!(
+            Failure::Runtime("r".into()).to_string(),
+            "error: r",
+            "said as an error, like the others"
+        );
     }
 }

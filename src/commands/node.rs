@@ -49,7 +49,7 @@ pub fn agent(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Failure::Usage(format!("cannot start the async runtime: {e}")))?;
+        .map_err(|e| Failure::Runtime(format!("cannot start the async runtime: {e}")))?;
     let mut token = Token::resolve(facts.env_vars()).map_err(Failure::Usage)?;
     // A one-node job is reached over loopback, which every user of the
     // host reaches too: without a secret, any of them could check in as
@@ -63,7 +63,7 @@ pub fn agent(
         None
     };
     let exe = std::env::current_exe()
-        .map_err(|e| Failure::Usage(format!("cannot find this program to start the ranks: {e}")))?;
+        .map_err(|e| Failure::Runtime(format!("cannot find this program to start the ranks: {e}")))?;
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
 
     // The agent serves (node 0) and waits for its ranks: its part of the

@@ -8,20 +8,11 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 
 use super::Failure;
+use super::format::{self, Format};
 use crate::exit::ExitCode;
 use crate::report::{self, Destination};
 use crate::result::merged::{self, MergedReport};
 use crate::result::report::{Report, SCHEMA};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ReportFormat {
-    /// One self-contained page: no scripts, fonts or styles from elsewhere.
-    Html,
-    /// Tables for tickets and chat, cut to the failing rows.
-    Markdown,
-    /// The merged document (`preflight.merged-report/v1`).
-    Json,
-}
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
@@ -29,8 +20,8 @@ pub struct ReportArgs {
     /// mode), or directories of them (every *.json in it).
     #[arg(value_name = "FILE|DIR", required = true)]
     pub inputs: Vec<PathBuf>,
-    #[arg(long, value_enum, default_value = "markdown")]
-    pub format: ReportFormat,
+    #[arg(long, value_parser = Format::parser(format::REPORT), default_value = "markdown")]
+    pub format: Format,
     /// Write to FILE (atomically) instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -79,16 +70,17 @@ pub fn report(args: &ReportArgs) -> Result<ExitCode, Failure> {
     Ok(merged.verdict.exit_code())
 }
 
-pub fn render(merged: &MergedReport, format: ReportFormat) -> String {
+pub fn render(merged: &MergedReport, format: Format) -> String {
     match format {
-        ReportFormat::Html => report::html(merged),
-        ReportFormat::Markdown => report::markdown(merged),
-        ReportFormat::Json => {
+        Format::Html => report::html(merged),
+        Format::Json => {
             let mut text = serde_json::to_string_pretty(merged)
                 .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
             text.push('\n');
             text
         }
+        // Markdown; `--format` takes no other (`format::REPORT`).
+        _ => report::markdown(merged),
     }
 }
 

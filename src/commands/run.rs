@@ -146,7 +146,7 @@ pub fn execute(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Failure::Usage(format!("cannot start the async runtime: {e}")))?;
+        .map_err(|e| Failure::Runtime(format!("cannot start the async runtime: {e}")))?;
     // A node agent's ranks other than its first are nobody's to read.
     let speaks = plan.facts.env(super::emit::SPEAKER) != Some("0");
     let watch = Watch::new(args, identity.is_some() && speaks);

@@ -17,7 +17,7 @@ use crate::result::collective::CollectiveReport;
 
 pub const KIND: KindInfo = KindInfo {
     name: "collective_backend",
-    scope: crate::kinds::Scope::Node,
+    scope: crate::kinds::Scope::Cluster,
     area: "collective",
     summary: "A collective backend is available on every rank and passed the collective stage (all five operations verified).",
     params: &[ParamDoc {
@@ -38,8 +38,11 @@ pub struct Required {
 
 impl Params for Required {
     fn validate(&self) -> Result<(), String> {
-        if !["tcp", "nccl", "oneccl"].contains(&self.backend.as_str()) {
-            return Err("`backend` must be tcp, nccl or oneccl".into());
+        if crate::facts::Backend::from_name(&self.backend).is_none() {
+            return Err(format!(
+                "`backend` must be {}",
+                crate::facts::Backend::choices()
+            ));
         }
         Ok(())
     }

@@ -23,7 +23,7 @@ use crate::result::collective::{CollectiveReport, RankLink, Threshold};
 
 pub const KIND: KindInfo = KindInfo {
     name: "collective_busbw",
-    scope: crate::kinds::Scope::Rank,
+    scope: crate::kinds::Scope::Cluster,
     area: "collective",
     summary: "The collective stage's bus bandwidth for one backend, operation and size is at least a minimum (GB/s, nccl-tests' busbw).",
     params: &[
@@ -90,8 +90,11 @@ impl Params for Busbw {
         if !["allreduce", "allgather", "broadcast"].contains(&self.op.as_str()) {
             return Err("`op` must be allreduce, allgather or broadcast".into());
         }
-        if !["tcp", "nccl", "oneccl"].contains(&self.backend.as_str()) {
-            return Err("`backend` must be tcp, nccl or oneccl".into());
+        if crate::facts::Backend::from_name(&self.backend).is_none() {
+            return Err(format!(
+                "`backend` must be {}",
+                crate::facts::Backend::choices()
+            ));
         }
         if let Some(s) = &self.size {
             crate::values::parse_size(s).map_err(|e| format!("`size` {e}"))?;

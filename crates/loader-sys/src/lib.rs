@@ -8,8 +8,9 @@
 //! Each crate says only where to look (its `Candidate`s) and what to do
 //! with the library once open.
 
-// Every unsafe block says why it is sound; clippy holds us to it.
-#![deny(clippy::undocumented_unsafe_blocks)]
+// The workspace refuses `unsafe` (Cargo.toml's lints); this crate is
+// where it lives, each block saying why it is sound.
+#![allow(unsafe_code)]
 
 use std::fmt;
 use std::path::{Path, PathBuf};

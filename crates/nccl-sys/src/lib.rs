@@ -60,8 +60,9 @@
 //! A CUDA context is current per thread: make the [`Device`] current
 //! ([`Device::make_current`]) on the thread that calls NCCL.
 
-// Every unsafe block says why it is sound; clippy holds us to it.
-#![deny(clippy::undocumented_unsafe_blocks)]
+// The workspace refuses `unsafe` (Cargo.toml's lints); this crate is
+// where it lives, each block saying why it is sound.
+#![allow(unsafe_code)]
 
 mod cuda;
 mod nccl;

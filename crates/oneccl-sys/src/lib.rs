@@ -57,8 +57,9 @@
 //! - Loopback test environment: `CCL_KVS_IFACE=lo FI_PROVIDER=tcp
 //!   FI_TCP_IFACE=lo CCL_ATL_SHM=1` (`FI_PROVIDER=shm` alone aborts).
 
-// Every unsafe block says why it is sound; clippy holds us to it.
-#![deny(clippy::undocumented_unsafe_blocks)]
+// The workspace refuses `unsafe` (Cargo.toml's lints); this crate is
+// where it lives, each block saying why it is sound.
+#![allow(unsafe_code)]
 
 mod search;
 

@@ -2,17 +2,13 @@
 //! proving the job's secret at once, in all and from one address, and the
 //! accept loop that keeps to it.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
-use tokio::time::Instant;
 
-use super::{Event, Shared};
-use crate::cluster::auth::Token;
-use crate::cluster::store::Store;
+use super::Event;
+use super::connection::Serving;
 use crate::cluster::unproven::Unproven;
 
 /// Connections still authenticating at once, at most; beyond the limit
@@ -39,16 +35,8 @@ pub(super) fn pending_limits(
     (all, per_source)
 }
 
-pub(super) async fn accept_loop(
-    listener: TcpListener,
-    token: Token,
-    tx: mpsc::UnboundedSender<Event>,
-    store: Arc<Store>,
-    store_end: Instant,
-    offset_ms: i64,
-    shared: Arc<Shared>,
-) {
-    let (all, per_source) = shared.pending;
+pub(super) async fn accept_loop(listener: TcpListener, serving: Serving) {
+    let (all, per_source) = serving.shared.pending;
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let unproven = Unproven::new(all, per_source);
     loop {
@@ -63,7 +51,7 @@ pub(super) async fn accept_loop(
             Err(e) => {
                 // Out of descriptors or similar: said in the report, and
                 // no spin.
-                let _ = tx.send(Event::AcceptFailed {
+                let _ = serving.tx.send(Event::AcceptFailed {
                     reason: e.to_string(),
                 });
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -72,15 +60,9 @@ pub(super) async fn accept_loop(
         };
         let permit = unproven.admit(peer.ip());
         let conn = NEXT.fetch_add(1, Ordering::Relaxed);
-        let token = token.clone();
-        let tx = tx.clone();
-        let store = Arc::clone(&store);
-        let shared = Arc::clone(&shared);
+        let serving = serving.clone();
         tokio::spawn(async move {
-            super::connection::connection(
-                stream, peer, conn, token, tx, store, store_end, offset_ms, permit, shared,
-            )
-            .await;
+            super::connection::connection(stream, peer, conn, permit, serving).await;
         });
     }
 }

@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
-use super::{Event, Open, Shared, Writer, notice};
+use super::{Event, Open, Shared, Writer, notice, reply};
 use crate::cluster::auth::{self, AuthError, HANDSHAKE_LIMIT, Token};
 use crate::cluster::barrier::ConnId;
 use crate::cluster::protocol::now_us;
@@ -19,66 +19,38 @@ use crate::cluster::protocol::{self, FrameError, Msg};
 use crate::cluster::sealed::Channel;
 use crate::cluster::store::Store;
 
-/// Why this connection may not write `key`, if it may not: a rank writes
-/// its own keys only (`store::owner`), and only as the first process that
-/// checked in as that rank.
-fn may_write(shared: &Shared, conn: ConnId, rank: Option<u32>, key: &str) -> Result<(), String> {
-    let Some(rank) = rank else {
-        return Err("store: this connection has not checked in, and may not write".into());
-    };
-    // The key's rank must be one this connection checked in (or attached)
-    // as, first: a node leader's connection writes for its node's ranks
-    // until they attach on their own.
-    let owner = crate::cluster::store::owner(key);
-    let first = shared
-        .owners
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&owner)
-        .copied();
-    match first {
-        Some(c) if c == conn => Ok(()),
-        _ if owner == rank => Err(format!(
-            "store: another process checked in as rank {rank} first; this one may not write"
-        )),
-        _ => Err(format!(
-            "store: `{key}` is rank {owner}'s to write, and this connection is rank {rank}'s"
-        )),
-    }
-}
-
-/// A rank that its node leader checked in takes its store keys over on its
-/// own connection, once; a rank that checked in itself, or one attached
-/// already, is refused.
-fn attach(shared: &Shared, conn: ConnId, rank: u32) -> Result<(), String> {
-    let mut owners = shared.owners.lock().unwrap_or_else(|e| e.into_inner());
-    let mut relayed = shared.relayed.lock().unwrap_or_else(|e| e.into_inner());
-    // Taken out of `relayed` on success: a rank attaches once.
-    if !relayed.remove(&rank) {
-        return Err(format!(
-            "store: rank {rank} was not checked in by its node's leader, or has attached already"
-        ));
-    }
-    owners.insert(rank, conn);
-    Ok(())
-}
-
 /// Probe results kept from one message.
 const MAX_PROBE_RESULTS: usize = 1024;
 
-#[allow(clippy::too_many_arguments)]
+/// What every connection of one server shares.
+#[derive(Clone)]
+pub(super) struct Serving {
+    pub token: Token,
+    /// Where a connection's events go to the barrier.
+    pub tx: mpsc::UnboundedSender<Event>,
+    pub store: Arc<Store>,
+    /// Until when the store serves (past the verdict).
+    pub store_end: Instant,
+    /// The test hook's clock offset (`cluster::clock_offset`).
+    pub offset_ms: i64,
+    pub shared: Arc<Shared>,
+}
+
 pub(super) async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     conn: ConnId,
-    token: Token,
-    tx: mpsc::UnboundedSender<Event>,
-    store: Arc<Store>,
-    store_end: Instant,
-    offset_ms: i64,
     permit: crate::cluster::unproven::Slot,
-    shared: Arc<Shared>,
+    serving: Serving,
 ) {
+    let Serving {
+        token,
+        tx,
+        store,
+        store_end,
+        offset_ms,
+        shared,
+    } = serving;
     let _ = stream.set_nodelay(true);
     let peer = peer.ip().to_string();
     // Until the store's end: a process that comes after the verdict is
@@ -126,17 +98,7 @@ pub(super) async fn connection(
             "rank 0 already holds {} authenticated connections, the most this world needs",
             shared.max_open
         );
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let _ = protocol::write(
-            &mut stream,
-            &Msg::Rejected {
-                reason: reason.clone(),
-                source: None,
-                fingerprint: None,
-            },
-            deadline,
-        )
-        .await;
+        reply::send_on(&mut stream, &reply::rejected(reason.clone())).await;
         let _ = tx.send(Event::Dropped { peer, reason });
         return;
     }
@@ -198,11 +160,7 @@ pub(super) async fn connection(
                     t1,
                     t2: now_us(offset_ms),
                 };
-                let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
-                if protocol::write(&mut *writer.lock().await, &reply, deadline)
-                    .await
-                    .is_err()
-                {
+                if !reply::send(&writer, &reply, store_end).await {
                     return;
                 }
             }
@@ -219,20 +177,7 @@ pub(super) async fn connection(
                 checkins += 1;
                 checked_in = true;
                 let first = *rank.get_or_insert(c.identity.rank);
-                let mut owners = shared.owners.lock().unwrap_or_else(|e| e.into_inner());
-                if let std::collections::hash_map::Entry::Vacant(slot) =
-                    owners.entry(c.identity.rank)
-                {
-                    slot.insert(conn);
-                    if c.identity.rank != first {
-                        shared
-                            .relayed
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .insert(c.identity.rank);
-                    }
-                }
-                drop(owners);
+                shared.owners.check_in(conn, c.identity.rank, first);
                 let mut c = c;
                 c.seen_from = Some(peer.clone());
                 let _ = tx.send(Event::Arrived {
@@ -242,7 +187,7 @@ pub(super) async fn connection(
                 });
             }
             Msg::Attach { rank: r } if !checked_in => {
-                let reply = match attach(&shared, conn, r) {
+                let reply = match shared.owners.attach(conn, r) {
                     Ok(()) => {
                         checked_in = true;
                         rank = Some(r);
@@ -251,14 +196,9 @@ pub(super) async fn connection(
                             value: None,
                         }
                     }
-                    Err(reason) => Msg::Rejected {
-                        reason,
-                        source: None,
-                        fingerprint: None,
-                    },
+                    Err(reason) => reply::rejected(reason),
                 };
-                let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
-                let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
+                let _ = reply::send(&writer, &reply, store_end).await;
             }
             Msg::ProbeResults { mut results } => {
                 // A node probes a few dozen peers at most (all pairs up to
@@ -273,17 +213,12 @@ pub(super) async fn connection(
                 let _ = tx.send(Event::Probes { conn, results });
             }
             Msg::StoreSet { key, value } => {
-                let allowed = may_write(&shared, conn, rank, &key);
+                let allowed = shared.owners.may_write(conn, rank, &key);
                 let reply = match allowed.and_then(|()| store.set(key.clone(), value)) {
                     Ok(()) => Msg::StoreValue { key, value: None },
-                    Err(reason) => Msg::Rejected {
-                        reason,
-                        source: None,
-                        fingerprint: None,
-                    },
+                    Err(reason) => reply::rejected(reason),
                 };
-                let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
-                let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
+                let _ = reply::send(&writer, &reply, store_end).await;
             }
             Msg::StoreGet { key, wait_ms } => {
                 let refused = if key.len() > crate::cluster::store::MAX_KEY {
@@ -298,13 +233,7 @@ pub(super) async fn connection(
                     None
                 };
                 if let Some(reason) = refused {
-                    let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
-                    let reply = Msg::Rejected {
-                        reason,
-                        source: None,
-                        fingerprint: None,
-                    };
-                    let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
+                    let _ = reply::send(&writer, &reply::rejected(reason), store_end).await;
                     continue;
                 }
                 // Answered from its own task so the reader keeps reading.
@@ -314,9 +243,7 @@ pub(super) async fn connection(
                 tokio::spawn(async move {
                     let wait = (Instant::now() + Duration::from_millis(wait_ms)).min(store_end);
                     let value = store.get(&key, wait).await;
-                    let deadline = (Instant::now() + Duration::from_secs(1)).min(store_end);
-                    let reply = Msg::StoreValue { key, value };
-                    let _ = protocol::write(&mut *writer.lock().await, &reply, deadline).await;
+                    let _ = reply::send(&writer, &Msg::StoreValue { key, value }, store_end).await;
                     getting.store(false, Ordering::Release);
                 });
             }

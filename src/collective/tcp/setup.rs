@@ -273,7 +273,6 @@ impl Tcp {
     /// the higher ones.
     /// `same_host`: how pairs on one host talk.
     /// `token`: the job's, which every connection of the mesh proves.
-    #[allow(clippy::too_many_arguments)]
     pub async fn init(
         conn: &mut crate::cluster::store::Channel,
         rank: u32,

@@ -849,10 +849,12 @@ async fn simulate(args: Args) -> Result<i32, String> {
         &args,
         &job,
         &outcomes,
-        status.code(),
-        rank0_pid,
-        &rank0_report,
-        rss_mb,
+        summary::Rank0 {
+            code: status.code(),
+            pid: rank0_pid,
+            report: &rank0_report,
+            rss_mb,
+        },
         nodes,
     ))
 }

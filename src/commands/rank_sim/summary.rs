@@ -6,17 +6,29 @@ use std::sync::atomic::Ordering;
 
 use super::{Args, Job, Outcome};
 
-#[allow(clippy::too_many_arguments)]
+/// The real rank 0 the simulated ranks met: how it ended.
+pub(super) struct Rank0<'a> {
+    /// Its exit code; `None`: ended by a signal.
+    pub code: Option<i32>,
+    pub pid: u32,
+    pub report: &'a serde_json::Value,
+    /// Its peak resident memory.
+    pub rss_mb: f64,
+}
+
 pub(super) fn summarize(
     args: &Args,
     job: &Job,
     outcomes: &[Outcome],
-    rank0_code: Option<i32>,
-    rank0_pid: u32,
-    rank0_report: &serde_json::Value,
-    rss_mb: f64,
+    rank0: Rank0<'_>,
     nodes: u32,
 ) -> i32 {
+    let Rank0 {
+        code: rank0_code,
+        pid: rank0_pid,
+        report: rank0_report,
+        rss_mb,
+    } = rank0;
     let connected: Vec<f64> = outcomes.iter().filter_map(|o| o.connected_ms).collect();
     let checked: Vec<f64> = outcomes.iter().filter_map(|o| o.checked_in_ms).collect();
     let verdicts: Vec<f64> = outcomes.iter().filter_map(|o| o.verdict_ms).collect();

@@ -24,15 +24,7 @@ pub struct DisplayArgs {
     pub verbose: bool,
 }
 
-/// `--format` of `run`, `check` and `bench`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Human,
-    Json,
-    Junit,
-    /// Text exposition format, for node_exporter's textfile collector.
-    Prometheus,
-}
+pub use crate::commands::format::Format;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -48,7 +40,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE|DIR")]
     pub profile: Option<PathBuf>,
     /// Report format.
-    #[arg(long, value_enum, default_value = "human")]
+    #[arg(long, value_parser = Format::parser(crate::commands::format::RUN), default_value = "human")]
     pub format: Format,
     /// Write the report to FILE (atomically) instead of stdout; stdout then
     /// gets the one-line verdict.
