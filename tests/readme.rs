@@ -95,15 +95,15 @@ fn ci_runs_the_readme_commands_as_printed() {
     }
 }
 
-/// The worked example's mistake, as the README shows it, is what the
+/// The worked example's mistake, as the reference shows it, is what the
 /// binary prints for that file today, word for word.
 #[test]
 fn the_worked_examples_error_is_what_validate_prints() {
-    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
-    let shown = readme
+    let reference = std::fs::read_to_string(format!("{ROOT}/docs/reference.md")).unwrap();
+    let shown = reference
         .lines()
         .find(|l| l.starts_with("error: site.yaml:5:5: "))
-        .expect("the README shows the worked example's error");
+        .expect("docs/reference.md shows the worked example's error");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("site.yaml"),
@@ -119,6 +119,43 @@ fn the_worked_examples_error_is_what_validate_prints() {
     let printed = String::from_utf8_lossy(&out.stderr);
     assert!(
         printed.lines().any(|l| l == shown),
-        "README: {shown}\nbinary: {printed}"
+        "docs/reference.md: {shown}\nbinary: {printed}"
     );
+}
+
+/// The README is a front door: 400 lines at most, every relative link
+/// points at a file that exists, and every document in docs/ is in the
+/// index there.
+#[test]
+fn the_readme_is_short_and_its_links_and_the_docs_index_hold() {
+    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(lines <= 400, "README.md has {lines} lines");
+    let link = regex::Regex::new(r"\]\(([^)#]+)(#[^)]*)?\)").unwrap();
+    for (doc, base) in [
+        ("README.md", ROOT.to_string()),
+        ("docs/README.md", format!("{ROOT}/docs")),
+    ] {
+        let text = std::fs::read_to_string(format!("{ROOT}/{doc}")).unwrap();
+        for c in link.captures_iter(&text) {
+            let target = &c[1];
+            if target.starts_with("http") {
+                continue;
+            }
+            assert!(
+                std::path::Path::new(&base).join(target).exists(),
+                "{doc} links to {target}, which does not exist"
+            );
+        }
+    }
+    let index = std::fs::read_to_string(format!("{ROOT}/docs/README.md")).unwrap();
+    for entry in std::fs::read_dir(format!("{ROOT}/docs")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") && name != "README.md" {
+            assert!(
+                index.contains(&format!("]({name})")),
+                "docs/README.md does not list {name}"
+            );
+        }
+    }
 }

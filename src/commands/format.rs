@@ -30,7 +30,12 @@ const ALL: [Format; 6] = [
 ];
 
 /// `run`, `check`, `bench` and the Slurm modes.
-pub const RUN: &[Format] = &[Format::Human, Format::Json, Format::Junit, Format::Prometheus];
+pub const RUN: &[Format] = &[
+    Format::Human,
+    Format::Json,
+    Format::Junit,
+    Format::Prometheus,
+];
 /// `diagnose`.
 pub const DIAGNOSE: &[Format] = &[Format::Human, Format::Json, Format::Prometheus];
 /// `list`.
@@ -100,7 +105,10 @@ mod tests {
                 .long("format")
                 .value_parser(Format::parser(REPORT)),
         );
-        let m = cmd.clone().try_get_matches_from(["t", "--format", "html"]).unwrap();
+        let m = cmd
+            .clone()
+            .try_get_matches_from(["t", "--format", "html"])
+            .unwrap();
         assert_eq!(m.get_one::<Format>("format"), Some(&Format::Html));
         let e = cmd
             .try_get_matches_from(["t", "--format", "junit"])

@@ -150,7 +150,9 @@ pub fn checklist_page() -> String {
             crate::kinds::Scope::Rank => {
                 "Scope rank: every rank evaluates it (its own environment, devices, bindings)."
             }
-            crate::kinds::Scope::Cluster => "Scope cluster: rank 0 compares every node's check-in, or every rank reads the collective stage's shared report.",
+            crate::kinds::Scope::Cluster => {
+                "Scope cluster: rank 0 compares every node's check-in, or every rank reads the collective stage's shared report."
+            }
         };
         let _ = write!(
             p,

@@ -62,8 +62,9 @@ pub fn agent(
     } else {
         None
     };
-    let exe = std::env::current_exe()
-        .map_err(|e| Failure::Runtime(format!("cannot find this program to start the ranks: {e}")))?;
+    let exe = std::env::current_exe().map_err(|e| {
+        Failure::Runtime(format!("cannot find this program to start the ranks: {e}"))
+    })?;
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
 
     // The agent serves (node 0) and waits for its ranks: its part of the

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use super::Failure;
 use super::format::{self, Format};

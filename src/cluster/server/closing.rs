@@ -48,9 +48,8 @@ impl Closed {
                     checkin, writer, ..
                 } = ev
                 {
-                    let _ =
-                        reply::send(&writer, &reply::rejected(self.too_late(&checkin)), until)
-                            .await;
+                    let _ = reply::send(&writer, &reply::rejected(self.too_late(&checkin)), until)
+                        .await;
                 }
             }
         };

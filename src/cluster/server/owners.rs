@@ -34,7 +34,12 @@ impl Owners {
     }
 
     /// Why this connection may not write `key`, if it may not.
-    pub(super) fn may_write(&self, conn: ConnId, rank: Option<u32>, key: &str) -> Result<(), String> {
+    pub(super) fn may_write(
+        &self,
+        conn: ConnId,
+        rank: Option<u32>,
+        key: &str,
+    ) -> Result<(), String> {
         let Some(rank) = rank else {
             return Err("store: this connection has not checked in, and may not write".into());
         };
@@ -90,7 +95,10 @@ mod tests {
         // A second claimant of rank 2 owns nothing.
         o.check_in(9, 2, 2);
         let e = o.may_write(9, Some(2), "coll/tcp/addr/2").unwrap_err();
-        assert!(e.contains("another process checked in as rank 2 first"), "{e}");
+        assert!(
+            e.contains("another process checked in as rank 2 first"),
+            "{e}"
+        );
         // Rank 3 attaches on its own connection, once, and writes there;
         // rank 2 checked in itself (first on its connection) and cannot.
         assert!(o.attach(4, 3).is_ok());

@@ -1,9 +1,9 @@
 use super::admission::pending_limits;
 use super::*;
 use crate::cluster::client::{ClientConfig, await_verdict, connect};
-use crate::cluster::protocol::FrameError;
-use crate::cluster::store;
+use crate::cluster::protocol::{self, FrameError, Msg};
 use crate::cluster::test_support::{block_on, ranked, server};
+use crate::cluster::{reachability, store};
 use crate::result::Verdict;
 
 /// A process that checks in after the verdict went out is told it came
