@@ -370,3 +370,11 @@ fn a_node_kind_is_no_cluster_comparison() {
         "5:12: checks[0].scope: `scope: cluster` needs a cluster kind (cluster_versions, cluster_env, ...); `file` is evaluated on each node",
     );
 }
+
+#[test]
+fn a_check_every_rank_must_run_cannot_be_left_to_the_leader() {
+    rejects(
+        "torch-job-as-node.yaml",
+        "5:12: checks[0].scope: kind `torch_distributed` as configured runs on every rank at once (its parameters say so): its scope is rank",
+    );
+}

@@ -373,3 +373,189 @@ fn a_weak_secret_is_refused_on_every_local_rank() {
         );
     }
 }
+
+/// A node check whose condition can differ between the node's ranks
+/// (`when: {master: false}`) is evaluated by each rank, never taken from
+/// the leader: rank 0, the node's leader, skips it, and ranks 1-3 run it.
+#[test]
+fn a_check_whose_condition_differs_by_rank_is_each_ranks_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ran.log");
+    let checks = dir.path().join("checks.yaml");
+    std::fs::write(
+        &checks,
+        format!(
+            "checks:\n  - id: t.not_master\n    kind: command\n    argv: [/bin/sh, -c, 'echo $$ >> {}']\n    when:\n      master: false\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let procs: Vec<Proc> = (0..4)
+        .map(|r| rank_with(port, r, 4, 4, "20s", &[checks.as_path()]))
+        .collect();
+    let out: Vec<_> = procs
+        .into_iter()
+        .map(|p| p.finish(Duration::from_secs(40)))
+        .collect();
+    let ran = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(ran.lines().count(), 3, "ranks 1-3 ran it: {ran}");
+    for (r, o) in out.iter().enumerate() {
+        assert_eq!(o.code, 0, "{}: {}\n{}", o.label, o.stdout, o.stderr);
+        let c = o.json()["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "t.not_master")
+            .unwrap()
+            .clone();
+        assert_eq!(c["status"], if r == 0 { "skip" } else { "pass" }, "{}: {c:#}", o.label);
+        assert!(c.get("shared").is_none(), "{}: {c:#}", o.label);
+    }
+}
+
+/// A stranger (another user) who binds the node leader's socket name
+/// before the job is sent nothing, not even a proof of the secret: the
+/// leader cannot listen, the node's other ranks see whose socket it is,
+/// evaluate the node's checks themselves, say why, and the job is ready.
+#[test]
+fn a_stranger_on_the_leaders_socket_is_sent_nothing_and_holds_nobody() {
+    if !nix::unistd::geteuid().is_root() {
+        common::skip_unless_required("binding as another user needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let heard = dir.path().join("heard");
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .unwrap();
+    let port = free_port();
+    let name = format!("preflight-leader/127.0.0.1/{port}/0");
+    // It takes every connection and keeps what it is sent.
+    let script = format!(
+        "import socket, sys, time\n\
+         s = socket.socket(socket.AF_UNIX)\n\
+         s.bind('\\0{name}')\n\
+         s.listen(64)\n\
+         print('bound', flush=True)\n\
+         got = b''\n\
+         s.settimeout(25)\n\
+         try:\n\
+         \x20   while True:\n\
+         \x20       c, _ = s.accept()\n\
+         \x20       c.settimeout(0.5)\n\
+         \x20       try:\n\
+         \x20           got += c.recv(4096)\n\
+         \x20       except OSError:\n\
+         \x20           pass\n\
+         \x20       open('{heard}', 'wb').write(got)\n\
+         except OSError:\n\
+         \x20   pass\n",
+        heard = heard.display()
+    );
+    let mut stranger = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c"])
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(stranger.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "bound");
+    let checks = node_check();
+    let procs: Vec<Proc> = (0..4)
+        .map(|r| rank_with(port, r, 4, 4, "20s", &[checks.path()]))
+        .collect();
+    let out: Vec<_> = procs
+        .into_iter()
+        .map(|p| p.finish(Duration::from_secs(40)))
+        .collect();
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+    let got = std::fs::read(&heard).unwrap_or_default();
+    assert!(got.is_empty(), "the stranger was sent {} bytes", got.len());
+    for o in &out {
+        assert_eq!(o.code, 0, "{}: {}\n{}", o.label, o.stdout, o.stderr);
+    }
+    for o in &out[1..] {
+        assert!(
+            o.stderr.contains("a process of another user holds this node's leader socket"),
+            "{}: {}",
+            o.label,
+            o.stderr
+        );
+        let c = o.json()["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "t.node")
+            .unwrap()
+            .clone();
+        assert_eq!(c["status"], "pass", "{}: {c:#}", o.label);
+        assert!(c.get("shared").is_none(), "{}: {c:#}", o.label);
+    }
+}
+
+/// Node 1's leader (rank 3) dies during its own checklist, with ranks 4
+/// and 5 connected to it and waiting: they check in with rank 0 on their
+/// own, so rank 0 names the leader missing and not its node, and the node
+/// checks the leader was to share are said not evaluated.
+#[test]
+fn a_leader_that_dies_before_relaying_leaves_its_ranks_to_check_in_themselves() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow = dir.path().join("slow.yaml");
+    std::fs::write(
+        &slow,
+        "checks:\n  - id: t.slow\n    kind: command\n    argv: [/bin/sleep, '30']\n    timeout: 40s\n",
+    )
+    .unwrap();
+    let checks = node_check();
+    let port = free_port();
+    let procs: Vec<Proc> = (0..6)
+        .map(|r| {
+            if r == 3 {
+                rank_with(port, r, 6, 3, "8s", &[checks.path(), slow.as_path()])
+            } else {
+                rank_with(port, r, 6, 3, "8s", &[checks.path()])
+            }
+        })
+        .collect();
+    // The leader holds its listener and both ranks' connections.
+    let leader = procs[3].pid;
+    let start = Instant::now();
+    while leader_sockets(leader) < 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "ranks 4 and 5 never connected to their leader"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    procs[3].kill();
+    let out: Vec<_> = procs
+        .into_iter()
+        .map(|p| p.finish(Duration::from_secs(30)))
+        .collect();
+    let report = out[0].json();
+    let b = &report["cluster"]["barrier"];
+    assert_eq!(b["missing_ranks"], "3", "{report:#}");
+    for o in &out[4..] {
+        assert_eq!(o.code, 1, "{}: {}\n{}", o.label, o.stdout, o.stderr);
+        assert!(
+            o.stderr.contains("went away before checking this rank in"),
+            "{}: {}",
+            o.label,
+            o.stderr
+        );
+        let c = o.json()["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "t.node")
+            .unwrap()
+            .clone();
+        assert_eq!(c["status"], "error", "{}: {c:#}", o.label);
+    }
+}

@@ -291,9 +291,15 @@ fn parse_check(file: &str, node: &Node) -> Result<Check, Vec<YamlError>> {
     else {
         return Err(errors);
     };
+    // A node kind whose parameters make it each rank's.
+    let own = if kind.scope == Scope::Node && probe.every_rank() {
+        Scope::Rank
+    } else {
+        kind.scope
+    };
     let scope = match scope {
-        None => kind.scope,
-        Some((said, value)) => match scope_said(kind, said) {
+        None => own,
+        Some((said, value)) => match scope_said(kind, own, said) {
             Ok(s) => s,
             Err(message) => {
                 return Err(vec![
@@ -377,8 +383,8 @@ fn explain_unknown_key(error: YamlError, kind: &KindInfo) -> YamlError {
 /// A check's own `scope:` against its kind's: a node kind may be said to
 /// be each rank's (a `command` that reads the rank's environment); no
 /// other change holds.
-fn scope_said(kind: &KindInfo, said: Scope) -> Result<Scope, String> {
-    match (kind.scope, said) {
+fn scope_said(kind: &KindInfo, own: Scope, said: Scope) -> Result<Scope, String> {
+    match (own, said) {
         (k, s) if k == s => Ok(s),
         (Scope::Node, Scope::Rank) => Ok(Scope::Rank),
         (Scope::Cluster, _) => Err(format!(
@@ -388,11 +394,11 @@ fn scope_said(kind: &KindInfo, said: Scope) -> Result<Scope, String> {
         (_, Scope::Cluster) => Err(format!(
             "`scope: cluster` needs a cluster kind (cluster_versions, cluster_env, ...); `{}` is evaluated on each {}",
             kind.name,
-            if kind.scope == Scope::Rank {
-                "rank"
-            } else {
-                "node"
-            }
+            if own == Scope::Rank { "rank" } else { "node" }
+        )),
+        (Scope::Rank, _) if kind.scope == Scope::Node => Err(format!(
+            "kind `{}` as configured runs on every rank at once (its parameters say so): its scope is rank",
+            kind.name
         )),
         (Scope::Rank, _) => Err(format!(
             "kind `{}` examines each rank's own state (its environment, devices or bindings): its scope is rank, and a node's leader cannot evaluate it for the node's other ranks",

@@ -16,9 +16,10 @@ use crate::result::{CheckResult, Finding, Status};
 const LEFT_TO_LEADER: &str =
     "the node's check: evaluated once, by this node's leader (local rank 0)";
 
-/// Whether the node's leader evaluates `check` for the node's ranks.
+/// Whether the node's leader evaluates `check` for the node's ranks: a
+/// node check whose condition cannot differ between the node's ranks.
 pub fn is_nodes(check: &Check) -> bool {
-    check.scope == Scope::Node && check.evaluator() == Evaluator::Node
+    check.scope == Scope::Node && check.evaluator() == Evaluator::Node && !check.when.per_rank()
 }
 
 /// A led rank's line for a node check, until its leader's finding comes.

@@ -42,6 +42,13 @@ pub enum VendorCondition {
 }
 
 impl When {
+    /// Whether the condition can differ between ranks of one node (this
+    /// rank is the master; this rank's environment has a variable): a
+    /// node check under it is evaluated by each rank, never shared.
+    pub fn per_rank(&self) -> bool {
+        self.master.is_some() || !self.env.is_empty()
+    }
+
     /// `None` when the check applies, else why it does not.
     pub fn unmet(&self, facts: &Facts) -> Option<String> {
         if let Some(want) = self.vendor {

@@ -43,9 +43,11 @@ pub fn hierarchical(id: &Identity) -> bool {
 /// The leader's socket, in the abstract namespace: the same name on every
 /// rank of one node of one job, another for another job or node. Every
 /// user of the host reads these names (/proc/net/unix), so nothing in one
-/// is derived from the secret; a stranger who takes the name first only
-/// sends the node's ranks to rank 0 directly (the leader authenticates
-/// every connection either way).
+/// is derived from the secret. A stranger (another user) who takes the
+/// name first is sent nothing: the node's ranks see whose process holds
+/// it, evaluate their node's checks themselves and check in with rank 0
+/// directly; and the leader takes no connection from another user (both
+/// sides also prove the job's secret).
 fn name(id: &Identity) -> String {
     format!(
         "preflight-leader/{}/{}/{}",
@@ -64,24 +66,51 @@ pub fn listen(id: &Identity) -> Result<UnixListener, String> {
     UnixListener::from_std(std).map_err(|e| e.to_string())
 }
 
-/// A local rank's connection to its leader, authenticated; `None` when the
-/// leader did not answer by `until`.
-pub async fn connect(token: &Token, id: &Identity, until: Instant) -> Option<Sealed<UnixStream>> {
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name(id).as_bytes()).ok()?;
+/// Whether the process at the other end of `stream` runs as this user:
+/// every rank of a job does, and a stranger who took the leader's name
+/// first is sent nothing, not even a proof of the job's secret.
+fn same_user(stream: &UnixStream) -> bool {
+    stream
+        .peer_cred()
+        .is_ok_and(|c| c.uid() == nix::unistd::getuid().as_raw())
+}
+
+/// A local rank's connection to its leader, authenticated; why not when
+/// the leader did not answer by `until`, or a process of another user
+/// holds the leader's name.
+pub async fn connect(
+    token: &Token,
+    id: &Identity,
+    until: Instant,
+) -> Result<Sealed<UnixStream>, String> {
+    let named = name(id);
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(named.as_bytes())
+        .map_err(|e| format!("the leader's socket @{named}: {e}"))?;
     let mut backoff = Duration::from_millis(5);
+    let started = Instant::now();
     loop {
         if let Ok(std) = std::os::unix::net::UnixStream::connect_addr(&addr)
             && std.set_nonblocking(true).is_ok()
             && let Ok(mut stream) = UnixStream::from_std(std)
         {
+            if !same_user(&stream) {
+                return Err(format!(
+                    "a process of another user holds this node's leader socket @{named}, and was sent nothing"
+                ));
+            }
             let deadline = (Instant::now() + HANDSHAKE_LIMIT).min(until + HANDSHAKE_LIMIT);
             return match auth::client(&mut stream, token, deadline).await {
-                Ok(session) => Some(session.seal(stream, token, true)),
-                Err(_) => None,
+                Ok(session) => Ok(session.seal(stream, token, true)),
+                Err(e) => Err(format!(
+                    "this node's leader socket @{named} did not prove the job's secret: {e}"
+                )),
             };
         }
         if Instant::now() + backoff >= until {
-            return None;
+            return Err(format!(
+                "this node's leader (local rank 0) did not answer on its local socket within {}",
+                crate::values::format_duration(started.elapsed())
+            ));
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_millis(100));
@@ -130,23 +159,33 @@ impl Relay {
         let each: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
         let tasks = Arc::clone(&each);
         let node_rank = id.node_rank;
-        // One connection per local rank but this one.
-        let mut left = id.local_world_size.saturating_sub(1);
-        let (tx, rx) = tokio::sync::mpsc::channel(left.max(1) as usize);
+        // The node's other ranks; a connection that did not check in one
+        // of them (it broke off, or proved nothing) takes no one's place.
+        let others = id.local_world_size.saturating_sub(1) as usize;
+        let (tx, rx) = tokio::sync::mpsc::channel(others.max(1));
+        // Handshakes at once, at most: the node's ranks twice over.
+        let proving = Arc::new(tokio::sync::Semaphore::new(2 * others.max(1)));
         let accept = tokio::spawn(async move {
-            while left > 0 {
+            loop {
                 let Ok(Ok((stream, _))) =
                     tokio::time::timeout_at(deadline, listener.accept()).await
                 else {
                     break;
                 };
-                left -= 1;
+                // Another user's process is no rank of this job.
+                if !same_user(&stream) {
+                    continue;
+                }
+                let Ok(permit) = Arc::clone(&proving).try_acquire_owned() else {
+                    continue;
+                };
                 let task = tokio::spawn(follow(
                     stream,
                     token.clone(),
                     node_rank,
                     tx.clone(),
                     deadline,
+                    permit,
                 ));
                 tasks.lock().unwrap_or_else(|e| e.into_inner()).push(task);
             }
@@ -172,13 +211,18 @@ impl Relay {
         };
         let followers = Arc::clone(&self.followers);
         let task = tokio::spawn(async move {
-            while let Some((c, f)) = arrived.recv().await {
+            while let Some((c, mut f)) = arrived.recv().await {
                 let relayed = Msg::CheckIn(Box::new(stamped(c, &stamp)));
                 if protocol::write(&mut *upstream.lock().await, &relayed, deadline)
                     .await
                     .is_ok()
                 {
-                    followers.lock().await.push(f);
+                    // Said, so that a rank whose leader dies before this
+                    // checks in itself instead of going missing.
+                    let said = (Instant::now() + Duration::from_secs(1)).min(deadline);
+                    if protocol::write(&mut f, &Msg::Relayed, said).await.is_ok() {
+                        followers.lock().await.push(f);
+                    }
                 }
             }
         });
@@ -258,6 +302,7 @@ async fn follow(
     node_rank: u32,
     arrived: tokio::sync::mpsc::Sender<Arrived>,
     deadline: Instant,
+    proving: tokio::sync::OwnedSemaphorePermit,
 ) {
     let handshake = (Instant::now() + HANDSHAKE_LIMIT).min(deadline);
     let Ok(session) = auth::server(&mut stream, &token, handshake).await else {
@@ -268,6 +313,7 @@ async fn follow(
     else {
         return;
     };
+    drop(proving);
     // Only a rank of this node: another node's rank has its own leader.
     if c.identity.node_rank != node_rank {
         let reason = format!(

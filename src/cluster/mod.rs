@@ -106,11 +106,8 @@ impl NodeLink {
         let wait = (timeout / 10).clamp(Duration::from_secs(1), Duration::from_secs(5));
         let until = (Instant::now() + wait).min(deadline);
         match leader::connect(token, id, until).await {
-            Some(ch) => NodeLink::Follower(ch),
-            None => NodeLink::Unled(format!(
-                "this node's leader (local rank 0) did not answer on its local socket within {}",
-                crate::values::format_duration(wait)
-            )),
+            Ok(ch) => NodeLink::Follower(ch),
+            Err(why) => NodeLink::Unled(why),
         }
     }
 
@@ -407,12 +404,19 @@ pub async fn rank_stage(mut input: RankInput, server: &mut Server) -> Staged {
     let result = match node {
         // Through the node's leader; a leader that never answered left
         // this rank to check in straight with rank 0.
-        NodeLink::Follower(ch) => follower_session(&cfg, &input, ch)
-            .await
-            .map(|(r, l, shared)| {
+        NodeLink::Follower(ch) => match follower_session(&cfg, &input, ch).await {
+            Ok((r, l, shared)) => {
                 node_findings = shared;
-                (r, l)
-            }),
+                Ok((r, l))
+            }
+            Err(Followed::NotRelayed(why)) => {
+                eprintln!("preflight: warning: {why}: this rank checks in with rank 0 itself");
+                session(&cfg, &input, None)
+                    .await
+                    .map(|(r, l)| (r, Some(l)))
+            }
+            Err(Followed::Failed(e)) => Err(e),
+        },
         NodeLink::Leader(relay) => session(&cfg, &input, Some(relay))
             .await
             .map(|(r, l)| (r, Some(l))),
@@ -640,6 +644,16 @@ async fn session(
     ))
 }
 
+/// How a led rank's session with its leader ended short of a verdict.
+enum Followed {
+    /// Before the leader said this rank's check-in went on: the rank
+    /// checks in with rank 0 itself.
+    NotRelayed(String),
+    /// After it (rank 0 has the check-in, and names the rank lost with its
+    /// leader), or for a reason a direct check-in would not mend.
+    Failed(String),
+}
+
 /// A rank whose node leader checks it in: its check-in goes to the leader,
 /// the verdict comes from it. For the collective stage it then opens its
 /// own connection to rank 0 and takes over its store keys (`Attach`).
@@ -647,8 +661,10 @@ async fn follower_session(
     cfg: &client::ClientConfig,
     input: &RankInput,
     mut ch: sealed::Sealed<tokio::net::UnixStream>,
-) -> Result<(ClusterReport, Option<Link>, Option<Vec<CheckResult>>), String> {
-    let g = gather(&input.facts, "", true).await?;
+) -> Result<(ClusterReport, Option<Link>, Option<Vec<CheckResult>>), Followed> {
+    let g = gather(&input.facts, "", true)
+        .await
+        .map_err(Followed::Failed)?;
     // The leader stamps its node's address, interface and clock sample.
     let checkin = make_checkin(input, g, String::new(), None, (None, None));
     let rank = input.identity.rank;
@@ -658,7 +674,31 @@ async fn follower_session(
         cfg.verdict_deadline,
     )
     .await
-    .map_err(|e| format!("cannot check in with this node's leader (local rank 0): {e}"))?;
+    .map_err(|e| {
+        Followed::NotRelayed(format!(
+            "cannot check in with this node's leader (local rank 0): {e}"
+        ))
+    })?;
+    // Until the leader says the check-in went on, its death leaves this
+    // rank to check in itself, not missing.
+    match protocol::read(&mut ch, cfg.verdict_deadline).await {
+        Ok(protocol::Msg::Relayed) => {}
+        Ok(protocol::Msg::Rejected { reason, .. }) => {
+            return Err(Followed::Failed(format!(
+                "this node's leader (local rank 0) refused this rank: {reason}"
+            )));
+        }
+        Ok(other) => {
+            return Err(Followed::NotRelayed(format!(
+                "this node's leader (local rank 0) answered out of turn: {other:?}"
+            )));
+        }
+        Err(e) => {
+            return Err(Followed::NotRelayed(format!(
+                "this node's leader (local rank 0) went away before checking this rank in: {e}"
+            )));
+        }
+    }
     let client::Heard {
         report,
         until,
@@ -666,10 +706,10 @@ async fn follower_session(
     } = client::hear_verdict(&mut ch, cfg.verdict_deadline)
         .await
         .map_err(|e| {
-            format!(
+            Followed::Failed(format!(
                 "this node's leader (local rank 0), which checks its ranks in with rank 0, failed: {}",
                 e.replace("the master", "the leader")
-            )
+            ))
         })?;
     if !(input.collective && report.barrier.complete) {
         return Ok((report, None, node_findings));
@@ -678,22 +718,26 @@ async fn follower_session(
         deadline: (Instant::now() + Duration::from_secs(10)).min(until),
         ..cfg.clone()
     };
-    let mut stream = client::connect(&attach).await?;
+    let mut stream = client::connect(&attach).await.map_err(Followed::Failed)?;
     let deadline = attach.deadline;
     protocol::write(&mut stream, &protocol::Msg::Attach { rank }, deadline)
         .await
-        .map_err(|e| format!("cannot attach to rank 0 for the collective stage: {e}"))?;
+        .map_err(|e| {
+            Followed::Failed(format!(
+                "cannot attach to rank 0 for the collective stage: {e}"
+            ))
+        })?;
     match protocol::read(&mut stream, deadline).await {
         Ok(protocol::Msg::StoreValue { .. }) => {}
         Ok(protocol::Msg::Rejected { reason, .. }) => {
-            return Err(format!(
+            return Err(Followed::Failed(format!(
                 "rank 0 refused this rank's store connection: {reason}"
-            ));
+            )));
         }
         other => {
-            return Err(format!(
+            return Err(Followed::Failed(format!(
                 "rank 0 did not answer this rank's store connection: {other:?}"
-            ));
+            )));
         }
     }
     let local_ip = stream

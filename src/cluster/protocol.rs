@@ -102,6 +102,10 @@ pub enum Msg {
         report: Box<ClusterReport>,
         left_ms: u64,
     },
+    /// A node's leader to a local rank: its check-in went on to rank 0 (a
+    /// leader that dies before saying so leaves the rank to check in
+    /// itself).
+    Relayed,
     /// A node's leader to its other local ranks, before the verdict: the
     /// node-scope checks it evaluated once for the whole node.
     NodeFindings {

@@ -74,6 +74,13 @@ pub trait Probe: Send + Sync + ParamsJson {
     fn default_timeout(&self) -> Option<std::time::Duration> {
         None
     }
+
+    /// Whether this check, of a node kind, must run on every rank as
+    /// configured (torch's rendezvous over the job's own world, which
+    /// needs every rank at once): its scope is then rank.
+    fn every_rank(&self) -> bool {
+        false
+    }
 }
 
 /// The parameters as configured, for `explain` and `list --format json`:

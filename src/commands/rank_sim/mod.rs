@@ -421,9 +421,12 @@ async fn verdict<S: AsyncRead + AsyncWrite + Send + 'static>(
 async fn follower(job: Arc<Job>, rank: u32) -> Outcome {
     let mut out = Outcome::default();
     let until = Instant::now() + Duration::from_secs(5);
-    let Some(mut ch) = leader::connect(&job.token, &job.identity(rank), until).await else {
-        out.error = Some("rank 0's node leader socket did not answer".into());
-        return out;
+    let mut ch = match leader::connect(&job.token, &job.identity(rank), until).await {
+        Ok(ch) => ch,
+        Err(why) => {
+            out.error = Some(format!("rank 0's node leader: {why}"));
+            return out;
+        }
     };
     out.connected_ms = Some(ms(job.t0));
     let mut c = job.checkin(rank, None);

@@ -495,6 +495,11 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 impl Probe for TorchDistributed {
+    /// `rendezvous: job` meets the job's whole world: every rank runs it.
+    fn every_rank(&self) -> bool {
+        self.rendezvous == Rendezvous::Job
+    }
+
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
         Box::pin(async move {
             // The interpreter and torch of this machine say nothing about a
