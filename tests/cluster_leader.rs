@@ -409,7 +409,12 @@ fn a_check_whose_condition_differs_by_rank_is_each_ranks_own() {
             .find(|c| c["id"] == "t.not_master")
             .unwrap()
             .clone();
-        assert_eq!(c["status"], if r == 0 { "skip" } else { "pass" }, "{}: {c:#}", o.label);
+        assert_eq!(
+            c["status"],
+            if r == 0 { "skip" } else { "pass" },
+            "{}: {c:#}",
+            o.label
+        );
         assert!(c.get("shared").is_none(), "{}: {c:#}", o.label);
     }
 }
@@ -426,8 +431,11 @@ fn a_stranger_on_the_leaders_socket_is_sent_nothing_and_holds_nobody() {
     }
     let dir = tempfile::tempdir().unwrap();
     let heard = dir.path().join("heard");
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777))
-        .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let port = free_port();
     let name = format!("preflight-leader/127.0.0.1/{port}/0");
     // It takes every connection and keeps what it is sent.
@@ -453,7 +461,13 @@ fn a_stranger_on_the_leaders_socket_is_sent_nothing_and_holds_nobody() {
         heard = heard.display()
     );
     let mut stranger = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+        ])
         .arg(&script)
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -482,7 +496,8 @@ fn a_stranger_on_the_leaders_socket_is_sent_nothing_and_holds_nobody() {
     }
     for o in &out[1..] {
         assert!(
-            o.stderr.contains("a process of another user holds this node's leader socket"),
+            o.stderr
+                .contains("a process of another user holds this node's leader socket"),
             "{}: {}",
             o.label,
             o.stderr

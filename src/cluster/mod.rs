@@ -411,9 +411,7 @@ pub async fn rank_stage(mut input: RankInput, server: &mut Server) -> Staged {
             }
             Err(Followed::NotRelayed(why)) => {
                 eprintln!("preflight: warning: {why}: this rank checks in with rank 0 itself");
-                session(&cfg, &input, None)
-                    .await
-                    .map(|(r, l)| (r, Some(l)))
+                session(&cfg, &input, None).await.map(|(r, l)| (r, Some(l)))
             }
             Err(Followed::Failed(e)) => Err(e),
         },

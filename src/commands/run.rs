@@ -134,9 +134,9 @@ pub fn execute(
     // A secret too easy to guess is refused before anything serves. A
     // node's leader judges it for its node's other ranks: a rank that
     // proves the same secret to its leader needs not judge it again.
-    let follows = identity.as_ref().is_some_and(|id| {
-        cluster::leader::hierarchical(id) && id.local_rank > 0 && id.rank != 0
-    });
+    let follows = identity
+        .as_ref()
+        .is_some_and(|id| cluster::leader::hierarchical(id) && id.local_rank > 0 && id.rank != 0);
     let judge = || plan.token.judge().map_err(Failure::Usage);
     if !follows {
         judge()?;
