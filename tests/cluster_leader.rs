@@ -14,16 +14,36 @@ use cluster::{Proc, free_port, local, run_args};
 
 const TOKEN: &str = "ea284c4b872943a65e72ddce215c1055";
 
+/// A checklist file of `text`, removed with the test.
+fn checks_file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+    f
+}
+
 /// A node check for the tests that lose a leader: it passes wherever it
 /// is evaluated.
 fn node_check() -> tempfile::NamedTempFile {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    std::io::Write::write_all(
-        &mut f,
-        b"checks:\n  - id: t.node\n    kind: file\n    path: /\n",
-    )
-    .unwrap();
-    f
+    checks_file("checks:\n  - id: t.node\n    kind: file\n    path: /\n")
+}
+
+/// Every rank's outcome, each within `limit`.
+fn finish_all(procs: Vec<Proc>, limit: Duration) -> Vec<cluster::Outcome> {
+    procs.into_iter().map(|p| p.finish(limit)).collect()
+}
+
+/// A rank that found no leader to share with: it evaluated its node's
+/// check itself, not shared, and said `why` on stderr.
+fn evaluated_alone(o: &cluster::Outcome, why: &str) {
+    assert!(o.stderr.contains(why), "{}: {}", o.label, o.stderr);
+    let c = check_of(o, "t.node");
+    assert_eq!(c["status"], "pass", "{}: {c:#}", o.label);
+    assert!(c.get("shared").is_none(), "{}: {c:#}", o.label);
+}
+
+/// The line of check `id` in a rank's JSON report.
+fn check_of(o: &cluster::Outcome, id: &str) -> serde_json::Value {
+    common::result(&o.json(), id).clone()
 }
 
 /// Rank `r` of a job of `world` ranks, `per_node` on each node.
@@ -40,6 +60,19 @@ fn rank_with(
     timeout: &str,
     extra: &[&std::path::Path],
 ) -> Proc {
+    rank_as(port, r, world, per_node, timeout, extra, &[])
+}
+
+/// `rank_with`, with `more` variables besides (or instead of) the job's.
+fn rank_as(
+    port: u16,
+    r: u32,
+    world: u32,
+    per_node: u32,
+    timeout: &str,
+    extra: &[&std::path::Path],
+    more: &[(&str, &str)],
+) -> Proc {
     let mut args = run_args(timeout);
     for path in extra {
         args.extend(["--checks".into(), path.display().to_string()]);
@@ -51,29 +84,25 @@ fn rank_with(
         per_node.to_string(),
         port.to_string(),
     );
-    local(
-        &format!("rank {r}"),
-        &args,
-        &[
-            ("RANK", rank.as_str()),
-            ("WORLD_SIZE", world_s.as_str()),
-            ("LOCAL_RANK", local_rank.as_str()),
-            ("LOCAL_WORLD_SIZE", local_world.as_str()),
-            ("MASTER_ADDR", "127.0.0.1"),
-            ("MASTER_PORT", port_s.as_str()),
-            ("PREFLIGHT_TOKEN", TOKEN),
-        ],
-    )
+    let mut env = vec![
+        ("RANK", rank.as_str()),
+        ("WORLD_SIZE", world_s.as_str()),
+        ("LOCAL_RANK", local_rank.as_str()),
+        ("LOCAL_WORLD_SIZE", local_world.as_str()),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", port_s.as_str()),
+        ("PREFLIGHT_TOKEN", TOKEN),
+    ];
+    // Later settings win.
+    env.extend_from_slice(more);
+    local(&format!("rank {r}"), &args, &env)
 }
 
 #[test]
 fn two_nodes_of_three_check_in_through_their_leaders() {
     let port = free_port();
     let procs: Vec<Proc> = (0..6).map(|r| rank(port, r, 6, 3, "20s")).collect();
-    let out: Vec<_> = procs
-        .into_iter()
-        .map(|p| p.finish(Duration::from_secs(40)))
-        .collect();
+    let out = finish_all(procs, Duration::from_secs(40));
     for o in &out {
         assert_eq!(o.code, 0, "{}: {}\n{}", o.label, o.stdout, o.stderr);
     }
@@ -87,23 +116,6 @@ fn two_nodes_of_three_check_in_through_their_leaders() {
     }
 }
 
-/// The sockets named `@preflight-leader/...` that process `pid` holds: its
-/// listener, and one per rank that connected to it.
-fn leader_sockets(pid: u32) -> usize {
-    let mine = cluster::socket_inodes(pid);
-    let table = std::fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap_or_default();
-    table
-        .lines()
-        .skip(1)
-        .filter(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() >= 8
-                && f[7].starts_with("@preflight-leader/")
-                && mine.contains(&f[6].to_string())
-        })
-        .count()
-}
-
 /// Node 1's leader (rank 3) dies after checking in itself and rank 4; rank
 /// 5 never starts. Rank 0 names ranks 3 and 4 as lost on their host and
 /// rank 5 as missing; rank 4 says its leader failed; all exit 1 within the
@@ -112,26 +124,33 @@ fn leader_sockets(pid: u32) -> usize {
 fn a_leader_killed_after_check_in_is_named_with_its_ranks() {
     let port = free_port();
     let checks = node_check();
+    let dir = tempfile::tempdir().unwrap();
+    let sent = dir.path().join("sent4");
+    let sent_s = sent.display().to_string();
     let procs: Vec<Proc> = (0..5)
-        .map(|r| rank_with(port, r, 6, 3, "8s", &[checks.path()]))
+        .map(|r| {
+            let more: &[(&str, &str)] = if r == 4 {
+                &[("PREFLIGHT_TEST_CHECKIN_MARKER", sent_s.as_str())]
+            } else {
+                &[]
+            };
+            rank_as(port, r, 6, 3, "8s", &[checks.path()], more)
+        })
         .collect();
-    // The leader holds its listener and rank 4's connection: rank 4 is
-    // checking in through it.
+    // Rank 4 has checked in with its leader, and the leader (then its
+    // relay of rank 4) with rank 0.
     let leader = procs[3].pid;
     let start = Instant::now();
-    while leader_sockets(leader) < 2 {
+    while !sent.exists() {
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "rank 4 never connected to its leader"
+            "rank 4 never checked in with its leader"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
     cluster::wait_checked_in(leader, port);
     procs[3].kill();
-    let out: Vec<_> = procs
-        .into_iter()
-        .map(|p| p.finish(Duration::from_secs(30)))
-        .collect();
+    let out = finish_all(procs, Duration::from_secs(30));
     for (r, o) in out.iter().enumerate() {
         if r != 3 {
             assert_eq!(o.code, 1, "{}: {}\n{}", o.label, o.stdout, o.stderr);
@@ -178,12 +197,7 @@ fn a_leader_killed_after_check_in_is_named_with_its_ranks() {
     );
     // Its node's check was its leader's to evaluate: not evaluated, and
     // said, never a silent pass.
-    let node = r4["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "t.node")
-        .unwrap();
+    let node = check_of(&out[4], "t.node");
     assert_eq!(node["status"], "error", "{node:#}");
     assert!(
         node["message"]
@@ -204,32 +218,17 @@ fn ranks_whose_leader_never_starts_check_in_directly() {
         .iter()
         .map(|r| rank_with(port, *r, 6, 3, "8s", &[checks.path()]))
         .collect();
-    let out: Vec<_> = procs
-        .into_iter()
-        .map(|p| p.finish(Duration::from_secs(30)))
-        .collect();
+    let out = finish_all(procs, Duration::from_secs(30));
     for o in &out {
         assert_eq!(o.code, 1, "{}: {}\n{}", o.label, o.stdout, o.stderr);
     }
     // Ranks 4 and 5 found no leader: each evaluated its node's check
     // itself, and said why.
     for o in &out[3..] {
-        assert!(
-            o.stderr
-                .contains("this node's leader (local rank 0) did not answer on its local socket"),
-            "{}: {}",
-            o.label,
-            o.stderr
+        evaluated_alone(
+            o,
+            "this node's leader (local rank 0) did not answer on its local socket",
         );
-        let c = o.json()["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == "t.node")
-            .unwrap()
-            .clone();
-        assert_eq!(c["status"], "pass", "{}: {c:#}", o.label);
-        assert!(c.get("shared").is_none(), "{}: {c:#}", o.label);
     }
     let report = out[0].json();
     let b = &report["cluster"]["barrier"];
@@ -274,30 +273,10 @@ fn a_nodes_checks_run_once_and_every_rank_reports_them() {
     )
     .unwrap();
     let port = free_port();
-    let mut args = run_args("20s");
-    args.extend(["--checks".into(), checks.display().to_string()]);
     let procs: Vec<Proc> = (0..4)
-        .map(|r| {
-            let (rs, ps) = (r.to_string(), port.to_string());
-            local(
-                &format!("rank {r}"),
-                &args,
-                &[
-                    ("RANK", rs.as_str()),
-                    ("WORLD_SIZE", "4"),
-                    ("LOCAL_RANK", rs.as_str()),
-                    ("LOCAL_WORLD_SIZE", "4"),
-                    ("MASTER_ADDR", "127.0.0.1"),
-                    ("MASTER_PORT", ps.as_str()),
-                    ("PREFLIGHT_TOKEN", TOKEN),
-                ],
-            )
-        })
+        .map(|r| rank_with(port, r, 4, 4, "20s", &[checks.as_path()]))
         .collect();
-    let out: Vec<_> = procs
-        .into_iter()
-        .map(|p| p.finish(Duration::from_secs(40)))
-        .collect();
+    let out = finish_all(procs, Duration::from_secs(40));
     let lines = |p: &std::path::Path| {
         std::fs::read_to_string(p)
             .unwrap_or_default()
@@ -308,16 +287,7 @@ fn a_nodes_checks_run_once_and_every_rank_reports_them() {
     assert_eq!(lines(&rank_log), 4, "the rank's check ran on every rank");
     for (r, o) in out.iter().enumerate() {
         assert_eq!(o.code, 1, "{}: {}\n{}", o.label, o.stdout, o.stderr);
-        let report = o.json();
-        let check = |id: &str| {
-            report["checks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["id"] == id)
-                .unwrap_or_else(|| panic!("{} has no {id}: {report:#}", o.label))
-                .clone()
-        };
+        let check = |id: &str| check_of(o, id);
         let shared = r != 0;
         for (id, status) in [("t.node_count", "pass"), ("t.node_fault", "fail")] {
             let c = check(id);
@@ -343,22 +313,17 @@ fn a_nodes_checks_run_once_and_every_rank_reports_them() {
 /// itself.
 #[test]
 fn a_weak_secret_is_refused_on_every_local_rank() {
-    let port = free_port().to_string();
+    let port = free_port();
     let procs: Vec<Proc> = (0..2)
         .map(|r| {
-            let rs = r.to_string();
-            local(
-                &format!("rank {r}"),
-                &run_args("10s"),
-                &[
-                    ("RANK", rs.as_str()),
-                    ("WORLD_SIZE", "2"),
-                    ("LOCAL_RANK", rs.as_str()),
-                    ("LOCAL_WORLD_SIZE", "2"),
-                    ("MASTER_ADDR", "127.0.0.1"),
-                    ("MASTER_PORT", port.as_str()),
-                    ("PREFLIGHT_TOKEN", "correcthorsebatterystaple"),
-                ],
+            rank_as(
+                port,
+                r,
+                2,
+                2,
+                "10s",
+                &[],
+                &[("PREFLIGHT_TOKEN", "correcthorsebatterystaple")],
             )
         })
         .collect();
@@ -394,21 +359,12 @@ fn a_check_whose_condition_differs_by_rank_is_each_ranks_own() {
     let procs: Vec<Proc> = (0..4)
         .map(|r| rank_with(port, r, 4, 4, "20s", &[checks.as_path()]))
         .collect();
-    let out: Vec<_> = procs
-        .into_iter()
-        .map(|p| p.finish(Duration::from_secs(40)))
-        .collect();
+    let out = finish_all(procs, Duration::from_secs(40));
     let ran = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(ran.lines().count(), 3, "ranks 1-3 ran it: {ran}");
     for (r, o) in out.iter().enumerate() {
         assert_eq!(o.code, 0, "{}: {}\n{}", o.label, o.stdout, o.stderr);
-        let c = o.json()["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == "t.not_master")
-            .unwrap()
-            .clone();
+        let c = check_of(o, "t.not_master");
         assert_eq!(
             c["status"],
             if r == 0 { "skip" } else { "pass" },
@@ -483,10 +439,7 @@ fn a_stranger_on_the_leaders_socket_is_sent_nothing_and_holds_nobody() {
     let procs: Vec<Proc> = (0..4)
         .map(|r| rank_with(port, r, 4, 4, "20s", &[checks.path()]))
         .collect();
-    let out: Vec<_> = procs
-        .into_iter()
-        .map(|p| p.finish(Duration::from_secs(40)))
-        .collect();
+    let out = finish_all(procs, Duration::from_secs(40));
     let _ = stranger.kill();
     let _ = stranger.wait();
     let got = std::fs::read(&heard).unwrap_or_default();
@@ -495,22 +448,10 @@ fn a_stranger_on_the_leaders_socket_is_sent_nothing_and_holds_nobody() {
         assert_eq!(o.code, 0, "{}: {}\n{}", o.label, o.stdout, o.stderr);
     }
     for o in &out[1..] {
-        assert!(
-            o.stderr
-                .contains("a process of another user holds this node's leader socket"),
-            "{}: {}",
-            o.label,
-            o.stderr
+        evaluated_alone(
+            o,
+            "a process of another user holds this node's leader socket",
         );
-        let c = o.json()["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == "t.node")
-            .unwrap()
-            .clone();
-        assert_eq!(c["status"], "pass", "{}: {c:#}", o.label);
-        assert!(c.get("shared").is_none(), "{}: {c:#}", o.label);
     }
 }
 
@@ -529,30 +470,42 @@ fn a_leader_that_dies_before_relaying_leaves_its_ranks_to_check_in_themselves() 
     .unwrap();
     let checks = node_check();
     let port = free_port();
+    // Ranks 4 and 5 mark when they have sent their check-in to the leader.
+    let marker = |r: u32| dir.path().join(format!("sent{r}"));
+    let (m4, m5) = (
+        marker(4).display().to_string(),
+        marker(5).display().to_string(),
+    );
     let procs: Vec<Proc> = (0..6)
-        .map(|r| {
-            if r == 3 {
-                rank_with(port, r, 6, 3, "8s", &[checks.path(), slow.as_path()])
-            } else {
-                rank_with(port, r, 6, 3, "8s", &[checks.path()])
-            }
+        .map(|r| match r {
+            3 => rank_with(port, r, 6, 3, "8s", &[checks.path(), slow.as_path()]),
+            4 | 5 => rank_as(
+                port,
+                r,
+                6,
+                3,
+                "8s",
+                &[checks.path()],
+                &[(
+                    "PREFLIGHT_TEST_CHECKIN_MARKER",
+                    if r == 4 { m4.as_str() } else { m5.as_str() },
+                )],
+            ),
+            _ => rank_with(port, r, 6, 3, "8s", &[checks.path()]),
         })
         .collect();
-    // The leader holds its listener and both ranks' connections.
-    let leader = procs[3].pid;
+    // Both proved the secret to their leader and checked in with it; the
+    // leader is still in its own checklist.
     let start = Instant::now();
-    while leader_sockets(leader) < 3 {
+    while !(marker(4).exists() && marker(5).exists()) {
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "ranks 4 and 5 never connected to their leader"
+            "ranks 4 and 5 never checked in with their leader"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
     procs[3].kill();
-    let out: Vec<_> = procs
-        .into_iter()
-        .map(|p| p.finish(Duration::from_secs(30)))
-        .collect();
+    let out = finish_all(procs, Duration::from_secs(30));
     let report = out[0].json();
     let b = &report["cluster"]["barrier"];
     assert_eq!(b["missing_ranks"], "3", "{report:#}");
@@ -564,13 +517,7 @@ fn a_leader_that_dies_before_relaying_leaves_its_ranks_to_check_in_themselves() 
             o.label,
             o.stderr
         );
-        let c = o.json()["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == "t.node")
-            .unwrap()
-            .clone();
+        let c = check_of(o, "t.node");
         assert_eq!(c["status"], "error", "{}: {c:#}", o.label);
     }
 }

@@ -677,6 +677,7 @@ async fn follower_session(
             "cannot check in with this node's leader (local rank 0): {e}"
         ))
     })?;
+    checked_in(&input.facts);
     // Until the leader says the check-in went on, its death leaves this
     // rank to check in itself, not missing.
     match protocol::read(&mut ch, cfg.verdict_deadline).await {
