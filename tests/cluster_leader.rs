@@ -46,12 +46,8 @@ fn check_of(o: &cluster::Outcome, id: &str) -> serde_json::Value {
     common::result(&o.json(), id).clone()
 }
 
-/// Rank `r` of a job of `world` ranks, `per_node` on each node.
-fn rank(port: u16, r: u32, world: u32, per_node: u32, timeout: &str) -> Proc {
-    rank_with(port, r, world, per_node, timeout, &[])
-}
-
-/// `rank`, with checklist files besides the cluster checks.
+/// Rank `r` of a job of `world` ranks, `per_node` on each node, with
+/// checklist files besides the cluster checks.
 fn rank_with(
     port: u16,
     r: u32,
@@ -101,7 +97,9 @@ fn rank_as(
 #[test]
 fn two_nodes_of_three_check_in_through_their_leaders() {
     let port = free_port();
-    let procs: Vec<Proc> = (0..6).map(|r| rank(port, r, 6, 3, "20s")).collect();
+    let procs: Vec<Proc> = (0..6)
+        .map(|r| rank_with(port, r, 6, 3, "20s", &[]))
+        .collect();
     let out = finish_all(procs, Duration::from_secs(40));
     for o in &out {
         assert_eq!(o.code, 0, "{}: {}\n{}", o.label, o.stdout, o.stderr);
@@ -416,18 +414,7 @@ fn a_stranger_on_the_leaders_socket_is_sent_nothing_and_holds_nobody() {
          \x20   pass\n",
         heard = heard.display()
     );
-    let mut stranger = std::process::Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "/usr/bin/python3",
-            "-c",
-        ])
-        .arg(&script)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("setpriv");
+    let mut stranger = common::python_as_nobody(&script);
     let mut line = String::new();
     std::io::BufRead::read_line(
         &mut std::io::BufReader::new(stranger.stdout.take().unwrap()),

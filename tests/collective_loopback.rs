@@ -874,19 +874,7 @@ while time.time() < end:
         print("connected", n, flush=True)
     time.sleep(0.002)
 "#;
-    // setpriv execs (runuser would fork, and outlive a kill).
-    let mut stranger = std::process::Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "/usr/bin/python3",
-            "-c",
-            watcher,
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("setpriv");
+    let mut stranger = common::python_as_nobody(watcher);
     let mut reader = std::io::BufReader::new(stranger.stdout.take().unwrap());
     let mut line = String::new();
     std::io::BufRead::read_line(&mut reader, &mut line).unwrap();

@@ -129,3 +129,20 @@ pub fn unused_port(ip: &str) -> u16 {
     }
     panic!("no free port in {FIRST}-{}", FIRST + SPAN - 1)
 }
+
+/// A stranger: `script` in Python as user nobody (65534), its stdout
+/// piped. setpriv execs (runuser would fork, and outlive a kill).
+pub fn python_as_nobody(script: &str) -> std::process::Child {
+    std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            script,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv")
+}
