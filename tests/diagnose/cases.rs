@@ -700,10 +700,13 @@ fn kill_every(needle: &str) {
 }
 
 /// (d) Two namespace hosts, two ranks each, under torchrun: after init,
-/// host 1 drops every packet from and to host 0. Every rank waits in its
-/// all_reduce; diagnose on host 0 names the path to host 1, whose data is
-/// sent and never acknowledged, and a connect from host 0 to it times
-/// out.
+/// the path between them drops every packet both ways, as a failed link
+/// or switch port does (each host drops what arrives from the other; what
+/// a host sends still leaves it). Every rank waits in its all_reduce.
+/// Which side had data in flight when the path failed is the ring's
+/// business, so diagnose runs on both hosts: on the host whose ranks hold
+/// the unacknowledged data it names the path to the other host, and its
+/// connect there times out; no rank is blamed.
 #[test]
 fn a_path_dropped_after_init_is_named() {
     let _serial = serial();
@@ -723,46 +726,56 @@ fn a_path_dropped_after_init_is_named() {
     // After 20 all_reduces: init is done, every connection made.
     let job = torchrun_on_hosts(&net, &files, dir.path(), 2, &[("JOB_MODE", "healthy")]);
     let pid = job.pid;
-    let other = net.addr(0);
-    net.iptables(1, &["-A", "INPUT", "-s", &other, "-j", "DROP"]);
-    net.iptables(1, &["-A", "OUTPUT", "-d", &other, "-j", "DROP"]);
+    net.iptables(1, &["-A", "INPUT", "-s", &net.addr(0), "-j", "DROP"]);
+    net.iptables(0, &["-A", "INPUT", "-s", &net.addr(1), "-j", "DROP"]);
     let start = Instant::now();
-    let d = loop {
-        let out = net.exec(
-            0,
-            &[
-                common::BIN,
-                "diagnose",
-                "--format",
-                "json",
-                "--pid",
-                &pid.to_string(),
-                "--py-spy",
-                "off",
-                "--nccl-ras",
-                "off",
-            ],
-        );
-        let d: Value = serde_json::from_slice(&out.stdout).unwrap();
-        if out.status.code() == Some(1)
-            && d["jobs"][0]["paths"]
-                .as_array()
-                .is_some_and(|p| !p.is_empty())
-        {
-            break d;
+    let (host, d) = 'found: loop {
+        for host in 0..2 {
+            let out = net.exec(
+                host,
+                &[
+                    common::BIN,
+                    "diagnose",
+                    "--format",
+                    "json",
+                    "--pid",
+                    &pid.to_string(),
+                    "--py-spy",
+                    "off",
+                    "--nccl-ras",
+                    "off",
+                ],
+            );
+            let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let probed_here = d["jobs"][0]["paths"].as_array().is_some_and(|p| {
+                p.iter()
+                    .any(|p| p.to_string().contains("a connect from here"))
+            });
+            if out.status.code() == Some(1) && probed_here {
+                break 'found (host, d);
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "{d:#}");
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "{d:#}");
     };
-    println!("{}", d["jobs"][0]["paths"]);
+    println!("host {host}: {}", d["jobs"][0]["paths"]);
     let j = &d["jobs"][0];
-    let paths = j["paths"].to_string();
-    assert!(paths.contains(&format!("to {}:", net.addr(1))), "{d:#}");
-    assert!(paths.contains("sent and never acknowledged"), "{paths}");
-    assert!(
-        paths.contains(&format!("a connect from here to {}:", net.addr(1))),
-        "{paths}"
-    );
-    assert!(paths.contains("timed_out"), "{paths}");
+    let other = net.addr(1 - host);
+    let probed: Vec<String> = j["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.to_string())
+        .filter(|p| p.contains("a connect from here"))
+        .collect();
+    for p in &probed {
+        assert!(p.contains(&format!("to {other}:")), "{d:#}");
+        assert!(p.contains("sent and never acknowledged"), "{p}");
+        assert!(
+            p.contains(&format!("a connect from here to {other}:")),
+            "{p}"
+        );
+        assert!(p.contains("timed_out"), "{p}");
+    }
     // No rank is blamed for the path's fault.
     assert_eq!(j["culprits"], serde_json::json!([]), "{d:#}");
     drop(job);
