@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wall time of playbooks/validate.yml over 3 namespace hosts (real sshd in
 # each, its own hostname, /etc/hosts and remote directory, as in
-# tests/ansible.rs) beside Ansible's own floor: a play that runs only
+# tests/services/ansible.rs) beside Ansible's own floor: a play that runs only
 # `ansible.builtin.command: /bin/true` on the same hosts. The difference
 # is what preflight adds (copying the binary when it changed, the
 # checklist, fetching the reports, the summary play). ROUNDS runs of each,

@@ -3,7 +3,7 @@
 # left out where they would need installing), so that a script that no
 # longer runs fails CI instead of rotting until someone needs its figures.
 # Each script fails loudly on a failed run (see bench/timing.sh and
-# bench/rounds.sh). tests/bench_scripts.rs holds that every script is here.
+# bench/rounds.sh). tests/plain/bench_scripts.rs holds that every script is here.
 # The scripts measure BIN (no release build of their own) and PEERS=0
 # leaves out the peers, which the full runs compare against.
 # The figures printed are not results: bench/RESULTS.md names the full

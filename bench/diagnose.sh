@@ -27,7 +27,7 @@ trap cleanup EXIT
 port=$((20000 + RANDOM % 5000))
 setsid env JOB_MODE=stop JOB_RANK=2 JOB_MARKER="$work/marker" JOB_SECONDS=600 OMP_NUM_THREADS=1 \
     /usr/bin/torchrun --nproc_per_node 4 --master_port "$port" --redirects 1 --tee 1 \
-    --log_dir "$work/logs" tests/diagnose/job.py >/dev/null 2>&1 &
+    --log_dir "$work/logs" tests/services/torch_distributed/job.py >/dev/null 2>&1 &
 job=$!
 for _ in $(seq 600); do [[ -e $work/marker ]] && break; sleep 0.1; done
 [[ -e $work/marker ]] || { echo "the job never reached its mark" >&2; exit 1; }
@@ -47,7 +47,7 @@ if [[ -n $py_spy ]]; then
     out=$(median_ms "$RUNS" "$bin" diagnose --pid "$pid" --py-spy "$py_spy")
     read -r median min max <<<"$out"
     echo "preflight diagnose, with py-spy, $RUNS runs: median ${median} ms (min ${min}, max ${max}); goal 5000 ms"
-    ranks=$(pgrep -f "tests/diagnose/job.py" | grep -vx "$job" | head -8 | tr '\n' ' ')
+    ranks=$(pgrep -f "tests/services/torch_distributed/job.py" | grep -vx "$job" | head -8 | tr '\n' ' ')
     by_hand() { for p in $ranks; do "$py_spy" dump --pid "$p" >/dev/null 2>&1 || true; done; }
     export BENCH_OK_EXIT=0
     out=$(median_ms "$RUNS" by_hand)

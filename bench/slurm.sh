@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 22: `preflight slurm healthcheck` beside LBNL NHC on the same node
-# (a real Slurm 22.05 cluster in network namespaces, as tests/slurm.rs
+# (a real Slurm 22.05 cluster in network namespaces, as tests/services/slurm.rs
 # builds it), and sbatch to the job's first line with the prolog's cluster
 # stage on and off (3 nodes). Installs Slurm and munge when missing.
 # NHC is not packaged for Debian: NHC_DIR names its source tree (a clone
@@ -18,5 +18,5 @@ fi
 # PROFILE=dev (CI's short run) reuses the test build instead of a release one.
 profile=(--release)
 [[ ${PROFILE:-release} == dev ]] && profile=()
-cargo test "${profile[@]}" --quiet --test slurm -- --ignored --nocapture bench_healthcheck_beside_nhc 2>&1 \
+cargo test "${profile[@]}" --quiet --test services -- --ignored --nocapture slurm::bench_healthcheck_beside_nhc 2>&1 \
     | grep -E "^(preflight|LBNL|sbatch|the prolog)"

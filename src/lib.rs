@@ -1,7 +1,7 @@
 //! preflight: is every node and backend ready for the distributed job?
 //!
 //! The layers, from the top; a module imports only from the floors below
-//! its own (`tests/architecture.rs` holds this):
+//! its own (`tests/plain/architecture.rs` holds this):
 //!
 //! 1. `cli`: the command tree and its dispatch; `fuzzing`, the fuzz
 //!    targets' entry points (the `fuzzing` feature only).

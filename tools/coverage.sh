@@ -3,8 +3,8 @@
 # `cargo llvm-cov` does (rustc's -C instrument-coverage, then llvm-profdata
 # and llvm-cov), twice from one instrumented build: "before", the tests that
 # existed before the CPU stand-in (the library's unit tests, the nccl-sys
-# crate's tests, tests/collective_nccl.rs against the real libnccl without a
-# GPU); "after", those plus tests/collective_standin.rs over the stand-in.
+# crate's tests, tests/collective/nccl.rs against the real libnccl without a
+# GPU); "after", those plus tests/collective/standin.rs over the stand-in.
 #
 #   tools/coverage.sh            prints both reports, file by file
 #
@@ -43,7 +43,7 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         print(m["executable"])'
 }
-objects=$( { build -p preflight --lib --test collective_nccl --test collective_standin; build -p nccl-sys; } | sort -u)
+objects=$( { build -p preflight --lib --test collective; build -p nccl-sys; } | sort -u)
 
 run() { # DIR, then cargo test arguments
     local dir=$1
@@ -54,9 +54,9 @@ run() { # DIR, then cargo test arguments
 }
 run before -p preflight --lib
 run before -p nccl-sys
-run before -p preflight --test collective_nccl
+run before -p preflight --test collective nccl::
 cp "$out/before/"*.profraw "$out/after/"
-run after -p preflight --test collective_standin
+run after -p preflight --test collective standin::
 
 # llvm-cov takes the first object as its argument, the rest with -object.
 args=()

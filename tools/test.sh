@@ -3,7 +3,7 @@
 # machine: installs what the tests need (.ci/install: apt packages, the
 # real collective libraries, ansible-core, zig, cargo-fuzz; what is there
 # already is kept), builds the binary to ship (tools/release.sh, which
-# tests/release.rs checks), runs clippy over the declared lints and
+# tests/plain/release.rs checks), runs clippy over the declared lints and
 # `cargo test --workspace`, every bench script in a short mode, then every
 # fuzz target for PREFLIGHT_FUZZ_SECONDS (default 20) each. This is the
 # README's one test command and what CI runs (.ci/run reads it from the

@@ -329,8 +329,8 @@ impl Facts {
 
 /// A unit test that cannot run on this machine says so, and fails where
 /// CI requires every test to run (PREFLIGHT_REQUIRE_LIBS or
-/// PREFLIGHT_REQUIRE_NETNS set to 1), as tests/support/skip.rs does for
-/// the integration tests; tests/skips.rs holds every early return in a
+/// PREFLIGHT_REQUIRE_NETNS set to 1), as tests/common/skip.rs does for
+/// the integration tests; tests/plain/skips.rs holds every early return in a
 /// unit test to it.
 #[cfg(test)]
 pub(crate) fn test_skip(why: &str) {

@@ -246,7 +246,7 @@ mod tests {
 
     /// A real run's rank 0 report (the 4-host fixture: h1 and h3 at
     /// fault) gives the cluster families: the world, each culprit once,
-    /// and the tool's info. (tests/cluster_loopback.rs runs
+    /// and the tool's info. (tests/network/cluster_loopback.rs runs
     /// `run --format prometheus` itself.)
     #[test]
     fn a_runs_report_names_world_and_culprits() {

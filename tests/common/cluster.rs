@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::common::netns::Cluster;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_preflight");
+pub use super::BIN;
 
 pub fn checks() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -450,18 +450,5 @@ pub fn verdicts_within(out: &[Outcome], bound: Duration) {
             o.label,
             o.elapsed
         );
-    }
-}
-
-/// Waits (30 s at most) until `ready` holds, polling: the event a test
-/// waits for instead of sleeping.
-pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !ready() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{what}: not after 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }

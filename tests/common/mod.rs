@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
-#[path = "../support/skip.rs"]
+pub mod binary;
+pub mod cluster;
+pub mod fixture_run;
 pub mod skip;
 
 pub mod cpu_limit;
@@ -145,4 +147,35 @@ pub fn python_as_nobody(script: &str) -> std::process::Child {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("setpriv")
+}
+
+/// One test at a time among those that load the machine or measure it
+/// (collective runs, torch jobs, Slurm, starved hosts): on two cores,
+/// parallel ones would measure each other. Every module of a binary takes
+/// this one lock; a test that panicked holding it does not poison the rest.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Polls `ready` until it holds or `limit` passes, and says whether it
+/// held: a bound on a wait for an event, never a timing assertion.
+pub fn wait_until(limit: std::time::Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if ready() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    ready()
+}
+
+/// Waits (30 s at most) until `ready` holds, or fails the test naming
+/// `what`: the event a test waits for instead of sleeping.
+pub fn wait_for(what: &str, ready: impl FnMut() -> bool) {
+    assert!(
+        wait_until(std::time::Duration::from_secs(30), ready),
+        "{what}: not after 30 s"
+    );
 }

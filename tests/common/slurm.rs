@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::netns::{Cluster, PATH};
 
@@ -79,7 +79,7 @@ impl Slurm {
         std::fs::write(&key_file, key).unwrap();
         std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
         let nodes: Vec<String> = (1..=opts.nodes).map(|i| format!("h{i}")).collect();
-        let ctld_port = free_port();
+        let ctld_port = super::unused_port("0.0.0.0");
         let bridge = format!("10.231.{}.254", net.subnet);
         let mut conf = format!(
             "ClusterName=pftest\nSlurmctldHost=ctl({bridge})\nSlurmctldPort={ctld_port}\nSlurmdPort=6818\n\
@@ -126,7 +126,7 @@ impl Slurm {
             .arg(format!("--log-file={}/munge/log", d.display()))
             .arg(format!("--seed-file={}/munge/seed", d.display()));
         slurm.daemon(munged);
-        wait_for(|| d.join("munge/sock").exists(), "munged's socket");
+        super::wait_for("munged's socket", || d.join("munge/sock").exists());
         let conf = slurm.conf.display().to_string();
         let hosts = d.join("hosts");
         let mut text = format!("127.0.0.1 localhost\n{bridge} ctl\n");
@@ -152,7 +152,7 @@ impl Slurm {
             slurm.daemon(c);
         }
         let all = slurm.nodes.clone();
-        let ok = wait_until(Duration::from_secs(60), || {
+        let ok = super::wait_until(Duration::from_secs(60), || {
             all.iter().all(|n| {
                 let s = slurm.state(n);
                 s.starts_with("idle") || s.starts_with("drain")
@@ -278,7 +278,7 @@ impl Slurm {
 
     /// Waits until every node is `state` (sinfo's short form).
     pub fn wait_state(&self, node: &str, want: &str, limit: Duration) -> bool {
-        wait_until(limit, || self.state(node) == want)
+        super::wait_until(limit, || self.state(node) == want)
     }
 }
 
@@ -290,28 +290,4 @@ impl Drop for Slurm {
             let _ = c.wait();
         }
     }
-}
-
-pub fn free_port() -> u16 {
-    super::unused_port("0.0.0.0")
-}
-
-fn wait_for(f: impl Fn() -> bool, what: &str) {
-    assert!(
-        wait_until(Duration::from_secs(20), f),
-        "{what} did not appear"
-    );
-}
-
-/// Polls `f` until it holds or `limit` passes (a bound on a wait, never a
-/// timing assertion).
-pub fn wait_until(limit: Duration, f: impl Fn() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    f()
 }

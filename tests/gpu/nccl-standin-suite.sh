@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/collective_standin.rs, the NCCL backend's whole path, run against the
+# tests/collective/standin.rs, the NCCL backend's whole path, run against the
 # real libraries on a machine with NVIDIA GPUs: the same tests CI runs over
 # the CPU stand-in (tests/standin/), only the library paths differ. The tests
 # that need the stand-in's fault switches (a hang, a corruption, an async
@@ -35,4 +35,4 @@ fi
 echo "nccl-standin-suite: libcuda $cuda, libnccl $nccl, $(nvidia-smi -L | wc -l) GPUs"
 # Not PREFLIGHT_REQUIRE_LIBS: the fault-switch tests are meant to skip here.
 PREFLIGHT_GPU_CUDA_LIB=$cuda PREFLIGHT_GPU_NCCL_LIB=$nccl \
-    cargo test --test collective_standin -- --test-threads 1 --nocapture
+    cargo test --test collective standin:: -- --test-threads 1 --nocapture

@@ -65,7 +65,7 @@ fi
 
 if command -v hl-smi >/dev/null 2>&1 && hl-smi -L >/dev/null 2>&1; then
     vendors+=(habana)
-    # The fields `preflight explain hl_smi` names (tests/vendor_depth.rs
+    # The fields `preflight explain hl_smi` names (tests/plain/vendor_depth.rs
     # holds the two equal).
     fields=index,module_id,bus_id,name,serial,driver_version,ecc.errors.uncorrected.aggregate.total,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.aggregate.total,ecc.errors.corrected.volatile.total,ecc.errors.dram.aggregate.total,ecc.errors.dram.volatile.total,ecc.errors.dram-corrected.aggregate.total,ecc.errors.dram-corrected.volatile.total
     hl-smi -Q "$fields" -f csv,nounits > "$out/hl-query.csv" 2> "$out/hl-query.stderr"

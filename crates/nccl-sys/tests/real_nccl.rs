@@ -7,7 +7,7 @@
 //! Paths that depend on the process environment at start (LD_LIBRARY_PATH,
 //! PYTHONPATH) run in a re-executed copy of this test binary.
 
-#[path = "../../../tests/support/skip.rs"]
+#[path = "../../../tests/common/skip.rs"]
 mod skip;
 
 use std::path::{Path, PathBuf};

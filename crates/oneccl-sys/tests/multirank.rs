@@ -7,7 +7,7 @@
 //! tests/setup/collective-libs.sh fills; without it the tests say why and
 //! return, unless PREFLIGHT_REQUIRE_LIBS=1 (CI), where that is a failure.
 
-#[path = "../../../tests/support/skip.rs"]
+#[path = "../../../tests/common/skip.rs"]
 mod skip;
 
 use std::io::Read;

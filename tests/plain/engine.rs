@@ -1,0 +1,578 @@
+//! The checklist engine end to end: reports, verdicts and exit codes,
+//! timeouts, concurrency, selection and replacing shipped checks.
+
+/// Kept passes (`cache:`).
+mod kept;
+use crate::common::binary;
+
+use crate::common::result;
+use binary::{assert_snapshot, json, preflight, run};
+
+const MIXED: &str = "fixtures/checklists/valid/mixed.yaml";
+const EXIT: &str = "fixtures/checklists/valid/exit-codes.yaml";
+const ROOT: &str = "fixtures/minimal-root";
+
+fn mixed(format: &str) -> binary::Run {
+    mixed_with(format, &[])
+}
+
+fn mixed_with(format: &str, extra: &[&str]) -> binary::Run {
+    run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--checks",
+            MIXED,
+            "--root",
+            ROOT,
+            "--format",
+            format,
+        ])
+        .args(extra)
+        .env("PREFLIGHT_FIXTURE_TOKEN", "abc")
+        .env("PREFLIGHT_FIXTURE_MODE", "turbo"))
+}
+
+/// Replaces the value at `path` with `with`, after checking that it exists
+/// and that `valid` holds for it.
+fn normalise(
+    report: &mut serde_json::Value,
+    path: &[&str],
+    with: impl Into<serde_json::Value>,
+    valid: impl Fn(&serde_json::Value) -> bool,
+) {
+    let mut at = &mut *report;
+    for key in path {
+        at = at
+            .get_mut(*key)
+            .unwrap_or_else(|| panic!("the report has no {}", path.join(".")));
+    }
+    assert!(valid(at), "{}: {at} is not in its format", path.join("."));
+    *at = with.into();
+}
+
+#[test]
+fn json_report_snapshot() {
+    let out = mixed("json");
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let mut report = json(&out);
+    assert_eq!(report["schema"], "preflight.report/v1");
+    assert_eq!(report["verdict"], "not_ready");
+    assert_eq!(report["exit_code"], 1);
+    // What varies from run to run: each key must be there, in its format,
+    // before it is normalised (indexing would create a missing one).
+    let rfc3339 = regex::Regex::new(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$").unwrap();
+    normalise(&mut report, &["started_at"], "<time>", |v| {
+        v.as_str().is_some_and(|t| rfc3339.is_match(t))
+    });
+    normalise(&mut report, &["duration_ms"], 0, |v| v.is_u64());
+    normalise(&mut report, &["timings", "checks_ms"], 0, |v| v.is_u64());
+    normalise(&mut report, &["timings", "cpu_ms"], 0, |v| v.is_u64());
+    normalise(&mut report, &["node", "pid"], 0, |v| {
+        v.as_u64().is_some_and(|p| p > 0)
+    });
+    normalise(&mut report, &["tool", "version"], "<version>", |v| {
+        v.as_str() == Some(env!("CARGO_PKG_VERSION"))
+    });
+    for c in report["checks"].as_array_mut().unwrap() {
+        normalise(c, &["duration_ms"], 0, |v| {
+            v.as_f64().is_some_and(|d| d >= 0.0)
+        });
+    }
+    assert_snapshot(
+        "mixed.json",
+        &format!("{}\n", serde_json::to_string_pretty(&report).unwrap()),
+    );
+}
+
+#[test]
+fn junit_report_snapshot() {
+    let out = mixed("junit");
+    assert_eq!(out.code, 1);
+    let times = regex::Regex::new(r#"(time|timestamp)="[^"]*""#).unwrap();
+    let normal = times.replace_all(&out.stdout, r#"$1="_""#);
+    assert_snapshot("mixed.junit.xml", &normal);
+}
+
+#[test]
+fn human_report_groups_by_area_and_repeats_problems_with_hints() {
+    // Every check by area is `-v`'s; the default is quiet when healthy.
+    let out = mixed_with("human", &["-v"]);
+    assert_eq!(out.code, 1);
+    let text = &out.stdout;
+    let kernel = text.find("\nkernel\n").expect("kernel area");
+    let network = text.find("\nnetwork\n").expect("network area");
+    assert!(kernel < network, "areas in checklist order:\n{text}");
+    let problems = text.find("\nProblems\n").expect("problems section");
+    assert!(
+        text[problems..].contains("hint: remove `127.0.1.1 fixture-node` from /etc/hosts"),
+        "{text}"
+    );
+    assert!(
+        text[problems..].contains(
+            "hint: raise it: sysctl -w net.core.somaxconn=4096 (now 128 on fixture-node)"
+        )
+    );
+    assert!(
+        text.trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("NOT READY  2 pass · 1 warn · 2 fail · 2 skip · 1 error")
+    );
+    // Not a terminal: no colour codes.
+    assert!(!text.contains('\x1b'));
+}
+
+#[test]
+fn secrets_stay_out_of_reports() {
+    let out = mixed("json");
+    assert!(!out.stdout.contains("\"abc\""));
+    assert_eq!(
+        result(&json(&out), "env.job_token")["measured"],
+        "<redacted, 3 characters>"
+    );
+    // A distinctive secret, in a passing check and in a failing one whose
+    // hint quotes `{value}` and `{measured}`, in every format: nowhere.
+    let secret = "Zq7vK2-distinctive-9fT4";
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("secret.yaml");
+    std::fs::write(
+        &list,
+        "checks:\n  - {id: token.set, kind: env, name: JOB_SECRET}\n  - id: token.shape\n    kind: env\n    name: JOB_SECRET\n    matches: '^nope$'\n    hint: 'value {value}, measured {measured}'\n",
+    )
+    .unwrap();
+    for format in ["human", "json", "junit", "prometheus"] {
+        let out = run(preflight()
+            .args(["check", "--no-shipped", "--checks"])
+            .arg(&list)
+            .args(["--root", ROOT, "--format", format, "-v"])
+            .env("JOB_SECRET", secret));
+        assert_eq!(out.code, 1, "{format}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stdout.contains("token.shape"),
+            "{format}: {}",
+            out.stdout
+        );
+        for text in [&out.stdout, &out.stderr] {
+            assert!(!text.contains(secret), "{format} shows the secret:\n{text}");
+            assert!(
+                !text.contains("Zq7vK2"),
+                "{format} shows part of it:\n{text}"
+            );
+        }
+    }
+}
+
+fn exit_case(selector: &str, strict: bool) -> binary::Run {
+    let mut cmd = preflight();
+    cmd.args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        EXIT,
+        "--root",
+        ROOT,
+        "--only",
+        selector,
+        "--format",
+        "json",
+    ])
+    .env("PREFLIGHT_FIXTURE_SET", "1");
+    if strict {
+        cmd.arg("--strict");
+    }
+    run(&mut cmd)
+}
+
+#[test]
+fn exit_0_when_ready() {
+    let out = exit_case("pass", false);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(json(&out)["verdict"], "ready");
+}
+
+#[test]
+fn exit_1_when_a_check_fails() {
+    let out = exit_case("fail", false);
+    assert_eq!(out.code, 1);
+    assert_eq!(json(&out)["verdict"], "not_ready");
+}
+
+#[test]
+fn warnings_pass_unless_strict() {
+    assert_eq!(exit_case("warn", false).code, 0);
+    let strict = exit_case("warn", true);
+    assert_eq!(strict.code, 1);
+    assert_eq!(json(&strict)["strict"], true);
+}
+
+#[test]
+fn exit_3_when_a_required_check_cannot_be_evaluated() {
+    let out = exit_case("error", false);
+    assert_eq!(out.code, 3);
+    let report = json(&out);
+    assert_eq!(report["verdict"], "incomplete");
+    assert_eq!(result(&report, "unreadable")["status"], "error");
+}
+
+#[test]
+fn unevaluated_warn_checks_count_only_under_strict() {
+    assert_eq!(exit_case("error_warn", false).code, 0);
+    assert_eq!(exit_case("error_warn", true).code, 3);
+}
+
+#[test]
+fn exit_2_for_an_invalid_checklist_or_invocation() {
+    let bad = run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        "fixtures/checklists/invalid/unknown-kind.yaml",
+    ]));
+    assert_eq!(bad.code, 2);
+    let flag = run(preflight().args(["check", "--format", "yaml"]));
+    assert_eq!(flag.code, 2);
+    let root = run(preflight().args(["check", "--root", "/nonexistent/root"]));
+    assert_eq!(root.code, 2);
+    assert!(
+        root.stderr
+            .contains("--root /nonexistent/root: not a directory"),
+        "{}",
+        root.stderr
+    );
+}
+
+#[test]
+fn fail_beats_error_in_the_verdict() {
+    let out = run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        EXIT,
+        "--root",
+        ROOT,
+        "--only",
+        "fail",
+        "--only",
+        "error",
+    ]));
+    assert_eq!(out.code, 1);
+}
+
+/// The slow checklist with its rendezvous directory filled in.
+fn slow_checklist(dir: &std::path::Path) -> std::path::PathBuf {
+    let template =
+        std::fs::read_to_string(binary::repo().join("fixtures/checklists/valid/slow.yaml"))
+            .unwrap();
+    let path = dir.join("slow.yaml");
+    std::fs::write(
+        &path,
+        template.replace("${DIR}", &dir.display().to_string()),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn checks_run_concurrently_and_report_in_checklist_order() {
+    // Each check waits for the other's file: both pass only if they overlap.
+    // waits_for_b must also finish after waits_for_a has started, yet it is
+    // reported first.
+    let dir = tempfile::tempdir().unwrap();
+    let list = slow_checklist(dir.path());
+    let out = run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--format",
+            "json",
+            "--only",
+            "rendezvous",
+            "--checks",
+        ])
+        .arg(&list));
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let report = json(&out);
+    let ids: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["waits_for_b", "waits_for_a"]);
+}
+
+#[test]
+fn a_check_that_overruns_its_timeout_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = slow_checklist(dir.path());
+    let out = run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--format",
+            "json",
+            "--only",
+            "overrun",
+            "--checks",
+        ])
+        .arg(&list));
+    assert_eq!(out.code, 1);
+    let report = json(&out);
+    let overrun = result(&report, "overruns");
+    assert_eq!(overrun["status"], "fail");
+    assert_eq!(overrun["message"], "timed out after 300ms");
+    // A warn-severity check that overruns its own timeout warns.
+    let soft = result(&report, "overruns_softly");
+    assert_eq!(soft["status"], "warn");
+    assert_eq!(soft["message"], "timed out after 300ms");
+    // The others still finish and report.
+    assert_eq!(result(&report, "quick")["status"], "pass");
+}
+
+#[test]
+fn the_run_deadline_ends_checks_still_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("long.yaml");
+    std::fs::write(
+        &list,
+        "checks:\n  - id: long\n    kind: command\n    argv: [sleep, \"30\"]\n    timeout: 60s\n",
+    )
+    .unwrap();
+    let out = run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--format",
+            "json",
+            "--timeout",
+            "500ms",
+            "--checks",
+        ])
+        .arg(&list));
+    // Not evaluated, not failed: incomplete (exit 3).
+    assert_eq!(out.code, 3);
+    let long = result(&json(&out), "long").clone();
+    assert_eq!(long["status"], "error");
+    assert!(
+        long["message"]
+            .as_str()
+            .unwrap()
+            .contains("the checklist's deadline (500ms) passed"),
+        "{long}"
+    );
+}
+
+#[test]
+fn only_and_skip_select_by_id_and_tag() {
+    let ids = |args: &[&str]| check_ids(std::path::Path::new(MIXED), args);
+    assert_eq!(
+        ids(&["--only", "kernel"]),
+        ["kernel.port_range", "kernel.backlog", "missing.sysctl"]
+    );
+    assert_eq!(
+        ids(&["--only", "kernel", "--skip", "missing.sysctl"]),
+        ["kernel.port_range", "kernel.backlog"]
+    );
+    assert_eq!(
+        ids(&["--only", "shell.true", "--only", "env.job_token"]),
+        ["env.job_token", "shell.true"]
+    );
+    assert_eq!(
+        ids(&["--skip", "kernel", "--skip", "env"]),
+        ["hosts.no_loopback_alias", "shell.true"]
+    );
+}
+
+#[test]
+fn a_selector_matching_nothing_is_an_error() {
+    let out = run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        MIXED,
+        "--only",
+        "kernal",
+    ]));
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("--only `kernal` matches no check id or tag (did you mean `kernel`?)"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn an_added_check_replaces_the_shipped_one_with_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("site.yaml");
+    std::fs::write(
+        &list,
+        "checks:\n  - id: kernel.somaxconn\n    kind: file\n    path: /site/shm\n    hint: site-specific\n",
+    )
+    .unwrap();
+    let out = run(preflight()
+        .args([
+            "check",
+            "--format",
+            "json",
+            "--only",
+            "kernel.somaxconn",
+            "--checks",
+        ])
+        .arg(&list));
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    let report = json(&out);
+    assert_eq!(report["checks"].as_array().unwrap().len(), 1);
+    let shm = result(&report, "kernel.somaxconn");
+    assert_eq!(
+        shm["kind"], "file",
+        "the site's definition, not the shipped one"
+    );
+    assert_eq!(shm["message"], "/site/shm does not exist");
+    assert_eq!(shm["hint"], "site-specific");
+    assert!(shm["source"].as_str().unwrap().ends_with("site.yaml:2:5"));
+}
+
+#[test]
+fn the_same_id_in_two_added_files_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a.yaml", "b.yaml"] {
+        std::fs::write(
+            dir.path().join(name),
+            "checks:\n  - id: twice\n    kind: env\n    name: X\n",
+        )
+        .unwrap();
+    }
+    let out = run(preflight()
+        .args(["check", "--no-shipped", "--checks"])
+        .arg(dir.path()));
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("b.yaml:2:5: duplicate check id `twice`: already defined at"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn output_file_gets_the_report_and_stdout_the_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.json");
+    let out = run(preflight()
+        .args([
+            "check",
+            "--no-shipped",
+            "--checks",
+            EXIT,
+            "--only",
+            "pass",
+            "--format",
+            "json",
+            "--output",
+        ])
+        .arg(&file)
+        .env("PREFLIGHT_FIXTURE_SET", "1"));
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.starts_with("READY  1 pass"), "{}", out.stdout);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(report["verdict"], "ready");
+    // Nothing left behind but the report.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["report.json"]);
+}
+
+#[test]
+fn an_unwritable_output_is_a_usage_error() {
+    let out = run(preflight().args([
+        "check",
+        "--no-shipped",
+        "--checks",
+        EXIT,
+        "--only",
+        "pass",
+        "--output",
+        "/nonexistent/dir/r.json",
+    ]));
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("cannot write the report to /nonexistent/dir/r.json"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// `--only` runs an opt-in check alone; `--with` runs it beside the rest
+/// (what the Slurm health check does with DCGM's quick diagnostic), and a
+/// `--with` that names nothing is an error as a mistyped `--only` is.
+#[test]
+fn opt_in_checks_run_only_when_only_or_with_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("opt.yaml");
+    std::fs::write(
+        &path,
+        "checks:\n  - id: everyday\n    kind: env\n    name: PATH\n  - id: slow.probe\n    kind: env\n    name: PATH\n    opt_in: true\n    tags: [slow]\n",
+    )
+    .unwrap();
+    let ids = |args: &[&str]| check_ids(&path, args);
+    assert_eq!(ids(&[]), ["everyday"]);
+    assert_eq!(ids(&["--only", "slow"]), ["slow.probe"]);
+    assert_eq!(
+        ids(&["--only", "slow.probe", "--only", "everyday"]),
+        ["everyday", "slow.probe"]
+    );
+    assert_eq!(ids(&["--with", "slow"]), ["everyday", "slow.probe"]);
+    // --skip wins over --with as it does over --only.
+    assert_eq!(
+        ids(&["--with", "slow", "--skip", "slow.probe"]),
+        ["everyday"]
+    );
+    let mut cmd = preflight();
+    cmd.args(["check", "--no-shipped", "--checks"])
+        .arg(&path)
+        .args(["--root", ROOT, "--with", "slo"]);
+    let out = run(&mut cmd);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("--with `slo` matches no check id or tag"),
+        "{}",
+        out.stderr
+    );
+    // `list` shows it, with how to run it.
+    let mut cmd = preflight();
+    cmd.args(["list", "--no-shipped", "--checks"])
+        .arg(&path)
+        .args(["--root", ROOT]);
+    let out = run(&mut cmd);
+    assert!(
+        out.stdout
+            .contains("opt-in: runs only with --only or --with slow"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// The ids `check` reports for `checklist` alone over the minimal root.
+fn check_ids(checklist: &std::path::Path, args: &[&str]) -> Vec<String> {
+    let mut cmd = preflight();
+    cmd.args(["check", "--no-shipped", "--checks"])
+        .arg(checklist)
+        .args(["--root", ROOT, "--format", "json"])
+        .args(args);
+    let report = json(&run(&mut cmd));
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect()
+}

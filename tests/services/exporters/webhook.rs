@@ -1,0 +1,268 @@
+//! `preflight webhook` over real HTTPS (a certificate made by openssl for
+//! the Service's DNS name, checked by curl as the API server checks it
+//! against its caBundle), fed the AdmissionReview requests the API server
+//! sends (fixtures/admission): the gang, node, unlabelled and malformed
+//! cases, and the patched pod validated against the Kubernetes schema.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
+
+use super::binary::repo;
+
+const NAME: &str = "preflight-webhook.preflight.svc";
+
+struct Webhook {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Webhook {
+    fn start() -> Option<Webhook> {
+        if !super::have("openssl") || !super::have("curl") {
+            super::common::skip::skip("openssl and curl are needed (apt: openssl curl)");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let o = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .args(["-nodes", "-days", "1", "-subj", &format!("/CN={NAME}")])
+            .args(["-addext", &format!("subjectAltName=DNS:{NAME}")])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut child = super::binary::preflight()
+            .args([
+                "webhook",
+                "--listen",
+                "127.0.0.1:0",
+                "--image",
+                "preflight:0.1.0",
+            ])
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Its first line says where it serves: the event to wait for.
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        let port = line
+            .split("https://127.0.0.1:")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        // Its later lines (each request it refuses) are drained, never
+        // left to fill the pipe.
+        std::thread::spawn(move || for _ in err.lines() {});
+        Some(Webhook { child, port, dir })
+    }
+
+    /// A request as the API server makes it: HTTPS to the Service's name,
+    /// the certificate checked against the CA bundle.
+    fn call(&self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        let file = self.dir.path().join("body");
+        std::fs::write(&file, body).unwrap();
+        let o = Command::new("curl")
+            .args(["-sS", "--max-time", "10", "-X", method])
+            .arg("--cacert")
+            .arg(self.dir.path().join("tls.crt"))
+            .args(["--resolve", &format!("{NAME}:{}:127.0.0.1", self.port)])
+            .args([
+                "-H",
+                "Content-Type: application/json",
+                "-H",
+                "Accept: application/json",
+            ])
+            .arg("--data-binary")
+            .arg(format!("@{}", file.display()))
+            .args(["-w", "\n%{http_code}"])
+            .arg(format!("https://{NAME}:{}{path}", self.port))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "curl: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let mut out = o.stdout;
+        let at = out.iter().rposition(|b| *b == b'\n').unwrap();
+        let code = String::from_utf8_lossy(&out[at + 1..]).parse().unwrap();
+        out.truncate(at);
+        (code, out)
+    }
+
+    fn review(&self, fixture: &str) -> (Value, Value) {
+        let text = std::fs::read(repo().join("fixtures/admission").join(fixture)).unwrap();
+        let (code, out) = self.call("POST", "/mutate?timeout=10s", &text);
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&out));
+        (
+            serde_json::from_slice(&text).unwrap(),
+            serde_json::from_slice(&out).unwrap(),
+        )
+    }
+}
+
+/// RFC 6902 `add`, as the API server applies the webhook's patch (the
+/// only operation the webhook sends).
+fn apply(mut doc: Value, ops: &[Value]) -> Value {
+    for op in ops {
+        assert_eq!(op["op"], "add", "{op}");
+        let path = op["path"].as_str().unwrap();
+        let (parent, last) = path.rsplit_once('/').unwrap();
+        let target = doc
+            .pointer_mut(parent)
+            .unwrap_or_else(|| panic!("no {parent}"));
+        match (target, last) {
+            (Value::Array(a), "-") => a.push(op["value"].clone()),
+            (Value::Array(a), i) => a.insert(i.parse().unwrap(), op["value"].clone()),
+            (Value::Object(m), k) => {
+                assert!(!m.contains_key(k), "add over an existing {path}");
+                m.insert(k.to_string(), op["value"].clone());
+            }
+            (other, _) => panic!("{path} into {other}"),
+        }
+    }
+    doc
+}
+
+fn patched(request: &Value, response: &Value) -> Value {
+    use base64::Engine;
+    let r = &response["response"];
+    assert_eq!(r["uid"], request["request"]["uid"]);
+    assert_eq!(r["allowed"], true, "{response:#}");
+    assert_eq!(r["patchType"], "JSONPatch");
+    let ops: Vec<Value> = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(r["patch"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    apply(request["request"]["object"].clone(), &ops)
+}
+
+/// The pod, as the API server would store it, against the schema.
+fn validate(pod: &Value, dir: &Path) {
+    let Some(validate) = super::kubernetes_validate() else {
+        super::common::skip::skip(
+            "no kubernetes-validate (`.ci/install` puts it in /opt/preflight-k8s)",
+        );
+        return;
+    };
+    let mut pod = pod.clone();
+    // A created pod has its name by now.
+    if let Some(g) = pod["metadata"]["generateName"].as_str() {
+        pod["metadata"]["name"] = json!(format!("{g}x7k2p"));
+    }
+    let file: PathBuf = dir.join("patched-pod.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(&pod).unwrap()).unwrap();
+    let out = Command::new(&validate)
+        .args(["--kubernetes-version", "1.37.0", "--strict"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && text.contains("passed"), "{text}");
+}
+
+#[test]
+fn the_webhook_gates_gang_and_node_pods_leaves_others_and_survives_a_bad_body() {
+    let Some(w) = Webhook::start() else {
+        return;
+    };
+    // Gang: `preflight run` first, with the pod's own rank variables, the
+    // JobSet's labels, the job's secret and the pod's GPUs.
+    let (req, resp) = w.review("review-gang.json");
+    let pod = patched(&req, &resp);
+    let init = &pod["spec"]["initContainers"][0];
+    assert_eq!(init["name"], "preflight");
+    assert_eq!(init["image"], "preflight:0.1.0");
+    assert_eq!(init["args"], json!(["run", "--timeout", "600s"]));
+    let env = init["env"].to_string();
+    for var in [
+        "PET_NNODES",
+        "PET_NODE_RANK",
+        "PET_MASTER_ADDR",
+        "JOB_COMPLETION_INDEX",
+        "JOBSET_NAME",
+        "PREFLIGHT_REQUIRE_GANG",
+    ] {
+        assert!(env.contains(var), "{var}: {env}");
+    }
+    // The job's secret, from the Secret the annotation names.
+    let token = init["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "PREFLIGHT_TOKEN")
+        .unwrap();
+    assert_eq!(
+        token["valueFrom"]["secretKeyRef"]["name"],
+        "llama-preflight-token"
+    );
+    assert_eq!(init["resources"]["limits"]["nvidia.com/gpu"], "8");
+    validate(&pod, w.dir.path());
+
+    // Node: `preflight check`, before the pod's own init container.
+    let (req, resp) = w.review("review-node.json");
+    let pod = patched(&req, &resp);
+    let inits = pod["spec"]["initContainers"].as_array().unwrap();
+    assert_eq!(
+        (inits[0]["name"].as_str(), inits[1]["name"].as_str()),
+        (Some("preflight"), Some("fetch-data"))
+    );
+    assert_eq!(inits[0]["args"][0], "check");
+    validate(&pod, w.dir.path());
+
+    // No label: allowed, unchanged.
+    let (req, resp) = w.review("review-unlabelled.json");
+    assert_eq!(resp["response"]["uid"], req["request"]["uid"]);
+    assert_eq!(resp["response"]["allowed"], true);
+    assert!(resp["response"]["patch"].is_null(), "{resp:#}");
+
+    // A body it cannot read: 400 with why, and the next request is served.
+    let (code, out) = w.call(
+        "POST",
+        "/mutate?timeout=10s",
+        b"{\"kind\": \"AdmissionReview\", ",
+    );
+    assert_eq!(code, 400, "{}", String::from_utf8_lossy(&out));
+    assert!(String::from_utf8_lossy(&out).contains("not JSON"));
+    let (code, _) = w.call("POST", "/mutate?timeout=10s", &vec![b' '; 9 << 20]);
+    assert_eq!(code, 413);
+    let (code, _) = w.call("GET", "/healthz", b"");
+    assert_eq!(code, 200);
+    let (code, _) = w.call("GET", "/mutate", b"");
+    assert_eq!(code, 404);
+    let (_, resp) = w.review("review-gang.json");
+    assert_eq!(resp["response"]["allowed"], true);
+}
