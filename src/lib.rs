@@ -44,6 +44,15 @@ mod interrupt;
 mod kinds;
 mod report;
 mod result;
+/// The JSON report's own types, as `--format json` writes them and
+/// `preflight report` reads them back, for programs that read reports
+/// (the integration tests among them) instead of indexing untyped JSON.
+pub mod schema {
+    pub use crate::result::cluster::ClusterReport;
+    pub use crate::result::collective::CollectiveReport;
+    pub use crate::result::report::{Interrupted, Node, Report, Timings};
+    pub use crate::result::{CheckResult, Severity, Status, Summary, Verdict};
+}
 mod suggest;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;

@@ -10,12 +10,20 @@
 # README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Sourced, not run: it exports where the libraries and virtual
-# environments are, and finds cargo.
-. .ci/install
-tools/release.sh
+# Each phase says how long it took, so that CI's time is measured where
+# it goes (bench/RESULTS.md keeps the figures).
+phase() {
+    local name=$1 start=$SECONDS
+    shift
+    "$@"
+    echo "tools/test.sh: $name took $((SECONDS - start)) s"
+}
+# .ci/install is sourced, not run: it exports where the libraries and
+# virtual environments are, and finds cargo.
+phase install . .ci/install
+phase release tools/release.sh
 # The lints Cargo.toml declares, every target, warnings as errors.
-cargo clippy --workspace --all-targets --quiet -- -D warnings
-cargo test --workspace
-BIN=dist/preflight bash bench/ci.sh
-bash fuzz/run.sh "${PREFLIGHT_FUZZ_SECONDS:-20}"
+phase clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
+phase tests cargo test --workspace
+phase benches env BIN=dist/preflight bash bench/ci.sh
+phase fuzz bash fuzz/run.sh "${PREFLIGHT_FUZZ_SECONDS:-20}"

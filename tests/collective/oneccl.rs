@@ -111,7 +111,7 @@ fn two_and_four_ranks_verify_every_operation() {
                 .collect();
             assert!(set.contains(&"CCL_KVS_IFACE=lo"), "{set:?}");
             assert!(!b["sweep"].as_array().unwrap().is_empty(), "{b:#}");
-            assert_eq!(common::status(&report, "collective.oneccl"), "pass");
+            assert_eq!(common::status(&o.report(), "collective.oneccl"), "pass");
         }
     }
 }
@@ -196,7 +196,7 @@ fn the_runs_deadline_ends_a_stuck_library_step_as_incomplete() {
         kept_rows_below_the_hang(b);
         // The run's deadline ended it, as `ended` says; the step's (120 s)
         // would have read "timed out at".
-        assert_eq!(common::status(&report, "collective.oneccl"), "error");
+        assert_eq!(common::status(&o.report(), "collective.oneccl"), "error");
         assert!(!ended.contains("timed out at"), "{}: {ended}", o.label);
     }
 }
@@ -225,7 +225,7 @@ fn the_2021_library_is_an_unsupported_version() {
         reason.contains("unsupported oneCCL version") && reason.contains("2021.16"),
         "{reason}"
     );
-    let msg = common::message(&report, "collective.oneccl");
+    let msg = out[0].message("collective.oneccl");
     assert!(msg.contains("required, but not available"), "{msg}");
 }
 
@@ -248,7 +248,10 @@ fn a_missing_library_is_optional_unless_the_checklist_requires_it() {
         "{:#}",
         b["reason"]
     );
-    assert_eq!(common::status(&report, "collective.oneccl"), "skip");
+    assert_eq!(
+        common::status(&out[1].report(), "collective.oneccl"),
+        "skip"
+    );
 
     // The checklist requires it: not ready, on every rank, with the reason.
     let (_dir, path) = common::checklist(
@@ -266,9 +269,8 @@ fn a_missing_library_is_optional_unless_the_checklist_requires_it() {
     );
     all_exit(&out, 1);
     for o in &out {
-        let report = o.json();
-        assert_eq!(common::status(&report, "job.needs_oneccl"), "fail");
-        let msg = common::message(&report, "job.needs_oneccl");
+        assert_eq!(o.status("job.needs_oneccl"), "fail");
+        let msg = o.message("job.needs_oneccl");
         assert!(
             msg.contains("oneccl is required but not available") && msg.contains(missing),
             "{msg}"

@@ -378,8 +378,7 @@ fn the_network_nccl_chose_is_judged_against_the_nodes_ib_ports() {
             && notes.contains("NET/IB : No device found."),
         "{notes}"
     );
-    let check = common::result(&report, "collective.nccl");
-    assert_eq!(check["status"], "warn", "{check:#}");
+    assert_eq!(fallback.status("collective.nccl"), "warn", "{report:#}");
 }
 
 /// More ranks on a node than the GPUs they see: the backend gives each

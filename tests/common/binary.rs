@@ -40,6 +40,11 @@ pub fn run(cmd: &mut Command) -> Run {
     }
 }
 
+/// The run's stdout as a report, read with the product's own types.
+pub fn report(run: &Run) -> super::Report {
+    super::report(&run.stdout, &run.stderr)
+}
+
 pub fn json(run: &Run) -> serde_json::Value {
     serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", run.stdout, run.stderr))

@@ -50,6 +50,11 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The rank's JSON report, read with the product's own types.
+    pub fn report(&self) -> crate::common::Report {
+        crate::common::report(&self.stdout, &format!("{}: {}", self.label, self.stderr))
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
             panic!(
@@ -59,34 +64,23 @@ impl Outcome {
         })
     }
 
-    /// The message of check `id`, from the merged checks list.
+    /// The status and message of check `id`, from the merged checks list.
     pub fn message(&self, id: &str) -> String {
-        let j = self.json();
-        j["checks"]
-            .as_array()
-            .and_then(|a| a.iter().find(|c| c["id"] == id))
-            .map(|c| {
-                format!(
-                    "{} {}",
-                    c["status"].as_str().unwrap_or(""),
-                    c["message"].as_str().unwrap_or("")
-                )
-            })
-            .unwrap_or_else(|| panic!("{}: no check {id} in {j:#}", self.label))
+        let c = crate::common::result(&self.report(), id).clone();
+        format!("{} {}", c.status.name(), c.message)
     }
 
     /// The hint of check `id`, from the merged checks list.
     pub fn hint(&self, id: &str) -> String {
-        let j = self.json();
-        j["checks"]
-            .as_array()
-            .and_then(|a| a.iter().find(|c| c["id"] == id))
-            .and_then(|c| c["hint"].as_str().map(str::to_string))
-            .unwrap_or_else(|| panic!("{}: no hint for {id} in {j:#}", self.label))
+        let report = self.report();
+        crate::common::result(&report, id)
+            .hint
+            .clone()
+            .unwrap_or_else(|| panic!("{}: no hint for {id} in {report}", self.label))
     }
 
     pub fn status(&self, id: &str) -> String {
-        self.message(id).split(' ').next().unwrap_or("").to_string()
+        crate::common::status(&self.report(), id).to_string()
     }
 }
 

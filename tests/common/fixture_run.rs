@@ -5,8 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::Value;
-
 pub use super::BIN;
 
 pub fn fixture(name: &str) -> PathBuf {
@@ -26,30 +24,29 @@ pub fn fixture_env(name: &str) -> Vec<(String, String)> {
 }
 
 pub struct Run {
-    pub report: Value,
+    pub report: super::Report,
     pub code: i32,
 }
 
 impl Run {
-    pub fn check(&self, id: &str) -> &Value {
-        self.report["checks"]
-            .as_array()
-            .expect("checks array")
-            .iter()
-            .find(|c| c["id"] == id)
-            .unwrap_or_else(|| panic!("no check {id} in {:#}", self.report))
+    pub fn check(&self, id: &str) -> &super::CheckResult {
+        super::result(&self.report, id)
     }
 
     pub fn status(&self, id: &str) -> &str {
-        self.check(id)["status"].as_str().unwrap()
+        super::status(&self.report, id)
     }
 
     pub fn message(&self, id: &str) -> &str {
-        self.check(id)["message"].as_str().unwrap()
+        super::message(&self.report, id)
     }
 
     pub fn measured(&self, id: &str) -> &str {
-        self.check(id)["measured"].as_str().unwrap_or("")
+        super::measured(&self.report, id)
+    }
+
+    pub fn hint(&self, id: &str) -> &str {
+        super::hint(&self.report, id)
     }
 }
 
@@ -72,15 +69,8 @@ pub fn run_with(name: &str, checklist: &str, extra_env: &[(&str, &str)], shipped
         cmd.arg("--no-shipped").arg("--checks").arg(&file);
     }
     let out = cmd.output().expect("run preflight");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
     Run {
-        report,
+        report: super::report_of(&out),
         code: out.status.code().unwrap_or(-1),
     }
 }
@@ -97,7 +87,7 @@ pub fn run_on_root(root: &Path, checklist: &Path, env: &[(&str, &str)]) -> Run {
         .output()
         .unwrap();
     Run {
-        report: serde_json::from_slice(&out.stdout).unwrap(),
+        report: super::report_of(&out),
         code: out.status.code().unwrap(),
     }
 }

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests: running the real binary with an
-//! explicit environment, and reading its JSON report.
+//! explicit environment, and reading its JSON report with the product's
+//! own types (`preflight::schema`).
 
 #![allow(dead_code)]
 
@@ -16,13 +17,15 @@ pub mod standin;
 use std::path::Path;
 use std::process::Command;
 
-use serde_json::Value;
+// Each binary names the ones its modules read.
+#[allow(unused_imports)]
+pub use preflight::schema::{CheckResult, Interrupted, Severity, Status, Verdict};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_preflight");
 
 /// Runs `preflight check --no-shipped --checks FILE --format json` with
 /// exactly `env` (plus PATH) and returns the exit code and report.
-pub fn check(checklist: &Path, extra: &[&str], env: &[(&str, &str)]) -> (i32, Value) {
+pub fn check(checklist: &Path, extra: &[&str], env: &[(&str, &str)]) -> (i32, Report) {
     let mut c = Command::new(BIN);
     c.args(["check", "--no-shipped", "--checks"])
         .arg(checklist)
@@ -34,34 +37,91 @@ pub fn check(checklist: &Path, extra: &[&str], env: &[(&str, &str)]) -> (i32, Va
         c.env(k, v);
     }
     let out = c.output().expect("run preflight");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let json = serde_json::from_str(&text).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {text}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().unwrap_or(-1), json)
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.code().unwrap_or(-1),
+        report(&String::from_utf8_lossy(&out.stdout), &stderr),
+    )
+}
+
+/// A JSON report, read with the product's own types
+/// (`preflight::schema::Report`, its fields through `Deref`); shown as the
+/// pretty JSON it came as (`{report}`), for a failing assertion.
+#[derive(Debug, Clone)]
+pub struct Report(pub preflight::schema::Report);
+
+impl std::ops::Deref for Report {
+    type Target = preflight::schema::Report;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl Report {
+    /// The cluster section, which a `run` report has.
+    pub fn cluster(&self) -> &preflight::schema::ClusterReport {
+        self.0
+            .cluster
+            .as_ref()
+            .unwrap_or_else(|| panic!("no cluster section in {self}"))
+    }
+
+    /// The collective section, which a `run` or `bench` report has.
+    pub fn collective(&self) -> &preflight::schema::CollectiveReport {
+        self.0
+            .collective
+            .as_ref()
+            .unwrap_or_else(|| panic!("no collective section in {self}"))
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&serde_json::to_string_pretty(&self.0).unwrap_or_default())
+    }
+}
+
+/// A JSON report as the product's own types read it: a report they do not
+/// read fails the test with its text and what went with it (`context`:
+/// the run's stderr, say).
+pub fn report(text: &str, context: &str) -> Report {
+    Report(
+        serde_json::from_str(text)
+            .unwrap_or_else(|e| panic!("not a report ({e}): {text}\n{context}")),
+    )
+}
+
+/// The report a finished run printed on stdout.
+pub fn report_of(out: &std::process::Output) -> Report {
+    report(
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
+    )
 }
 
 /// The result of check `id` in a report.
-pub fn result<'a>(report: &'a Value, id: &str) -> &'a Value {
-    report["checks"]
-        .as_array()
-        .and_then(|a| a.iter().find(|c| c["id"] == id))
-        .unwrap_or_else(|| panic!("no check `{id}` in {report:#}"))
+pub fn result<'a>(report: &'a Report, id: &str) -> &'a CheckResult {
+    report
+        .checks
+        .iter()
+        .find(|c| c.id == id)
+        .unwrap_or_else(|| panic!("no check `{id}` in {report}"))
 }
 
-pub fn status<'a>(report: &'a Value, id: &str) -> &'a str {
-    result(report, id)["status"].as_str().unwrap_or("")
+pub fn status(report: &Report, id: &str) -> &'static str {
+    result(report, id).status.name()
 }
 
-pub fn message<'a>(report: &'a Value, id: &str) -> &'a str {
-    result(report, id)["message"].as_str().unwrap_or("")
+pub fn message<'a>(report: &'a Report, id: &str) -> &'a str {
+    &result(report, id).message
 }
 
-pub fn measured<'a>(report: &'a Value, id: &str) -> &'a str {
-    result(report, id)["measured"].as_str().unwrap_or("")
+pub fn measured<'a>(report: &'a Report, id: &str) -> &'a str {
+    result(report, id).measured.as_deref().unwrap_or("")
+}
+
+pub fn hint<'a>(report: &'a Report, id: &str) -> &'a str {
+    result(report, id).hint.as_deref().unwrap_or("")
 }
 
 /// Writes a checklist into a temporary directory.

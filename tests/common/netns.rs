@@ -388,21 +388,18 @@ impl Cluster {
         binary: &str,
         args: &[&str],
         env: &[(&str, &str)],
-    ) -> (i32, serde_json::Value) {
+    ) -> (i32, super::Report) {
         let mut c = self.in_ns(host, &[binary]);
         c.args(args).args(["--format", "json"]);
         for (k, v) in env {
             c.env(k, v);
         }
         let out = c.output().expect("run preflight in namespace");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let json = serde_json::from_str(&text).unwrap_or_else(|e| {
-            panic!(
-                "preflight output is not JSON ({e}): {text}\nstderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        (out.status.code().unwrap_or(-1), json)
+        let report = super::report(
+            &String::from_utf8_lossy(&out.stdout),
+            &String::from_utf8_lossy(&out.stderr),
+        );
+        (out.status.code().unwrap_or(-1), report)
     }
 
     /// Starts preflight in the namespace without waiting, for multi-host

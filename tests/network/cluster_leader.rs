@@ -36,13 +36,13 @@ fn finish_all(procs: Vec<Proc>, limit: Duration) -> Vec<cluster::Outcome> {
 fn evaluated_alone(o: &cluster::Outcome, why: &str) {
     assert!(o.stderr.contains(why), "{}: {}", o.label, o.stderr);
     let c = check_of(o, "t.node");
-    assert_eq!(c["status"], "pass", "{}: {c:#}", o.label);
-    assert!(c.get("shared").is_none(), "{}: {c:#}", o.label);
+    assert_eq!(c.status.name(), "pass", "{}: {c:#?}", o.label);
+    assert!(!c.shared, "{}: {c:#?}", o.label);
 }
 
 /// The line of check `id` in a rank's JSON report.
-fn check_of(o: &cluster::Outcome, id: &str) -> serde_json::Value {
-    common::result(&o.json(), id).clone()
+fn check_of(o: &cluster::Outcome, id: &str) -> common::CheckResult {
+    common::result(&o.report(), id).clone()
 }
 
 /// Rank `r` of a job of `world` ranks, `per_node` on each node, with
@@ -103,13 +103,18 @@ fn two_nodes_of_three_check_in_through_their_leaders() {
     for o in &out {
         assert_eq!(o.code, 0, "{}: {}\n{}", o.label, o.stdout, o.stderr);
     }
-    let report = out[0].json();
-    let barrier = &report["cluster"]["barrier"];
-    assert_eq!(barrier["complete"], true, "{report:#}");
+    let report = out[0].report();
+    let barrier = &report.cluster().barrier;
+    assert!(barrier.complete, "{report:#}");
     // Six ranks, two connections: each node's leader carried its node.
-    assert_eq!(barrier["connections"], 2, "{report:#}");
+    assert_eq!(barrier.connections, 2, "{report:#}");
     for o in &out[1..] {
-        assert_eq!(o.json()["cluster"]["verdict"], "ready", "{}", o.label);
+        assert_eq!(
+            o.report().cluster().verdict,
+            common::Verdict::Ready,
+            "{}",
+            o.label
+        );
     }
 }
 
@@ -153,30 +158,20 @@ fn a_leader_killed_after_check_in_is_named_with_its_ranks() {
             assert_eq!(o.code, 1, "{}: {}\n{}", o.label, o.stdout, o.stderr);
         }
     }
-    let report = out[0].json();
-    let c = &report["cluster"];
-    let lost: Vec<u64> = c["barrier"]["lost"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["rank"].as_u64().unwrap())
-        .collect();
+    let report = out[0].report();
+    let c = report.cluster();
+    let lost: Vec<u32> = c.barrier.lost.iter().map(|l| l.rank).collect();
     assert_eq!(lost, [3, 4], "{report:#}");
-    assert_eq!(c["barrier"]["missing_ranks"], "5", "{report:#}");
-    let host = c["barrier"]["lost"][0]["node"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    assert_eq!(c.barrier.missing_ranks, "5", "{report:#}");
+    let host = c.barrier.lost[0].node.clone();
     assert!(!host.is_empty());
-    let barrier = c["checks"]
-        .as_array()
-        .unwrap()
+    let barrier = c
+        .checks
         .iter()
-        .find(|x| x["id"] == "cluster.barrier")
-        .unwrap()["message"]
-        .as_str()
+        .find(|x| x.id == "cluster.barrier")
         .unwrap()
-        .to_string();
+        .message
+        .clone();
     assert!(
         barrier.contains(&format!(
             "ranks 3-4 on {host} checked in, then went away before the verdict"
@@ -184,8 +179,8 @@ fn a_leader_killed_after_check_in_is_named_with_its_ranks() {
         "{barrier}"
     );
     // Rank 4 heard it from its leader's side, and says so.
-    let r4 = out[4].json();
-    let msg = r4["cluster"]["checks"][0]["message"].as_str().unwrap();
+    let r4 = out[4].report();
+    let msg = &r4.cluster().checks[0].message;
     assert!(
         msg.contains(
             "this node's leader (local rank 0), which checks its ranks in with rank 0, failed"
@@ -195,13 +190,11 @@ fn a_leader_killed_after_check_in_is_named_with_its_ranks() {
     // Its node's check was its leader's to evaluate: not evaluated, and
     // said, never a silent pass.
     let node = check_of(&out[4], "t.node");
-    assert_eq!(node["status"], "error", "{node:#}");
+    assert_eq!(node.status.name(), "error", "{node:#?}");
     assert!(
-        node["message"]
-            .as_str()
-            .unwrap()
+        node.message
             .contains("went away before it shared its findings"),
-        "{node:#}"
+        "{node:#?}"
     );
 }
 
@@ -227,12 +220,12 @@ fn ranks_whose_leader_never_starts_check_in_directly() {
             "this node's leader (local rank 0) did not answer on its local socket",
         );
     }
-    let report = out[0].json();
-    let b = &report["cluster"]["barrier"];
-    assert_eq!(b["missing_ranks"], "3", "{report:#}");
-    assert_eq!(b["missing_count"], 1, "{report:#}");
+    let report = out[0].report();
+    let b = &report.cluster().barrier;
+    assert_eq!(b.missing_ranks, "3", "{report:#}");
+    assert_eq!(b.missing_count, 1, "{report:#}");
     // Ranks 4 and 5 came on their own connections.
-    assert_eq!(b["connections"], 3, "{report:#}");
+    assert_eq!(b.connections, 3, "{report:#}");
 }
 
 /// A node's checks run once per node: its leader evaluates them and hands
@@ -288,18 +281,13 @@ fn a_nodes_checks_run_once_and_every_rank_reports_them() {
         let shared = r != 0;
         for (id, status) in [("t.node_count", "pass"), ("t.node_fault", "fail")] {
             let c = check(id);
-            assert_eq!(c["status"], status, "{}: {c:#}", o.label);
-            assert_eq!(
-                c["shared"].as_bool().unwrap_or(false),
-                shared,
-                "{}: {c:#}",
-                o.label
-            );
+            assert_eq!(c.status.name(), status, "{}: {c:#?}", o.label);
+            assert_eq!(c.shared, shared, "{}: {c:#?}", o.label);
         }
         for id in ["t.rank_count", "t.rank_env"] {
             let c = check(id);
-            assert_eq!(c["status"], "pass", "{}: {c:#}", o.label);
-            assert!(c.get("shared").is_none(), "{}: {c:#}", o.label);
+            assert_eq!(c.status.name(), "pass", "{}: {c:#?}", o.label);
+            assert!(!c.shared, "{}: {c:#?}", o.label);
         }
     }
 }
@@ -363,12 +351,12 @@ fn a_check_whose_condition_differs_by_rank_is_each_ranks_own() {
         assert_eq!(o.code, 0, "{}: {}\n{}", o.label, o.stdout, o.stderr);
         let c = check_of(o, "t.not_master");
         assert_eq!(
-            c["status"],
+            c.status.name(),
             if r == 0 { "skip" } else { "pass" },
-            "{}: {c:#}",
+            "{}: {c:#?}",
             o.label
         );
-        assert!(c.get("shared").is_none(), "{}: {c:#}", o.label);
+        assert!(!c.shared, "{}: {c:#?}", o.label);
     }
 }
 
@@ -492,9 +480,8 @@ fn a_leader_that_dies_before_relaying_leaves_its_ranks_to_check_in_themselves() 
     }
     procs[3].kill();
     let out = finish_all(procs, Duration::from_secs(30));
-    let report = out[0].json();
-    let b = &report["cluster"]["barrier"];
-    assert_eq!(b["missing_ranks"], "3", "{report:#}");
+    let report = out[0].report();
+    assert_eq!(report.cluster().barrier.missing_ranks, "3", "{report:#}");
     for o in &out[4..] {
         assert_eq!(o.code, 1, "{}: {}\n{}", o.label, o.stdout, o.stderr);
         assert!(
@@ -504,6 +491,6 @@ fn a_leader_that_dies_before_relaying_leaves_its_ranks_to_check_in_themselves() 
             o.stderr
         );
         let c = check_of(o, "t.node");
-        assert_eq!(c["status"], "error", "{}: {c:#}", o.label);
+        assert_eq!(c.status.name(), "error", "{}: {c:#?}", o.label);
     }
 }

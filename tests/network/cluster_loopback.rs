@@ -9,6 +9,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use cluster::{Outcome, local, local_under, run_args};
+use common::{Status, Verdict};
 
 mod strangers;
 
@@ -45,19 +46,14 @@ fn four_healthy_ranks_are_ready_everywhere() {
         .collect();
     let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
     all_exit(&out, 0);
-    let report = out[0].json();
-    assert_eq!(report["verdict"], "ready");
-    assert_eq!(report["cluster"]["world_size"], 4);
-    assert_eq!(report["cluster"]["barrier"]["complete"], true);
-    assert!(
-        report["cluster"]["token"]
-            .as_str()
-            .unwrap()
-            .starts_with("PREFLIGHT_TOKEN")
-    );
+    let report = out[0].report();
+    assert_eq!(report.verdict, Verdict::Ready);
+    assert_eq!(report.cluster().world_size, 4);
+    assert!(report.cluster().barrier.complete);
+    assert!(report.cluster().token.starts_with("PREFLIGHT_TOKEN"));
     // Every rank got the same verdict from rank 0.
     for o in &out[1..] {
-        assert_eq!(o.json()["cluster"]["verdict"], "ready");
+        assert_eq!(o.report().cluster().verdict, Verdict::Ready);
     }
 }
 
@@ -82,10 +78,11 @@ fn a_missing_rank_is_named_with_its_host_by_the_deadline() {
     assert!(msg.contains("rank 3 (expected on gpu004)"), "{msg}");
     assert!(out[1].message("cluster.barrier").contains("rank 3"));
     // The barrier ended at its deadline, not before: rank 3 was waited for.
-    let barrier = &out[0].json()["cluster"]["barrier"];
-    assert_eq!(barrier["complete"], false, "{barrier:#}");
-    assert_eq!(barrier["missing_count"], 1, "{barrier:#}");
-    assert!(barrier["waited_ms"].as_u64() >= Some(5000), "{barrier:#}");
+    let report = out[0].report();
+    let barrier = &report.cluster().barrier;
+    assert!(!barrier.complete, "{barrier:#?}");
+    assert_eq!(barrier.missing_count, 1, "{barrier:#?}");
+    assert!(barrier.waited_ms >= 5000, "{barrier:#?}");
 }
 
 #[test]
@@ -117,12 +114,9 @@ fn node_mode_on_one_machine_starts_its_ranks() {
     )
     .finish(MARGIN);
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
-    let report = out.json();
-    assert_eq!(report["cluster"]["world_size"], 3);
-    assert_eq!(
-        report["cluster"]["nodes"][0]["ranks"],
-        serde_json::json!([0, 1, 2])
-    );
+    let report = out.report();
+    assert_eq!(report.cluster().world_size, 3);
+    assert_eq!(report.cluster().nodes[0].ranks, [0, 1, 2]);
 }
 
 #[test]
@@ -165,12 +159,7 @@ fn a_world_size_disagreement_is_named() {
     );
     // Neither sizes a collective stage by a world it does not share.
     for o in &out {
-        assert!(
-            o.json().get("collective").is_none(),
-            "{}: {}",
-            o.label,
-            o.stdout
-        );
+        assert!(o.report().collective.is_none(), "{}: {}", o.label, o.stdout);
     }
 }
 
@@ -190,10 +179,10 @@ fn check_never_does_a_rendezvous() {
         Err(std::io::ErrorKind::WouldBlock),
         "check connected to the master port"
     );
-    let report = out.json();
-    assert!(report.get("cluster").is_none());
+    let report = out.report();
+    assert!(report.cluster.is_none());
     // Nor does it list the checks across nodes: they are `run`'s.
-    assert_eq!(report["checks"], serde_json::json!([]), "{report:#}");
+    assert!(report.checks.is_empty(), "{report:#}");
 }
 
 #[test]
@@ -243,8 +232,8 @@ fn a_failing_local_check_makes_every_rank_not_ready_even_without_node_checks() {
         .collect();
     let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
     all_exit(&out, 1);
-    assert_eq!(out[0].json()["verdict"], "not_ready");
-    assert_eq!(out[1].json()["cluster"]["verdict"], "not_ready");
+    assert_eq!(out[0].report().verdict, Verdict::NotReady);
+    assert_eq!(out[1].report().cluster().verdict, Verdict::NotReady);
 }
 
 #[test]
@@ -327,8 +316,8 @@ fn ranks_on_roots(
 fn a_node_with_another_device_count_is_named() {
     let out = ranks_on_roots(&["h100-ib-healthy", "amd-mi300x", "roce-node"], &[], &[]);
     all_exit(&out, 1);
-    let report = out[0].json();
-    let nodes = report["cluster"]["nodes"].as_array().unwrap();
+    let report = out[0].report();
+    let nodes = &report.cluster().nodes;
     assert_eq!(nodes.len(), 3, "{nodes:#?}");
     let msg = out[0].message("cluster.devices");
     assert!(
@@ -368,15 +357,15 @@ fn a_node_whose_own_checks_fail_is_listed_by_name() {
         !msg.contains("cpu-vm-03") && !msg.contains("xpu-pvc-004"),
         "{msg}"
     );
-    let report = out[2].json();
-    assert_eq!(report["verdict"], "not_ready");
+    let report = out[2].report();
+    assert_eq!(report.verdict, Verdict::NotReady);
     // The rank whose own checks passed is not ready because of the other.
     // Its verdict holds its own node only, and counts the others.
-    let nodes = report["cluster"]["nodes"].as_array().unwrap();
+    let nodes = &report.cluster().nodes;
     assert_eq!(nodes.len(), 1, "{report:#}");
-    assert_eq!(nodes[0]["name"], "xpu-pvc-004", "{report:#}");
-    assert_eq!(nodes[0]["local_verdict"], "ready", "{report:#}");
-    assert_eq!(report["cluster"]["node_count"], 3, "{report:#}");
+    assert_eq!(nodes[0].name, "xpu-pvc-004", "{report:#}");
+    assert_eq!(nodes[0].local_verdict, "ready", "{report:#}");
+    assert_eq!(report.cluster().node_count, 3, "{report:#}");
 }
 
 #[test]
@@ -409,13 +398,13 @@ fn probe_listeners_take_the_next_free_port_of_the_range() {
     for o in &out {
         assert_eq!(o.status("cluster.reachability"), "pass", "{}", o.stdout);
     }
-    let report = out[0].json();
-    let mut ports: Vec<u16> = report["cluster"]["nodes"]
-        .as_array()
-        .unwrap()
+    let report = out[0].report();
+    let mut ports: Vec<u16> = report
+        .cluster()
+        .nodes
         .iter()
         .map(|n| {
-            let a = n["probe_addr"].as_str().expect("probe_addr");
+            let a = n.probe_addr.as_deref().expect("probe_addr");
             a.rsplit(':').next().unwrap().parse().unwrap()
         })
         .collect();
@@ -450,11 +439,11 @@ fn rank_0_raises_its_open_files_limit_and_names_one_too_low() {
             .into_iter()
             .map(|p| p.finish(Duration::from_secs(60)))
             .collect();
-        let report = out[0].json();
-        let warnings = report["cluster"]["warnings"].to_string();
+        let report = out[0].report();
+        let warnings = report.cluster().warnings.join("\n");
         if ready {
             all_exit(&out, 0);
-            assert_eq!(report["cluster"]["barrier"]["complete"], true);
+            assert!(report.cluster().barrier.complete);
             assert!(!warnings.contains("open-files"), "{warnings}");
         } else {
             assert_eq!(out[0].code, 1, "{}", out[0].stderr);
@@ -474,23 +463,15 @@ fn a_rank_outside_the_world_fails_at_once_naming_its_variables() {
     let port = cluster::free_port().to_string();
     let out = local("rank5", &run_args("60s"), &env("5", "4", &port)).finish(MARGIN);
     assert_eq!(out.code, 1, "{}", out.stderr);
-    let report = out.json();
-    let check = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "cluster.rendezvous")
-        .unwrap_or_else(|| panic!("no cluster.rendezvous in {report:#}"));
+    let report = out.report();
     assert_eq!(
-        check["message"],
+        common::message(&report, "cluster.rendezvous"),
         "rank 5 is not below the world size 4 (RANK=5, WORLD_SIZE=4): this process cannot take part in the job"
     );
+    let hint = common::hint(&report, "cluster.rendezvous");
     assert!(
-        check["hint"]
-            .as_str()
-            .unwrap()
-            .starts_with("Give every process a distinct rank from 0 to 3"),
-        "{check:#}"
+        hint.starts_with("Give every process a distinct rank from 0 to 3"),
+        "{hint}"
     );
 }
 
@@ -581,33 +562,23 @@ fn a_bad_job_variable_is_one_cause_and_drains_nothing() {
     ]);
     let o = local("node", &json_args, &env).finish(MARGIN);
     assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
-    let report = o.json();
-    let check = |id: &str| -> serde_json::Value {
-        report["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == id)
-            .cloned()
-            .unwrap_or_else(|| panic!("no {id} in {report:#}"))
-    };
+    let report = o.report();
+    let check = |id: &str| common::result(&report, id);
     // One result per variable at fault, named after it.
     let root = "env.lint:GLOO_SOCKET_IFNAME";
-    assert_eq!(check(root)["status"], "fail");
-    assert!(check(root)["caused_by"].is_null());
+    assert_eq!(check(root).status, Status::Fail);
+    assert!(check(root).caused_by.is_none());
     for consequence in ["cluster.node_checks", "collective.tcp"] {
-        assert_eq!(check(consequence)["status"], "fail", "{consequence}");
-        assert_eq!(check(consequence)["caused_by"], root, "{consequence}");
+        assert_eq!(check(consequence).status, Status::Fail, "{consequence}");
+        assert_eq!(
+            check(consequence).caused_by.as_deref(),
+            Some(root),
+            "{consequence}"
+        );
     }
-    let hint = check("cluster.node_checks")["hint"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let hint = common::hint(&report, "cluster.node_checks").to_string();
     assert!(!hint.contains("drain the"), "{hint}");
-    assert_eq!(
-        report["cluster"]["culprits"].as_array().map(Vec::len),
-        Some(0)
-    );
+    assert!(report.cluster().culprits.is_empty());
 
     let mut human = args;
     human.extend(["--backends".to_string(), "tcp".into()]);
@@ -657,27 +628,24 @@ fn a_port_held_by_another_program_is_named_with_its_holder_in_run() {
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
     // 2.1 s in docs/faults.md; --timeout is 20 s.
     cluster::verdicts_within(std::slice::from_ref(&out), Duration::from_secs(10));
-    let report = out.json();
-    let checks = report["checks"].as_array().unwrap();
-    let find = |id: &str| {
-        checks
-            .iter()
-            .find(|c| c["id"] == id)
-            .unwrap_or_else(|| panic!("no {id}: {report:#}"))
-    };
-    let free = find("net.master_port_free");
-    assert_eq!(free["status"], "fail", "{free:#}");
-    let rendezvous = find("cluster.rendezvous");
-    let message = rendezvous["message"].as_str().unwrap();
+    let report = out.report();
+    assert_eq!(
+        common::status(&report, "net.master_port_free"),
+        "fail",
+        "{report:#}"
+    );
+    let rendezvous = common::result(&report, "cluster.rendezvous");
+    let message = &rendezvous.message;
     assert!(message.contains(&format!("held by pid {pid}")), "{message}");
-    let hint = rendezvous["hint"].as_str().unwrap();
+    let hint = common::hint(&report, "cluster.rendezvous");
     assert!(hint.contains(&format!("`kill {pid}`")), "{hint}");
     assert!(!hint.contains("firewall"), "{hint}");
     assert_eq!(
-        rendezvous["caused_by"], "net.master_port_free",
-        "{rendezvous:#}"
+        rendezvous.caused_by.as_deref(),
+        Some("net.master_port_free"),
+        "{rendezvous:#?}"
     );
-    assert!(report["duration_ms"].as_u64().unwrap() > 0, "{report:#}");
+    assert!(report.duration_ms > 0, "{report:#}");
 }
 
 /// `run --format prometheus`: rank 0's metrics hold the cluster's size,

@@ -16,6 +16,7 @@ mod pods;
 use std::time::Duration;
 
 use cluster::{HostFiles, Outcome, Proc, host_files, launcher_env, on_host, pairs, run_args};
+use common::Verdict;
 use common::netns::Cluster;
 
 mod firewalls;
@@ -90,14 +91,14 @@ fn three_healthy_hosts_are_ready_and_reach_each_other() {
     let Some(job) = job(3, None) else { return };
     let out = job.all("15s", &[]);
     all_exit(&out, 0);
-    let report = out[0].json();
-    let c = &report["cluster"];
-    assert_eq!(c["nodes"].as_array().unwrap().len(), 3);
-    let probes = c["reachability"]["probes"].as_array().unwrap();
+    let report = out[0].report();
+    let c = report.cluster();
+    assert_eq!(c.nodes.len(), 3);
+    let probes = &c.reachability.probes;
     assert_eq!(probes.len(), 6, "all ordered pairs: {probes:#?}");
-    assert!(probes.iter().all(|p| p["status"] == "ok"), "{probes:#?}");
-    assert_eq!(c["nodes"][1]["name"], "h1");
-    assert_eq!(c["nodes"][1]["interface"], "eth0");
+    assert!(probes.iter().all(|p| p.status == "ok"), "{probes:#?}");
+    assert_eq!(c.nodes[1].name, "h1");
+    assert_eq!(c.nodes[1].interface.as_deref(), Some("eth0"));
 }
 
 #[test]
@@ -135,17 +136,18 @@ fn node_mode_across_hosts() {
         .collect();
     let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
     all_exit(&out, 0);
-    let c = &out[0].json()["cluster"];
-    assert_eq!(c["world_size"], 4);
-    assert_eq!(c["culprits"], serde_json::json!([]));
+    let report = out[0].report();
+    let c = report.cluster();
+    assert_eq!(c.world_size, 4);
+    assert!(c.culprits.is_empty(), "{report}");
     assert_eq!(
-        out[1].json()["node"]["rank"],
-        2,
+        out[1].report().node.rank,
+        Some(2),
         "node 1's agent prints rank 2's report"
     );
-    assert_eq!(c["nodes"][1]["ranks"], serde_json::json!([2, 3]));
+    assert_eq!(c.nodes[1].ranks, [2, 3]);
     // Node 1's agent prints its first rank's report: the same verdict.
-    assert_eq!(out[1].json()["cluster"]["verdict"], "ready");
+    assert_eq!(out[1].report().cluster().verdict, Verdict::Ready);
 }
 
 /// The master's port blocked on host 0's eth0 (its own ranks still reach
@@ -360,7 +362,7 @@ fn another_jobs_preflight_on_the_same_port() {
     all_exit(&out, 0);
     // The job: ready at once beside the intruder; --timeout is 20 s.
     cluster::verdicts_within(&out, Duration::from_secs(10));
-    let warnings = out[0].json()["cluster"]["warnings"].to_string();
+    let warnings = out[0].report().cluster().warnings.join("\n");
     assert!(
         warnings.contains("another job") && warnings.contains(&job.cluster.addr(1)),
         "{warnings}"
@@ -424,16 +426,13 @@ fn a_hostname_resolving_to_127_0_1_1_is_named() {
         .into_iter()
         .map(|p| p.finish(MARGIN))
         .collect();
-    let caused_by = |o: &Outcome, id: &str| {
-        o.json()["checks"]
-            .as_array()
-            .and_then(|a| a.iter().find(|c| c["id"] == id).cloned())
-            .unwrap_or_else(|| panic!("no {id}"))["caused_by"]
-            .clone()
-    };
+    let caused_by = |o: &Outcome, id: &str| common::result(&o.report(), id).caused_by.clone();
     assert_eq!(out[1].status("net.hostname"), "fail");
-    assert_eq!(caused_by(&out[1], "cluster.addresses"), "net.hostname");
-    assert!(caused_by(&out[0], "cluster.addresses").is_null());
+    assert_eq!(
+        caused_by(&out[1], "cluster.addresses").as_deref(),
+        Some("net.hostname")
+    );
+    assert!(caused_by(&out[0], "cluster.addresses").is_none());
 }
 
 #[test]
@@ -585,11 +584,12 @@ fn no_job_token_across_hosts_is_a_warning_in_the_report() {
     // A warning, not a failure: the job is ready.
     all_exit(&out, 0);
     for o in &out {
-        let c = &o.json()["cluster"];
-        assert!(c["token"].as_str().unwrap().starts_with("none"), "{c:#}");
+        let report = o.report();
+        let c = report.cluster();
+        assert!(c.token.starts_with("none"), "{report}");
         assert!(
-            c["warnings"].to_string().contains("no job token"),
-            "{}: {c:#}",
+            c.warnings.iter().any(|w| w.contains("no job token")),
+            "{}: {report}",
             o.label
         );
     }
@@ -597,7 +597,7 @@ fn no_job_token_across_hosts_is_a_warning_in_the_report() {
     let derived: &[(&str, &str)] = &[("PREFLIGHT_TOKEN", ""), ("TORCHELASTIC_RUN_ID", "job-4242")];
     let out = job.all("15s", &[(0, derived), (1, derived), (2, derived)]);
     all_exit(&out, 0);
-    let warnings = out[0].json()["cluster"]["warnings"].to_string();
+    let warnings = out[0].report().cluster().warnings.join("\n");
     assert!(
         warnings.contains("the job token is derived from TORCHELASTIC_RUN_ID, which any user of the cluster can read"),
         "{warnings}"

@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::netns::Cluster;
-use common::{BIN, checklist, message, result, status};
+use common::{BIN, checklist, message, status};
 
 const CHECKS: &str = "checks:
   - {id: auto, kind: firewall, hint: \"{tool}: {rule} ({ports})\"}
@@ -93,7 +93,7 @@ fn rules_are_read_back_and_quoted() {
     assert!(m.contains("`tcp dport { 8080, 29600 } reject` (table inet pf, chain input) blocks incoming TCP to port 29600"), "{m}");
     assert!(!m.contains("dport 22"), "{m}");
     assert_eq!(
-        result(&r, "auto")["hint"],
+        common::hint(&r, "auto"),
         "nft: tcp dport 29503 drop (port 29503)"
     );
     assert_eq!(status(&r, "ssh_only"), "fail");
@@ -195,7 +195,7 @@ fn missing_tools_skip_with_the_reason() {
         .env("PATH", &bin_path)
         .output()
         .unwrap();
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = common::report_of(&out);
     assert_eq!(status(&r, "fw"), "skip");
     assert!(message(&r, "fw").contains("neither nft nor iptables-save is installed"));
 }

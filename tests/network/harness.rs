@@ -98,7 +98,7 @@ fn preflight_runs_on_every_host_at_once() {
         .into_iter()
         .map(|child| {
             let out = child.wait_with_output().unwrap();
-            let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let r = common::report_of(&out);
             common::measured(&r, "next").to_string()
         })
         .collect();

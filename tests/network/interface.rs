@@ -5,7 +5,7 @@
 use crate::common;
 
 use common::netns::Cluster;
-use common::{BIN, checklist, message, result, status};
+use common::{BIN, checklist, message, status};
 
 const CHECKS: &str = "checks:
   - {id: route, kind: interface, check_hostname: false, min_mtu: 1000, hint: \"set NCCL_SOCKET_IFNAME={suggest}\"}
@@ -37,7 +37,7 @@ fn route_interface_and_socket_variables() {
         ("GLOO_SOCKET_IFNAME", "eth0"),
     ]);
     assert_eq!(status(&r, "route"), "pass", "{}", message(&r, "route"));
-    assert_eq!(result(&r, "route")["measured"], "eth0");
+    assert_eq!(common::measured(&r, "route"), "eth0");
     assert!(
         message(&r, "route").contains("via eth0 (up, carrier, mtu 1500"),
         "{}",
@@ -57,7 +57,7 @@ fn route_interface_and_socket_variables() {
         "{}",
         message(&r, "route")
     );
-    assert_eq!(result(&r, "route")["hint"], "set NCCL_SOCKET_IFNAME=eth0");
+    assert_eq!(common::hint(&r, "route"), "set NCCL_SOCKET_IFNAME=eth0");
     assert_eq!(status(&r, "lint:NCCL_SOCKET_IFNAME"), "fail");
     assert!(
         message(&r, "lint:NCCL_SOCKET_IFNAME").contains("no interface matching `ib0`"),

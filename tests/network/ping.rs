@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::netns::Cluster;
-use common::{BIN, checklist, message, result, status};
+use common::{BIN, checklist, message, status};
 
 #[test]
 fn echo_replies_loss_and_socket_kinds() {
@@ -46,7 +46,7 @@ fn echo_replies_loss_and_socket_kinds() {
         "{}",
         message(&r, "dropped")
     );
-    assert_eq!(result(&r, "dropped")["hint"], "loss 100% via raw socket");
+    assert_eq!(common::hint(&r, "dropped"), "loss 100% via raw socket");
     assert_eq!(status(&r, "fast"), "fail", "{}", message(&r, "fast"));
 
     // Unprivileged ICMP datagram socket where the group range allows it.
@@ -100,8 +100,7 @@ fn no_permitted_socket_is_a_skip_naming_the_privilege_never_a_pass() {
             &path,
         ],
     );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let r = common::report_of(&out);
     assert_eq!(out.status.code(), Some(0), "{r:#}");
     assert_eq!(status(&r, "peer"), "skip", "{r:#}");
     assert_eq!(

@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::netns::Cluster;
-use common::{BIN, checklist, message, result, status};
+use common::{BIN, checklist, message, status};
 
 #[test]
 fn a_held_port_names_its_holder() {
@@ -43,7 +43,7 @@ fn a_held_port_names_its_holder() {
     );
     assert!(m.contains(&format!("29505 (held by pid {torch} ")), "{m}");
     assert!(m.contains("(a PyTorch job)"), "{m}");
-    let hint = result(&report, "range")["hint"].as_str().unwrap();
+    let hint = common::hint(&report, "range");
     assert!(hint.starts_with("29501, 29505 held by pid"), "{hint}");
     assert!(hint.ends_with(&format!("(kill {plain})")), "{hint}");
 

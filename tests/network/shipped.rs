@@ -5,11 +5,7 @@
 use crate::common;
 
 use common::netns::Cluster;
-use common::{BIN, message, result, status};
-
-fn hint<'a>(r: &'a serde_json::Value, id: &str) -> &'a str {
-    result(r, id)["hint"].as_str().unwrap_or("")
-}
+use common::{BIN, message, status};
 
 #[test]
 fn shipped_checks_name_what_is_wrong() {
@@ -59,13 +55,13 @@ fn shipped_checks_name_what_is_wrong() {
 
     assert_eq!(status(&r, "net.master_route"), "fail");
     assert!(
-        hint(&r, "net.master_route")
+        common::hint(&r, "net.master_route")
             .contains("Set NCCL_SOCKET_IFNAME=eth0 and GLOO_SOCKET_IFNAME=eth0"),
         "{}",
-        hint(&r, "net.master_route")
+        common::hint(&r, "net.master_route")
     );
     assert_eq!(status(&r, "net.master_port_free"), "fail");
-    let h = hint(&r, "net.master_port_free");
+    let h = common::hint(&r, "net.master_port_free");
     assert!(
         h.starts_with(&format!(
             "Port 29500 is held by pid {leftover} (user root) `python3 -c"
@@ -78,10 +74,10 @@ fn shipped_checks_name_what_is_wrong() {
     );
     assert_eq!(status(&r, "net.firewall"), "fail");
     assert!(
-        hint(&r, "net.firewall")
+        common::hint(&r, "net.firewall")
             .starts_with("nft has a rule that blocks the rendezvous: `iifname \"eth0\" tcp dport 29501 drop` (port 29501)."),
         "{}",
-        hint(&r, "net.firewall")
+        common::hint(&r, "net.firewall")
     );
     // env.lint: one result per variable at fault.
     let ifname = "env.lint:NCCL_SOCKET_IFNAME";
@@ -99,9 +95,10 @@ fn shipped_checks_name_what_is_wrong() {
         message(&r, ifname)
     );
     assert!(
-        hint(&r, "net.master_route").starts_with("The route to MASTER_ADDR goes through eth0"),
+        common::hint(&r, "net.master_route")
+            .starts_with("The route to MASTER_ADDR goes through eth0"),
         "{}",
-        hint(&r, "net.master_route")
+        common::hint(&r, "net.master_route")
     );
     assert!(message(&r, "env.lint:NCCL_SOCKET_IFACE").contains("did you mean NCCL_SOCKET_IFNAME?"));
     assert_eq!(
@@ -169,22 +166,20 @@ fn the_master_route_hint_fits_the_case() {
     };
     let r = run("gpu-node-00.invalid");
     assert_eq!(status(&r, "net.master_route"), "fail", "{r:#}");
-    let h = hint(&r, "net.master_route");
+    let h = common::hint(&r, "net.master_route");
     assert_eq!(
         h,
         "Add `gpu-node-00.invalid` to DNS or /etc/hosts on every node, or set MASTER_ADDR to rank 0's address."
     );
     let r = run("localhost");
     assert_eq!(status(&r, "net.master_route"), "fail", "{r:#}");
-    let h = hint(&r, "net.master_route");
+    let h = common::hint(&r, "net.master_route");
     assert!(h.starts_with("`localhost` resolves to 127.0.0.1 on this node: set MASTER_ADDR to rank 0's cluster address"), "{h}");
     assert!(!h.contains("does not resolve"), "{h}");
     assert_eq!(
-        result(&r, "net.master_route")["measured"],
+        common::measured(&r, "net.master_route"),
         "127.0.0.1 (loopback)"
     );
-    let measured = result(&r, "net.hostname")["measured"]
-        .as_str()
-        .unwrap_or("");
+    let measured = common::measured(&r, "net.hostname");
     assert!(measured != "no route" && !measured.is_empty(), "{r:#}");
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use cluster::{Outcome, Proc, in_mesh, local, run_args, wait_checked_in};
 use common::wait_for;
-use serde_json::Value;
+use common::{Interrupted, Report, Status, Verdict};
 
 /// Far below every run's own deadline (2 minutes and more): a run still
 /// going then waited for its deadline instead of ending at the signal.
@@ -93,17 +93,18 @@ fn children(pid: u32, marker: &str) -> Vec<u32> {
     out
 }
 
-fn interrupted(report: &Value) -> &Value {
-    let i = &report["interrupted"];
-    assert!(i.is_object(), "no `interrupted` in {report:#}");
-    i
+fn interrupted(report: &Report) -> &Interrupted {
+    report
+        .interrupted
+        .as_ref()
+        .unwrap_or_else(|| panic!("no `interrupted` in {report}"))
 }
 
-fn assert_incomplete(out: &Outcome) -> Value {
+fn assert_incomplete(out: &Outcome) -> Report {
     assert_eq!(out.code, 3, "{}: {}\n{}", out.label, out.stdout, out.stderr);
-    let report = out.json();
-    assert_eq!(report["verdict"], "incomplete", "{report:#}");
-    assert_eq!(report["exit_code"], 3);
+    let report = out.report();
+    assert_eq!(report.verdict, Verdict::Incomplete, "{report}");
+    assert_eq!(report.exit_code, 3);
     report
 }
 
@@ -163,13 +164,12 @@ fn each_signal_during_the_checks_ends_check_with_a_partial_report() {
             &format!("time to verdict after SIG{sig} during the checks"),
         );
         assert_eq!(out.code, 3, "SIG{sig}: {}\n{}", out.stdout, out.stderr);
-        let report: Value =
-            serde_json::from_str(&std::fs::read_to_string(&output).unwrap()).unwrap();
-        assert_eq!(report["verdict"], "incomplete", "{report:#}");
+        let report = common::report(&std::fs::read_to_string(&output).unwrap(), &out.stderr);
+        assert_eq!(report.verdict, Verdict::Incomplete, "{report}");
         let i = interrupted(&report);
-        assert_eq!(i["signal"], format!("SIG{sig}"));
-        assert_eq!(i["phase"], "checks");
-        assert_eq!(i["remote"], false);
+        assert_eq!(i.signal, format!("SIG{sig}"));
+        assert_eq!(i.phase, "checks");
+        assert!(!i.remote);
         assert_eq!(common::status(&report, "quick.true"), "pass");
         assert_eq!(common::status(&report, "slow.sleep"), "error");
         assert!(
@@ -245,26 +245,22 @@ fn rank_0_interrupted_in_the_rendezvous_tells_the_ranks_waiting() {
     );
     let r0 = assert_incomplete(&out0);
     let i0 = interrupted(&r0);
-    assert_eq!(
-        (i0["phase"].as_str(), i0["remote"].as_bool()),
-        (Some("rendezvous"), Some(false))
-    );
+    assert_eq!((i0.phase.as_str(), i0.remote), ("rendezvous", false));
     let barrier = common::result(&r0, "cluster.barrier");
-    assert_eq!(barrier["status"], "error", "{barrier:#}");
+    assert_eq!(barrier.status, Status::Error, "{barrier:#?}");
     assert!(
-        barrier["message"]
-            .as_str()
-            .unwrap()
+        barrier
+            .message
             .contains("never checked in before rank 0 was interrupted by SIGTERM"),
-        "{barrier:#}"
+        "{barrier:#?}"
     );
-    assert_eq!(r0["cluster"]["culprits"], serde_json::json!([]));
+    assert!(r0.cluster.as_ref().unwrap().culprits.is_empty(), "{r0}");
     let r1 = assert_incomplete(&out1);
     let i1 = interrupted(&r1);
-    assert_eq!(i1["signal"], "SIGTERM");
-    assert_eq!(i1["phase"], "rendezvous");
-    assert_eq!(i1["rank"], 0);
-    assert_eq!(i1["remote"], true);
+    assert_eq!(i1.signal, "SIGTERM");
+    assert_eq!(i1.phase, "rendezvous");
+    assert_eq!(i1.rank, Some(0));
+    assert!(i1.remote);
 }
 
 /// A rank interrupted while it waits for the verdict leaves at once; rank
@@ -282,7 +278,7 @@ fn a_rank_interrupted_in_the_rendezvous_leaves_at_once_and_rank_0_names_it() {
         "time to exit after SIGINT to rank 1 in the rendezvous",
     );
     let r1 = assert_incomplete(&out1);
-    assert_eq!(interrupted(&r1)["phase"], "rendezvous");
+    assert_eq!(interrupted(&r1).phase, "rendezvous");
     let out0 = rank0.finish(MARGIN);
     assert_eq!(out0.code, 1, "{}\n{}", out0.stdout, out0.stderr);
     let barrier = out0.message("cluster.barrier");
@@ -334,14 +330,18 @@ fn rank_0_interrupted_in_the_collective_stage_tells_its_peers() {
         "time to verdict after SIGTERM to rank 0 in the collective stage",
     );
     let r0 = assert_incomplete(&out0);
-    assert_eq!(interrupted(&r0)["phase"], "collective stage (tcp)");
+    assert_eq!(interrupted(&r0).phase, "collective stage (tcp)");
     let r1 = assert_incomplete(&out1);
     let i1 = interrupted(&r1);
-    assert_eq!(i1["remote"], true, "{r1:#}");
-    assert_eq!(i1["rank"], 0);
-    assert_eq!(i1["phase"], "collective stage (tcp)");
-    let tcp = &r1["collective"]["backends"][0];
-    assert_eq!(tcp["verdict"], "incomplete", "{tcp:#}");
+    assert!(i1.remote, "{r1}");
+    assert_eq!(i1.rank, Some(0));
+    assert_eq!(i1.phase, "collective stage (tcp)");
+    let tcp = &r1
+        .collective
+        .as_ref()
+        .expect("a collective section")
+        .backends[0];
+    assert_eq!(tcp.verdict, "incomplete", "{r1}");
 }
 
 /// A second signal while the first one's report is still being written
@@ -476,8 +476,8 @@ fn node_mode_passes_a_signal_on_to_its_ranks() {
     promptly(sent, "time to verdict after SIGTERM to a node agent");
     let report = assert_incomplete(&out);
     let i = interrupted(&report);
-    assert_eq!(i["signal"], "SIGTERM");
-    assert_eq!(i["phase"], "rendezvous");
+    assert_eq!(i.signal, "SIGTERM");
+    assert_eq!(i.phase, "rendezvous");
     for r in ranks {
         assert_gone(r, "a rank the agent started");
     }
@@ -539,9 +539,9 @@ fn a_library_worker_ends_with_its_interrupted_rank_and_the_peer_is_told() {
         "time to verdict after SIGTERM to rank 0 inside oneCCL",
     );
     let r0 = assert_incomplete(&out0);
-    assert_eq!(interrupted(&r0)["phase"], "collective stage (oneccl)");
+    assert_eq!(interrupted(&r0).phase, "collective stage (oneccl)");
     let r1 = assert_incomplete(&out1);
-    assert_eq!(interrupted(&r1)["remote"], true, "{r1:#}");
+    assert!(interrupted(&r1).remote, "{r1}");
 }
 
 /// SIGPIPE stays harmless: a reader that goes away (`| head -1`) costs

@@ -267,13 +267,14 @@ fn init_method_flag_catches_the_hard_coded_port() {
         .env("RANK", "1")
         .env("WORLD_SIZE", "2"));
     assert_eq!(out.code, 1, "{}", out.stdout);
-    let launch = common::result(&json(&out), "launch.env").clone();
-    assert_eq!(launch["status"], "fail");
+    let report = binary::report(&out);
+    let launch = common::result(&report, "launch.env");
+    assert_eq!(launch.status, common::Status::Fail);
     assert!(
-        launch["message"].as_str().unwrap().contains(
+        launch.message.contains(
             "--init-method `tcp://127.0.0.1:29500` uses port 29500 but MASTER_PORT=29400"
         ),
-        "{launch}"
+        "{launch:#?}"
     );
 }
 
@@ -715,9 +716,8 @@ fn output_to_a_device_writes_through_it() {
 /// verified, with no "busbw 0.000 GB/s" beside it.
 #[test]
 fn a_one_rank_run_gives_no_bus_bandwidth() {
-    let report = json(&run(preflight().args(["run", "--format", "json"])));
-    let tcp = common::result(&report, "collective.tcp");
-    let message = tcp["message"].as_str().unwrap();
+    let report = binary::report(&run(preflight().args(["run", "--format", "json"])));
+    let message = common::message(&report, "collective.tcp");
     assert!(
         message.starts_with("tcp: 5 operations verified on 1 rank"),
         "{message}"

@@ -3,10 +3,9 @@
 
 /// Kept passes (`cache:`).
 mod kept;
-use crate::common::binary;
 
-use crate::common::result;
-use binary::{assert_snapshot, json, preflight, run};
+use crate::common::{self, Status, Verdict, binary, measured, result, status};
+use binary::{assert_snapshot, json, preflight, report, run};
 
 const MIXED: &str = "fixtures/checklists/valid/mixed.yaml";
 const EXIT: &str = "fixtures/checklists/valid/exit-codes.yaml";
@@ -129,7 +128,7 @@ fn secrets_stay_out_of_reports() {
     let out = mixed("json");
     assert!(!out.stdout.contains("\"abc\""));
     assert_eq!(
-        result(&json(&out), "env.job_token")["measured"],
+        measured(&report(&out), "env.job_token"),
         "<redacted, 3 characters>"
     );
     // A distinctive secret, in a passing check and in a failing one whose
@@ -189,14 +188,14 @@ fn exit_case(selector: &str, strict: bool) -> binary::Run {
 fn exit_0_when_ready() {
     let out = exit_case("pass", false);
     assert_eq!(out.code, 0, "{}", out.stdout);
-    assert_eq!(json(&out)["verdict"], "ready");
+    assert_eq!(report(&out).verdict, Verdict::Ready);
 }
 
 #[test]
 fn exit_1_when_a_check_fails() {
     let out = exit_case("fail", false);
     assert_eq!(out.code, 1);
-    assert_eq!(json(&out)["verdict"], "not_ready");
+    assert_eq!(report(&out).verdict, Verdict::NotReady);
 }
 
 #[test]
@@ -204,16 +203,16 @@ fn warnings_pass_unless_strict() {
     assert_eq!(exit_case("warn", false).code, 0);
     let strict = exit_case("warn", true);
     assert_eq!(strict.code, 1);
-    assert_eq!(json(&strict)["strict"], true);
+    assert!(report(&strict).strict);
 }
 
 #[test]
 fn exit_3_when_a_required_check_cannot_be_evaluated() {
     let out = exit_case("error", false);
     assert_eq!(out.code, 3);
-    let report = json(&out);
-    assert_eq!(report["verdict"], "incomplete");
-    assert_eq!(result(&report, "unreadable")["status"], "error");
+    let r = report(&out);
+    assert_eq!(r.verdict, Verdict::Incomplete);
+    assert_eq!(status(&r, "unreadable"), "error");
 }
 
 #[test]
@@ -293,13 +292,8 @@ fn checks_run_concurrently_and_report_in_checklist_order() {
         ])
         .arg(&list));
     assert_eq!(out.code, 0, "{}", out.stdout);
-    let report = json(&out);
-    let ids: Vec<&str> = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["id"].as_str().unwrap())
-        .collect();
+    let r = report(&out);
+    let ids: Vec<&str> = r.checks.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(ids, ["waits_for_b", "waits_for_a"]);
 }
 
@@ -319,16 +313,16 @@ fn a_check_that_overruns_its_timeout_fails() {
         ])
         .arg(&list));
     assert_eq!(out.code, 1);
-    let report = json(&out);
-    let overrun = result(&report, "overruns");
-    assert_eq!(overrun["status"], "fail");
-    assert_eq!(overrun["message"], "timed out after 300ms");
+    let r = report(&out);
+    let overrun = result(&r, "overruns");
+    assert_eq!(overrun.status, Status::Fail);
+    assert_eq!(overrun.message, "timed out after 300ms");
     // A warn-severity check that overruns its own timeout warns.
-    let soft = result(&report, "overruns_softly");
-    assert_eq!(soft["status"], "warn");
-    assert_eq!(soft["message"], "timed out after 300ms");
+    let soft = result(&r, "overruns_softly");
+    assert_eq!(soft.status, Status::Warn);
+    assert_eq!(soft.message, "timed out after 300ms");
     // The others still finish and report.
-    assert_eq!(result(&report, "quick")["status"], "pass");
+    assert_eq!(status(&r, "quick"), "pass");
 }
 
 #[test]
@@ -353,14 +347,13 @@ fn the_run_deadline_ends_checks_still_running() {
         .arg(&list));
     // Not evaluated, not failed: incomplete (exit 3).
     assert_eq!(out.code, 3);
-    let long = result(&json(&out), "long").clone();
-    assert_eq!(long["status"], "error");
+    let r = report(&out);
+    let long = result(&r, "long");
+    assert_eq!(long.status, Status::Error);
     assert!(
-        long["message"]
-            .as_str()
-            .unwrap()
+        long.message
             .contains("the checklist's deadline (500ms) passed"),
-        "{long}"
+        "{long:#?}"
     );
 }
 
@@ -424,16 +417,16 @@ fn an_added_check_replaces_the_shipped_one_with_its_id() {
         ])
         .arg(&list));
     assert_eq!(out.code, 1, "{}", out.stdout);
-    let report = json(&out);
-    assert_eq!(report["checks"].as_array().unwrap().len(), 1);
-    let shm = result(&report, "kernel.somaxconn");
+    let r = report(&out);
+    assert_eq!(r.checks.len(), 1);
+    let shm = result(&r, "kernel.somaxconn");
     assert_eq!(
-        shm["kind"], "file",
+        shm.kind, "file",
         "the site's definition, not the shipped one"
     );
-    assert_eq!(shm["message"], "/site/shm does not exist");
-    assert_eq!(shm["hint"], "site-specific");
-    assert!(shm["source"].as_str().unwrap().ends_with("site.yaml:2:5"));
+    assert_eq!(shm.message, "/site/shm does not exist");
+    assert_eq!(shm.hint.as_deref(), Some("site-specific"));
+    assert!(shm.source.ends_with("site.yaml:2:5"));
 }
 
 #[test]
@@ -478,9 +471,8 @@ fn output_file_gets_the_report_and_stdout_the_verdict() {
         .env("PREFLIGHT_FIXTURE_SET", "1"));
     assert_eq!(out.code, 0);
     assert!(out.stdout.starts_with("READY  1 pass"), "{}", out.stdout);
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    assert_eq!(report["verdict"], "ready");
+    let r = common::report(&std::fs::read_to_string(&file).unwrap(), &out.stderr);
+    assert_eq!(r.verdict, Verdict::Ready);
     // Nothing left behind but the report.
     let names: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()

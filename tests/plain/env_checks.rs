@@ -5,7 +5,7 @@ use crate::common;
 
 use std::path::Path;
 
-use common::{check, checklist, message, result, status};
+use common::{check, checklist, measured, message, status};
 
 fn write(root: &Path, path: &str, text: &str) {
     let p = root.join(path);
@@ -99,27 +99,18 @@ fn env_lint_reports_typos_values_and_risks() {
         assert_eq!(status(&r, &id), status_, "{id}");
         let m = message(&r, &id);
         assert!(m.starts_with(part), "`{part}` in {m}");
-        assert!(
-            result(&r, &id)["measured"]
-                .as_str()
-                .unwrap()
-                .starts_with(&format!("{variable}="))
-        );
-        assert!(
-            result(&r, &id)["hint"].as_str().unwrap().starts_with(hint),
-            "{id}: {r:#}"
-        );
+        assert!(measured(&r, &id).starts_with(&format!("{variable}=")));
+        assert!(common::hint(&r, &id).starts_with(hint), "{id}: {r:#}");
     }
     assert!(
-        !r["checks"].to_string().contains("\"id\":\"lint\""),
+        !r.checks.iter().any(|c| c.id == "lint"),
         "no summary line beside the parts: {r:#}"
     );
     // Only NCCL_ variables, debug allowed: the typo and IB still count.
-    let nccl: Vec<&str> = r["checks"]
-        .as_array()
-        .unwrap()
+    let nccl: Vec<&str> = r
+        .checks
         .iter()
-        .filter_map(|c| c["id"].as_str())
+        .map(|c| c.id.as_str())
         .filter(|id| id.starts_with("lint_nccl:"))
         .collect();
     assert_eq!(
@@ -130,7 +121,7 @@ fn env_lint_reports_typos_values_and_risks() {
     // One setting alone: the IB warning and nothing else.
     assert_eq!(status(&r, "ib"), "warn");
     assert!(message(&r, "ib").starts_with("NCCL_IB_DISABLE=1 while RDMA ports are active"));
-    assert_eq!(result(&r, "ib")["hint"], "was 1");
+    assert_eq!(common::hint(&r, "ib"), "was 1");
 
     let (code, r) = check(
         &path,
@@ -214,7 +205,7 @@ fn shipped_ib_check_warns_only_when_the_variable_disables_active_ports() {
             c.env(k, v);
         }
         let out = c.output().unwrap();
-        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r = common::report_of(&out);
         (out.status.code(), r)
     };
     let (code, r) = run(&[]);
@@ -227,16 +218,13 @@ fn shipped_ib_check_warns_only_when_the_variable_disables_active_ports() {
     assert_eq!(code, Some(0), "a warning keeps the node ready");
     assert_eq!(status(&r, "env.nccl_ib_disable"), "warn");
     assert!(
-        result(&r, "env.nccl_ib_disable")["hint"]
-            .as_str()
-            .unwrap()
-            .starts_with("Remove NCCL_IB_DISABLE (it is `1`)")
+        common::hint(&r, "env.nccl_ib_disable").starts_with("Remove NCCL_IB_DISABLE (it is `1`)")
     );
 }
 
 /// The shipped checks `--only` these ids, over a fixture root, with
 /// exactly `env`.
-fn shipped(root: &Path, only: &[&str], env: &[(&str, &str)]) -> (Option<i32>, serde_json::Value) {
+fn shipped(root: &Path, only: &[&str], env: &[(&str, &str)]) -> (Option<i32>, common::Report) {
     let mut c = std::process::Command::new(common::BIN);
     c.args(["check", "--format", "json", "--root"])
         .arg(root)
@@ -249,8 +237,7 @@ fn shipped(root: &Path, only: &[&str], env: &[(&str, &str)]) -> (Option<i32>, se
         c.env(k, v);
     }
     let out = c.output().unwrap();
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let r = common::report_of(&out);
     (out.status.code(), r)
 }
 
@@ -272,12 +259,7 @@ fn ze_affinity_mask_syntax_and_devices() {
         message(&r, id),
         "ZE_AFFINITY_MASK=`0,8` names device 8, but this node has 8 Intel GPU devices (0-7) in the FLAT hierarchy, Level Zero's default (one device per tile)"
     );
-    assert!(
-        result(&r, id)["hint"]
-            .as_str()
-            .unwrap()
-            .starts_with("Fix ZE_AFFINITY_MASK (`0,8`)")
-    );
+    assert!(common::hint(&r, id).starts_with("Fix ZE_AFFINITY_MASK (`0,8`)"));
     // COMPOSITE: cards are devices, tiles their sub-devices.
     let composite = ("ZE_FLAT_DEVICE_HIERARCHY", "COMPOSITE");
     let (code, r) = shipped(&xpu, &[id], &[("ZE_AFFINITY_MASK", "3.1"), composite]);
@@ -314,7 +296,7 @@ fn ccl_atl_transport_and_the_silent_switch_to_ofi() {
     let id = "oneccl.atl_transport";
     let xpu = intel_node();
     let bare = tempfile::tempdir().unwrap();
-    let hint = |r: &serde_json::Value| result(r, id)["hint"].as_str().unwrap_or("").to_string();
+    let hint = |r: &common::Report| common::hint(r, id).to_string();
 
     // An Intel GPU, torchrun's variables only: oneCCL leaves mpi for ofi.
     let torchrun = [("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")];
@@ -482,17 +464,14 @@ fn a_command_check_skips_under_root_as_the_help_says() {
 #[test]
 fn vendor_variables_are_judged_against_the_node() {
     // One variable's problem is its own result, `env.lint:NAME`.
-    let lint = |r: &serde_json::Value| -> (String, String) {
-        let checks = r["checks"].as_array().unwrap();
-        let c = checks
+    let lint = |r: &common::Report| -> (String, String) {
+        let c = r
+            .checks
             .iter()
-            .find(|c| c["id"].as_str().unwrap_or("").starts_with("env.lint:"))
-            .or_else(|| checks.iter().find(|c| c["id"] == "env.lint"))
+            .find(|c| c.id.starts_with("env.lint:"))
+            .or_else(|| r.checks.iter().find(|c| c.id == "env.lint"))
             .unwrap_or_else(|| panic!("no env.lint in {r:#}"));
-        (
-            c["status"].as_str().unwrap_or("").to_string(),
-            c["message"].as_str().unwrap_or("").to_string(),
-        )
+        (c.status.name().to_string(), c.message.clone())
     };
     let amd = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/amd-mi300x/root");
     let nvidia = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/h100-ib-healthy/root");

@@ -101,7 +101,7 @@ fn a_gpu_the_driver_wants_reset_is_named_with_the_action() {
         r.message("reset"),
         "GPU 5 (0000:ba:00.0): the driver requires a GPU reset before further use"
     );
-    assert_eq!(r.check("reset")["hint"], "reset the GPU");
+    assert_eq!(r.hint("reset"), "reset the GPU");
     let healthy = run("h100-ib-healthy", checklist);
     assert_eq!(healthy.status("reset"), "pass");
     // R570 and later: the reset fields say "deprecated", the recovery
@@ -118,7 +118,7 @@ fn a_gpu_the_driver_wants_reset_is_named_with_the_action() {
         r570.message("reset"),
         "GPU 4 (0000:9a:00.0): the driver's recovery action is Reboot"
     );
-    assert_eq!(r570.check("reset")["hint"], "reboot");
+    assert_eq!(r570.hint("reset"), "reboot");
 }
 
 /// A kernel log with the same Xid 800,000 times (a real failure mode: an
@@ -154,7 +154,7 @@ fn a_flood_of_one_xid_is_one_finding_with_its_count_and_action() {
          GPU 0 (0000:18:00.0) Xid 95 (uncontained memory error): reset the GPU; 800000 times, 5.0 s to 805.0 s after boot: pid=4242, name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No"
     );
     // The worst action is the hint's.
-    assert_eq!(r.check("xid")["hint"], "reboot");
+    assert_eq!(r.hint("xid"), "reboot");
     // 800,000 lines (90 MB) are read in one pass: a generous bound that a
     // quadratic grouping would break.
     assert!(took.as_secs() < 60, "took {took:?}");
@@ -233,9 +233,9 @@ fn dcgm_checks(names: &[&str], extra: &str) -> String {
 fn part<'a>(r: &'a Run, id: &str) -> (&'a str, &'a str, &'a str) {
     let c = r.check(id);
     (
-        c["status"].as_str().unwrap(),
-        c["message"].as_str().unwrap(),
-        c["hint"].as_str().unwrap_or(""),
+        c.status.name(),
+        c.message.as_str(),
+        c.hint.as_deref().unwrap_or(""),
     )
 }
 
@@ -325,11 +325,11 @@ fn dcgm_documents_of_every_shape_pass_and_fail_as_dcgm_meant() {
             "isolate the GPU: drain the node and have the GPU serviced"
         )
     );
-    let ids: Vec<&str> = r.report["checks"]
-        .as_array()
-        .unwrap()
+    let ids: Vec<&str> = r
+        .report
+        .checks
         .iter()
-        .filter_map(|c| c["id"].as_str())
+        .map(|c| c.id.as_str())
         .filter(|id| id.starts_with("dcgm3-r3-memory-fail"))
         .collect();
     // The skipped infoROM test and the null hole are not failures.

@@ -40,8 +40,8 @@ checks:
 #[test]
 fn healthy_h100_passes_every_kind() {
     let r = run("h100-ib-healthy", ALL_KINDS);
-    for c in r.report["checks"].as_array().unwrap() {
-        assert_eq!(c["status"], "pass", "{c:#}");
+    for c in &r.report.checks {
+        assert_eq!(c.status.name(), "pass", "{c:#?}");
     }
     assert_eq!(r.code, 0);
     assert_eq!(
@@ -93,7 +93,12 @@ fn healthy_h100_passes_every_kind() {
 #[test]
 fn healthy_h100_with_the_shipped_checklist_is_ready() {
     let r = run_with("h100-ib-healthy", "", &[], true);
-    assert_eq!(r.report["verdict"], "ready", "{:#}", r.report);
+    assert_eq!(
+        r.report.verdict,
+        crate::common::Verdict::Ready,
+        "{:#}",
+        r.report
+    );
     assert_eq!(r.code, 0);
     assert_eq!(r.status("accelerators.devices"), "pass");
     assert_eq!(r.status("nvidia.driver"), "pass");
@@ -164,7 +169,7 @@ fn expected_count_from_the_checklist() {
         r.message("d"),
         "8 NVIDIA devices on the PCI bus, expected 16"
     );
-    assert_eq!(r.check("d")["expected"], "16");
+    assert_eq!(r.check("d").expected.as_deref(), Some("16"));
     assert_eq!(r.message("a"), "no AMD accelerator on the PCI bus");
 }
 
@@ -195,7 +200,7 @@ fn memory_balance_follows_the_visible_gpus() {
 #[test]
 fn broken_h100_reports_every_fault_by_device() {
     let r = run("h100-ib-broken", ALL_KINDS);
-    assert_eq!(r.report["verdict"], "not_ready");
+    assert_eq!(r.report.verdict, crate::common::Verdict::NotReady);
     assert_eq!(r.code, 1);
     // 1. GPU on PCI without a driver.
     assert_eq!(
@@ -331,7 +336,7 @@ fn driver_minimum_and_library_mismatch() {
             path.display()
         )
     );
-    assert_eq!(r.check("d")["expected"], ">= 560.28.03");
+    assert_eq!(r.check("d").expected.as_deref(), Some(">= 560.28.03"));
 }
 
 #[test]
@@ -402,7 +407,12 @@ fn roce_node_gid_and_link_layer() {
 #[test]
 fn roce_node_gpus_and_shipped_checks() {
     let r = run_with("roce-node", "", &[], true);
-    assert_eq!(r.report["verdict"], "ready", "{:#}", r.report);
+    assert_eq!(
+        r.report.verdict,
+        crate::common::Verdict::Ready,
+        "{:#}",
+        r.report
+    );
     assert_eq!(r.status("ib.roce_gid"), "pass");
     assert_eq!(r.status("ib.hca_per_gpu"), "pass");
     assert_eq!(
@@ -501,13 +511,11 @@ fn fabric_registration_incomplete_names_the_gpu() {
 #[test]
 fn broken_h100_with_the_shipped_checklist_names_faults_in_hints() {
     let r = run_with("h100-ib-broken", "", &[], true);
-    assert_eq!(r.report["verdict"], "not_ready");
+    assert_eq!(r.report.verdict, crate::common::Verdict::NotReady);
     assert_eq!(r.code, 1);
     assert_eq!(r.status("accelerators.devices"), "fail");
     assert!(
-        r.check("accelerators.devices")["hint"]
-            .as_str()
-            .unwrap()
+        r.hint("accelerators.devices")
             .starts_with("Missing from the driver or /dev: 0000:9a:00.0.")
     );
     assert_eq!(r.status("nvidia.gpudirect_rdma"), "warn");
@@ -517,17 +525,10 @@ fn broken_h100_with_the_shipped_checklist_names_faults_in_hints() {
     );
     assert_eq!(r.status("pcie.links"), "fail");
     assert!(
-        r.check("pcie.links")["hint"]
-            .as_str()
-            .unwrap()
+        r.hint("pcie.links")
             .starts_with("Degraded: 0000:3a:00.0, 0000:ab:00.0.")
     );
-    assert!(
-        r.check("ib.ports")["hint"]
-            .as_str()
-            .unwrap()
-            .starts_with("Down: mlx5_3 port 1.")
-    );
+    assert!(r.hint("ib.ports").starts_with("Down: mlx5_3 port 1."));
     assert_eq!(r.status("ib.error_counters"), "warn");
     assert_eq!(
         r.message("ib.error_counters"),

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use common::{check, checklist, message, result, status};
+use common::{check, checklist, measured, message, status};
 
 /// Serves every connection with `respond(request_line)` until the test
 /// ends; records the request lines.
@@ -89,12 +89,12 @@ fn status_body_timeout_refused_and_proxy() {
     );
     assert_eq!(code, 1);
     assert_eq!(status(&r, "ok"), "pass", "{}", message(&r, "ok"));
-    assert_eq!(result(&r, "ok")["measured"], "200");
+    assert_eq!(measured(&r, "ok"), "200");
     assert_eq!(status(&r, "body"), "fail");
     assert!(message(&r, "body").contains("body does not match /ready/"));
     assert_eq!(status(&r, "missing"), "fail");
     assert_eq!(
-        result(&r, "missing")["hint"],
+        common::hint(&r, "missing"),
         format!("got 404 from {base}/nope")
     );
     assert_eq!(status(&r, "either"), "pass");

@@ -302,7 +302,7 @@ fn gaudi_checks_name_devices_ports_and_modules() {
     );
     // The fixture's job asks for every module: two are gone.
     assert_eq!(
-        r.check("dev_bad")["about"]["variables"][0],
+        r.check("dev_bad").about.variables[0],
         "HABANA_VISIBLE_MODULES"
     );
     assert_eq!(
@@ -350,7 +350,7 @@ fn gaudi_checks_name_devices_ports_and_modules() {
         "HABANA_VISIBLE_MODULES=0,9 names module id `9`, which hl-smi does not list (it lists 0, 1, 2, 3, 4, 5, 6, 7)"
     );
     assert_eq!(
-        bad.check("mods")["about"]["variables"][0],
+        bad.check("mods").about.variables[0],
         "HABANA_VISIBLE_MODULES"
     );
 }
@@ -625,12 +625,15 @@ fn the_gaudi_fixture_node_is_healthy_to_the_shipped_checks() {
         "{}",
         r.message("accelerators.devices")
     );
-    for c in r.report["checks"].as_array().unwrap() {
+    for c in &r.report.checks {
         assert!(
-            !matches!(c["status"].as_str(), Some("fail" | "error")),
+            !matches!(
+                c.status,
+                crate::common::Status::Fail | crate::common::Status::Error
+            ),
             "{}: {}",
-            c["id"],
-            c["message"]
+            c.id,
+            c.message
         );
     }
 }

@@ -277,7 +277,7 @@ fn the_readme_node_mode_line_on_two_hosts_is_ready() {
 
 /// `preflight check` with the whole shipped checklist in a namespace
 /// host, JSON out, as root or as nobody.
-fn check_as(cluster: &Cluster, bin: &Path, as_nobody: bool) -> (i32, serde_json::Value, String) {
+fn check_as(cluster: &Cluster, bin: &Path, as_nobody: bool) -> (i32, common::Report, String) {
     let mut argv: Vec<String> = Vec::new();
     if as_nobody {
         argv = words(&NOBODY);
@@ -290,16 +290,9 @@ fn check_as(cluster: &Cluster, bin: &Path, as_nobody: bool) -> (i32, serde_json:
     ]));
     let args: Vec<&str> = argv.iter().map(String::as_str).collect();
     let out = cluster.exec(0, &args);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let json = serde_json::from_str(&text).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {text}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
     (
         out.status.code().unwrap_or(-1),
-        json,
+        common::report_of(&out),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
@@ -316,7 +309,7 @@ fn an_ordinary_user_gets_ready_on_a_healthy_node_and_root_still_finds_a_drop_rul
     let shared = shared_binary();
     let (code, r, err) = check_as(&cluster, &shared.bin, true);
     assert_eq!(code, 0, "{r:#}\n{err}");
-    assert_eq!(r["verdict"], "ready", "{r:#}");
+    assert_eq!(r.verdict, common::Verdict::Ready, "{r:#}");
     assert_eq!(common::status(&r, "net.firewall"), "skip", "{r:#}");
     let why = common::message(&r, "net.firewall");
     assert!(
@@ -327,11 +320,10 @@ fn an_ordinary_user_gets_ready_on_a_healthy_node_and_root_still_finds_a_drop_rul
         !why.contains('\n'),
         "a foreign tool's stderr on its own line: {why}"
     );
-    let errors: Vec<&serde_json::Value> = r["checks"]
-        .as_array()
-        .unwrap()
+    let errors: Vec<&common::CheckResult> = r
+        .checks
         .iter()
-        .filter(|c| c["status"] == "error")
+        .filter(|c| c.status == common::Status::Error)
         .collect();
     assert!(errors.is_empty(), "{errors:#?}");
 
@@ -383,11 +375,9 @@ fn a_two_rank_run_as_an_ordinary_user_is_ready() {
     ]));
     let args: Vec<&str> = argv.iter().map(String::as_str).collect();
     let out = cluster.exec(0, &args);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let r: serde_json::Value = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&out.stderr)));
-    assert_eq!(r["verdict"], "ready", "{r:#}");
-    assert_eq!(r["cluster"]["world_size"], 2, "{r:#}");
+    let r = common::report_of(&out);
+    assert_eq!(r.verdict, common::Verdict::Ready, "{r:#}");
+    assert_eq!(r.cluster.as_ref().map(|c| c.world_size), Some(2), "{r:#}");
     assert_eq!(common::status(&r, "net.firewall"), "skip", "{r:#}");
     assert_eq!(out.status.code(), Some(0));
 }
@@ -408,9 +398,7 @@ fn a_full_dev_shm_fails_naming_the_largest_leftover_and_its_owner() {
         .args(["-m", "sh", "-c", &script])
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let r: serde_json::Value = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let r = common::report_of(&out);
     assert_eq!(common::status(&r, "memory.shm"), "fail", "{r:#}");
     let m = common::message(&r, "memory.shm");
     assert!(
@@ -432,7 +420,7 @@ fn a_full_dev_shm_fails_naming_the_largest_leftover_and_its_owner() {
         .args(["-m", "sh", "-c", &script])
         .output()
         .unwrap();
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = common::report_of(&out);
     assert_eq!(common::status(&r, "memory.shm"), "pass", "{r:#}");
     assert_eq!(
         common::measured(&r, "memory.shm"),

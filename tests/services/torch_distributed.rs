@@ -123,7 +123,7 @@ fn gloo_told_to_use_a_missing_interface_is_named() {
         message(&r, "torch"),
         "init_process_group failed: Gloo found no address for interface nosuch0"
     );
-    let hint = result(&r, "torch")["hint"].as_str().unwrap_or("");
+    let hint = common::hint(&r, "torch");
     assert!(hint.contains("names `nosuch0`, which is missing"), "{hint}");
 }
 
@@ -161,7 +161,7 @@ fn the_job_port_held_by_another_process_is_named() {
         )),
         "{msg}"
     );
-    let hint = result(&r, "torch")["hint"].as_str().unwrap_or("");
+    let hint = common::hint(&r, "torch");
     assert!(
         hint.contains(&format!("MASTER_PORT {port} is already taken"))
             && hint.contains(&format!("ss -ltnp 'sport = :{port}'")),
@@ -317,7 +317,10 @@ fn a_hung_interpreter_is_killed_with_its_whole_group() {
         message(&r, "deadline"),
         "no answer after 1s: stopped in start"
     );
-    assert_eq!(result(&r, "deadline")["expected"], "done within 1s");
+    assert_eq!(
+        result(&r, "deadline").expected.as_deref(),
+        Some("done within 1s")
+    );
     let text = std::fs::read_to_string(&pids).unwrap();
     let listed: Vec<u32> = text.lines().map(|l| l.trim().parse().unwrap()).collect();
     assert_eq!(listed.len(), 2, "{text}");
@@ -361,11 +364,11 @@ fn the_shipped_check_runs_the_probe() {
         .env("PREFLIGHT_PYTHON", &python)
         .output()
         .unwrap();
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = common::report_of(&out);
     assert_eq!(out.status.code(), Some(0), "{r:#}");
     assert_eq!(status(&r, "framework.torch_distributed"), "pass", "{r:#}");
     assert_eq!(
-        result(&r, "framework.torch_distributed")["severity"],
-        "warn"
+        result(&r, "framework.torch_distributed").severity,
+        common::Severity::Warn
     );
 }

@@ -31,10 +31,10 @@ fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
     let a1 = r1.finish(MARGIN);
     // No fingerprint of a secret anywhere, not to a stranger and not in
     // rank 0's report: it would let anyone test guesses offline.
-    assert_eq!(a0.json()["cluster"]["token"], "PREFLIGHT_TOKEN");
+    assert_eq!(a0.report().cluster().token, "PREFLIGHT_TOKEN");
     assert!(!msg.contains("fingerprint"), "{msg}");
     all_exit(&[a0.clone_outcome(), a1], 0);
-    let warnings = a0.json()["cluster"]["warnings"].to_string();
+    let warnings = a0.report().cluster().warnings.join("\n");
     assert!(warnings.contains("another job"), "{warnings}");
 }
 
@@ -88,7 +88,7 @@ fn garbage_oversized_and_silent_clients_do_not_disturb_the_rendezvous() {
     let r1 = local("rank1", &args, &env("1", "2", &port));
     let out = [r0.finish(MARGIN), r1.finish(MARGIN)];
     all_exit(&out, 0);
-    let warnings = out[0].json()["cluster"]["warnings"].to_string();
+    let warnings = out[0].report().cluster().warnings.join("\n");
     assert!(warnings.contains("bad magic"), "{warnings}");
     assert!(warnings.contains("bytes"), "{warnings}");
 }
@@ -114,7 +114,7 @@ fn another_jobs_rank_0_on_the_port_is_named_on_both_sides() {
     let a1 = local("jobA-rank1", &args, &env("1", "2", &port));
     let out = [a0.finish(MARGIN), a1.finish(MARGIN)];
     all_exit(&out, 0);
-    let warnings = out[0].json()["cluster"]["warnings"].to_string();
+    let warnings = out[0].report().cluster().warnings.join("\n");
     assert!(
         warnings.contains("a preflight of another job (another token) connected from 127.0.0.1")
             && warnings.contains(&format!("this job's master port 127.0.0.1:{port}")),
@@ -203,22 +203,20 @@ print(rejected)
     all_exit(&out, 0);
     // 0.58 s in docs/faults.md; --timeout is 60 s.
     cluster::verdicts_within(&out, Duration::from_secs(10));
-    let report = out[0].json();
-    let barrier = &report["cluster"]["barrier"];
-    assert_eq!(barrier["other_job_total"], FLOOD, "{barrier:#}");
-    let sources = barrier["other_job_clients"].as_array().unwrap();
-    assert_eq!(sources.len(), 32, "{barrier:#}");
-    assert_eq!(sources[0], "127.0.0.10 (50 times)", "{barrier:#}");
-    let warnings = report["cluster"]["warnings"].as_array().unwrap();
+    let report = out[0].report();
+    let barrier = &report.cluster().barrier;
+    assert_eq!(barrier.other_job_total, FLOOD, "{barrier:#?}");
+    let sources = &barrier.other_job_clients;
+    assert_eq!(sources.len(), 32, "{barrier:#?}");
+    assert_eq!(sources[0], "127.0.0.10 (50 times)", "{barrier:#?}");
+    let warnings = &report.cluster().warnings;
     let flood: Vec<_> = warnings
         .iter()
-        .filter(|w| w.as_str().unwrap_or("").contains("another job"))
+        .filter(|w| w.contains("another job"))
         .collect();
     assert_eq!(flood.len(), 1, "{warnings:#?}");
     assert!(
         flood[0]
-            .as_str()
-            .unwrap()
             .starts_with(&format!("{FLOOD} connections of preflights of another job (another token) connected from 127.0.0.10 (50 times), ")),
         "{}",
         flood[0]
@@ -299,12 +297,13 @@ fn a_job_secret_must_be_a_secret() {
         .collect();
     let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
     all_exit(&out, 0);
-    let c = &out[0].json()["cluster"];
+    let report = out[0].report();
+    let c = report.cluster();
     assert!(
-        c["token"] == "PREFLIGHT_TOKEN_FILE",
-        "a secret's source, and no fingerprint of it: {c:#}"
+        c.token == "PREFLIGHT_TOKEN_FILE",
+        "a secret's source, and no fingerprint of it: {report}"
     );
-    assert!(!c["warnings"].to_string().contains("token"), "{c:#}");
+    assert!(!c.warnings.iter().any(|w| w.contains("token")), "{report}");
 
     // A run id anyone can read in `ps`: accepted, with a warning even on
     // one machine's loopback, which every local user reaches (across
@@ -322,7 +321,7 @@ fn a_job_secret_must_be_a_secret() {
         .collect();
     let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
     all_exit(&out, 0);
-    let warnings = out[0].json()["cluster"]["warnings"].to_string();
+    let warnings = out[0].report().cluster().warnings.join("\n");
     assert!(
         warnings.contains("the job token is derived from TORCHELASTIC_RUN_ID")
             && warnings
@@ -330,9 +329,10 @@ fn a_job_secret_must_be_a_secret() {
         "{warnings}"
     );
     assert!(
-        out[0].json()["cluster"]["token"]
-            .as_str()
-            .unwrap()
+        out[0]
+            .report()
+            .cluster()
+            .token
             .starts_with("TORCHELASTIC_RUN_ID ("),
         "{warnings}"
     );
@@ -467,16 +467,15 @@ print(opened)
     let status = flood.wait().unwrap();
     assert!(status.success(), "the flood itself failed");
     all_exit(&out, 0);
-    let barrier = &out[0].json()["cluster"]["barrier"];
+    let report = out[0].report();
+    let barrier = &report.cluster().barrier;
+    assert!(barrier.dropped_total > 100, "{barrier:#?}");
     assert!(
-        barrier["dropped_total"].as_u64().unwrap_or(0) > 100,
-        "{barrier:#}"
-    );
-    assert!(
-        barrier["dropped"]
-            .to_string()
-            .contains("127.0.0.2: closed unproven to make room for a newer connection"),
-        "{barrier:#}"
+        barrier
+            .dropped
+            .iter()
+            .any(|d| d.contains("127.0.0.2: closed unproven to make room for a newer connection")),
+        "{barrier:#?}"
     );
 }
 
@@ -651,7 +650,7 @@ fn ready_while_held(port: &str, holder: &str, limit_files: bool) {
     // 0.53 s in docs/faults.md; --timeout is 10 s: the held slots cost
     // the ranks no deadline.
     cluster::verdicts_within(&out, Duration::from_secs(7));
-    let dropped = out[0].json()["cluster"]["barrier"]["dropped"].to_string();
+    let dropped = out[0].report().cluster().barrier.dropped.join("\n");
     assert!(
         dropped.contains("closed unproven to make room for a newer connection"),
         "{dropped}"
@@ -803,7 +802,7 @@ while True:
     all_exit(&out, 0);
     // 0.65 s in docs/faults.md; --timeout is 15 s.
     cluster::verdicts_within(&out, Duration::from_secs(10));
-    let warnings = out[0].json()["cluster"]["warnings"].to_string();
+    let warnings = out[0].report().cluster().warnings.join("\n");
     assert!(
         warnings.contains(&format!(
             "MASTER_PORT {first} on 127.0.0.1 was taken: rank 0 serves on {}",
@@ -857,16 +856,16 @@ fn node_mode_on_one_node_makes_its_own_secret() {
     args.extend(["--nproc-per-node", "2", "--require-secret"].map(String::from));
     let out = local("agent", &args, &[]).finish(MARGIN);
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
-    let cluster = &out.json()["cluster"];
+    let report = out.report();
+    let cluster = report.cluster();
     assert!(
-        cluster["token"]
-            .as_str()
-            .unwrap()
+        cluster
+            .token
             .starts_with("a secret of the node agent's own"),
-        "{cluster:#}"
+        "{report}"
     );
     assert!(
-        !cluster["warnings"].to_string().contains("token"),
-        "{cluster:#}"
+        !cluster.warnings.iter().any(|w| w.contains("token")),
+        "{report}"
     );
 }

@@ -23,10 +23,11 @@ fn a_host_whose_firewall_drops_probes_is_named_in_the_matrix() {
     assert!(msg.contains("h2 drops incoming connections"), "{msg}");
     // Every rank learns the one node to act on, structurally.
     for o in &out {
-        let culprits = &o.json()["cluster"]["culprits"];
-        assert_eq!(culprits.as_array().map(Vec::len), Some(1), "{culprits:#}");
-        assert_eq!(culprits[0]["node"], "h2", "{culprits:#}");
-        assert_eq!(culprits[0]["ranks"], serde_json::json!([2]), "{culprits:#}");
+        let report = o.report();
+        let culprits = &report.cluster().culprits;
+        assert_eq!(culprits.len(), 1, "{culprits:#?}");
+        assert_eq!(culprits[0].node, "h2", "{culprits:#?}");
+        assert_eq!(culprits[0].ranks, [2], "{culprits:#?}");
     }
 }
 
@@ -50,41 +51,36 @@ fn a_host_whose_firewall_rejects_the_probe_port_is_named_as_refusing() {
         "{msg}"
     );
     assert!(!msg.contains("h0 ") && !msg.contains("h1 "), "{msg}");
-    let c = &out[0].json()["cluster"];
-    let probes = c["reachability"]["probes"].as_array().unwrap();
+    let report = out[0].report();
+    let c = report.cluster();
+    let probes = &c.reachability.probes;
     for p in probes {
-        let want = if p["to"] == 2 { "refused" } else { "ok" };
-        assert_eq!(p["status"], want, "{probes:#?}");
+        let want = if p.to == 2 { "refused" } else { "ok" };
+        assert_eq!(p.status, want, "{probes:#?}");
     }
     assert_eq!(
-        c["nodes"][2]["probe_addr"],
-        format!("{}:29601", job.cluster.addr(2))
+        c.nodes[2].probe_addr,
+        Some(format!("{}:29601", job.cluster.addr(2)))
     );
     // Every rank leaves with rank 0's verdict and findings, and the row
     // and column of the matrix that are its own node's (rank 0 keeps the
     // whole; how it draws it for people is tested in src/report/cluster.rs).
-    let names = c["reachability"]["nodes"].as_array().unwrap();
+    let names = &c.reachability.nodes;
     for o in &out[1..] {
-        let r = &o.json()["cluster"];
-        assert_eq!(r["verdict"], "not_ready", "{}", o.label);
+        let report = o.report();
+        let r = report.cluster();
+        assert_eq!(r.verdict, Verdict::NotReady, "{}", o.label);
         assert_eq!(
-            r["reachability"]["findings"], c["reachability"]["findings"],
+            r.reachability.findings, c.reachability.findings,
             "{}",
             o.label
         );
-        let own = names
+        let own = names.iter().position(|n| *n == r.nodes[0].name).unwrap();
+        let mine: Vec<_> = probes
             .iter()
-            .position(|n| *n == r["nodes"][0]["name"])
-            .unwrap();
-        let mine: Vec<&serde_json::Value> = probes
-            .iter()
-            .filter(|p| p["from"] == own || p["to"] == own)
+            .filter(|p| p.from == own || p.to == own)
             .collect();
-        let got: Vec<&serde_json::Value> = r["reachability"]["probes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .collect();
+        let got: Vec<_> = r.reachability.probes.iter().collect();
         assert_eq!(got, mine, "{}", o.label);
     }
 }
@@ -134,21 +130,15 @@ fn a_stopped_rank_does_not_answer_and_is_no_firewall() {
         );
         assert!(msg.contains("not a firewall"), "{msg}");
         assert!(!msg.contains("drops") && !msg.contains("DROP"), "{msg}");
-        let culprits = &o.json()["cluster"]["culprits"];
-        let named: Vec<&serde_json::Value> = culprits
-            .as_array()
-            .map(|c| c.iter().map(|c| &c["node"]).collect())
-            .unwrap_or_default();
-        assert!(
-            !named.iter().any(|n| *n == "h0" || *n == "h1"),
-            "{culprits:#}"
-        );
+        let named = culprit_names(o);
+        assert!(!named.iter().any(|n| n == "h0" || n == "h1"), "{named:?}");
     }
-    let probes = out[0].json()["cluster"]["reachability"]["probes"].clone();
-    for p in probes.as_array().unwrap() {
-        let want = if p["to"] == 2 { "no_answer" } else { "ok" };
-        if p["from"] != 2 {
-            assert_eq!(p["status"], want, "{probes:#}");
+    let report = out[0].report();
+    let probes = &report.cluster().reachability.probes;
+    for p in probes {
+        let want = if p.to == 2 { "no_answer" } else { "ok" };
+        if p.from != 2 {
+            assert_eq!(p.status, want, "{probes:#?}");
         }
     }
 }
@@ -164,18 +154,18 @@ fn a_host_whose_probe_port_range_is_taken_probes_elsewhere_and_says_who_holds_it
     let ports: &[(&str, &str)] = &[("PREFLIGHT_PROBE_PORTS", "29601")];
     let out = job.all("15s", &[(0, ports), (1, ports), (2, ports)]);
     all_exit(&out, 0);
-    let c = &out[0].json()["cluster"];
-    let warnings = c["warnings"].to_string();
+    let report = out[0].report();
+    let c = report.cluster();
     assert!(
-        warnings.contains(&format!(
+        c.warnings.iter().any(|w| w.contains(&format!(
             "h1: every port of the probe range 29601 is taken (by pid {holder} (user root) "
-        )),
-        "{c:#}"
+        ))),
+        "{report}"
     );
-    let addr = c["nodes"][1]["probe_addr"].as_str().unwrap();
+    let addr = c.nodes[1].probe_addr.as_deref().unwrap();
     assert!(!addr.ends_with(":29601"), "{addr}");
-    for p in c["reachability"]["probes"].as_array().unwrap() {
-        assert_eq!(p["status"], "ok", "{p}");
+    for p in &c.reachability.probes {
+        assert_eq!(p.status, "ok", "{p:?}");
     }
 }
 
@@ -201,11 +191,11 @@ fn with_firewall_check(timeout: &str) -> Vec<String> {
 }
 
 fn culprit_names(o: &Outcome) -> Vec<String> {
-    o.json()["cluster"]["culprits"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{}: no culprits list: {}", o.label, o.stdout))
+    o.report()
+        .cluster()
+        .culprits
         .iter()
-        .filter_map(|c| c["node"].as_str().map(str::to_string))
+        .map(|c| c.node.clone())
         .collect()
 }
 
@@ -419,12 +409,12 @@ fn a_filter_between_two_hosts_names_the_link_and_blames_nobody() {
         assert_eq!(culprit_names(o), Vec::<String>::new(), "{}", o.stdout);
         assert_eq!(o.status("net.firewall"), "pass", "{}", o.stdout);
     }
-    let findings = out[0].json()["cluster"]["reachability"]["findings"].clone();
+    let findings = out[0].report().cluster().reachability.findings.clone();
     assert_eq!(
         findings,
-        serde_json::json!([
+        [
             "h0 to h2 fails (timed_out): h2's inbound or h0's outbound is filtered, or something between them is (h2 reaches h0; neither node's own checks found a rule)"
-        ]),
+        ],
         "{}",
         out[0].stdout
     );

@@ -240,10 +240,15 @@ fn each_operators_pods_meet_as_a_world_of_three_from_their_own_environment() {
             return;
         };
         for (i, o) in out.iter().enumerate() {
-            let r = o.json();
             assert_eq!(o.code, 0, "{} pod {i}: {}\n{}", op.name, o.stdout, o.stderr);
-            assert_eq!(r["cluster"]["world_size"], 3, "{} pod {i}: {r:#}", op.name);
-            assert_eq!(r["cluster"]["verdict"], "ready", "{}", op.name);
+            let r = o.report();
+            assert_eq!(r.cluster().world_size, 3, "{} pod {i}: {r:#}", op.name);
+            assert_eq!(
+                r.cluster().verdict,
+                crate::common::Verdict::Ready,
+                "{}",
+                op.name
+            );
             let said = std::fs::read_to_string(&logs[i]).unwrap_or_default();
             assert!(
                 said.starts_with("READY") && said.len() <= 4096,
@@ -254,7 +259,7 @@ fn each_operators_pods_meet_as_a_world_of_three_from_their_own_environment() {
         }
         // Where the operator's contract is ambiguous, the report says what
         // preflight took.
-        let notes = out[0].json()["cluster"]["warnings"].to_string();
+        let notes = out[0].report().cluster().warnings.join("\n");
         if op.name == "MPIJob" {
             // Ranks of mpirun's: the nodes are the hostfile's.
             let _ = std::fs::remove_file(mpijob_hostfile());
@@ -275,11 +280,12 @@ fn a_pod_whose_port_is_blocked_is_named_by_its_name() {
     };
     for (i, o) in out.iter().enumerate() {
         assert_eq!(o.code, 1, "pod {i}: {}\n{}", o.stdout, o.stderr);
-        let culprits: Vec<String> = o.json()["cluster"]["culprits"]
-            .as_array()
-            .unwrap()
+        let culprits: Vec<String> = o
+            .report()
+            .cluster()
+            .culprits
             .iter()
-            .filter_map(|c| c["node"].as_str().map(str::to_string))
+            .map(|c| c.node.clone())
             .collect();
         assert_eq!(culprits, ["lws-0-2"], "pod {i}: {}", o.stdout);
         let said = std::fs::read_to_string(&logs[i]).unwrap_or_default();

@@ -206,7 +206,7 @@ fn intel_driver_split_tiles_and_missing_loader() {
         .output()
         .unwrap();
     let r = Run {
-        report: serde_json::from_slice(&out.stdout).unwrap(),
+        report: crate::common::report_of(&out),
         code: out.status.code().unwrap(),
     };
     assert_eq!(
@@ -260,15 +260,20 @@ fn habana_accel_nodes_and_mask() {
 fn amd_and_intel_trees_pass_the_shipped_checklist() {
     for tree in ["amd-mi300x", "intel-max-xpu"] {
         let r = run_with(tree, "", &[], true);
-        let failed: Vec<String> = r.report["checks"]
-            .as_array()
-            .unwrap()
+        let failed: Vec<String> = r
+            .report
+            .checks
             .iter()
-            .filter(|c| c["status"] == "fail")
-            .map(|c| format!("{}: {}", c["id"], c["message"]))
+            .filter(|c| c.status == crate::common::Status::Fail)
+            .map(|c| format!("{}: {}", c.id, c.message))
             .collect();
         assert!(failed.is_empty(), "{tree}: {failed:#?}");
-        assert_ne!(r.report["verdict"], "not_ready", "{tree}: {:#}", r.report);
+        assert_ne!(
+            r.report.verdict,
+            crate::common::Verdict::NotReady,
+            "{tree}: {:#}",
+            r.report
+        );
         assert_eq!(r.status("accelerators.devices"), "pass", "{tree}");
     }
 }
