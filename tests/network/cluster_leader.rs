@@ -95,6 +95,7 @@ fn rank_as(
 
 #[test]
 fn two_nodes_of_three_check_in_through_their_leaders() {
+    let _shared = crate::common::shared();
     let port = free_port();
     let procs: Vec<Proc> = (0..6)
         .map(|r| rank_with(port, r, 6, 3, "20s", &[]))
@@ -124,6 +125,7 @@ fn two_nodes_of_three_check_in_through_their_leaders() {
 /// deadline.
 #[test]
 fn a_leader_killed_after_check_in_is_named_with_its_ranks() {
+    let _shared = crate::common::shared();
     let port = free_port();
     let checks = node_check();
     let dir = tempfile::tempdir().unwrap();
@@ -202,6 +204,7 @@ fn a_leader_killed_after_check_in_is_named_with_its_ranks() {
 /// rank 0 names the leader missing, not the whole node.
 #[test]
 fn ranks_whose_leader_never_starts_check_in_directly() {
+    let _shared = crate::common::shared();
     let port = free_port();
     let checks = node_check();
     let procs: Vec<Proc> = [0, 1, 2, 4, 5]
@@ -234,6 +237,7 @@ fn ranks_whose_leader_never_starts_check_in_directly() {
 /// the node's findings marked as shared, a node failure on each.
 #[test]
 fn a_nodes_checks_run_once_and_every_rank_reports_them() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let (node_log, rank_log) = (dir.path().join("node.log"), dir.path().join("rank.log"));
     let checks = dir.path().join("checks.yaml");
@@ -298,6 +302,7 @@ fn a_nodes_checks_run_once_and_every_rank_reports_them() {
 /// itself.
 #[test]
 fn a_weak_secret_is_refused_on_every_local_rank() {
+    let _shared = crate::common::shared();
     let port = free_port();
     let procs: Vec<Proc> = (0..2)
         .map(|r| {
@@ -329,6 +334,7 @@ fn a_weak_secret_is_refused_on_every_local_rank() {
 /// the leader: rank 0, the node's leader, skips it, and ranks 1-3 run it.
 #[test]
 fn a_check_whose_condition_differs_by_rank_is_each_ranks_own() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("ran.log");
     let checks = dir.path().join("checks.yaml");
@@ -366,6 +372,7 @@ fn a_check_whose_condition_differs_by_rank_is_each_ranks_own() {
 /// evaluate the node's checks themselves, say why, and the job is ready.
 #[test]
 fn a_stranger_on_the_leaders_socket_is_sent_nothing_and_holds_nobody() {
+    let _shared = crate::common::shared();
     if !nix::unistd::geteuid().is_root() {
         common::skip_unless_required("binding as another user needs root");
         return;
@@ -435,6 +442,7 @@ fn a_stranger_on_the_leaders_socket_is_sent_nothing_and_holds_nobody() {
 /// checks the leader was to share are said not evaluated.
 #[test]
 fn a_leader_that_dies_before_relaying_leaves_its_ranks_to_check_in_themselves() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let slow = dir.path().join("slow.yaml");
     std::fs::write(

@@ -36,6 +36,7 @@ fn all_exit(outcomes: &[Outcome], code: i32) {
 
 #[test]
 fn four_healthy_ranks_are_ready_everywhere() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let args = run_args("20s");
     let procs: Vec<_> = (0..4)
@@ -59,6 +60,7 @@ fn four_healthy_ranks_are_ready_everywhere() {
 
 #[test]
 fn a_missing_rank_is_named_with_its_host_by_the_deadline() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     // Long enough that the three ranks that come check in on a loaded
     // machine too (this file's tests run side by side): only rank 3 is
@@ -87,6 +89,7 @@ fn a_missing_rank_is_named_with_its_host_by_the_deadline() {
 
 #[test]
 fn a_missing_rank_on_an_uneven_slurm_node_is_named_with_its_host() {
+    let _shared = crate::common::shared();
     // SLURM_TASKS_PER_NODE=2,1: ranks 0-1 on gpu001, rank 2 on gpu002.
     let port = cluster::free_port().to_string();
     let args = run_args("2s");
@@ -107,6 +110,7 @@ fn a_missing_rank_on_an_uneven_slurm_node_is_named_with_its_host() {
 
 #[test]
 fn node_mode_on_one_machine_starts_its_ranks() {
+    let _shared = crate::common::shared();
     let out = local(
         "agent",
         &[run_args("20s"), vec!["--nproc-per-node".into(), "3".into()]].concat(),
@@ -121,6 +125,7 @@ fn node_mode_on_one_machine_starts_its_ranks() {
 
 #[test]
 fn a_rank_without_a_master_says_refused_and_names_the_address() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let out = local("rank1", &run_args("1s"), &env("1", "2", &port)).finish(MARGIN);
     assert_eq!(out.code, 1, "{}", out.stderr);
@@ -131,6 +136,7 @@ fn a_rank_without_a_master_says_refused_and_names_the_address() {
 
 #[test]
 fn two_processes_claiming_one_rank_are_both_named() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let args = run_args("3s");
     let r0 = local("rank0", &args, &env("0", "3", &port));
@@ -146,6 +152,7 @@ fn two_processes_claiming_one_rank_are_both_named() {
 
 #[test]
 fn a_world_size_disagreement_is_named() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let args = run_args("3s");
     let r0 = local("rank0", &args, &env("0", "2", &port));
@@ -165,6 +172,7 @@ fn a_world_size_disagreement_is_named() {
 
 #[test]
 fn check_never_does_a_rendezvous() {
+    let _shared = crate::common::shared();
     // A rank 1 whose master port has a listener: `check` must never
     // connect to it (the listener is the witness, not a stopwatch).
     let witness = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -187,6 +195,7 @@ fn check_never_does_a_rendezvous() {
 
 #[test]
 fn a_master_killed_during_the_rendezvous_is_reported_at_once() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let args = run_args("60s");
     let r0 = local("rank0", &args, &env("0", "3", &port));
@@ -212,6 +221,7 @@ fn a_master_killed_during_the_rendezvous_is_reported_at_once() {
 
 #[test]
 fn a_failing_local_check_makes_every_rank_not_ready_even_without_node_checks() {
+    let _shared = crate::common::shared();
     // The node's own verdict counts whatever cluster checks are selected.
     let dir = tempfile::tempdir().unwrap();
     let failing = dir.path().join("fail.yaml");
@@ -238,6 +248,7 @@ fn a_failing_local_check_makes_every_rank_not_ready_even_without_node_checks() {
 
 #[test]
 fn a_check_that_runs_to_the_deadline_does_not_cost_the_rendezvous() {
+    let _shared = crate::common::shared();
     // The checklist gets a share of --timeout; the rest is the rendezvous's,
     // so a slow warn-severity check leaves the node ready, not unreachable.
     let dir = tempfile::tempdir().unwrap();
@@ -314,6 +325,7 @@ fn ranks_on_roots(
 
 #[test]
 fn a_node_with_another_device_count_is_named() {
+    let _shared = crate::common::shared();
     let out = ranks_on_roots(&["h100-ib-healthy", "amd-mi300x", "roce-node"], &[], &[]);
     all_exit(&out, 1);
     let report = out[0].report();
@@ -332,6 +344,7 @@ fn a_node_with_another_device_count_is_named() {
 
 #[test]
 fn a_node_whose_own_checks_fail_is_listed_by_name() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let site = dir.path().join("site.yaml");
     std::fs::write(
@@ -370,6 +383,7 @@ fn a_node_whose_own_checks_fail_is_listed_by_name() {
 
 #[test]
 fn a_bad_probe_port_range_is_a_usage_error() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let mut args = run_args("5s");
     args.extend(["--probe-ports".to_string(), "29699-29600".to_string()]);
@@ -389,6 +403,7 @@ fn a_bad_probe_port_range_is_a_usage_error() {
 
 #[test]
 fn probe_listeners_take_the_next_free_port_of_the_range() {
+    let _shared = crate::common::shared();
     // Two nodes on loopback (two fixture roots); the range's first port is
     // held by another program, so both listeners move on past it.
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -422,6 +437,7 @@ fn probe_listeners_take_the_next_free_port_of_the_range() {
 /// hard limit at 32 as well it cannot: the report says so, with the fix.
 #[test]
 fn rank_0_raises_its_open_files_limit_and_names_one_too_low() {
+    let _shared = crate::common::shared();
     let world = 48u32;
     for (limit, ready) in [("--nofile=32:", true), ("--nofile=32:32", false)] {
         let port = cluster::free_port().to_string();
@@ -460,6 +476,7 @@ fn rank_0_raises_its_open_files_limit_and_names_one_too_low() {
 /// then say it could not reach it.
 #[test]
 fn a_rank_outside_the_world_fails_at_once_naming_its_variables() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let out = local("rank5", &run_args("60s"), &env("5", "4", &port)).finish(MARGIN);
     assert_eq!(out.code, 1, "{}", out.stderr);
@@ -481,6 +498,7 @@ fn a_rank_outside_the_world_fails_at_once_naming_its_variables() {
 /// the tail).
 #[test]
 fn a_rank_that_cannot_reach_the_master_shows_its_own_problems() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let checks = dir.path().join("own.yaml");
     std::fs::write(
@@ -540,6 +558,7 @@ fn a_rank_that_cannot_reach_the_master_shows_its_own_problems() {
 /// and the verdict line names the cause.
 #[test]
 fn a_bad_job_variable_is_one_cause_and_drains_nothing() {
+    let _shared = crate::common::shared();
     let args: Vec<String> = [
         "run",
         "--nnodes",
@@ -608,6 +627,7 @@ fn a_bad_job_variable_is_one_cause_and_drains_nothing() {
 /// failure as a consequence of the port check, not a second problem.
 #[test]
 fn a_port_held_by_another_program_is_named_with_its_holder_in_run() {
+    let _shared = crate::common::shared();
     let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = holder.local_addr().unwrap().port().to_string();
     let pid = std::process::id();
@@ -654,6 +674,7 @@ fn a_port_held_by_another_program_is_named_with_its_holder_in_run() {
 /// empty here; src/report/prometheus.rs fills it from a real run's report.)
 #[test]
 fn run_metrics_name_the_world_and_the_verdict() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let args: Vec<String> = run_args("6s")
         .into_iter()
@@ -713,6 +734,7 @@ fn run_metrics_name_the_world_and_the_verdict() {
 /// reach rank 0 what it has tried so far. Their deadline (12 s) ends both.
 #[test]
 fn waiting_ranks_say_whom_they_wait_for_in_a_log() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let other = cluster::free_port().to_string();
     let human = |timeout: &str| -> Vec<String> {
@@ -764,6 +786,7 @@ fn waiting_ranks_say_whom_they_wait_for_in_a_log() {
 /// before the report.
 #[test]
 fn waiting_rank_0_on_a_terminal_rewrites_one_line() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let command = format!(
         "{} run --no-shipped --checks {} --timeout 4s",
@@ -799,6 +822,7 @@ fn waiting_rank_0_on_a_terminal_rewrites_one_line() {
 /// the real cause, with the last one beside it.
 #[test]
 fn the_first_failure_seen_is_kept_over_a_later_refusal() {
+    let _shared = crate::common::shared();
     let closer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closer.local_addr().unwrap().port().to_string();
     let r1 = local("rank1", &run_args("3s"), &env("1", "2", &port));

@@ -88,6 +88,7 @@ fn all_exit(outcomes: &[Outcome], code: i32) {
 
 #[test]
 fn three_healthy_hosts_are_ready_and_reach_each_other() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let out = job.all("15s", &[]);
     all_exit(&out, 0);
@@ -103,6 +104,7 @@ fn three_healthy_hosts_are_ready_and_reach_each_other() {
 
 #[test]
 fn node_mode_across_hosts() {
+    let _shared = crate::common::shared();
     let Some(job) = job(2, None) else { return };
     let master = job.cluster.addr(0);
     let procs: Vec<Proc> = (0..2)
@@ -168,6 +170,7 @@ fn blocked_master(target: &[&str]) -> (Vec<Outcome>, String) {
 
 #[test]
 fn master_port_dropped_by_a_firewall() {
+    let _shared = crate::common::shared();
     let (out, master) = blocked_master(&["DROP"]);
     if out.is_empty() {
         return;
@@ -198,6 +201,7 @@ fn master_port_dropped_by_a_firewall() {
 
 #[test]
 fn master_port_rejected_by_a_firewall_is_told_apart_from_dropped() {
+    let _shared = crate::common::shared();
     let (out, master) = blocked_master(&["REJECT", "--reject-with", "tcp-reset"]);
     if out.is_empty() {
         return;
@@ -219,6 +223,7 @@ fn master_port_rejected_by_a_firewall_is_told_apart_from_dropped() {
 
 #[test]
 fn a_rank_that_never_starts_is_named_with_its_host() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let a = job.rank(0, 0, 3, "3s", &[]);
     let b = job.rank(1, 1, 3, "3s", &[]);
@@ -237,6 +242,7 @@ fn a_rank_that_never_starts_is_named_with_its_host() {
 
 #[test]
 fn a_master_that_never_starts_is_reported_by_every_rank() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let a = job.rank(1, 1, 3, "3s", &[]);
     let b = job.rank(2, 2, 3, "3s", &[]);
@@ -255,6 +261,7 @@ fn a_master_that_never_starts_is_reported_by_every_rank() {
 
 #[test]
 fn a_rank_killed_during_the_rendezvous_is_named() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let a = job.rank(0, 0, 3, "5s", &[]);
     let b = job.rank(1, 1, 3, "5s", &[]);
@@ -275,6 +282,7 @@ fn a_rank_killed_during_the_rendezvous_is_named() {
 
 #[test]
 fn two_processes_claiming_one_rank() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let a = job.rank(0, 0, 3, "3s", &[]);
     let b = job.rank(1, 1, 3, "3s", &[]);
@@ -290,6 +298,7 @@ fn two_processes_claiming_one_rank() {
 
 #[test]
 fn world_size_disagreeing() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let out = job.all("4s", &[(2, &[("WORLD_SIZE", "4")])]);
     all_exit(&out, 1);
@@ -311,6 +320,7 @@ fn world_size_disagreeing() {
 /// reason the rank is missing, and the remedy is the secret.
 #[test]
 fn a_rank_with_another_secret_is_named_as_the_likely_missing_one() {
+    let _shared = crate::common::shared();
     let Some(job) = job(2, None) else { return };
     let other = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
     let out = job.all("3s", &[(1, &[("PREFLIGHT_TOKEN", other)])]);
@@ -334,6 +344,7 @@ fn a_rank_with_another_secret_is_named_as_the_likely_missing_one() {
 
 #[test]
 fn another_jobs_preflight_on_the_same_port() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let a0 = job.rank(0, 0, 2, "20s", &[]);
     cluster::wait_listening(a0.pid, 29500);
@@ -371,6 +382,7 @@ fn another_jobs_preflight_on_the_same_port() {
 
 #[test]
 fn a_hostname_resolving_to_127_0_1_1_is_named() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, Some(1)) else { return };
     let out = job.all(
         "15s",
@@ -437,6 +449,7 @@ fn a_hostname_resolving_to_127_0_1_1_is_named() {
 
 #[test]
 fn a_skewed_clock_is_named() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let out = job.all("15s", &[(2, &[("PREFLIGHT_TEST_CLOCK_OFFSET_MS", "750")])]);
     all_exit(&out, 1);
@@ -458,6 +471,7 @@ fn a_skewed_clock_is_named() {
 
 #[test]
 fn different_nccl_variables_are_named() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let out = job.all(
         "15s",
@@ -479,6 +493,7 @@ fn different_nccl_variables_are_named() {
 
 #[test]
 fn a_different_tool_version_is_named() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let out = job.all("15s", &[(2, &[("PREFLIGHT_TEST_VERSION", "0.0.9")])]);
     all_exit(&out, 1);
@@ -491,6 +506,7 @@ fn a_different_tool_version_is_named() {
 
 #[test]
 fn a_master_whose_hostname_resolves_to_127_0_1_1_is_explained() {
+    let _shared = crate::common::shared();
     // MASTER_ADDR=h0 everywhere; on h0 itself the name resolves to
     // 127.0.1.1 (Debian's default), so rank 0 listens where nobody else
     // can reach it: the torch failure "connect [127.0.1.1] refused".
@@ -521,6 +537,7 @@ fn a_master_whose_hostname_resolves_to_127_0_1_1_is_explained() {
 /// prints its problems and ends with its verdict line.
 #[test]
 fn rank_0_draws_the_matrix_and_the_others_print_one_line() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     job.cluster.iptables(
         2,
@@ -578,6 +595,7 @@ fn rank_0_draws_the_matrix_and_the_others_print_one_line() {
 
 #[test]
 fn no_job_token_across_hosts_is_a_warning_in_the_report() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let none: &[(&str, &str)] = &[("PREFLIGHT_TOKEN", "")];
     let out = job.all("15s", &[(0, none), (1, none), (2, none)]);
@@ -609,6 +627,7 @@ fn no_job_token_across_hosts_is_a_warning_in_the_report() {
 /// to stop what holds the port.
 #[test]
 fn rank_0_with_a_master_addr_that_does_not_resolve_is_told_so() {
+    let _shared = crate::common::shared();
     let Some(job) = job(1, None) else { return };
     let out = job
         .rank(0, 0, 2, "3s", &[("MASTER_ADDR", "gpu-node-00.invalid")])

@@ -14,6 +14,7 @@ const CHECKS: &str = "checks:
 
 #[test]
 fn rules_are_read_back_and_quoted() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(2) else { return };
     let (_dir, path) = checklist(CHECKS);
     let path = path.to_string_lossy().to_string();
@@ -184,6 +185,7 @@ fn rules_are_read_back_and_quoted() {
 
 #[test]
 fn missing_tools_skip_with_the_reason() {
+    let _shared = crate::common::shared();
     // PATH without nft or iptables-save.
     let empty = tempfile::tempdir().unwrap();
     let (_dir, path) = checklist("checks:\n  - {id: fw, kind: firewall}\n");
@@ -202,6 +204,7 @@ fn missing_tools_skip_with_the_reason() {
 
 #[test]
 fn a_drop_policy_that_opens_only_the_rendezvous_blocks_data_ports() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(1) else { return };
     c.nft(0, &["add", "table", "inet", "pf"]);
     c.nft(
@@ -262,6 +265,7 @@ fn a_drop_policy_that_opens_only_the_rendezvous_blocks_data_ports() {
 
 #[test]
 fn legacy_iptables_rules_are_read_next_to_nft() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(1) else { return };
     if c.exec(
         0,
@@ -300,6 +304,7 @@ fn legacy_iptables_rules_are_read_next_to_nft() {
 /// node its peers cannot reach is not told apart from the peers.
 #[test]
 fn the_probe_range_is_checked_where_the_cluster_stage_listens() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(1) else { return };
     c.nft_rule(
         0,

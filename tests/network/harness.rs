@@ -15,6 +15,7 @@ fn namespaces() -> String {
 
 #[test]
 fn hosts_reach_each_other_and_teardown_survives_a_panic() {
+    let _shared = crate::common::shared();
     // Built outside the caught region: a machine that cannot build
     // namespaces skips here, or fails under PREFLIGHT_REQUIRE_NETNS=1.
     let Some(c) = Cluster::new(3) else { return };
@@ -62,6 +63,7 @@ fn hosts_reach_each_other_and_teardown_survives_a_panic() {
 
 #[test]
 fn preflight_runs_on_every_host_at_once() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(3) else { return };
     for h in 0..3 {
         c.listen(h, 29500, &[]);

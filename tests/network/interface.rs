@@ -14,6 +14,7 @@ const CHECKS: &str = "checks:
 
 #[test]
 fn route_interface_and_socket_variables() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(2) else { return };
     // A second link in host 0 that stays down.
     c.must(
@@ -105,6 +106,7 @@ fn route_interface_and_socket_variables() {
 
 #[test]
 fn hostname_on_loopback_fails_only_multi_node() {
+    let _shared = crate::common::shared();
     // A fixture root gives the node the name `localhost`, which its own
     // /etc/hosts (the only resolver under --root) maps to loopback.
     let root = tempfile::tempdir().unwrap();

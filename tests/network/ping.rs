@@ -8,6 +8,7 @@ use common::{BIN, checklist, message, status};
 
 #[test]
 fn echo_replies_loss_and_socket_kinds() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(3) else { return };
     // Host 2 drops ICMP.
     c.iptables(2, &["-A", "INPUT", "-p", "icmp", "-j", "DROP"]);
@@ -70,6 +71,7 @@ fn echo_replies_loss_and_socket_kinds() {
 /// INCOMPLETE (the job's user runs `srun ... preflight run`).
 #[test]
 fn no_permitted_socket_is_a_skip_naming_the_privilege_never_a_pass() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(2) else { return };
     c.must(0, &["sysctl", "-qw", "net.ipv4.ping_group_range=1 0"]);
     let yaml = format!(
@@ -117,6 +119,7 @@ fn no_permitted_socket_is_a_skip_naming_the_privilege_never_a_pass() {
 
 #[test]
 fn ipv6_echo_and_dropped_echo() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(3) else { return };
     c.add_ipv6();
     c.must(

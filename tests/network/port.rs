@@ -8,6 +8,7 @@ use common::{BIN, checklist, message, status};
 
 #[test]
 fn a_held_port_names_its_holder() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(1) else { return };
     let plain = c.listen(0, 29501, &[]);
     let torch = c.listen(
@@ -74,6 +75,7 @@ fn a_held_port_names_its_holder() {
 /// hundreds of times with MASTER_PORT inside and outside the range.
 #[test]
 fn a_healthy_node_never_fails_the_port_checks() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(1) else { return };
     let ports = ["29500", "29505", "29510", "29499", "29511", "29600"];
     let mut failures = Vec::new();

@@ -9,6 +9,7 @@ use common::{BIN, message, status};
 
 #[test]
 fn shipped_checks_name_what_is_wrong() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(2) else { return };
     let leftover = c.listen(0, 29500, &["-m", "torch.distributed.run", "train.py"]);
     c.nft(0, &["add", "table", "inet", "pf"]);
@@ -111,6 +112,7 @@ fn shipped_checks_name_what_is_wrong() {
 
 #[test]
 fn shipped_checks_are_ready_on_a_clean_node_without_a_job() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(1) else { return };
     let mut args = vec!["check"];
     for id in [
@@ -141,6 +143,7 @@ fn shipped_checks_are_ready_on_a_clean_node_without_a_job() {
 /// `net.hostname` measures what the name resolves to, never "no route".
 #[test]
 fn the_master_route_hint_fits_the_case() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(1) else { return };
     let run = |addr: &str| {
         let env = [

@@ -119,6 +119,7 @@ fn pid_in(file: &Path) -> Option<u32> {
 /// check's command and the process it put in the background are killed.
 #[test]
 fn each_signal_during_the_checks_ends_check_with_a_partial_report() {
+    let _serial = crate::common::serial();
     for sig in ["TERM", "INT", "HUP"] {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display().to_string();
@@ -233,6 +234,7 @@ fn start_ranks(
 /// the deadline, and nobody is blamed.
 #[test]
 fn rank_0_interrupted_in_the_rendezvous_tells_the_ranks_waiting() {
+    let _serial = crate::common::serial();
     let (mut procs, port) = start_ranks(3, &[0, 1], &run_args("300s"), &[]);
     wait_checked_in(procs[1].pid, port);
     let rank1 = procs.pop().unwrap();
@@ -267,6 +269,7 @@ fn rank_0_interrupted_in_the_rendezvous_tells_the_ranks_waiting() {
 /// 0 sees it leave and names it, as it names any rank that left.
 #[test]
 fn a_rank_interrupted_in_the_rendezvous_leaves_at_once_and_rank_0_names_it() {
+    let _serial = crate::common::serial();
     let (mut procs, port) = start_ranks(3, &[0, 1], &run_args("6s"), &[]);
     wait_checked_in(procs[1].pid, port);
     let rank1 = procs.pop().unwrap();
@@ -310,6 +313,7 @@ fn bench_args() -> Vec<String> {
 /// it was interrupted and says so, instead of blaming rank 0 for leaving.
 #[test]
 fn rank_0_interrupted_in_the_collective_stage_tells_its_peers() {
+    let _serial = crate::common::serial();
     // Loopback TCP between the ranks, as between hosts: the mesh is then
     // seen in /proc/net/tcp.
     let (mut procs, port) = start_ranks(
@@ -350,6 +354,7 @@ fn rank_0_interrupted_in_the_collective_stage_tells_its_peers() {
 /// the orderly end overruns, is ended by the hard limit with exit 3.
 #[test]
 fn a_second_signal_or_the_hard_limit_ends_a_slow_orderly_end() {
+    let _serial = crate::common::serial();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display().to_string();
     std::fs::write(
@@ -427,6 +432,7 @@ fn a_second_signal_or_the_hard_limit_ends_a_slow_orderly_end() {
 /// their own signal comes; either way the report says the rendezvous.)
 #[test]
 fn node_mode_passes_a_signal_on_to_its_ranks() {
+    let _serial = crate::common::serial();
     let port = cluster::free_port().to_string();
     let args: Vec<String> = [
         "run",
@@ -490,6 +496,7 @@ fn node_mode_passes_a_signal_on_to_its_ranks() {
 /// before its 100 s step deadline.
 #[test]
 fn a_library_worker_ends_with_its_interrupted_rank_and_the_peer_is_told() {
+    let _serial = crate::common::serial();
     let Some(lib) = common::cached_lib("PREFLIGHT_TEST_ONECCL_LIB", "oneccl/lib/libccl.so.2")
     else {
         return;
@@ -548,6 +555,7 @@ fn a_library_worker_ends_with_its_interrupted_rank_and_the_peer_is_told() {
 /// neither a panic nor an error.
 #[test]
 fn a_closed_stdout_is_no_error() {
+    let _serial = crate::common::serial();
     let mut child = Command::new(common::BIN)
         .args(["list"])
         .env_clear()

@@ -9,6 +9,7 @@ use common::{BIN, checklist, measured, message, status};
 
 #[test]
 fn outcomes_are_classified_by_cause() {
+    let _shared = crate::common::shared();
     let Some(c) = Cluster::new(2) else { return };
     let target = c.addr(1);
     c.listen(1, 29500, &[]);

@@ -632,6 +632,7 @@ fn read_tree(dir: &Path, files: &mut BTreeMap<String, String>) {
 
 #[test]
 fn the_tree_keeps_its_floors() {
+    let _shared = crate::common::shared();
     let mut files = BTreeMap::new();
     read_tree(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),

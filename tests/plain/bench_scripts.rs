@@ -13,6 +13,7 @@ const LIBRARIES: &[&str] = &["timing.sh", "rounds.sh", "binary.sh", "ci.sh"];
 
 #[test]
 fn every_bench_script_runs_in_ci() {
+    let _shared = crate::common::shared();
     let ci = std::fs::read_to_string(repo().join("bench/ci.sh")).unwrap();
     let mut scripts: Vec<String> = std::fs::read_dir(repo().join("bench"))
         .unwrap()
@@ -39,6 +40,7 @@ fn every_bench_script_runs_in_ci() {
 
 #[test]
 fn every_script_the_results_name_exists() {
+    let _shared = crate::common::shared();
     let results = std::fs::read_to_string(repo().join("bench/RESULTS.md")).unwrap();
     let mut named = 0;
     for (at, _) in results.match_indices("bench/") {

@@ -30,6 +30,7 @@ fn rejects(name: &str, expected: &str) {
 
 #[test]
 fn unknown_key() {
+    let _shared = crate::common::shared();
     rejects(
         "unknown-key.yaml",
         "5:5: checks[0].minimum: unknown key `minimum` for kind `kernel_param`; `kernel_param` takes: name, equals, one_of, min, max, matches, if_missing; every check takes: id, kind,",
@@ -38,6 +39,7 @@ fn unknown_key() {
 
 #[test]
 fn unknown_kind() {
+    let _shared = crate::common::shared();
     rejects(
         "unknown-kind.yaml",
         "3:11: checks[0].kind: unknown kind `comand` (did you mean `command`?); valid kinds: amd_smi, command,",
@@ -46,6 +48,7 @@ fn unknown_kind() {
 
 #[test]
 fn wrong_type() {
+    let _shared = crate::common::shared();
     rejects(
         "wrong-type.yaml",
         "5:10: checks[0].min: invalid type: string \"lots\", expected an integer",
@@ -54,6 +57,7 @@ fn wrong_type() {
 
 #[test]
 fn duplicate_id() {
+    let _shared = crate::common::shared();
     rejects(
         "duplicate-id.yaml",
         "6:5: duplicate check id `shm`: already defined at fixtures/checklists/invalid/duplicate-id.yaml:2:5",
@@ -62,6 +66,7 @@ fn duplicate_id() {
 
 #[test]
 fn bad_duration() {
+    let _shared = crate::common::shared();
     rejects(
         "bad-duration.yaml",
         "5:14: checks[0].timeout: invalid duration `5 sex`: unknown time unit \"sex\"",
@@ -70,6 +75,7 @@ fn bad_duration() {
 
 #[test]
 fn bad_regex() {
+    let _shared = crate::common::shared();
     rejects(
         "bad-regex.yaml",
         "5:15: checks[0].contains: invalid regex `^127\\.0\\.1\\.1[\\s`: unclosed character class",
@@ -78,6 +84,7 @@ fn bad_regex() {
 
 #[test]
 fn bad_severity_lists_the_choices() {
+    let _shared = crate::common::shared();
     rejects(
         "bad-severity.yaml",
         "5:15: checks[0].severity: unknown variant `fatal`, expected `fail` or `warn`",
@@ -86,6 +93,7 @@ fn bad_severity_lists_the_choices() {
 
 #[test]
 fn bad_hint_placeholder() {
+    let _shared = crate::common::shared();
     rejects(
         "bad-hint.yaml",
         "5:11: checks[0].hint: unknown placeholder `{paht}` in hint; valid: {measured}, {expected}, {id}, {host}, {path}, {env.NAME}",
@@ -94,6 +102,7 @@ fn bad_hint_placeholder() {
 
 #[test]
 fn bad_when_condition() {
+    let _shared = crate::common::shared();
     rejects(
         "bad-when.yaml",
         "6:15: checks[0].when.vendor: unknown variant `nvidai`, expected one of `nvidia`, `amd`, `intel`, `habana`, `any`, `none`",
@@ -102,6 +111,7 @@ fn bad_when_condition() {
 
 #[test]
 fn missing_kind() {
+    let _shared = crate::common::shared();
     rejects(
         "missing-kind.yaml",
         "2:5: checks[0]: check `shm` is missing key `kind`; valid kinds:",
@@ -110,6 +120,7 @@ fn missing_kind() {
 
 #[test]
 fn missing_required_parameter() {
+    let _shared = crate::common::shared();
     rejects(
         "missing-param.yaml",
         "2:5: checks[0]: missing key `path`, required by kind `file`",
@@ -118,6 +129,7 @@ fn missing_required_parameter() {
 
 #[test]
 fn invalid_yaml_syntax() {
+    let _shared = crate::common::shared();
     rejects(
         "not-yaml.yaml",
         "4:10: invalid YAML: mapping values are not allowed in this context",
@@ -126,6 +138,7 @@ fn invalid_yaml_syntax() {
 
 #[test]
 fn every_error_in_a_file_is_reported_at_once() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("two.yaml");
     std::fs::write(
@@ -146,6 +159,7 @@ fn every_error_in_a_file_is_reported_at_once() {
 
 #[test]
 fn a_missing_checklist_file_is_named() {
+    let _shared = crate::common::shared();
     let out = run(preflight().args(["check", "--checks", "fixtures/checklists/nope.yaml"]));
     assert_eq!(out.code, 2);
     assert!(
@@ -158,6 +172,7 @@ fn a_missing_checklist_file_is_named() {
 
 #[test]
 fn the_top_level_must_be_a_checks_list() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("top.yaml");
     std::fs::write(&file, "check:\n  - id: a\n").unwrap();
@@ -173,6 +188,7 @@ fn the_top_level_must_be_a_checks_list() {
 
 #[test]
 fn a_zero_timeout_is_rejected() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("zero.yaml");
     std::fs::write(
@@ -193,6 +209,7 @@ fn a_zero_timeout_is_rejected() {
 
 #[test]
 fn validation_errors_point_at_the_key() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("mode.yaml");
     std::fs::write(
@@ -212,6 +229,7 @@ fn validation_errors_point_at_the_key() {
 
 #[test]
 fn yaml_merge_keys_are_refused_clearly() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("merge.yaml");
     std::fs::write(
@@ -239,6 +257,7 @@ fn yaml_merge_keys_are_refused_clearly() {
 
 #[test]
 fn every_error_of_a_check_is_reported_at_once() {
+    let _shared = crate::common::shared();
     for expected in [
         "4:11: checks[0].kind: unknown kind `nosuch`",
         "5:15: checks[0].severity: unknown variant `huge`, expected `fail` or `warn`",
@@ -253,6 +272,7 @@ fn every_error_of_a_check_is_reported_at_once() {
 /// the scanner stopped after it.
 #[test]
 fn a_tab_is_located_at_its_own_column() {
+    let _shared = crate::common::shared();
     rejects(
         "tab-indent.yaml",
         "2:1: invalid YAML: tabs disallowed within this context",
@@ -268,6 +288,7 @@ fn a_tab_is_located_at_its_own_column() {
 /// misspelt top-level key gets its suggestion.
 #[test]
 fn validate_shows_every_error_of_every_file_in_line_order() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a.yaml");
     std::fs::write(
@@ -306,6 +327,7 @@ fn validate_shows_every_error_of_every_file_in_line_order() {
 /// An empty file is valid, and said to be empty.
 #[test]
 fn validate_warns_of_an_empty_file() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty.yaml");
     std::fs::write(&empty, "").unwrap();
@@ -323,6 +345,7 @@ fn validate_warns_of_an_empty_file() {
 /// matches nothing, in one run, not three edit-and-rerun cycles.
 #[test]
 fn validate_site_shows_every_error_at_once() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("settings.yaml"),
@@ -357,6 +380,7 @@ fn validate_site_shows_every_error_at_once() {
 
 #[test]
 fn a_rank_kind_cannot_be_left_to_the_nodes_leader() {
+    let _shared = crate::common::shared();
     rejects(
         "rank-kind-as-node.yaml",
         "5:12: checks[0].scope: kind `env` examines each rank's own state (its environment, devices or bindings): its scope is rank",
@@ -365,6 +389,7 @@ fn a_rank_kind_cannot_be_left_to_the_nodes_leader() {
 
 #[test]
 fn a_node_kind_is_no_cluster_comparison() {
+    let _shared = crate::common::shared();
     rejects(
         "node-kind-as-cluster.yaml",
         "5:12: checks[0].scope: `scope: cluster` needs a cluster kind (cluster_versions, cluster_env, ...); `file` is evaluated on each node",
@@ -373,6 +398,7 @@ fn a_node_kind_is_no_cluster_comparison() {
 
 #[test]
 fn a_check_every_rank_must_run_cannot_be_left_to_the_leader() {
+    let _shared = crate::common::shared();
     rejects(
         "torch-job-as-node.yaml",
         "5:12: checks[0].scope: kind `torch_distributed` as configured runs on every rank at once (its parameters say so): its scope is rank",

@@ -14,6 +14,7 @@ const MIXED: &str = "fixtures/checklists/valid/mixed.yaml";
 
 #[test]
 fn run_on_this_machine_as_it_is_prints_a_verdict() {
+    let _shared = crate::common::shared();
     // A fresh machine with no cluster environment: the shipped checklist
     // must work and say ready, skipping what does not apply.
     let out = run(preflight().arg("run"));
@@ -24,6 +25,7 @@ fn run_on_this_machine_as_it_is_prints_a_verdict() {
 
 #[test]
 fn check_reports_the_shipped_checks_with_skip_reasons() {
+    let _shared = crate::common::shared();
     let report = json(&run(preflight().args(["check", "--format", "json"])));
     assert_eq!(report["command"], "check");
     let checks = report["checks"].as_array().unwrap();
@@ -41,6 +43,7 @@ fn check_reports_the_shipped_checks_with_skip_reasons() {
 
 #[test]
 fn the_shipped_checklists_validate() {
+    let _shared = crate::common::shared();
     let out = run(preflight().args(["validate", "checks"]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stdout.starts_with("ok: "), "{}", out.stdout);
@@ -48,6 +51,7 @@ fn the_shipped_checklists_validate() {
 
 #[test]
 fn colour_follows_the_flag_and_no_color() {
+    let _shared = crate::common::shared();
     let args = [
         "check",
         "--no-shipped",
@@ -108,6 +112,7 @@ fn colour_follows_the_flag_and_no_color() {
 
 #[test]
 fn quiet_and_verbose() {
+    let _shared = crate::common::shared();
     let base = [
         "check",
         "--no-shipped",
@@ -159,6 +164,7 @@ fn quiet_and_verbose() {
 /// warning, whatever the checklist's order.
 #[test]
 fn problems_are_listed_failures_first() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let list = dir.path().join("order.yaml");
     std::fs::write(
@@ -176,6 +182,7 @@ fn problems_are_listed_failures_first() {
 
 #[test]
 fn a_closed_stdout_is_not_a_crash() {
+    let _shared = crate::common::shared();
     let mut child = preflight()
         .args(["explain", "kernel.somaxconn"])
         .stdout(Stdio::piped())
@@ -197,6 +204,7 @@ fn a_closed_stdout_is_not_a_crash() {
 
 #[test]
 fn bad_timeout_values_are_usage_errors() {
+    let _shared = crate::common::shared();
     let out = run(preflight().args(["check", "--timeout", "10"]));
     assert_eq!(out.code, 2);
     assert!(
@@ -208,6 +216,7 @@ fn bad_timeout_values_are_usage_errors() {
 
 #[test]
 fn backends_flag_drives_backend_conditions() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let list = dir.path().join("b.yaml");
     std::fs::write(&list, "checks:\n  - id: nccl.only\n    kind: env\n    name: PATH\n    when:\n      backend: nccl\n").unwrap();
@@ -250,6 +259,7 @@ fn backends_flag_drives_backend_conditions() {
 
 #[test]
 fn init_method_flag_catches_the_hard_coded_port() {
+    let _shared = crate::common::shared();
     // The field story: init_method hard-coded to port 29500 while the
     // launcher set MASTER_PORT to another; every rank but 0 hung.
     let out = run(preflight()
@@ -280,6 +290,7 @@ fn init_method_flag_catches_the_hard_coded_port() {
 
 #[test]
 fn a_bad_collective_setting_is_a_usage_error_before_anything_runs() {
+    let _shared = crate::common::shared();
     let out = run(preflight()
         .args(["run", "--backends", "tcp"])
         .env("PREFLIGHT_COLL_SAME_HOST", "shm"));
@@ -299,6 +310,7 @@ fn a_bad_collective_setting_is_a_usage_error_before_anything_runs() {
 /// README: `--timeout` at most 24h; a longer one is a usage error.
 #[test]
 fn a_timeout_over_a_day_is_refused() {
+    let _shared = crate::common::shared();
     let out = run(preflight().args([
         "check",
         "--no-shipped",
@@ -330,6 +342,7 @@ fn a_timeout_over_a_day_is_refused() {
 /// files, in name order, and nothing else.
 #[test]
 fn a_checks_directory_reads_yaml_and_yml_files() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let check = |id: &str| format!("checks:\n  - {{id: {id}, kind: command, argv: [\"true\"]}}\n");
     std::fs::write(dir.path().join("a.yaml"), check("dir.a")).unwrap();
@@ -355,6 +368,7 @@ fn a_checks_directory_reads_yaml_and_yml_files() {
 /// README: in JUnit a warning is a `<failure>` only under `--strict`.
 #[test]
 fn junit_warnings_fail_only_under_strict() {
+    let _shared = crate::common::shared();
     let args = [
         "check",
         "--no-shipped",
@@ -393,6 +407,7 @@ fn junit_warnings_fail_only_under_strict() {
 /// `check` fails the launch check, naming what is missing.
 #[test]
 fn a_world_size_without_a_rank_is_refused() {
+    let _shared = crate::common::shared();
     let run_out = run(preflight()
         .args([
             "run",
@@ -428,6 +443,7 @@ fn a_world_size_without_a_rank_is_refused() {
 /// Counts read as English: one file, one check, one rank.
 #[test]
 fn counts_of_one_are_singular() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("one.yaml");
     std::fs::write(
@@ -457,6 +473,7 @@ fn counts_of_one_are_singular() {
 /// why; the same flags where they do something are accepted.
 #[test]
 fn flags_that_would_do_nothing_are_refused() {
+    let _shared = crate::common::shared();
     for (args, named) in [
         (&["check", "--master-addr", "10.0.0.1"][..], "--master-addr"),
         (
@@ -498,6 +515,7 @@ fn flags_that_would_do_nothing_are_refused() {
 /// that ran (none for a skipped one: nothing was measured).
 #[test]
 fn the_default_output_is_the_problems_and_one_line_for_the_rest() {
+    let _shared = crate::common::shared();
     let base = [
         "check",
         "--no-shipped",
@@ -533,6 +551,7 @@ fn the_default_output_is_the_problems_and_one_line_for_the_rest() {
 /// not listed as skipped.
 #[test]
 fn check_leaves_out_the_checks_across_nodes() {
+    let _shared = crate::common::shared();
     let out = run(preflight().args(["check", "--format", "json"]));
     let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     let ids: Vec<&str> = report["checks"]
@@ -565,6 +584,7 @@ fn check_leaves_out_the_checks_across_nodes() {
 /// Without a UTF-8 locale (unset is C), the report is plain ASCII.
 #[test]
 fn the_report_is_ascii_without_a_utf8_locale() {
+    let _shared = crate::common::shared();
     let base = [
         "check",
         "--no-shipped",
@@ -590,6 +610,7 @@ fn the_report_is_ascii_without_a_utf8_locale() {
 /// On a terminal, the progress line names the checks still running.
 #[test]
 fn the_progress_line_names_the_checks_still_running() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let list = dir.path().join("slow.yaml");
     // The slow check ends a second after the quick one has: ordered by
@@ -624,6 +645,7 @@ fn the_progress_line_names_the_checks_still_running() {
 
 #[test]
 fn json_report_writes_the_json_beside_the_metrics_from_one_run() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let prom = dir.path().join("preflight.prom");
     let report = dir.path().join("periodic.json");
@@ -677,6 +699,7 @@ fn json_report_writes_the_json_beside_the_metrics_from_one_run() {
 /// the atomic write must not turn the machine's /dev/null into a file.
 #[test]
 fn output_to_a_device_writes_through_it() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -716,6 +739,7 @@ fn output_to_a_device_writes_through_it() {
 /// verified, with no "busbw 0.000 GB/s" beside it.
 #[test]
 fn a_one_rank_run_gives_no_bus_bandwidth() {
+    let _shared = crate::common::shared();
     let report = binary::report(&run(preflight().args(["run", "--format", "json"])));
     let message = common::message(&report, "collective.tcp");
     assert!(

@@ -52,6 +52,7 @@ fn normalise(
 
 #[test]
 fn json_report_snapshot() {
+    let _shared = crate::common::shared();
     let out = mixed("json");
     assert_eq!(out.code, 1, "{}", out.stderr);
     let mut report = json(&out);
@@ -86,6 +87,7 @@ fn json_report_snapshot() {
 
 #[test]
 fn junit_report_snapshot() {
+    let _shared = crate::common::shared();
     let out = mixed("junit");
     assert_eq!(out.code, 1);
     let times = regex::Regex::new(r#"(time|timestamp)="[^"]*""#).unwrap();
@@ -95,6 +97,7 @@ fn junit_report_snapshot() {
 
 #[test]
 fn human_report_groups_by_area_and_repeats_problems_with_hints() {
+    let _shared = crate::common::shared();
     // Every check by area is `-v`'s; the default is quiet when healthy.
     let out = mixed_with("human", &["-v"]);
     assert_eq!(out.code, 1);
@@ -125,6 +128,7 @@ fn human_report_groups_by_area_and_repeats_problems_with_hints() {
 
 #[test]
 fn secrets_stay_out_of_reports() {
+    let _shared = crate::common::shared();
     let out = mixed("json");
     assert!(!out.stdout.contains("\"abc\""));
     assert_eq!(
@@ -186,6 +190,7 @@ fn exit_case(selector: &str, strict: bool) -> binary::Run {
 
 #[test]
 fn exit_0_when_ready() {
+    let _shared = crate::common::shared();
     let out = exit_case("pass", false);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_eq!(report(&out).verdict, Verdict::Ready);
@@ -193,6 +198,7 @@ fn exit_0_when_ready() {
 
 #[test]
 fn exit_1_when_a_check_fails() {
+    let _shared = crate::common::shared();
     let out = exit_case("fail", false);
     assert_eq!(out.code, 1);
     assert_eq!(report(&out).verdict, Verdict::NotReady);
@@ -200,6 +206,7 @@ fn exit_1_when_a_check_fails() {
 
 #[test]
 fn warnings_pass_unless_strict() {
+    let _shared = crate::common::shared();
     assert_eq!(exit_case("warn", false).code, 0);
     let strict = exit_case("warn", true);
     assert_eq!(strict.code, 1);
@@ -208,6 +215,7 @@ fn warnings_pass_unless_strict() {
 
 #[test]
 fn exit_3_when_a_required_check_cannot_be_evaluated() {
+    let _shared = crate::common::shared();
     let out = exit_case("error", false);
     assert_eq!(out.code, 3);
     let r = report(&out);
@@ -217,12 +225,14 @@ fn exit_3_when_a_required_check_cannot_be_evaluated() {
 
 #[test]
 fn unevaluated_warn_checks_count_only_under_strict() {
+    let _shared = crate::common::shared();
     assert_eq!(exit_case("error_warn", false).code, 0);
     assert_eq!(exit_case("error_warn", true).code, 3);
 }
 
 #[test]
 fn exit_2_for_an_invalid_checklist_or_invocation() {
+    let _shared = crate::common::shared();
     let bad = run(preflight().args([
         "check",
         "--no-shipped",
@@ -244,6 +254,7 @@ fn exit_2_for_an_invalid_checklist_or_invocation() {
 
 #[test]
 fn fail_beats_error_in_the_verdict() {
+    let _shared = crate::common::shared();
     let out = run(preflight().args([
         "check",
         "--no-shipped",
@@ -275,6 +286,7 @@ fn slow_checklist(dir: &std::path::Path) -> std::path::PathBuf {
 
 #[test]
 fn checks_run_concurrently_and_report_in_checklist_order() {
+    let _shared = crate::common::shared();
     // Each check waits for the other's file: both pass only if they overlap.
     // waits_for_b must also finish after waits_for_a has started, yet it is
     // reported first.
@@ -299,6 +311,7 @@ fn checks_run_concurrently_and_report_in_checklist_order() {
 
 #[test]
 fn a_check_that_overruns_its_timeout_fails() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let list = slow_checklist(dir.path());
     let out = run(preflight()
@@ -327,6 +340,7 @@ fn a_check_that_overruns_its_timeout_fails() {
 
 #[test]
 fn the_run_deadline_ends_checks_still_running() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let list = dir.path().join("long.yaml");
     std::fs::write(
@@ -359,6 +373,7 @@ fn the_run_deadline_ends_checks_still_running() {
 
 #[test]
 fn only_and_skip_select_by_id_and_tag() {
+    let _shared = crate::common::shared();
     let ids = |args: &[&str]| check_ids(std::path::Path::new(MIXED), args);
     assert_eq!(
         ids(&["--only", "kernel"]),
@@ -380,6 +395,7 @@ fn only_and_skip_select_by_id_and_tag() {
 
 #[test]
 fn a_selector_matching_nothing_is_an_error() {
+    let _shared = crate::common::shared();
     let out = run(preflight().args([
         "check",
         "--no-shipped",
@@ -399,6 +415,7 @@ fn a_selector_matching_nothing_is_an_error() {
 
 #[test]
 fn an_added_check_replaces_the_shipped_one_with_its_id() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let list = dir.path().join("site.yaml");
     std::fs::write(
@@ -431,6 +448,7 @@ fn an_added_check_replaces_the_shipped_one_with_its_id() {
 
 #[test]
 fn the_same_id_in_two_added_files_is_an_error() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     for name in ["a.yaml", "b.yaml"] {
         std::fs::write(
@@ -453,6 +471,7 @@ fn the_same_id_in_two_added_files_is_an_error() {
 
 #[test]
 fn output_file_gets_the_report_and_stdout_the_verdict() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("report.json");
     let out = run(preflight()
@@ -483,6 +502,7 @@ fn output_file_gets_the_report_and_stdout_the_verdict() {
 
 #[test]
 fn an_unwritable_output_is_a_usage_error() {
+    let _shared = crate::common::shared();
     let out = run(preflight().args([
         "check",
         "--no-shipped",
@@ -507,6 +527,7 @@ fn an_unwritable_output_is_a_usage_error() {
 /// `--with` that names nothing is an error as a mistyped `--only` is.
 #[test]
 fn opt_in_checks_run_only_when_only_or_with_names_them() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("opt.yaml");
     std::fs::write(

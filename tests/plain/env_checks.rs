@@ -39,6 +39,7 @@ fn node() -> tempfile::TempDir {
 
 #[test]
 fn env_lint_reports_typos_values_and_risks() {
+    let _shared = crate::common::shared();
     let root = node();
     let root_arg = root.path().to_string_lossy().to_string();
     let (_dir, path) = checklist(
@@ -135,6 +136,7 @@ fn env_lint_reports_typos_values_and_risks() {
 
 #[test]
 fn launch_env_finds_disagreements_and_init_method_mismatch() {
+    let _shared = crate::common::shared();
     let (_dir, path) = checklist(
         "checks:
   - {id: launch, kind: launch_env, init_method_var: JOB_ARGS, hint: \"{problem}\"}
@@ -187,6 +189,7 @@ fn launch_env_finds_disagreements_and_init_method_mismatch() {
 
 #[test]
 fn shipped_ib_check_warns_only_when_the_variable_disables_active_ports() {
+    let _shared = crate::common::shared();
     let root = node();
     let run = |env: &[(&str, &str)]| {
         let mut c = std::process::Command::new(common::BIN);
@@ -247,6 +250,7 @@ fn intel_node() -> std::path::PathBuf {
 
 #[test]
 fn ze_affinity_mask_syntax_and_devices() {
+    let _shared = crate::common::shared();
     let id = "xpu.affinity_mask";
     let xpu = intel_node();
     // Four GPU Max cards, two tiles each: 8 devices in the FLAT hierarchy.
@@ -293,6 +297,7 @@ fn ze_affinity_mask_syntax_and_devices() {
 
 #[test]
 fn ccl_atl_transport_and_the_silent_switch_to_ofi() {
+    let _shared = crate::common::shared();
     let id = "oneccl.atl_transport";
     let xpu = intel_node();
     let bare = tempfile::tempdir().unwrap();
@@ -376,6 +381,7 @@ fn ccl_atl_transport_and_the_silent_switch_to_ofi() {
 /// before rank 0 binds it. Outside it, or with another range, nothing.
 #[test]
 fn a_master_port_in_the_ephemeral_range_warns() {
+    let _shared = crate::common::shared();
     let (_dir, path) = checklist("checks:\n  - {id: launch, kind: launch_env}\n");
     let root = node();
     write(
@@ -418,6 +424,7 @@ fn a_master_port_in_the_ephemeral_range_warns() {
 /// a pattern in the kept part is found, and one only past it is not.
 #[test]
 fn command_keeps_256_kib_of_each_stream_and_drains_the_rest() {
+    let _shared = crate::common::shared();
     let script = "printf 'head-marker\\n'; head -c 4194304 /dev/zero | tr '\\\\0' x; printf '\\ntail-marker\\n'; head -c 4194304 /dev/zero >&2";
     let (_dir, path) = checklist(&format!(
         "checks:\n  - {{id: head, kind: command, argv: [sh, -c, \"{script}\"], stdout_matches: head-marker}}\n  - {{id: tail, kind: command, argv: [sh, -c, \"{script}\"], stdout_matches: tail-marker}}\n"
@@ -437,6 +444,7 @@ fn command_keeps_256_kib_of_each_stream_and_drains_the_rest() {
 /// program of this machine, not the tree's), as `--root`'s help says.
 #[test]
 fn a_command_check_skips_under_root_as_the_help_says() {
+    let _shared = crate::common::shared();
     let (_dir, path) = checklist("checks:\n  - {id: cmd, kind: command, argv: [\"false\"]}\n");
     let root = node();
     let root_arg = root.path().display().to_string();
@@ -463,6 +471,7 @@ fn a_command_check_skips_under_root_as_the_help_says() {
 /// place, the fabric check turned off.
 #[test]
 fn vendor_variables_are_judged_against_the_node() {
+    let _shared = crate::common::shared();
     // One variable's problem is its own result, `env.lint:NAME`.
     let lint = |r: &common::Report| -> (String, String) {
         let c = r

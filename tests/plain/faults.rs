@@ -57,6 +57,7 @@ const ONE_CHECK: &str =
 /// and no temporary file is left behind.
 #[test]
 fn a_full_disk_under_output_is_named_and_the_previous_report_kept() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let Some(mount) = Mount::tmpfs(&dir.path().join("full"), "256k") else {
         common::skip_unless_required("cannot mount a tmpfs here (not root?)");
@@ -133,6 +134,7 @@ fn version(prefix: &str, n: usize) -> String {
 /// column of the cut (exit 2); it never panics or hangs.
 #[test]
 fn a_checklist_replaced_mid_read_is_read_whole_or_refused_with_its_place() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("checks.yaml");
     let (a, b) = (version("a", 40), version("b", 25));

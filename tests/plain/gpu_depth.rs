@@ -32,6 +32,7 @@ fn check_alone(checklist: &std::path::Path) -> (Option<i32>, String) {
 /// R535+ names and the older `clocks_throttle_reasons` are read.
 #[test]
 fn throttling_fails_only_what_repeats_in_either_layout() {
+    let _shared = crate::common::shared();
     let checklist = format!(
         "checks:\n  - {{id: thermal, kind: gpu_health, throttle: true, nvidia_smi_xml: \"{}\"}}\n  - {{id: old, kind: gpu_health, throttle: true, nvidia_smi_xml: \"{}\"}}\n  - {{id: healthy, kind: gpu_health, throttle: true, nvidia_smi_xml: \"{{fixture}}/nvidia-smi-q.xml\"}}\n  - {{id: power_cap_too, kind: gpu_health, throttle: true, throttle_reasons: [sw_power_cap], nvidia_smi_xml: \"{}\"}}\n",
         tools("throttle-thermal.xml").display(),
@@ -78,6 +79,7 @@ fn throttling_fails_only_what_repeats_in_either_layout() {
 /// that can never fail.
 #[test]
 fn an_unknown_throttle_reason_is_a_located_error() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("c.yaml");
     std::fs::write(
@@ -94,6 +96,7 @@ fn an_unknown_throttle_reason_is_a_located_error() {
 /// The driver's reset status: the broken tree's GPU 5 needs a reset.
 #[test]
 fn a_gpu_the_driver_wants_reset_is_named_with_the_action() {
+    let _shared = crate::common::shared();
     let checklist = "checks:\n  - {id: reset, kind: gpu_health, reset_required: true, nvidia_smi_xml: \"{fixture}/nvidia-smi-q.xml\", hint: \"{action}\"}\n";
     let r = run("h100-ib-broken", checklist);
     assert_eq!(r.status("reset"), "fail");
@@ -127,6 +130,7 @@ fn a_gpu_the_driver_wants_reset_is_named_with_the_action() {
 /// "GPU N Xid C (name): action".
 #[test]
 fn a_flood_of_one_xid_is_one_finding_with_its_count_and_action() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("kmsg");
     let mut text = String::new();
@@ -164,6 +168,7 @@ fn a_flood_of_one_xid_is_one_finding_with_its_count_and_action() {
 /// would start.
 #[test]
 fn the_broken_trees_xids_name_gpu_action_and_time() {
+    let _shared = crate::common::shared();
     let r = run(
         "h100-ib-broken",
         "checks:\n  - {id: xid, kind: gpu_health, xid: true}\n",
@@ -181,6 +186,7 @@ fn the_broken_trees_xids_name_gpu_action_and_time() {
 /// NVLink Xids take the site's action; `ignore_xids` still wins.
 #[test]
 fn nvlink_xids_are_configurable() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("dmesg");
     std::fs::write(
@@ -244,6 +250,7 @@ fn part<'a>(r: &'a Run, id: &str) -> (&'a str, &'a str, &'a str) {
 /// read is never a pass.
 #[test]
 fn dcgm_documents_of_every_shape_pass_and_fail_as_dcgm_meant() {
+    let _shared = crate::common::shared();
     let names = [
         "dcgm4-r2-pass",
         "dcgm4-r2-memory-fail",
@@ -352,6 +359,7 @@ fn dcgm_documents_of_every_shape_pass_and_fail_as_dcgm_meant() {
 /// before dcgmi runs; a GPU set that leaves it out runs.
 #[test]
 fn dcgm_skips_mig_gpus_it_would_test() {
+    let _shared = crate::common::shared();
     let xml = tools("mig-enabled.xml");
     let r = run(
         "h100-ib-healthy",
@@ -380,6 +388,7 @@ fn dcgm_skips_mig_gpus_it_would_test() {
 /// what is missing, never passes; a level outside 1-4 is a located error.
 #[test]
 fn dcgm_without_dcgm_skips_and_a_bad_level_is_located() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("c.yaml");
     std::fs::write(
@@ -429,6 +438,7 @@ fn nvlink_check(id: &str, status: &str, extra: &str) -> String {
 /// NVSwitches each fail naming GPU, bus and link.
 #[test]
 fn nvlink_per_link_on_an_hgx_board() {
+    let _shared = crate::common::shared();
     let errors = |f: &str| format!(", nvidia_smi_nvlink_errors: \"{}\"", tools(f).display());
     let remote = |f: &str| format!(", nvidia_smi_nvlink_remote: \"{}\"", tools(f).display());
     let limits = ", max_errors: {replay: 0, recovery: 0, crc: 0}";
@@ -522,6 +532,7 @@ fn nvlink_per_link_on_an_hgx_board() {
 /// failure; NVML's "not supported" is no NVLink at all.
 #[test]
 fn nvlink_on_pcie_cards_is_not_a_failure() {
+    let _shared = crate::common::shared();
     let checklist = format!(
         "checks:\n{}{}",
         nvlink_check("bridgeless", "nvlink-pcie.txt", ""),
@@ -564,6 +575,7 @@ fn nvlink_on_pcie_cards_is_not_a_failure() {
 /// never a healthy node.
 #[test]
 fn an_unknown_nvlink_line_is_an_error_with_its_place() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let status = dir.path().join("s.txt");
     std::fs::write(
@@ -591,6 +603,7 @@ fn an_unknown_nvlink_line_is_an_error_with_its_place() {
 /// down).
 #[test]
 fn the_gpu_depth_checks_show_everywhere() {
+    let _shared = crate::common::shared();
     let list = std::process::Command::new(BIN)
         .args(["list", "--format", "json"])
         .output()
@@ -704,6 +717,7 @@ fn the_gpu_depth_checks_show_everywhere() {
 /// reset fields are gone, and the empty NVLink status as no NVLink.
 #[test]
 fn a_real_r580_recording_reads_back() {
+    let _shared = crate::common::shared();
     let real = |f: &str| fixture("nvidia-tools/real-h100-vm-r580").join(f);
     let r = run(
         "h100-ib-healthy",
@@ -731,6 +745,7 @@ fn a_real_r580_recording_reads_back() {
 /// throttle with no GPU reporting its reasons checks nothing (skip).
 #[test]
 fn what_the_readers_cannot_see_is_never_a_pass() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let healthy = std::fs::read_to_string(tools("nvlink-h100-healthy.txt")).unwrap();
     // GPU 7 left out.

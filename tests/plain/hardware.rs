@@ -39,6 +39,7 @@ checks:
 
 #[test]
 fn healthy_h100_passes_every_kind() {
+    let _shared = crate::common::shared();
     let r = run("h100-ib-healthy", ALL_KINDS);
     for c in &r.report.checks {
         assert_eq!(c.status.name(), "pass", "{c:#?}");
@@ -92,6 +93,7 @@ fn healthy_h100_passes_every_kind() {
 
 #[test]
 fn healthy_h100_with_the_shipped_checklist_is_ready() {
+    let _shared = crate::common::shared();
     let r = run_with("h100-ib-healthy", "", &[], true);
     assert_eq!(
         r.report.verdict,
@@ -116,6 +118,7 @@ fn healthy_h100_with_the_shipped_checklist_is_ready() {
 
 #[test]
 fn visibility_by_uuid_and_local_rank() {
+    let _shared = crate::common::shared();
     let masks = [
         (
             "CUDA_VISIBLE_DEVICES",
@@ -161,6 +164,7 @@ fn visibility_by_uuid_and_local_rank() {
 
 #[test]
 fn expected_count_from_the_checklist() {
+    let _shared = crate::common::shared();
     let r = run(
         "h100-ib-healthy",
         "checks:\n  - {id: d, kind: devices, vendor: nvidia, expect: 16}\n  - {id: a, kind: devices, vendor: amd}\n",
@@ -175,6 +179,7 @@ fn expected_count_from_the_checklist() {
 
 #[test]
 fn memory_balance_follows_the_visible_gpus() {
+    let _shared = crate::common::shared();
     // On the broken node only 0000:5d:00.0 is short of memory; masked out,
     // the remaining GPUs are balanced.
     let r = run_env(
@@ -199,6 +204,7 @@ fn memory_balance_follows_the_visible_gpus() {
 
 #[test]
 fn broken_h100_reports_every_fault_by_device() {
+    let _shared = crate::common::shared();
     let r = run("h100-ib-broken", ALL_KINDS);
     assert_eq!(r.report.verdict, crate::common::Verdict::NotReady);
     assert_eq!(r.code, 1);
@@ -267,6 +273,7 @@ fn broken_h100_reports_every_fault_by_device() {
 
 #[test]
 fn broken_h100_without_nccl_ib_hca_checks_every_port() {
+    let _shared = crate::common::shared();
     let r = run_env(
         "h100-ib-broken",
         ALL_KINDS,
@@ -286,6 +293,7 @@ fn broken_h100_without_nccl_ib_hca_checks_every_port() {
 
 #[test]
 fn broken_h100_local_rank_past_the_usable_gpus() {
+    let _shared = crate::common::shared();
     let r = run_env(
         "h100-ib-broken",
         ALL_KINDS,
@@ -315,6 +323,7 @@ fn broken_h100_local_rank_past_the_usable_gpus() {
 
 #[test]
 fn driver_minimum_and_library_mismatch() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let xml = std::fs::read_to_string(fixture("h100-ib-healthy").join("nvidia-smi-q.xml"))
         .unwrap()
@@ -341,6 +350,7 @@ fn driver_minimum_and_library_mismatch() {
 
 #[test]
 fn malformed_nvidia_smi_xml_is_an_error_with_the_path() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("smi.xml");
     std::fs::write(&path, "<nvidia_smi_log><gpu id=").unwrap();
@@ -368,6 +378,7 @@ checks:
 
 #[test]
 fn roce_node_gid_and_link_layer() {
+    let _shared = crate::common::shared();
     let r = run("roce-node", ROCE);
     assert_eq!(r.status("roce"), "pass", "{}", r.message("roce"));
     assert_eq!(
@@ -406,6 +417,7 @@ fn roce_node_gid_and_link_layer() {
 
 #[test]
 fn roce_node_gpus_and_shipped_checks() {
+    let _shared = crate::common::shared();
     let r = run_with("roce-node", "", &[], true);
     assert_eq!(
         r.report.verdict,
@@ -425,6 +437,7 @@ fn roce_node_gpus_and_shipped_checks() {
 
 #[test]
 fn malformed_sysfs_is_an_error_naming_the_file_not_a_panic() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let write = |rel: &str, text: &str| {
@@ -485,6 +498,7 @@ fn malformed_sysfs_is_an_error_naming_the_file_not_a_panic() {
 
 #[test]
 fn fabric_registration_incomplete_names_the_gpu() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let xml = std::fs::read_to_string(fixture("h100-ib-healthy").join("nvidia-smi-q.xml")).unwrap();
     // The third GPU's fabric state: registration still in progress.
@@ -510,6 +524,7 @@ fn fabric_registration_incomplete_names_the_gpu() {
 
 #[test]
 fn broken_h100_with_the_shipped_checklist_names_faults_in_hints() {
+    let _shared = crate::common::shared();
     let r = run_with("h100-ib-broken", "", &[], true);
     assert_eq!(r.report.verdict, crate::common::Verdict::NotReady);
     assert_eq!(r.code, 1);
@@ -543,6 +558,7 @@ fn broken_h100_with_the_shipped_checklist_names_faults_in_hints() {
 /// partner) is named.
 #[test]
 fn a_disabled_ib_port_is_left_alone_and_a_polling_one_is_named() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     let ok = Command::new("cp")
@@ -577,6 +593,7 @@ fn a_disabled_ib_port_is_left_alone_and_a_polling_one_is_named() {
 /// `ignore_xids: []` every one counts.
 #[test]
 fn application_xids_are_ignored_by_default_in_a_saved_kernel_log() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("dmesg.txt");
     std::fs::write(
@@ -621,6 +638,7 @@ fn application_xids_are_ignored_by_default_in_a_saved_kernel_log() {
 /// makes the check could-not-evaluate, never a pass.
 #[test]
 fn gpu_health_keeps_its_findings_when_a_part_cannot_be_read() {
+    let _shared = crate::common::shared();
     let r = run(
         "h100-ib-broken",
         r#"
@@ -647,6 +665,7 @@ checks:
 /// /proc/meminfo cannot be read, with the unread part named beside it.
 #[test]
 fn memory_keeps_its_findings_when_a_part_cannot_be_read() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     std::fs::create_dir_all(root.join("proc/self")).unwrap();
@@ -683,6 +702,7 @@ fn memory_keeps_its_findings_when_a_part_cannot_be_read() {
 /// device placeholders are empty files, env files are KEY=VALUE lines.
 #[test]
 fn fixture_trees_pass_their_own_sanity_check() {
+    let _shared = crate::common::shared();
     let out = Command::new("bash")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/check-tree.sh"))
         .output()

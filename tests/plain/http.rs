@@ -60,6 +60,7 @@ fn respond(request: &str) -> Option<String> {
 
 #[test]
 fn status_body_timeout_refused_and_proxy() {
+    let _shared = crate::common::shared();
     let (port, seen) = serve(respond);
     // A port with nothing behind it: bind, note, close.
     let closed = TcpListener::bind("127.0.0.1:0")
@@ -294,6 +295,7 @@ fn site_ca(dir: &std::path::Path) -> (String, String, String) {
 /// the job's own tools would use them.
 #[test]
 fn https_with_a_site_ca_through_https_proxy_and_all_proxy() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = site_ca(dir.path());
     let tls = Helper::start(TLS_SERVER, &[&cert, &key]);

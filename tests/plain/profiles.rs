@@ -115,6 +115,7 @@ fn baseline(args: &[&str]) -> (Option<i32>, String, String) {
 
 #[test]
 fn each_fixture_node_gets_its_profile_or_none() {
+    let _shared = crate::common::shared();
     for (tree, profile) in [
         ("h100-ib-healthy", "hgx-h100-8"),
         ("amd-mi300x", "mi300x-8"),
@@ -147,6 +148,7 @@ fn each_fixture_node_gets_its_profile_or_none() {
 /// port at half rate against a profile captured from the healthy one.
 #[test]
 fn a_degraded_node_fails_against_its_profile_named() {
+    let _shared = crate::common::shared();
     let c = profile_check(&root("h100-ib-broken"), None);
     assert_eq!(c["status"], "fail");
     assert_eq!(
@@ -254,6 +256,7 @@ fn a_degraded_node_fails_against_its_profile_named() {
 /// checks do not: a VM size with 12 NVLinks per GPU by design.
 #[test]
 fn the_kinds_read_their_expectation_from_the_profile() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let twelve = dir.path().join("twelve.yaml");
     std::fs::write(
@@ -301,6 +304,7 @@ fn the_kinds_read_their_expectation_from_the_profile() {
 
 #[test]
 fn a_profile_that_does_not_read_is_refused_with_its_place() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.yaml");
     std::fs::write(
@@ -349,6 +353,7 @@ fn a_profile_that_does_not_read_is_refused_with_its_place() {
 /// directory (`profile.yaml`, beside `checks.d`).
 #[test]
 fn the_slurm_modes_hold_the_node_to_the_sites_profile() {
+    let _shared = crate::common::shared();
     let (dir, d) = site_dir();
     std::fs::write(
         dir.path().join("profile.yaml"),
@@ -372,6 +377,7 @@ fn the_slurm_modes_hold_the_node_to_the_sites_profile() {
 /// have no bridge.
 #[test]
 fn no_xe_link_fails_oam_modules_only() {
+    let _shared = crate::common::shared();
     let matrix = std::fs::read_to_string(fixture("intel-tools").join("topology-healthy.txt"))
         .unwrap()
         .replace("XL8 ", "SYS ")
@@ -424,6 +430,7 @@ fn no_xe_link_fails_oam_modules_only() {
 /// each says which profile set it.
 #[test]
 fn infiniband_pcie_link_and_memory_read_the_profile() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     // A copy of the healthy node: one port at half rate, one GPU on a
     // riser that trains and can train x8 only.
@@ -524,6 +531,7 @@ fn infiniband_pcie_link_and_memory_read_the_profile() {
 /// matches gets the shipped profile its accelerators match.
 #[test]
 fn a_directory_of_profiles_is_chosen_from_by_the_instance_type() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let site = dir.path().join("profiles.d");
     std::fs::create_dir(&site).unwrap();
@@ -605,6 +613,7 @@ fn a_directory_of_profiles_is_chosen_from_by_the_instance_type() {
 /// another driver or one adapter on older firmware named against them.
 #[test]
 fn driver_and_firmware_families_are_captured_and_held() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let captured = dir.path().join("site.yaml");
     let (code, _, err) = baseline(&[
@@ -645,6 +654,7 @@ fn driver_and_firmware_families_are_captured_and_held() {
 /// machine has no accelerator), so `node.profile` skips.
 #[test]
 fn a_fleets_profiles_directory_is_validated_and_chosen_from() {
+    let _shared = crate::common::shared();
     let (dir, d) = site_dir();
     let fleet = dir.path().join("profiles.d");
     std::fs::create_dir(&fleet).unwrap();
@@ -697,6 +707,7 @@ fn a_fleets_profiles_directory_is_validated_and_chosen_from() {
 /// sized by it, and an unhealthy run is no baseline.
 #[test]
 fn capture_from_refuses_what_no_healthy_run_wrote() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let recorded = fixture("reports").join("run-4node/rank0.json");
     let mut report: serde_json::Value =

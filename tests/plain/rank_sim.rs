@@ -60,6 +60,7 @@ fn culprit_nodes(report: &Value) -> Vec<&str> {
 
 #[test]
 fn two_thousand_healthy_ranks_get_one_ready_verdict() {
+    let _serial = crate::common::serial();
     let sim = simulate(&[]);
     assert_eq!(sim.code, 0, "{}", sim.out);
     assert!(sim.out.contains("rank 0: pid"), "{}", sim.out);
@@ -101,6 +102,7 @@ fn two_thousand_healthy_ranks_get_one_ready_verdict() {
 /// the verdict is the same.
 #[test]
 fn two_thousand_ranks_without_a_layout_check_in_one_by_one() {
+    let _serial = crate::common::serial();
     let sim = simulate_in("flat", &[]);
     assert_eq!(sim.code, 0, "{}", sim.out);
     assert!(
@@ -117,6 +119,7 @@ fn two_thousand_ranks_without_a_layout_check_in_one_by_one() {
 /// their host, and every other rank exits 1 with rank 0's verdict.
 #[test]
 fn a_node_that_dies_after_check_in_is_named_and_every_rank_agrees() {
+    let _serial = crate::common::serial();
     let sim = simulate(&["--kill-node", "77"]);
     assert_eq!(sim.code, 0, "one verdict for the job\n{}", sim.out);
     assert!(sim.out.contains("exit 1, verdict not_ready"), "{}", sim.out);
@@ -145,6 +148,7 @@ fn a_node_that_dies_after_check_in_is_named_and_every_rank_agrees() {
 /// ready on every rank.
 #[test]
 fn two_ranks_claiming_one_rank_are_named() {
+    let _serial = crate::common::serial();
     let sim = simulate(&["--duplicate", "1500"]);
     assert_eq!(sim.code, 0, "{}", sim.out);
     assert!(
@@ -169,6 +173,7 @@ fn two_ranks_claiming_one_rank_are_named() {
 /// names it, every rank agrees.
 #[test]
 fn a_node_that_drops_its_probes_is_named_in_reachability() {
+    let _serial = crate::common::serial();
     let sim = simulate(&["--deaf-node", "200"]);
     assert_eq!(sim.code, 0, "{}", sim.out);
     assert!(
@@ -188,6 +193,7 @@ fn a_node_that_drops_its_probes_is_named_in_reachability() {
 /// gathered, and rank 0's report says where its time went.
 #[test]
 fn nodes_played_by_several_processes_get_one_verdict() {
+    let _serial = crate::common::serial();
     let sim = simulate(&["--shards", "3"]);
     assert_eq!(sim.code, 0, "{}", sim.out);
     assert!(sim.out.contains("(3 process(es))"), "{}", sim.out);

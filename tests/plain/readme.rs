@@ -24,6 +24,7 @@ fn commands(heading: &str) -> Result<Vec<String>, String> {
 
 #[test]
 fn the_fresh_machine_section_shows_one_command_each() {
+    let _shared = crate::common::shared();
     assert_eq!(
         commands("Run the preflight on this machine").unwrap(),
         ["cargo run --release -- run"]
@@ -36,6 +37,7 @@ fn the_fresh_machine_section_shows_one_command_each() {
 /// without it the README's first command fails on a fresh clone.
 #[test]
 fn cargo_run_runs_preflight() {
+    let _shared = crate::common::shared();
     let out = Command::new(env!("CARGO"))
         .args([
             "metadata",
@@ -72,6 +74,7 @@ fn cargo_run_runs_preflight() {
 /// CI runs the README's lines themselves, not a copy of them.
 #[test]
 fn ci_runs_the_readme_commands_as_printed() {
+    let _shared = crate::common::shared();
     let ci = std::fs::read_to_string(format!("{ROOT}/.ci/run")).unwrap();
     for heading in ["Run the tests", "Run the preflight on this machine"] {
         assert!(
@@ -99,6 +102,7 @@ fn ci_runs_the_readme_commands_as_printed() {
 /// binary prints for that file today, word for word.
 #[test]
 fn the_worked_examples_error_is_what_validate_prints() {
+    let _shared = crate::common::shared();
     let reference = std::fs::read_to_string(format!("{ROOT}/docs/reference.md")).unwrap();
     let shown = reference
         .lines()
@@ -128,6 +132,7 @@ fn the_worked_examples_error_is_what_validate_prints() {
 /// index there.
 #[test]
 fn the_readme_is_short_and_its_links_and_the_docs_index_hold() {
+    let _shared = crate::common::shared();
     let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
     let lines = readme.lines().count();
     assert!(lines <= 400, "README.md has {lines} lines");

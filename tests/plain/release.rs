@@ -18,6 +18,7 @@ fn version(tag: &str) -> Option<(u32, u32)> {
 
 #[test]
 fn the_release_binary_needs_glibc_2_17_at_most_and_runs() {
+    let _shared = crate::common::shared();
     let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/preflight");
     if !bin.exists() {
         common::skip_unless_required(
@@ -106,6 +107,7 @@ fn the_release_binary_needs_glibc_2_17_at_most_and_runs() {
 
 #[test]
 fn glibc_tags_are_read_as_versions() {
+    let _shared = crate::common::shared();
     assert_eq!(version("GLIBC_2.17"), Some((2, 17)));
     assert_eq!(version("GLIBC_2.2.5"), Some((2, 2)));
     assert_eq!(version("GLIBC_PRIVATE"), None);

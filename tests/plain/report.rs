@@ -63,6 +63,7 @@ fn check_report(dir: &Path, file: &str, host: &str, at: &str) -> PathBuf {
 
 #[test]
 fn a_runs_reports_merge_into_one_cluster_view_with_every_node() {
+    let _shared = crate::common::shared();
     let (out, m) = merged(&[RUN]);
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert_eq!(m["schema"], "preflight.merged-report/v1");
@@ -103,6 +104,7 @@ fn a_runs_reports_merge_into_one_cluster_view_with_every_node() {
 
 #[test]
 fn rank_0s_report_alone_gives_every_node_from_its_summary() {
+    let _shared = crate::common::shared();
     let (out, m) = merged(&[&rank_file(0)]);
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert_eq!(m["counts"]["nodes"], 4);
@@ -116,6 +118,7 @@ fn rank_0s_report_alone_gives_every_node_from_its_summary() {
 
 #[test]
 fn another_ranks_report_alone_says_the_view_is_cut_down() {
+    let _shared = crate::common::shared();
     let (out, m) = merged(&[&rank_file(2)]);
     assert_eq!(out.code, 1, "{}", out.stderr);
     let w = m["warnings"][0].as_str().unwrap();
@@ -127,6 +130,7 @@ fn another_ranks_report_alone_says_the_view_is_cut_down() {
 
 #[test]
 fn node_reports_mix_with_a_run_and_the_newest_report_of_a_node_wins() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let old = check_report(dir.path(), "h5-old.json", "h5", "2026-01-01T00:00:00Z");
     let new = check_report(dir.path(), "h5-new.json", "h5", "2026-01-02T00:00:00Z");
@@ -184,6 +188,7 @@ fn node_reports_mix_with_a_run_and_the_newest_report_of_a_node_wins() {
 
 #[test]
 fn files_that_are_not_reports_are_named_and_left_out() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let garbage = dir.path().join("garbage.json");
     std::fs::write(&garbage, "{ not json").unwrap();
@@ -281,6 +286,7 @@ fn without(v: &Value, path: &str) -> Value {
 /// it whole. The fields added since v1 are among those it does without.
 #[test]
 fn a_v1_report_without_every_optional_field_reads() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let full: Value =
         serde_json::from_str(&std::fs::read_to_string(rank_file(0)).unwrap()).unwrap();
@@ -344,6 +350,7 @@ fn a_v1_report_without_every_optional_field_reads() {
 
 #[test]
 fn nothing_readable_is_a_usage_error() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("x.json"), "[]").unwrap();
     let out = report(&[dir.path().to_str().unwrap()]);
@@ -365,6 +372,7 @@ fn nothing_readable_is_a_usage_error() {
 
 #[test]
 fn markdown_report_snapshot() {
+    let _shared = crate::common::shared();
     let out = report(&["--format", "markdown", RUN]);
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert_snapshot("run-4node.md", &out.stdout);
@@ -453,6 +461,7 @@ impl Proxy {
 
 #[test]
 fn the_html_report_opens_offline_in_chromium_with_every_part() {
+    let _shared = crate::common::shared();
     if Command::new("chromium").arg("--version").output().is_err() {
         skip::skip("chromium is not installed (Debian's chromium package)");
         return;
@@ -666,6 +675,7 @@ fn assert_inert(html: &str, what: &str) {
 /// every value is shown as the text it is.
 #[test]
 fn a_hostile_report_is_text_in_html_and_in_rendered_markdown() {
+    let _shared = crate::common::shared();
     if Command::new("cmark-gfm").arg("--version").output().is_err() {
         skip::skip("cmark-gfm is not installed (Debian's cmark-gfm package)");
         return;
@@ -702,6 +712,7 @@ fn a_hostile_report_is_text_in_html_and_in_rendered_markdown() {
 /// and counts the rest, and the JSON keeps all sixty.
 #[test]
 fn markdown_cuts_long_tables_at_50_rows_with_a_count_of_the_rest() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let first = check_report(
         dir.path(),
@@ -757,6 +768,7 @@ fn markdown_cuts_long_tables_at_50_rows_with_a_count_of_the_rest() {
 /// its row names it the culprit, with why, rather than a green "ready".
 #[test]
 fn the_matrix_row_of_a_culprit_says_so() {
+    let _shared = crate::common::shared();
     let html = report(&["--format", "html", RUN]).stdout;
     let row = &html[html.find("<tr id=\"node-h3\"").expect("h3's row")..];
     let row = &row[..row.find("</tr>").unwrap()];
@@ -783,6 +795,7 @@ fn the_matrix_row_of_a_culprit_says_so() {
 /// of another job from the next second is superseded.
 #[test]
 fn one_runs_ranks_fold_in_across_a_second_boundary() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let read = |n: u32| -> Value {
         serde_json::from_str(&std::fs::read_to_string(rank_file(n)).unwrap()).unwrap()

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 #[test]
 fn skipping_is_forbidden_by_either_variable_set_to_1() {
+    let _shared = crate::common::shared();
     let env = |pairs: &'static [(&'static str, &'static str)]| {
         move |k: &str| {
             pairs
@@ -35,6 +36,7 @@ fn skipping_is_forbidden_by_either_variable_set_to_1() {
 /// fails it.
 #[test]
 fn a_skip_under_the_variable_fails_the_test() {
+    let _shared = crate::common::shared();
     if std::env::var_os("SKIPS_CHILD").is_some() {
         skip::skip("staged by tests/plain/skips.rs");
         return;
@@ -90,6 +92,7 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 /// return in any test module.
 #[test]
 fn every_early_return_in_a_unit_test_goes_through_the_rule() {
+    let _shared = crate::common::shared();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     sources(&root.join("src"), &mut files);
@@ -131,6 +134,7 @@ fn every_early_return_in_a_unit_test_goes_through_the_rule() {
 /// found nowhere but in the rule itself.
 #[test]
 fn every_skip_goes_through_the_rule() {
+    let _shared = crate::common::shared();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     sources(&root.join("tests"), &mut files);

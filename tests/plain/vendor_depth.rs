@@ -30,6 +30,7 @@ fn checks(lines: &[String]) -> String {
 
 #[test]
 fn amd_checks_pass_a_healthy_mi300x_and_name_each_fault() {
+    let _shared = crate::common::shared();
     let a = |n: &str| rec("amd-tools", n);
     let list = checks(&[
         format!(
@@ -155,6 +156,7 @@ fn amd_checks_pass_a_healthy_mi300x_and_name_each_fault() {
 
 #[test]
 fn intel_checks_read_diag_health_and_the_xe_link_matrix() {
+    let _shared = crate::common::shared();
     let i = |n: &str| rec("intel-tools", n);
     let list = checks(&[
         format!(
@@ -241,6 +243,7 @@ fn intel_checks_read_diag_health_and_the_xe_link_matrix() {
 
 #[test]
 fn gaudi_checks_name_devices_ports_and_modules() {
+    let _shared = crate::common::shared();
     let h = |n: &str| rec("habana-tools", n);
     let list = checks(&[
         format!(
@@ -359,6 +362,7 @@ fn gaudi_checks_name_devices_ports_and_modules() {
 /// a parameter of another subject is a located configuration error.
 #[test]
 fn bad_recordings_and_misplaced_parameters() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let cut = dir.path().join("cut.json");
     std::fs::write(&cut, "{\"gpu_data\": [{\"gpu\": 0, \"ecc\": {").unwrap();
@@ -442,6 +446,7 @@ fn bad_recordings_and_misplaced_parameters() {
 /// with no recording each says what to record rather than pass.
 #[test]
 fn the_vendor_checks_show_everywhere() {
+    let _shared = crate::common::shared();
     let ids = [
         "amd.ecc",
         "amd.xgmi",
@@ -607,6 +612,7 @@ fn the_vendor_checks_show_everywhere() {
 /// its device nodes present, nothing failing.
 #[test]
 fn the_gaudi_fixture_node_is_healthy_to_the_shipped_checks() {
+    let _shared = crate::common::shared();
     let r = run_with("gaudi2-hls", "checks: []\n", &[], true);
     assert_eq!(
         r.status("habana.driver"),
@@ -645,6 +651,7 @@ fn the_gaudi_fixture_node_is_healthy_to_the_shipped_checks() {
 /// is the one `explain hl_smi` documents and the fixtures hold.
 #[test]
 fn the_gpu_machine_script_records_and_reads_back() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();

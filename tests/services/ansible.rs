@@ -323,6 +323,7 @@ fn skip_machine_checks() -> Value {
 
 #[test]
 fn validate_fails_only_the_host_with_a_planted_fault_and_gathers_every_report() {
+    let _shared = crate::common::shared();
     let Some(site) = Site::new(3) else { return };
     site.cluster
         .must(1, &["sysctl", "-w", "net.core.somaxconn=128"]);
@@ -375,6 +376,7 @@ fn validate_fails_only_the_host_with_a_planted_fault_and_gathers_every_report() 
 
 #[test]
 fn a_firewall_dropping_the_rendezvous_ports_fails_that_host_and_gates_the_next_step() {
+    let _shared = crate::common::shared();
     let Some(site) = Site::new(3) else { return };
     site.cluster.iptables(
         2,
@@ -431,6 +433,7 @@ fn listing(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime, u64)> {
 
 #[test]
 fn check_mode_runs_and_changes_nothing() {
+    let _shared = crate::common::shared();
     let Some(site) = Site::new(3) else { return };
     let vars = json!({"preflight_skip": skip_machine_checks()});
     // Fresh hosts: nothing is installed, so nothing can run; nothing is written.
@@ -474,6 +477,7 @@ fn check_mode_runs_and_changes_nothing() {
 
 #[test]
 fn cluster_play_is_ready_when_healthy_and_fails_only_the_host_whose_ports_are_dropped() {
+    let _shared = crate::common::shared();
     let Some(site) = Site::new(3) else { return };
     let vars = json!({
         "preflight_no_shipped": true,
@@ -600,6 +604,7 @@ fn module(tools: &Path, args: Value) -> (bool, Value) {
 
 #[test]
 fn the_module_fails_with_the_binarys_own_error() {
+    let _shared = crate::common::shared();
     let Some(tools) = tools() else { return };
     let dir = tempfile::tempdir().unwrap();
     // No binary.
@@ -679,6 +684,7 @@ fn the_module_fails_with_the_binarys_own_error() {
 
 #[test]
 fn playbooks_pass_ansible_lint_and_the_module_documents_itself() {
+    let _shared = crate::common::shared();
     let Some(tools) = tools() else { return };
     let home = tempfile::tempdir().unwrap();
     let env = |c: &mut Command| {

@@ -201,16 +201,19 @@ fn torchrun(nodes: usize, per_node: usize, as_nobody: bool) {
 
 #[test]
 fn the_readme_torchrun_line_on_one_node_is_ready_on_every_rank() {
+    let _shared = crate::common::shared();
     torchrun(1, 2, false);
 }
 
 #[test]
 fn the_readme_torchrun_line_as_an_ordinary_user_is_ready() {
+    let _shared = crate::common::shared();
     torchrun(1, 2, true);
 }
 
 #[test]
 fn the_readme_torchrun_line_on_two_hosts_is_ready_on_every_rank() {
+    let _shared = crate::common::shared();
     torchrun(2, 2, false);
 }
 
@@ -218,6 +221,7 @@ fn the_readme_torchrun_line_on_two_hosts_is_ready_on_every_rank() {
 /// its two variables for that, not a change of the line) and as nobody.
 #[test]
 fn the_readme_mpirun_line_is_ready_on_every_rank_as_root_and_as_nobody() {
+    let _shared = crate::common::shared();
     if !launcher("mpirun") {
         return;
     }
@@ -252,6 +256,7 @@ fn the_readme_mpirun_line_is_ready_on_every_rank_as_root_and_as_nobody() {
 /// The README's node-mode line on two hosts, as nobody.
 #[test]
 fn the_readme_node_mode_line_on_two_hosts_is_ready() {
+    let _shared = crate::common::shared();
     let Some((cluster, files)) = hosts(2) else {
         return;
     };
@@ -303,6 +308,7 @@ fn check_as(cluster: &Cluster, bin: &Path, as_nobody: bool) -> (i32, common::Rep
 /// finds it, and nobody still cannot block every job.
 #[test]
 fn an_ordinary_user_gets_ready_on_a_healthy_node_and_root_still_finds_a_drop_rule() {
+    let _shared = crate::common::shared();
     let Some(cluster) = Cluster::new(1) else {
         return;
     };
@@ -357,6 +363,7 @@ fn an_ordinary_user_gets_ready_on_a_healthy_node_and_root_still_finds_a_drop_rul
 /// host): READY, exit 0.
 #[test]
 fn a_two_rank_run_as_an_ordinary_user_is_ready() {
+    let _shared = crate::common::shared();
     let Some(cluster) = Cluster::new(1) else {
         return;
     };
@@ -386,6 +393,7 @@ fn a_two_rank_run_as_an_ordinary_user_is_ready() {
 /// shipped memory.shm fails, naming the leftover and its owner.
 #[test]
 fn a_full_dev_shm_fails_naming_the_largest_leftover_and_its_owner() {
+    let _shared = crate::common::shared();
     if !nix::unistd::Uid::effective().is_root() {
         common::skip_unless_required("not root: cannot mount a tmpfs of its own");
         return;
@@ -432,6 +440,7 @@ fn a_full_dev_shm_fails_naming_the_largest_leftover_and_its_owner() {
 /// (sparse stand-ins of the leftovers), owners from its /etc/passwd.
 #[test]
 fn a_full_dev_shm_under_a_fixture_root_is_found() {
+    let _shared = crate::common::shared();
     let root = tempfile::tempdir().unwrap();
     let r = root.path();
     std::fs::create_dir_all(r.join("proc")).unwrap();
@@ -468,6 +477,7 @@ fn a_full_dev_shm_under_a_fixture_root_is_found() {
 /// rendezvous among them with its hint, and its verdict as the last line.
 #[test]
 fn a_rank_other_than_0_ends_with_its_verdict_after_its_own_problems() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let args = words(&[
         "run",

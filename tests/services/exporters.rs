@@ -69,6 +69,7 @@ fn http_get(port: u16, path: &str, limit: Duration) -> String {
 
 #[test]
 fn check_metrics_pass_promtool_and_node_exporter_serves_them() {
+    let _shared = crate::common::shared();
     if !have("promtool") || !have("prometheus-node-exporter") {
         common::skip::skip(
             "promtool or node_exporter missing (apt: prometheus, prometheus-node-exporter)",
@@ -138,6 +139,7 @@ fn check_metrics_pass_promtool_and_node_exporter_serves_them() {
 
 #[test]
 fn bench_metrics_carry_the_bus_bandwidth_per_size() {
+    let _shared = crate::common::shared();
     if !have("promtool") {
         common::skip::skip("promtool missing (apt: prometheus)");
         return;
@@ -215,6 +217,7 @@ fn kubernetes_validate() -> Option<PathBuf> {
 
 #[test]
 fn the_kubernetes_manifests_are_valid_against_the_schemas() {
+    let _shared = crate::common::shared();
     let Some(validate) = kubernetes_validate() else {
         common::skip::skip("no kubernetes-validate (`.ci/install` puts it in /opt/preflight-k8s)");
         return;
@@ -265,6 +268,7 @@ fn the_kubernetes_manifests_are_valid_against_the_schemas() {
 /// max_output_length) is the condition's message.
 #[test]
 fn the_node_problem_detector_rule_keeps_the_plugin_contract() {
+    let _shared = crate::common::shared();
     let config: Value = serde_json::from_str(
         &std::fs::read_to_string(repo().join("contrib/kubernetes/preflight-monitor.json")).unwrap(),
     )
@@ -397,6 +401,7 @@ fn post_check(url: &str, env: &[(&str, &str)]) -> binary::Run {
 
 #[test]
 fn post_sends_the_json_report_and_keeps_the_verdict() {
+    let _shared = crate::common::shared();
     let collector = Collector::start(&[200]);
     let out = post_check(&format!("http://127.0.0.1:{}/reports", collector.port), &[]);
     assert_eq!(out.code, 1, "{}", out.stderr);
@@ -420,6 +425,7 @@ fn post_sends_the_json_report_and_keeps_the_verdict() {
 
 #[test]
 fn post_retries_a_collector_that_is_not_ready_yet() {
+    let _shared = crate::common::shared();
     let collector = Collector::start(&[503, 503, 200]);
     let out = post_check(&format!("http://127.0.0.1:{}/", collector.port), &[]);
     assert_eq!(out.code, 1, "{}", out.stderr);
@@ -429,6 +435,7 @@ fn post_retries_a_collector_that_is_not_ready_yet() {
 
 #[test]
 fn post_goes_through_the_jobs_proxy() {
+    let _shared = crate::common::shared();
     let proxy = Collector::start(&[200]);
     let out = post_check(
         "http://collector.invalid/in",
@@ -443,6 +450,7 @@ fn post_goes_through_the_jobs_proxy() {
 
 #[test]
 fn a_failed_post_is_a_warning_never_a_verdict() {
+    let _shared = crate::common::shared();
     // A port nobody listens on: bound, then let go.
     let port = cluster::free_port();
     let url = format!("http://127.0.0.1:{port}/reports");
@@ -468,6 +476,7 @@ fn a_failed_post_is_a_warning_never_a_verdict() {
 
 #[test]
 fn a_post_url_that_is_not_http_is_refused_before_the_run() {
+    let _shared = crate::common::shared();
     let out = run(preflight().args(["check", "--post", "ftp://collector/x"]));
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(
@@ -482,6 +491,7 @@ fn a_post_url_that_is_not_http_is_refused_before_the_run() {
 /// not on stderr, not in the report's warnings.
 #[test]
 fn a_post_never_shows_a_password() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port();
     let url = format!("http://ops:collector-s3cret@127.0.0.1:{port}/reports");
     let proxy = format!("http://relay:proxy-s3cret@127.0.0.1:{port}");
@@ -508,6 +518,7 @@ fn a_post_never_shows_a_password() {
 /// host it names: nothing reaches that host, and the warning says why.
 #[test]
 fn a_post_follows_no_redirect() {
+    let _shared = crate::common::shared();
     let elsewhere = Collector::start(&[200]);
     let redirect = Collector::redirecting(&format!("http://127.0.0.1:{}/stolen", elsewhere.port));
     let out = post_check(&format!("http://127.0.0.1:{}/reports", redirect.port), &[]);
@@ -532,6 +543,7 @@ fn a_post_follows_no_redirect() {
 /// still exits 0.
 #[test]
 fn a_post_makes_three_attempts_at_most_and_a_ready_run_stays_ready() {
+    let _shared = crate::common::shared();
     let busy = Collector::start(&[503]);
     let out = post_check(&format!("http://127.0.0.1:{}/", busy.port), &[]);
     assert_eq!(out.code, 1, "{}", out.stderr);
@@ -575,6 +587,7 @@ fn a_post_makes_three_attempts_at_most_and_a_ready_run_stays_ready() {
 /// ones docs/install.md shows.
 #[test]
 fn the_alerting_rules_pass_promtool_and_the_install_docs_quote_them() {
+    let _shared = crate::common::shared();
     if !have("promtool") {
         common::skip::skip("promtool is not installed (apt: prometheus)");
         return;

@@ -151,6 +151,7 @@ fn status() -> String {
 
 #[test]
 fn the_deb_installs_upgrades_keeps_the_edited_settings_and_purges() {
+    let _shared = crate::common::shared();
     if !nix::unistd::geteuid().is_root() || !have("dpkg") {
         common::skip_unless_required("dpkg -i needs root on a Debian machine");
         return;
@@ -336,6 +337,7 @@ fn the_deb_installs_upgrades_keeps_the_edited_settings_and_purges() {
 
 #[test]
 fn lintian_finds_no_error_or_warning_in_the_deb() {
+    let _shared = crate::common::shared();
     if !have("lintian") {
         common::skip_unless_required("lintian is not installed (.ci/install)");
         return;
@@ -375,6 +377,7 @@ fn deb_files(deb: &Path) -> BTreeSet<String> {
 
 #[test]
 fn the_rpm_holds_what_the_deb_holds_at_red_hats_paths() {
+    let _shared = crate::common::shared();
     let Some((deb, rpm)) = current() else { return };
     let rpm = rpm.to_str().unwrap();
     let query = |format: &str| ok("rpm", &["-qp", "--qf", format, rpm]);
@@ -495,6 +498,7 @@ fn the_rpm_holds_what_the_deb_holds_at_red_hats_paths() {
 
 #[test]
 fn every_command_has_a_man_page_that_renders_without_warnings() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(common::BIN)
         .arg("man-pages")
@@ -600,6 +604,7 @@ fn completion(shell: &str) -> String {
 
 #[test]
 fn the_completions_name_every_command_and_flag_and_their_shells_read_them() {
+    let _shared = crate::common::shared();
     let tree = command_tree();
     for shell in ["bash", "zsh", "fish"] {
         let script = completion(shell);

@@ -265,6 +265,7 @@ fn the_health_check_drains_the_faulty_node_resumes_it_and_never_an_admins_drain(
 
 #[test]
 fn a_settings_error_names_the_file_line_and_column() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("settings.yaml"),
@@ -292,6 +293,7 @@ fn a_settings_error_names_the_file_line_and_column() {
 /// or every check that runs one skips and the node's evidence is lost.
 #[test]
 fn a_program_slurmd_starts_without_path_still_finds_the_systems_tools() {
+    let _shared = crate::common::shared();
     if !Path::new("/usr/sbin/nft").exists() {
         common::netns::skip_or_panic("nft is not installed in /usr/sbin");
         return;
@@ -363,6 +365,7 @@ fn master_report(d: &Path, job: &str) -> serde_json::Value {
 
 #[test]
 fn validate_site_checks_the_settings_the_checks_d_and_every_modes_selection() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let etc = site(dir.path(), "healthcheck:\n  only: [site]\n");
     let validate = |extra: &[(&str, &str)]| {
@@ -596,6 +599,7 @@ fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
 /// it must not look like a drain that happened.
 #[test]
 fn a_failing_scontrol_is_reported_not_hidden() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let fake = dir.path().join("scontrol");
     std::fs::write(

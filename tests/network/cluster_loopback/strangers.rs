@@ -6,6 +6,7 @@ use super::*;
 
 #[test]
 fn another_jobs_rank_is_rejected_and_both_sides_say_so() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let args = run_args("60s");
     let r0 = local("jobA-rank0", &args, &env("0", "2", &port));
@@ -56,6 +57,7 @@ impl CloneOutcome for Outcome {
 
 #[test]
 fn garbage_oversized_and_silent_clients_do_not_disturb_the_rendezvous() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let args = run_args("10s");
     let r0 = local("rank0", &args, &env("0", "2", &port));
@@ -95,6 +97,7 @@ fn garbage_oversized_and_silent_clients_do_not_disturb_the_rendezvous() {
 
 #[test]
 fn another_jobs_rank_0_on_the_port_is_named_on_both_sides() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let args = run_args("60s");
     let a0 = local("jobA-rank0", &args, &env("0", "2", &port));
@@ -173,6 +176,7 @@ while True:
 /// ranks are ready with a verdict of the usual size.
 #[test]
 fn a_flood_of_another_jobs_handshakes_is_counted_not_listed() {
+    let _shared = crate::common::shared();
     const FLOOD: usize = 2000;
     let port = cluster::free_port().to_string();
     let args = run_args("60s");
@@ -235,6 +239,7 @@ print(rejected)
 /// a job across nodes; `preflight token` prints fresh 128-bit secrets.
 #[test]
 fn a_job_secret_must_be_a_secret() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let mut short = env("0", "2", &port);
     short.retain(|(k, _)| *k != "PREFLIGHT_TOKEN");
@@ -400,6 +405,7 @@ fn a_job_secret_must_be_a_secret() {
 /// after a second, and the real rank gets in; rank 0 counts what it closed.
 #[test]
 fn a_flood_of_silent_connections_does_not_lock_a_rank_out() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     // Shorter than the 5 s a silent connection used to be held: a flood
     // that fills rank 0's descriptors then keeps rank 1 out to the end.
@@ -484,6 +490,7 @@ print(opened)
 /// fingerprint is told, a secret's never.
 #[test]
 fn a_rank_without_the_secret_says_its_token_differs_from_rank_0s() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     // Rank 1 keeps trying to its deadline (an answer that proves no secret
     // is noise), then says what it saw.
@@ -527,6 +534,7 @@ fn a_rank_without_the_secret_says_its_token_differs_from_rank_0s() {
 /// ready once rank 0 comes up.
 #[test]
 fn an_unproven_answer_on_the_port_does_not_end_a_ranks_retries() {
+    let _shared = crate::common::shared();
     let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = squatter.local_addr().unwrap().port().to_string();
     let args = run_args("20s");
@@ -662,6 +670,7 @@ fn ready_while_held(port: &str, holder: &str, limit_files: bool) {
 /// rank 0 closes: the job's ranks still get in.
 #[test]
 fn a_stranger_holding_the_ranks_own_address_slots_locks_no_rank_out() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let holder = handshake_holder(&port, &["127.0.0.1".to_string()], 80, 12);
     ready_while_held(&port, &holder, false);
@@ -672,6 +681,7 @@ fn a_stranger_holding_the_ranks_own_address_slots_locks_no_rank_out() {
 /// ranks still get in.
 #[test]
 fn a_stranger_holding_every_handshake_slot_from_many_addresses_locks_no_rank_out() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let sources: Vec<String> = (10..110).map(|i| format!("127.0.0.{i}")).collect();
     let holder = handshake_holder(&port, &sources, 4, 12);
@@ -684,6 +694,7 @@ fn a_stranger_holding_every_handshake_slot_from_many_addresses_locks_no_rank_out
 /// machine), and the job's own ranks are ready all the same.
 #[test]
 fn online_guessing_is_paced_per_source() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let args = run_args("20s");
     let r0 = local("rank0", &args, &env("0", "2", &port));
@@ -732,6 +743,7 @@ print(answered)
 /// ranks go to rank 0's port themselves, and the job is ready.
 #[test]
 fn a_relay_on_master_port_passes_no_handshake_to_the_port_rank_0_moved_to() {
+    let _shared = crate::common::shared();
     // Four free ports in a row.
     let first = loop {
         let p = cluster::free_port();
@@ -820,6 +832,7 @@ while True:
 /// in as one of its ranks.
 #[test]
 fn a_one_node_job_without_a_secret_is_warned_that_local_users_can_join() {
+    let _shared = crate::common::shared();
     let port = cluster::free_port().to_string();
     let mut args = run_args("20s");
     args.truncate(args.len() - 2);
@@ -852,6 +865,7 @@ fn a_one_node_job_without_a_secret_is_warned_that_local_users_can_join() {
 /// ranks alone: no warning, and --require-secret has nothing to refuse.
 #[test]
 fn node_mode_on_one_node_makes_its_own_secret() {
+    let _shared = crate::common::shared();
     let mut args = run_args("20s");
     args.extend(["--nproc-per-node", "2", "--require-secret"].map(String::from));
     let out = local("agent", &args, &[]).finish(MARGIN);

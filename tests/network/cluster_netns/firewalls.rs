@@ -6,6 +6,7 @@ use super::*;
 
 #[test]
 fn a_host_whose_firewall_drops_probes_is_named_in_the_matrix() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     // New connections into host 2 dropped: it connects out to the master
     // and checks in, but its peers cannot reach its probe listener.
@@ -33,6 +34,7 @@ fn a_host_whose_firewall_drops_probes_is_named_in_the_matrix() {
 
 #[test]
 fn a_host_whose_firewall_rejects_the_probe_port_is_named_as_refusing() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     // The rendezvous port is open everywhere; host 2 REJECTs the probe
     // port: its peers get refused (told apart from a DROP's timeout).
@@ -91,6 +93,7 @@ fn a_host_whose_firewall_rejects_the_probe_port_is_named_as_refusing() {
 /// starved, said as such: no firewall, nobody drained, a warning.
 #[test]
 fn a_stopped_rank_does_not_answer_and_is_no_firewall() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("h2-checked-in");
@@ -149,6 +152,7 @@ fn a_stopped_rank_does_not_answer_and_is_no_firewall() {
 /// holds the range.
 #[test]
 fn a_host_whose_probe_port_range_is_taken_probes_elsewhere_and_says_who_holds_it() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let holder = job.cluster.listen(1, 29601, &[]);
     let ports: &[(&str, &str)] = &[("PREFLIGHT_PROBE_PORTS", "29601")];
@@ -204,6 +208,7 @@ fn culprit_names(o: &Outcome) -> Vec<String> {
 /// so B is the culprit, and the healthy master is not.
 #[test]
 fn two_hosts_with_an_inbound_drop_on_one_blame_only_that_one() {
+    let _shared = crate::common::shared();
     let Some(job) = job(2, None) else { return };
     let c = &job.cluster;
     c.nft_rule(
@@ -242,6 +247,7 @@ fn two_hosts_with_an_inbound_drop_on_one_blame_only_that_one() {
 /// the culprit and nobody else.
 #[test]
 fn three_hosts_with_one_hosts_outbound_blocked_blame_that_host() {
+    let _shared = crate::common::shared();
     let Some(job) = job(3, None) else { return };
     let c = &job.cluster;
     c.nft_rule(
@@ -285,6 +291,7 @@ fn three_hosts_with_one_hosts_outbound_blocked_blame_that_host() {
 /// blamed, so nobody would be drained.
 #[test]
 fn a_filter_between_two_hosts_names_the_link_and_blames_nobody() {
+    let _shared = crate::common::shared();
     let Some(mut cluster) = Cluster::new(2) else {
         return;
     };

@@ -235,6 +235,7 @@ fn gang(op: &Operator, block: Option<usize>) -> Option<(Vec<Outcome>, Vec<PathBu
 
 #[test]
 fn each_operators_pods_meet_as_a_world_of_three_from_their_own_environment() {
+    let _shared = crate::common::shared();
     for op in OPERATORS {
         let Some((out, logs)) = gang(op, None) else {
             return;
@@ -274,6 +275,7 @@ fn each_operators_pods_meet_as_a_world_of_three_from_their_own_environment() {
 
 #[test]
 fn a_pod_whose_port_is_blocked_is_named_by_its_name() {
+    let _shared = crate::common::shared();
     let op = &OPERATORS[2];
     let Some((out, logs)) = gang(op, Some(2)) else {
         return;
@@ -299,6 +301,7 @@ fn a_pod_whose_port_is_blocked_is_named_by_its_name() {
 
 #[test]
 fn a_pod_that_never_comes_is_named_and_a_leader_that_never_resolves_is_said_so() {
+    let _shared = crate::common::shared();
     let op = &OPERATORS[0];
     let Some(c) = Cluster::new(3) else {
         return;

@@ -71,12 +71,14 @@ fn with(
 
 #[test]
 fn a_tree_that_keeps_the_rules_passes() {
+    let _shared = crate::common::shared();
     let violations = check(&tree(&good()));
     assert!(violations.is_empty(), "{violations:#?}");
 }
 
 #[test]
 fn an_import_up_a_floor_is_named_with_its_file_and_line() {
+    let _shared = crate::common::shared();
     let files = with(
         good(),
         &[(
@@ -103,6 +105,7 @@ fn an_import_up_a_floor_is_named_with_its_file_and_line() {
 
 #[test]
 fn inline_paths_and_super_count_as_imports() {
+    let _shared = crate::common::shared();
     // `super::super` from kinds/port.rs is the crate root: a path up to
     // commands from there is an import too, as is an inline `crate::` path.
     let files = with(
@@ -133,6 +136,7 @@ fn inline_paths_and_super_count_as_imports() {
 
 #[test]
 fn the_ground_imports_nothing_above_it() {
+    let _shared = crate::common::shared();
     let files = with(good(), &[("src/values.rs", "use crate::result::Status;\n")]);
     let v = check(&files);
     assert!(
@@ -146,6 +150,7 @@ fn the_ground_imports_nothing_above_it() {
 
 #[test]
 fn stages_keep_apart_and_away_from_rendering() {
+    let _shared = crate::common::shared();
     let files = with(
         good(),
         &[
@@ -193,6 +198,7 @@ fn stages_keep_apart_and_away_from_rendering() {
 
 #[test]
 fn a_loop_inside_one_folder_is_allowed_and_across_folders_is_not() {
+    let _shared = crate::common::shared();
     // store ↔ server in cluster/ is in the good tree and passes; kinds and
     // result importing each other is a loop across folders (and an import
     // up a floor).
@@ -214,6 +220,7 @@ fn a_loop_inside_one_folder_is_allowed_and_across_folders_is_not() {
 
 #[test]
 fn clap_and_unsafe_stay_where_they_belong() {
+    let _shared = crate::common::shared();
     let files = with(
         good(),
         &[(
@@ -236,6 +243,7 @@ fn clap_and_unsafe_stay_where_they_belong() {
 
 #[test]
 fn use_trees_expand() {
+    let _shared = crate::common::shared();
     assert_eq!(
         expand("crate::a::{b, c::{d, e as f}, self}"),
         vec![

@@ -10,6 +10,7 @@ use checker::tree;
 /// a release binary holds none.
 #[test]
 fn fault_switches_exist_only_in_test_builds() {
+    let _shared = crate::common::shared();
     let mut files = BTreeMap::new();
     read_tree(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
@@ -49,6 +50,7 @@ fn fault_switches_exist_only_in_test_builds() {
 /// and only the fuzz crate and they name it: no shipped binary holds them.
 #[test]
 fn fuzzing_entry_points_exist_only_in_fuzz_builds() {
+    let _shared = crate::common::shared();
     let mut files = BTreeMap::new();
     read_tree(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
@@ -103,6 +105,7 @@ fn too_long(files: &BTreeMap<String, String>) -> Vec<String> {
 
 #[test]
 fn no_source_file_outgrows_a_reader() {
+    let _shared = crate::common::shared();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = BTreeMap::new();
     read_tree(&root.join("src"), &mut files);
@@ -136,6 +139,7 @@ fn no_source_file_outgrows_a_reader() {
 /// which only those four `main.rs` include by path.
 #[test]
 fn the_tests_are_four_binaries_over_one_helper_tree() {
+    let _shared = crate::common::shared();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut binaries = Vec::new();
     for entry in std::fs::read_dir(root.join("tests")).expect("tests/") {
@@ -202,6 +206,7 @@ fn reads_message_text(source: &str) -> Vec<usize> {
 /// and nothing else sets `caused_by`.
 #[test]
 fn no_cause_rule_matches_on_message_text() {
+    let _shared = crate::common::shared();
     let mut files = BTreeMap::new();
     read_tree(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
@@ -220,4 +225,61 @@ fn no_cause_rule_matches_on_message_text() {
     // The check sees a rule that reads text.
     let reading = "fn rule(c: &C) -> bool {\n    c.message.contains(\"held by pid\")\n}\n#[cfg(test)]\nmod tests { fn t(m: &str) { m.split(' '); } }\n";
     assert_eq!(reads_message_text(reading), [2]);
+}
+
+/// Every test takes the binary's lock at its top (tests/README.md):
+/// `serial()` to run alone, `shared()` beside the others, or a helper of
+/// its file that takes `serial()`; never `shared()` and such a helper
+/// together, which would wait on itself.
+#[test]
+fn every_test_takes_the_binarys_lock_once() {
+    let _shared = crate::common::shared();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = BTreeMap::new();
+    read_tree(&root.join("tests"), &mut files);
+    let mut wrong = Vec::new();
+    let mut seen = 0;
+    for (file, source) in files
+        .iter()
+        .filter(|(f, _)| !f.starts_with("tests/common/"))
+    {
+        let text = &strip(source);
+        // A function's body ends at the first `}` at the start of a line
+        // (rustfmt's layout).
+        let bodies: Vec<(&str, &str)> = text
+            .match_indices("\nfn ")
+            .map(|(at, _)| {
+                let rest = &text[at + 4..];
+                let name = &rest[..rest.find('(').unwrap_or(0)];
+                (name, &rest[..rest.find("\n}\n").unwrap_or(rest.len())])
+            })
+            .collect();
+        let serial_helpers: Vec<&str> = bodies
+            .iter()
+            .filter(|(_, body)| body.contains("serial()"))
+            .map(|(name, _)| *name)
+            .collect();
+        for (at, _) in text.match_indices("#[test]\n") {
+            let Some(fn_at) = text[at..].find("\nfn ") else {
+                continue;
+            };
+            let rest = &text[at + fn_at + 4..];
+            let name = &rest[..rest.find('(').unwrap_or(0)];
+            let body = &rest[..rest.find("\n}\n").unwrap_or(rest.len())];
+            seen += 1;
+            let takes_serial = body.contains("serial()");
+            let takes_shared = body.contains("shared()");
+            let via_helper = serial_helpers
+                .iter()
+                .any(|h| *h != name && body.contains(&format!("{h}(")));
+            match (takes_serial, takes_shared, via_helper) {
+                (true, false, false) | (false, true, false) | (false, false, true) => {}
+                _ => wrong.push(format!(
+                    "{file}: {name}: serial {takes_serial}, shared {takes_shared}, through a helper {via_helper}"
+                )),
+            }
+        }
+    }
+    assert!(seen > 400, "{seen} tests found");
+    assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
 }

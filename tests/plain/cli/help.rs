@@ -5,6 +5,7 @@ use super::*;
 
 #[test]
 fn list_says_whether_each_check_applies_and_why_not() {
+    let _shared = crate::common::shared();
     let out = run(preflight().args([
         "list",
         "--no-shipped",
@@ -48,6 +49,7 @@ fn list_says_whether_each_check_applies_and_why_not() {
 
 #[test]
 fn explain_covers_what_why_and_how_to_fix() {
+    let _shared = crate::common::shared();
     let out = run(preflight().args(["explain", "kernel.somaxconn"]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     for part in [
@@ -71,6 +73,7 @@ fn explain_covers_what_why_and_how_to_fix() {
 
 #[test]
 fn explain_a_kind_or_an_unknown_name() {
+    let _shared = crate::common::shared();
     let kind = run(preflight().args(["explain", "command"]));
     assert_eq!(kind.code, 0);
     assert!(kind.stdout.contains("argv"));
@@ -87,6 +90,7 @@ fn explain_a_kind_or_an_unknown_name() {
 
 #[test]
 fn help_documents_the_commands_and_exit_codes() {
+    let _shared = crate::common::shared();
     let out = run(preflight().arg("--help"));
     assert_eq!(out.code, 0);
     for word in [
@@ -143,6 +147,7 @@ fn help_flags(command: &str) -> Vec<String> {
 /// its help lists, given all at once.
 #[test]
 fn each_command_help_lists_exactly_the_flags_it_takes() {
+    let _shared = crate::common::shared();
     let port = common::unused_port("127.0.0.1").to_string();
     let empty = tempfile::tempdir().unwrap();
     let root = empty.path().to_str().unwrap();
@@ -263,6 +268,7 @@ fn each_command_help_lists_exactly_the_flags_it_takes() {
 /// says of it on this node, and `list`'s counts are `check`'s and `run`'s.
 #[test]
 fn list_and_explain_know_every_id_a_run_prints() {
+    let _shared = crate::common::shared();
     let listed = json(&run(preflight().args(["list", "--format", "json"])));
     let entries = listed.as_array().unwrap();
     let ids: Vec<&str> = entries.iter().map(|e| e["id"].as_str().unwrap()).collect();

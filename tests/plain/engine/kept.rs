@@ -35,6 +35,7 @@ fn line<'a>(r: &'a Value, id: &str) -> &'a Value {
 /// and the second report marks it cached; a failing one runs each time.
 #[test]
 fn a_slow_commands_pass_is_run_once_and_reused() {
+    let _shared = crate::common::shared();
     let d = tempfile::tempdir().unwrap();
     let count = d.path().join("count");
     let failing = d.path().join("failing");
@@ -121,6 +122,7 @@ fn a_slow_commands_pass_is_run_once_and_reused() {
 /// Xid in its kernel log; and state files not to trust.
 #[test]
 fn a_changed_node_or_an_untrusted_state_file_runs_the_check_again() {
+    let _shared = crate::common::shared();
     let d = tempfile::tempdir().unwrap();
     let root = d.path().join("root");
     for dir in ["proc/sys/kernel/random", "sys/module/nvidia", "dev", "etc"] {

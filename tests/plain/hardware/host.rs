@@ -8,6 +8,7 @@ use super::*;
 
 #[test]
 fn cpu_node_skips_hardware_with_reasons() {
+    let _shared = crate::common::shared();
     let r = run("cpu-node", ALL_KINDS);
     assert_eq!(r.message("devices"), "no accelerator present");
     assert_eq!(r.message("driver"), "no accelerator present");
@@ -48,6 +49,7 @@ fn cpu_node_skips_hardware_with_reasons() {
 
 #[test]
 fn cpu_node_memory_and_shm_default_size() {
+    let _shared = crate::common::shared();
     let r = run(
         "cpu-node",
         "checks:\n  - {id: m, kind: memory, min_available: 64GiB, min_shm: 8GiB}\n  - {id: ib, kind: infiniband, expect_active: 1}\n",
@@ -65,6 +67,7 @@ fn cpu_node_memory_and_shm_default_size() {
 
 #[test]
 fn cpu_node_with_the_shipped_checklist_is_ready() {
+    let _shared = crate::common::shared();
     let r = run_with("cpu-node", "", &[], true);
     assert_eq!(r.code, 0, "{:#}", r.report);
     for c in &r.report.checks {
@@ -83,6 +86,7 @@ fn cpu_node_with_the_shipped_checklist_is_ready() {
 /// assert.
 #[test]
 fn real_machine_without_hardware_skips_hardware_checks() {
+    let _shared = crate::common::shared();
     let bare = !Path::new("/proc/driver/nvidia").exists()
         && !Path::new("/sys/class/infiniband").exists()
         && !Path::new("/dev/kfd").exists()
@@ -158,6 +162,7 @@ fn real_machine_without_hardware_skips_hardware_checks() {
 
 #[test]
 fn memory_limits_against_world_size_hugepages_and_disk() {
+    let _shared = crate::common::shared();
     let checklist = r#"
 checks:
   - {id: nofile, kind: memory, nofile_per_rank: 4}
@@ -187,6 +192,7 @@ checks:
 
 #[test]
 fn time_sync_from_a_recorded_adjtimex() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let unsynced = dir.path().join("adjtimex.txt");
     std::fs::write(
@@ -238,6 +244,7 @@ fn time_sync_from_a_recorded_adjtimex() {
 
 #[test]
 fn cgroup_v2_quota_and_memory_limit_along_the_path() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let write = |rel: &str, text: &str| {
@@ -274,6 +281,7 @@ fn cgroup_v2_quota_and_memory_limit_along_the_path() {
 /// NTP daemon) has its time daemon.
 #[test]
 fn chronyc_tracking_and_a_ptp_node_running_phc2sys() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     std::fs::create_dir_all(root.join("proc/812")).unwrap();
@@ -317,6 +325,7 @@ fn chronyc_tracking_and_a_ptp_node_running_phc2sys() {
 /// is no limit.
 #[test]
 fn cgroup_v1_quota_and_memory_limit_along_each_hierarchy() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let write = |rel: &str, text: &str| {

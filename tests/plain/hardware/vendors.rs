@@ -8,6 +8,7 @@ use super::*;
 
 #[test]
 fn intel_max_counts_tiles_and_finds_level_zero() {
+    let _shared = crate::common::shared();
     let r = run("intel-max-xpu", ALL_KINDS);
     assert_eq!(
         r.message("devices"),
@@ -45,6 +46,7 @@ fn intel_max_counts_tiles_and_finds_level_zero() {
 
 #[test]
 fn amd_mi300x_counts_accelerator_class_gpus() {
+    let _shared = crate::common::shared();
     let r = run("amd-mi300x", ALL_KINDS);
     assert_eq!(
         r.message("devices"),
@@ -100,6 +102,7 @@ fn amd_mi300x_counts_accelerator_class_gpus() {
 /// uncorrectable errors, the other's VRAM mostly in use.
 #[test]
 fn amd_health_from_amdgpu_files_names_the_gpu() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     std::fs::create_dir_all(root.join("sys/bus/pci/drivers/amdgpu")).unwrap();
@@ -136,6 +139,7 @@ fn amd_health_from_amdgpu_files_names_the_gpu() {
 /// one render node missing from /dev.
 #[test]
 fn intel_driver_split_tiles_and_missing_loader() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let mk = |rel: &str| std::fs::create_dir_all(root.join(rel)).unwrap();
@@ -219,6 +223,7 @@ fn intel_driver_split_tiles_and_missing_loader() {
 /// missing in /dev, and HABANA_VISIBLE_DEVICES past the usable ones.
 #[test]
 fn habana_accel_nodes_and_mask() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let mk = |rel: &str| std::fs::create_dir_all(root.join(rel)).unwrap();
@@ -258,6 +263,7 @@ fn habana_accel_nodes_and_mask() {
 /// and the like must not trip a shipped check).
 #[test]
 fn amd_and_intel_trees_pass_the_shipped_checklist() {
+    let _shared = crate::common::shared();
     for tree in ["amd-mi300x", "intel-max-xpu"] {
         let r = run_with(tree, "", &[], true);
         let failed: Vec<String> = r

@@ -9,6 +9,7 @@ use super::*;
 /// from before ROCm 6.4 that prints no XGMI link state.
 #[test]
 fn interfaces_down_cards_unlisted_and_no_link_state() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     let dev = root.join("sys/devices/pci0000:e0/0000:e0:01.0/0000:e9:00.0");
@@ -120,6 +121,7 @@ fn interfaces_down_cards_unlisted_and_no_link_state() {
 /// everywhere is one.
 #[test]
 fn what_the_tools_cannot_say_is_never_a_pass() {
+    let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, text: String| {
         let p = dir.path().join(name);

@@ -196,6 +196,7 @@ fn validate(pod: &Value, dir: &Path) {
 
 #[test]
 fn the_webhook_gates_gang_and_node_pods_leaves_others_and_survives_a_bad_body() {
+    let _shared = crate::common::shared();
     let Some(w) = Webhook::start() else {
         return;
     };

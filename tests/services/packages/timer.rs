@@ -209,6 +209,7 @@ fn hold_as_nobody(port: u16) -> Held {
 
 #[test]
 fn the_periodic_check_gives_the_same_verdict_under_its_units_restrictions() {
+    let _serial = crate::common::serial();
     if !nix::unistd::geteuid().is_root()
         || !have("unshare")
         || !have("setpriv")

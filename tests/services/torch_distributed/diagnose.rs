@@ -537,6 +537,7 @@ fn a_diagnosed_job_let_go_finishes_normally() {
 
 #[test]
 fn no_job_is_said_and_exits_3() {
+    let _shared = crate::common::shared();
     let out = Command::new(common::BIN)
         .args(["diagnose", "--format", "json", "--pid", "1"])
         .output()
@@ -607,6 +608,7 @@ fn ras(addr: &str) -> (i32, Value) {
 /// with its node and pid, and a healthy job names nobody.
 #[test]
 fn nccl_ras_reports_name_the_missing_dead_and_lagging_ranks() {
+    let _shared = crate::common::shared();
     for json in [true, false] {
         let form = if json { "json" } else { "text" };
         let (code, d) = ras(&ras_replay("healthy", json));
