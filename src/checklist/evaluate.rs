@@ -114,6 +114,10 @@ pub fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Fac
         Status::Pass | Status::Skip => None,
     };
     let about = finding.about();
+    let (threshold, copies) = finding
+        .extra
+        .map(|e| (e.threshold, e.copies))
+        .unwrap_or_default();
     CheckResult {
         id: check.id.clone(),
         kind: check.kind.name.to_string(),
@@ -129,7 +133,8 @@ pub fn complete(check: &Check, finding: Finding, duration: Duration, facts: &Fac
         source: check.source.clone(),
         caused_by: None,
         about,
-        threshold: finding.extra.and_then(|e| e.threshold),
+        threshold,
+        copies,
         cached: false,
         measured_at: None,
         reused_until: None,

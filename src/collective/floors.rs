@@ -27,7 +27,13 @@ pub fn judge(
     hosts: &[String],
     me: u32,
 ) -> Option<CheckResult> {
-    let floors = profile.expect.floors.as_ref()?;
+    // A profile with only copy floors (`gpu_bandwidth` holds them) sets
+    // nothing for the stage.
+    let floors = profile
+        .expect
+        .floors
+        .as_ref()
+        .filter(|f| !f.busbw.is_empty() || f.pair_gbps.is_some())?;
     let named = profile.named();
     let mut below = Vec::new();
     let mut unmeasured = Vec::new();

@@ -17,6 +17,9 @@ pub struct Process {
 pub struct GpuStatus {
     pub bus_id: String,
     pub uuid: Option<String>,
+    /// The board's serial number (NVML, nvidia-smi's `serial`): what a
+    /// return to the vendor names.
+    pub serial: Option<String>,
     pub persistence: Option<bool>,
     pub used_bytes: Option<u64>,
     pub free_bytes: Option<u64>,
@@ -204,6 +207,7 @@ pub fn parse_xml(source: &str, text: &str) -> Result<GpuReport, String> {
         gpus.push(GpuStatus {
             bus_id: normalize_bus_id(&bus),
             uuid: text_at(gpu, &["uuid"]),
+            serial: text_at(gpu, &["serial"]).filter(|s| !s.eq_ignore_ascii_case("N/A")),
             persistence: yes_no(text_at(gpu, &["persistence_mode"])),
             used_bytes: mib(text_at(gpu, &["fb_memory_usage", "used"])),
             free_bytes: mib(text_at(gpu, &["fb_memory_usage", "free"])),

@@ -6,6 +6,7 @@ pub mod amd_smi;
 pub mod amdgpu;
 mod backend;
 pub mod cgroup;
+pub mod cuda;
 pub mod dcgm;
 pub mod fingerprint;
 pub mod gpu_status;

@@ -59,6 +59,7 @@ pub fn report() -> Result<GpuReport, String> {
         Ok(GpuStatus {
             bus_id,
             uuid: device.uuid().ok(),
+            serial: device.serial().ok(),
             persistence: device.is_in_persistent_mode().ok(),
             used_bytes: memory.as_ref().map(|m| m.used),
             free_bytes: memory.as_ref().map(|m| m.free),

@@ -134,6 +134,20 @@ pub fn parse_speed(text: &str) -> Option<f64> {
 }
 
 /// Formats GT/s as the kernel does, without trailing zeros.
+/// What a link moves per direction, GB/s, after its line encoding:
+/// 8b/10b up to 5 GT/s (Gen 1 and 2), 128b/130b to 32 GT/s (Gen 3 to 5),
+/// FLIT mode's 242 of 256 bytes at 64 GT/s (Gen 6).
+pub fn link_gbps(gts: f64, width: u32) -> f64 {
+    let encoding = if gts <= 5.0 {
+        0.8
+    } else if gts <= 32.0 {
+        128.0 / 130.0
+    } else {
+        242.0 / 256.0
+    };
+    gts * encoding / 8.0 * f64::from(width)
+}
+
 pub fn format_speed(gts: f64) -> String {
     let text = format!("{gts:.1}");
     let text = text.strip_suffix(".0").unwrap_or(&text).to_string();

@@ -16,7 +16,9 @@ mod env;
 mod env_lint;
 mod file;
 pub mod firewall;
+mod gpu_bandwidth;
 mod gpu_health;
+mod gpu_memory_test;
 pub mod hl_smi;
 pub mod http;
 pub mod ifname_spec;
@@ -150,7 +152,9 @@ pub const KINDS: &[&KindInfo] = &[
     &env_lint::KIND,
     &file::KIND,
     &firewall::KIND,
+    &gpu_bandwidth::KIND,
     &gpu_health::KIND,
+    &gpu_memory_test::KIND,
     &hl_smi::KIND,
     &http::KIND,
     &infiniband::KIND,

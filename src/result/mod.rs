@@ -6,6 +6,7 @@ pub mod cause;
 pub mod cluster;
 pub mod collective;
 pub mod diagnosis;
+pub mod gpu_copies;
 pub mod merged;
 pub mod report;
 
@@ -70,6 +71,8 @@ pub struct Finding {
 pub struct Extra {
     /// For a bandwidth threshold: what it compared, for reports to draw.
     pub threshold: Option<collective::Threshold>,
+    /// For `gpu_bandwidth`: each GPU's copy rates.
+    pub copies: Option<gpu_copies::GpuCopies>,
     /// A check that found several problems reports each as its own
     /// result, with its own status: (subject, finding), the subject
     /// naming it after the check's id (`env.lint:NCCL_DEBUG`).
@@ -218,6 +221,11 @@ impl Finding {
         self
     }
 
+    pub fn copies(mut self, copies: gpu_copies::GpuCopies) -> Finding {
+        self.extra.get_or_insert_default().copies = Some(copies);
+        self
+    }
+
     fn about_mut(&mut self) -> &mut About {
         &mut self.extra.get_or_insert_default().about
     }
@@ -336,6 +344,9 @@ pub struct CheckResult {
     /// A bandwidth threshold's row and minimum (`collective_busbw`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<collective::Threshold>,
+    /// Each GPU's copy rates (`gpu_bandwidth`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copies: Option<gpu_copies::GpuCopies>,
     /// A kept pass reused instead of a run (`cache:`), with when it was
     /// measured and until when it is reused (RFC 3339).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -378,6 +389,7 @@ impl CheckResult {
             caused_by: None,
             about: About::default(),
             threshold: None,
+            copies: None,
             cached: false,
             measured_at: None,
             reused_until: None,

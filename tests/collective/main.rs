@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod gpu_copies;
 mod loopback;
 mod nccl;
 mod netns;

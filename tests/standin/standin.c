@@ -59,6 +59,18 @@
  *                                        compares (two ranks on one host and one device
  *                                        fail init with ncclInvalidUsage, as in NCCL)
  *
+ * Copies (copies.c): pinned host memory, asynchronous copies and fills,
+ * events and PCI bus ids, with each copy's time modelled from its link:
+ *   PREFLIGHT_STANDIN_HOST_GBPS=G        host<->device rate (GB/s, default 24)
+ *   PREFLIGHT_STANDIN_D2D_GBPS=G         device-to-device rate (default 1000)
+ *   PREFLIGHT_STANDIN_SLOW_GPU=D:F[,..]  device D copies at F times the rate
+ *   PREFLIGHT_STANDIN_UPLINK=N:G[:K]     every N devices (only group K) share one G GB/s uplink
+ *   PREFLIGHT_STANDIN_COPY_HANG=D        device D's copies never complete
+ *   PREFLIGHT_STANDIN_BAD_BYTE=D:OFFSET  device D's byte at OFFSET (from its first
+ *                                        allocation's address) has bit 4 stuck at 1
+ *   PREFLIGHT_STANDIN_BUS_IDS=A,B,...    the devices' PCI addresses
+ *   PREFLIGHT_STANDIN_MEMORY=BYTES       memory per device
+ *
  * What it cannot be: a GPU. Kernels, NVLink, the IB transport itself,
  * device memory faults and real bandwidth are not here.
  */
@@ -214,6 +226,7 @@ struct CUstream_st {
     struct op *head, *tail;
     int running, destroyed;
     unsigned int flags; /* CU_STREAM_NON_BLOCKING (1): no implicit sync with the legacy stream */
+    double vclock;      /* the modelled time its last copy or event ended (copies.c) */
 };
 
 struct CUctx_st {
@@ -367,9 +380,27 @@ EXPORT CUresult cuCtxSynchronize(void) {
     return CUDA_SUCCESS;
 }
 
+/* PREFLIGHT_STANDIN_MEMORY bytes per device (default 80 GiB, an H100's):
+ * an allocation past it fails as the driver's does. */
+static size_t device_memory(void) {
+    const char *v = getenv("PREFLIGHT_STANDIN_MEMORY");
+    return v && *v ? (size_t)strtoull(v, NULL, 10) : (size_t)80 << 30;
+}
+
+static size_t device_used(int dev) {
+    size_t used = 0;
+    for (size_t i = 0; i < g_nallocs; i++)
+        if (g_allocs[i].live && g_allocs[i].dev == dev) used += g_allocs[i].size;
+    return used;
+}
+
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) {
     if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
     if (!g_current) return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&g_lock);
+    size_t used = device_used(g_current->dev);
+    pthread_mutex_unlock(&g_lock);
+    if (bytes > device_memory() || used > device_memory() - bytes) return CUDA_ERROR_OUT_OF_MEMORY;
     unsigned char *host = calloc(1, bytes);
     if (!host) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&g_lock);
@@ -434,12 +465,10 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
 EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     if (!free_bytes || !total) return CUDA_ERROR_INVALID_VALUE;
     if (!g_current) return CUDA_ERROR_INVALID_CONTEXT;
-    size_t used = 0;
     pthread_mutex_lock(&g_lock);
-    for (size_t i = 0; i < g_nallocs; i++)
-        if (g_allocs[i].live && g_allocs[i].dev == g_current->dev) used += g_allocs[i].size;
+    size_t used = device_used(g_current->dev);
     pthread_mutex_unlock(&g_lock);
-    *total = (size_t)80 << 30;
+    *total = device_memory();
     *free_bytes = used < *total ? *total - used : 0;
     return CUDA_SUCCESS;
 }
@@ -590,8 +619,10 @@ struct op {
     uint64_t seq;
     struct op *group; /* OP_GROUP: its operations, in order */
     int cts_sent;     /* OP_RECV: its clear-to-send already went (a group sends them all first) */
+    void (*call)(void *); /* OP_CALL: the stream runs call(arg) (copies.c) */
+    void *arg;
 };
-enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_SEND, OP_RECV, OP_GROUP };
+enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_SEND, OP_RECV, OP_GROUP, OP_CALL };
 
 static size_t dt_size(int dt) {
     switch (dt) {
@@ -1246,7 +1277,9 @@ static void run_one(struct op *o) {
 }
 
 static void run_op(struct op *op) {
-    if (op->kind == OP_GROUP) {
+    if (op->kind == OP_CALL) {
+        op->call(op->arg);
+    } else if (op->kind == OP_GROUP) {
         /* A group posts all its recvs before any of its sends waits: what
          * makes a grouped exchange with a peer (or with itself) complete. */
         for (struct op *o = op->group; o; o = o->next) {
@@ -1356,7 +1389,7 @@ static ncclResult_t issue(int kind, const void *send, void *recv, size_t count, 
     if (!stream || !known_stream(stream)) return fail(ncclUnhandledCudaError, "Cuda failure 'invalid resource handle'");
     struct op *o = calloc(1, sizeof *o);
     if (!o) return ncclSystemError;
-    *o = (struct op){NULL, kind, c, send, recv, count, (int)dt, redop, peer, 0, NULL, 0};
+    *o = (struct op){NULL, kind, c, send, recv, count, (int)dt, redop, peer, 0, NULL, 0, NULL, NULL};
     pthread_mutex_lock(&c->mu);
     if (kind == OP_SEND) o->seq = c->send_seq[peer]++;
     else if (kind == OP_RECV) o->seq = c->recv_seq[peer]++;
@@ -1424,3 +1457,6 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
     group_stream = NULL;
     return submit(g->group->comm, stream, g);
 }
+
+/* Copies timed on the device, pinned memory, events and bus ids. */
+#include "copies.c"

@@ -1,6 +1,7 @@
 //! The CUDA driver API from libcuda.so.1: devices, primary contexts, device
 //! memory and streams, as much as an NCCL check needs.
 
+use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::fmt;
 use std::marker::PhantomData;
@@ -13,33 +14,50 @@ use crate::{Error, c_text, open_first};
 
 const CUDA_SUCCESS: c_int = 0;
 const CUDA_ERROR_NO_DEVICE: c_int = 100;
-const CUDA_ERROR_NOT_READY: c_int = 600;
+pub(crate) const CUDA_ERROR_NOT_READY: c_int = 600;
 
 type CuResult = c_int;
 type CuDevice = c_int;
 type CuContext = *mut c_void;
-type CuStream = *mut c_void;
-type CuDevPtr = u64;
+pub(crate) type CuStream = *mut c_void;
+pub(crate) type CuDevPtr = u64;
+pub(crate) type CuEvent = *mut c_void;
 
-struct Fns {
-    init: unsafe extern "C" fn(c_uint) -> CuResult,
-    driver_get_version: unsafe extern "C" fn(*mut c_int) -> CuResult,
-    device_get_count: unsafe extern "C" fn(*mut c_int) -> CuResult,
-    device_get: unsafe extern "C" fn(*mut CuDevice, c_int) -> CuResult,
-    device_get_name: unsafe extern "C" fn(*mut c_char, c_int, CuDevice) -> CuResult,
-    primary_ctx_retain: unsafe extern "C" fn(*mut CuContext, CuDevice) -> CuResult,
-    primary_ctx_release: unsafe extern "C" fn(CuDevice) -> CuResult,
-    ctx_set_current: unsafe extern "C" fn(CuContext) -> CuResult,
-    ctx_synchronize: unsafe extern "C" fn() -> CuResult,
-    mem_alloc: unsafe extern "C" fn(*mut CuDevPtr, usize) -> CuResult,
-    mem_free: unsafe extern "C" fn(CuDevPtr) -> CuResult,
-    memcpy_htod: unsafe extern "C" fn(CuDevPtr, *const c_void, usize) -> CuResult,
-    memcpy_dtoh: unsafe extern "C" fn(*mut c_void, CuDevPtr, usize) -> CuResult,
-    mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
-    stream_create: unsafe extern "C" fn(*mut CuStream, c_uint) -> CuResult,
-    stream_query: unsafe extern "C" fn(CuStream) -> CuResult,
-    stream_destroy: unsafe extern "C" fn(CuStream) -> CuResult,
-    get_error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+pub(crate) struct Fns {
+    pub(crate) init: unsafe extern "C" fn(c_uint) -> CuResult,
+    pub(crate) driver_get_version: unsafe extern "C" fn(*mut c_int) -> CuResult,
+    pub(crate) device_get_count: unsafe extern "C" fn(*mut c_int) -> CuResult,
+    pub(crate) device_get: unsafe extern "C" fn(*mut CuDevice, c_int) -> CuResult,
+    pub(crate) device_get_name: unsafe extern "C" fn(*mut c_char, c_int, CuDevice) -> CuResult,
+    pub(crate) primary_ctx_retain: unsafe extern "C" fn(*mut CuContext, CuDevice) -> CuResult,
+    pub(crate) primary_ctx_release: unsafe extern "C" fn(CuDevice) -> CuResult,
+    pub(crate) ctx_set_current: unsafe extern "C" fn(CuContext) -> CuResult,
+    pub(crate) ctx_synchronize: unsafe extern "C" fn() -> CuResult,
+    pub(crate) mem_alloc: unsafe extern "C" fn(*mut CuDevPtr, usize) -> CuResult,
+    pub(crate) mem_free: unsafe extern "C" fn(CuDevPtr) -> CuResult,
+    pub(crate) memcpy_htod: unsafe extern "C" fn(CuDevPtr, *const c_void, usize) -> CuResult,
+    pub(crate) memcpy_dtoh: unsafe extern "C" fn(*mut c_void, CuDevPtr, usize) -> CuResult,
+    pub(crate) mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
+    pub(crate) stream_create: unsafe extern "C" fn(*mut CuStream, c_uint) -> CuResult,
+    pub(crate) stream_query: unsafe extern "C" fn(CuStream) -> CuResult,
+    pub(crate) stream_destroy: unsafe extern "C" fn(CuStream) -> CuResult,
+    pub(crate) get_error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    pub(crate) device_get_pci_bus_id:
+        unsafe extern "C" fn(*mut c_char, c_int, CuDevice) -> CuResult,
+    pub(crate) mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
+    pub(crate) mem_free_host: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    pub(crate) memcpy_htod_async:
+        unsafe extern "C" fn(CuDevPtr, *const c_void, usize, CuStream) -> CuResult,
+    pub(crate) memcpy_dtoh_async:
+        unsafe extern "C" fn(*mut c_void, CuDevPtr, usize, CuStream) -> CuResult,
+    pub(crate) memcpy_dtod_async:
+        unsafe extern "C" fn(CuDevPtr, CuDevPtr, usize, CuStream) -> CuResult,
+    pub(crate) memset_d32_async:
+        unsafe extern "C" fn(CuDevPtr, c_uint, usize, CuStream) -> CuResult,
+    pub(crate) event_create: unsafe extern "C" fn(*mut CuEvent, c_uint) -> CuResult,
+    pub(crate) event_record: unsafe extern "C" fn(CuEvent, CuStream) -> CuResult,
+    pub(crate) event_elapsed_time: unsafe extern "C" fn(*mut f32, CuEvent, CuEvent) -> CuResult,
+    pub(crate) event_destroy: unsafe extern "C" fn(CuEvent) -> CuResult,
 }
 
 impl Fns {
@@ -80,6 +98,17 @@ impl Fns {
             stream_query: sym!("cuStreamQuery"),
             stream_destroy: sym!("cuStreamDestroy_v2"),
             get_error_string: sym!("cuGetErrorString"),
+            device_get_pci_bus_id: sym!("cuDeviceGetPCIBusId"),
+            mem_host_alloc: sym!("cuMemHostAlloc"),
+            mem_free_host: sym!("cuMemFreeHost"),
+            memcpy_htod_async: sym!("cuMemcpyHtoDAsync_v2"),
+            memcpy_dtoh_async: sym!("cuMemcpyDtoHAsync_v2"),
+            memcpy_dtod_async: sym!("cuMemcpyDtoDAsync_v2"),
+            memset_d32_async: sym!("cuMemsetD32Async"),
+            event_create: sym!("cuEventCreate"),
+            event_record: sym!("cuEventRecord"),
+            event_elapsed_time: sym!("cuEventElapsedTime"),
+            event_destroy: sym!("cuEventDestroy_v2"),
         })
     }
 }
@@ -87,7 +116,7 @@ impl Fns {
 /// The loaded CUDA driver. [`Cuda::open`] does not call cuInit: a driver
 /// that loads but cannot initialise is a different finding from no driver.
 pub struct Cuda {
-    fns: Fns,
+    pub(crate) fns: Fns,
     path: String,
     report: LoadReport,
     // Last: the function pointers must not outlive the mapping.
@@ -186,7 +215,7 @@ impl Cuda {
         Ok(device)
     }
 
-    fn check(&self, func: &'static str, rc: CuResult) -> Result<(), Error> {
+    pub(crate) fn check(&self, func: &'static str, rc: CuResult) -> Result<(), Error> {
         if rc == CUDA_SUCCESS {
             return Ok(());
         }
@@ -217,7 +246,7 @@ impl Cuda {
 
 /// One GPU with its primary context retained; released on drop.
 pub struct Device<'c> {
-    cuda: &'c Cuda,
+    pub(crate) cuda: &'c Cuda,
     dev: CuDevice,
     ordinal: usize,
     ctx: CuContext,
@@ -252,6 +281,19 @@ impl<'c> Device<'c> {
         self.cuda.check("cuDeviceGetName", rc)?;
         // SAFETY: NUL-terminated within the buffer on success.
         Ok(unsafe { c_text(buf.as_ptr()) })
+    }
+
+    /// The device's PCI address as sysfs writes it (`0000:3b:00.0`): the
+    /// driver answers `0000:3B:00.0`.
+    pub fn pci_bus_id(&self) -> Result<String, Error> {
+        let mut buf = [0 as c_char; 64];
+        // SAFETY: the driver writes at most `len` bytes, NUL included.
+        let rc = unsafe {
+            (self.cuda.fns.device_get_pci_bus_id)(buf.as_mut_ptr(), buf.len() as c_int, self.dev)
+        };
+        self.cuda.check("cuDeviceGetPCIBusId", rc)?;
+        // SAFETY: NUL-terminated within the buffer on success.
+        Ok(unsafe { c_text(buf.as_ptr()) }.to_ascii_lowercase())
     }
 
     /// (free, total) bytes of the current context's device.
@@ -289,6 +331,7 @@ impl<'c> Device<'c> {
             device: self,
             ptr,
             len,
+            abandoned: Cell::new(false),
             _t: PhantomData,
         })
     }
@@ -321,9 +364,12 @@ impl Drop for Device<'_> {
 /// of an operation that hangs is dropped after the communicator is
 /// aborted, which ends that work.
 pub struct DeviceBuffer<'d, T> {
-    device: &'d Device<'d>,
-    ptr: CuDevPtr,
+    pub(crate) device: &'d Device<'d>,
+    pub(crate) ptr: CuDevPtr,
     len: usize,
+    /// Queued work that missed its deadline may still use the buffer
+    /// (`Stream::timed`): it is then left allocated, never freed under it.
+    pub(crate) abandoned: Cell<bool>,
     _t: PhantomData<T>,
 }
 
@@ -348,6 +394,11 @@ impl<T: DataType> DeviceBuffer<'_, T> {
 
     pub(crate) fn raw(&self) -> *mut c_void {
         self.ptr as *mut c_void
+    }
+
+    /// The buffer's device address, as a memory fault is reported.
+    pub fn address(&self) -> u64 {
+        self.ptr
     }
 
     pub(crate) fn device_ordinal(&self) -> usize {
@@ -394,6 +445,9 @@ impl<T: DataType> DeviceBuffer<'_, T> {
 
 impl<T> Drop for DeviceBuffer<'_, T> {
     fn drop(&mut self) {
+        if self.abandoned.get() {
+            return;
+        }
         let _ = self.device.make_current();
         // Work queued on any stream of this context may still use the
         // buffer: let it finish before the memory goes back.
@@ -406,8 +460,8 @@ impl<T> Drop for DeviceBuffer<'_, T> {
 /// A CUDA stream; NCCL operations are queued on it and complete
 /// asynchronously. Destroyed on drop.
 pub struct Stream<'d> {
-    device: &'d Device<'d>,
-    raw: CuStream,
+    pub(crate) device: &'d Device<'d>,
+    pub(crate) raw: CuStream,
 }
 
 impl fmt::Debug for Stream<'_> {

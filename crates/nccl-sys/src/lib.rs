@@ -28,7 +28,11 @@
 //! cuDriverGetVersion, cuDeviceGetCount, cuDeviceGet, cuDeviceGetName,
 //! cuDevicePrimaryCtxRetain/Release, cuCtxSetCurrent, cuCtxSynchronize,
 //! cuMemAlloc, cuMemFree, cuMemcpyHtoD, cuMemcpyDtoH, cuMemGetInfo,
-//! cuStreamCreate, cuStreamQuery, cuStreamDestroy, cuGetErrorString.
+//! cuStreamCreate, cuStreamQuery, cuStreamDestroy, cuGetErrorString; for
+//! copies timed on the GPU ([`Stream::timed`]): cuDeviceGetPCIBusId,
+//! cuMemHostAlloc, cuMemFreeHost, cuMemcpyHtoDAsync, cuMemcpyDtoHAsync,
+//! cuMemcpyDtoDAsync, cuMemsetD32Async, cuEventCreate, cuEventRecord,
+//! cuEventElapsedTime, cuEventDestroy.
 //!
 //! # No GPU
 //! [`probe`] answers before any collective call: "no CUDA device
@@ -64,11 +68,13 @@
 // where it lives, each block saying why it is sound.
 #![allow(unsafe_code)]
 
+mod copies;
 mod cuda;
 mod nccl;
 mod probe;
 mod search;
 
+pub use copies::{Copy, PinnedBuffer, timed_together};
 pub use cuda::{Cuda, Device, DeviceBuffer, Stream};
 pub(crate) use loader_sys::c_text;
 pub use nccl::{Comm, CommState, DataType, Nccl, NcclVersion, RedOp, UNIQUE_ID_BYTES, UniqueId};

@@ -1,8 +1,9 @@
 //! `baseline capture --from REPORT...`: the measured floors of a profile,
 //! from the reports of a healthy `preflight run` across nodes: per
 //! backend and operation, the bus bandwidth at the largest size measured;
-//! every pair between two nodes; each at a fraction of the median (of the
-//! runs given, and of the pairs).
+//! every pair between two nodes; every GPU's host-to-device and
+//! device-to-host copy rate (`gpu_bandwidth`); each at a fraction of the
+//! median (of the runs given, of the pairs, of the GPUs).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use super::super::Failure;
 use super::super::report::{files, read};
 use crate::result::Verdict;
 use crate::result::collective::CollectiveReport;
+use crate::result::gpu_copies::GpuCopy;
 use crate::values::median;
 
 /// One run's collective section and each of its ranks' node.
@@ -38,9 +40,11 @@ fn rate(gbps: f64) -> String {
 
 /// The runs of the reports: one per distinct collective section (every
 /// rank of a run carries the same one), each rank's node from the
-/// reports' own host names and the cluster view.
-fn runs(inputs: &[PathBuf]) -> Result<Vec<Run>, Failure> {
+/// reports' own host names and the cluster view; and every GPU's copy
+/// rates (`gpu_bandwidth`), once per node and check.
+fn runs(inputs: &[PathBuf]) -> Result<(Vec<Run>, Vec<GpuCopy>), Failure> {
     let mut runs: Vec<(String, Run)> = Vec::new();
+    let mut copies: BTreeMap<String, GpuCopy> = BTreeMap::new();
     let files = files(inputs)?;
     if files.is_empty() {
         return Err(Failure::Usage("--from: no report (*.json) found".into()));
@@ -53,6 +57,14 @@ fn runs(inputs: &[PathBuf]) -> Result<Vec<Run>, Failure> {
                 f.display(),
                 r.verdict.name()
             )));
+        }
+        // A node's finding is shared with its ranks: each GPU once.
+        for c in r.checks.iter().filter_map(|c| c.copies.as_ref()) {
+            for g in &c.gpus {
+                copies
+                    .entry(format!("{} {}", r.node.hostname, g.bus_id))
+                    .or_insert_with(|| g.clone());
+            }
         }
         let Some(c) = r.collective.clone() else {
             continue;
@@ -102,9 +114,9 @@ fn runs(inputs: &[PathBuf]) -> Result<Vec<Run>, Failure> {
             *slot = r.node.hostname.clone();
         }
     }
-    if runs.is_empty() {
+    if runs.is_empty() && copies.is_empty() {
         return Err(Failure::Usage(
-            "--from: no report has a collective section (a `preflight run` with its collective stage)".into(),
+            "--from: no report has a collective section (a `preflight run` with its collective stage) or a GPU copy check (`gpu_bandwidth`)".into(),
         ));
     }
     // Pairs of 1 MiB (short) and of 4 MiB (full) are different figures:
@@ -119,7 +131,10 @@ fn runs(inputs: &[PathBuf]) -> Result<Vec<Run>, Failure> {
             modes.into_iter().collect::<Vec<_>>().join(" and ")
         )));
     }
-    Ok(runs.into_iter().map(|(_, r)| r).collect())
+    Ok((
+        runs.into_iter().map(|(_, r)| r).collect(),
+        copies.into_values().collect(),
+    ))
 }
 
 /// The `floors:` lines of a profile's `expect`, at `fraction` of the
@@ -130,7 +145,7 @@ pub fn floors(inputs: &[PathBuf], fraction: f64) -> Result<String, Failure> {
             "--fraction {fraction}: a fraction of the median, above 0 and at most 1"
         )));
     }
-    let runs = runs(inputs)?;
+    let (runs, copies) = runs(inputs)?;
     // Per backend and operation, the largest size any run measured, and
     // each run's figure there.
     let mut busbw: BTreeMap<(String, String), (usize, Vec<f64>)> = BTreeMap::new();
@@ -170,13 +185,19 @@ pub fn floors(inputs: &[PathBuf], fraction: f64) -> Result<String, Failure> {
     worlds.sort_unstable();
     worlds.dedup();
     let worlds: Vec<String> = worlds.iter().map(u32::to_string).collect();
-    let mut text = format!(
-        "  # Floors at {:.0}% of the median of {} ({} mode, {} ranks; baseline capture --from).\n  floors:\n",
-        fraction * 100.0,
-        crate::values::count(runs.len(), "run"),
-        runs[0].collective.mode,
-        worlds.join(", ")
-    );
+    let mut text = match runs.first() {
+        Some(first) => format!(
+            "  # Floors at {:.0}% of the median of {} ({} mode, {} ranks; baseline capture --from).\n  floors:\n",
+            fraction * 100.0,
+            crate::values::count(runs.len(), "run"),
+            first.collective.mode,
+            worlds.join(", ")
+        ),
+        None => format!(
+            "  # Floors at {:.0}% of the median (baseline capture --from).\n  floors:\n",
+            fraction * 100.0
+        ),
+    };
     let rows: Vec<String> = busbw
         .iter()
         .filter_map(|((backend, op), (bytes, figures))| {
@@ -200,9 +221,20 @@ pub fn floors(inputs: &[PathBuf], fraction: f64) -> Result<String, Failure> {
             rate(m * fraction)
         ));
     }
-    if busbw.values().all(|(_, f)| f.is_empty()) && pair.is_none() {
+    // Every GPU's copy rates, each direction's median.
+    let h2d = median(copies.iter().map(|g| g.h2d_gbps).collect());
+    let d2h = median(copies.iter().map(|g| g.d2h_gbps).collect());
+    if let (Some(h), Some(d)) = (h2d, d2h) {
+        text.push_str(&format!(
+            "    # {} GPUs' copies, median {h:.1} GB/s host-to-device, {d:.1} device-to-host\n    h2d_gbps: {}\n    d2h_gbps: {}\n",
+            copies.len(),
+            rate(h * fraction),
+            rate(d * fraction)
+        ));
+    }
+    if busbw.values().all(|(_, f)| f.is_empty()) && pair.is_none() && h2d.is_none() {
         return Err(Failure::Usage(
-            "--from: the reports measured no bus bandwidth and no pair between two nodes".into(),
+            "--from: the reports measured no bus bandwidth, no pair between two nodes and no GPU copy".into(),
         ));
     }
     Ok(text)

@@ -15,7 +15,7 @@
 //!   memory: {min_total: 1.8TiB}
 //!   driver: {family: "550"}
 //!   firmware: {rdma: "28.39", vbios: "96.00"}
-//!   floors: {busbw: [{backend: nccl, op: allreduce, size: 1GiB, gbps: 360}], pair_gbps: 40}
+//!   floors: {busbw: [{backend: nccl, op: allreduce, size: 1GiB, gbps: 360}], pair_gbps: 40, h2d_gbps: 40, d2h_gbps: 40}
 //! ```
 //!
 //! Which profile applies is decided from the node's accelerators (vendor,
@@ -106,6 +106,12 @@ pub struct Floors {
     /// Every pair of the pairwise round between two nodes, GB/s each way.
     #[serde(default)]
     pub pair_gbps: Option<f64>,
+    /// Every GPU's host-to-device copy rate, GB/s (`gpu_bandwidth`).
+    #[serde(default)]
+    pub h2d_gbps: Option<f64>,
+    /// Every GPU's device-to-host copy rate, GB/s (`gpu_bandwidth`).
+    #[serde(default)]
+    pub d2h_gbps: Option<f64>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -437,7 +443,7 @@ pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<ProfileError>> {
         if *f == Floors::default() {
             errors.push(at(
                 &["expect", "floors"],
-                "name busbw, pair_gbps or both".into(),
+                "name busbw, pair_gbps, h2d_gbps or d2h_gbps".into(),
             ));
         }
         for (i, b) in f.busbw.iter().enumerate() {
@@ -456,11 +462,17 @@ pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<ProfileError>> {
                 errors.push(at_item(&["expect", "floors", "busbw"], i, m));
             }
         }
-        if f.pair_gbps.is_some_and(|g| !(g.is_finite() && g > 0.0)) {
-            errors.push(at(
-                &["expect", "floors", "pair_gbps"],
-                "pair_gbps must be above 0".into(),
-            ));
+        for (name, value) in [
+            ("pair_gbps", f.pair_gbps),
+            ("h2d_gbps", f.h2d_gbps),
+            ("d2h_gbps", f.d2h_gbps),
+        ] {
+            if value.is_some_and(|g| !(g.is_finite() && g > 0.0)) {
+                errors.push(at(
+                    &["expect", "floors", name],
+                    format!("{name} must be above 0"),
+                ));
+            }
         }
     }
     if e.firmware

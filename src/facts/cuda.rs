@@ -1,0 +1,60 @@
+//! The CUDA driver, as the checks that copy to and from GPUs reach it
+//! (`gpu_bandwidth`, `gpu_memory_test`): libcuda.so.1 from
+//! `PREFLIGHT_CUDA_LIB`, else the system's. A fixture tree (`--root`) has
+//! no GPU to copy to: there the driver is used only where
+//! `PREFLIGHT_CUDA_LIB` names one.
+
+use nccl_sys::Cuda;
+
+use super::Facts;
+use super::pci::normalize_bus_id;
+
+pub const LIB_VAR: &str = "PREFLIGHT_CUDA_LIB";
+
+/// The driver, initialised, with at least one device: `Ok(None)` where a
+/// fixture tree names no driver; `Err` says why none can be used.
+pub fn open(facts: &Facts) -> Result<Option<(Cuda, usize)>, String> {
+    let named = std::env::var_os(LIB_VAR).is_some_and(|v| !v.is_empty());
+    if !facts.is_live() && !named {
+        return Ok(None);
+    }
+    let cuda = Cuda::open(None).map_err(|e| e.to_string())?;
+    let count = cuda
+        .init()
+        .map_err(|e| format!("the CUDA driver ({}) cannot start: {e}", cuda.path()))?;
+    if count == 0 {
+        return Err(format!(
+            "the CUDA driver ({}) sees no GPU, though the PCI bus has NVIDIA GPUs (CUDA_VISIBLE_DEVICES, or a driver that did not bind)",
+            cuda.path()
+        ));
+    }
+    Ok(Some((cuda, count)))
+}
+
+/// One GPU as a copy check names it: CUDA's index, its PCI address and,
+/// where NVML or a recorded nvidia-smi says it, the board's serial.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuName {
+    pub index: usize,
+    pub bus_id: String,
+    pub serial: Option<String>,
+}
+
+impl GpuName {
+    pub fn new(index: usize, bus_id: &str) -> GpuName {
+        GpuName {
+            index,
+            bus_id: normalize_bus_id(bus_id),
+            serial: None,
+        }
+    }
+}
+
+impl std::fmt::Display for GpuName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.serial {
+            Some(s) => write!(f, "GPU {} ({}, serial {s})", self.index, self.bus_id),
+            None => write!(f, "GPU {} ({})", self.index, self.bus_id),
+        }
+    }
+}
