@@ -554,7 +554,28 @@ impl GpuBandwidth {
 
 impl Probe for GpuBandwidth {
     fn evaluate(self: Arc<Self>, facts: Arc<Facts>) -> ProbeFuture {
-        blocking(move || self.check(&facts))
+        Box::pin(async move {
+            // A job's processes on the GPUs: the rates would be what the
+            // job leaves, and the copies would slow the job (the periodic
+            // check runs beside jobs).
+            if facts.is_live()
+                && let Some(Ok(r)) = facts.gpu_report(None).await
+            {
+                let busy: Vec<String> = r
+                    .gpus
+                    .iter()
+                    .filter(|g| !g.processes.is_empty())
+                    .map(|g| g.bus_id.clone())
+                    .collect();
+                if !busy.is_empty() {
+                    return Finding::skip(format!(
+                        "GPUs in use by running processes ({}): their copy rates would be the job's leftovers, and the copies would slow the job",
+                        busy.join(", ")
+                    ));
+                }
+            }
+            blocking(move || self.check(&facts)).await
+        })
     }
 
     fn default_timeout(&self) -> Option<Duration> {

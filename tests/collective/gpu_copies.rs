@@ -124,7 +124,8 @@ fn gpus_behind_a_starved_switch_are_slow_only_together() {
 
 #[test]
 fn a_hung_gpu_is_named_by_the_deadline_and_the_others_still_measured() {
-    let _shared = crate::common::shared();
+    // Timed, and its single size is the smallest: it runs alone.
+    let _serial = crate::common::serial();
     let checks = "checks:\n  - {id: gpu.copy, kind: gpu_bandwidth, area: accelerators, sizes: [16MiB], deadline: 1s}\n";
     let started = Instant::now();
     let Some((code, report)) = on_tree(checks, &[], &[("PREFLIGHT_STANDIN_COPY_HANG", "6")]) else {

@@ -352,12 +352,10 @@ fn the_network_nccl_chose_is_judged_against_the_nodes_ib_ports() {
     let Some(libs) = standin() else { return };
     let _serial = serial();
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/h100-ib-healthy/root");
-    // The copy check would measure the stand-in's GPUs against the tree's
-    // links: tests/collective/gpu_copies.rs does that on purpose.
     let ib = node(
         libs,
         2,
-        &["--root", root, "--skip", "nvidia.copy_bandwidth"],
+        &["--root", root],
         &[("PREFLIGHT_STANDIN_NET", "ib")],
     );
     assert_eq!(ib.code, 0, "{}\n{}", ib.stdout, ib.stderr);
@@ -369,7 +367,7 @@ fn the_network_nccl_chose_is_judged_against_the_nodes_ib_ports() {
     let fallback = node(
         libs,
         2,
-        &["--root", root, "--skip", "nvidia.copy_bandwidth"],
+        &["--root", root],
         &[("PREFLIGHT_STANDIN_NET", "ib-fallback")],
     );
     let report = fallback.json();
