@@ -4,6 +4,8 @@
 //! no GPU to copy to: there the driver is used only where
 //! `PREFLIGHT_CUDA_LIB` names one.
 
+use std::sync::{Mutex, MutexGuard, TryLockError};
+
 use nccl_sys::Cuda;
 
 use super::Facts;
@@ -31,9 +33,27 @@ pub fn open(facts: &Facts) -> Result<Option<(Cuda, usize)>, String> {
     Ok(Some((cuda, count)))
 }
 
+/// The node's copy engines, one check at a time: a bandwidth figure taken
+/// while the memory test copies would be what that test leaves.
+static COPY_ENGINES: Mutex<()> = Mutex::new(());
+
+/// Waits for the copy engines.
+pub fn copy_engines() -> MutexGuard<'static, ()> {
+    COPY_ENGINES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The copy engines if no other check holds them now.
+pub fn copy_engines_now() -> Option<MutexGuard<'static, ()>> {
+    match COPY_ENGINES.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
 /// One GPU as a copy check names it: CUDA's index, its PCI address and,
 /// where NVML or a recorded nvidia-smi says it, the board's serial.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct GpuName {
     pub index: usize,
     pub bus_id: String,

@@ -68,6 +68,10 @@ pub struct PciDevice {
     pub link: Link,
     /// An SR-IOV virtual function: its link is its parent's.
     pub virtual_function: bool,
+    /// The link of the port above it (a switch's downstream port, a root
+    /// port), where sysfs shows one: a link is no faster than its slower
+    /// end.
+    pub upstream: Option<Link>,
 }
 
 /// Intel data-center GPUs by device id: Max (Ponte Vecchio) and Flex. They
@@ -217,11 +221,26 @@ pub fn scan(dir: &Path) -> Vec<PciDevice> {
                 numa_node,
                 link: read_link(&path),
                 virtual_function: path.join("physfn").exists(),
+                upstream: upstream_link(&path),
             })
         })
         .collect();
     devices.sort_by(|a, b| a.address.cmp(&b.address));
     devices
+}
+
+/// The link attributes of the directory above a device's own (sysfs
+/// nests a device under the port it hangs from), where that is a PCI
+/// function with link attributes.
+fn upstream_link(device: &Path) -> Option<Link> {
+    let own = std::fs::canonicalize(device).ok()?;
+    let parent = own.parent()?;
+    let name = parent.file_name()?.to_string_lossy();
+    if name.matches(':').count() != 2 || !name.contains('.') {
+        return None;
+    }
+    let link = read_link(parent);
+    (link.max_speed.is_some() || link.max_width.is_some()).then_some(link)
 }
 
 /// `00000000:1B:00.0` (nvidia-smi, NVML) or `0000:1b:00.0` (sysfs) to the

@@ -208,13 +208,26 @@ impl<'d> Bench<'d> {
     }
 }
 
-/// GB/s of `bytes` in `time`.
-fn gbps(bytes: usize, time: Duration) -> f64 {
-    if time.is_zero() {
-        return f64::INFINITY;
-    }
-    bytes as f64 / time.as_secs_f64() / 1e9
+/// A copy shorter than this says little: the GPU's events resolve about
+/// half a microsecond.
+const SHORTEST: Duration = Duration::from_micros(100);
+
+/// GB/s of `bytes` in `time`; `None` for a time of zero.
+fn gbps(bytes: usize, time: Duration) -> Option<f64> {
+    (!time.is_zero()).then(|| bytes as f64 / time.as_secs_f64() / 1e9)
 }
+
+/// The best rate of copies of `len` bytes: of those long enough to time,
+/// where any is.
+fn best(len: usize, times: &[Duration]) -> Option<f64> {
+    let timed: Vec<Duration> = times.iter().copied().filter(|t| *t >= SHORTEST).collect();
+    let of = if timed.is_empty() { times } else { &timed };
+    of.iter().filter_map(|t| gbps(len, *t)).reduce(f64::max)
+}
+
+/// One GPU's host-to-device and device-to-host rates with every GPU
+/// copying at once.
+type Together = Result<[Option<f64>; 2], nccl_sys::Error>;
 
 /// What one GPU reached; `None` for a direction not measured.
 #[derive(Debug, Clone, Default)]
@@ -237,20 +250,21 @@ impl GpuBandwidth {
                     .map(|_| bench.copy(*direction, len))
                     .collect();
                 let times = bench.stream.timed(&copies, deadline)?;
-                let best = times.iter().map(|t| gbps(len, *t)).fold(0.0, f64::max);
-                figures.best[d] = Some(figures.best[d].map_or(best, |b: f64| b.max(best)));
+                if let Some(best) = best(len, &times) {
+                    figures.best[d] = Some(figures.best[d].map_or(best, |b: f64| b.max(best)));
+                }
             }
         }
         Ok(figures)
     }
 
     /// Every GPU at once, host to device then device to host: each GPU's
-    /// sustained rate over its runs while the others copy too.
+    /// typical rate while the others copy too.
     fn together(
         &self,
         benches: &[(usize, &Bench<'_>)],
         deadline: Instant,
-    ) -> Vec<(usize, Result<[f64; 2], nccl_sys::Error>)> {
+    ) -> Vec<(usize, Together)> {
         let len = self.sizes().into_iter().max().unwrap_or(0);
         let copies: Vec<Vec<Copy<'_>>> = benches
             .iter()
@@ -272,10 +286,14 @@ impl GpuBandwidth {
             .iter()
             .zip(timed_together(&work, deadline))
             .map(|((i, _), r)| {
+                // The median copy: sharing slows every copy while the
+                // others run, and one copy the host was slow to queue
+                // moves no median.
                 let rates = r.map(|times| {
                     let (h2d, d2h) = times.split_at(runs.min(times.len()));
-                    let sum = |t: &[Duration]| t.iter().sum::<Duration>();
-                    [gbps(len * runs, sum(h2d)), gbps(len * runs, sum(d2h))]
+                    let typical =
+                        |t: &[Duration]| median(t.iter().filter_map(|t| gbps(len, *t)).collect());
+                    [typical(h2d), typical(d2h)]
                 });
                 (*i, rates)
             })
@@ -299,6 +317,11 @@ impl GpuBandwidth {
                 ));
             }
             Err(e) => return Finding::error(e),
+        };
+        let Some(_engines) = cuda::copy_engines_now() else {
+            return Finding::skip(
+                "the GPU memory test is copying on these GPUs now: a figure taken beside it would be what it leaves",
+            );
         };
         match self.measure(&cuda, count, facts) {
             Ok(f) => f,
@@ -334,9 +357,14 @@ impl GpuBandwidth {
             match self.alone(bench, Instant::now() + self.deadline.0) {
                 Ok(f) => figures.push(Some(f)),
                 Err(nccl_sys::Error::Timeout { .. }) => {
+                    // All of a GPU's copies in the deadline: slower than
+                    // this is as good as hung.
+                    let bytes: usize = self.sizes().iter().sum::<usize>() * 3 * self.runs as usize;
                     problems.push(format!(
-                        "{name}: its copies did not finish within {}: the GPU or its link hangs",
-                        crate::values::format_duration(self.deadline.0)
+                        "{name}: its copies ({}) did not finish within {}: below {:.2} GB/s, or hung",
+                        format_bytes(bytes as u64),
+                        crate::values::format_duration(self.deadline.0),
+                        bytes as f64 / self.deadline.0.as_secs_f64() / 1e9
                     ));
                     hung.push(name.to_string());
                     figures.push(None);
@@ -355,7 +383,7 @@ impl GpuBandwidth {
                 match r {
                     Ok(rates) => {
                         if let Some(f) = figures[i].as_mut() {
-                            f.together = rates.map(Some);
+                            f.together = rates;
                         }
                     }
                     Err(nccl_sys::Error::Timeout { .. }) => {
@@ -408,8 +436,14 @@ impl GpuBandwidth {
                 .find(|p| p.address == name.bus_id)
                 .and_then(|p| {
                     let l = &p.link;
-                    let gts = l.max_speed.or(l.current_speed)?;
-                    let width = l.max_width.or(l.current_width)?;
+                    let mut gts = l.max_speed.or(l.current_speed)?;
+                    let mut width = l.max_width.or(l.current_width)?;
+                    // A GPU capable of more than its slot runs at the
+                    // slot's rate: the slower end holds it.
+                    if let Some(up) = &p.upstream {
+                        gts = up.max_speed.map_or(gts, |u| u.min(gts));
+                        width = up.max_width.map_or(width, |u| u.min(width));
+                    }
                     Some((gts, width))
                 });
             if link.is_none() {
@@ -471,7 +505,9 @@ impl GpuBandwidth {
                 }
             }
             if !said.is_empty() {
-                blamed.push(name.to_string());
+                if !blamed.contains(&name.to_string()) {
+                    blamed.push(name.to_string());
+                }
                 problems.push(format!("{name}: {}", said.join(", ")));
             }
         }
@@ -527,7 +563,6 @@ impl GpuBandwidth {
                 "{measured}; each GPU within its link and its peers"
             ))
         };
-        blamed.dedup();
         finding
             .measured(measured)
             .expected(format!(
@@ -579,7 +614,9 @@ impl Probe for GpuBandwidth {
     }
 
     fn default_timeout(&self) -> Option<Duration> {
-        // Two phases of copies, each up to `deadline`, and the buffers.
-        Some(self.deadline.0 * 2 + Duration::from_secs(10))
+        // Each of up to 16 GPUs alone, then all at once, each up to
+        // `deadline`, and the buffers: a hung GPU is named, not lost to
+        // the check's own timeout.
+        Some(self.deadline.0 * 17 + Duration::from_secs(10))
     }
 }

@@ -204,8 +204,10 @@ struct Tested<'d> {
     staging: DeviceBuffer<'d, u8>,
     host: PinnedBuffer<'d>,
     chunk: usize,
-    bad: Vec<BadWord>,
-    bad_words: u64,
+    /// Each bad word once, by address (at most MOST_BAD_WORDS).
+    bad: BTreeMap<u64, BadWord>,
+    /// More bad words than were kept.
+    overflow: bool,
 }
 
 /// Why a GPU's test stopped short.
@@ -296,16 +298,18 @@ impl Tested<'_> {
         } else {
             (self.memory.address() + at as u64, direct)
         };
-        self.bad_words += found.len() as u64;
         for (offset, wrote, read) in found {
-            if self.bad.len() < MOST_BAD_WORDS {
-                self.bad.push(BadWord {
-                    address: base + offset,
-                    wrote,
-                    read,
-                    pattern: words.name(),
-                });
+            let address = base + offset;
+            if self.bad.len() >= MOST_BAD_WORDS && !self.bad.contains_key(&address) {
+                self.overflow = true;
+                continue;
             }
+            self.bad.entry(address).or_insert(BadWord {
+                address,
+                wrote,
+                read,
+                pattern: words.name(),
+            });
         }
         Ok(())
     }
@@ -327,11 +331,9 @@ fn differing(bytes: &[u8], first: u64, words: Words) -> Vec<(u64, u32, u32)> {
 }
 
 /// Bad words within 64 bytes of each other make one range.
-fn ranges(bad: &[BadWord]) -> Vec<(u64, u64, BadWord)> {
-    let mut sorted = bad.to_vec();
-    sorted.sort_by_key(|b| b.address);
+fn ranges(bad: &BTreeMap<u64, BadWord>) -> Vec<(u64, u64, BadWord)> {
     let mut out: Vec<(u64, u64, BadWord)> = Vec::new();
-    for b in sorted {
+    for b in bad.values().copied() {
         match out.last_mut() {
             Some((_, end, _)) if b.address <= *end + 64 => *end = (*end).max(b.address + 3),
             _ => out.push((b.address, b.address + 3, b)),
@@ -368,9 +370,10 @@ impl GpuMemoryTest {
             return Finding::skip("no NVIDIA GPU on the PCI bus");
         }
         match cuda::open(facts) {
-            Ok(Some((cuda, count))) => self
-                .test(&cuda, count, serials)
-                .unwrap_or_else(Finding::error),
+            Ok(Some((cuda, count))) => {
+                let _engines = cuda::copy_engines();
+                self.test(&cuda, count, serials)
+            }
             Ok(None) => Finding::skip(format!(
                 "a fixture tree has no GPU memory to test ({} names a CUDA driver to use with one)",
                 cuda::LIB_VAR
@@ -379,66 +382,112 @@ impl GpuMemoryTest {
         }
     }
 
-    fn test(
+    /// Every GPU at once, each on its own thread (a CUDA context is
+    /// current per thread): the budget is the node's, not each GPU's.
+    fn test(&self, cuda: &Cuda, count: usize, serials: &BTreeMap<String, String>) -> Finding {
+        let end = Instant::now() + self.budget.0;
+        let passes = self.passes();
+        let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..count)
+                .map(|i| {
+                    let passes = &passes;
+                    scope.spawn(move || self.one_gpu(cuda, i, serials, passes, end))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    h.join().unwrap_or_else(|_| Outcome {
+                        name: GpuName::new(i, "unknown"),
+                        failure: Some(format!("GPU {i}: its test crashed")),
+                        ..Outcome::default()
+                    })
+                })
+                .collect()
+        });
+        self.judge(&outcomes, passes.len())
+    }
+
+    /// One GPU's test, from its buffers to its last pass.
+    fn one_gpu(
         &self,
         cuda: &Cuda,
-        count: usize,
+        index: usize,
         serials: &BTreeMap<String, String>,
-    ) -> Result<Finding, String> {
-        let started = Instant::now();
-        let devices: Vec<Device<'_>> = (0..count)
-            .map(|i| cuda.device(i))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
+        passes: &[(PatternName, Words)],
+        end: Instant,
+    ) -> Outcome {
+        let mut out = Outcome {
+            name: GpuName::new(index, "unknown"),
+            ..Outcome::default()
+        };
+        let device = match cuda.device(index) {
+            Ok(d) => d,
+            Err(e) => {
+                out.failure = Some(format!("GPU {index}: {e}"));
+                return out;
+            }
+        };
+        let mut tested = match self.buffers(&device, serials) {
+            Ok(t) => t,
+            Err(e) => {
+                out.failure = Some(e);
+                return out;
+            }
+        };
+        out.name = tested.name.clone();
+        for (pattern, words) in passes {
+            match self.pass(&mut tested, *pattern, *words, end) {
+                Ok(()) => out.passes += 1,
+                Err(Stop::Budget) => {
+                    out.stopped_by_budget = true;
+                    break;
+                }
+                Err(Stop::Failed(m)) => {
+                    out.failure = Some(m);
+                    break;
+                }
+            }
+        }
+        out.tested = tested.memory.len() as u64;
+        out.bad = std::mem::take(&mut tested.bad);
+        out.overflow = tested.overflow;
+        out
+    }
+
+    /// The GPU's tested memory, staging chunk and pinned chunk.
+    fn buffers<'d>(
+        &self,
+        d: &'d Device<'d>,
+        serials: &BTreeMap<String, String>,
+    ) -> Result<Tested<'d>, String> {
+        let bus = d
+            .pci_bus_id()
+            .map_err(|e| format!("GPU {}: {e}", d.ordinal()))?;
+        let mut name = GpuName::new(d.ordinal(), &bus);
+        name.serial = serials.get(&name.bus_id).cloned();
+        let (free, _) = d.mem_info().map_err(|e| format!("{name}: {e}"))?;
         let chunk = self.chunk.0 as usize;
-        let mut gpus = Vec::new();
-        for d in &devices {
-            let bus = d.pci_bus_id().map_err(|e| e.to_string())?;
-            let mut name = GpuName::new(d.ordinal(), &bus);
-            name.serial = serials.get(&name.bus_id).cloned();
-            let (free, _) = d.mem_info().map_err(|e| format!("{name}: {e}"))?;
-            let size = ((free as f64 * self.fraction) as usize / 4 * 4).min(free - chunk.min(free));
-            if size < 4 {
-                return Err(format!(
-                    "{name}: {} free, too little to test",
-                    format_bytes(free as u64)
-                ));
-            }
-            let chunk = chunk.min(size);
-            let alloc = |what: &str, e: nccl_sys::Error| format!("{name}: {what}: {e}");
-            gpus.push(Tested {
-                stream: d.stream().map_err(|e| alloc("stream", e))?,
-                memory: d.alloc::<u8>(size).map_err(|e| alloc("memory", e))?,
-                staging: d.alloc::<u8>(chunk).map_err(|e| alloc("staging", e))?,
-                host: d.pinned(chunk).map_err(|e| alloc("pinned memory", e))?,
-                chunk,
-                bad: Vec::new(),
-                bad_words: 0,
-                name,
-            });
+        let size = ((free as f64 * self.fraction) as usize / 4 * 4).min(free - chunk.min(free));
+        if size < 4 {
+            return Err(format!(
+                "{name}: {} free, too little to test",
+                format_bytes(free as u64)
+            ));
         }
-        let passes = self.passes();
-        let end = started + self.budget.0;
-        let mut done = 0;
-        let mut failed = Vec::new();
-        let mut stopped_by_budget = false;
-        'passes: for (pattern, words) in &passes {
-            for g in gpus.iter_mut() {
-                if failed_gpu(&failed, g) {
-                    continue;
-                }
-                match self.pass(g, *pattern, *words, end) {
-                    Ok(()) => {}
-                    Err(Stop::Failed(m)) => failed.push((g.name.index, m)),
-                    Err(Stop::Budget) => {
-                        stopped_by_budget = true;
-                        break 'passes;
-                    }
-                }
-            }
-            done += 1;
-        }
-        Ok(self.judge(&gpus, &failed, done, passes.len(), stopped_by_budget))
+        let chunk = chunk.min(size);
+        let alloc = |what: &str, e: nccl_sys::Error| format!("{name}: {what}: {e}");
+        Ok(Tested {
+            stream: d.stream().map_err(|e| alloc("stream", e))?,
+            memory: d.alloc::<u8>(size).map_err(|e| alloc("memory", e))?,
+            staging: d.alloc::<u8>(chunk).map_err(|e| alloc("staging", e))?,
+            host: d.pinned(chunk).map_err(|e| alloc("pinned memory", e))?,
+            chunk,
+            bad: BTreeMap::new(),
+            overflow: false,
+            name,
+        })
     }
 
     /// One pass over one GPU's tested memory.
@@ -485,72 +534,75 @@ impl GpuMemoryTest {
         Ok(())
     }
 
-    fn judge(
-        &self,
-        gpus: &[Tested<'_>],
-        failed: &[(usize, String)],
-        done: usize,
-        of: usize,
-        stopped_by_budget: bool,
-    ) -> Finding {
-        let mut problems: Vec<String> = failed.iter().map(|(_, m)| m.clone()).collect();
-        let mut blamed: Vec<String> = gpus
-            .iter()
-            .filter(|g| failed_gpu(failed, g))
-            .map(|g| g.name.to_string())
-            .collect();
+    fn judge(&self, outcomes: &[Outcome], of: usize) -> Finding {
+        let mut problems = Vec::new();
+        let mut blamed = Vec::new();
         let mut bad_ranges = 0;
-        for g in gpus.iter().filter(|g| !g.bad.is_empty()) {
-            let found = ranges(&g.bad);
-            bad_ranges += found.len();
-            let listed: Vec<String> = found
-                .iter()
-                .take(MOST_RANGES)
-                .map(|(from, to, b)| {
-                    format!(
-                        "{from:#x}-{to:#x} (wrote {:#010x}, read {:#010x}, {})",
-                        b.wrote, b.read, b.pattern
-                    )
-                })
-                .collect();
-            let more = found.len().saturating_sub(MOST_RANGES);
-            problems.push(format!(
-                "{}: {} in {}: {}{}",
-                g.name,
-                crate::values::count(g.bad_words as usize, "bad word"),
-                crate::values::count(found.len(), "range"),
-                listed.join(", "),
-                if more > 0 {
-                    format!(" and {more} more")
-                } else {
-                    String::new()
-                }
-            ));
-            blamed.push(g.name.to_string());
+        for o in outcomes {
+            if let Some(m) = &o.failure {
+                problems.push(m.clone());
+            }
+            if !o.bad.is_empty() {
+                let found = ranges(&o.bad);
+                bad_ranges += found.len();
+                let listed: Vec<String> = found
+                    .iter()
+                    .take(MOST_RANGES)
+                    .map(|(from, to, b)| {
+                        format!(
+                            "{from:#x}-{to:#x} (wrote {:#010x}, read {:#010x}, {})",
+                            b.wrote, b.read, b.pattern
+                        )
+                    })
+                    .collect();
+                let more = found.len().saturating_sub(MOST_RANGES);
+                problems.push(format!(
+                    "{}: {}{} in {}: {}{}",
+                    o.name,
+                    crate::values::count(o.bad.len(), "bad word"),
+                    if o.overflow { " or more" } else { "" },
+                    crate::values::count(found.len(), "range"),
+                    listed.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            if o.failure.is_some() || !o.bad.is_empty() {
+                blamed.push(o.name.to_string());
+            }
         }
-        let tested: u64 = gpus.iter().map(|g| g.memory.len() as u64).sum();
+        let done = outcomes.iter().map(|o| o.passes).min().unwrap_or(0);
+        let tested: u64 = outcomes
+            .iter()
+            .filter(|o| o.passes > 0)
+            .map(|o| o.tested)
+            .sum();
+        let per_gpu = outcomes.iter().map(|o| o.tested).max().unwrap_or(0);
         let measured = format!(
             "{} over {} on {} ({} of {} passes)",
             crate::values::count(bad_ranges, "bad range"),
             format_bytes(tested),
-            crate::values::count(gpus.len(), "GPU"),
+            crate::values::count(outcomes.len(), "GPU"),
             done,
             of
         );
         let finding = if !problems.is_empty() {
             super::problems_finding(&problems)
-        } else if stopped_by_budget {
+        } else if outcomes.iter().any(|o| o.stopped_by_budget) {
             Finding::warn(format!(
                 "no bad address in the {done} of {of} passes the {} budget allowed over {} per GPU: raise `budget` or lower `fraction` for all of them",
                 format_duration(self.budget.0),
-                format_bytes(gpus.first().map_or(0, |g| g.memory.len() as u64))
+                format_bytes(per_gpu)
             ))
         } else {
             Finding::pass(format!(
                 "no bad address: {} passes over {} per GPU on {}",
                 of,
-                format_bytes(gpus.first().map_or(0, |g| g.memory.len() as u64)),
-                crate::values::count(gpus.len(), "GPU")
+                format_bytes(per_gpu),
+                crate::values::count(outcomes.len(), "GPU")
             ))
         };
         finding
@@ -567,8 +619,19 @@ impl GpuMemoryTest {
     }
 }
 
-fn failed_gpu(failed: &[(usize, String)], g: &Tested<'_>) -> bool {
-    failed.iter().any(|(i, _)| *i == g.name.index)
+/// What one GPU's test came to.
+#[derive(Default)]
+struct Outcome {
+    name: GpuName,
+    /// Bytes under test.
+    tested: u64,
+    /// Passes completed.
+    passes: usize,
+    bad: BTreeMap<u64, BadWord>,
+    overflow: bool,
+    /// Why its test stopped short: a copy that hung, a driver error.
+    failure: Option<String>,
+    stopped_by_budget: bool,
 }
 
 impl Probe for GpuMemoryTest {

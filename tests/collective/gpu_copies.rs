@@ -21,6 +21,15 @@ const BUS_IDS: &str = "0000:18:00.0,0000:2a:00.0,0000:3a:00.0,0000:5d:00.0,0000:
 /// Runs `checks` on the tree over the stand-in's eight GPUs (53 GB/s host
 /// copies, as an H100 on Gen5 x16 reaches, and 128 MiB each), with `env`.
 fn on_tree(checks: &str, extra: &[&str], env: &[(&str, &str)]) -> Option<(i32, Report)> {
+    on_root(ROOT, checks, extra, env)
+}
+
+fn on_root(
+    root: &str,
+    checks: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Option<(i32, Report)> {
     let libs = standin()?;
     let (_dir, file) = checklist(checks);
     let cuda = libs.cuda.display().to_string();
@@ -31,7 +40,7 @@ fn on_tree(checks: &str, extra: &[&str], env: &[(&str, &str)]) -> Option<(i32, R
         ("PREFLIGHT_STANDIN_MEMORY", "134217728"),
     ];
     all.extend_from_slice(env);
-    let mut args = vec!["--root", ROOT];
+    let mut args = vec!["--root", root];
     args.extend_from_slice(extra);
     Some(common::check(&file, &args, &all))
 }
@@ -56,7 +65,8 @@ fn named(report: &Report) -> Vec<usize> {
 
 #[test]
 fn eight_healthy_gpus_reach_their_links_and_each_other() {
-    let _shared = crate::common::shared();
+    // Gigabytes of the stand-in's copies: alone.
+    let _serial = crate::common::serial();
     let Some(report) = bandwidth(&[]) else { return };
     assert_eq!(status(&report, "gpu.copy"), "pass", "{report}");
     let copies = result(&report, "gpu.copy").copies.clone().expect("copies");
@@ -73,7 +83,8 @@ fn eight_healthy_gpus_reach_their_links_and_each_other() {
 
 #[test]
 fn a_gpu_at_half_rate_is_named_against_its_link_and_its_peers() {
-    let _shared = crate::common::shared();
+    // Gigabytes of the stand-in's copies: alone.
+    let _serial = crate::common::serial();
     let Some(report) = bandwidth(&[("PREFLIGHT_STANDIN_SLOW_GPU", "3:0.5")]) else {
         return;
     };
@@ -88,9 +99,40 @@ fn a_gpu_at_half_rate_is_named_against_its_link_and_its_peers() {
     assert!(m.contains("the node's GPUs reach 53.0, median"), "{m}");
 }
 
+/// A GPU capable of Gen5 in a port capable of Gen4 runs at Gen4: the
+/// slower end is what the copies are held to.
+#[test]
+fn the_link_is_the_slower_of_the_gpu_and_its_port() {
+    // Gigabytes of the stand-in's copies: alone.
+    let _serial = crate::common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let copied = std::process::Command::new("cp")
+        .args(["-a", ROOT])
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    // GPU 0 (0000:18:00.0) hangs from the switch port 0000:17:00.0.
+    let port = root.join("sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0");
+    std::fs::write(port.join("max_link_speed"), "16.0 GT/s PCIe\n").unwrap();
+    // 0.4 of 53: 21.2 GB/s, 34% of Gen5 x16 but 67% of Gen4 x16's 31.5.
+    let Some((_, report)) = on_root(
+        root.to_str().unwrap(),
+        BANDWIDTH,
+        &[],
+        &[("PREFLIGHT_STANDIN_SLOW_GPU", "0:0.4")],
+    ) else {
+        return;
+    };
+    let m = message(&report, "gpu.copy");
+    assert!(m.contains("67% of its x16 16 GT/s link's 31.5"), "{m}");
+}
+
 #[test]
 fn one_slow_gpu_among_eight_is_the_odd_one_out() {
-    let _shared = crate::common::shared();
+    // Gigabytes of the stand-in's copies: alone.
+    let _serial = crate::common::serial();
     // 0.75 of 60 GB/s: 45.0, within 70% of its link (44.1) but not of
     // its peers (80% of 60).
     let Some(report) = bandwidth(&[
@@ -108,7 +150,8 @@ fn one_slow_gpu_among_eight_is_the_odd_one_out() {
 
 #[test]
 fn gpus_behind_a_starved_switch_are_slow_only_together() {
-    let _shared = crate::common::shared();
+    // Gigabytes of the stand-in's copies: alone.
+    let _serial = crate::common::serial();
     // GPUs 2 and 3 share one 53 GB/s uplink: each reaches 53 alone, half
     // of it together.
     let Some(report) = bandwidth(&[("PREFLIGHT_STANDIN_UPLINK", "2:53:1")]) else {
@@ -136,7 +179,7 @@ fn a_hung_gpu_is_named_by_the_deadline_and_the_others_still_measured() {
     assert_eq!(code, 1, "{report}");
     let m = message(&report, "gpu.copy");
     assert!(
-        m.contains("GPU 6 (0000:ba:00.0): its copies did not finish within 1s"),
+        m.contains("GPU 6 (0000:ba:00.0): its copies (144 MiB) did not finish within 1s: below 0.15 GB/s, or hung"),
         "{m}"
     );
     assert_eq!(named(&report), [6], "{m}");
@@ -146,7 +189,8 @@ fn a_hung_gpu_is_named_by_the_deadline_and_the_others_still_measured() {
 
 #[test]
 fn the_profile_floors_hold_every_gpu() {
-    let _shared = crate::common::shared();
+    // Gigabytes of the stand-in's copies: alone.
+    let _serial = crate::common::serial();
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("p.yaml");
     std::fs::write(
@@ -195,8 +239,32 @@ fn a_stuck_bit_is_named_by_gpu_serial_and_address() {
         m.contains("in 1 range: 0x7e2000001000-0x7e2000001003"),
         "{m}"
     );
-    assert!(m.contains("read 0x1"), "{m}");
+    assert!(
+        m.contains("(wrote 0x00000001, read 0x10000001, walking ones)"),
+        "{m}"
+    );
     assert!(!m.contains("GPU 1 (") && !m.contains("GPU 3 ("), "{m}");
+}
+
+/// A GPU whose copies hang is named, the others are tested through, and
+/// the check ends: nothing waits on the hung GPU's work when its buffers
+/// go (the stand-in's context waits for a destroyed stream's work, as the
+/// driver's does).
+#[test]
+fn a_gpu_that_hangs_under_the_memory_test_is_named_and_the_rest_tested() {
+    let _serial = crate::common::serial();
+    let started = Instant::now();
+    let Some(report) = memory("", &[("PREFLIGHT_STANDIN_COPY_HANG", "4")]) else {
+        return;
+    };
+    assert!(started.elapsed() < Duration::from_secs(30), "{report}");
+    assert_eq!(status(&report, "gpu.memory"), "fail", "{report}");
+    let m = message(&report, "gpu.memory");
+    assert_eq!(
+        m,
+        "GPU 4 (0000:9a:00.0, serial 1654923008049): its copies did not finish within 5s: the GPU or its link hangs",
+        "{report}"
+    );
 }
 
 #[test]
@@ -277,7 +345,8 @@ fn copy_sizes_and_fractions_are_held_to_what_a_gpu_can_take() {
 /// validates and holds the next run.
 #[test]
 fn baseline_capture_writes_the_copy_floors() {
-    let _shared = crate::common::shared();
+    // Gigabytes of the stand-in's copies: alone.
+    let _serial = crate::common::serial();
     let Some((code, report)) = on_tree(BANDWIDTH, &[], &[]) else {
         return;
     };

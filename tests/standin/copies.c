@@ -29,7 +29,8 @@ static double now_ns(void) {
 }
 
 static void sleep_until(double ns) {
-    struct timespec t = {(time_t)(ns / 1e9), (long)(ns - (double)(time_t)(ns / 1e9) * 1e9)};
+    long long whole = ns > 0 ? (long long)ns : 0;
+    struct timespec t = {(time_t)(whole / 1000000000LL), (long)(whole % 1000000000LL)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR) {
     }
 }
@@ -129,7 +130,7 @@ static void run_copy(void *p) {
     w->stream->vclock = end;
     pthread_mutex_unlock(&g_model);
     if (w->from) {
-        memcpy(w->to, w->from, w->len);
+        memmove(w->to, w->from, w->len);
     } else {
         for (size_t i = 0; i + 4 <= w->len; i += 4) memcpy(w->to + i, &w->word, 4);
     }
@@ -183,7 +184,7 @@ static CUresult queue_call(struct CUstream_st *s, void (*call)(void *), void *ar
 static CUresult usable_stream(CUstream s) {
     if (!g_current) return CUDA_ERROR_INVALID_CONTEXT;
     /* The legacy stream (NULL) is not modelled: every caller names one. */
-    if (!s || !known_stream(s)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!s || !known_stream(s) || s->destroyed) return CUDA_ERROR_INVALID_HANDLE;
     if (s->ctx != g_current) return CUDA_ERROR_INVALID_CONTEXT;
     return CUDA_SUCCESS;
 }
@@ -195,11 +196,21 @@ static unsigned char *device_bytes(CUstream s, CUdeviceptr ptr, size_t len) {
     return h && dev == s->ctx->dev ? h : NULL;
 }
 
+/* When queued work may start in modelled time: at once on an idle
+ * stream; behind queued work, when that work ends (0: the stream's clock
+ * says), however long the host took to queue it, as on a GPU. */
+static double issued_at(CUstream s) {
+    pthread_mutex_lock(&s->mu);
+    int idle = !s->head && !s->running;
+    pthread_mutex_unlock(&s->mu);
+    return idle ? now_ns() : 0;
+}
+
 static CUresult queue_copy(CUstream s, int dir, unsigned char *to, const unsigned char *from, size_t len,
                            unsigned int word, CUdeviceptr written) {
     struct copy_work *w = calloc(1, sizeof *w);
     if (!w) return CUDA_ERROR_OUT_OF_MEMORY;
-    *w = (struct copy_work){s, s->ctx->dev, dir, to, from, len, word, written, now_ns()};
+    *w = (struct copy_work){s, s->ctx->dev, dir, to, from, len, word, written, issued_at(s)};
     if (dir != DIR_D2D) {
         pthread_mutex_lock(&g_model);
         g_pending[w->dev][dir]++;
@@ -299,7 +310,7 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
     e->recorded = 1;
     e->done = 0;
     pthread_mutex_unlock(&g_model);
-    *w = (struct event_work){s, e, now_ns()};
+    *w = (struct event_work){s, e, issued_at(s)};
     return queue_call(s, run_event, w);
 }
 

@@ -380,11 +380,14 @@ EXPORT CUresult cuCtxSynchronize(void) {
     return CUDA_SUCCESS;
 }
 
-/* PREFLIGHT_STANDIN_MEMORY bytes per device (default 80 GiB, an H100's):
- * an allocation past it fails as the driver's does. */
+/* PREFLIGHT_STANDIN_MEMORY bytes per device (default 48 GiB), at most 60
+ * GiB: a device's addresses span 64 GiB (device_base). An allocation
+ * past it fails as the driver's does. */
 static size_t device_memory(void) {
     const char *v = getenv("PREFLIGHT_STANDIN_MEMORY");
-    return v && *v ? (size_t)strtoull(v, NULL, 10) : (size_t)80 << 30;
+    size_t most = (size_t)60 << 30;
+    size_t n = v && *v ? (size_t)strtoull(v, NULL, 10) : (size_t)48 << 30;
+    return n < most ? n : most;
 }
 
 static size_t device_used(int dev) {
@@ -397,13 +400,16 @@ static size_t device_used(int dev) {
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) {
     if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
     if (!g_current) return CUDA_ERROR_INVALID_CONTEXT;
-    pthread_mutex_lock(&g_lock);
-    size_t used = device_used(g_current->dev);
-    pthread_mutex_unlock(&g_lock);
-    if (bytes > device_memory() || used > device_memory() - bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (bytes > device_memory()) return CUDA_ERROR_OUT_OF_MEMORY;
     unsigned char *host = calloc(1, bytes);
     if (!host) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&g_lock);
+    /* Checked and taken under one lock: two callers cannot both fit. */
+    if (device_used(g_current->dev) > device_memory() - bytes) {
+        pthread_mutex_unlock(&g_lock);
+        free(host);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     if (g_nallocs == g_cap) {
         size_t cap = g_cap ? g_cap * 2 : 64;
         struct allocation *grown = realloc(g_allocs, cap * sizeof *grown);
@@ -492,6 +498,14 @@ static void *stream_main(void *arg) {
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
+    /* Destroyed and drained: only now out of its context's list, so that
+     * cuCtxSynchronize and cuMemFree wait for a destroyed stream's queued
+     * work as the driver does. */
+    pthread_mutex_lock(&g_lock);
+    struct CUctx_st *c = s->ctx;
+    for (int i = 0; i < c->nstreams; i++)
+        if (c->streams[i] == s) c->streams[i] = c->streams[--c->nstreams];
+    pthread_mutex_unlock(&g_lock);
     return NULL;
 }
 
@@ -529,7 +543,7 @@ static int known_stream(struct CUstream_st *s) {
 }
 
 EXPORT CUresult cuStreamQuery(CUstream s) {
-    if (!s || !known_stream(s)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!s || !known_stream(s) || s->destroyed) return CUDA_ERROR_INVALID_HANDLE;
     pthread_mutex_lock(&s->mu);
     int busy = s->head || s->running;
     pthread_mutex_unlock(&s->mu);
@@ -538,14 +552,13 @@ EXPORT CUresult cuStreamQuery(CUstream s) {
 
 EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
     if (!s || !known_stream(s)) return CUDA_ERROR_INVALID_HANDLE;
-    /* As the driver: returns at once; queued work still runs, then the
-     * stream's resources go. */
-    pthread_mutex_lock(&g_lock);
-    struct CUctx_st *c = s->ctx;
-    for (int i = 0; i < c->nstreams; i++)
-        if (c->streams[i] == s) c->streams[i] = c->streams[--c->nstreams];
-    pthread_mutex_unlock(&g_lock);
+    /* As the driver: returns at once; queued work still runs (and is
+     * still waited for by the context), then the stream goes. */
     pthread_mutex_lock(&s->mu);
+    if (s->destroyed) {
+        pthread_mutex_unlock(&s->mu);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
     s->destroyed = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);

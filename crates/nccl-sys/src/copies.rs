@@ -96,7 +96,9 @@ impl PinnedBuffer<'_> {
 
 impl Drop for PinnedBuffer<'_> {
     fn drop(&mut self) {
-        if self.abandoned.get() {
+        // A hung device's copies may still land here, and cuMemFreeHost
+        // may wait for them.
+        if self.abandoned.get() || self.device.hung.get() {
             return;
         }
         let _ = self.device.make_current();
@@ -197,7 +199,15 @@ impl Copy<'_> {
                 on(from)?;
                 on(to)?;
                 within("device source", from_at, len, from.len())?;
-                within("device destination", to_at, len, to.len())
+                within("device destination", to_at, len, to.len())?;
+                // An overlapping copy's result is undefined on a GPU.
+                let (a, b) = (from.ptr + from_at as u64, to.ptr + to_at as u64);
+                if len > 0 && a < b + len as u64 && b < a + len as u64 {
+                    return Err(Error::InvalidArgument(format!(
+                        "a device-to-device copy of {len} bytes onto itself"
+                    )));
+                }
+                Ok(())
             }
             Copy::Fill { to, to_at, len, .. } => {
                 on(to)?;
@@ -306,6 +316,10 @@ impl Copy<'_> {
     }
 }
 
+/// A stream's copies queued between their events; or the error that
+/// stopped the queueing, with the events of what was queued before it.
+type Queued<'s> = Result<Events<'s>, (Error, Option<Events<'s>>)>;
+
 /// Events of one `timed` call; destroyed when the stream is past them.
 struct Events<'s> {
     stream: &'s Stream<'s>,
@@ -333,7 +347,8 @@ impl Events<'_> {
             (self.stream.device.cuda.fns.event_elapsed_time)(&mut ms, self.raw[i], self.raw[i + 1])
         };
         self.stream.device.cuda.check("cuEventElapsedTime", rc)?;
-        Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+        Duration::try_from_secs_f64(f64::from(ms.max(0.0)) / 1e3)
+            .map_err(|e| Error::InvalidArgument(format!("cuEventElapsedTime said {ms} ms: {e}")))
     }
 
     /// Drops the events without destroying them: the stream may still
@@ -371,37 +386,57 @@ pub fn timed_together(
     work: &[(&Stream<'_>, &[Copy<'_>])],
     deadline: Instant,
 ) -> Vec<Result<Vec<Duration>, Error>> {
-    let mut queued: Vec<Result<Events<'_>, (Error, Option<Events<'_>>)>> = Vec::new();
+    let mut queued: Vec<Queued<'_>> = Vec::new();
     for (stream, copies) in work {
         queued.push(stream.queue_timed(copies));
     }
+    // Every stream that had anything queued is waited for before any
+    // result is read, so that nothing below (a panic included) lets a
+    // buffer go while a copy may still use it.
+    let waited: Vec<Result<(), Error>> = work
+        .iter()
+        .zip(&queued)
+        .map(|((stream, copies), q)| {
+            let anything = match q {
+                Ok(_) => true,
+                Err((_, events)) => events.is_some(),
+            };
+            if !anything {
+                return Ok(());
+            }
+            let w = stream.wait_for_copies(deadline);
+            if w.is_err() {
+                // Whatever the error, the copies' fate is unknown.
+                for c in *copies {
+                    c.abandon();
+                }
+                if matches!(w, Err(Error::Timeout { .. })) {
+                    stream.device.hung.set(true);
+                }
+            }
+            w
+        })
+        .collect();
     work.iter()
         .zip(queued)
-        .map(|((stream, copies), q)| {
+        .zip(waited)
+        .map(|(((_, copies), q), w)| {
             let (events, failed) = match q {
                 Ok(e) => (Some(e), None),
                 Err((e, events)) => (events, Some(e)),
             };
-            // Whatever was queued runs: wait for it before the buffers
-            // can go, even when a later call failed.
-            if events.is_some()
-                && let Err(e) = stream.wait_for_copies(deadline)
-            {
-                if matches!(e, Error::Timeout { .. }) {
-                    for c in *copies {
-                        c.abandon();
-                    }
-                    if let Some(events) = events {
-                        events.leak();
-                    }
+            if let Err(e) = w {
+                // The stream may still reach its events.
+                if let Some(events) = events {
+                    events.leak();
                 }
                 return Err(e);
             }
-            if let Some(e) = failed {
-                return Err(e);
+            match (events, failed) {
+                (_, Some(e)) => Err(e),
+                (Some(events), None) => (0..copies.len()).map(|i| events.between(i)).collect(),
+                (None, None) => Ok(Vec::new()),
             }
-            let events = events.expect("queued");
-            (0..copies.len()).map(|i| events.between(i)).collect()
         })
         .collect()
 }

@@ -210,6 +210,7 @@ impl Cuda {
             dev,
             ordinal,
             ctx,
+            hung: Cell::new(false),
         };
         device.make_current()?;
         Ok(device)
@@ -250,6 +251,10 @@ pub struct Device<'c> {
     dev: CuDevice,
     ordinal: usize,
     ctx: CuContext,
+    /// Queued copies missed their deadline (`Stream::timed`): the device
+    /// may never finish them, so nothing of it waits for its work again:
+    /// its buffers are left allocated and its context retained.
+    pub(crate) hung: Cell<bool>,
 }
 
 impl fmt::Debug for Device<'_> {
@@ -306,6 +311,12 @@ impl<'c> Device<'c> {
         Ok((free, total))
     }
 
+    /// Whether copies on this device missed their deadline
+    /// ([`Stream::timed`]): its buffers are then never freed.
+    pub fn is_hung(&self) -> bool {
+        self.hung.get()
+    }
+
     /// Waits for all work on the device: a blocking call, for tests and
     /// teardown; use [`Stream::wait`] where a deadline matters.
     pub fn synchronize(&self) -> Result<(), Error> {
@@ -353,6 +364,11 @@ impl<'c> Device<'c> {
 
 impl Drop for Device<'_> {
     fn drop(&mut self) {
+        if self.hung.get() {
+            // The last release would destroy the context under work that
+            // may never finish.
+            return;
+        }
         // SAFETY: releases the retain taken in `Cuda::device`, once.
         let _ = unsafe { (self.cuda.fns.primary_ctx_release)(self.dev) };
     }
@@ -445,7 +461,8 @@ impl<T: DataType> DeviceBuffer<'_, T> {
 
 impl<T> Drop for DeviceBuffer<'_, T> {
     fn drop(&mut self) {
-        if self.abandoned.get() {
+        // cuCtxSynchronize would wait for ever on a hung device's work.
+        if self.abandoned.get() || self.device.hung.get() {
             return;
         }
         let _ = self.device.make_current();
