@@ -169,9 +169,24 @@ pub fn act(
             file.display()
         ));
     }
+    // The job's nodes: scontrol's NodeList shrinks while the job
+    // completes (a node whose epilog ended first leaves it), so the
+    // allocation slurmd hands every epilog (SLURM_NODELIST) is read too.
+    let mut job_nodes = state.nodes.clone();
+    if let Some(list) = env("SLURM_NODELIST")
+        .filter(|l| !l.is_empty())
+        .or_else(|| env("SLURM_JOB_NODELIST").filter(|l| !l.is_empty()))
+        && let Ok(all) = crate::cluster::hostlist::expand(&list)
+    {
+        for n in all {
+            if !job_nodes.contains(&n) {
+                job_nodes.push(n);
+            }
+        }
+    }
     // One drain per node, with its first culprit; the rest counted.
     let nodes: std::collections::BTreeMap<&str, &String> =
-        state.nodes.iter().map(|n| (short(n), n)).collect();
+        job_nodes.iter().map(|n| (short(n), n)).collect();
     let mut by_node: Vec<(String, Vec<&Culprit>)> = Vec::new();
     let mut outside: Vec<&str> = Vec::new();
     for c in &culprits {
