@@ -45,11 +45,14 @@ mod kinds;
 mod report;
 mod result;
 /// The JSON report's own types, as `--format json` writes them and
-/// `preflight report` reads them back, for programs that read reports
-/// (the integration tests among them) instead of indexing untyped JSON.
+/// `preflight report` reads them back (and the merged report and
+/// `diagnose`'s output), for programs that read reports (the integration
+/// tests among them) instead of indexing untyped JSON.
 pub mod schema {
     pub use crate::result::cluster::ClusterReport;
-    pub use crate::result::collective::CollectiveReport;
+    pub use crate::result::collective::{BackendReport, CollectiveReport, SecondPass};
+    pub use crate::result::diagnosis::{ClusterDiagnosis, Diagnosis};
+    pub use crate::result::merged::{MergedNode, MergedReport};
     pub use crate::result::report::{Interrupted, Node, Report, Timings};
     pub use crate::result::{CheckResult, Severity, Status, Summary, Verdict};
 }

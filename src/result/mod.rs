@@ -313,7 +313,7 @@ impl Finding {
 
 /// One check's line in the report. Deserializable because rank 0 sends
 /// the cluster checks' results to every rank.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckResult {
     pub id: String,
     pub kind: String,

@@ -12,7 +12,8 @@ use std::time::Duration;
 use crate::common::serial;
 
 use cluster::{Outcome, Proc, local, local_under, run_args};
-use serde_json::Value;
+use common::{Report, Verdict};
+use preflight::schema::BackendReport;
 
 mod bench;
 
@@ -63,23 +64,28 @@ fn ranks_under(
     procs.into_iter().map(|p| p.finish(MARGIN)).collect()
 }
 
-fn tcp(report: &Value) -> &Value {
-    report["collective"]["backends"]
-        .as_array()
-        .and_then(|b| b.iter().find(|b| b["name"] == "tcp"))
-        .unwrap_or_else(|| panic!("no tcp backend in {report:#}"))
+fn tcp(report: &Report) -> &BackendReport {
+    backend(report, "tcp")
+}
+
+fn backend<'a>(report: &'a Report, name: &str) -> &'a BackendReport {
+    report
+        .collective()
+        .backends
+        .iter()
+        .find(|b| b.name == name)
+        .unwrap_or_else(|| panic!("no {name} backend in {report}"))
 }
 
 /// The tcp backend passed, with every operation verified.
 /// The backend passed, and each of the five operations is there and
 /// verified (a missing one would pass a loop over what is there).
-fn passed_and_verified(b: &Value, what: &str) {
-    assert_eq!(b["verdict"], "pass", "{what}: {b:#}");
-    let ops = b["ops"].as_array().unwrap();
-    for op in ops {
-        assert_eq!(op["status"], "verified", "{what}: {op:#}");
+fn passed_and_verified(b: &BackendReport, what: &str) {
+    assert_eq!(b.verdict, "pass", "{what}: {b:#?}");
+    for op in &b.ops {
+        assert_eq!(op.status, "verified", "{what}: {op:#?}");
     }
-    let mut names: Vec<&str> = ops.iter().filter_map(|o| o["op"].as_str()).collect();
+    let mut names: Vec<&str> = b.ops.iter().map(|o| o.op.as_str()).collect();
     names.sort_unstable();
     assert_eq!(
         names,
@@ -101,11 +107,11 @@ fn every_operation_is_verified_for_one_to_five_ranks() {
         let out = ranks(world, &[], &[]);
         all_exit(&out, 0);
         for o in &out {
-            let report = o.json();
+            let report = o.report();
             let b = tcp(&report);
             passed_and_verified(b, &format!("world {world}"));
             // run's short sweep: 8 B, 64 KiB and 1 MiB, three operations.
-            assert_eq!(b["sweep"].as_array().unwrap().len(), 9, "{b:#}");
+            assert_eq!(b.sweep.len(), 9, "{b:#?}");
             assert_eq!(o.status("collective.tcp"), "pass");
         }
     }
@@ -138,22 +144,10 @@ fn a_rank_held_above_a_size_is_named_and_the_run_goes_on() {
         );
     }
     // Steps below the hang were measured and kept.
-    let report = out[0].json();
+    let report = out[0].report();
     let b = tcp(&report);
-    assert!(
-        b["sweep"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["bytes"] == 65536)
-    );
-    assert!(
-        b["sweep"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|r| r["bytes"].as_u64() <= Some(65536))
-    );
+    assert!(b.sweep.iter().any(|r| r.bytes == 65536), "{b:#?}");
+    assert!(b.sweep.iter().all(|r| r.bytes <= 65536), "{b:#?}");
 }
 
 #[test]
@@ -197,25 +191,17 @@ fn the_runs_deadline_ends_the_stage_as_incomplete_and_names_the_rank_waited_for(
         // the step's (60 s), which would read "timed out at".
         assert!(!msg.contains("timed out at"), "{}: {msg}", o.label);
     }
-    let report = out[0].json();
+    let report = out[0].report();
     let b = tcp(&report);
-    assert_eq!(b["verdict"], "incomplete", "{b:#}");
-    let allreduce = b["ops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["op"] == "allreduce")
-        .unwrap();
-    assert_eq!(allreduce["status"], "not_finished", "{b:#}");
+    assert_eq!(b.verdict, "incomplete", "{b:#?}");
+    let allreduce = b.ops.iter().find(|o| o.op == "allreduce").unwrap();
+    assert_eq!(allreduce.status, "not_finished", "{b:#?}");
     // The steps done before the deadline keep their rows.
-    let rows = b["sweep"].as_array().unwrap();
-    assert!(rows.iter().any(|r| r["bytes"] == 65536), "{b:#}");
-    assert!(
-        rows.iter().all(|r| r["bytes"].as_u64() <= Some(65536)),
-        "{b:#}"
-    );
+    let rows = &b.sweep;
+    assert!(rows.iter().any(|r| r.bytes == 65536), "{b:#?}");
+    assert!(rows.iter().all(|r| r.bytes <= 65536), "{b:#?}");
     // The pairwise round is not run once the deadline has passed.
-    assert!(report["collective"]["pairs"].as_array().unwrap().is_empty());
+    assert!(report.collective().pairs.is_empty());
 }
 
 #[test]
@@ -228,8 +214,8 @@ fn a_corrupted_contribution_is_detected_and_its_rank_named() {
     assert!(msg.contains("element 128"), "{msg}");
     assert!(msg.contains("rank 2 contributed"), "{msg}");
     // A wrong result never gets a bandwidth.
-    let report = out[0].json();
-    assert!(tcp(&report)["sweep"].as_array().unwrap().is_empty());
+    let report = out[0].report();
+    assert!(tcp(&report).sweep.is_empty());
 }
 
 #[test]
@@ -358,26 +344,23 @@ checks:
         let out = ranks(3, &["--checks", &path], &hook);
         all_exit(&out, 0);
         for o in &out {
-            let report = o.json();
+            let report = o.report();
             let b = tcp(&report);
-            assert_eq!(b["verdict"], "pass", "{transport}: {b:#}");
-            let links = report["collective"]["links"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            assert_eq!(links.len(), 3, "{transport}: {report:#}");
-            for l in &links {
-                assert_eq!(l["interface"], "lo", "{l:#}");
-                assert!(l["speed_mbps"].is_null(), "{l:#}");
-                let peers = l["unix_peers"].as_array().unwrap().len();
-                let direct = l["direct_peers"].as_array().unwrap().len();
+            assert_eq!(b.verdict, "pass", "{transport}: {b:#?}");
+            let links = &report.collective().links;
+            assert_eq!(links.len(), 3, "{transport}: {report}");
+            for l in links {
+                assert_eq!(l.interface.as_deref(), Some("lo"), "{l:#?}");
+                assert!(l.speed_mbps.is_none(), "{l:#?}");
+                let peers = l.unix_peers.len();
+                let direct = l.direct_peers.len();
                 let want = match transport {
                     "direct" => (2, 2),
                     "unix" => (2, 0),
                     _ => (0, 0),
                 };
-                assert_eq!((peers, direct), want, "{transport}: {l:#}");
-                assert!(l.get("direct_refused").is_none(), "{l:#}");
+                assert_eq!((peers, direct), want, "{transport}: {l:#?}");
+                assert!(l.direct_refused.is_none(), "{l:#?}");
             }
             let skip = o.message("coll.of_link");
             assert!(skip.starts_with("skip"), "{skip}");
@@ -419,25 +402,18 @@ fn a_rank_in_another_pid_namespace_falls_back_to_copying_through_the_socket() {
     let out = ranks_under("20s", 3, &[], &[], Some((1, &wrapper)));
     all_exit(&out, 0);
     for o in &out {
-        let report = o.json();
+        let report = o.report();
         let b = tcp(&report);
         passed_and_verified(b, o.label.as_str());
-        let links = report["collective"]["links"].as_array().unwrap().clone();
-        let direct = |r: usize| -> Vec<u64> {
-            links[r]["direct_peers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(Value::as_u64)
-                .collect()
-        };
-        assert_eq!(direct(0), vec![2], "{links:#?}");
-        assert_eq!(direct(1), Vec::<u64>::new(), "{links:#?}");
-        assert_eq!(direct(2), vec![0], "{links:#?}");
-        for l in &links {
-            assert_eq!(l["unix_peers"].as_array().unwrap().len(), 2, "{l:#}");
-            let why = l["direct_refused"].as_str().unwrap_or_default();
-            assert!(why.contains("PID namespace"), "{l:#}");
+        let links = &report.collective().links;
+        let direct = |r: usize| -> &[u32] { &links[r].direct_peers };
+        assert_eq!(direct(0), [2], "{links:#?}");
+        assert_eq!(direct(1), [0u32; 0], "{links:#?}");
+        assert_eq!(direct(2), [0], "{links:#?}");
+        for l in links {
+            assert_eq!(l.unix_peers.len(), 2, "{l:#?}");
+            let why = l.direct_refused.as_deref().unwrap_or_default();
+            assert!(why.contains("PID namespace"), "{l:#?}");
         }
     }
 }
@@ -453,20 +429,18 @@ fn ranks_connect_only_to_their_partners() {
     let out = ranks(world, &["--max-size", "64KiB"], &[]);
     all_exit(&out, 0);
     for o in &out {
-        let report = o.json();
+        let report = o.report();
         let b = tcp(&report);
         passed_and_verified(b, o.label.as_str());
     }
-    let links = out[0].json()["collective"]["links"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let report = out[0].report();
+    let links = &report.collective().links;
     assert_eq!(links.len(), world as usize);
-    for l in &links {
-        let c = l["connections"].as_u64().unwrap();
-        assert!((2..u64::from(world) - 1).contains(&c), "{l:#}");
+    for l in links {
+        let c = l.connections;
+        assert!((2..world - 1).contains(&c), "{l:#?}");
         // One host: every connection is a Unix socket.
-        assert_eq!(l["unix_peers"].as_array().unwrap().len() as u64, c, "{l:#}");
+        assert_eq!(l.unix_peers.len() as u32, c, "{l:#?}");
     }
 }
 
@@ -518,15 +492,22 @@ fn three_hundred_ranks_leave_with_one_verdict() {
         .into_iter()
         .map(|p| p.finish(Duration::from_secs(300)))
         .collect();
-    let reports: Vec<Value> = out.iter().map(Outcome::json).collect();
+    let reports: Vec<Report> = out.iter().map(Outcome::report).collect();
+    // The typed collective sections as JSON, walked key by key below to
+    // name the one that differs (the types have no `PartialEq`).
+    let sections: Vec<serde_json::Value> = reports
+        .iter()
+        .map(|r| serde_json::to_value(&r.collective).expect("a collective section as JSON"))
+        .collect();
     let rank0 = &reports[0];
-    let summary = |o: &Outcome, r: &Value| {
+    let summary = |o: &Outcome, r: &Report| {
         (
             o.code,
-            r["verdict"].as_str().unwrap_or("").to_string(),
-            r["collective"]["backends"][0]["verdict"]
-                .as_str()
-                .unwrap_or("")
+            r.verdict.name().to_string(),
+            r.collective
+                .as_ref()
+                .and_then(|c| c.backends.first())
+                .map_or("", |b| b.verdict.as_str())
                 .to_string(),
         )
     };
@@ -537,14 +518,15 @@ fn three_hundred_ranks_leave_with_one_verdict() {
         "{}",
         out[0].stdout
     );
-    for (o, r) in out.iter().zip(&reports) {
+    let null = serde_json::Value::Null;
+    for ((o, r), section) in out.iter().zip(&reports).zip(&sections) {
         assert_eq!(summary(o, r), first, "{}: {}", o.label, o.stderr);
         // Every rank holds rank 0's report, not one of its own making.
-        let differ: Vec<&String> = rank0["collective"]
+        let differ: Vec<&String> = sections[0]
             .as_object()
             .map(|m| {
                 m.keys()
-                    .filter(|k| r["collective"][k.as_str()] != m[k.as_str()])
+                    .filter(|k| section[k.as_str()] != m[k.as_str()])
                     .collect()
             })
             .unwrap_or_default();
@@ -552,24 +534,18 @@ fn three_hundred_ranks_leave_with_one_verdict() {
             differ.is_empty(),
             "{}: the collective report differs from rank 0's in {differ:?}: {:#} against rank 0's {:#}",
             o.label,
-            differ
-                .first()
-                .map_or(&Value::Null, |k| &r["collective"][k.as_str()]),
-            differ
-                .first()
-                .map_or(&Value::Null, |k| &rank0["collective"][k.as_str()]),
+            differ.first().map_or(&null, |k| &section[k.as_str()]),
+            differ.first().map_or(&null, |k| &sections[0][k.as_str()]),
         );
     }
-    assert_eq!(rank0["collective"]["world_size"], world);
+    let c0 = rank0.collective();
+    assert_eq!(c0.world_size, world);
     // 300 ranks on this machine's few CPUs: no pair here says anything
     // about a node, so nobody is named a straggler, and the report says why.
-    assert_eq!(rank0["collective"]["stragglers"], serde_json::json!([]));
-    let unjudged = rank0["collective"]["unjudged"].as_str().unwrap_or_default();
+    assert!(c0.stragglers.is_empty(), "{:?}", c0.stragglers);
+    let unjudged = c0.unjudged.as_deref().unwrap_or_default();
     assert!(unjudged.contains("300 ranks on"), "{unjudged}");
-    assert_eq!(
-        rank0["collective"]["missing"].as_array().map(Vec::len),
-        Some(0)
-    );
+    assert!(c0.missing.is_empty(), "{:?}", c0.missing);
     passed_and_verified(tcp(rank0), "rank 0");
 }
 
@@ -614,13 +590,6 @@ fn a_node_without_the_libraries_starts_no_process_to_say_so() {
         let o = local_under(&wrapper, name, &args, &e).finish(MARGIN);
         (o, std::fs::read_to_string(&trace).unwrap_or_default())
     };
-    let backend = |report: &Value, name: &str| -> Value {
-        report["collective"]["backends"]
-            .as_array()
-            .and_then(|b| b.iter().find(|b| b["name"] == name))
-            .cloned()
-            .unwrap_or_else(|| panic!("no {name} backend in {report:#}"))
-    };
     let execs = |trace: &str| -> Vec<String> {
         trace
             .lines()
@@ -631,13 +600,13 @@ fn a_node_without_the_libraries_starts_no_process_to_say_so() {
 
     let (o, trace) = run(&["--backends", "auto"], "absent");
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
-    let report = o.json();
+    let report = o.report();
     let nccl = backend(&report, "nccl");
-    assert_eq!(nccl["verdict"], "skip", "{nccl:#}");
-    assert_eq!(nccl["reason"], "no CUDA device (libcuda.so.1 not found)");
+    assert_eq!(nccl.verdict, "skip", "{nccl:#?}");
+    assert_eq!(nccl.reason, "no CUDA device (libcuda.so.1 not found)");
     let oneccl = backend(&report, "oneccl");
-    assert_eq!(oneccl["verdict"], "skip", "{oneccl:#}");
-    let why = oneccl["reason"].as_str().unwrap();
+    assert_eq!(oneccl.verdict, "skip", "{oneccl:#?}");
+    let why = oneccl.reason.as_str();
     assert!(
         why.starts_with(
             "oneCCL C API (libccl.so.2) not found: libccl.so.2 or libccl.so.1 (system loader): not in /etc/ld.so.cache or "
@@ -661,10 +630,7 @@ fn a_node_without_the_libraries_starts_no_process_to_say_so() {
         "named",
     );
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
-    let why = backend(&o.json(), "oneccl")["reason"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let why = backend(&o.report(), "oneccl").reason.clone();
     assert!(
         why.contains("/nonexistent/libccl.so.2 (explicit path)"),
         "{why}"
@@ -755,7 +721,7 @@ while time.time() < end:
     all_exit(&out, 0);
     // 1.8 s in docs/faults.md (rank 2 dials 1.5 s late on purpose); --timeout 20 s.
     cluster::verdicts_within(&out, Duration::from_secs(15));
-    passed_and_verified(tcp(&out[0].json()), "with a stranger on the sockets");
+    passed_and_verified(tcp(&out[0].report()), "with a stranger on the sockets");
     assert!(
         seen.lines()
             .any(|l| l.starts_with("connected ") && l != "connected 0"),
@@ -786,23 +752,26 @@ fn a_live_runs_reports_merge_with_their_cluster_and_collective_sections() {
         "{}",
         String::from_utf8_lossy(&merged.stderr)
     );
-    let m: Value = serde_json::from_slice(&merged.stdout).unwrap();
-    assert_eq!(m["verdict"], "ready", "{m:#}");
-    assert_eq!(m["cluster"]["world_size"], 3, "{m:#}");
-    let backends: Vec<&str> = m["collective"]["backends"]
-        .as_array()
-        .unwrap()
+    let m = common::merged(
+        &String::from_utf8_lossy(&merged.stdout),
+        &String::from_utf8_lossy(&merged.stderr),
+    );
+    assert_eq!(m.verdict, Verdict::Ready, "{m}");
+    assert_eq!(
+        m.cluster.as_ref().expect("a cluster view").world_size,
+        3,
+        "{m}"
+    );
+    let backends: Vec<&str> = m
+        .collective
+        .as_ref()
+        .expect("a collective section")
+        .backends
         .iter()
-        .filter_map(|b| b["name"].as_str())
+        .map(|b| b.name.as_str())
         .collect();
-    assert!(backends.contains(&"tcp"), "{m:#}");
+    assert!(backends.contains(&"tcp"), "{m}");
     // One host, its three ranks.
-    let ranks: Vec<u64> = m["nodes"][0]["ranks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_u64)
-        .collect();
-    assert_eq!(ranks, [0, 1, 2], "{m:#}");
-    assert!(m["warnings"].as_array().unwrap().is_empty(), "{m:#}");
+    assert_eq!(m.nodes[0].ranks, [0, 1, 2], "{m}");
+    assert!(m.warnings.is_empty(), "{m}");
 }

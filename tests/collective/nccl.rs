@@ -21,7 +21,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use cluster::{Outcome, local, run_args};
-use serde_json::Value;
 
 const NO_GPU: &str = "no CUDA device (libcuda.so.1 not found)";
 const MARGIN: Duration = Duration::from_secs(90);
@@ -67,21 +66,14 @@ fn node(extra: &[&str], env: &[(&str, &str)]) -> Outcome {
     local("node", &args, env).finish(MARGIN)
 }
 
-fn nccl(report: &Value) -> &Value {
-    report["collective"]["backends"]
-        .as_array()
-        .and_then(|b| b.iter().find(|b| b["name"] == "nccl"))
-        .unwrap_or_else(|| panic!("no nccl backend in {report:#}"))
-}
-
 /// The no-GPU skip with `lib` named as the library loaded.
 fn assert_skip_with(o: &Outcome, lib: &Path) {
-    let report = o.json();
-    let b = nccl(&report);
-    assert_eq!(b["available"], false, "{b:#}");
-    assert_eq!(b["reason"], NO_GPU, "{b:#}");
-    assert_eq!(b["verdict"], "skip", "{b:#}");
-    let library = b["library"].as_str().unwrap_or_else(|| panic!("{b:#}"));
+    let report = o.report();
+    let b = report.backend("nccl");
+    assert!(!b.available, "{b:#?}");
+    assert_eq!(b.reason, NO_GPU, "{b:#?}");
+    assert_eq!(b.verdict, "skip", "{b:#?}");
+    let library = b.library.as_deref().unwrap_or_else(|| panic!("{b:#?}"));
     let version = library
         .strip_prefix("NCCL ")
         .and_then(|r| r.split_once(" at "))
@@ -98,8 +90,8 @@ fn assert_skip_with(o: &Outcome, lib: &Path) {
         lib.display()
     );
     // No init was tried without a device.
-    assert!(b["init_ms"].is_null(), "{b:#}");
-    assert!(b["ops"].as_array().unwrap().is_empty(), "{b:#}");
+    assert!(b.init_ms.is_none(), "{b:#?}");
+    assert!(b.ops.is_empty(), "{b:#?}");
     // TCP ran as usual beside it.
     assert_eq!(o.status("collective.tcp"), "pass");
 }
@@ -248,23 +240,23 @@ fn a_bad_library_path_says_what_was_tried() {
 
     let o = node(&["--backends", "tcp,nccl", "--nccl-lib", &b], &[]);
     exit(&o, 1);
-    let report = o.json();
-    let n = nccl(&report);
-    let reason = n["reason"].as_str().unwrap();
+    let report = o.report();
+    let n = report.backend("nccl");
+    let reason = &n.reason;
     assert!(reason.starts_with(NO_GPU), "{reason}");
     assert!(
         reason.contains(&format!("{b} (explicit path)"))
             && reason.contains("No such file or directory"),
         "{reason}"
     );
-    assert!(n["library"].is_null(), "{n:#}");
+    assert!(n.library.is_none(), "{n:#?}");
     assert!(o.message("collective.nccl").contains(&b));
 
     // The environment variable, with NCCL optional: still said, exit 0.
     let o = node(&["--backends", "auto"], &[("PREFLIGHT_NCCL_LIB", &b)]);
     exit(&o, 0);
-    let report = o.json();
-    let reason = nccl(&report)["reason"].as_str().unwrap().to_string();
+    let report = o.report();
+    let reason = &report.backend("nccl").reason;
     assert!(
         reason.contains(&format!("{b} (PREFLIGHT_NCCL_LIB)")),
         "{reason}"
@@ -275,7 +267,7 @@ fn a_bad_library_path_says_what_was_tried() {
     let p = not_nccl.display().to_string();
     let o = node(&["--backends", "tcp,nccl", "--nccl-lib", &p], &[]);
     exit(&o, 1);
-    let report = o.json();
-    let reason = nccl(&report)["reason"].as_str().unwrap().to_string();
+    let report = o.report();
+    let reason = &report.backend("nccl").reason;
     assert!(reason.contains(&format!("{p} (explicit path)")), "{reason}");
 }

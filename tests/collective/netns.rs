@@ -16,6 +16,7 @@ use crate::common::serial;
 use cluster::{HostFiles, Outcome, Proc, host_files, launcher_env, on_host, pairs, run_args};
 use common::cpu_limit::CpuLimit;
 use common::netns::Cluster;
+use preflight::schema::SecondPass;
 
 /// Generous: namespace process start on a loaded 2-core machine.
 const MARGIN: Duration = Duration::from_secs(60);
@@ -117,22 +118,21 @@ fn a_rank_killed_in_an_allreduce_is_named_by_the_others_within_the_deadline() {
     assert!(msg.contains("h3"), "{msg}");
     assert!(msg.contains("gave no result (gone)"), "{msg}");
     // An operation with rows ran: it is never listed as not run.
-    let report = out[0].json();
-    let tcp = &report["collective"]["backends"][0];
-    let sweep = tcp["sweep"].as_array().unwrap();
+    let report = out[0].report();
+    let tcp = &report.collective().backends[0];
     let mut partial = 0;
-    for op in tcp["ops"].as_array().unwrap() {
-        let rows = sweep.iter().filter(|r| r["op"] == op["op"]).count();
-        if op["status"] == "not_run" {
-            assert_eq!(rows, 0, "{op} has {rows} rows: {tcp:#}");
+    for op in &tcp.ops {
+        let rows = tcp.sweep.iter().filter(|r| r.op.name() == op.op).count();
+        if op.status == "not_run" {
+            assert_eq!(rows, 0, "{op:?} has {rows} rows: {tcp:#?}");
         }
-        if op["status"] == "partial" {
+        if op.status == "partial" {
             partial += 1;
-            let detail = op["detail"].as_str().unwrap();
+            let detail = op.detail.as_deref().unwrap();
             assert!(detail.contains("no result from rank 3"), "{detail}");
         }
     }
-    assert!(partial > 0, "{tcp:#}");
+    assert!(partial > 0, "{tcp:#?}");
 }
 
 /// Host `h`'s eth0 sends at 100 Mbit/s (tbf), to every peer.
@@ -168,13 +168,13 @@ fn a_starved_host_is_named_every_time(n: usize, rounds: usize) {
         limit.hold(procs[2].pid);
         let out = finish(procs);
         all_exit(&out, 0);
-        let report = out[0].json();
-        let c = &report["collective"];
+        let report = out[0].report();
+        let c = report.collective();
         println!(
-            "{n} hosts, round {round}: stragglers {}; cpu wait {}",
-            c["stragglers"], c["cpu_wait"]
+            "{n} hosts, round {round}: stragglers {:?}; cpu wait {:?}",
+            c.stragglers, c.cpu_wait
         );
-        assert_eq!(c["straggler_ranks"], serde_json::json!([2]), "{c:#}");
+        assert_eq!(c.straggler_ranks, [2], "{c:#?}");
         for o in &out {
             let msg = o.message("collective.stragglers");
             assert!(msg.starts_with("warn"), "{}: {msg}", o.label);
@@ -245,10 +245,10 @@ fn a_100_mbit_link_is_slow_not_hung() {
         assert!(!msg.contains("stopped"), "{msg}");
         assert!(!msg.contains("timed out"), "{msg}");
     }
-    let report = out[0].json();
-    let tcp = &report["collective"]["backends"][0];
-    assert_eq!(tcp["verdict"], "pass", "{tcp:#}");
-    let ended = tcp["ended"].as_str().unwrap();
+    let report = out[0].report();
+    let tcp = &report.collective().backends[0];
+    assert_eq!(tcp.verdict, "pass", "{tcp:#?}");
+    let ended = tcp.ended.as_deref().unwrap();
     // The rate it reached: 100 Mbit/s is 0.0125 GB/s, one way.
     let busbw: f64 = ended
         .split("busbw ")
@@ -259,12 +259,11 @@ fn a_100_mbit_link_is_slow_not_hung() {
     assert!((0.005..0.0125).contains(&busbw), "{ended}");
     assert!(ended.contains("the step needs about"), "{ended}");
     // Every size below the slow one has its rows.
-    let sweep = tcp["sweep"].as_array().unwrap();
     assert!(
-        sweep
+        tcp.sweep
             .iter()
-            .any(|r| r["op"] == "allreduce" && r["bytes"] == 4 << 20),
-        "{tcp:#}"
+            .any(|r| r.op.name() == "allreduce" && r.bytes == 4 << 20),
+        "{tcp:#?}"
     );
 }
 
@@ -297,9 +296,17 @@ fn throttle_link(job: &Job, from: usize, to: usize) {
 }
 
 fn has_check(o: &Outcome, id: &str) -> bool {
-    o.json()["checks"]
-        .as_array()
-        .is_some_and(|c| c.iter().any(|c| c["id"] == id))
+    o.report().checks.iter().any(|c| c.id == id)
+}
+
+/// The pairwise round's second pass, which the report has where that
+/// round ran.
+fn second_pass(report: &common::Report) -> &SecondPass {
+    report
+        .collective()
+        .second_pass
+        .as_ref()
+        .unwrap_or_else(|| panic!("no second pass in {report}"))
 }
 
 /// The reports of a run merged by `preflight report` in `format`.
@@ -333,26 +340,26 @@ fn a_throttled_host_is_named_by_the_second_pass(n: usize) -> Vec<Outcome> {
     all_exit(&out, 0);
     // 3.3 s on 4 hosts before the second pass (docs/faults.md).
     cluster::verdicts_within(&out, Duration::from_secs(20));
-    let report = out[0].json();
-    let c = &report["collective"];
-    let sp = &c["second_pass"];
+    let report = out[0].report();
+    let c = report.collective();
+    let sp = second_pass(&report);
     println!(
-        "{n} hosts, h2 throttled: every verdict within {:?}; second pass {} ms; pairs measured again {}",
+        "{n} hosts, h2 throttled: every verdict within {:?}; second pass {} ms; pairs measured again {:?}",
         out.iter().map(|o| o.elapsed).max().unwrap_or_default(),
-        sp["ms"],
-        sp["pairs"]
+        sp.ms,
+        sp.pairs
     );
-    assert_eq!(sp["ran"], true, "{c:#}");
-    assert_eq!(sp["slow_node_ranks"], serde_json::json!([2]), "{sp:#}");
-    assert_eq!(sp["slow_links"], serde_json::json!([]), "{sp:#}");
-    assert_eq!(c["straggler_ranks"], serde_json::json!([2]), "{c:#}");
+    assert!(sp.ran, "{c:#?}");
+    assert_eq!(sp.slow_node_ranks, [2], "{sp:#?}");
+    assert!(sp.slow_links.is_empty(), "{sp:#?}");
+    assert_eq!(c.straggler_ranks, [2], "{c:#?}");
     // Measured again with three good partners, beside a control pair of
     // two good nodes in each round.
-    let again = sp["pairs"].as_array().unwrap();
-    let of_h2 = again.iter().filter(|p| p["a"] == 2 || p["b"] == 2).count();
-    assert_eq!(of_h2, 3, "{sp:#}");
-    assert_eq!(again.len(), 6, "three rounds, each with a control: {sp:#}");
-    assert_eq!(sp["unconfirmed"], serde_json::json!([]), "{sp:#}");
+    let again = &sp.pairs;
+    let of_h2 = again.iter().filter(|p| p.a == 2 || p.b == 2).count();
+    assert_eq!(of_h2, 3, "{sp:#?}");
+    assert_eq!(again.len(), 6, "three rounds, each with a control: {sp:#?}");
+    assert!(sp.unconfirmed.is_empty(), "{sp:#?}");
     for o in &out {
         let msg = o.message("collective.stragglers");
         assert!(msg.starts_with("warn"), "{}: {msg}", o.label);
@@ -404,22 +411,23 @@ fn the_second_pass_names_a_slow_link_and_no_node() {
     let out = finish(job.start(&["--step-timeout", "30s"], &[]));
     all_exit(&out, 0);
     cluster::verdicts_within(&out, Duration::from_secs(20));
-    let report = out[0].json();
-    let c = &report["collective"];
-    let sp = &c["second_pass"];
+    let report = out[0].report();
+    let c = report.collective();
+    let sp = second_pass(&report);
     println!(
         "4 hosts, h0→h1 throttled: every verdict within {:?}; second pass {} ms",
         out.iter().map(|o| o.elapsed).max().unwrap_or_default(),
-        sp["ms"]
+        sp.ms
     );
-    assert_eq!(sp["ran"], true, "{c:#}");
-    assert_eq!(sp["slow_node_ranks"], serde_json::json!([]), "{sp:#}");
+    assert!(sp.ran, "{c:#?}");
+    assert!(sp.slow_node_ranks.is_empty(), "{sp:#?}");
     // The link measured again; another pair the first pass suspected
     // (h0's other pairs share its qdisc) may be, and then is cleared.
-    let again = sp["pairs"].as_array().unwrap();
-    assert!(again.iter().any(|p| p["a"] == 0 && p["b"] == 1), "{sp:#}");
-    assert_eq!(sp["slow_links"].as_array().map(Vec::len), Some(1), "{sp:#}");
-    assert_eq!(c["straggler_ranks"], serde_json::json!(null), "{c:#}");
+    let again = &sp.pairs;
+    assert!(again.iter().any(|p| p.a == 0 && p.b == 1), "{sp:#?}");
+    assert_eq!(sp.slow_links.len(), 1, "{sp:#?}");
+    // None: the report leaves the list out when it is empty.
+    assert!(c.straggler_ranks.is_empty(), "{c:#?}");
     for o in &out {
         let msg = o.message("collective.slow_links");
         assert!(msg.starts_with("warn"), "{}: {msg}", o.label);
@@ -438,15 +446,15 @@ fn no_suspect_no_second_pass() {
     let Some(job) = job(4) else { return };
     let out = finish(job.start(&[], &[]));
     all_exit(&out, 0);
-    let report = out[0].json();
-    let sp = &report["collective"]["second_pass"];
-    assert_eq!(sp["ran"], false, "{sp:#}");
-    let reason = sp["reason"].as_str().unwrap_or_default();
+    let report = out[0].report();
+    let sp = second_pass(&report);
+    assert!(!sp.ran, "{sp:#?}");
+    let reason = &sp.reason;
     assert!(
         reason.starts_with("not run: no slow node or node pair in the first pass (6 node pairs"),
         "{reason}"
     );
-    assert_eq!(sp["pairs"], serde_json::json!([]), "{sp:#}");
+    assert!(sp.pairs.is_empty(), "{sp:#?}");
     let md = merged(&out, "markdown");
     assert!(
         md.contains("### Second pass\n\nnot run: no slow node or node pair"),
@@ -529,17 +537,14 @@ checks:
     let path = path.display().to_string();
     let out = finish(job.start(&["--checks", &path], &[]));
     for o in &out {
-        let report = o.json();
-        let links = report["collective"]["links"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        assert_eq!(links.len(), 3, "{}: {report:#}", o.label);
-        for l in &links {
-            assert_eq!(l["interface"], "eth0", "{l:#}");
-            assert_eq!(l["unix_peers"].as_array().map(Vec::len), Some(0), "{l:#}");
+        let report = o.report();
+        let links = &report.collective().links;
+        assert_eq!(links.len(), 3, "{}: {report}", o.label);
+        for l in links {
+            assert_eq!(l.interface.as_deref(), Some("eth0"), "{l:#?}");
+            assert!(l.unix_peers.is_empty(), "{l:#?}");
         }
-        let speed = links[0]["speed_mbps"].as_u64();
+        let speed = links[0].speed_mbps;
         // What the kernel says of the host's eth0, read apart from preflight
         // (-1 or an error where a veth reports no speed).
         let sysfs = job
@@ -679,12 +684,7 @@ fn one_percent_loss_on_one_host_gives_every_rank_one_verdict() {
     println!("time to verdict with 1 % loss on h1: {:?}", start.elapsed());
     let verdicts: Vec<(i32, String)> = out
         .iter()
-        .map(|o| {
-            (
-                o.code,
-                o.json()["verdict"].as_str().unwrap_or("").to_string(),
-            )
-        })
+        .map(|o| (o.code, o.report().verdict.name().to_string()))
         .collect();
     assert!(
         verdicts.iter().all(|v| *v == verdicts[0]),
@@ -799,28 +799,23 @@ fn a_second_pass_says_what_its_time_could_not_hold() {
     throttle_host(&job, 2);
     let out = finish(job.start(&["--step-timeout", "2s"], &[]));
     all_exit(&out, 0);
-    let report = out[0].json();
-    let sp = &report["collective"]["second_pass"];
+    let report = out[0].report();
+    let sp = second_pass(&report);
     println!(
         "4 hosts, h2 throttled, 2 s step deadline: second pass {} ms",
-        sp["ms"]
+        sp.ms
     );
-    assert_eq!(sp["ran"], true, "{sp:#}");
-    assert!(sp["ms"].as_u64().is_some_and(|ms| ms < 2000), "{sp:#}");
-    let of_h2 = sp["pairs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["a"] == 2 || p["b"] == 2)
-        .count();
-    assert_eq!(of_h2, 2, "{sp:#}");
-    let skipped = sp["skipped"].as_str().unwrap_or_default();
+    assert!(sp.ran, "{sp:#?}");
+    assert!(sp.ms < 2000, "{sp:#?}");
+    let of_h2 = sp.pairs.iter().filter(|p| p.a == 2 || p.b == 2).count();
+    assert_eq!(of_h2, 2, "{sp:#?}");
+    let skipped = sp.skipped.as_deref().unwrap_or_default();
     assert!(
         skipped.starts_with("1 pair not measured again: the pass's 2.0 s (the time left before the run's deadline, at most --step-timeout) could not hold it: h2–h"),
         "{skipped}"
     );
-    assert_eq!(sp["slow_node_ranks"], serde_json::json!([2]), "{sp:#}");
-    let named = sp["slow_nodes"][0].as_str().unwrap_or_default();
+    assert_eq!(sp.slow_node_ranks, [2], "{sp:#?}");
+    let named = sp.slow_nodes.first().map_or("", String::as_str);
     assert!(
         named.contains("is slow with every good partner measured (2 of 3; the others left out)"),
         "{named}"

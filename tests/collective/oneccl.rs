@@ -14,7 +14,7 @@ use crate::common::cluster;
 use std::time::Duration;
 
 use cluster::{Outcome, Proc, local, run_args};
-use serde_json::Value;
+use preflight::schema::BackendReport;
 
 use crate::common::serial;
 
@@ -59,13 +59,6 @@ fn ranks_until(timeout: &str, world: u32, extra: &[String], env: &[(&str, &str)]
     procs.into_iter().map(|p| p.finish(MARGIN)).collect()
 }
 
-fn backend<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["collective"]["backends"]
-        .as_array()
-        .and_then(|b| b.iter().find(|b| b["name"] == name))
-        .unwrap_or_else(|| panic!("no {name} backend in {report:#}"))
-}
-
 fn all_exit(out: &[Outcome], code: i32) {
     for o in out {
         assert_eq!(o.code, code, "{}: {}\n{}", o.label, o.stdout, o.stderr);
@@ -88,30 +81,25 @@ fn two_and_four_ranks_verify_every_operation() {
         );
         all_exit(&out, 0);
         for o in &out {
-            let report = o.json();
-            let b = backend(&report, "oneccl");
-            assert_eq!(b["verdict"], "pass", "world {world}: {b:#}");
-            assert_eq!(b["available"], true);
-            let ops = b["ops"].as_array().unwrap();
-            assert_eq!(ops.len(), 5);
+            let report = o.report();
+            let b = report.backend("oneccl");
+            assert_eq!(b.verdict, "pass", "world {world}: {b:#?}");
+            assert!(b.available, "{b:#?}");
+            let ops = &b.ops;
+            assert_eq!(ops.len(), 5, "{b:#?}");
             for op in ops {
-                assert_eq!(op["status"], "verified", "world {world}: {op:#}");
+                assert_eq!(op.status, "verified", "world {world}: {op:#?}");
             }
-            let library = b["library"].as_str().unwrap_or_default();
+            let library = b.library.as_deref().unwrap_or_default();
             assert!(
                 library.starts_with("oneCCL 2022") && library.ends_with("libccl.so.2"),
                 "{library}"
             );
             // The loopback interface the ranks met on, for oneCCL's store.
-            let set: Vec<&str> = b["env_set"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(Value::as_str)
-                .collect();
-            assert!(set.contains(&"CCL_KVS_IFACE=lo"), "{set:?}");
-            assert!(!b["sweep"].as_array().unwrap().is_empty(), "{b:#}");
-            assert_eq!(common::status(&o.report(), "collective.oneccl"), "pass");
+            let set = &b.env_set;
+            assert!(set.iter().any(|s| s == "CCL_KVS_IFACE=lo"), "{set:?}");
+            assert!(!b.sweep.is_empty(), "{b:#?}");
+            assert_eq!(common::status(&report, "collective.oneccl"), "pass");
         }
     }
 }
@@ -147,9 +135,8 @@ fn held_at_128k(lib: &str, timeout: &str, step_timeout: &str) -> Vec<Outcome> {
 
 /// Steps below the hang (×4: …, 8 KiB, 32 KiB) kept their verified rows,
 /// though the waiting ranks' workers were killed.
-fn kept_rows_below_the_hang(b: &Value) {
-    let rows = b["sweep"].as_array().unwrap();
-    assert!(rows.iter().any(|r| r["bytes"] == 32768), "{b:#}");
+fn kept_rows_below_the_hang(b: &BackendReport) {
+    assert!(b.sweep.iter().any(|r| r.bytes == 32768), "{b:#?}");
 }
 
 /// oneCCL cannot be interrupted: the ranks waiting on the held one are
@@ -162,10 +149,10 @@ fn a_rank_that_stops_mid_sweep_is_named_and_nothing_hangs() {
     let out = held_at_128k(&lib, "60s", "3s");
     all_exit(&out, 1);
     for o in &out {
-        let report = o.json();
-        let b = backend(&report, "oneccl");
-        assert_eq!(b["verdict"], "fail", "{b:#}");
-        let ended = b["ended"].as_str().unwrap_or_default();
+        let report = o.report();
+        let b = report.backend("oneccl");
+        assert_eq!(b.verdict, "fail", "{b:#?}");
+        let ended = b.ended.as_deref().unwrap_or_default();
         assert!(
             ended.contains("rank 2") && ended.contains("128 KiB"),
             "{}: {ended}",
@@ -184,10 +171,10 @@ fn the_runs_deadline_ends_a_stuck_library_step_as_incomplete() {
     let out = held_at_128k(&lib, "15s", "120s");
     all_exit(&out, 3);
     for o in &out {
-        let report = o.json();
-        let b = backend(&report, "oneccl");
-        assert_eq!(b["verdict"], "incomplete", "{b:#}");
-        let ended = b["ended"].as_str().unwrap_or_default();
+        let report = o.report();
+        let b = report.backend("oneccl");
+        assert_eq!(b.verdict, "incomplete", "{b:#?}");
+        let ended = b.ended.as_deref().unwrap_or_default();
         assert!(
             ended.contains("the run's deadline (--timeout) came during allreduce at 128 KiB"),
             "{}: {ended}",
@@ -196,7 +183,7 @@ fn the_runs_deadline_ends_a_stuck_library_step_as_incomplete() {
         kept_rows_below_the_hang(b);
         // The run's deadline ended it, as `ended` says; the step's (120 s)
         // would have read "timed out at".
-        assert_eq!(common::status(&o.report(), "collective.oneccl"), "error");
+        assert_eq!(common::status(&report, "collective.oneccl"), "error");
         assert!(!ended.contains("timed out at"), "{}: {ended}", o.label);
     }
 }
@@ -217,10 +204,10 @@ fn the_2021_library_is_an_unsupported_version() {
         &[],
     );
     all_exit(&out, 1);
-    let report = out[0].json();
-    let b = backend(&report, "oneccl");
-    assert_eq!(b["verdict"], "skip");
-    let reason = b["reason"].as_str().unwrap();
+    let report = out[0].report();
+    let b = report.backend("oneccl");
+    assert_eq!(b.verdict, "skip", "{b:#?}");
+    let reason = &b.reason;
     assert!(
         reason.contains("unsupported oneCCL version") && reason.contains("2021.16"),
         "{reason}"
@@ -240,18 +227,11 @@ fn a_missing_library_is_optional_unless_the_checklist_requires_it() {
         &[("PREFLIGHT_ONECCL_LIB", missing)],
     );
     all_exit(&out, 0);
-    let report = out[1].json();
-    let b = backend(&report, "oneccl");
-    assert_eq!(b["verdict"], "skip");
-    assert!(
-        b["reason"].as_str().unwrap().contains(missing),
-        "{:#}",
-        b["reason"]
-    );
-    assert_eq!(
-        common::status(&out[1].report(), "collective.oneccl"),
-        "skip"
-    );
+    let report = out[1].report();
+    let b = report.backend("oneccl");
+    assert_eq!(b.verdict, "skip", "{b:#?}");
+    assert!(b.reason.contains(missing), "{}", b.reason);
+    assert_eq!(common::status(&report, "collective.oneccl"), "skip");
 
     // The checklist requires it: not ready, on every rank, with the reason.
     let (_dir, path) = common::checklist(
@@ -315,8 +295,9 @@ fn ccl_yield_is_set_only_where_the_job_left_it_unset() {
             .collect();
         let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
         all_exit(&out, 0);
-        let report = out[0].json();
-        let set = backend(&report, "oneccl")["env_set"].to_string();
+        let report = out[0].report();
+        // The list as one text, as the checks below read it.
+        let set = format!("{:?}", report.backend("oneccl").env_set);
         let expected = crowded && operator.is_none();
         assert_eq!(
             set.contains("CCL_YIELD=sched_yield"),
@@ -358,13 +339,13 @@ fn one_rank_lacking_a_backend_makes_every_rank_skip_it_naming_the_rank() {
     let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
     all_exit(&out, 0);
     for o in &out {
-        let report = o.json();
-        let b = backend(&report, "oneccl");
-        assert_eq!(b["verdict"], "skip", "{}: {b:#}", o.label);
-        let reason = b["reason"].as_str().unwrap_or_default();
+        let report = o.report();
+        let b = report.backend("oneccl");
+        assert_eq!(b.verdict, "skip", "{}: {b:#?}", o.label);
+        let reason = &b.reason;
         assert!(reason.contains("rank 1"), "{}: {reason}", o.label);
         assert!(reason.contains(missing), "{}: {reason}", o.label);
-        assert_eq!(backend(&report, "tcp")["verdict"], "pass");
+        assert_eq!(report.backend("tcp").verdict, "pass", "{report}");
     }
 }
 

@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use cluster::{Outcome, local, run_args};
 use common::standin::{Libs, libs, standin};
-use serde_json::Value;
+use common::{Report, Verdict};
+use preflight::schema::BackendReport;
 
 /// Slow only when something waits without a deadline: every run here has
 /// a `--timeout` of 60 s at most.
@@ -58,49 +59,46 @@ fn node(libs: &Libs, ranks: u32, extra: &[&str], env: &[(&str, &str)]) -> Outcom
 
 /// A run that must fail in the nccl backend: exit 1, the backend's verdict
 /// `fail`; the report and the backend's part of it.
-fn failing(libs: &Libs, ranks: u32, extra: &[&str], env: &[(&str, &str)]) -> (Value, Value) {
+fn failing(
+    libs: &Libs,
+    ranks: u32,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Report, BackendReport) {
     let out = node(libs, ranks, extra, env);
     assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
-    let report = out.json();
-    let b = nccl(&report).clone();
-    assert_eq!(b["verdict"], "fail", "{b:#}");
+    let report = out.report();
+    let b = report.backend("nccl").clone();
+    assert_eq!(b.verdict, "fail", "{b:#?}");
     (report, b)
 }
 
 /// A fault-matrix row's promise (docs/faults.md): the run's verdict within
 /// `secs` (its `duration_ms`), generous on a loaded machine and far below
 /// the 60 s the run may take.
-fn within(report: &Value, secs: u64) {
-    let ms = report["duration_ms"].as_u64().unwrap();
+fn within(report: &Report, secs: u64) {
+    let ms = report.duration_ms;
     assert!(
         ms < secs * 1000,
         "verdict after {ms} ms, promised within {secs} s"
     );
 }
 
-fn nccl(report: &Value) -> &Value {
-    report["collective"]["backends"]
-        .as_array()
-        .and_then(|b| b.iter().find(|b| b["name"] == "nccl"))
-        .unwrap_or_else(|| panic!("no nccl backend in {report:#}"))
-}
-
-fn op_status<'a>(b: &'a Value, op: &str) -> &'a str {
-    b["ops"]
-        .as_array()
-        .and_then(|ops| ops.iter().find(|o| o["op"] == op))
-        .and_then(|o| o["status"].as_str())
-        .unwrap_or("")
+fn op_status<'a>(b: &'a BackendReport, op: &str) -> &'a str {
+    b.ops
+        .iter()
+        .find(|o| o.op == op)
+        .map_or("", |o| o.status.as_str())
 }
 
 /// The failed operation's text: the report's `ended`, the failing op's
 /// detail and the library's log lines, together.
-fn failure_text(b: &Value) -> String {
+fn failure_text(b: &BackendReport) -> String {
     format!(
-        "{} | {} | {}",
-        b["ended"].as_str().unwrap_or(""),
-        b["ops"],
-        b["log"]
+        "{} | {:?} | {:?}",
+        b.ended.as_deref().unwrap_or(""),
+        b.ops,
+        b.log
     )
 }
 
@@ -128,34 +126,30 @@ fn one_to_four_ranks_verify_every_operation_and_sweep() {
             &[],
         );
         assert_eq!(out.code, 0, "{ranks} ranks: {}\n{}", out.stdout, out.stderr);
-        let report = out.json();
-        let b = nccl(&report);
-        assert_eq!(b["verdict"], "pass", "{ranks} ranks: {b:#}");
+        let report = out.report();
+        let b = report.backend("nccl");
+        assert_eq!(b.verdict, "pass", "{ranks} ranks: {b:#?}");
         if libs.standin {
             assert!(
-                b["library"]
-                    .as_str()
-                    .unwrap()
-                    .starts_with("NCCL 2.32.3 at "),
-                "{b:#}"
+                b.library
+                    .as_deref()
+                    .is_some_and(|l| l.starts_with("NCCL 2.32.3 at ")),
+                "{b:#?}"
             );
         }
         for op in ["allreduce", "broadcast", "allgather", "sendrecv", "barrier"] {
-            assert_eq!(op_status(b, op), "verified", "{ranks} ranks, {op}: {b:#}");
+            assert_eq!(op_status(b, op), "verified", "{ranks} ranks, {op}: {b:#?}");
         }
-        let sweep = b["sweep"].as_array().unwrap();
+        let sweep = &b.sweep;
         for op in ["allreduce", "allgather", "broadcast"] {
             assert!(
                 sweep
                     .iter()
-                    .any(|r| r["op"] == op && r["bytes"] == 256 * 1024),
+                    .any(|r| r.op.name() == op && r.bytes == 256 * 1024),
                 "{ranks} ranks: no {op} row at 256 KiB: {sweep:?}"
             );
         }
-        assert!(
-            b["reason"].as_str().unwrap().contains("rank 0 on GPU 0"),
-            "{b:#}"
-        );
+        assert!(b.reason.contains("rank 0 on GPU 0"), "{b:#?}");
     }
 }
 
@@ -190,13 +184,13 @@ fn a_hang_at_one_size_ends_in_ncclcommabort_at_the_step_deadline() {
     // Said by the worker after the call returned, not by the report's
     // template: the rank ended its operation itself.
     assert!(
-        b["log"].to_string().contains("ncclCommAbort done"),
+        b.log.iter().any(|l| l.contains("ncclCommAbort done")),
         "{text}"
     );
     // The ranks that waited to the deadline are named and none is blamed
     // alone (NCCL cannot say which held up the other): both, or rank 1
     // alone when its abort came first and rank 0 saw its connection close.
-    let ended = b["ended"].as_str().unwrap();
+    let ended = b.ended.as_deref().unwrap();
     assert!(
         (ended.starts_with("allreduce timed out at 128 KiB on ranks 0, 1 (every rank): ")
             || (ended.starts_with("allreduce timed out at 128 KiB on rank 1: rank 1 says: ")
@@ -205,12 +199,8 @@ fn a_hang_at_one_size_ends_in_ncclcommabort_at_the_step_deadline() {
         "{text}"
     );
     assert!(
-        b["sweep"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["bytes"] == 65536),
-        "the sizes below the hang were kept: {b:#}"
+        b.sweep.iter().any(|r| r.bytes == 65536),
+        "the sizes below the hang were kept: {b:#?}"
     );
 }
 
@@ -231,15 +221,15 @@ fn an_init_that_never_completes_is_aborted_at_its_deadline() {
     within(&report, 45);
     let text = failure_text(&b);
     assert!(
-        b["ended"]
-            .as_str()
+        b.ended
+            .as_deref()
             .unwrap()
             .starts_with("init did not finish on ranks 0, 1 (every rank): rank 0 says: deadline passed: NCCL init of rank 0 of 2 still in progress"),
         "{text}"
     );
     // Ended by init's own deadline (the step's), not the run's: a fail,
     // not an incomplete run.
-    assert_eq!(report["verdict"], "not_ready", "{:#}", report["verdict"]);
+    assert_eq!(report.verdict, Verdict::NotReady, "{report}");
 }
 
 /// A rank whose results are wrong from 4 KiB on: the verification names
@@ -256,7 +246,7 @@ fn a_corrupted_result_is_detected_and_the_rank_named() {
         &[("PREFLIGHT_STANDIN_CORRUPT", "1:4096")],
     );
     within(&report, 10);
-    let ended = b["ended"].as_str().unwrap();
+    let ended = b.ended.as_deref().unwrap();
     // The stand-in flips the byte holding the float's exponent: 5 arrives
     // as a denormal, said as a number a person can read.
     assert!(
@@ -264,12 +254,10 @@ fn a_corrupted_result_is_detected_and_the_rank_named() {
         "{ended}"
     );
     assert!(
-        !b["sweep"]
-            .as_array()
-            .unwrap()
+        !b.sweep
             .iter()
-            .any(|r| r["bytes"].as_u64().unwrap_or(0) >= 4096 && r["op"] == "allreduce"),
-        "a wrong result got a bandwidth: {b:#}"
+            .any(|r| r.bytes >= 4096 && r.op.name() == "allreduce"),
+        "a wrong result got a bandwidth: {b:#?}"
     );
 }
 
@@ -287,7 +275,7 @@ fn an_async_error_is_reported_in_nccls_words() {
         &[("PREFLIGHT_STANDIN_ASYNC_ERROR", "1:65536")],
     );
     within(&report, 10);
-    let ended = b["ended"].as_str().unwrap();
+    let ended = b.ended.as_deref().unwrap();
     // Both ranks hold the library's remote error (rank 1's injected, rank
     // 0's from rank 1's leaving, on its send or its receive, whichever
     // comes first): neither failed by itself, and each names the other.
@@ -337,10 +325,10 @@ fn a_driver_without_devices_is_said_as_such() {
     )
     .finish(MARGIN);
     assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
-    let report = out.json();
-    let b = nccl(&report);
-    assert_eq!(b["available"], false, "{b:#}");
-    assert!(b["reason"].as_str().unwrap().contains("0 devices"), "{b:#}");
+    let report = out.report();
+    let b = report.backend("nccl");
+    assert!(!b.available, "{b:#?}");
+    assert!(b.reason.contains("0 devices"), "{b:#?}");
 }
 
 /// The network NCCL says it chose, judged against the node's InfiniBand
@@ -359,8 +347,9 @@ fn the_network_nccl_chose_is_judged_against_the_nodes_ib_ports() {
         &[("PREFLIGHT_STANDIN_NET", "ib")],
     );
     assert_eq!(ib.code, 0, "{}\n{}", ib.stdout, ib.stderr);
-    let report = ib.json();
-    let notes = nccl(&report)["notes"].to_string();
+    let report = ib.report();
+    // The notes as one text, as the checks below read them.
+    let notes = report.backend("nccl").notes.join("\n");
     assert!(notes.contains("NET/IB over mlx5_0:1/IB"), "{notes}");
     assert!(!notes.contains("warning"), "{notes}");
 
@@ -370,15 +359,14 @@ fn the_network_nccl_chose_is_judged_against_the_nodes_ib_ports() {
         &["--root", root],
         &[("PREFLIGHT_STANDIN_NET", "ib-fallback")],
     );
-    let report = fallback.json();
-    let b = nccl(&report);
-    let notes = b["notes"].to_string();
+    let report = fallback.report();
+    let notes = report.backend("nccl").notes.join("\n");
     assert!(
         notes.contains("fell back to sockets although this node has active RDMA ports")
             && notes.contains("NET/IB : No device found."),
         "{notes}"
     );
-    assert_eq!(fallback.status("collective.nccl"), "warn", "{report:#}");
+    assert_eq!(fallback.status("collective.nccl"), "warn", "{report}");
 }
 
 /// More ranks on a node than the GPUs they see: the backend gives each
@@ -401,7 +389,7 @@ fn two_ranks_on_one_gpu_fail_init_with_nccls_duplicate_check() {
         ],
     );
     within(&report, 10);
-    let ended = b["ended"].as_str().unwrap();
+    let ended = b.ended.as_deref().unwrap();
     assert!(
         ended.starts_with("init failed on rank ")
             && ended.contains("Duplicate GPU detected : rank ")

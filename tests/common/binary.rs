@@ -45,6 +45,8 @@ pub fn report(run: &Run) -> super::Report {
     super::report(&run.stdout, &run.stderr)
 }
 
+/// The run's stdout as untyped JSON: for output that is no report and has
+/// no schema type (`list`'s entries); a report is read with `report`.
 pub fn json(run: &Run) -> serde_json::Value {
     serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", run.stdout, run.stderr))

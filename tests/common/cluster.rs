@@ -11,8 +11,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use crate::common::netns::Cluster;
 
 pub use super::BIN;
@@ -53,15 +51,6 @@ impl Outcome {
     /// The rank's JSON report, read with the product's own types.
     pub fn report(&self) -> crate::common::Report {
         crate::common::report(&self.stdout, &format!("{}: {}", self.label, self.stderr))
-    }
-
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!(
-                "{}: not JSON ({e}):\n{}\nstderr: {}",
-                self.label, self.stdout, self.stderr
-            )
-        })
     }
 
     /// The status and message of check `id`, from the merged checks list.

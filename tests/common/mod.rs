@@ -73,6 +73,15 @@ impl Report {
             .as_ref()
             .unwrap_or_else(|| panic!("no collective section in {self}"))
     }
+
+    /// Backend `name` of the collective section.
+    pub fn backend(&self, name: &str) -> &preflight::schema::BackendReport {
+        self.collective()
+            .backends
+            .iter()
+            .find(|b| b.name == name)
+            .unwrap_or_else(|| panic!("no {name} backend in {self}"))
+    }
 }
 
 impl std::fmt::Display for Report {
@@ -88,6 +97,52 @@ pub fn report(text: &str, context: &str) -> Report {
     Report(
         serde_json::from_str(text)
             .unwrap_or_else(|e| panic!("not a report ({e}): {text}\n{context}")),
+    )
+}
+
+/// A merged report (`preflight report --format json`), read with the
+/// product's own types; shown as the pretty JSON it came as.
+#[derive(Debug, Clone)]
+pub struct Merged(pub preflight::schema::MergedReport);
+
+impl std::ops::Deref for Merged {
+    type Target = preflight::schema::MergedReport;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl Merged {
+    /// The row of node `name`.
+    pub fn node(&self, name: &str) -> &preflight::schema::MergedNode {
+        self.0
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no node {name}: {self}"))
+    }
+
+    /// Whether any culprit names `host`, as its node or in a reason.
+    pub fn names_culprit(&self, host: &str) -> bool {
+        self.0
+            .culprits
+            .iter()
+            .any(|c| c.node.contains(host) || c.reasons.iter().any(|r| r.contains(host)))
+    }
+}
+
+impl std::fmt::Display for Merged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&serde_json::to_string_pretty(&self.0).unwrap_or_default())
+    }
+}
+
+/// A merged report as the product's own types read it, or the test fails
+/// with its text and `context`.
+pub fn merged(text: &str, context: &str) -> Merged {
+    Merged(
+        serde_json::from_str(text)
+            .unwrap_or_else(|e| panic!("not a merged report ({e}): {text}\n{context}")),
     )
 }
 

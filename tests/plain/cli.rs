@@ -6,7 +6,8 @@ use crate::common::binary;
 use std::io::Read;
 use std::process::Stdio;
 
-use binary::{json, preflight, run};
+use binary::{json, preflight, report, run};
+use common::{Severity, Status};
 
 mod help;
 
@@ -26,17 +27,14 @@ fn run_on_this_machine_as_it_is_prints_a_verdict() {
 #[test]
 fn check_reports_the_shipped_checks_with_skip_reasons() {
     let _shared = crate::common::shared();
-    let report = json(&run(preflight().args(["check", "--format", "json"])));
-    assert_eq!(report["command"], "check");
-    let checks = report["checks"].as_array().unwrap();
+    let report = report(&run(preflight().args(["check", "--format", "json"])));
+    assert_eq!(report.command, "check");
+    let checks = &report.checks;
     assert!(!checks.is_empty());
     for c in checks {
-        assert_ne!(c["status"], "error", "{c}");
-        if c["status"] == "skip" {
-            assert!(
-                !c["message"].as_str().unwrap().is_empty(),
-                "a skip says why: {c}"
-            );
+        assert_ne!(c.status, Status::Error, "{c:#?}");
+        if c.status == Status::Skip {
+            assert!(!c.message.is_empty(), "a skip says why: {c:#?}");
         }
     }
 }
@@ -220,7 +218,7 @@ fn backends_flag_drives_backend_conditions() {
     let dir = tempfile::tempdir().unwrap();
     let list = dir.path().join("b.yaml");
     std::fs::write(&list, "checks:\n  - id: nccl.only\n    kind: env\n    name: PATH\n    when:\n      backend: nccl\n").unwrap();
-    let skipped = json(&run(preflight()
+    let skipped = report(&run(preflight()
         .args([
             "check",
             "--no-shipped",
@@ -231,12 +229,9 @@ fn backends_flag_drives_backend_conditions() {
             "--checks",
         ])
         .arg(&list)));
-    assert_eq!(skipped["checks"][0]["status"], "skip");
-    assert_eq!(
-        skipped["checks"][0]["message"],
-        "backend nccl not requested"
-    );
-    let ran = json(&run(preflight()
+    assert_eq!(skipped.checks[0].status, Status::Skip);
+    assert_eq!(skipped.checks[0].message, "backend nccl not requested");
+    let ran = report(&run(preflight()
         .args([
             "check",
             "--no-shipped",
@@ -247,7 +242,7 @@ fn backends_flag_drives_backend_conditions() {
             "--checks",
         ])
         .arg(&list)));
-    assert_eq!(ran["checks"][0]["status"], "pass");
+    assert_eq!(ran.checks[0].status, Status::Pass);
     let bad = run(preflight().args(["check", "--backends", "mpi"]));
     assert_eq!(bad.code, 2);
     assert!(
@@ -348,7 +343,7 @@ fn a_checks_directory_reads_yaml_and_yml_files() {
     std::fs::write(dir.path().join("a.yaml"), check("dir.a")).unwrap();
     std::fs::write(dir.path().join("b.yml"), check("dir.b")).unwrap();
     std::fs::write(dir.path().join("c.txt"), check("dir.c")).unwrap();
-    let report = json(&run(preflight().args([
+    let report = report(&run(preflight().args([
         "check",
         "--no-shipped",
         "--format",
@@ -356,13 +351,8 @@ fn a_checks_directory_reads_yaml_and_yml_files() {
         "--checks",
         dir.path().to_str().unwrap(),
     ])));
-    let ids: Vec<&str> = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["id"].as_str())
-        .collect();
-    assert_eq!(ids, ["dir.a", "dir.b"], "{report:#}");
+    let ids: Vec<&str> = report.checks.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["dir.a", "dir.b"], "{report}");
 }
 
 /// README: in JUnit a warning is a `<failure>` only under `--strict`.
@@ -426,17 +416,16 @@ fn a_world_size_without_a_rank_is_refused() {
         "{}",
         run_out.stderr
     );
-    let report = json(&run(preflight()
+    let report = report(&run(preflight()
         .args(["check", "--format", "json", "--only", "launch.env"])
         .env("WORLD_SIZE", "4")));
-    let check = &report["checks"][0];
-    assert_eq!(check["status"], "fail", "{check:#}");
+    let check = &report.checks[0];
+    assert_eq!(check.status, Status::Fail, "{check:#?}");
     assert!(
-        check["message"]
-            .as_str()
-            .unwrap()
+        check
+            .message
             .contains("WORLD_SIZE=4 is set but RANK is not"),
-        "{check:#}"
+        "{check:#?}"
     );
 }
 
@@ -553,18 +542,14 @@ fn the_default_output_is_the_problems_and_one_line_for_the_rest() {
 fn check_leaves_out_the_checks_across_nodes() {
     let _shared = crate::common::shared();
     let out = run(preflight().args(["check", "--format", "json"]));
-    let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
-    let ids: Vec<&str> = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["id"].as_str())
-        .collect();
+    let report = report(&out);
+    let ids: Vec<&str> = report.checks.iter().map(|c| c.id.as_str()).collect();
     assert!(!ids.is_empty());
     assert!(!ids.iter().any(|id| id.starts_with("cluster.")), "{ids:?}");
     // And `list` does not count them as applying on this node.
     let listed = run(preflight().args(["list", "--format", "json"]));
-    let entries: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    // `list`'s entries are no report: its JSON has no schema type.
+    let entries = json(&listed);
     let versions = entries
         .as_array()
         .unwrap()
@@ -663,26 +648,28 @@ fn json_report_writes_the_json_beside_the_metrics_from_one_run() {
         .arg("--json-report")
         .arg(&report));
     let metrics = std::fs::read_to_string(&prom).unwrap();
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    assert_eq!(doc["command"], "check");
-    let verdict = doc["verdict"].as_str().unwrap();
+    let doc = common::report(&std::fs::read_to_string(&report).unwrap(), &out.stderr);
+    assert_eq!(doc.command, "check");
+    let verdict = doc.verdict.name();
     assert!(
         metrics.contains(&format!("preflight_verdict{{verdict=\"{verdict}\"}} 1")),
         "{verdict}\n{metrics}"
     );
     // The same run: the same checks, each with the status the metrics say.
-    for check in doc["checks"].as_array().unwrap() {
+    for check in &doc.checks {
+        let severity = match check.severity {
+            Severity::Fail => "fail",
+            Severity::Warn => "warn",
+        };
         let line = format!(
-            "check=\"{}\",area=\"{}\",severity=\"{}\",status=\"{}\"}} 1",
-            check["id"].as_str().unwrap(),
-            check["area"].as_str().unwrap(),
-            check["severity"].as_str().unwrap(),
-            check["status"].as_str().unwrap()
+            "check=\"{}\",area=\"{}\",severity=\"{severity}\",status=\"{}\"}} 1",
+            check.id,
+            check.area,
+            check.status.name()
         );
         assert!(metrics.contains(&line), "{line}\n{metrics}");
     }
-    assert_eq!(Some(i64::from(out.code)), doc["exit_code"].as_i64());
+    assert_eq!(out.code, doc.exit_code);
     // A directory that cannot take it is the operator's to hear of.
     let bad = run(preflight()
         .args(["check", "--no-shipped", "--checks", MIXED, "--json-report"])

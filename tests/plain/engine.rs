@@ -5,7 +5,7 @@
 mod kept;
 
 use crate::common::{self, Status, Verdict, binary, measured, result, status};
-use binary::{assert_snapshot, json, preflight, report, run};
+use binary::{assert_snapshot, preflight, report, run};
 
 const MIXED: &str = "fixtures/checklists/valid/mixed.yaml";
 const EXIT: &str = "fixtures/checklists/valid/exit-codes.yaml";
@@ -32,22 +32,11 @@ fn mixed_with(format: &str, extra: &[&str]) -> binary::Run {
         .env("PREFLIGHT_FIXTURE_MODE", "turbo"))
 }
 
-/// Replaces the value at `path` with `with`, after checking that it exists
-/// and that `valid` holds for it.
-fn normalise(
-    report: &mut serde_json::Value,
-    path: &[&str],
-    with: impl Into<serde_json::Value>,
-    valid: impl Fn(&serde_json::Value) -> bool,
-) {
-    let mut at = &mut *report;
-    for key in path {
-        at = at
-            .get_mut(*key)
-            .unwrap_or_else(|| panic!("the report has no {}", path.join(".")));
-    }
-    assert!(valid(at), "{}: {at} is not in its format", path.join("."));
-    *at = with.into();
+/// Replaces `at` (the report's field `what`) with `with`, after checking
+/// that `valid` holds for what the run wrote there.
+fn normalise<T: std::fmt::Debug>(what: &str, at: &mut T, with: T, valid: impl Fn(&T) -> bool) {
+    assert!(valid(at), "{what}: {at:?} is not in its format");
+    *at = with;
 }
 
 #[test]
@@ -55,34 +44,44 @@ fn json_report_snapshot() {
     let _shared = crate::common::shared();
     let out = mixed("json");
     assert_eq!(out.code, 1, "{}", out.stderr);
-    let mut report = json(&out);
-    assert_eq!(report["schema"], "preflight.report/v1");
-    assert_eq!(report["verdict"], "not_ready");
-    assert_eq!(report["exit_code"], 1);
-    // What varies from run to run: each key must be there, in its format,
-    // before it is normalised (indexing would create a missing one).
-    let rfc3339 = regex::Regex::new(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$").unwrap();
-    normalise(&mut report, &["started_at"], "<time>", |v| {
-        v.as_str().is_some_and(|t| rfc3339.is_match(t))
-    });
-    normalise(&mut report, &["duration_ms"], 0, |v| v.is_u64());
-    normalise(&mut report, &["timings", "checks_ms"], 0, |v| v.is_u64());
-    normalise(&mut report, &["timings", "cpu_ms"], 0, |v| v.is_u64());
-    normalise(&mut report, &["node", "pid"], 0, |v| {
-        v.as_u64().is_some_and(|p| p > 0)
-    });
-    normalise(&mut report, &["tool", "version"], "<version>", |v| {
-        v.as_str() == Some(env!("CARGO_PKG_VERSION"))
-    });
-    for c in report["checks"].as_array_mut().unwrap() {
-        normalise(c, &["duration_ms"], 0, |v| {
-            v.as_f64().is_some_and(|d| d >= 0.0)
-        });
-    }
-    assert_snapshot(
-        "mixed.json",
-        &format!("{}\n", serde_json::to_string_pretty(&report).unwrap()),
+    let mut report = report(&out);
+    // The types read all the report says: written back, it is the text
+    // the run printed, byte for byte; the snapshot below is of what they
+    // read (and a negative duration, which they read as 0, differs here).
+    assert_eq!(
+        format!("{report}\n"),
+        out.stdout,
+        "the report as its types read it"
     );
+    assert_eq!(report.schema, "preflight.report/v1");
+    assert_eq!(report.verdict, Verdict::NotReady);
+    assert_eq!(report.exit_code, 1);
+    // What varies from run to run, each checked before it is normalised:
+    // the ms are whole numbers by their type, which also fails a report
+    // missing one (`timings`, optional in the type, is required here).
+    let rfc3339 = regex::Regex::new(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$").unwrap();
+    let r = &mut report.0;
+    normalise("started_at", &mut r.started_at, "<time>".into(), |t| {
+        rfc3339.is_match(t)
+    });
+    r.duration_ms = 0;
+    let timings = r
+        .timings
+        .as_mut()
+        .unwrap_or_else(|| panic!("the report has no timings:\n{}", out.stdout));
+    timings.checks_ms = 0;
+    timings.cpu_ms = 0;
+    normalise("node.pid", &mut r.node.pid, 0, |p| *p > 0);
+    normalise(
+        "tool.version",
+        &mut r.tool.version,
+        "<version>".into(),
+        |v| v.as_ref() == env!("CARGO_PKG_VERSION"),
+    );
+    for c in &mut r.checks {
+        c.duration = std::time::Duration::ZERO;
+    }
+    assert_snapshot("mixed.json", &format!("{report}\n"));
 }
 
 #[test]
@@ -581,11 +580,9 @@ fn check_ids(checklist: &std::path::Path, args: &[&str]) -> Vec<String> {
         .arg(checklist)
         .args(["--root", ROOT, "--format", "json"])
         .args(args);
-    let report = json(&run(&mut cmd));
-    report["checks"]
-        .as_array()
-        .unwrap()
+    report(&run(&mut cmd))
+        .checks
         .iter()
-        .map(|c| c["id"].as_str().unwrap().to_string())
+        .map(|c| c.id.clone())
         .collect()
 }

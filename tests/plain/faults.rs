@@ -107,12 +107,10 @@ fn a_full_disk_under_output_is_named_and_the_previous_report_kept() {
 
 /// The ids of a report's checks.
 fn ids(stdout: &[u8]) -> Vec<String> {
-    let report: serde_json::Value = serde_json::from_slice(stdout).expect("a JSON report");
-    report["checks"]
-        .as_array()
-        .unwrap()
+    common::report(&String::from_utf8_lossy(stdout), "")
+        .checks
         .iter()
-        .map(|c| c["id"].as_str().unwrap().to_string())
+        .map(|c| c.id.clone())
         .collect()
 }
 

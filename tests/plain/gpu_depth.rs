@@ -401,10 +401,10 @@ fn dcgm_without_dcgm_skips_and_a_bad_level_is_located() {
         .arg(&file)
         .output()
         .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let check = &report["checks"][0];
-    assert_eq!(check["status"], "skip");
-    let message = check["message"].as_str().unwrap();
+    let report = crate::common::report_of(&out);
+    let check = &report.checks[0];
+    assert_eq!(check.status, crate::common::Status::Skip);
+    let message = check.message.as_str();
     // Without an NVIDIA GPU (this machine) or without dcgmi (a GPU machine
     // without DCGM): either way a reason, never a pass.
     assert!(
@@ -608,6 +608,7 @@ fn the_gpu_depth_checks_show_everywhere() {
         .args(["list", "--format", "json"])
         .output()
         .unwrap();
+    // `list`'s entries are no report: its JSON has no schema type.
     let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     let ids: Vec<&str> = listed
         .as_array()
@@ -635,6 +636,7 @@ fn the_gpu_depth_checks_show_everywhere() {
             "--only {word}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // `list` again: no schema type.
         let sel: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let sel: Vec<&str> = sel
             .as_array()
@@ -687,28 +689,31 @@ fn the_gpu_depth_checks_show_everywhere() {
     }
     // The merged report of a healthy node and this one.
     std::fs::write(dir.path().join("bad.json"), check("json", false)).unwrap();
-    let mut good: serde_json::Value = serde_json::from_str(&check("json", true)).unwrap();
-    good["node"]["hostname"] = "gpu-h100-018".into();
-    std::fs::write(dir.path().join("good.json"), good.to_string()).unwrap();
+    let mut good = crate::common::report(&check("json", true), "").0;
+    good.node.hostname = "gpu-h100-018".into();
+    std::fs::write(
+        dir.path().join("good.json"),
+        serde_json::to_string(&good).unwrap(),
+    )
+    .unwrap();
     let merged = std::process::Command::new(BIN)
         .args(["report", "--format", "json"])
         .arg(dir.path())
         .output()
         .unwrap();
-    let m: serde_json::Value = serde_json::from_slice(&merged.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&merged.stderr)));
-    let columns: Vec<&str> = m["check_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c.as_str())
-        .collect();
+    let m = crate::common::merged(
+        &String::from_utf8_lossy(&merged.stdout),
+        &String::from_utf8_lossy(&merged.stderr),
+    );
     for id in ["nvidia.dcgm_medium:gpu3.memory", "nvidia.nvlink"] {
-        assert!(columns.contains(&id), "matrix lacks {id}: {columns:?}");
+        assert!(
+            m.check_ids.iter().any(|c| c == id),
+            "matrix lacks {id}: {:?}",
+            m.check_ids
+        );
     }
-    let culprits = m["culprits"].to_string();
-    assert!(culprits.contains("gpu-h100-017"), "{culprits}");
-    assert!(!culprits.contains("gpu-h100-018"), "{culprits}");
+    assert!(m.names_culprit("gpu-h100-017"), "{:#?}", m.culprits);
+    assert!(!m.names_culprit("gpu-h100-018"), "{:#?}", m.culprits);
 }
 
 /// What a real H100 VM on driver R580 printed (tests/gpu/gpu-depth.sh,

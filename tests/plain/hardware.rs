@@ -5,8 +5,6 @@
 use std::path::Path;
 use std::process::Command;
 
-use serde_json::Value;
-
 use crate::common::fixture_run;
 use crate::common::skip;
 use fixture_run::*;

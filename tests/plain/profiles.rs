@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common::fixture_run;
+use crate::common::{CheckResult, Report, Status, Verdict};
 use fixture_run::*;
 
 fn root(name: &str) -> PathBuf {
@@ -17,7 +18,7 @@ fn root(name: &str) -> PathBuf {
 }
 
 /// `node.profile` alone over a fixture tree, with `--profile` when given.
-fn profile_check(tree: &Path, profile: Option<&Path>) -> serde_json::Value {
+fn profile_check(tree: &Path, profile: Option<&Path>) -> CheckResult {
     let mut cmd = Command::new(BIN);
     cmd.args([
         "check",
@@ -33,15 +34,7 @@ fn profile_check(tree: &Path, profile: Option<&Path>) -> serde_json::Value {
         cmd.arg("--profile").arg(p);
     }
     let out = cmd.output().unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "node.profile")
-        .cloned()
-        .unwrap_or_else(|| panic!("no node.profile in {report:#}"))
+    crate::common::result(&crate::common::report_of(&out), "node.profile").clone()
 }
 
 /// A copy of the healthy HGX node's tree at `dir/name`, to break.
@@ -72,7 +65,7 @@ fn site_dir() -> (tempfile::TempDir, String) {
 
 /// `preflight slurm healthcheck` with the site directory `dir`, as slurmd
 /// runs it (a clean environment): the report it kept.
-fn healthcheck(dir: &Path) -> serde_json::Value {
+fn healthcheck(dir: &Path) -> Report {
     let o = Command::new(BIN)
         .args(["slurm", "healthcheck"])
         .env_clear()
@@ -87,7 +80,7 @@ fn healthcheck(dir: &Path) -> serde_json::Value {
             String::from_utf8_lossy(&o.stderr)
         )
     });
-    serde_json::from_str(&text).unwrap()
+    crate::common::report(&text, &String::from_utf8_lossy(&o.stderr))
 }
 
 /// `preflight baseline diff PROFILE --root TREE`.
@@ -123,24 +116,22 @@ fn each_fixture_node_gets_its_profile_or_none() {
         ("gaudi2-hls", "gaudi2-8"),
     ] {
         let c = profile_check(&root(tree), None);
-        assert_eq!(c["status"], "pass", "{tree}: {c:#}");
+        assert_eq!(c.status, Status::Pass, "{tree}: {c:#?}");
         assert!(
-            c["message"]
-                .as_str()
-                .unwrap()
+            c.message
                 .starts_with(&format!("matches profile {profile}: ")),
-            "{tree}: {c:#}"
+            "{tree}: {c:#?}"
         );
     }
     // Two H100 PCIe cards: no shipped profile is for them.
     let c = profile_check(&root("roce-node"), None);
-    assert_eq!(c["status"], "skip");
+    assert_eq!(c.status, Status::Skip);
     assert_eq!(
-        c["message"],
+        c.message,
         "no profile matches 2 accelerators (NVIDIA 2331): this node is compared with its peers; `preflight baseline capture` writes one"
     );
     // A cloud VM without accelerators.
-    assert_eq!(profile_check(&root("cpu-node"), None)["status"], "skip");
+    assert_eq!(profile_check(&root("cpu-node"), None).status, Status::Skip);
 }
 
 /// The broken HGX node (one GPU off its driver, a link at x8, one at Gen4)
@@ -150,12 +141,12 @@ fn each_fixture_node_gets_its_profile_or_none() {
 fn a_degraded_node_fails_against_its_profile_named() {
     let _shared = crate::common::shared();
     let c = profile_check(&root("h100-ib-broken"), None);
-    assert_eq!(c["status"], "fail");
+    assert_eq!(c.status, Status::Fail);
     assert_eq!(
-        c["message"],
+        c.message,
         "against profile hgx-h100-8: 0000:9a:00.0: on the PCI bus but not usable (not bound to its driver); 7 of 8 accelerators usable; 0000:3a:00.0: PCIe Gen5 x8 where the profile has Gen5 x16; 0000:ab:00.0: PCIe Gen4 x16 where the profile has Gen5 x16"
     );
-    assert_eq!(c["expected"], "profile hgx-h100-8");
+    assert_eq!(c.expected.as_deref(), Some("profile hgx-h100-8"));
 
     let dir = tempfile::tempdir().unwrap();
     let captured = dir.path().join("site.yaml");
@@ -238,17 +229,17 @@ fn a_degraded_node_fails_against_its_profile_named() {
 
     // The same profile given to a run: the check names it and its file.
     let c = profile_check(&half, Some(&captured));
-    assert_eq!(c["status"], "fail");
+    assert_eq!(c.status, Status::Fail);
     assert!(
-        c["message"].as_str().unwrap().starts_with(&format!(
+        c.message.starts_with(&format!(
             "against profile site-hgx ({}): mlx5_2:1: 200 Gb/sec",
             captured.display()
         )),
-        "{c:#}"
+        "{c:#?}"
     );
     assert_eq!(
-        profile_check(&root("h100-ib-healthy"), Some(&captured))["status"],
-        "pass"
+        profile_check(&root("h100-ib-healthy"), Some(&captured)).status,
+        Status::Pass
     );
 }
 
@@ -284,22 +275,20 @@ fn the_kinds_read_their_expectation_from_the_profile() {
             cmd.arg("--profile").arg(p);
         }
         let out = cmd.output().unwrap();
-        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        r["checks"][0].clone()
+        crate::common::report_of(&out).checks[0].clone()
     };
     // The shipped HGX profile holds the board to 18; the site's VM
     // profile to 12.
     let shipped = run(None);
-    assert_eq!(shipped["status"], "fail");
+    assert_eq!(shipped.status, Status::Fail);
     assert!(
-        shipped["message"]
-            .as_str()
-            .unwrap()
+        shipped
+            .message
             .ends_with("expected 18 as profile hgx-h100-8 sets"),
-        "{shipped:#}"
+        "{shipped:#?}"
     );
     let site = run(Some(&twelve));
-    assert_eq!(site["status"], "pass", "{site:#}");
+    assert_eq!(site.status, Status::Pass, "{site:#?}");
 }
 
 #[test]
@@ -361,14 +350,14 @@ fn the_slurm_modes_hold_the_node_to_the_sites_profile() {
     )
     .unwrap();
     let report = healthcheck(dir.path());
-    let check = &report["checks"][0];
-    assert_eq!(check["id"], "node.profile", "{report:#}");
-    assert_eq!(check["status"], "fail", "{report:#}");
+    let check = &report.checks[0];
+    assert_eq!(check.id, "node.profile", "{report}");
+    assert_eq!(check.status, Status::Fail, "{report}");
     assert!(
-        check["message"].as_str().unwrap().starts_with(&format!(
+        check.message.starts_with(&format!(
             "against profile site-a ({d}/profile.yaml): 0 NVIDIA accelerators of the profile's kind on the PCI bus, the profile has 8"
         )),
-        "{report:#}"
+        "{report}"
     );
 }
 
@@ -417,9 +406,8 @@ fn no_xe_link_fails_oam_modules_only() {
             .arg(&root)
             .output()
             .unwrap();
-        let r: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-        assert_eq!(r["checks"][0]["status"], status, "{device}: {r:#}");
+        let r = crate::common::report_of(&out);
+        assert_eq!(r.checks[0].status.name(), status, "{device}: {r}");
     }
 }
 
@@ -466,20 +454,10 @@ fn infiniband_pcie_link_and_memory_read_the_profile() {
             .arg(&site)
             .output()
             .unwrap();
-        let r: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let r = crate::common::report_of(&out);
         let of = |id: &str| {
-            let c = r["checks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["id"] == id)
-                .cloned()
-                .unwrap();
-            (
-                c["status"].as_str().unwrap().to_string(),
-                c["message"].as_str().unwrap().to_string(),
-            )
+            let c = crate::common::result(&r, id);
+            (c.status.name().to_string(), c.message.clone())
         };
         [of("ib"), of("pci"), of("mem")]
     };
@@ -546,12 +524,7 @@ fn a_directory_of_profiles_is_chosen_from_by_the_instance_type() {
         .unwrap();
     }
     let node = healthy_copy(dir.path(), "node");
-    let message = |tree: &Path| {
-        profile_check(tree, Some(&site))["message"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
+    let message = |tree: &Path| profile_check(tree, Some(&site)).message;
     // No instance type anywhere: the shipped board profile.
     assert_eq!(
         message(&node),
@@ -686,8 +659,8 @@ fn a_fleets_profiles_directory_is_validated_and_chosen_from() {
         "{out}"
     );
     let report = healthcheck(dir.path());
-    assert_eq!(report["checks"][0]["id"], "node.profile", "{report:#}");
-    assert_eq!(report["checks"][0]["status"], "skip", "{report:#}");
+    assert_eq!(report.checks[0].id, "node.profile", "{report}");
+    assert_eq!(report.checks[0].status, Status::Skip, "{report}");
     std::fs::write(
         fleet.join("b.yaml"),
         "profile: site-b\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8}\nexpect:\n  floors: {busbw: [{backend: tcp, op: alltoall, size: 1MiB, gbps: 1}]}\n",
@@ -710,11 +683,11 @@ fn capture_from_refuses_what_no_healthy_run_wrote() {
     let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
     let recorded = fixture("reports").join("run-4node/rank0.json");
-    let mut report: serde_json::Value =
+    let mut report: preflight::schema::Report =
         serde_json::from_str(&std::fs::read_to_string(recorded).unwrap()).unwrap();
-    let capture = |report: &serde_json::Value| {
+    let capture = |report: &preflight::schema::Report| {
         let file = dir.path().join("rank0.json");
-        std::fs::write(&file, report.to_string()).unwrap();
+        std::fs::write(&file, serde_json::to_string(report).unwrap()).unwrap();
         let started = std::time::Instant::now();
         let out = baseline(&[
             "capture",
@@ -732,9 +705,20 @@ fn capture_from_refuses_what_no_healthy_run_wrote() {
         err.contains("the run's verdict is not_ready, not ready"),
         "{err}"
     );
-    report["verdict"] = "ready".into();
-    report["collective"]["world_size"] = 4_000_000_000u64.into();
-    report["cluster"]["world_size"] = 4_000_000_000u64.into();
+    let world = |report: &mut preflight::schema::Report, n: u32| {
+        report
+            .collective
+            .as_mut()
+            .expect("a collective section")
+            .world_size = n;
+        report
+            .cluster
+            .as_mut()
+            .expect("a cluster section")
+            .world_size = n;
+    };
+    report.verdict = Verdict::Ready;
+    world(&mut report, 4_000_000_000);
     let (code, _, err) = capture(&report);
     assert_eq!(code, Some(2), "{err}");
     assert!(
@@ -742,8 +726,7 @@ fn capture_from_refuses_what_no_healthy_run_wrote() {
         "{err}"
     );
     // The same report with its real world gives floors.
-    report["collective"]["world_size"] = 4.into();
-    report["cluster"]["world_size"] = 4.into();
+    world(&mut report, 4);
     let (code, text, err) = capture(&report);
     assert_eq!(code, Some(0), "{err}");
     assert!(

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use serde_json::Value;
+use crate::common::{self, Report};
 
 const WORLD: &str = "2048";
 const LAYOUT: &str = "nodes:256";
@@ -15,7 +15,7 @@ const LAYOUT: &str = "nodes:256";
 struct Sim {
     code: i32,
     out: String,
-    report: Value,
+    report: Report,
 }
 
 fn simulate(extra: &[&str]) -> Sim {
@@ -39,9 +39,8 @@ fn simulate_in(layout: &str, extra: &[&str]) -> Sim {
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let report = std::fs::read_to_string(&report)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_else(|| panic!("rank 0 wrote no report\n{text}"));
+        .map(|t| common::report(&t, &text))
+        .unwrap_or_else(|e| panic!("rank 0 wrote no report ({e})\n{text}"));
     Sim {
         code: out.status.code().unwrap_or(-1),
         out: text,
@@ -49,12 +48,12 @@ fn simulate_in(layout: &str, extra: &[&str]) -> Sim {
     }
 }
 
-fn culprit_nodes(report: &Value) -> Vec<&str> {
-    report["cluster"]["culprits"]
-        .as_array()
-        .unwrap()
+fn culprit_nodes(report: &Report) -> Vec<&str> {
+    report
+        .cluster()
+        .culprits
         .iter()
-        .filter_map(|c| c["node"].as_str())
+        .map(|c| c.node.as_str())
         .collect()
 }
 
@@ -76,26 +75,25 @@ fn two_thousand_healthy_ranks_get_one_ready_verdict() {
         "{}",
         sim.out
     );
-    let cluster = &sim.report["cluster"];
-    assert_eq!(cluster["node_count"], 256, "{}", sim.out);
-    assert_eq!(cluster["nodes"].as_array().unwrap().len(), 256);
+    let cluster = sim.report.cluster();
+    assert_eq!(cluster.node_count, 256, "{}", sim.out);
+    assert_eq!(cluster.nodes.len(), 256);
     assert!(culprit_nodes(&sim.report).is_empty());
     // 256 nodes: the sampled matrix, every node probed and probing.
-    assert_eq!(cluster["reachability"]["mode"], "ring + hypercube");
+    assert_eq!(cluster.reachability.mode, "ring + hypercube");
     // Every node checked in as the GPU node of the fixture it reads.
-    let devices = cluster["checks"]
-        .as_array()
-        .unwrap()
+    let devices = cluster
+        .checks
         .iter()
-        .find(|c| c["id"] == "cluster.devices")
+        .find(|c| c.id == "cluster.devices")
         .unwrap();
     assert_eq!(
-        devices["message"], "8 devices on each of 256 nodes",
-        "{devices}"
+        devices.message, "8 devices on each of 256 nodes",
+        "{devices:#?}"
     );
     // Hierarchical: one connection per node (rank 0's node's ranks came
     // through rank 0's own relay, over its local socket).
-    assert_eq!(cluster["barrier"]["connections"], 256, "{}", sim.out);
+    assert_eq!(cluster.barrier.connections, 256, "{}", sim.out);
 }
 
 /// Without a known layout every rank checks in on its own connection, and
@@ -110,9 +108,9 @@ fn two_thousand_ranks_without_a_layout_check_in_one_by_one() {
         "{}",
         sim.out
     );
-    let cluster = &sim.report["cluster"];
-    assert_eq!(cluster["barrier"]["connections"], 2048, "{}", sim.out);
-    assert_eq!(cluster["node_count"], 256, "{}", sim.out);
+    let cluster = sim.report.cluster();
+    assert_eq!(cluster.barrier.connections, 2048, "{}", sim.out);
+    assert_eq!(cluster.node_count, 256, "{}", sim.out);
 }
 
 /// A node that dies after checking in: its ranks are lost, named with
@@ -134,12 +132,11 @@ fn a_node_that_dies_after_check_in_is_named_and_every_rank_agrees() {
         "{}",
         sim.out
     );
-    let lost = sim.report["cluster"]["barrier"]["lost"].as_array().unwrap();
+    let lost = &sim.report.cluster().barrier.lost;
     assert_eq!(lost.len(), 8, "{lost:?}");
     for l in lost {
-        assert_eq!(l["node"], "sim00077", "{l}");
-        let rank = l["rank"].as_u64().unwrap();
-        assert!((77 * 8..78 * 8).contains(&rank), "{l}");
+        assert_eq!(l.node, "sim00077", "{l:?}");
+        assert!((77 * 8..78 * 8).contains(&l.rank), "{l:?}");
     }
     assert_eq!(culprit_nodes(&sim.report), ["sim00077"], "{}", sim.out);
 }
@@ -156,17 +153,10 @@ fn two_ranks_claiming_one_rank_are_named() {
         "the second claimant hears the verdict too\n{}",
         sim.out
     );
-    let dups = sim.report["cluster"]["barrier"]["duplicates"]
-        .as_array()
-        .unwrap();
+    let dups = &sim.report.cluster().barrier.duplicates;
     assert_eq!(dups.len(), 1, "{dups:?}");
-    assert_eq!(dups[0]["rank"], 1500);
-    assert_eq!(
-        dups[0]["claimants"].as_array().unwrap().len(),
-        2,
-        "{}",
-        dups[0]
-    );
+    assert_eq!(dups[0].rank, 1500);
+    assert_eq!(dups[0].claimants.len(), 2, "{:?}", dups[0]);
 }
 
 /// A node whose probe listener drops every connection: reachability
@@ -181,8 +171,8 @@ fn a_node_that_drops_its_probes_is_named_in_reachability() {
         "{}",
         sim.out
     );
-    let reach = &sim.report["cluster"]["reachability"];
-    let findings = reach["findings"].to_string();
+    // The findings as one text, as the check below reads them.
+    let findings = sim.report.cluster().reachability.findings.join("\n");
     assert!(findings.contains("sim00200"), "{findings}");
     assert_eq!(culprit_nodes(&sim.report), ["sim00200"], "{}", sim.out);
 }
@@ -203,19 +193,17 @@ fn nodes_played_by_several_processes_get_one_verdict() {
         sim.out
     );
     assert!(sim.out.contains("one verdict: every rank"), "{}", sim.out);
-    let phases = &sim.report["cluster"]["phases"];
-    for key in ["checkin_ms", "probes_ms", "assemble_ms", "verdicts_ms"] {
-        assert!(phases[key].is_u64(), "{key}: {phases}");
-    }
+    // Each phase is there, in ms: the type reads no phases with one
+    // missing.
+    let cluster = sim.report.cluster();
+    assert!(cluster.phases.is_some(), "no phases: {}", sim.report);
     // Every node probed and was probed: the shards' listeners are where
     // the plan says.
-    let probes = sim.report["cluster"]["reachability"]["probes"]
-        .as_array()
-        .unwrap();
+    let probes = &cluster.reachability.probes;
     assert!(probes.len() > 256 * 8, "{}", probes.len());
     assert!(
-        probes.iter().all(|p| p["status"] == "ok"),
+        probes.iter().all(|p| p.status == "ok"),
         "{:?}",
-        probes.iter().find(|p| p["status"] != "ok")
+        probes.iter().find(|p| p.status != "ok")
     );
 }

@@ -27,7 +27,7 @@ fn the_fresh_machine_section_shows_one_command_each() {
     let _shared = crate::common::shared();
     assert_eq!(
         commands("Run the preflight on this machine").unwrap(),
-        ["cargo run --release -- run"]
+        ["dist/preflight run"]
     );
     assert_eq!(commands("Run the tests").unwrap(), ["bash tools/test.sh"]);
     assert!(commands("No such heading").is_err());
@@ -54,6 +54,7 @@ fn cargo_run_runs_preflight() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // `cargo metadata`'s JSON, no report: untyped.
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let package = meta["packages"]
         .as_array()

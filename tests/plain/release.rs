@@ -63,9 +63,8 @@ fn the_release_binary_needs_glibc_2_17_at_most_and_runs() {
         .args(["check", "--format", "json"])
         .output()
         .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    assert_eq!(report["command"], "check");
+    let report = common::report_of(&out);
+    assert_eq!(report.command, "check");
     assert!(
         matches!(out.status.code(), Some(0 | 1 | 3)),
         "{:?}",

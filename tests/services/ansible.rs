@@ -290,12 +290,14 @@ impl Site {
         p.display().to_string()
     }
 
-    fn report(&self, host: &str) -> Value {
+    fn report(&self, host: &str) -> common::Report {
         let p = self.path("reports").join(format!("{host}.json"));
         let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        serde_json::from_str(&text).unwrap()
+        common::report(&text, &p.display().to_string())
     }
 
+    /// The play's own summary.json (written by the playbook, not by
+    /// preflight: no schema type), untyped.
     fn summary(&self) -> Value {
         let text = std::fs::read_to_string(self.path("reports").join("summary.json"))
             .expect("summary.json");
@@ -348,8 +350,8 @@ fn validate_fails_only_the_host_with_a_planted_fault_and_gathers_every_report() 
     // One JSON report per host on the controller, each from its own host.
     for (h, verdict) in [("h0", "ready"), ("h1", "not_ready"), ("h2", "ready")] {
         let r = site.report(h);
-        assert_eq!(r["verdict"], verdict, "{h}: {r:#}");
-        assert_eq!(r["node"]["hostname"], h, "{r:#}");
+        assert_eq!(r.verdict.name(), verdict, "{h}: {r}");
+        assert_eq!(r.node.hostname, h, "{r}");
     }
     let s = site.summary();
     assert_eq!(s["not_ready"], json!(["h1"]), "{s:#}");
@@ -406,7 +408,7 @@ fn a_firewall_dropping_the_rendezvous_ports_fails_that_host_and_gates_the_next_s
     assert!(fatal.contains("net.firewall: "), "{fatal}");
     assert!(fatal.contains("29500"), "{fatal}");
     assert_eq!(site.summary()["not_ready"], json!(["h2"]));
-    assert_eq!(site.report("h2")["verdict"], "not_ready");
+    assert_eq!(site.report("h2").verdict, common::Verdict::NotReady);
     // The next step ran where preflight passed, and only there.
     assert!(site.disk(0).join("ready").exists());
     assert!(site.disk(1).join("ready").exists());
@@ -489,14 +491,12 @@ fn cluster_play_is_ready_when_healthy_and_fails_only_the_host_whose_ports_are_dr
     let ran = site.play("cluster.yml", vars.clone(), &[]);
     assert_eq!(ran.code, 0, "{}", ran.out);
     for h in 0..3 {
-        let r: Value = serde_json::from_str(
-            &std::fs::read_to_string(site.disk(h).join("cluster-report.json")).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(r["cluster"]["verdict"], "ready", "h{h}: {r:#}");
-        assert_eq!(r["cluster"]["world_size"], 3);
+        let r = cluster_report(&site, h);
+        assert_eq!(r.cluster().verdict, common::Verdict::Ready, "h{h}: {r}");
+        assert_eq!(r.cluster().world_size, 3);
         assert_eq!(
-            r["node"]["rank"], h,
+            r.node.rank,
+            Some(h as u32),
             "h{h}'s node rank from its place in the play"
         );
     }
@@ -527,14 +527,11 @@ fn cluster_play_is_ready_when_healthy_and_fails_only_the_host_whose_ports_are_dr
     assert!(fatal.contains("h1 drops incoming connections"), "{fatal}");
     // Every host's result names h1.
     for h in 0..3 {
-        let r: Value = serde_json::from_str(
-            &std::fs::read_to_string(site.disk(h).join("cluster-report.json")).unwrap(),
-        )
-        .unwrap();
-        let c = &r["cluster"];
-        assert_eq!(c["verdict"], "not_ready", "h{h}: {r:#}");
-        assert_eq!(c["culprits"].as_array().map(Vec::len), Some(1), "{c:#}");
-        assert_eq!(c["culprits"][0]["node"], "h1", "{c:#}");
+        let r = cluster_report(&site, h);
+        let c = r.cluster();
+        assert_eq!(c.verdict, common::Verdict::NotReady, "h{h}: {r}");
+        assert_eq!(c.culprits.len(), 1, "{c:#?}");
+        assert_eq!(c.culprits[0].node, "h1", "{c:#?}");
     }
     assert_eq!(
         ran.out.matches("cluster not_ready; at fault: h1").count(),
@@ -564,20 +561,32 @@ fn cluster_play_is_ready_when_healthy_and_fails_only_the_host_whose_ports_are_dr
         "{}",
         String::from_utf8_lossy(&merged.stderr)
     );
-    let m: Value = serde_json::from_slice(&merged.stdout).unwrap();
-    assert_eq!(m["counts"]["nodes"], 3, "{m:#}");
-    assert_eq!(m["cluster"]["world_size"], 3, "{m:#}");
-    let culprits: Vec<&str> = m["culprits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["node"].as_str())
-        .collect();
-    assert_eq!(culprits, ["h1"], "{m:#}");
+    let m = common::merged(
+        &String::from_utf8_lossy(&merged.stdout),
+        &String::from_utf8_lossy(&merged.stderr),
+    );
+    assert_eq!(m.counts.nodes, 3, "{m}");
+    assert_eq!(
+        m.cluster.as_ref().expect("a cluster view").world_size,
+        3,
+        "{m}"
+    );
+    let culprits: Vec<&str> = m.culprits.iter().map(|c| c.node.as_str()).collect();
+    assert_eq!(culprits, ["h1"], "{m}");
+}
+
+/// The run report the cluster play left on host `h`.
+fn cluster_report(site: &Site, h: usize) -> common::Report {
+    let p = site.disk(h).join("cluster-report.json");
+    common::report(
+        &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+        &p.display().to_string(),
+    )
 }
 
 /// The module alone, on the controller (`ansible -c local`): whether the
-/// task failed (ansible's exit code 2), and its result as JSON (`--tree`).
+/// task failed (ansible's exit code 2), and its result as JSON (`--tree`):
+/// Ansible's result, no report, so untyped (its `report` is read typed).
 fn module(tools: &Path, args: Value) -> (bool, Value) {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Command::new(tools.join("ansible"));
@@ -652,7 +661,9 @@ fn the_module_fails_with_the_binarys_own_error() {
     assert!(!failed, "{r:#}");
     assert_eq!(r["changed"], false);
     assert_eq!(r["verdict"], "ready");
-    assert_eq!(r["report"]["schema"], "preflight.report/v1");
+    let report: preflight::schema::Report =
+        serde_json::from_value(r["report"].clone()).expect("the module's report");
+    assert_eq!(report.schema, "preflight.report/v1");
     // Incomplete (exit 3): fails by default, warns when told to.
     let unreadable = dir.path().join("incomplete.yaml");
     std::fs::write(

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use binary::{preflight, repo, run};
+use common::Verdict;
 use serde_json::Value;
 
 const BROKEN: &str = "fixtures/h100-ib-broken";
@@ -269,6 +270,7 @@ fn the_kubernetes_manifests_are_valid_against_the_schemas() {
 #[test]
 fn the_node_problem_detector_rule_keeps_the_plugin_contract() {
     let _shared = crate::common::shared();
+    // node-problem-detector's own plugin configuration, no report: untyped.
     let config: Value = serde_json::from_str(
         &std::fs::read_to_string(repo().join("contrib/kubernetes/preflight-monitor.json")).unwrap(),
     )
@@ -313,8 +315,8 @@ fn the_node_problem_detector_rule_keeps_the_plugin_contract() {
     assert!(message.len() <= max, "{} > {max}: {message}", message.len());
     assert!(message.starts_with("NOT READY"), "{message}");
     assert!(message.contains("failed: net.hostname"), "{message}");
-    let written: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    assert_eq!(written["verdict"], "not_ready");
+    let written = common::report(&std::fs::read_to_string(&report).unwrap(), &out.stderr);
+    assert_eq!(written.verdict, Verdict::NotReady);
 }
 
 /// What one connection to the collector sent.
@@ -416,11 +418,11 @@ fn post_sends_the_json_report_and_keeps_the_verdict() {
             .any(|h| h.eq_ignore_ascii_case("content-type: application/json")),
         "{got:?}"
     );
-    let sent: Value = serde_json::from_str(&got[0].body).unwrap();
-    let printed: Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(sent["schema"], "preflight.report/v1");
-    assert_eq!(sent["verdict"], printed["verdict"]);
-    assert_eq!(sent["checks"], printed["checks"]);
+    let sent = common::report(&got[0].body, "the body the collector received");
+    let printed = common::report(&out.stdout, &out.stderr);
+    assert_eq!(sent.schema, "preflight.report/v1");
+    assert_eq!(sent.verdict, printed.verdict);
+    assert_eq!(sent.checks, printed.checks);
 }
 
 #[test]
@@ -458,9 +460,9 @@ fn a_failed_post_is_a_warning_never_a_verdict() {
     assert_eq!(out.code, 1, "the verdict's exit code: {}", out.stderr);
     let warning = format!("preflight: warning: --post {url}: the report was not delivered: ");
     assert!(out.stderr.contains(&warning), "{}", out.stderr);
-    let report: Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(report["verdict"], "not_ready");
-    let w = report["warnings"][0].as_str().unwrap();
+    let report = common::report(&out.stdout, &out.stderr);
+    assert_eq!(report.verdict, Verdict::NotReady);
+    let w = &report.warnings[0];
     assert!(w.contains("the report was not delivered"), "{w}");
     // A collector that refuses the report (4xx) is not retried.
     let refusing = Collector::start(&[400]);
@@ -578,8 +580,8 @@ fn a_post_makes_three_attempts_at_most_and_a_ready_run_stays_ready() {
         "{}",
         out.stderr
     );
-    let report: Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(report["verdict"], "ready");
+    let report = common::report(&out.stdout, &out.stderr);
+    assert_eq!(report.verdict, Verdict::Ready);
 }
 
 /// The alerting rules the packages ship (and docs/install.md quotes) load

@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::BIN;
 use common::slurm::{Options, Slurm};
 use common::wait_until;
+use common::{BIN, CheckResult, Report, Status, Verdict};
 
 use crate::common::serial;
 
@@ -209,11 +209,8 @@ fn the_health_check_drains_the_faulty_node_resumes_it_and_never_an_admins_drain(
         reason.starts_with("preflight: site.fault_file: sh ended with exit 1"),
         "{reason}"
     );
-    let report: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(d.join("reports/h2/healthcheck.json")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(report["verdict"], "not_ready", "{report:#}");
+    let report = read_report(&d.join("reports/h2/healthcheck.json"));
+    assert_eq!(report.verdict, Verdict::NotReady, "{report}");
 
     // Fixed: resumed, because the reason is preflight's.
     std::fs::remove_file(d.join("faults/h2")).unwrap();
@@ -318,14 +315,14 @@ fn a_program_slurmd_starts_without_path_still_finds_the_systems_tools() {
         .env("SLURMD_NODENAME", "h1")
         .output()
         .unwrap();
-    let report: serde_json::Value = serde_json::from_str(
+    let report = common::report(
         &std::fs::read_to_string(dir.path().join("reports/healthcheck.json"))
             .unwrap_or_else(|e| panic!("no report ({e}): {}", text(&o))),
-    )
-    .unwrap();
-    let check = &report["checks"][0];
-    assert_eq!(check["id"], "site.nft", "{report:#}");
-    assert_eq!(check["status"], "pass", "{report:#}");
+        &text(&o),
+    );
+    let check = &report.checks[0];
+    assert_eq!(check.id, "site.nft", "{report}");
+    assert_eq!(check.status, Status::Pass, "{report}");
 }
 
 /// `squeue`'s state and reason for a job, e.g. `PENDING JobHeldAdmin`.
@@ -356,11 +353,15 @@ fn sbatch_on(s: &Slurm, d: &Path, marker: &str, shape: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
+/// A report file preflight wrote, read with the product's own types.
+fn read_report(file: &Path) -> Report {
+    let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    common::report(&text, &file.display().to_string())
+}
+
 /// The first node's (rank 0's) prolog report of `job`.
-fn master_report(d: &Path, job: &str) -> serde_json::Value {
-    let file = d.join(format!("reports/h1/prolog-{job}.json"));
-    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    serde_json::from_str(&text).unwrap()
+fn master_report(d: &Path, job: &str) -> Report {
+    read_report(&d.join(format!("reports/h1/prolog-{job}.json")))
 }
 
 #[test]
@@ -484,13 +485,10 @@ fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
                 times.push(t.elapsed().as_secs_f64() * 1000.0);
                 assert_eq!(o.status.code(), Some(0), "{}", text(&o));
             }
-            let report: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(d.join("reports/h1/healthcheck.json")).unwrap(),
-            )
-            .unwrap();
+            let report = read_report(&d.join("reports/h1/healthcheck.json"));
             println!(
                 "preflight slurm healthcheck (shipped checklist without `slow`, {} checks, ready): median {:.1} ms of {runs}",
-                report["checks"].as_array().map_or(0, Vec::len),
+                report.checks.len(),
                 median_ms(times)
             );
             if let Some(nhc) = &nhc_dir {
@@ -548,14 +546,16 @@ fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
                 let mut why = String::new();
                 for n in ["h1", "h2", "h3"] {
                     let f = d.join(format!("reports/{n}/prolog-{job}.json"));
-                    let r: serde_json::Value =
-                        serde_json::from_str(&std::fs::read_to_string(&f).unwrap_or_default())
-                            .unwrap_or_default();
-                    for c in r["checks"].as_array().into_iter().flatten() {
-                        if c["status"] != "pass" && c["status"] != "skip" {
+                    // What a report there says, if there is one.
+                    let r: Option<preflight::schema::Report> =
+                        serde_json::from_str(&std::fs::read_to_string(&f).unwrap_or_default()).ok();
+                    for c in r.iter().flat_map(|r| &r.checks) {
+                        if !matches!(c.status, Status::Pass | Status::Skip) {
                             why.push_str(&format!(
                                 "{n}: {} {} {}\n",
-                                c["id"], c["status"], c["message"]
+                                c.id,
+                                c.status.name(),
+                                c.message
                             ));
                         }
                     }
@@ -571,11 +571,7 @@ fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
         if cluster {
             let mut took = Vec::new();
             for e in std::fs::read_dir(d.join("reports/h1")).unwrap().flatten() {
-                let r: serde_json::Value =
-                    serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
-                if let Some(ms) = r["duration_ms"].as_f64() {
-                    took.push(ms);
-                }
+                took.push(read_report(&e.path()).duration_ms as f64);
             }
             println!(
                 "the prolog on the first node (its report's duration: checklist, rendezvous, verdict): median {:.0} ms of {}",
@@ -739,17 +735,11 @@ fn the_timer_keeps_a_slow_pass_the_prolog_reuses_and_a_busy_health_check_never_r
         &[("SLURMD_NODENAME", "h1")],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let timer: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let timer = common::report_of(&o);
     assert_eq!(runs(), 1);
-    let slow_ms = timer["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "site.slow")
-        .unwrap()["duration_ms"]
-        .as_f64()
-        .unwrap();
-    assert!(slow_ms >= 2000.0, "{timer:#}");
+    let slow_took = common::result(&timer, "site.slow").duration;
+    let slow_ms = slow_took.as_secs_f64() * 1e3;
+    assert!(slow_took >= Duration::from_secs(2), "{timer}");
 
     // The next job's prolog reuses the pass.
     let job = sbatch_on(&s, &d, "ran", &["-w", "h1"]);
@@ -758,28 +748,17 @@ fn the_timer_keeps_a_slow_pass_the_prolog_reuses_and_a_busy_health_check_never_r
         "the job did not run: {}",
         job_state(&s, &job)
     );
-    let prolog: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(d.join(format!("reports/h1/prolog-{job}.json"))).unwrap(),
-    )
-    .unwrap();
-    let slow = |r: &serde_json::Value| -> serde_json::Value {
-        r["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == "site.slow")
-            .cloned()
-            .unwrap_or_else(|| panic!("no site.slow in {r:#}"))
-    };
-    assert_eq!(slow(&prolog)["cached"], true, "{prolog:#}");
+    let prolog = read_report(&d.join(format!("reports/h1/prolog-{job}.json")));
+    let slow = |r: &Report| -> CheckResult { common::result(r, "site.slow").clone() };
+    assert!(slow(&prolog).cached, "{prolog}");
     assert_eq!(runs(), 1);
     eprintln!(
         "the timer's run: {} ms (site.slow {slow_ms} ms); the prolog reusing it: {} ms",
-        timer["duration_ms"], prolog["duration_ms"]
+        timer.duration_ms, prolog.duration_ms
     );
     assert!(
-        prolog["duration_ms"].as_f64().unwrap() < slow_ms,
-        "{prolog:#}"
+        Duration::from_millis(prolog.duration_ms) < slow_took,
+        "{prolog}"
     );
 
     // A job holds the node: the health check reuses the pass, and with
@@ -802,24 +781,15 @@ fn the_timer_keeps_a_slow_pass_the_prolog_reuses_and_a_busy_health_check_never_r
     let hc = d.join("preflight-healthcheck").display().to_string();
     let conf = s.conf.display().to_string();
     let env = [("SLURMD_NODENAME", "h1"), ("SLURM_CONF", conf.as_str())];
-    let health = || -> serde_json::Value {
+    let health = || -> Report {
         let o = s.on_node(0, "sh", &[&hc], &env);
         assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
-        serde_json::from_str(
-            &std::fs::read_to_string(d.join("reports/h1/healthcheck.json")).unwrap(),
-        )
-        .unwrap()
+        read_report(&d.join("reports/h1/healthcheck.json"))
     };
-    assert_eq!(slow(&health())["cached"], true);
+    assert!(slow(&health()).cached);
     std::fs::remove_dir_all(d.join("state/h1/kept")).unwrap();
     let r = health();
-    assert_eq!(slow(&r)["status"], "skip", "{r:#}");
-    assert!(
-        slow(&r)["message"]
-            .as_str()
-            .unwrap()
-            .contains("a job holds this node"),
-        "{r:#}"
-    );
+    assert_eq!(slow(&r).status, Status::Skip, "{r}");
+    assert!(slow(&r).message.contains("a job holds this node"), "{r}");
     assert_eq!(runs(), 1, "a slow check ran under the job");
 }

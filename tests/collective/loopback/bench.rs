@@ -22,26 +22,24 @@ fn a_full_sweep_with_factor_four_reports_busbw_as_nccl_tests() {
         &[],
     );
     all_exit(&out, 0);
-    let report = out[0].json();
-    let sweep = tcp(&report)["sweep"].as_array().unwrap().clone();
-    let sizes: Vec<u64> = sweep
+    let report = out[0].report();
+    let sweep = &tcp(&report).sweep;
+    let sizes: Vec<usize> = sweep
         .iter()
-        .filter(|r| r["op"] == "allreduce")
-        .map(|r| r["bytes"].as_u64().unwrap())
+        .filter(|r| r.op.name() == "allreduce")
+        .map(|r| r.bytes)
         .collect();
     assert_eq!(sizes, vec![8, 32, 128, 512, 2048, 8192, 32768, 131072]);
-    for r in &sweep {
-        let algbw = r["algbw"].as_f64().unwrap();
-        let busbw = r["busbw"].as_f64().unwrap();
-        let factor = match r["op"].as_str().unwrap() {
+    for r in sweep {
+        let factor = match r.op.name() {
             "allreduce" => 2.0 * 2.0 / 3.0,
             "allgather" => 2.0 / 3.0,
             _ => 1.0,
         };
-        assert!((busbw - algbw * factor).abs() < 1e-9, "{r:#}");
+        assert!((r.busbw - r.algbw * factor).abs() < 1e-9, "{r:#?}");
     }
     // Three ranks: pairs over three rounds, every pair once.
-    assert_eq!(report["collective"]["pairs"].as_array().unwrap().len(), 3);
+    assert_eq!(report.collective().pairs.len(), 3);
 }
 
 /// `preflight bench`: the rendezvous and the full sweep, no checklist; the
@@ -70,11 +68,11 @@ fn bench_sweeps_every_size_without_a_checklist() {
         .collect();
     let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
     all_exit(&out, 0);
-    let report = out[0].json();
-    assert_eq!(report["command"], "bench");
+    let report = out[0].report();
+    assert_eq!(report.command, "bench");
     // No node checklist: only the stages' own results.
-    for c in report["checks"].as_array().unwrap() {
-        let id = c["id"].as_str().unwrap_or_default();
+    for c in &report.checks {
+        let id = c.id.as_str();
         assert!(
             id.starts_with("cluster.") || id.starts_with("collective."),
             "a checklist check in bench: {id}"
@@ -82,15 +80,14 @@ fn bench_sweeps_every_size_without_a_checklist() {
     }
     let b = tcp(&report);
     passed_and_verified(b, "bench");
-    let sizes: Vec<u64> = b["sweep"]
-        .as_array()
-        .unwrap()
+    let sizes: Vec<usize> = b
+        .sweep
         .iter()
-        .filter(|row| row["op"] == "allreduce")
-        .filter_map(|row| row["bytes"].as_u64())
+        .filter(|row| row.op.name() == "allreduce")
+        .map(|row| row.bytes)
         .collect();
-    let expected: Vec<u64> = (3..=16).map(|p| 1u64 << p).collect();
-    assert_eq!(sizes, expected, "{b:#}");
+    let expected: Vec<usize> = (3..=16).map(|p| 1usize << p).collect();
+    assert_eq!(sizes, expected, "{b:#?}");
 }
 
 /// `bench` as nccl-tests users read it: on rank 0's terminal each row as
@@ -140,7 +137,9 @@ fn bench_shows_rows_as_measured_and_a_table_per_operation() {
 #[test]
 fn the_sweeps_defaults_are_what_the_readme_says_and_are_recorded() {
     let _serial = serial();
-    let settings = |command: &str| -> (Value, Vec<u64>) {
+    // (max_size, step_factor, warmup, iters, step_timeout_ms), and the
+    // allreduce sizes.
+    let settings = |command: &str| -> ((usize, usize, u32, u32, u64), Vec<usize>) {
         let port = cluster::free_port().to_string();
         let mut args: Vec<String> = match command {
             "bench" => ["bench", "--format", "json", "--timeout", "120s"]
@@ -161,26 +160,33 @@ fn the_sweeps_defaults_are_what_the_readme_says_and_are_recorded() {
             .collect();
         let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
         all_exit(&out, 0);
-        let report = out[0].json();
-        let largest: Vec<u64> = tcp(&report)["sweep"]
-            .as_array()
-            .unwrap()
+        let report = out[0].report();
+        let largest: Vec<usize> = tcp(&report)
+            .sweep
             .iter()
-            .filter(|row| row["op"] == "allreduce")
-            .filter_map(|row| row["bytes"].as_u64())
+            .filter(|row| row.op.name() == "allreduce")
+            .map(|row| row.bytes)
             .collect();
-        (report["collective"]["settings"].clone(), largest)
+        let s = report
+            .collective()
+            .settings
+            .clone()
+            .unwrap_or_else(|| panic!("no sweep settings in {report}"));
+        (
+            (
+                s.max_size,
+                s.step_factor,
+                s.warmup,
+                s.iters,
+                s.step_timeout_ms,
+            ),
+            largest,
+        )
     };
     let (bench, sizes) = settings("bench");
-    assert_eq!(
-        bench,
-        serde_json::json!({"max_size": 67108864, "step_factor": 2, "warmup": 5, "iters": 20, "step_timeout_ms": 10000})
-    );
-    assert_eq!(sizes.last(), Some(&(64u64 << 20)));
+    assert_eq!(bench, (67108864, 2, 5, 20, 10000));
+    assert_eq!(sizes.last(), Some(&(64usize << 20)));
     let (run, sizes) = settings("run");
-    assert_eq!(
-        run,
-        serde_json::json!({"max_size": 1048576, "step_factor": 2, "warmup": 2, "iters": 5, "step_timeout_ms": 10000})
-    );
+    assert_eq!(run, (1048576, 2, 2, 5, 10000));
     assert_eq!(sizes, [8, 64 << 10, 1 << 20]);
 }

@@ -36,7 +36,8 @@ fn list_says_whether_each_check_applies_and_why_not() {
         ])
         .env("RANK", "2")
         .env("WORLD_SIZE", "4"));
-    let entries: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    // `list`'s entries are no report: its JSON has no schema type.
+    let entries = json(&listed);
     let master = entries
         .as_array()
         .unwrap()
@@ -269,11 +270,12 @@ fn each_command_help_lists_exactly_the_flags_it_takes() {
 #[test]
 fn list_and_explain_know_every_id_a_run_prints() {
     let _shared = crate::common::shared();
+    // `list`'s entries are no report: untyped.
     let listed = json(&run(preflight().args(["list", "--format", "json"])));
     let entries = listed.as_array().unwrap();
     let ids: Vec<&str> = entries.iter().map(|e| e["id"].as_str().unwrap()).collect();
     let port = common::unused_port("127.0.0.1").to_string();
-    let report = json(&run(preflight().args([
+    let report = report(&run(preflight().args([
         "run",
         "--nnodes",
         "1",
@@ -284,12 +286,7 @@ fn list_and_explain_know_every_id_a_run_prints() {
         "--format",
         "json",
     ])));
-    let mut printed: Vec<String> = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["id"].as_str().unwrap().to_string())
-        .collect();
+    let mut printed: Vec<String> = report.checks.iter().map(|c| c.id.clone()).collect();
     for must in ["cluster.barrier", "collective.tcp", "cluster.reachability"] {
         assert!(
             printed.iter().any(|p| p == must),

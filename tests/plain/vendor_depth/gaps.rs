@@ -42,7 +42,8 @@ fn interfaces_down_cards_unlisted_and_no_link_state() {
     let links = dir.path().join("links.txt");
     std::fs::write(&links, "=== 0000:e9:00.0 ===\nport  0:\tUP\nport  1:\tUP\n").unwrap();
     let list = dir.path().join("checks.yaml");
-    // Three of the four cards, as xpu-smi would list them with a mask.
+    // Three of the four cards, as xpu-smi would list them with a mask
+    // (xpu-smi's own JSON, no report: untyped).
     let health: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(rec("intel-tools", "health-healthy.json")).unwrap(),
     )
@@ -78,24 +79,14 @@ fn interfaces_down_cards_unlisted_and_no_link_state() {
         .arg(&root)
         .output()
         .unwrap();
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    let find = |id: &str| {
-        r["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == id)
-            .unwrap_or_else(|| panic!("{id}: {r:#}"))
-            .clone()
-    };
+    let r = crate::common::report_of(&out);
     assert_eq!(
-        find("nic")["message"],
+        crate::common::message(&r, "nic"),
         "0000:e9:00.0: interface ens2 (port 22) is down; 0000:e9:00.0: interface ens3 (port 23) runs at 100 Gb/s, not 200 (the generation's rate)"
     );
-    assert_eq!(find("xgmi")["status"], "skip");
+    assert_eq!(crate::common::status(&r, "xgmi"), "skip");
     assert!(
-        find("xgmi")["message"].as_str().unwrap().contains(
+        crate::common::message(&r, "xgmi").contains(
             "holds no XGMI link state (amd-smi before ROCm 6.4 prints only link metrics)"
         )
     );
@@ -128,6 +119,7 @@ fn what_the_tools_cannot_say_is_never_a_pass() {
         std::fs::write(&p, text).unwrap();
         p.display().to_string()
     };
+    // amd-smi's own JSON, no report: untyped.
     let healthy: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(rec("amd-tools", "metric-healthy.json")).unwrap(),
     )
@@ -212,6 +204,7 @@ fn what_the_tools_cannot_say_is_never_a_pass() {
         "GPU 5 (0000:a6:00.0): hbm_thermal violation active (37% of the time)"
     );
 
+    // xpu-smi's own JSON, no report: untyped.
     let health: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(rec("intel-tools", "health-healthy.json")).unwrap(),
     )

@@ -281,7 +281,7 @@ fn the_periodic_check_gives_the_same_verdict_under_its_units_restrictions() {
         .tempdir_in("/tmp")
         .unwrap();
 
-    let run_under = |sandbox: bool| -> (i32, BTreeMap<String, String>, String, serde_json::Value) {
+    let run_under = |sandbox: bool| -> (i32, BTreeMap<String, String>, String, common::Report) {
         let mut env = unit.env.clone();
         // The JSON report too, where the unit's comment says to keep it.
         let args = env.get_mut("PREFLIGHT_CHECK_ARGS").unwrap();
@@ -348,8 +348,7 @@ fn the_periodic_check_gives_the_same_verdict_under_its_units_restrictions() {
             prom.is_file(),
             "no metrics written (sandbox: {sandbox}): {said}"
         );
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let report = common::report(&std::fs::read_to_string(&json).unwrap(), &said);
         (
             out.status.code().unwrap_or(-1),
             statuses(&prom),
@@ -402,17 +401,7 @@ fn the_periodic_check_gives_the_same_verdict_under_its_units_restrictions() {
     // is named, under the unit as root names them without it.
     assert_eq!(restricted["site.private_file"], "pass", "{said}");
     assert_eq!(restricted["site.port"], "fail", "{said}");
-    let message = |r: &serde_json::Value| {
-        r["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == "site.port")
-            .unwrap()["message"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
+    let message = |r: &common::Report| common::message(r, "site.port").to_string();
     assert!(
         message(&report).contains("held by pid"),
         "{}",

@@ -6,7 +6,7 @@ use super::*;
 
 /// `srun` of `preflight run` with this cluster's settings: every task's
 /// report in DIR/out-TASK, srun's own exit code.
-fn srun_preflight(s: &Slurm, d: &Path, tag: &str, shape: &[&str]) -> (i32, Vec<serde_json::Value>) {
+fn srun_preflight(s: &Slurm, d: &Path, tag: &str, shape: &[&str]) -> (i32, Vec<Report>) {
     let checks = concat!(env!("CARGO_MANIFEST_DIR"), "/checks/cluster.yaml");
     let out = d.join(format!("{tag}-%t"));
     let mut args: Vec<String> = ["-N3", "--kill-on-bad-exit=1", "-o"]
@@ -42,8 +42,7 @@ fn srun_preflight(s: &Slurm, d: &Path, tag: &str, shape: &[&str]) -> (i32, Vec<s
         let Ok(text) = std::fs::read_to_string(d.join(format!("{tag}-{t}"))) else {
             break;
         };
-        reports
-            .push(serde_json::from_str(&text).unwrap_or_else(|e| panic!("task {t}: {e}: {text}")));
+        reports.push(common::report(&text, &format!("task {t}")));
     }
     (o.status.code().unwrap_or(-1), reports)
 }
@@ -66,8 +65,8 @@ fn srun_gates_on_preflight_run_per_node_and_per_gpu_and_the_sbatch_example_stops
         let (code, reports) = srun_preflight(&s, &d, tag, shape);
         assert_eq!(reports.len(), tasks, "{tag}");
         for r in &reports {
-            assert_eq!(r["verdict"], "ready", "{tag}: {r:#}");
-            assert_eq!(r["cluster"]["world_size"], tasks, "{tag}: {r:#}");
+            assert_eq!(r.verdict, Verdict::Ready, "{tag}: {r}");
+            assert_eq!(r.cluster().world_size as usize, tasks, "{tag}: {r}");
         }
         assert_eq!(code, 0, "{tag}");
     }
@@ -132,14 +131,14 @@ fn srun_gates_on_preflight_run_per_node_and_per_gpu_and_the_sbatch_example_stops
     assert_eq!(code, 1);
     assert_eq!(reports.len(), 3);
     for r in &reports {
-        assert_eq!(r["verdict"], "not_ready", "{r:#}");
-        let culprits: Vec<&str> = r["cluster"]["culprits"]
-            .as_array()
-            .unwrap()
+        assert_eq!(r.verdict, Verdict::NotReady, "{r}");
+        let culprits: Vec<&str> = r
+            .cluster()
+            .culprits
             .iter()
-            .filter_map(|c| c["node"].as_str())
+            .map(|c| c.node.as_str())
             .collect();
-        assert_eq!(culprits, ["h2"], "{r:#}");
+        assert_eq!(culprits, ["h2"], "{r}");
     }
 
     // The sbatch example with h2 still firewalled: the training step
@@ -363,19 +362,20 @@ fn a_watchdog_names_the_stuck_rank_across_the_allocation_and_the_timeouts_epilog
     let out = std::fs::read_to_string(d.join("job.out")).unwrap_or_default();
     assert!(d.join("held").exists(), "rank 1 never held: {out}");
     let exit = std::fs::read_to_string(d.join("watchdog-exit")).unwrap();
-    let diagnosis: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
-    assert_eq!(exit.trim(), "1", "{diagnosis:#}\n{out}");
-    assert_eq!(diagnosis["verdict"], "held", "{diagnosis:#}");
+    let text = std::fs::read_to_string(&saved).unwrap();
+    let diagnosis: preflight::schema::ClusterDiagnosis = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("not a cluster diagnosis ({e}): {text}"));
+    assert_eq!(exit.trim(), "1", "{diagnosis:#?}\n{out}");
+    assert_eq!(diagnosis.verdict, "held", "{diagnosis:#?}");
     assert_eq!(
-        diagnosis["nodes"].as_array().map(Vec::len),
-        Some(2),
-        "both nodes asked, in steps of the job: {diagnosis:#}"
+        diagnosis.nodes.len(),
+        2,
+        "both nodes asked, in steps of the job: {diagnosis:#?}"
     );
-    let culprits = diagnosis["culprits"].as_array().unwrap();
+    let culprits = &diagnosis.culprits;
     assert!(
-        culprits.len() == 1 && culprits[0]["rank"] == 1 && culprits[0]["node"] == "h2",
-        "{diagnosis:#}"
+        culprits.len() == 1 && culprits[0].rank == 1 && culprits[0].node == "h2",
+        "{diagnosis:#?}"
     );
     // The job runs out of time; h1's epilog (the batch host's) drains h2
     // on the saved evidence, and h1, whose rank waited, stays.

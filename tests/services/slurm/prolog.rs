@@ -49,14 +49,11 @@ fn the_prolog_drains_only_the_firewalled_node_and_the_job_starts_once_it_is_fixe
         s.log("ctld")
     );
     let report = master_report(&d, &job);
-    assert_eq!(report["verdict"], "ready", "{report:#}");
-    assert_eq!(report["cluster"]["nodes"].as_array().map(Vec::len), Some(3));
+    assert_eq!(report.verdict, Verdict::Ready, "{report}");
+    assert_eq!(report.cluster().nodes.len(), 3);
     assert!(
-        report["cluster"]["token"]
-            .as_str()
-            .unwrap()
-            .starts_with("PREFLIGHT_TOKEN"),
-        "the site key's secret: {report:#}"
+        report.cluster().token.starts_with("PREFLIGHT_TOKEN"),
+        "the site key's secret: {report}"
     );
 
     // h2's firewall drops the probe ports: only h2 is drained, naming
@@ -157,13 +154,13 @@ fn in_a_two_node_job_the_node_whose_own_firewall_drops_the_probes_is_drained() {
     );
     assert!(reason.contains("its own firewall check found"), "{reason}");
     let report = master_report(&d, &job);
-    let culprits: Vec<&str> = report["cluster"]["culprits"]
-        .as_array()
-        .unwrap()
+    let culprits: Vec<&str> = report
+        .cluster()
+        .culprits
         .iter()
-        .filter_map(|c| c["node"].as_str())
+        .map(|c| c.node.as_str())
         .collect();
-    assert_eq!(culprits, ["h2"], "{report:#}");
+    assert_eq!(culprits, ["h2"], "{report}");
     assert!(
         !d.join("ran").exists(),
         "the job ran on a faulty allocation"
@@ -218,12 +215,12 @@ fn a_stranger_holding_the_probe_ports_drains_nobody_and_the_job_runs() {
         assert!(!s.state(n).starts_with("drain"), "{}", s.sinfo());
     }
     let report = master_report(&d, &job);
-    assert_eq!(report["verdict"], "ready", "{report:#}");
-    let warnings = report["cluster"]["warnings"].to_string();
+    assert_eq!(report.verdict, Verdict::Ready, "{report}");
+    let warnings = report.cluster().warnings.join("\n");
     assert!(
         warnings.contains("h2: every port of the probe range 29450-29459 is taken (by pid ")
             && warnings.contains("(user nobody)"),
-        "{report:#}"
+        "{report}"
     );
     // The job's owner reads who held them in its comment.
     let comment = job_comment(&s, &job);
@@ -283,13 +280,13 @@ fn a_stranger_holding_the_rendezvous_port_does_not_stop_the_job() {
         assert!(!s.state(n).starts_with("drain"), "{}", s.sinfo());
     }
     let report = master_report(&d, &job);
-    assert_eq!(report["verdict"], "ready", "{report:#}");
-    let warnings = report["cluster"]["warnings"].to_string();
+    assert_eq!(report.verdict, Verdict::Ready, "{report}");
+    let warnings = report.cluster().warnings.join("\n");
     assert!(
         warnings.contains(&format!("MASTER_PORT {port} on "))
             && warnings.contains("was taken: rank 0 serves on")
             && warnings.contains("(user nobody)"),
-        "{report:#}"
+        "{report}"
     );
 }
 
@@ -409,7 +406,7 @@ fn a_stranger_holding_the_whole_rendezvous_range_holds_no_job_unless_the_site_sa
             assert!(!s.state(n).starts_with("drain"), "{}", s.sinfo());
         }
         if !hold {
-            let warnings = master_report(&d, &job)["cluster"]["warnings"].to_string();
+            let warnings = master_report(&d, &job).cluster().warnings.join("\n");
             assert!(
                 warnings.contains("the job runs without preflight's gate"),
                 "{warnings}"

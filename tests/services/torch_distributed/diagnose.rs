@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use preflight::schema::Diagnosis;
 
 use crate::common::serial;
 
@@ -150,35 +150,43 @@ impl Stacks<'_> {
 
 /// `preflight diagnose --format json` for the job of `pid`: exit code and
 /// report.
-fn diagnose(pid: u32, stacks: Stacks<'_>) -> (i32, Value) {
+fn diagnose(pid: u32, stacks: Stacks<'_>) -> (i32, Diagnosis) {
     let out = Command::new(common::BIN)
         .args(["diagnose", "--format", "json", "--pid", &pid.to_string()])
         .args(["--py-spy", stacks.arg()])
         .output()
         .unwrap();
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+    (out.status.code().unwrap_or(-1), diagnosis(&out))
+}
+
+/// diagnose's JSON output, read with the product's own types.
+fn diagnosis<T: serde::de::DeserializeOwned>(out: &std::process::Output) -> T {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
-            "not JSON ({e}): {}\n{}",
+            "not a diagnosis ({e}): {}\n{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         )
-    });
-    (out.status.code().unwrap_or(-1), v)
+    })
+}
+
+/// How many of the first job's ranks wait (none while no job is found).
+fn waiting(d: &Diagnosis) -> usize {
+    d.jobs.first().map_or(0, |j| {
+        j.ranks.iter().filter(|r| r.state == "waiting").count()
+    })
 }
 
 /// Diagnose until the three other ranks have come to wait (a rank still
 /// importing torch is busy, not waiting), 30 s at most; the last answer.
-fn diagnose_until_three_wait(pid: u32, stacks: Stacks<'_>) -> (i32, Value) {
+fn diagnose_until_three_wait(pid: u32, stacks: Stacks<'_>) -> (i32, Diagnosis) {
     let start = Instant::now();
     loop {
         let (code, v) = diagnose(pid, stacks);
-        let waiting = v["jobs"][0]["ranks"]
-            .as_array()
-            .map_or(0, |r| r.iter().filter(|r| r["state"] == "waiting").count());
-        if waiting == 3 {
+        if waiting(&v) == 3 {
             return (code, v);
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "{v:#}");
+        assert!(start.elapsed() < Duration::from_secs(30), "{v:#?}");
     }
 }
 
@@ -225,17 +233,11 @@ fn marker_pid(job: &TorchJob) -> u32 {
         .unwrap()
 }
 
-fn states(job: &Value) -> Vec<(u64, String)> {
-    job["ranks"]
-        .as_array()
-        .unwrap()
+fn states(d: &Diagnosis) -> Vec<(u32, String)> {
+    d.jobs[0]
+        .ranks
         .iter()
-        .map(|r| {
-            (
-                r["rank"].as_u64().unwrap(),
-                r["state"].as_str().unwrap().to_string(),
-            )
-        })
+        .map(|r| (r.rank, r.state.clone()))
         .collect()
 }
 
@@ -255,29 +257,29 @@ fn asleep_before_init(stacks: Stacks<'_>) {
     let before = store_snapshot(job.port);
     let _ = diagnose(pid, stacks);
     assert_eq!(store_snapshot(job.port), before);
-    let j = &d["jobs"][0];
-    assert_eq!(j["world_size"], 4, "{d:#}");
+    let j = &d.jobs[0];
+    assert_eq!(j.world_size, 4, "{d:#?}");
     // Read from the store: ranks 0-2 published their address, rank 3 not.
-    assert_eq!(
-        j["store_read"]["arrived"],
-        serde_json::json!([0, 1, 2]),
-        "{d:#}"
-    );
-    assert_eq!(j["store_read"]["server"], "torch 1.13 to 2.1", "{d:#}");
-    let culprits = j["culprits"].as_array().unwrap();
-    assert_eq!(culprits.len(), 1, "{d:#}");
-    assert_eq!(culprits[0]["rank"], 3, "{d:#}");
-    assert_eq!(culprits[0]["pid"], pid, "{d:#}");
-    let reason = culprits[0]["reason"].as_str().unwrap();
+    let store = j
+        .store_read
+        .as_ref()
+        .unwrap_or_else(|| panic!("the store was not read: {d:#?}"));
+    assert_eq!(store.arrived, [0, 1, 2], "{d:#?}");
+    assert_eq!(store.server, "torch 1.13 to 2.1", "{d:#?}");
+    let culprits = &j.culprits;
+    assert_eq!(culprits.len(), 1, "{d:#?}");
+    assert_eq!(culprits[0].rank, 3, "{d:#?}");
+    assert_eq!(culprits[0].pid, Some(pid), "{d:#?}");
+    let reason = culprits[0].reason.as_str();
     assert!(reason.contains("sleeping in its own code"), "{reason}");
     assert!(reason.contains("ranks 0-2 wait in init"), "{reason}");
     assert!(
         reason.contains("not connected to the job's store"),
         "{reason}"
     );
-    for (rank, state) in states(j) {
+    for (rank, state) in states(&d) {
         let want = if rank == 3 { "sleeping" } else { "waiting" };
-        assert_eq!(state, want, "{d:#}");
+        assert_eq!(state, want, "{d:#?}");
     }
     if let Stacks::With(_) = stacks {
         // The call each is in, and the culprit's line of its own code.
@@ -286,9 +288,9 @@ fn asleep_before_init(stacks: Stacks<'_>) {
             "{reason}"
         );
         assert!(reason.contains("at job.py:"), "{reason}");
-        for r in j["ranks"].as_array().unwrap() {
-            if r["rank"] != 3 {
-                assert_eq!(r["call"], "init_process_group", "{d:#}");
+        for r in &j.ranks {
+            if r.rank != 3 {
+                assert_eq!(r.call.as_deref(), Some("init_process_group"), "{d:#?}");
             }
         }
     }
@@ -319,11 +321,11 @@ fn stopped_before_an_all_reduce(stacks: Stacks<'_>) {
     job.wait_for_marker();
     let pid = marker_pid(&job);
     let (code, d) = diagnose_until_three_wait(pid, stacks);
-    let j = &d["jobs"][0];
-    let culprits = j["culprits"].as_array().unwrap();
-    assert_eq!(culprits.len(), 1, "{d:#}");
-    assert_eq!(culprits[0]["rank"], 2, "{d:#}");
-    let reason = culprits[0]["reason"].as_str().unwrap();
+    let j = &d.jobs[0];
+    let culprits = &j.culprits;
+    assert_eq!(culprits.len(), 1, "{d:#?}");
+    assert_eq!(culprits[0].rank, 2, "{d:#?}");
+    let reason = culprits[0].reason.as_str();
     let others = match stacks {
         Stacks::Off => "while ranks 0-1,3 wait after init (connected to every other rank here)",
         Stacks::With(_) => {
@@ -331,9 +333,9 @@ fn stopped_before_an_all_reduce(stacks: Stacks<'_>) {
         }
     };
     assert!(reason.contains(others), "{reason}");
-    for r in j["ranks"].as_array().unwrap() {
-        assert_eq!(r["store_connected"], true, "{d:#}");
-        assert_eq!(r["peer_connections"], 3, "{d:#}");
+    for r in &j.ranks {
+        assert_eq!(r.store_connected, Some(true), "{d:#?}");
+        assert_eq!(r.peer_connections, 3, "{d:#?}");
     }
     assert_eq!(code, 1);
     // Human output, the same verdict.
@@ -418,19 +420,14 @@ fn healthy(stacks: Stacks<'_>) {
     job.wait_for_marker();
     let pid = marker_pid(&job);
     let (code, d) = diagnose(pid, stacks);
-    let j = &d["jobs"][0];
-    assert_eq!(j["culprits"], serde_json::json!([]), "{d:#}");
-    assert_eq!(j["verdict"], "progressing", "{d:#}");
-    assert_eq!(code, 0, "{d:#}");
+    let j = &d.jobs[0];
+    assert!(j.culprits.is_empty(), "{d:#?}");
+    assert_eq!(j.verdict, "progressing", "{d:#?}");
+    assert_eq!(code, 0, "{d:#?}");
     // Diagnosed, the job goes on: its ranks still use the CPU.
     let (_, again) = diagnose(pid, stacks);
-    let cpu: u64 = again["jobs"][0]["ranks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["cpu_ms"].as_u64().unwrap())
-        .sum();
-    assert!(cpu > 0, "{again:#}");
+    let cpu: u64 = again.jobs[0].ranks.iter().map(|r| r.cpu_ms).sum();
+    assert!(cpu > 0, "{again:#?}");
 }
 
 #[test]
@@ -479,23 +476,19 @@ fn as_the_jobs_own_ordinary_user_the_stopped_rank_is_named() {
             ])
             .output()
             .unwrap();
-        let d: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-        let waiting = d["jobs"][0]["ranks"]
-            .as_array()
-            .map_or(0, |r| r.iter().filter(|r| r["state"] == "waiting").count());
-        if waiting == 3 {
+        let d: Diagnosis = diagnosis(&out);
+        if waiting(&d) == 3 {
             break (out.status.code(), d);
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "{d:#}");
+        assert!(start.elapsed() < Duration::from_secs(30), "{d:#?}");
     };
-    let j = &d["jobs"][0];
-    assert_eq!(j["culprits"][0]["rank"], 2, "{d:#}");
-    assert_eq!(j["culprits"].as_array().map(Vec::len), Some(1), "{d:#}");
-    for r in j["ranks"].as_array().unwrap() {
+    let j = &d.jobs[0];
+    assert_eq!(j.culprits[0].rank, 2, "{d:#?}");
+    assert_eq!(j.culprits.len(), 1, "{d:#?}");
+    for r in &j.ranks {
         assert_eq!(
-            r["peer_connections"], 3,
-            "its own sockets are readable: {d:#}"
+            r.peer_connections, 3,
+            "its own sockets are readable: {d:#?}"
         );
     }
     assert_eq!(code, Some(1));
@@ -519,7 +512,7 @@ fn a_diagnosed_job_let_go_finishes_normally() {
     job.wait_for_marker();
     let pid = marker_pid(&job);
     let (code, d) = diagnose_until_three_wait(pid, Stacks::Off);
-    assert_eq!(code, 1, "{d:#}");
+    assert_eq!(code, 1, "{d:#?}");
     std::fs::write(&release, "go").unwrap();
     let start = Instant::now();
     let status = loop {
@@ -542,9 +535,9 @@ fn no_job_is_said_and_exits_3() {
         .args(["diagnose", "--format", "json", "--pid", "1"])
         .output()
         .unwrap();
-    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(d["verdict"], "no_job");
-    assert_eq!(d["schema"], "preflight.diagnosis/v1");
+    let d: Diagnosis = diagnosis(&out);
+    assert_eq!(d.verdict, "no_job");
+    assert_eq!(d.schema, "preflight.diagnosis/v1");
     assert_eq!(out.status.code(), Some(3));
     let bad = Command::new(common::BIN)
         .args(["diagnose", "--sample", "1ms"])
@@ -592,7 +585,7 @@ fn ras_replay(case: &str, json: bool) -> String {
     addr
 }
 
-fn ras(addr: &str) -> (i32, Value) {
+fn ras(addr: &str) -> (i32, Diagnosis) {
     let out = Command::new(common::BIN)
         .args([
             "diagnose", "--format", "json", "--pid", "1", "--py-spy", "off",
@@ -600,8 +593,7 @@ fn ras(addr: &str) -> (i32, Value) {
         .args(["--nccl-ras", addr])
         .output()
         .unwrap();
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    (out.status.code().unwrap_or(-1), v)
+    (out.status.code().unwrap_or(-1), diagnosis(&out))
 }
 
 /// Each recorded report, in each form: the rank RAS points at is named
@@ -612,12 +604,12 @@ fn nccl_ras_reports_name_the_missing_dead_and_lagging_ranks() {
     for json in [true, false] {
         let form = if json { "json" } else { "text" };
         let (code, d) = ras(&ras_replay("healthy", json));
-        let r = &d["nccl_ras"];
-        assert_eq!(r["format"], form, "{d:#}");
-        assert_eq!(r["nccl_version"], "2.28.7", "{d:#}");
-        assert_eq!(r["communicators"], 1, "{d:#}");
-        assert_eq!(r["culprits"], serde_json::json!([]), "{d:#}");
-        assert_eq!(d["verdict"], "no_job", "{d:#}");
+        let r = d.nccl_ras.as_ref().expect("NCCL RAS's report");
+        assert_eq!(r.format, form, "{d:#?}");
+        assert_eq!(r.nccl_version.as_deref(), Some("2.28.7"), "{d:#?}");
+        assert_eq!(r.communicators, 1, "{d:#?}");
+        assert!(r.culprits.is_empty(), "{d:#?}");
+        assert_eq!(d.verdict, "no_job", "{d:#?}");
         assert_eq!(code, 3);
         for (case, rank, pid, words) in [
             ("missing", 5, 4241, "missing from communicator"),
@@ -643,26 +635,31 @@ fn nccl_ras_reports_name_the_missing_dead_and_lagging_ranks() {
             ),
         ] {
             let (code, d) = ras(&ras_replay(case, json));
-            let c = &d["nccl_ras"]["culprits"];
-            assert_eq!(c.as_array().map(Vec::len), Some(1), "{case} {form}: {d:#}");
-            assert_eq!(c[0]["rank"], rank, "{case} {form}: {d:#}");
-            assert_eq!(c[0]["pid"], pid, "{case} {form}: {d:#}");
+            let c = &d.nccl_ras.as_ref().expect("NCCL RAS's report").culprits;
+            assert_eq!(c.len(), 1, "{case} {form}: {d:#?}");
+            assert_eq!(c[0].rank, rank, "{case} {form}: {d:#?}");
+            assert_eq!(c[0].pid, Some(pid), "{case} {form}: {d:#?}");
             let node = if rank < 4 { "127.0.0.21" } else { "127.0.0.22" };
-            assert_eq!(c[0]["node"], node, "{case} {form}: {d:#}");
-            let reason = c[0]["reason"].as_str().unwrap();
+            assert_eq!(c[0].node, node, "{case} {form}: {d:#?}");
+            let reason = c[0].reason.as_str();
             assert!(reason.contains(words), "{case} {form}: {reason}");
             // The node RAS names gets preflight's ping check, quoted.
             assert!(
                 reason.contains(&format!("; ping check pass: {node} ({node}): 3/3 replies")),
                 "{case} {form}: {reason}"
             );
-            assert_eq!(d["verdict"], "held", "{case} {form}");
+            assert_eq!(d.verdict, "held", "{case} {form}");
             assert_eq!(code, 1, "{case} {form}");
         }
         // The text form says the dead process itself too.
         if !json {
             let (_, d) = ras(&ras_replay("dead", false));
-            let f = d["nccl_ras"]["findings"].to_string();
+            let f = d
+                .nccl_ras
+                .as_ref()
+                .expect("NCCL RAS's report")
+                .findings
+                .join("\n");
             assert!(
                 f.contains("process 4242 on node 127.0.0.22 is considered dead"),
                 "{f}"
@@ -672,7 +669,11 @@ fn nccl_ras_reports_name_the_missing_dead_and_lagging_ranks() {
     // Nothing listening where asked: said, never guessed at.
     let port = common::unused_port("127.0.0.1");
     let (code, d) = ras(&format!("127.0.0.1:{port}"));
-    let e = d["nccl_ras"]["error"].as_str().unwrap();
+    let e = d
+        .nccl_ras
+        .as_ref()
+        .and_then(|r| r.error.as_deref())
+        .unwrap_or_else(|| panic!("no error said: {d:#?}"));
     assert!(e.starts_with("no NCCL RAS at 127.0.0.1:"), "{e}");
     assert_eq!(code, 3);
 }

@@ -70,29 +70,27 @@ fn a_path_dropped_after_init_is_named() {
                     "off",
                 ],
             );
-            let d: Value = serde_json::from_slice(&out.stdout).unwrap();
-            let probed_here = d["jobs"][0]["paths"].as_array().is_some_and(|p| {
-                p.iter()
-                    .any(|p| p.to_string().contains("a connect from here"))
-            });
+            let d: Diagnosis = diagnosis(&out);
+            let probed_here = d
+                .jobs
+                .first()
+                .is_some_and(|j| j.paths.iter().any(|p| p.contains("a connect from here")));
             if out.status.code() == Some(1) && probed_here {
                 break 'found (host, d);
             }
-            assert!(start.elapsed() < Duration::from_secs(30), "{d:#}");
+            assert!(start.elapsed() < Duration::from_secs(30), "{d:#?}");
         }
     };
-    println!("host {host}: {}", d["jobs"][0]["paths"]);
-    let j = &d["jobs"][0];
+    let j = &d.jobs[0];
+    println!("host {host}: {:?}", j.paths);
     let other = net.addr(1 - host);
-    let probed: Vec<String> = j["paths"]
-        .as_array()
-        .unwrap()
+    let probed: Vec<&String> = j
+        .paths
         .iter()
-        .map(|p| p.to_string())
         .filter(|p| p.contains("a connect from here"))
         .collect();
     for p in &probed {
-        assert!(p.contains(&format!("to {other}:")), "{d:#}");
+        assert!(p.contains(&format!("to {other}:")), "{d:#?}");
         assert!(p.contains("sent and never acknowledged"), "{p}");
         assert!(
             p.contains(&format!("a connect from here to {other}:")),
@@ -101,7 +99,7 @@ fn a_path_dropped_after_init_is_named() {
         assert!(p.contains("timed_out"), "{p}");
     }
     // No rank is blamed for the path's fault.
-    assert_eq!(j["culprits"], serde_json::json!([]), "{d:#}");
+    assert!(j.culprits.is_empty(), "{d:#?}");
     drop(job);
 }
 
@@ -324,36 +322,25 @@ fn across_nodes_the_rank_asleep_on_another_node_is_named() {
                 "--ssh-option=LogLevel=ERROR",
             ],
         );
-        let d: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "{e}: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+        let d: preflight::schema::ClusterDiagnosis = diagnosis(&out);
         if out.status.code() == Some(1) {
             break d;
         }
-        assert!(start.elapsed() < Duration::from_secs(40), "{d:#}");
+        assert!(start.elapsed() < Duration::from_secs(40), "{d:#?}");
     };
-    let c = d["culprits"].as_array().unwrap();
-    assert_eq!(c.len(), 1, "{d:#}");
-    assert_eq!(c[0]["rank"], 1, "{d:#}");
-    assert_eq!(c[0]["node"], "h1", "{d:#}");
-    let reason = c[0]["reason"].as_str().unwrap();
+    let c = &d.culprits;
+    assert_eq!(c.len(), 1, "{d:#?}");
+    assert_eq!(c[0].rank, 1, "{d:#?}");
+    assert_eq!(c[0].node, "h1", "{d:#?}");
+    let reason = c[0].reason.as_str();
     assert!(reason.starts_with("sleeping in its own code"), "{reason}");
     assert!(
         reason.ends_with("while rank 0 waits, on 2 nodes"),
         "{reason}"
     );
     // Each node alone could not tell.
-    let verdicts: Vec<&str> = d["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["verdict"].as_str().unwrap())
-        .collect();
-    assert_eq!(verdicts, ["unknown", "progressing"], "{d:#}");
-    assert_eq!(d["unreachable"][0]["host"], silent, "{d:#}");
-    assert_eq!(d["verdict"], "held", "{d:#}");
+    let verdicts: Vec<&str> = d.nodes.iter().map(|n| n.verdict.as_str()).collect();
+    assert_eq!(verdicts, ["unknown", "progressing"], "{d:#?}");
+    assert_eq!(d.unreachable[0].host, silent, "{d:#?}");
+    assert_eq!(d.verdict, "held", "{d:#?}");
 }
