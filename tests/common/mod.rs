@@ -44,18 +44,41 @@ pub fn check(checklist: &Path, extra: &[&str], env: &[(&str, &str)]) -> (i32, Re
     )
 }
 
-/// A JSON report, read with the product's own types
-/// (`preflight::schema::Report`, its fields through `Deref`); shown as the
-/// pretty JSON it came as (`{report}`), for a failing assertion.
+/// JSON the product wrote, read with its own types (`T`'s fields through
+/// `Deref`); shown as the pretty JSON it came as (`{report}`), for a
+/// failing assertion.
 #[derive(Debug, Clone)]
-pub struct Report(pub preflight::schema::Report);
+pub struct Typed<T>(pub T);
 
-impl std::ops::Deref for Report {
-    type Target = preflight::schema::Report;
-    fn deref(&self) -> &Self::Target {
+impl<T> std::ops::Deref for Typed<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
         &self.0
     }
 }
+
+impl<T: serde::Serialize> std::fmt::Display for Typed<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&serde_json::to_string_pretty(&self.0).unwrap_or_default())
+    }
+}
+
+/// `text` read as `T`, or the test fails naming `what` it should have
+/// been, with the text and what went with it (`context`: the run's
+/// stderr, say).
+fn typed<T: serde::de::DeserializeOwned>(text: &str, what: &str, context: &str) -> Typed<T> {
+    Typed(
+        serde_json::from_str(text)
+            .unwrap_or_else(|e| panic!("not {what} ({e}): {text}\n{context}")),
+    )
+}
+
+/// A check, run or bench report (`--format json`, or a file preflight
+/// wrote).
+pub type Report = Typed<preflight::schema::Report>;
+
+/// A merged report (`preflight report --format json`).
+pub type Merged = Typed<preflight::schema::MergedReport>;
 
 impl Report {
     /// The cluster section, which a `run` report has.
@@ -84,32 +107,9 @@ impl Report {
     }
 }
 
-impl std::fmt::Display for Report {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&serde_json::to_string_pretty(&self.0).unwrap_or_default())
-    }
-}
-
-/// A JSON report as the product's own types read it: a report they do not
-/// read fails the test with its text and what went with it (`context`:
-/// the run's stderr, say).
+/// A report as the product's own types read it, or the test fails.
 pub fn report(text: &str, context: &str) -> Report {
-    Report(
-        serde_json::from_str(text)
-            .unwrap_or_else(|e| panic!("not a report ({e}): {text}\n{context}")),
-    )
-}
-
-/// A merged report (`preflight report --format json`), read with the
-/// product's own types; shown as the pretty JSON it came as.
-#[derive(Debug, Clone)]
-pub struct Merged(pub preflight::schema::MergedReport);
-
-impl std::ops::Deref for Merged {
-    type Target = preflight::schema::MergedReport;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
+    typed(text, "a report", context)
 }
 
 impl Merged {
@@ -131,19 +131,9 @@ impl Merged {
     }
 }
 
-impl std::fmt::Display for Merged {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&serde_json::to_string_pretty(&self.0).unwrap_or_default())
-    }
-}
-
-/// A merged report as the product's own types read it, or the test fails
-/// with its text and `context`.
+/// A merged report as the product's own types read it, or the test fails.
 pub fn merged(text: &str, context: &str) -> Merged {
-    Merged(
-        serde_json::from_str(text)
-            .unwrap_or_else(|e| panic!("not a merged report ({e}): {text}\n{context}")),
-    )
+    typed(text, "a merged report", context)
 }
 
 /// The report a finished run printed on stdout.
