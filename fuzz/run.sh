@@ -50,7 +50,7 @@ vendor_seed() {
     done
 }
 vendor_seed amd_smi amd-tools 0:metric-healthy.json 0:metric-broken.json 0:static.json 0:bad-pages-pending.json \
-    1:xgmi-healthy.json 1:xgmi-link-down.json 2:rocm-smi-broken.json
+    1:xgmi-healthy.json 1:xgmi-link-down.json 1:xgmi-gpu-twice.json 2:rocm-smi-broken.json
 vendor_seed xpu_smi intel-tools 0:diag-l1-pass.json 0:diag-l3-memory-fail.json 0:diag-busy.json \
     1:health-broken.json 2:topology-link-down.txt
 vendor_seed hl_smi habana-tools 0:query-healthy.csv 0:query-broken.csv 1:report-broken.txt 2:links-two-down.txt

@@ -70,11 +70,35 @@ fn gpu_of(source: &str, v: &Value) -> Result<Gpu, String> {
     let index = doc
         .get("gpu")
         .and_then(Value::as_u64)
+        .and_then(|i| u32::try_from(i).ok())
         .ok_or_else(|| format!("{source}: a GPU entry without its `gpu` index"))?;
     Ok(Gpu {
-        index: index as u32,
+        index,
         doc: doc.clone(),
     })
+}
+
+/// Each GPU once: the judges name a GPU by its index, so a second entry
+/// for one index would hide behind the first (its links or counters
+/// never read). amd-smi prints each GPU once; twice is output it did not
+/// write whole, said as such rather than judged.
+fn each_once<'a>(
+    source: &str,
+    gpus: impl IntoIterator<Item = (u32, Option<&'a str>)>,
+) -> Result<(), String> {
+    let mut seen: std::collections::BTreeMap<u32, Option<&str>> = Default::default();
+    for (index, bdf) in gpus {
+        if let Some(first) = seen.insert(index, bdf) {
+            let at = match (first, bdf) {
+                (Some(a), Some(b)) => format!(" (at {a}, then at {b})"),
+                _ => String::new(),
+            };
+            return Err(format!(
+                "{source}: GPU {index} is listed twice{at}: not one amd-smi document"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `amd-smi metric|static|bad-pages --json`: the GPUs, in order.
@@ -87,7 +111,12 @@ pub fn parse_gpus(source: &str, text: &str) -> Result<Vec<Gpu>, String> {
         })?,
         _ => return Err(format!("{source}: neither a list of GPUs nor `gpu_data`")),
     };
-    list.iter().map(|v| gpu_of(source, v)).collect()
+    let gpus = list
+        .iter()
+        .map(|v| gpu_of(source, v))
+        .collect::<Result<Vec<_>, _>>()?;
+    each_once(source, gpus.iter().map(|g| (g.index, g.bdf())))?;
+    Ok(gpus)
 }
 
 /// One XGMI port (or, in the matrix by peer, one peer's link).
@@ -174,6 +203,7 @@ fn xgmi_rows(source: &str, rows: &[Value], by_port: bool) -> Result<Vec<XgmiGpu>
             by_port,
         });
     }
+    each_once(source, out.iter().map(|g| (g.index, g.bdf.as_deref())))?;
     Ok(out)
 }
 
@@ -314,6 +344,24 @@ mod tests {
             Ok(None)
         );
         assert!(parse_xgmi("x", r#"{"cpu_data": []}"#).is_err());
+        // One GPU twice, the second with no links (found by the fuzzer:
+        // the first hid the second from the judge).
+        let twice = r#"[{"gpu": 6, "bdf": "0000:c6:00.0", "link_status": ["U"]},
+            {"gpu": 6, "bdf": "0000:e5:00.0", "link_status": []}]"#;
+        assert_eq!(
+            parse_xgmi("x", twice).unwrap_err(),
+            "x: GPU 6 is listed twice (at 0000:c6:00.0, then at 0000:e5:00.0): not one amd-smi document"
+        );
+        assert!(
+            parse_gpus("m", r#"[{"gpu": 1}, {"gpu": 1}]"#)
+                .unwrap_err()
+                .contains("GPU 1 is listed twice")
+        );
+        assert!(
+            parse_gpus("m", r#"[{"gpu": 4294967296}]"#)
+                .unwrap_err()
+                .contains("`gpu` index")
+        );
     }
 
     #[test]

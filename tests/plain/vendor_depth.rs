@@ -56,6 +56,10 @@ fn amd_checks_pass_a_healthy_mi300x_and_name_each_fault() {
             a("xgmi-healthy.json")
         ),
         format!(
+            "{{id: xgmi_twice, kind: amd_smi, subject: xgmi, amd_smi_xgmi: \"{}\"}}",
+            a("xgmi-gpu-twice.json")
+        ),
+        format!(
             "{{id: rocm_ok, kind: amd_smi, subject: xgmi, rocm_smi_json: \"{}\"}}",
             a("rocm-smi-healthy.json")
         ),
@@ -132,6 +136,16 @@ fn amd_checks_pass_a_healthy_mi300x_and_name_each_fault() {
         "GPU 3 (0000:65:00.0): XGMI port 5 down (6 up); GPU 6 (0000:c6:00.0): XGMI port 3 down (6 up); GPU 3 (0000:65:00.0): XGMI error status AMDSMI_XGMI_STATUS_ERROR"
     );
     assert_eq!(r.status("xgmi_seven"), "fail");
+    // A GPU listed twice is a document amd-smi did not write whole: never
+    // judged as the first entry alone.
+    assert_eq!(r.status("xgmi_twice"), "error");
+    assert_eq!(
+        r.message("xgmi_twice"),
+        format!(
+            "{}: GPU 6 is listed twice (at 0000:c6:00.0, then at 0000:e5:00.0): not one amd-smi document",
+            a("xgmi-gpu-twice.json")
+        )
+    );
     assert!(
         r.message("xgmi_seven")
             .contains("7 XGMI links up where 8 are expected")

@@ -223,8 +223,13 @@ pub(super) fn judge_xgmi(
         .filter(|g| !known.iter().any(|k| k.index == g.index))
     {
         j.unjudged.push(format!(
-            "{}: every XGMI link N/A",
-            names.gpu(g.index, g.bdf.as_deref())
+            "{}: {}",
+            names.gpu(g.index, g.bdf.as_deref()),
+            if g.links.is_empty() {
+                "no XGMI link listed"
+            } else {
+                "every XGMI link N/A"
+            }
         ));
     }
     let listed: BTreeSet<u32> = xgmi.iter().map(|g| g.index).collect();

@@ -89,6 +89,11 @@ impl Webhook {
     /// A request as the API server makes it: HTTPS to the Service's name,
     /// the certificate checked against the CA bundle.
     fn call(&self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        self.call_with(method, path, body, &[])
+    }
+
+    /// `call`, with curl options of the caller's own.
+    fn call_with(&self, method: &str, path: &str, body: &[u8], curl: &[&str]) -> (u16, Vec<u8>) {
         let file = self.dir.path().join("body");
         std::fs::write(&file, body).unwrap();
         let o = Command::new("curl")
@@ -102,6 +107,7 @@ impl Webhook {
                 "-H",
                 "Accept: application/json",
             ])
+            .args(curl)
             .arg("--data-binary")
             .arg(format!("@{}", file.display()))
             .args(["-w", "\n%{http_code}"])
@@ -118,6 +124,43 @@ impl Webhook {
         let code = String::from_utf8_lossy(&out[at + 1..]).parse().unwrap();
         out.truncate(at);
         (code, out)
+    }
+
+    /// A POST of `body`, then `GET /healthz` by the same curl, which keeps
+    /// the connection for it if the webhook did: each one's status and
+    /// the connections it opened.
+    fn post_then_healthz(&self, body: &[u8], curl: &[&str]) -> String {
+        let file = self.dir.path().join("body");
+        std::fs::write(&file, body).unwrap();
+        let to = |path: &str| {
+            vec![
+                "--cacert".to_string(),
+                self.dir.path().join("tls.crt").display().to_string(),
+                "--resolve".into(),
+                format!("{NAME}:{}:127.0.0.1", self.port),
+                "-o".into(),
+                "/dev/null".into(),
+                "-w".into(),
+                "%{http_code} %{num_connects}\n".into(),
+                format!("https://{NAME}:{}{path}", self.port),
+            ]
+        };
+        let o = Command::new("curl")
+            .args(["-sS", "--max-time", "10"])
+            .args(curl)
+            .arg("--data-binary")
+            .arg(format!("@{}", file.display()))
+            .args(to("/mutate?timeout=10s"))
+            .arg("--next")
+            .args(to("/healthz"))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "curl: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
     fn review(&self, fixture: &str) -> (Value, Value) {
@@ -258,8 +301,28 @@ fn the_webhook_gates_gang_and_node_pods_leaves_others_and_survives_a_bad_body() 
     );
     assert_eq!(code, 400, "{}", String::from_utf8_lossy(&out));
     assert!(String::from_utf8_lossy(&out).contains("not JSON"));
-    let (code, _) = w.call("POST", "/mutate?timeout=10s", &vec![b' '; 9 << 20]);
-    assert_eq!(code, 413);
+    // Too big, said before a byte is sent (curl waits for "100
+    // Continue" over 1 MiB), or sent without waiting (`Expect:` empty),
+    // with its length or in chunks: each sender gets its 413, never a
+    // connection reset under it while it is still sending.
+    let big = vec![b' '; 9 << 20];
+    let at_once = ["-H", "Expect:"];
+    let chunked = ["-H", "Expect:", "-H", "Transfer-Encoding: chunked"];
+    for curl in [&[][..], &at_once, &chunked] {
+        let (code, out) = w.call_with("POST", "/mutate?timeout=10s", &big, curl);
+        assert_eq!(code, 413, "{curl:?}: {}", String::from_utf8_lossy(&out));
+        assert_eq!(out, b"a body over 4 MiB\n", "{curl:?}");
+    }
+    // A body sent whole was read whole: the connection it came on is
+    // kept, and the next request goes on it (no second connect), where a
+    // connection closed on unread bytes is one the sender may see reset.
+    for curl in [&at_once[..], &chunked] {
+        assert_eq!(
+            w.post_then_healthz(&big, curl),
+            "413 1\n200 0\n",
+            "{curl:?}"
+        );
+    }
     let (code, _) = w.call("GET", "/healthz", b"");
     assert_eq!(code, 200);
     let (code, _) = w.call("GET", "/mutate", b"");
