@@ -10,10 +10,29 @@
 # parser that is merely slow on a hostile input would otherwise pass a
 # short run. cargo fuzz needs nightly flags: RUSTC_BOOTSTRAP=1 lets the
 # stable toolchain take them.
+#
+# `fuzz/run.sh build` only builds the targets (tools/test.sh does so
+# beside the tests, at idle priority); a later run finds them built.
 set -euo pipefail
 cd "$(dirname "$0")"
 SECONDS_EACH=${1:-60}
 export RUSTC_BOOTSTRAP=1
+targets=$(ls fuzz_targets | sed 's/\.rs$//')
+# No sanitizer (-s none, on build and run alike, or run rebuilds): the
+# parsers fuzzed are the crate's own safe Rust (no `unsafe` outside the
+# -sys crates, which no target reaches), where AddressSanitizer finds
+# nothing Rust's own checks miss, and costs build time and speed
+# (bench/RESULTS.md: CI's fuzz phase).
+sanitizer=(-s none)
+build() {
+    # cargo fuzz builds one named target or all of them.
+    cargo fuzz build -O "${sanitizer[@]}" >/dev/null 2>&1 || cargo fuzz build -O "${sanitizer[@]}"
+}
+if [[ $SECONDS_EACH == build ]]; then
+    build
+    exit 0
+fi
+[[ $SECONDS_EACH =~ ^[0-9]+$ ]] || { echo "fuzz/run.sh: SECONDS must be a number of seconds, or \`build\`: $SECONDS_EACH" >&2; exit 2; }
 root=..
 seed() {
     local target=$1; shift
@@ -95,14 +114,7 @@ for r in range(world):
     blocks += body.ljust(148, b"\0")
 open("corpus/second_pass_table/seed-slow-rank-2", "wb").write(bytes([world]) + blocks)
 PY
-targets=$(ls fuzz_targets | sed 's/\.rs$//')
-# No sanitizer (-s none, on build and run alike, or run rebuilds): the
-# parsers fuzzed are the crate's own safe Rust (no `unsafe` outside the
-# -sys crates, which no target reaches), where AddressSanitizer finds
-# nothing Rust's own checks miss, and costs build time and speed
-# (bench/RESULTS.md: CI's fuzz phase).
-sanitizer=(-s none)
-cargo fuzz build -O "${sanitizer[@]}" $targets >/dev/null 2>&1 || cargo fuzz build -O "${sanitizer[@]}"
+build
 
 # Several targets at once, one a core (four at most): each keeps the CPU
 # time it would have alone, and the run takes a fraction of the time.

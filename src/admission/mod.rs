@@ -3,6 +3,7 @@
 //! (`preflight.dev/gate=gang|node`). What it does to a pod is `mutate`;
 //! the HTTPS server the API server calls is `serve`.
 
+mod body;
 pub mod mutate;
 pub mod serve;
 

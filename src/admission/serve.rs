@@ -1,9 +1,8 @@
 //! The webhook's HTTPS server: `POST /mutate` takes an AdmissionReview and
 //! answers it (`mutate::review`), `GET /healthz` answers `ok` for the
 //! Deployment's probes. Every peer is bounded: 10 s for the TLS handshake
-//! and for a request's headers, `MAX_BODY` for its body (and what is over
-//! it read and dropped up to `DRAIN_BYTES` and `DRAIN_TIME`, so that the
-//! 413 reaches its sender), a minute for a
+//! and for a request's headers, `MAX_BODY` for its body and 128 MiB for
+//! the bodies of every connection together (`body`), a minute for a
 //! connection (closed after the request in hand), `AT_ONCE` connections
 //! and `REVIEWS_AT_ONCE` reviews parsed at once; a request it cannot read
 //! gets its 4xx and the server goes on serving.
@@ -13,13 +12,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use super::body::{self, Body};
 use super::mutate::{self, Config};
 
 /// Connections served at once; the next waits to be accepted.
@@ -73,86 +73,37 @@ fn reply(status: u16, body: Vec<u8>, json: bool) -> Response<Full<Bytes>> {
     r
 }
 
-/// How much of a body over `MAX_BODY` is read and dropped, and for how
-/// long, so that its sender has finished sending when the 413 comes: a
-/// connection closed on unread bytes is reset, and the sender sees a
-/// broken pipe in place of the answer.
-const DRAIN_BYTES: u64 = 4 * mutate::MAX_BODY as u64;
-const DRAIN_TIME: Duration = HANDSHAKE;
-
-enum Body {
-    Read(Bytes),
-    TooBig,
-    Unreadable(String),
-}
-
-async fn read_body(req: Request<Incoming>) -> Body {
-    let header = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
-    let declared = header(hyper::header::CONTENT_LENGTH).and_then(|n| n.trim().parse::<u64>().ok());
-    let waits = header(hyper::header::EXPECT)
-        .is_some_and(|e| e.trim().eq_ignore_ascii_case("100-continue"));
-    // Too big by its own word: a sender that waits for "100 Continue"
-    // (curl over 1 MiB does) is answered before it sends a byte, and one
-    // that says it will send more than the drain takes is not waited for.
-    if declared.is_some_and(|n| n > mutate::MAX_BODY as u64 && (waits || n > DRAIN_BYTES)) {
-        return Body::TooBig;
-    }
-    let mut body = req.into_body();
-    let mut kept: Vec<u8> = Vec::new();
-    let mut seen = 0u64;
-    let drain_until = tokio::time::Instant::now() + DRAIN_TIME;
-    loop {
-        let frame = if seen > mutate::MAX_BODY as u64 {
-            match tokio::time::timeout_at(drain_until, body.frame()).await {
-                Ok(f) => f,
-                Err(_) => return Body::TooBig,
-            }
-        } else {
-            body.frame().await
-        };
-        let data = match frame {
-            None => break,
-            Some(Err(e)) => return Body::Unreadable(e.to_string()),
-            Some(Ok(f)) => match f.into_data() {
-                Ok(d) => d,
-                Err(_) => continue, // trailers
-            },
-        };
-        seen += data.len() as u64;
-        if seen <= mutate::MAX_BODY as u64 {
-            kept.extend_from_slice(&data);
-        } else if seen > DRAIN_BYTES {
-            return Body::TooBig;
-        } else {
-            kept = Vec::new();
-        }
-    }
-    if seen > mutate::MAX_BODY as u64 {
-        Body::TooBig
-    } else {
-        Body::Read(Bytes::from(kept))
-    }
-}
-
 async fn handle(
     req: Request<Incoming>,
     cfg: Arc<Config>,
     peer: SocketAddr,
     reviews: Arc<tokio::sync::Semaphore>,
+    bodies: Arc<tokio::sync::Semaphore>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let path = req.uri().path().to_string();
     Ok(match (req.method(), path.as_str()) {
         (&Method::GET, "/healthz") => reply(200, b"ok\n".to_vec(), false),
         (&Method::POST, "/mutate") => {
-            let body = match read_body(req).await {
-                Body::Read(b) => b,
+            let (headers, incoming) = req.into_parts();
+            let (body, _held) = match body::read(&headers.headers, incoming, &bodies).await {
+                Body::Read(b, held) => (b, held),
                 refused => {
                     let (status, why) = match refused {
                         Body::Unreadable(e) => (400, format!("the body could not be read: {e}")),
+                        Body::Busy => (503, "too many bodies at once: try again".to_string()),
                         _ => (413, format!("a body over {} MiB", mutate::MAX_BODY >> 20)),
                     };
                     eprintln!("preflight webhook: {peer}: {status} {why}");
-                    return Ok(reply(status, format!("{why}\n").into_bytes(), false));
+                    let mut r = reply(status, format!("{why}\n").into_bytes(), false);
+                    // The API server's webhook client retries a call whose
+                    // answer asks for a delay.
+                    if status == 503 {
+                        r.headers_mut().insert(
+                            hyper::header::RETRY_AFTER,
+                            hyper::header::HeaderValue::from_static("1"),
+                        );
+                    }
+                    return Ok(r);
                 }
             };
             // A parsed review takes many times its body's bytes: a few at
@@ -197,6 +148,7 @@ pub fn serve(
         let cfg = Arc::new(cfg);
         let slots = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
         let reviews = Arc::new(tokio::sync::Semaphore::new(REVIEWS_AT_ONCE));
+        let bodies = body::budget();
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| format!("SIGTERM: {e}"))?;
         loop {
@@ -216,7 +168,8 @@ pub fn serve(
                 _ = term.recv() => return Ok(()),
                 _ = tokio::signal::ctrl_c() => return Ok(()),
             };
-            let (acceptor, cfg, reviews) = (acceptor.clone(), cfg.clone(), reviews.clone());
+            let (acceptor, cfg) = (acceptor.clone(), cfg.clone());
+            let (reviews, bodies) = (reviews.clone(), bodies.clone());
             tokio::spawn(async move {
                 let _slot = slot;
                 let tls = match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
@@ -227,9 +180,8 @@ pub fn serve(
                     }
                     Err(_) => return,
                 };
-                let reviews = reviews.clone();
                 let service = hyper::service::service_fn(move |req| {
-                    handle(req, cfg.clone(), peer, reviews.clone())
+                    handle(req, cfg.clone(), peer, reviews.clone(), bodies.clone())
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())

@@ -65,12 +65,55 @@ impl<T: serde::Serialize> std::fmt::Display for Typed<T> {
 
 /// `text` read as `T`, or the test fails naming `what` it should have
 /// been, with the text and what went with it (`context`: the run's
-/// stderr, say).
-fn typed<T: serde::de::DeserializeOwned>(text: &str, what: &str, context: &str) -> Typed<T> {
-    Typed(
-        serde_json::from_str(text)
-            .unwrap_or_else(|e| panic!("not {what} ({e}): {text}\n{context}")),
-    )
+/// stderr, say). `T` written back must say what the text says, key for
+/// key: a key the text lacks that `T` fills with a default (an empty
+/// list an assertion would take as "none"), or one `T` does not know
+/// (and so no assertion could read), fails the read.
+fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(
+    text: &str,
+    what: &str,
+    context: &str,
+) -> Typed<T> {
+    let t: T = serde_json::from_str(text)
+        .unwrap_or_else(|e| panic!("not {what} ({e}): {text}\n{context}"));
+    let said: serde_json::Value = serde_json::from_str(text).unwrap();
+    let read = serde_json::to_value(&t).unwrap();
+    if let Some(at) = first_difference(&said, &read, String::new()) {
+        panic!(
+            "{what} read as the product's type differs from its text at {at}: {text}\n{context}"
+        );
+    }
+    Typed(t)
+}
+
+/// Where two JSON values first differ (a path like `.checks[3].hint`),
+/// taking numbers by value (`0` is `0.0`) and a key set to `null` as one
+/// left out (an `Option` the writer skips when empty).
+fn first_difference(a: &serde_json::Value, b: &serde_json::Value, at: String) -> Option<String> {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                let (u, v) = (x.get(k), y.get(k));
+                let path = format!("{at}.{k}");
+                match (u, v) {
+                    (Some(u), Some(v)) => first_difference(u, v, path),
+                    (Some(Value::Null), None) | (None, Some(Value::Null)) => None,
+                    (Some(_), None) => Some(format!("{path} (not in the type)")),
+                    _ => Some(format!("{path} (not in the text)")),
+                }
+            })
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (u, v))| first_difference(u, v, format!("{at}[{i}]"))),
+        (Value::Number(x), Value::Number(y)) if x.as_f64() == y.as_f64() => None,
+        _ if a == b => None,
+        _ => Some(if at.is_empty() { "the top".into() } else { at }),
+    }
 }
 
 /// A check, run or bench report (`--format json`, or a file preflight
@@ -134,6 +177,50 @@ impl Merged {
 /// A merged report as the product's own types read it, or the test fails.
 pub fn merged(text: &str, context: &str) -> Merged {
     typed(text, "a merged report", context)
+}
+
+/// `dir/name`, written with `text` and executable by anyone: a script a
+/// test puts in a tool's place, or a launcher's wrapper.
+pub fn executable(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A temporary directory with `mode`: 0o755 for one another user reads
+/// (the job's ordinary user), 0o777 for one it also writes.
+pub fn tempdir_with_mode(mode: u32) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+    dir
+}
+
+/// `preflight report --format json` over two nodes in `dir`: one whose
+/// report is `broken` (JSON, as printed), and a healthy one, `healthy`
+/// written back under the hostname `healthy_host`: what the merged report
+/// says when one node of a pair is faulty.
+pub fn merged_with_healthy(
+    dir: &std::path::Path,
+    broken: &str,
+    healthy: &str,
+    healthy_host: &str,
+) -> Merged {
+    std::fs::write(dir.join("bad.json"), broken).unwrap();
+    let mut good = report(healthy, "").0;
+    good.node.hostname = healthy_host.into();
+    std::fs::write(dir.join("good.json"), serde_json::to_string(&good).unwrap()).unwrap();
+    let out = Command::new(BIN)
+        .args(["report", "--format", "json"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    merged(
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
+    )
 }
 
 /// The report a finished run printed on stdout.

@@ -377,13 +377,8 @@ fn a_stranger_on_the_leaders_socket_is_sent_nothing_and_holds_nobody() {
         common::skip_unless_required("binding as another user needs root");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir_with_mode(0o777);
     let heard = dir.path().join("heard");
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
     let port = free_port();
     let name = format!("preflight-leader/127.0.0.1/{port}/0");
     // It takes every connection and keeps what it is sent.

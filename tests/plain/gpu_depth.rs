@@ -688,22 +688,11 @@ fn the_gpu_depth_checks_show_everywhere() {
         }
     }
     // The merged report of a healthy node and this one.
-    std::fs::write(dir.path().join("bad.json"), check("json", false)).unwrap();
-    let mut good = crate::common::report(&check("json", true), "").0;
-    good.node.hostname = "gpu-h100-018".into();
-    std::fs::write(
-        dir.path().join("good.json"),
-        serde_json::to_string(&good).unwrap(),
-    )
-    .unwrap();
-    let merged = std::process::Command::new(BIN)
-        .args(["report", "--format", "json"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let m = crate::common::merged(
-        &String::from_utf8_lossy(&merged.stdout),
-        &String::from_utf8_lossy(&merged.stderr),
+    let m = crate::common::merged_with_healthy(
+        dir.path(),
+        &check("json", false),
+        &check("json", true),
+        "gpu-h100-018",
     );
     for id in ["nvidia.dcgm_medium:gpu3.memory", "nvidia.nvlink"] {
         assert!(

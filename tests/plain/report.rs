@@ -793,3 +793,29 @@ fn one_runs_ranks_fold_in_across_a_second_boundary() {
     let (_, m) = merged(&[a.to_str().unwrap(), b.to_str().unwrap()]);
     assert!(warned(&m, "a1.json: an older report of h0"), "{m}");
 }
+
+/// The tests' typed reader (`common::report`) fails on a key the text
+/// lacks that the type would fill in (a missing `culprits` would read as
+/// "no culprit") and on one the type does not know (which no assertion
+/// could read); the report as written reads.
+#[test]
+fn the_tests_typed_reader_refuses_a_missing_or_unknown_key() {
+    // As this version writes it (the recording predates some keys).
+    let text = serde_json::to_string(&read(repo().join(RUN).join("rank0.json"))).unwrap();
+    let read = |t: String| std::panic::catch_unwind(|| crate::common::report(&t, "").0);
+    assert!(read(text.clone()).is_ok());
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v["cluster"]
+        .as_object_mut()
+        .unwrap()
+        .remove("culprits")
+        .expect("the fixture's run names its culprits");
+    let missing = read(v.to_string()).unwrap_err();
+    let why = missing.downcast_ref::<String>().unwrap();
+    assert!(why.contains("at .cluster.culprits (not in the text)"), "{why}");
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v["checks"][0]["surprise"] = Value::from(1);
+    let unknown = read(v.to_string()).unwrap_err();
+    let why = unknown.downcast_ref::<String>().unwrap();
+    assert!(why.contains("at .checks[0].surprise (not in the type)"), "{why}");
+}

@@ -607,22 +607,11 @@ fn the_vendor_checks_show_everywhere() {
             assert!(text.contains(id), "{format} lacks {id}:\n{text}");
         }
     }
-    std::fs::write(dir.path().join("bad.json"), check("json", Some(&list))).unwrap();
-    let mut good = crate::common::report(&check("json", None), "").0;
-    good.node.hostname = "hls2-gaudi-012".into();
-    std::fs::write(
-        dir.path().join("good.json"),
-        serde_json::to_string(&good).unwrap(),
-    )
-    .unwrap();
-    let merged = std::process::Command::new(BIN)
-        .args(["report", "--format", "json"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let m = crate::common::merged(
-        &String::from_utf8_lossy(&merged.stdout),
-        &String::from_utf8_lossy(&merged.stderr),
+    let m = crate::common::merged_with_healthy(
+        dir.path(),
+        &check("json", Some(&list)),
+        &check("json", None),
+        "hls2-gaudi-012",
     );
     assert!(m.names_culprit("hls2-gaudi-011"), "{:#?}", m.culprits);
     assert!(!m.names_culprit("hls2-gaudi-012"), "{:#?}", m.culprits);
@@ -707,10 +696,7 @@ fn the_gpu_machine_script_records_and_reads_back() {
         ),
     ];
     for (name, body) in tools {
-        let path = bin.join(name);
-        std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        crate::common::executable(&bin, name, &format!("#!/bin/sh\n{body}"));
     }
     let out = dir.path().join("out");
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/vendor-depth.sh");

@@ -635,13 +635,11 @@ fn the_module_fails_with_the_binarys_own_error() {
     assert!(msg.contains("exit 2"), "{msg}");
     assert!(msg.contains(&format!("{}:3:", bad.display())), "{msg}");
     // A crash: killed by a signal, with what it printed.
-    let crash = dir.path().join("crash");
-    std::fs::write(
-        &crash,
+    let crash = common::executable(
+        dir.path(),
+        "crash",
         "#!/bin/sh\necho 'about to crash' >&2\nkill -SEGV $$\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&crash, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let (failed, r) = module(&tools, json!({"binary": crash}));
     assert!(failed, "{r:#}");
     let msg = r["msg"].as_str().unwrap();

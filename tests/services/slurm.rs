@@ -64,18 +64,14 @@ fn site(dir: &Path, settings: &str) -> PathBuf {
 
 /// `dir/NAME`: contrib/slurm/NAME started with the binary and settings.
 fn wrapper(dir: &Path, name: &str, etc: &Path, args: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(
-        &path,
-        format!(
+    common::executable(
+        dir,
+        name,
+        &format!(
             "#!/bin/sh\nexport PREFLIGHT={BIN} PREFLIGHT_CONFIG_DIR={}\nexec sh {CONTRIB}/{name} {args}\n",
             etc.display()
         ),
     )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
 }
 
 /// Node `i`'s firewall drops incoming TCP to `ports` (`first:last`).
@@ -597,14 +593,11 @@ fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
 fn a_failing_scontrol_is_reported_not_hidden() {
     let _shared = crate::common::shared();
     let dir = tempfile::tempdir().unwrap();
-    let fake = dir.path().join("scontrol");
-    std::fs::write(
-        &fake,
+    let fake = common::executable(
+        dir.path(),
+        "scontrol",
         "#!/bin/sh\necho 'slurm_update error: Invalid node name specified' >&2\nexit 1\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let etc = site(
         dir.path(),
         &format!(

@@ -11,7 +11,6 @@ use crate::common::serial;
 mod diagnose;
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{check, checklist, measured, message, result, status};
@@ -41,14 +40,6 @@ fn torch_python() -> Option<String> {
     );
     common::skip_unless_required(&why);
     None
-}
-
-fn executable(dir: &Path, name: &str, text: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
 }
 
 /// Whether a process is gone (or only a zombie waiting for its reaper).
@@ -244,7 +235,7 @@ fn a_missing_interpreter_or_torch_skips_unless_required() {
         common::skip_unless_required("the no-torch half: /usr/bin/python3 is missing");
         return;
     }
-    let bare = executable(
+    let bare = common::executable(
         dir.path(),
         "bare-python",
         "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n",
@@ -296,7 +287,7 @@ fn a_hung_interpreter_is_killed_with_its_whole_group() {
     let pids = dir.path().join("pids");
     // Stands in for an init that never returns: a helper in the
     // background and the "interpreter" itself, both asleep.
-    let hang = executable(
+    let hang = common::executable(
         dir.path(),
         "hang",
         &format!(

@@ -127,26 +127,28 @@ impl Webhook {
     }
 
     /// A POST of `body`, then `GET /healthz` by the same curl, which keeps
-    /// the connection for it if the webhook did: each one's status and
-    /// the connections it opened.
+    /// the connection for it if the webhook did: for each, its status,
+    /// the connections it opened and the bytes it sent.
     fn post_then_healthz(&self, body: &[u8], curl: &[&str]) -> String {
         let file = self.dir.path().join("body");
         std::fs::write(&file, body).unwrap();
         let to = |path: &str| {
             vec![
-                "--cacert".to_string(),
+                "--max-time".to_string(),
+                "10".into(),
+                "--cacert".into(),
                 self.dir.path().join("tls.crt").display().to_string(),
                 "--resolve".into(),
                 format!("{NAME}:{}:127.0.0.1", self.port),
                 "-o".into(),
                 "/dev/null".into(),
                 "-w".into(),
-                "%{http_code} %{num_connects}\n".into(),
+                "%{http_code} %{num_connects} %{size_upload}\n".into(),
                 format!("https://{NAME}:{}{path}", self.port),
             ]
         };
         let o = Command::new("curl")
-            .args(["-sS", "--max-time", "10"])
+            .arg("-sS")
             .args(curl)
             .arg("--data-binary")
             .arg(format!("@{}", file.display()))
@@ -302,26 +304,33 @@ fn the_webhook_gates_gang_and_node_pods_leaves_others_and_survives_a_bad_body() 
     assert_eq!(code, 400, "{}", String::from_utf8_lossy(&out));
     assert!(String::from_utf8_lossy(&out).contains("not JSON"));
     // Too big, said before a byte is sent (curl waits for "100
-    // Continue" over 1 MiB), or sent without waiting (`Expect:` empty),
-    // with its length or in chunks: each sender gets its 413, never a
-    // connection reset under it while it is still sending.
+    // Continue" over 1 MiB; here as long as it takes), or sent without
+    // waiting (`Expect:` empty), with its length or in chunks: each
+    // sender gets its 413, never a connection reset under it while it is
+    // still sending.
     let big = vec![b' '; 9 << 20];
+    let waits = ["--expect100-timeout", "30"];
     let at_once = ["-H", "Expect:"];
     let chunked = ["-H", "Expect:", "-H", "Transfer-Encoding: chunked"];
-    for curl in [&[][..], &at_once, &chunked] {
+    for curl in [&waits[..], &at_once, &chunked] {
         let (code, out) = w.call_with("POST", "/mutate?timeout=10s", &big, curl);
         assert_eq!(code, 413, "{curl:?}: {}", String::from_utf8_lossy(&out));
         assert_eq!(out, b"a body over 4 MiB\n", "{curl:?}");
     }
+    // The sender that waits sent nothing: refused on the length it said.
+    let said = w.post_then_healthz(&big, &waits);
+    assert!(said.starts_with("413 1 0\n200 "), "{said}");
     // A body sent whole was read whole: the connection it came on is
     // kept, and the next request goes on it (no second connect), where a
     // connection closed on unread bytes is one the sender may see reset.
+    // (Sent in chunks, the bytes sent count the chunks' framing too.)
     for curl in [&at_once[..], &chunked] {
-        assert_eq!(
-            w.post_then_healthz(&big, curl),
-            "413 1\n200 0\n",
-            "{curl:?}"
-        );
+        let said = w.post_then_healthz(&big, curl);
+        let sent: Option<usize> = said
+            .strip_prefix("413 1 ")
+            .and_then(|r| r.strip_suffix("\n200 0 0\n"))
+            .and_then(|n| n.parse().ok());
+        assert!(sent.is_some_and(|n| n >= big.len()), "{curl:?}: {said}");
     }
     let (code, _) = w.call("GET", "/healthz", b"");
     assert_eq!(code, 200);

@@ -310,17 +310,14 @@ fn a_watchdog_names_the_stuck_rank_across_the_allocation_and_the_timeouts_epilog
         // is then completing on h1 alone, and scontrol's NodeList may
         // have dropped h2, as it did on a CI run; h2 is still the job's.
         let dir = d.display();
-        let path = d.join("preflight-epilog");
-        std::fs::write(
-            &path,
-            format!(
+        common::executable(
+            d,
+            "preflight-epilog",
+            &format!(
                 "#!/bin/sh\nexport PREFLIGHT={BIN} PREFLIGHT_CONFIG_DIR={etc}\nif [ \"$SLURMD_NODENAME\" = h1 ]; then\n  i=0\n  while [ ! -e {dir}/epilog-h2.done ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done\nfi\nsh {CONTRIB}/preflight-epilog >> {dir}/epilog-$SLURMD_NODENAME.log 2>&1\nrc=$?\ntouch {dir}/epilog-$SLURMD_NODENAME.done\nexit $rc\n",
                 etc = etc.display()
             ),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        );
         std::fs::write(d.join("job.sh"), WATCHDOG_JOB).unwrap();
     };
     let extra = ["Epilog={dir}/preflight-epilog".to_string()];

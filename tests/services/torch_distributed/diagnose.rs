@@ -51,13 +51,8 @@ impl TorchJob {
 
     /// `prefix` runs torchrun as another user (setpriv ...).
     fn start_as(mode: &str, held: u32, vars: &[(&str, &Path)], prefix: &[&str]) -> TorchJob {
-        let dir = tempfile::tempdir().unwrap();
         // Writable by the job's user, whoever it is.
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o777),
-        )
-        .unwrap();
+        let dir = common::tempdir_with_mode(0o777);
         let marker = dir.path().join("marker");
         let port = common::unused_port("127.0.0.1");
         let script =

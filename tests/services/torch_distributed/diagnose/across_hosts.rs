@@ -41,12 +41,7 @@ fn a_path_dropped_after_init_is_named() {
         return;
     };
     let files = cluster::host_files(&net, None);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    let dir = common::tempdir_with_mode(0o777);
     // After 20 all_reduces: init is done, every connection made.
     let job = torchrun_on_hosts(&net, &files, dir.path(), 2, &[("JOB_MODE", "healthy")]);
     let pid = job.pid;
@@ -275,12 +270,7 @@ fn across_nodes_the_rank_asleep_on_another_node_is_named() {
         return;
     };
     let files = cluster::host_files(&net, None);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    let dir = common::tempdir_with_mode(0o777);
     let Some(key) = sshd_on(&net, &files, dir.path()) else {
         return;
     };
