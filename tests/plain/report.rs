@@ -800,6 +800,7 @@ fn one_runs_ranks_fold_in_across_a_second_boundary() {
 /// could read); the report as written reads.
 #[test]
 fn the_tests_typed_reader_refuses_a_missing_or_unknown_key() {
+    let _shared = crate::common::shared();
     // As this version writes it (the recording predates some keys).
     let text = serde_json::to_string(&read(repo().join(RUN).join("rank0.json"))).unwrap();
     let read = |t: String| std::panic::catch_unwind(|| crate::common::report(&t, "").0);
@@ -812,10 +813,16 @@ fn the_tests_typed_reader_refuses_a_missing_or_unknown_key() {
         .expect("the fixture's run names its culprits");
     let missing = read(v.to_string()).unwrap_err();
     let why = missing.downcast_ref::<String>().unwrap();
-    assert!(why.contains("at .cluster.culprits (not in the text)"), "{why}");
+    assert!(
+        why.contains("at .cluster.culprits (not in the text)"),
+        "{why}"
+    );
     let mut v: Value = serde_json::from_str(&text).unwrap();
     v["checks"][0]["surprise"] = Value::from(1);
     let unknown = read(v.to_string()).unwrap_err();
     let why = unknown.downcast_ref::<String>().unwrap();
-    assert!(why.contains("at .checks[0].surprise (not in the type)"), "{why}");
+    assert!(
+        why.contains("at .checks[0].surprise (not in the type)"),
+        "{why}"
+    );
 }
