@@ -5,15 +5,21 @@
 use super::*;
 
 /// `srun` of `preflight run` with this cluster's settings: every task's
-/// report in DIR/out-TASK, srun's own exit code.
+/// report in DIR/TAG-TASK, srun's own exit code. Each task's stderr goes
+/// to DIR/TAG-TASK.err: with `--kill-on-bad-exit`, slurmstepd writes
+/// "STEP CANCELLED" there for a task still exiting when another failed,
+/// which in the report's file would follow the report.
 fn srun_preflight(s: &Slurm, d: &Path, tag: &str, shape: &[&str]) -> (i32, Vec<Report>) {
     let checks = concat!(env!("CARGO_MANIFEST_DIR"), "/checks/cluster.yaml");
     let out = d.join(format!("{tag}-%t"));
+    let err = d.join(format!("{tag}-%t.err"));
     let mut args: Vec<String> = ["-N3", "--kill-on-bad-exit=1", "-o"]
         .iter()
         .map(|s| s.to_string())
         .collect();
     args.push(out.display().to_string());
+    args.push("-e".into());
+    args.push(err.display().to_string());
     args.extend(shape.iter().map(|s| s.to_string()));
     args.extend(
         [
@@ -42,7 +48,8 @@ fn srun_preflight(s: &Slurm, d: &Path, tag: &str, shape: &[&str]) -> (i32, Vec<R
         let Ok(text) = std::fs::read_to_string(d.join(format!("{tag}-{t}"))) else {
             break;
         };
-        reports.push(common::report(&text, &format!("task {t}")));
+        let said = std::fs::read_to_string(d.join(format!("{tag}-{t}.err"))).unwrap_or_default();
+        reports.push(common::report(&text, &format!("task {t}: {said}")));
     }
     (o.status.code().unwrap_or(-1), reports)
 }
