@@ -94,32 +94,21 @@ impl Webhook {
 
     /// `call`, with curl options of the caller's own.
     fn call_with(&self, method: &str, path: &str, body: &[u8], curl: &[&str]) -> (u16, Vec<u8>) {
-        let file = self.dir.path().join("body");
-        std::fs::write(&file, body).unwrap();
-        let o = Command::new("curl")
-            .args(["-sS", "--max-time", "10", "-X", method])
-            .arg("--cacert")
-            .arg(self.dir.path().join("tls.crt"))
-            .args(["--resolve", &format!("{NAME}:{}:127.0.0.1", self.port)])
-            .args([
-                "-H",
-                "Content-Type: application/json",
-                "-H",
-                "Accept: application/json",
-            ])
-            .args(curl)
-            .arg("--data-binary")
-            .arg(format!("@{}", file.display()))
-            .args(["-w", "\n%{http_code}"])
-            .arg(format!("https://{NAME}:{}{path}", self.port))
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "curl: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let mut out = o.stdout;
+        let file = self.body_file(body);
+        let mut out = self.curl(|c| {
+            c.args(["-X", method])
+                .args([
+                    "-H",
+                    "Content-Type: application/json",
+                    "-H",
+                    "Accept: application/json",
+                ])
+                .args(curl)
+                .arg("--data-binary")
+                .arg(format!("@{}", file.display()))
+                .args(["-w", "\n%{http_code}"])
+                .args(self.to(path));
+        });
         let at = out.iter().rposition(|b| *b == b'\n').unwrap();
         let code = String::from_utf8_lossy(&out[at + 1..]).parse().unwrap();
         out.truncate(at);
@@ -130,39 +119,60 @@ impl Webhook {
     /// the connection for it if the webhook did: for each, its status,
     /// the connections it opened and the bytes it sent.
     fn post_then_healthz(&self, body: &[u8], curl: &[&str]) -> String {
+        let file = self.body_file(body);
+        let said = [
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{num_connects} %{size_upload}\n",
+        ];
+        let out = self.curl(|c| {
+            c.args(curl)
+                .arg("--data-binary")
+                .arg(format!("@{}", file.display()))
+                .args(said)
+                .args(self.to("/mutate?timeout=10s"))
+                .arg("--next")
+                .args(said)
+                .args(self.to("/healthz"));
+        });
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn body_file(&self, body: &[u8]) -> std::path::PathBuf {
         let file = self.dir.path().join("body");
         std::fs::write(&file, body).unwrap();
-        let to = |path: &str| {
-            vec![
-                "--max-time".to_string(),
-                "10".into(),
-                "--cacert".into(),
-                self.dir.path().join("tls.crt").display().to_string(),
-                "--resolve".into(),
-                format!("{NAME}:{}:127.0.0.1", self.port),
-                "-o".into(),
-                "/dev/null".into(),
-                "-w".into(),
-                "%{http_code} %{num_connects} %{size_upload}\n".into(),
-                format!("https://{NAME}:{}{path}", self.port),
-            ]
-        };
-        let o = Command::new("curl")
-            .arg("-sS")
-            .args(curl)
-            .arg("--data-binary")
-            .arg(format!("@{}", file.display()))
-            .args(to("/mutate?timeout=10s"))
-            .arg("--next")
-            .args(to("/healthz"))
-            .output()
-            .unwrap();
+        file
+    }
+
+    /// The options that reach `path` as the API server does (after
+    /// `--next` too: curl takes them per URL): the Service's name
+    /// resolved to the webhook, its certificate checked, 10 s at most.
+    fn to(&self, path: &str) -> Vec<String> {
+        vec![
+            "--max-time".into(),
+            "10".into(),
+            "--cacert".into(),
+            self.dir.path().join("tls.crt").display().to_string(),
+            "--resolve".into(),
+            format!("{NAME}:{}:127.0.0.1", self.port),
+            format!("https://{NAME}:{}{path}", self.port),
+        ]
+    }
+
+    /// curl with the options `add` gives it; its stdout, the test failing
+    /// on an error of curl's own.
+    fn curl(&self, add: impl FnOnce(&mut Command)) -> Vec<u8> {
+        let mut c = Command::new("curl");
+        c.arg("-sS");
+        add(&mut c);
+        let o = c.output().unwrap();
         assert!(
             o.status.success(),
             "curl: {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        o.stdout
     }
 
     fn review(&self, fixture: &str) -> (Value, Value) {
