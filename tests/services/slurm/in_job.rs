@@ -308,7 +308,7 @@ fn a_watchdog_names_the_stuck_rank_across_the_allocation_and_the_timeouts_epilog
         common::skip_unless_required("python3-torch is not installed");
         return;
     }
-    let _s = serial();
+    let alone = serial();
     let settings = "report_dir: {dir}/reports/%n\nepilog:\n  only: [epilog]\n";
     let before = |d: &Path| {
         let etc = site(d, settings);
@@ -382,7 +382,11 @@ fn a_watchdog_names_the_stuck_rank_across_the_allocation_and_the_timeouts_epilog
         "{diagnosis:#?}"
     );
     // The job runs out of time; h1's epilog (the batch host's) drains h2
-    // on the saved evidence, and h1, whose rank waited, stays.
+    // on the saved evidence, and h1, whose rank waited, stays. Until then
+    // (a minute's limit, which slurmctld looks at every 30 s) the job only
+    // waits on Slurm's clock: the other tests may run, and its epilog's
+    // deadlines are far from its time.
+    drop(alone);
     assert!(
         wait_until(Duration::from_secs(180), || s.state("h2") == "drain"),
         "h2 was not drained: {}\n{}\nh1's epilog: {}",
