@@ -3,12 +3,12 @@
 # machine: installs what the tests need (.ci/install: apt packages, the
 # real collective libraries, ansible-core, zig, cargo-fuzz; what is there
 # already is kept), builds the binary to ship (tools/release.sh, which
-# tests/plain/release.rs checks) beside the tests' build, runs every test
-# of `cargo test --workspace`, its binaries side by side, with clippy over
-# the declared lints and every fuzz target (built, then run for
-# PREFLIGHT_FUZZ_SECONDS, default 20, each) beside them, then every bench
-# script in a short mode. This is the README's one test command and what
-# CI runs (.ci/run reads it from the README).
+# tests/plain/release.rs checks), runs every test of `cargo test
+# --workspace`, its binaries side by side, with clippy over the declared
+# lints and every fuzz target (built, then run for PREFLIGHT_FUZZ_SECONDS,
+# default 20, each) beside them, then every bench script in a short mode.
+# This is the README's one test command and what CI runs (.ci/run reads
+# it from the README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase says how long it took, so that CI's time is measured where
@@ -33,19 +33,15 @@ stop_beside() {
     rm -rf "$beside_logs"
 }
 trap stop_beside EXIT
-# background PRIORITY NAME COMMAND...: its own process group (setsid),
-# so that a failing phase stops the whole of it; its own time said at its
-# end; joined by `joined NAME`.
-background() {
-    local priority=$1 name=$2
-    shift 2
-    setsid chrt "$priority" 0 bash -c 'start=$SECONDS; rc=0; "$@" || rc=$?; echo "took $((SECONDS - start)) s" >&2; exit $rc' \
+beside() {
+    local name=$1
+    shift
+    # Its own process group (setsid), so that a failing test phase stops
+    # the whole of it; its own time said at its end.
+    setsid chrt --idle 0 bash -c 'start=$SECONDS; rc=0; "$@" || rc=$?; echo "took $((SECONDS - start)) s" >&2; exit $rc' \
         _ "$@" > "$beside_logs/$name" 2>&1 &
     beside_pid[$name]=$!
 }
-beside() { background --idle "$@"; }
-# At normal priority, for work the next phases need.
-alongside() { background --other "$@"; }
 joined() {
     local name=$1 start=$SECONDS rc=0
     wait "${beside_pid[$name]}" || rc=$?
@@ -53,7 +49,7 @@ joined() {
     local took
     took=$(tail -1 "$beside_logs/$name")
     sed '$d' "$beside_logs/$name"
-    echo "tools/test.sh: $name (in the background) $took, joined after $((SECONDS - start)) s more"
+    echo "tools/test.sh: $name (beside the tests) $took, joined after $((SECONDS - start)) s more"
     return "$rc"
 }
 # The test binaries side by side, each in a lane of its own: one per
@@ -98,14 +94,11 @@ for p in json.load(sys.stdin)["packages"]:
 # .ci/install is sourced, not run: it exports where the libraries and
 # virtual environments are, and finds cargo.
 phase install . .ci/install
-# The binary to ship and the tests' build at once: each leaves a CPU idle
-# in its long single-crate steps (the crate itself, the links), which the
-# other fills; they lock different build directories (target/debug, and
-# the release target's). Joined before the tests: tests/plain/release.rs
-# and the packages' tests read dist/.
-alongside release tools/release.sh
+phase release tools/release.sh
+# One after the other: both builds keep the two CPUs busy, and side by
+# side they took 233 s where one after the other takes about 225
+# (bench/RESULTS.md).
 phase tests-build cargo test --workspace --no-run --quiet
-joined release
 # Clippy and the fuzzing start once the tests are built: beside the tests'
 # own build they slowed it by two minutes (bench/RESULTS.md), idle
 # priority or not. Clippy: the lints Cargo.toml declares, every target,

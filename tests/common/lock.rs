@@ -15,12 +15,15 @@
 //! one waits, so the shared tests of every binary run together first and
 //! the serial ones one after another once they are done, the order that
 //! takes the least time. A test takes one of the two, once, at its top
-//! (never both: the write would wait on its own read). A test that
-//! panicked holding it poisons nothing.
+//! (never both: the write would wait on its own read); a test binary a
+//! test runs again takes neither, its parent holds the lock for it. A
+//! test that panicked holding it poisons nothing, and a test that waits
+//! for its turn past `TURN` fails rather than hang.
 
 use std::fs::{File, OpenOptions};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -69,35 +72,67 @@ pub fn path() -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("preflight-tests.lock"))
 }
 
+/// How long a test waits for its turn before it fails, naming the lock:
+/// far past all the tests' time here (about 12 minutes side by side),
+/// well inside CI's limit. A wait that never ends (a test holding a
+/// place while it waits on another that waits on it) is a hang.
+const TURN: Duration = Duration::from_secs(30 * 60);
+
 /// A descriptor of the lock file's own, locked: flock belongs to the
 /// open file, so two threads of one process each need theirs.
 fn machine(exclusive: bool) -> Flock<File> {
     let how = if exclusive {
-        FlockArg::LockExclusive
+        FlockArg::LockExclusiveNonblock
     } else {
-        FlockArg::LockShared
+        FlockArg::LockSharedNonblock
     };
-    locked(path(), how)
-}
-
-/// One of the slots (`LOCK.slotN`, N below the CPU count), exclusive: the
-/// first free one, else the one this thread waits its turn on.
-fn slot() -> Flock<File> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for i in 0..cpus {
-        let path = slot_path(i);
-        match Flock::lock(open(&path), FlockArg::LockExclusiveNonblock) {
+    let path = path();
+    let mut file = open(&path);
+    let start = Instant::now();
+    loop {
+        match Flock::lock(file, how) {
             Ok(held) => return held,
-            Err((_, Errno::EWOULDBLOCK)) => {}
+            Err((back, Errno::EWOULDBLOCK)) => file = back,
             Err((_, e)) => panic!("the tests' lock {}: {e}", path.display()),
         }
+        wait_turn(&path, start);
     }
-    locked(slot_path(waiter() % cpus), FlockArg::LockExclusive)
 }
 
-fn locked(path: PathBuf, how: FlockArg) -> Flock<File> {
-    Flock::lock(open(&path), how)
-        .unwrap_or_else(|(_, e)| panic!("the tests' lock {}: {e}", path.display()))
+/// One of the places (`LOCK.slotN`, N below the CPU count), exclusive:
+/// the first one free.
+fn slot() -> Flock<File> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut places: Vec<(PathBuf, Option<File>)> = (0..cpus)
+        .map(|i| {
+            let path = slot_path(i);
+            let file = open(&path);
+            (path, Some(file))
+        })
+        .collect();
+    let start = Instant::now();
+    loop {
+        for (path, file) in &mut places {
+            let Some(f) = file.take() else { continue };
+            match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                Ok(held) => return held,
+                Err((back, Errno::EWOULDBLOCK)) => *file = Some(back),
+                Err((_, e)) => panic!("the tests' lock {}: {e}", path.display()),
+            }
+        }
+        wait_turn(&places[0].0, start);
+    }
+}
+
+/// A short pause between tries (flock's own wait has no deadline), or
+/// the failure once the turn is past.
+fn wait_turn(path: &Path, start: Instant) {
+    assert!(
+        start.elapsed() < TURN,
+        "the tests' lock {}: not free after {TURN:?}; a test holding it waits on this one, or never ends",
+        path.display()
+    );
+    std::thread::sleep(Duration::from_millis(10));
 }
 
 /// Place `i` (`LOCK.slotI`).
@@ -107,16 +142,9 @@ pub fn slot_path(i: usize) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Spreads the waiters of every process over the slots.
-fn waiter() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    std::process::id() as usize + N.fetch_add(1, Ordering::Relaxed)
-}
-
 /// Opened to be locked. An ordinary user may only read a file root made,
 /// which is enough to lock it.
-fn open(path: &std::path::Path) -> File {
+fn open(path: &Path) -> File {
     OpenOptions::new()
         .read(true)
         .write(true)
