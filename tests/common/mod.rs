@@ -10,12 +10,9 @@ pub mod fixture_run;
 pub mod skip;
 
 pub mod cpu_limit;
-pub mod lock;
 pub mod netns;
 pub mod slurm;
 pub mod standin;
-
-pub use lock::{serial, shared};
 
 use std::path::Path;
 use std::process::Command;
@@ -342,6 +339,24 @@ pub fn python_as_nobody(script: &str) -> std::process::Child {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("setpriv")
+}
+
+/// The binary's one lock. A test that measures time or loads the machine
+/// (collective runs, torch jobs, Slurm, signals, starved hosts, 2,048
+/// simulated ranks) takes `serial()` and runs alone; every other test takes
+/// `shared()` and runs beside the others that do. On two cores, tests side
+/// by side would measure each other, and cargo runs the binaries one after
+/// another, so within one this is what keeps them apart. A test takes one
+/// of the two, once, at its top (never both: the write would wait on its
+/// own read). A test that panicked holding it poisons nothing.
+static LOCK: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+pub fn serial() -> std::sync::RwLockWriteGuard<'static, ()> {
+    LOCK.write().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    LOCK.read().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Polls `ready` until it holds or `limit` passes, and says whether it

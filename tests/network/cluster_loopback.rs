@@ -445,11 +445,9 @@ fn probe_listeners_take_the_next_free_port_of_the_range() {
 /// limit below the world (32 for 48 ranks, the hard limit left as it is),
 /// it raises the soft limit to the hard one and serves every rank. With the
 /// hard limit at 32 as well it cannot: the report says so, with the fix.
-/// Alone: 48 ranks load the machine, and beside other tests too few of
-/// them reach rank 0 within the 6 s to use up its descriptors.
 #[test]
 fn rank_0_raises_its_open_files_limit_and_names_one_too_low() {
-    let _serial = crate::common::serial();
+    let _shared = crate::common::shared();
     let world = 48u32;
     for (limit, ready) in [("--nofile=32:", true), ("--nofile=32:32", false)] {
         let port = cluster::free_port().to_string();

@@ -17,7 +17,6 @@ mod faults;
 mod gpu_depth;
 mod hardware;
 mod http;
-mod lock;
 mod profiles;
 mod rank_sim;
 mod readme;

@@ -36,8 +36,7 @@ fn skipping_is_forbidden_by_either_variable_set_to_1() {
 /// fails it.
 #[test]
 fn a_skip_under_the_variable_fails_the_test() {
-    // The child runs under its parent's lock: taking it again would wait
-    // on the parent's place, and the parent on the child.
+    // The child runs under its parent's lock.
     if std::env::var_os("SKIPS_CHILD").is_some() {
         skip::skip("staged by tests/plain/skips.rs");
         return;
