@@ -21,6 +21,10 @@
 //! - `PREFLIGHT_TEST_MESH_DIAL_DELAY_MS=RANK:MS`: that rank waits MS before
 //!   dialling its TCP backend's peers, with its own sockets already
 //!   announced (a slow rank, and a window in which others may connect).
+//! - `PREFLIGHT_TEST_REPORT_FETCH_DELAY_MS=RANK:MS`: that rank waits MS
+//!   before it fetches rank 0's collective report (a rank that a loaded
+//!   node runs late at the end of the stage), writing
+//!   `PREFLIGHT_TEST_COLL_HANG_MARKER` as it starts to wait.
 
 pub const COLL_HANG: &str = "PREFLIGHT_TEST_COLL_HANG";
 pub const COLL_HANG_MARKER: &str = "PREFLIGHT_TEST_COLL_HANG_MARKER";
@@ -30,6 +34,7 @@ pub const CLOCK_OFFSET_MS: &str = "PREFLIGHT_TEST_CLOCK_OFFSET_MS";
 pub const INTERRUPT_DELAY_MS: &str = "PREFLIGHT_TEST_INTERRUPT_DELAY_MS";
 pub const MESH_DIAL_DELAY_MS: &str = "PREFLIGHT_TEST_MESH_DIAL_DELAY_MS";
 pub const CHECKIN_MARKER: &str = "PREFLIGHT_TEST_CHECKIN_MARKER";
+pub const REPORT_FETCH_DELAY_MS: &str = "PREFLIGHT_TEST_REPORT_FETCH_DELAY_MS";
 
 /// `RANK:BYTES` for `rank`, from `var`; anything else is no hook.
 pub fn rank_bytes(get: &dyn Fn(&str) -> Option<String>, var: &str, rank: u32) -> Option<usize> {

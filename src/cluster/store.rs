@@ -59,6 +59,12 @@ pub fn owner(key: &str) -> u32 {
         .unwrap_or(0)
 }
 
+/// Set by rank 0's server, empty, when the connection that writes
+/// `rank`'s keys ends: the rank can no longer answer through the store.
+pub fn gone_key(rank: u32) -> String {
+    format!("conn/gone/{rank}")
+}
+
 impl Store {
     /// Keys are written once: the same value again is accepted (a retry),
     /// another value is refused, so no peer can replace what a rank

@@ -249,24 +249,32 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             );
         }
         // The store lives in this process: stay until every rank that gave
-        // a result has fetched the report (each acknowledges), 5 s at most.
-        let ack_end = Instant::now() + Duration::from_secs(5);
+        // a result has fetched the report (each acknowledges), or can no
+        // longer (its connection ended), or would itself have stopped
+        // waiting for it (or the run's deadline comes). A loaded node
+        // fetches late, and a rank that finds rank 0 gone leaves with a
+        // verdict of its own.
+        let ack_end = cfg.deadline(wait_for_report(margin));
         for r in 1..info.world {
             if report.missing.contains(&r) {
                 continue;
             }
-            let wait = ack_end.saturating_duration_since(Instant::now());
-            let _ = store::get(
-                info.conn,
-                &format!("coll/ack/{r}"),
-                wait,
-                ack_end + Duration::from_secs(1),
-            )
-            .await;
+            acknowledged(info.conn, r, ack_end).await;
         }
         report
     } else {
-        let wait = margin * 2;
+        #[cfg(feature = "test-hooks")]
+        if let Some(ms) = crate::test_hooks::rank_bytes(
+            &|k| std::env::var(k).ok(),
+            crate::test_hooks::REPORT_FETCH_DELAY_MS,
+            info.rank,
+        ) {
+            if let Ok(path) = std::env::var(crate::test_hooks::COLL_HANG_MARKER) {
+                let _ = std::fs::write(path, "waiting to fetch the report");
+            }
+            tokio::time::sleep(Duration::from_millis(ms as u64)).await;
+        }
+        let wait = wait_for_report(margin);
         let got = store::get_large(
             info.conn,
             "coll/report",
@@ -309,6 +317,48 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
             ),
         }
     }
+}
+
+/// Waits until rank `r` acknowledges the report or its connection to rank
+/// 0's store ends, or `end`.
+async fn acknowledged(conn: &mut store::Channel, r: u32, end: Instant) {
+    let ack = format!("coll/ack/{r}");
+    let gone = store::gone_key(r);
+    // Each look waits a little on the acknowledgement, then asks after the
+    // connection: a get waits on one key.
+    let look = Duration::from_millis(200);
+    while Instant::now() < end {
+        let wait = look.min(end.saturating_duration_since(Instant::now()));
+        match store::get(
+            conn,
+            &ack,
+            wait,
+            Instant::now() + wait + Duration::from_secs(1),
+        )
+        .await
+        {
+            Ok(Some(_)) => return,
+            Ok(None) => {}
+            Err(_) => return,
+        }
+        match store::get(
+            conn,
+            &gone,
+            Duration::ZERO,
+            Instant::now() + Duration::from_secs(1),
+        )
+        .await
+        {
+            Ok(None) => {}
+            _ => return,
+        }
+    }
+}
+
+/// How long a rank waits for rank 0's report once its own result is
+/// sent: rank 0 gathers for `margin`, then assembles and stores it.
+fn wait_for_report(margin: Duration) -> Duration {
+    margin * 2
 }
 
 /// This rank's own view, with no verdict: rank 0 was interrupted.

@@ -218,6 +218,82 @@ fn a_corrupted_contribution_is_detected_and_its_rank_named() {
     assert!(tcp(&report).sweep.is_empty());
 }
 
+/// Rank 0's process holds the store the others fetch its report from: it
+/// stays until each rank that gave a result has it. A rank that fetches
+/// 6 s late (past the 5 s rank 0 once waited, as a loaded node may) still
+/// leaves with rank 0's verdict, not one of its own ("rank 0 is gone").
+#[test]
+fn a_rank_slow_to_fetch_the_report_still_leaves_with_rank_0s_verdict() {
+    let _serial = serial();
+    let port = cluster::free_port().to_string();
+    let mut args = run_args("60s");
+    args.extend(["--backends", "tcp", "--max-size", "64KiB"].map(String::from));
+    let procs: Vec<Proc> = (0..2u32)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut e = env(&rank, "2", &port);
+            e.push(("PREFLIGHT_TEST_REPORT_FETCH_DELAY_MS", "1:6000"));
+            local(&format!("rank{r}"), &args, &e)
+        })
+        .collect();
+    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    all_exit(&out, 0);
+    for o in &out {
+        assert_eq!(
+            o.report().verdict,
+            Verdict::Ready,
+            "{}: {}",
+            o.label,
+            o.message("collective.tcp")
+        );
+    }
+}
+
+/// A rank that gave its result and is gone before it fetched the report
+/// (killed while it waits) holds rank 0 no longer than its connection:
+/// rank 0 leaves with its verdict long before the others' own wait for
+/// the report (twice the step deadline and 5 s: 70 s here) would end.
+#[test]
+fn a_rank_gone_before_fetching_the_report_does_not_hold_rank_0() {
+    let _serial = serial();
+    let port = cluster::free_port().to_string();
+    let mut args = run_args("120s");
+    args.extend(
+        [
+            "--backends",
+            "tcp",
+            "--max-size",
+            "64KiB",
+            "--step-timeout",
+            "30s",
+        ]
+        .map(String::from),
+    );
+    let held = tempfile::tempdir().unwrap();
+    let marker = held.path().join("waiting");
+    let marker_text = marker.display().to_string();
+    let mut procs: Vec<Proc> = (0..2u32)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut e = env(&rank, "2", &port);
+            e.push(("PREFLIGHT_TEST_REPORT_FETCH_DELAY_MS", "1:100000"));
+            e.push(("PREFLIGHT_TEST_COLL_HANG_MARKER", &marker_text));
+            local(&format!("rank{r}"), &args, &e)
+        })
+        .collect();
+    common::wait_for("rank 1 waits to fetch the report", || marker.exists());
+    procs[1].kill();
+    let killed = std::time::Instant::now();
+    let _gone = procs.pop();
+    let rank0 = procs.pop().expect("rank 0").finish(MARGIN);
+    let after = killed.elapsed();
+    assert_eq!(rank0.code, 0, "{}\n{}", rank0.stdout, rank0.stderr);
+    assert!(
+        after < Duration::from_secs(20),
+        "rank 0 left {after:?} after the kill"
+    );
+}
+
 #[test]
 fn a_rank_killed_mid_stage_is_named_by_every_other_rank() {
     let _serial = serial();

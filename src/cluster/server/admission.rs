@@ -2,6 +2,7 @@
 //! proving the job's secret at once, in all and from one address, and the
 //! accept loop that keeps to it.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use tokio::net::TcpListener;
 
 use super::Event;
 use super::connection::Serving;
+use crate::cluster::store;
 use crate::cluster::unproven::Unproven;
 
 /// Connections still authenticating at once, at most; beyond the limit
@@ -62,7 +64,13 @@ pub(super) async fn accept_loop(listener: TcpListener, serving: Serving) {
         let conn = NEXT.fetch_add(1, Ordering::Relaxed);
         let serving = serving.clone();
         tokio::spawn(async move {
+            let (store, shared) = (Arc::clone(&serving.store), Arc::clone(&serving.shared));
             super::connection::connection(stream, peer, conn, permit, serving).await;
+            // Said in the store once the connection that writes a rank's
+            // keys ends: whoever waits on that rank waits no longer.
+            for rank in shared.owners.ranks_of(conn) {
+                let _ = store.set(store::gone_key(rank), String::new());
+            }
         });
     }
 }

@@ -63,6 +63,19 @@ impl Owners {
         }
     }
 
+    /// The ranks whose keys `conn` writes: those it checked in first, or
+    /// attached as.
+    pub(super) fn ranks_of(&self, conn: ConnId) -> Vec<u32> {
+        let owners = self.first.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ranks: Vec<u32> = owners
+            .iter()
+            .filter(|(_, c)| **c == conn)
+            .map(|(r, _)| *r)
+            .collect();
+        ranks.sort_unstable();
+        ranks
+    }
+
     /// A rank that its node leader checked in takes its store keys over
     /// on its own connection, once; a rank that checked in itself, or one
     /// attached already, is refused.
@@ -107,5 +120,10 @@ mod tests {
         assert!(o.attach(5, 3).is_err());
         assert!(o.attach(6, 2).is_err());
         assert!(o.may_write(7, None, "x").is_err());
+        // Whose keys each connection writes now: the leader's ends for
+        // rank 2 only, the second claimant's for none.
+        assert_eq!(o.ranks_of(1), [2]);
+        assert_eq!(o.ranks_of(4), [3]);
+        assert!(o.ranks_of(9).is_empty());
     }
 }
