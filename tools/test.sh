@@ -69,12 +69,17 @@ for p in json.load(sys.stdin)["packages"]:
         if "test" in t["kind"]:
             mine = p["name"] == "preflight"
             print(first.get(t["name"], 1) if mine else 3, "own" if mine else "rest", t["name"])' | sort -n)
-    while read -r _ kind name; do
+    # Read whole before any test runs: a test reading its standard input
+    # would take the rest of the list.
+    local lines line
+    mapfile -t lines <<< "$order"
+    for line in "${lines[@]}"; do
+        read -r _ kind name <<< "$line"
         case $kind in
-            own) phase "tests: $name" cargo test --workspace --test "$name" ;;
+            own) phase "tests: $name" cargo test --workspace --test "$name" < /dev/null ;;
             rest) others+=(--test "$name") ;;
         esac
-    done <<< "$order"
+    done
     phase "tests: the rest" cargo test --workspace --lib --bins "${others[@]}"
     cargo test --workspace --doc
 }
