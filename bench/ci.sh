@@ -5,7 +5,9 @@
 # Each script fails loudly on a failed run (see bench/timing.sh and
 # bench/rounds.sh). tests/plain/bench_scripts.rs holds that every script is here.
 # The scripts measure BIN (no release build of their own) and PEERS=0
-# leaves out the peers, which the full runs compare against.
+# leaves out the peers, which the full runs compare against. The three
+# that need the tests' build (the rank simulator, the Slurm test) come
+# last: tools/test.sh runs this beside that build.
 # The figures printed are not results: bench/RESULTS.md names the full
 # command behind each published figure.
 #
@@ -30,10 +32,10 @@ short node-share.sh           env RUNS=5 bash bench/node-share.sh
 short collective-allreduce.sh env PEERS=0 bash bench/collective-allreduce.sh 1
 short collective-netns.sh     env PEERS=0 bash bench/collective-netns.sh 1
 short oneccl-allreduce.sh     bash bench/oneccl-allreduce.sh --runs 1 --ranks 2 --max-size 64KiB
-short rendezvous-scale.sh     env TCPSTORE=0 bash bench/rendezvous-scale.sh 64 nodes:8
-short rendezvous-slope.sh     bash bench/rendezvous-slope.sh 64 256
 short report.sh               env RUNS=1 SIZES=20 bash bench/report.sh
 short resources.sh            env RUNS=1 bash bench/resources.sh
 short slowness.sh           env ROUNDS_HEALTHY=2 ROUNDS_STARVED=1 bash bench/slowness.sh
-short slurm.sh                env PROFILE=dev bash bench/slurm.sh
 short ansible-validate.sh     bash bench/ansible-validate.sh 1
+short rendezvous-scale.sh     env TCPSTORE=0 bash bench/rendezvous-scale.sh 64 nodes:8
+short rendezvous-slope.sh     bash bench/rendezvous-slope.sh 64 256
+short slurm.sh                env PROFILE=dev bash bench/slurm.sh

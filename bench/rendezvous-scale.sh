@@ -30,7 +30,9 @@ fi
 # The simulator is a test tool (the rank-sim feature). With BIN set (CI's
 # short run) rank 0 is that binary and the simulator a debug build.
 if [[ -n ${BIN:-} ]]; then
-    cargo build --quiet --features rank-sim --bin preflight-rank-sim
+    # The tests' build holds it (their dev-dependency turns rank-sim on):
+    # no second debug build of the crate, which would also replace theirs.
+    cargo test --workspace --no-run --quiet
     sim=target/debug/preflight-rank-sim
     rank0=$(realpath "$BIN")
 else

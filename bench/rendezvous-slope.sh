@@ -24,7 +24,9 @@ cd "$(dirname "$0")/.."
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(4096 16384 65536 131072)
 if [[ -n ${BIN:-} ]]; then
-    cargo build --quiet --features rank-sim --bin preflight-rank-sim
+    # The tests' build holds it (their dev-dependency turns rank-sim on):
+    # no second debug build of the crate, which would also replace theirs.
+    cargo test --workspace --no-run --quiet
     sim=target/debug/preflight-rank-sim
     rank0=$(realpath "$BIN")
 else

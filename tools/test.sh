@@ -53,14 +53,12 @@ joined() {
     echo "tools/test.sh: $name (in the background) $took, joined after $((SECONDS - start)) s more"
     return "$rc"
 }
-# The test binaries one after another (they share the machine's
-# namespaces, ports and clock, and their tests that run alone would not be
-# alone side by side), `services` first: its tests mostly wait on a clock
-# (Slurm, Ansible, torch jobs), which leaves the CPUs to the compiles
-# beside; `collective`, whose tests compute, last. Then the rest: unit
-# tests, the -sys crates' tests, doc tests.
-tests_in_turn() {
-    local kind name others=() order
+# The project's test targets, a line each: ORDER KIND NAME, KIND `own`
+# for the project's integration-test binaries (tests/NAME/main.rs),
+# `rest` for the -sys crates' tests. Read whole before any test runs: a
+# test reading its standard input would take the rest of the list.
+test_targets() {
+    local order
     order=$(cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, sys
 first = {"services": 0, "collective": 2}
@@ -69,19 +67,32 @@ for p in json.load(sys.stdin)["packages"]:
         if "test" in t["kind"]:
             mine = p["name"] == "preflight"
             print(first.get(t["name"], 1) if mine else 3, "own" if mine else "rest", t["name"])' | sort -n)
-    # Read whole before any test runs: a test reading its standard input
-    # would take the rest of the list.
-    local lines line
-    mapfile -t lines <<< "$order"
-    for line in "${lines[@]}"; do
+    mapfile -t targets <<< "$order"
+}
+# The test binaries one after another (they share the machine's
+# namespaces, ports and clock, and their tests that run alone would not be
+# alone side by side), `services` first: its tests mostly wait on a clock
+# (Slurm, Ansible, torch jobs), which leaves the CPUs to the compiles
+# beside; `collective`, whose tests compute, last.
+tests_in_turn() {
+    local targets line kind name
+    test_targets
+    for line in "${targets[@]}"; do
         read -r _ kind name <<< "$line"
-        case $kind in
-            own) phase "tests: $name" cargo test --workspace --test "$name" < /dev/null ;;
-            rest) others+=(--test "$name") ;;
-        esac
+        [[ $kind == own ]] && phase "tests: $name" cargo test --workspace --test "$name" < /dev/null
     done
-    phase "tests: the rest" cargo test --workspace --lib --bins "${others[@]}"
-    cargo test --workspace --doc
+    return 0
+}
+# The rest: unit tests, the -sys crates' tests, doc tests.
+the_rest() {
+    local targets line kind name others=()
+    test_targets
+    for line in "${targets[@]}"; do
+        read -r _ kind name <<< "$line"
+        [[ $kind == rest ]] && others+=(--test "$name")
+    done
+    cargo test --workspace --lib --bins "${others[@]}" < /dev/null
+    cargo test --workspace --doc < /dev/null
 }
 # .ci/install is sourced, not run: it exports where the libraries and
 # virtual environments are, and finds cargo.
@@ -95,6 +106,9 @@ phase release tools/release.sh
 # share namespaces, Slurm and the clock.
 alongside benches env BIN=dist/preflight bash bench/ci.sh
 phase tests-build cargo test --workspace --no-run --quiet
+# The unit tests, the -sys crates' tests and the doc tests share no
+# namespace, port or Slurm with a bench: they run while the benches end.
+phase "tests: the rest" the_rest
 joined benches
 # Clippy and the fuzzing start once the tests are built: beside the tests'
 # own build they slowed it by two minutes (bench/RESULTS.md), idle
