@@ -251,10 +251,12 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         // The store lives in this process: stay until every rank that gave
         // a result has fetched the report (each acknowledges), or can no
         // longer (its connection ended), or would itself have stopped
-        // waiting for it (or the run's deadline comes). A loaded node
-        // fetches late, and a rank that finds rank 0 gone leaves with a
-        // verdict of its own.
-        let ack_end = cfg.deadline(wait_for_report(margin));
+        // waiting for it (or the run's deadline comes, though never sooner
+        // than 5 s). A loaded node fetches late, and a rank that finds
+        // rank 0 gone leaves with a verdict of its own.
+        let ack_end = cfg
+            .deadline(wait_for_report(margin))
+            .max(Instant::now() + Duration::from_secs(5));
         for r in 1..info.world {
             if report.missing.contains(&r) {
                 continue;
