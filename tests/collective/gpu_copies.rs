@@ -45,8 +45,7 @@ fn on_root(
     Some(common::check(&file, &args, &all))
 }
 
-/// Copies of tens of MiB: a modelled copy then lasts longer than queueing
-/// the next one takes, even on a loaded machine, as on a GPU.
+/// Copies of tens of MiB, as a bandwidth check times them on a GPU.
 const BANDWIDTH: &str =
     "checks:\n  - {id: gpu.copy, kind: gpu_bandwidth, area: accelerators, sizes: [16MiB, 32MiB]}\n";
 
@@ -127,6 +126,25 @@ fn the_link_is_the_slower_of_the_gpu_and_its_port() {
     };
     let m = message(&report, "gpu.copy");
     assert!(m.contains("67% of its x16 16 GT/s link's 31.5"), "{m}");
+}
+
+#[test]
+fn a_host_slow_to_queue_the_copies_does_not_slow_the_gpus() {
+    // Gigabytes of the stand-in's copies: alone.
+    let _serial = crate::common::serial();
+    // 2 ms between two calls, where a 16 MiB copy lasts 0.32 ms: a stream
+    // not held until all its copies are queued would run dry between
+    // them, and its events would time the host's pauses.
+    let Some(report) = bandwidth(&[("PREFLIGHT_STANDIN_QUEUE_PAUSE_US", "2000")]) else {
+        return;
+    };
+    assert_eq!(status(&report, "gpu.copy"), "pass", "{report}");
+    let copies = result(&report, "gpu.copy").copies.clone().expect("copies");
+    for g in &copies.gpus {
+        assert!((50.0..=53.5).contains(&g.h2d_gbps), "{g:?}");
+        assert!((50.0..=53.5).contains(&g.d2h_gbps), "{g:?}");
+        assert!(g.together_h2d_gbps.is_some_and(|r| r > 45.0), "{g:?}");
+    }
 }
 
 #[test]

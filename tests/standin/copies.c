@@ -1,7 +1,7 @@
 /*
  * The stand-in's copies (included by standin.c, one translation unit):
- * pinned host memory, asynchronous copies and fills on a stream, events
- * and the devices' PCI addresses, as crates/nccl-sys/src/copies.rs uses
+ * pinned host memory, asynchronous copies and fills on a stream, events,
+ * host functions and the devices' PCI addresses, as crates/nccl-sys/src/copies.rs uses
  * them (prototypes from the CUDA 12.4 driver API documentation).
  *
  * A copy's time is modelled, not measured: this machine's memcpy says
@@ -206,8 +206,17 @@ static double issued_at(CUstream s) {
     return idle ? now_ns() : 0;
 }
 
+/* A host slow to queue (PREFLIGHT_STANDIN_QUEUE_PAUSE_US=N): the calling
+ * thread pauses N µs before each asynchronous copy or event record, as a
+ * loaded node's host thread may between two calls. */
+static void host_pause(void) {
+    double us = env_double("PREFLIGHT_STANDIN_QUEUE_PAUSE_US", 0);
+    if (us > 0) sleep_until(now_ns() + us * 1e3);
+}
+
 static CUresult queue_copy(CUstream s, int dir, unsigned char *to, const unsigned char *from, size_t len,
                            unsigned int word, CUdeviceptr written) {
+    host_pause();
     struct copy_work *w = calloc(1, sizeof *w);
     if (!w) return CUDA_ERROR_OUT_OF_MEMORY;
     *w = (struct copy_work){s, s->ctx->dev, dir, to, from, len, word, written, issued_at(s)};
@@ -304,6 +313,7 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
     CUresult r = usable_stream(s);
     if (r != CUDA_SUCCESS) return r;
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    host_pause();
     struct event_work *w = calloc(1, sizeof *w);
     if (!w) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&g_model);
@@ -324,6 +334,37 @@ EXPORT CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
     if (r == CUDA_SUCCESS) *ms = (float)((end->ts - start->ts) / 1e6);
     pthread_mutex_unlock(&g_model);
     return r;
+}
+
+/* cuLaunchHostFunc: the stream calls fn(data) on its own thread when it
+ * reaches it and waits for it, as the driver's host functions; the
+ * stream's clock then reads the moment it returned. */
+typedef void (*CUhostFn)(void *);
+
+struct host_fn_work {
+    struct CUstream_st *stream;
+    CUhostFn fn;
+    void *data;
+};
+
+static void run_host_fn(void *p) {
+    struct host_fn_work *w = p;
+    w->fn(w->data);
+    double now = now_ns();
+    pthread_mutex_lock(&g_model);
+    if (w->stream->vclock < now) w->stream->vclock = now;
+    pthread_mutex_unlock(&g_model);
+    free(w);
+}
+
+EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data) {
+    CUresult r = usable_stream(s);
+    if (r != CUDA_SUCCESS) return r;
+    if (!fn) return CUDA_ERROR_INVALID_VALUE;
+    struct host_fn_work *w = calloc(1, sizeof *w);
+    if (!w) return CUDA_ERROR_OUT_OF_MEMORY;
+    *w = (struct host_fn_work){s, fn, data};
+    return queue_call(s, run_host_fn, w);
 }
 
 EXPORT CUresult cuEventDestroy_v2(CUevent e) {

@@ -60,12 +60,14 @@
  *                                        fail init with ncclInvalidUsage, as in NCCL)
  *
  * Copies (copies.c): pinned host memory, asynchronous copies and fills,
- * events and PCI bus ids, with each copy's time modelled from its link:
+ * events, host functions and PCI bus ids, with each copy's time modelled from its link:
  *   PREFLIGHT_STANDIN_HOST_GBPS=G        host<->device rate (GB/s, default 24)
  *   PREFLIGHT_STANDIN_D2D_GBPS=G         device-to-device rate (default 1000)
  *   PREFLIGHT_STANDIN_SLOW_GPU=D:F[,..]  device D copies at F times the rate
  *   PREFLIGHT_STANDIN_UPLINK=N:G[:K]     every N devices (only group K) share one G GB/s uplink
  *   PREFLIGHT_STANDIN_COPY_HANG=D        device D's copies never complete
+ *   PREFLIGHT_STANDIN_QUEUE_PAUSE_US=N   the host thread pauses N µs before each asynchronous
+ *                                        copy and event record (a loaded node's host)
  *   PREFLIGHT_STANDIN_BAD_BYTE=D:OFFSET  device D's byte at OFFSET (from its first
  *                                        allocation's address) has bit 4 stuck at 1
  *   PREFLIGHT_STANDIN_BUS_IDS=A,B,...    the devices' PCI addresses

@@ -12,6 +12,7 @@
 use std::cell::Cell;
 use std::ffi::{c_uint, c_void};
 use std::fmt;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::Error;
@@ -382,14 +383,21 @@ impl Stream<'_> {
 /// Copies queued on several streams (one per GPU) before any is waited
 /// for, so that they run at once: a link shared by GPUs (a PCIe switch's
 /// uplink) only shows so. Each stream's result as [`Stream::timed`]'s.
+///
+/// Every stream is held at a [`Gate`] until all are queued: an event then
+/// times its copy alone, never a pause of the host between queueing two
+/// calls (a loaded node, a preempted thread), which a stream that had
+/// run dry would count, and the streams start together.
 pub fn timed_together(
     work: &[(&Stream<'_>, &[Copy<'_>])],
     deadline: Instant,
 ) -> Vec<Result<Vec<Duration>, Error>> {
+    let gate = Gate::new(deadline);
     let mut queued: Vec<Queued<'_>> = Vec::new();
     for (stream, copies) in work {
-        queued.push(stream.queue_timed(copies));
+        queued.push(stream.queue_timed(copies, &gate));
     }
+    gate.open();
     // Every stream that had anything queued is waited for before any
     // result is read, so that nothing below (a panic included) lets a
     // buffer go while a copy may still use it.
@@ -448,12 +456,14 @@ impl<'s> Stream<'s> {
     fn queue_timed(
         &'s self,
         copies: &[Copy<'_>],
+        gate: &Gate,
     ) -> Result<Events<'s>, (Error, Option<Events<'s>>)> {
         let device = self.device_ordinal();
         for c in copies {
             c.check(device).map_err(|e| (e, None))?;
         }
         self.device.make_current().map_err(|e| (e, None))?;
+        gate.hold(self).map_err(|e| (e, None))?;
         let mut events = Events {
             stream: self,
             raw: Vec::with_capacity(copies.len() + 1),
@@ -488,5 +498,91 @@ impl<'s> Stream<'s> {
             std::thread::sleep(pause.min(deadline - now));
             pause = (pause * 2).min(Duration::from_millis(2));
         }
+    }
+}
+
+/// What holds streams until the host has queued all their work (see
+/// [`timed_together`]): a host function at the head of each stream that
+/// waits for [`Gate::open`], as nvbandwidth holds its streams behind a
+/// spinning kernel, with no kernel of our own. It opens when dropped, and
+/// by itself at its deadline, so no stream is held past either.
+struct Gate {
+    state: Arc<GateState>,
+}
+
+struct GateState {
+    open: Mutex<bool>,
+    opened: Condvar,
+    until: Instant,
+}
+
+impl Gate {
+    fn new(until: Instant) -> Gate {
+        Gate {
+            state: Arc::new(GateState {
+                open: Mutex::new(false),
+                opened: Condvar::new(),
+                until,
+            }),
+        }
+    }
+
+    /// Holds `stream` (its context current) at the gate. A driver older
+    /// than CUDA 10 has no host functions: its streams run as queued.
+    fn hold(&self, stream: &Stream<'_>) -> Result<(), Error> {
+        let cuda = &stream.device.cuda;
+        let Some(launch) = cuda.fns.launch_host_func else {
+            return Ok(());
+        };
+        // One strong count for the call, taken back by it.
+        let data = Arc::into_raw(Arc::clone(&self.state))
+            .cast_mut()
+            .cast::<c_void>();
+        // SAFETY: a live stream of the current context; `wait_at_gate`
+        // matches CUhostFn and owns `data` when the driver calls it, which
+        // it does once for each launch that succeeds.
+        let rc = unsafe { launch(stream.raw, wait_at_gate, data) };
+        let launched = cuda.check("cuLaunchHostFunc", rc);
+        if launched.is_err() {
+            // SAFETY: the launch failed, so the driver never calls
+            // `wait_at_gate` with `data`: its count is still ours.
+            drop(unsafe { Arc::from_raw(data.cast::<GateState>().cast_const()) });
+        }
+        launched
+    }
+
+    fn open(&self) {
+        *self
+            .state
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = true;
+        self.state.opened.notify_all();
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.open();
+    }
+}
+
+/// The host function a held stream runs: it returns when the gate opens
+/// or its deadline passes. Nothing here can panic (a poisoned lock is
+/// still read), so nothing unwinds into the driver.
+unsafe extern "C" fn wait_at_gate(data: *mut c_void) {
+    // SAFETY: `data` is the strong count `Gate::hold` gave this call.
+    let state = unsafe { Arc::from_raw(data.cast::<GateState>().cast_const()) };
+    let mut open = state.open.lock().unwrap_or_else(PoisonError::into_inner);
+    while !*open {
+        let now = Instant::now();
+        if now >= state.until {
+            break;
+        }
+        open = state
+            .opened
+            .wait_timeout(open, state.until - now)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
     }
 }

@@ -22,6 +22,8 @@ type CuContext = *mut c_void;
 pub(crate) type CuStream = *mut c_void;
 pub(crate) type CuDevPtr = u64;
 pub(crate) type CuEvent = *mut c_void;
+/// CUhostFn: what a stream calls on a driver thread when it reaches it.
+pub(crate) type CuHostFn = unsafe extern "C" fn(*mut c_void);
 
 pub(crate) struct Fns {
     pub(crate) init: unsafe extern "C" fn(c_uint) -> CuResult,
@@ -58,6 +60,9 @@ pub(crate) struct Fns {
     pub(crate) event_record: unsafe extern "C" fn(CuEvent, CuStream) -> CuResult,
     pub(crate) event_elapsed_time: unsafe extern "C" fn(*mut f32, CuEvent, CuEvent) -> CuResult,
     pub(crate) event_destroy: unsafe extern "C" fn(CuEvent) -> CuResult,
+    /// cuLaunchHostFunc, from CUDA 10: `None` in an older driver.
+    pub(crate) launch_host_func:
+        Option<unsafe extern "C" fn(CuStream, CuHostFn, *mut c_void) -> CuResult>,
 }
 
 impl Fns {
@@ -109,6 +114,8 @@ impl Fns {
             event_record: sym!("cuEventRecord"),
             event_elapsed_time: sym!("cuEventElapsedTime"),
             event_destroy: sym!("cuEventDestroy_v2"),
+            // SAFETY: as `sym!`: the prototype of cuLaunchHostFunc in cuda.h.
+            launch_host_func: unsafe { lib.get("cuLaunchHostFunc") }.ok().map(|s| *s),
         })
     }
 }
