@@ -25,6 +25,9 @@
 //!   before it fetches rank 0's collective report (a rank that a loaded
 //!   node runs late at the end of the stage), writing
 //!   `PREFLIGHT_TEST_COLL_HANG_MARKER` as it starts to wait.
+//! - `PREFLIGHT_TEST_INIT_FLOOR_MS=N`: a library backend's init may take
+//!   twice the step deadline and at least N ms, in place of 30 s (a test
+//!   of init's deadline need not wait out the floor).
 
 pub const COLL_HANG: &str = "PREFLIGHT_TEST_COLL_HANG";
 pub const COLL_HANG_MARKER: &str = "PREFLIGHT_TEST_COLL_HANG_MARKER";
@@ -35,6 +38,7 @@ pub const INTERRUPT_DELAY_MS: &str = "PREFLIGHT_TEST_INTERRUPT_DELAY_MS";
 pub const MESH_DIAL_DELAY_MS: &str = "PREFLIGHT_TEST_MESH_DIAL_DELAY_MS";
 pub const CHECKIN_MARKER: &str = "PREFLIGHT_TEST_CHECKIN_MARKER";
 pub const REPORT_FETCH_DELAY_MS: &str = "PREFLIGHT_TEST_REPORT_FETCH_DELAY_MS";
+pub const INIT_FLOOR_MS: &str = "PREFLIGHT_TEST_INIT_FLOOR_MS";
 
 /// `RANK:BYTES` for `rank`, from `var`; anything else is no hook.
 pub fn rank_bytes(get: &dyn Fn(&str) -> Option<String>, var: &str, rank: u32) -> Option<usize> {

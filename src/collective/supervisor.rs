@@ -54,10 +54,22 @@ struct Plan {
     reason: String,
 }
 
-/// How long init may take: NCCL and oneCCL set up their own connections.
+/// How long init may take: NCCL and oneCCL set up their own connections,
+/// at least [`INIT_FLOOR`] however short the steps.
 fn init_timeout(cfg: &Config) -> Duration {
-    (cfg.step_timeout * 2).max(Duration::from_secs(30))
+    #[cfg(feature = "test-hooks")]
+    let floor = std::env::var(crate::test_hooks::INIT_FLOOR_MS)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(INIT_FLOOR, Duration::from_millis);
+    #[cfg(not(feature = "test-hooks"))]
+    let floor = INIT_FLOOR;
+    (cfg.step_timeout * 2).max(floor)
 }
+
+/// Init's least time: a large job's NCCL init exchanges every rank's
+/// addresses and opens its rings before the first step.
+const INIT_FLOOR: Duration = Duration::from_secs(30);
 
 /// How a library backend began on this rank.
 pub enum Started {

@@ -216,9 +216,13 @@ fn an_init_that_never_completes_is_aborted_at_its_deadline() {
         libs,
         2,
         &["--step-timeout", "2s"],
-        &[("PREFLIGHT_STANDIN_INIT_HANG", "1")],
+        // Init's deadline is then twice the step's, 4 s, not the 30 s floor.
+        &[
+            ("PREFLIGHT_STANDIN_INIT_HANG", "1"),
+            ("PREFLIGHT_TEST_INIT_FLOOR_MS", "0"),
+        ],
     );
-    within(&report, 45);
+    within(&report, 20);
     let text = failure_text(&b);
     assert!(
         b.ended
