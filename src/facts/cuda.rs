@@ -8,29 +8,52 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use nccl_sys::Cuda;
 
-use super::Facts;
 use super::pci::normalize_bus_id;
+use super::{Facts, Vendor};
 
 pub const LIB_VAR: &str = "PREFLIGHT_CUDA_LIB";
 
-/// The driver, initialised, with at least one device: `Ok(None)` where a
-/// fixture tree names no driver; `Err` says why none can be used.
-pub fn open(facts: &Facts) -> Result<Option<(Cuda, usize)>, String> {
+/// Why a copy check has no driver to use.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoDriver {
+    /// Nothing here to copy on (no NVIDIA GPU, or a fixture tree that
+    /// names no driver): why, for a skip.
+    Nothing(String),
+    /// NVIDIA GPUs on the bus that the driver does not reach: why.
+    Unusable(String),
+}
+
+/// The driver, initialised, with at least one device, for a check that
+/// would find `nothing` on a fixture tree naming no driver ("no GPU to
+/// copy to"); else why there is none to use.
+pub fn open(facts: &Facts, nothing: &str) -> Result<(Cuda, usize), NoDriver> {
+    if !facts
+        .accelerators()
+        .iter()
+        .any(|a| a.vendor == Vendor::Nvidia)
+    {
+        return Err(NoDriver::Nothing("no NVIDIA GPU on the PCI bus".into()));
+    }
     let named = std::env::var_os(LIB_VAR).is_some_and(|v| !v.is_empty());
     if !facts.is_live() && !named {
-        return Ok(None);
+        return Err(NoDriver::Nothing(format!(
+            "a fixture tree has {nothing} ({LIB_VAR} names a CUDA driver to use with one)"
+        )));
     }
-    let cuda = Cuda::open(None).map_err(|e| e.to_string())?;
-    let count = cuda
-        .init()
-        .map_err(|e| format!("the CUDA driver ({}) cannot start: {e}", cuda.path()))?;
+    let cuda = Cuda::open(None).map_err(|e| NoDriver::Unusable(e.to_string()))?;
+    let count = cuda.init().map_err(|e| {
+        NoDriver::Unusable(format!(
+            "the CUDA driver ({}) cannot start: {e}",
+            cuda.path()
+        ))
+    })?;
     if count == 0 {
-        return Err(format!(
+        return Err(NoDriver::Unusable(format!(
             "the CUDA driver ({}) sees no GPU, though the PCI bus has NVIDIA GPUs (CUDA_VISIBLE_DEVICES, or a driver that did not bind)",
             cuda.path()
-        ));
+        )));
     }
-    Ok(Some((cuda, count)))
+    Ok((cuda, count))
 }
 
 /// The node's copy engines, one check at a time: a bandwidth figure taken

@@ -15,9 +15,9 @@ use nccl_sys::{Copy, Cuda, Device, DeviceBuffer, PinnedBuffer, Stream, timed_tog
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
+use crate::facts::Facts;
 use crate::facts::cuda::{self, GpuName};
 use crate::facts::pci::{format_speed, link_gbps};
-use crate::facts::{Facts, Vendor};
 use crate::result::Finding;
 use crate::result::gpu_copies::{GpuCopies, GpuCopy};
 use crate::values::{Bytes, format_bytes, median};
@@ -301,22 +301,9 @@ impl GpuBandwidth {
     }
 
     fn check(&self, facts: &Facts) -> Finding {
-        if !facts
-            .accelerators()
-            .iter()
-            .any(|a| a.vendor == Vendor::Nvidia)
-        {
-            return Finding::skip("no NVIDIA GPU on the PCI bus");
-        }
-        let (cuda, count) = match cuda::open(facts) {
-            Ok(Some(c)) => c,
-            Ok(None) => {
-                return Finding::skip(format!(
-                    "a fixture tree has no GPU to copy to ({} names a CUDA driver to use with one)",
-                    cuda::LIB_VAR
-                ));
-            }
-            Err(e) => return Finding::error(e),
+        let (cuda, count) = match cuda::open(facts, "no GPU to copy to") {
+            Ok(c) => c,
+            Err(no) => return super::no_driver(no),
         };
         let Some(_engines) = cuda::copy_engines_now() else {
             return Finding::skip(

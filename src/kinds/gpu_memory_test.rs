@@ -19,8 +19,8 @@ use nccl_sys::{Copy, Cuda, Device, DeviceBuffer, PinnedBuffer};
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
+use crate::facts::Facts;
 use crate::facts::cuda::{self, GpuName};
-use crate::facts::{Facts, Vendor};
 use crate::result::Finding;
 use crate::values::{Bytes, Span, format_bytes, format_duration};
 
@@ -362,23 +362,12 @@ impl GpuMemoryTest {
     }
 
     fn check(&self, facts: &Facts, serials: &BTreeMap<String, String>) -> Finding {
-        if !facts
-            .accelerators()
-            .iter()
-            .any(|a| a.vendor == Vendor::Nvidia)
-        {
-            return Finding::skip("no NVIDIA GPU on the PCI bus");
-        }
-        match cuda::open(facts) {
-            Ok(Some((cuda, count))) => {
+        match cuda::open(facts, "no GPU memory to test") {
+            Ok((cuda, count)) => {
                 let _engines = cuda::copy_engines();
                 self.test(&cuda, count, serials)
             }
-            Ok(None) => Finding::skip(format!(
-                "a fixture tree has no GPU memory to test ({} names a CUDA driver to use with one)",
-                cuda::LIB_VAR
-            )),
-            Err(e) => Finding::error(e),
+            Err(no) => super::no_driver(no),
         }
     }
 

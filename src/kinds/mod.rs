@@ -270,6 +270,15 @@ pub fn is_denied(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::PermissionDenied && !nix::unistd::geteuid().is_root()
 }
 
+/// A copy check's finding where the CUDA driver is not there to use:
+/// nothing to copy on skips, a driver that fails is an error.
+pub fn no_driver(no: crate::facts::cuda::NoDriver) -> Finding {
+    match no {
+        crate::facts::cuda::NoDriver::Nothing(why) => Finding::skip(why),
+        crate::facts::cuda::NoDriver::Unusable(why) => Finding::error(why),
+    }
+}
+
 /// What a probe reports when the user it runs as lacks a privilege it
 /// needs: a skip naming the privilege, never an error. `preflight run`
 /// and `srun ... preflight run` run as the job's user, and a healthy node
