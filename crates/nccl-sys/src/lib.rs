@@ -32,7 +32,9 @@
 //! copies timed on the GPU ([`Stream::timed`]): cuDeviceGetPCIBusId,
 //! cuMemHostAlloc, cuMemFreeHost, cuMemcpyHtoDAsync, cuMemcpyDtoHAsync,
 //! cuMemcpyDtoDAsync, cuMemsetD32Async, cuEventCreate, cuEventRecord,
-//! cuEventElapsedTime, cuEventDestroy.
+//! cuEventElapsedTime, cuEventDestroy, and where the driver has it (CUDA
+//! 10 on) cuLaunchHostFunc, which holds a stream until its copies are all
+//! queued.
 //!
 //! # No GPU
 //! [`probe`] answers before any collective call: "no CUDA device
