@@ -44,12 +44,27 @@ fn ranks_under(
     hook: &[(&str, &str)],
     wrapped: Option<(u32, &[&str])>,
 ) -> Vec<Outcome> {
+    start_ranks(timeout, world, extra, hook, wrapped)
+        .into_iter()
+        .map(|p| p.finish(MARGIN))
+        .collect()
+}
+
+/// As `ranks_under`, returning the running ranks, for a test that acts on
+/// them before they end.
+fn start_ranks(
+    timeout: &str,
+    world: u32,
+    extra: &[&str],
+    hook: &[(&str, &str)],
+    wrapped: Option<(u32, &[&str])>,
+) -> Vec<Proc> {
     let port = cluster::free_port().to_string();
     let mut args = run_args(timeout);
     args.extend(["--backends", "tcp"].iter().map(|s| s.to_string()));
     args.extend(extra.iter().map(|s| s.to_string()));
     let w = world.to_string();
-    let procs: Vec<Proc> = (0..world)
+    (0..world)
         .map(|r| {
             let rank = r.to_string();
             let mut e = env(&rank, &w, &port);
@@ -60,8 +75,7 @@ fn ranks_under(
             };
             local_under(wrapper, &format!("rank{r}"), &args, &e)
         })
-        .collect();
-    procs.into_iter().map(|p| p.finish(MARGIN)).collect()
+        .collect()
 }
 
 fn tcp(report: &Report) -> &BackendReport {
@@ -225,18 +239,13 @@ fn a_corrupted_contribution_is_detected_and_its_rank_named() {
 #[test]
 fn a_rank_slow_to_fetch_the_report_still_leaves_with_rank_0s_verdict() {
     let _serial = serial();
-    let port = cluster::free_port().to_string();
-    let mut args = run_args("60s");
-    args.extend(["--backends", "tcp", "--max-size", "64KiB"].map(String::from));
-    let procs: Vec<Proc> = (0..2u32)
-        .map(|r| {
-            let rank = r.to_string();
-            let mut e = env(&rank, "2", &port);
-            e.push(("PREFLIGHT_TEST_REPORT_FETCH_DELAY_MS", "1:6000"));
-            local(&format!("rank{r}"), &args, &e)
-        })
-        .collect();
-    let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
+    let out = ranks_under(
+        "60s",
+        2,
+        &["--max-size", "64KiB"],
+        &[("PREFLIGHT_TEST_REPORT_FETCH_DELAY_MS", "1:6000")],
+        None,
+    );
     all_exit(&out, 0);
     for o in &out {
         assert_eq!(
@@ -256,31 +265,19 @@ fn a_rank_slow_to_fetch_the_report_still_leaves_with_rank_0s_verdict() {
 #[test]
 fn a_rank_gone_before_fetching_the_report_does_not_hold_rank_0() {
     let _serial = serial();
-    let port = cluster::free_port().to_string();
-    let mut args = run_args("120s");
-    args.extend(
-        [
-            "--backends",
-            "tcp",
-            "--max-size",
-            "64KiB",
-            "--step-timeout",
-            "30s",
-        ]
-        .map(String::from),
-    );
     let held = tempfile::tempdir().unwrap();
     let marker = held.path().join("waiting");
     let marker_text = marker.display().to_string();
-    let mut procs: Vec<Proc> = (0..2u32)
-        .map(|r| {
-            let rank = r.to_string();
-            let mut e = env(&rank, "2", &port);
-            e.push(("PREFLIGHT_TEST_REPORT_FETCH_DELAY_MS", "1:100000"));
-            e.push(("PREFLIGHT_TEST_COLL_HANG_MARKER", &marker_text));
-            local(&format!("rank{r}"), &args, &e)
-        })
-        .collect();
+    let mut procs = start_ranks(
+        "120s",
+        2,
+        &["--max-size", "64KiB", "--step-timeout", "30s"],
+        &[
+            ("PREFLIGHT_TEST_REPORT_FETCH_DELAY_MS", "1:100000"),
+            ("PREFLIGHT_TEST_COLL_HANG_MARKER", &marker_text),
+        ],
+        None,
+    );
     common::wait_for("rank 1 waits to fetch the report", || marker.exists());
     procs[1].kill();
     let killed = std::time::Instant::now();
@@ -297,41 +294,32 @@ fn a_rank_gone_before_fetching_the_report_does_not_hold_rank_0() {
 #[test]
 fn a_rank_killed_mid_stage_is_named_by_every_other_rank() {
     let _serial = serial();
-    let port = cluster::free_port().to_string();
-    let mut args = run_args("20s");
-    args.extend(
-        [
-            "--backends",
-            "tcp",
+    let held = tempfile::tempdir().unwrap();
+    let marker = held.path().join("held");
+    let marker_text = marker.display().to_string();
+    // Rank 3 stops at 128 KiB (inside an allreduce), says so, and is
+    // killed there.
+    let mut procs = start_ranks(
+        "20s",
+        4,
+        &[
             "--collective",
             "full",
             "--max-size",
             "1MiB",
             "--step-timeout",
             "30s",
-        ]
-        .iter()
-        .map(|s| s.to_string()),
+        ],
+        &[
+            ("PREFLIGHT_TEST_COLL_HANG", "3:65536"),
+            ("PREFLIGHT_TEST_COLL_HANG_MARKER", &marker_text),
+        ],
+        None,
     );
-    let held = tempfile::tempdir().unwrap();
-    let marker = held.path().join("held");
-    let marker_text = marker.display().to_string();
-    let procs: Vec<Proc> = (0..4u32)
-        .map(|r| {
-            let rank = r.to_string();
-            let mut e = env(&rank, "4", &port);
-            // Rank 3 stops at 128 KiB (inside an allreduce), says so, and
-            // is killed there.
-            e.push(("PREFLIGHT_TEST_COLL_HANG", "3:65536"));
-            e.push(("PREFLIGHT_TEST_COLL_HANG_MARKER", &marker_text));
-            local(&format!("rank{r}"), &args, &e)
-        })
-        .collect();
     // Killed inside the held step, the others see its sockets close and
     // name it long before the 30 s step deadline.
     common::wait_for("rank 3 holds its allreduce", || marker.exists());
     procs[3].kill();
-    let mut procs = procs;
     let _killed = procs.pop();
     let out: Vec<Outcome> = procs.into_iter().map(|p| p.finish(MARGIN)).collect();
     all_exit(&out, 1);
