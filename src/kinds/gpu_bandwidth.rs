@@ -287,8 +287,8 @@ impl GpuBandwidth {
             .zip(timed_together(&work, deadline))
             .map(|((i, _), r)| {
                 // The median copy: sharing slows every copy while the
-                // others run, and one copy the host was slow to queue
-                // moves no median.
+                // others run, and a last copy run after the others have
+                // ended moves no median.
                 let rates = r.map(|times| {
                     let (h2d, d2h) = times.split_at(runs.min(times.len()));
                     let typical =

@@ -1,8 +1,9 @@
 /*
  * The stand-in's copies (included by standin.c, one translation unit):
  * pinned host memory, asynchronous copies and fills on a stream, events,
- * host functions and the devices' PCI addresses, as crates/nccl-sys/src/copies.rs uses
- * them (prototypes from the CUDA 12.4 driver API documentation).
+ * host functions and the devices' PCI addresses, as
+ * crates/nccl-sys/src/copies.rs uses them (prototypes from the CUDA 12.4
+ * driver API documentation).
  *
  * A copy's time is modelled, not measured: this machine's memcpy says
  * nothing of a GPU's link. Each device has one copy engine per direction
