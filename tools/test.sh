@@ -74,6 +74,14 @@ for p in json.load(sys.stdin)["packages"]:
 # alone side by side), `services` first: its tests mostly wait on a clock
 # (Slurm, Ansible, torch jobs), which leaves the CPUs to the compiles
 # beside; `collective`, whose tests compute, last.
+# Inside a binary, the tests that measure time or load the machine run
+# alone (tests/common: `serial`); the others mostly wait (on a deadline,
+# a namespace host, sshd) and use a CPU a fraction of the time, so twelve
+# of them at once (two a core where there are more than six cores) rather
+# than cargo's one a core: `network` takes 51 s that way, 126 s two at a
+# time, for the same CPU time (bench/RESULTS.md). RUST_TEST_THREADS, when
+# set, has the last word.
+export RUST_TEST_THREADS=${RUST_TEST_THREADS:-$(($(nproc) > 6 ? 2 * $(nproc) : 12))}
 tests_in_turn() {
     local targets line kind name
     test_targets
