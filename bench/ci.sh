@@ -38,4 +38,4 @@ short slowness.sh           env ROUNDS_HEALTHY=2 ROUNDS_STARVED=1 bash bench/slo
 short ansible-validate.sh     bash bench/ansible-validate.sh 1
 short rendezvous-scale.sh     env TCPSTORE=0 bash bench/rendezvous-scale.sh 64 nodes:8
 short rendezvous-slope.sh     bash bench/rendezvous-slope.sh 64 256
-short slurm.sh                env PROFILE=dev bash bench/slurm.sh
+short slurm.sh                env PROFILE=dev RUNS=5 JOBS=2 bash bench/slurm.sh

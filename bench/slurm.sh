@@ -8,6 +8,12 @@
 # preflight's side is measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# RUNS health checks (20) and JOBS sbatch jobs each way (10; each waits
+# about 3 s on slurmctld's scheduling, which CI's short run need not).
+export PREFLIGHT_BENCH_RUNS=${RUNS:-20} PREFLIGHT_BENCH_JOBS=${JOBS:-10}
+for n in "$PREFLIGHT_BENCH_RUNS" "$PREFLIGHT_BENCH_JOBS"; do
+    [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "bench/slurm.sh: RUNS and JOBS are counts (1 or more): $n" >&2; exit 2; }
+done
 for p in slurmctld slurmd slurm-client munge; do
     dpkg -s "$p" >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
 done

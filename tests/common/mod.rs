@@ -180,13 +180,45 @@ pub fn merged(text: &str, context: &str) -> Merged {
 }
 
 /// `dir/name`, written with `text` and executable by anyone: a script a
-/// test puts in a tool's place, or a launcher's wrapper.
+/// test puts in a tool's place, or a launcher's wrapper. Written by a
+/// child process (see `install_executable`).
 pub fn executable(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
+    use std::io::Write;
     let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut sh = std::process::Command::new("sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(&path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("sh");
+    sh.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    assert!(
+        sh.wait().unwrap().success(),
+        "cannot write {}",
+        path.display()
+    );
     path
+}
+
+/// `src` copied to `dest`, executable by anyone, by `install` (coreutils)
+/// rather than this process: a file the test process holds open for
+/// writing is inherited by any child another test's thread forks at that
+/// moment, and until that child execs, running the file fails with "Text
+/// file busy" (ETXTBSY). Tests side by side made that happen in CI.
+pub fn install_executable(src: &Path, dest: &Path) {
+    let o = std::process::Command::new("install")
+        .args(["-m", "755"])
+        .arg(src)
+        .arg(dest)
+        .output()
+        .expect("install (coreutils)");
+    assert!(
+        o.status.success(),
+        "install {} {}: {}",
+        src.display(),
+        dest.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// A temporary directory with `mode`: 0o755 for one another user reads

@@ -47,8 +47,7 @@ fn shared_binary() -> Shared {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let bin = dir.path().join("preflight");
-    std::fs::copy(common::BIN, &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    common::install_executable(Path::new(common::BIN), &bin);
     Shared { _dir: dir, bin }
 }
 

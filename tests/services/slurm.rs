@@ -442,12 +442,23 @@ fn median_ms(mut v: Vec<f64>) -> f64 {
 /// build): `preflight slurm healthcheck` against LBNL NHC's shipped
 /// nhc.conf on the same node, 20 runs each; sbatch to the job's first
 /// line with and without the prolog's cluster stage, 3 nodes, 10 jobs
-/// each. NHC_DIR: an NHC source tree (its scripts run from it).
+/// each (PREFLIGHT_BENCH_RUNS and PREFLIGHT_BENCH_JOBS, which bench/slurm.sh
+/// sets from RUNS and JOBS). NHC_DIR: an NHC source tree (its scripts run
+/// from it).
 #[test]
 #[ignore]
 fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
     let _s = serial();
-    let runs = 20;
+    let count = |name: &str, default: usize| match std::env::var(name) {
+        Err(_) => default,
+        Ok(v) => v
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .unwrap_or_else(|| panic!("{name}: not a count of runs: {v:?}")),
+    };
+    let runs = count("PREFLIGHT_BENCH_RUNS", 20);
+    let jobs = count("PREFLIGHT_BENCH_JOBS", 10);
     let nhc_dir = std::env::var("NHC_DIR").ok().map(PathBuf::from);
     for cluster in [false, true] {
         let settings = format!(
@@ -534,7 +545,7 @@ fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
             }
         }
         let mut times = Vec::new();
-        for i in 0..10 {
+        for i in 0..jobs {
             let marker = d.join(format!("first-line-{i}"));
             let t = std::time::Instant::now();
             let job = sbatch(&s, &d, &format!("first-line-{i}"));
@@ -576,7 +587,7 @@ fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
             );
         }
         println!(
-            "sbatch -N3 to the job's first line, prolog {}: median {:.0} ms of 10",
+            "sbatch -N3 to the job's first line, prolog {}: median {:.0} ms of {jobs}",
             if cluster {
                 "with --cluster (node checks + the allocation's cluster stage)"
             } else {

@@ -232,7 +232,7 @@ fn the_periodic_check_gives_the_same_verdict_under_its_units_restrictions() {
     )
     .unwrap();
     let bin = base.path().join("preflight");
-    std::fs::copy(common::BIN, &bin).unwrap();
+    common::install_executable(std::path::Path::new(common::BIN), &bin);
     // The unit's writable places, each mapped to one of the test's.
     let mut writable = Vec::new();
     let mut map: Vec<(String, String)> = Vec::new();
