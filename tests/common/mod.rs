@@ -378,9 +378,10 @@ pub fn python_as_nobody(script: &str) -> std::process::Child {
 /// simulated ranks) takes `serial()` and runs alone; every other test takes
 /// `shared()` and runs beside the others that do. On two cores, tests side
 /// by side would measure each other, and cargo runs the binaries one after
-/// another, so within one this is what keeps them apart. The shared ones
-/// run many at once (tools/test.sh: twelve), so none of them may hold a
-/// bound on time that a busy machine would break. A test takes one
+/// another, so within one this is what keeps them apart. In `services`
+/// the shared ones run twelve at once (tools/test.sh), so none of them
+/// there may hold a bound on time that a busy machine would break. A test
+/// takes one
 /// of the two, once, at its top (never both: the write would wait on its
 /// own read). A test that panicked holding it poisons nothing.
 static LOCK: std::sync::RwLock<()> = std::sync::RwLock::new(());
