@@ -110,6 +110,10 @@ the_rest() {
     cargo test --workspace --lib --bins "${others[@]}" < /dev/null
     cargo test --workspace --doc < /dev/null
 }
+# A build from nothing (a fresh clone: CI) gains nothing from incremental
+# compilation, which then only writes its state: 82 s for the tests' build
+# without it, 90 s with (bench/RESULTS.md). A tree built before keeps it.
+[[ -d target/debug/incremental ]] || export CARGO_INCREMENTAL=0
 # .ci/install is sourced, not run: it exports where the libraries and
 # virtual environments are, and finds cargo.
 phase install . .ci/install
