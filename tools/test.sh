@@ -91,11 +91,9 @@ tests_in_turn() {
     for line in "${targets[@]}"; do
         read -r _ kind name <<< "$line"
         [[ $kind == own ]] || continue
-        if [[ $name == services ]]; then
-            phase "tests: $name" cargo test --workspace --test "$name" -- --test-threads="$services_threads" < /dev/null
-        else
-            phase "tests: $name" cargo test --workspace --test "$name" < /dev/null
-        fi
+        local threads=()
+        [[ $name == services ]] && threads=(-- --test-threads="$services_threads")
+        phase "tests: $name" cargo test --workspace --test "$name" "${threads[@]}" < /dev/null
     done
     return 0
 }

@@ -381,9 +381,8 @@ pub fn python_as_nobody(script: &str) -> std::process::Child {
 /// another, so within one this is what keeps them apart. In `services`
 /// the shared ones run twelve at once (tools/test.sh), so none of them
 /// there may hold a bound on time that a busy machine would break. A test
-/// takes one
-/// of the two, once, at its top (never both: the write would wait on its
-/// own read). A test that panicked holding it poisons nothing.
+/// takes one of the two, once, at its top (never both: the write would
+/// wait on its own read). A test that panicked holding it poisons nothing.
 static LOCK: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 pub fn serial() -> std::sync::RwLockWriteGuard<'static, ()> {

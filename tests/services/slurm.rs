@@ -455,7 +455,7 @@ fn bench_healthcheck_beside_nhc_and_the_prologs_cost() {
             .parse()
             .ok()
             .filter(|n| *n > 0)
-            .unwrap_or_else(|| panic!("{name}: not a count of runs: {v:?}")),
+            .unwrap_or_else(|| panic!("{name}: not a count (1 or more): {v:?}")),
     };
     let runs = count("PREFLIGHT_BENCH_RUNS", 20);
     let jobs = count("PREFLIGHT_BENCH_JOBS", 10);
