@@ -252,7 +252,11 @@ impl Site {
             .env("HOME", self.path("home"))
             .env("ANSIBLE_NOCOLOR", "1")
             .env("ANSIBLE_HOST_KEY_CHECKING", "False")
-            .env("ANSIBLE_LOCALHOST_WARNING", "False");
+            .env("ANSIBLE_LOCALHOST_WARNING", "False")
+            // As most sites set it: a module runs in one ssh session, not
+            // four (a temporary directory, the copy, chmod, the run). The
+            // six plays here took 98 s side by side without it, 82 s with.
+            .env("ANSIBLE_PIPELINING", "True");
         c
     }
 
