@@ -98,6 +98,11 @@ impl Proc {
         }
     }
 
+    /// When it was started: where its outcome's `elapsed` counts from.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
     /// Waits at most `limit` from its start; a process still running then
     /// is a test failure (it waited without a deadline).
     pub fn finish(mut self, limit: Duration) -> Outcome {
