@@ -11,11 +11,10 @@
 # from the README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Each phase says how long it took, so that CI's time is measured where
-# it goes (bench/RESULTS.md keeps the figures).
-# How busy the CPUs were, from /proc/stat: a phase that kept them busy
-# gains only from less work, one that left them idle from more side by
-# side.
+# Each phase says how long it took and how busy the CPUs were (from
+# /proc/stat), so that CI's time is measured where it goes
+# (bench/RESULTS.md keeps the figures): a phase that kept them busy gains
+# only from less work, one that left them idle from more side by side.
 cpu_ticks() {
     local _ user nice system idle iowait irq softirq steal
     read -r _ user nice system idle iowait irq softirq steal _ < /proc/stat
@@ -149,9 +148,10 @@ joined benches
 beside clippy env CARGO_TARGET_DIR=target/clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
 # Ten seconds a target: each run here is a smoke test of every parser
 # against its seeds and what the fuzzer finds quickly (a crash, an input
-# over 5 s). The search for deep inputs is `bash fuzz/run.sh 600` by hand
-# (bench/RESULTS.md); at idle priority the runs still slow the tests
-# beside them, which wait on sockets and processes more than they compute.
+# over 5 s). The search for deep inputs is `bash fuzz/run.sh [SECONDS]`
+# by hand (60 s a target unless told). At idle priority the runs still
+# slow the tests beside them, which wait on sockets and processes more
+# than they compute.
 beside fuzz bash -c 'bash fuzz/run.sh build && bash fuzz/run.sh "$0"' "${PREFLIGHT_FUZZ_SECONDS:-10}"
 phase tests tests_in_turn
 joined clippy
