@@ -83,15 +83,15 @@ for p in json.load(sys.stdin)["packages"]:
 # namespaces, ports and clock, and their tests that run alone would not be
 # alone side by side), `services` first, with the compiles beside it,
 # and `collective` last, its tests that measure time kept off them. In CI
-# (2026-11-29) `services` kept the CPUs 98 % busy with the compiles
-# beside, `collective` 52 % with the fuzz runs' end beside it: what
+# (2026-11-29) `services` kept the CPUs 96-98 % busy with the compiles
+# beside, `collective` 43-52 % with the fuzz runs' end beside it: what
 # `collective` leaves idle is waiting on deadlines and a starved host.
 # Inside a binary, the tests that measure time or load the machine run
 # alone (tests/common: `serial`). In `services` the others are Ansible
 # plays, launchers and packages, which wait on sshd, Python and dpkg with
 # bounds of minutes: twelve tests at once (RUST_TEST_THREADS, when set,
-# has the last word) take 309 s alone, one at a time 404 s, and in CI
-# 400 s beside the compiles where one a core took 436-491 s
+# has the last word) take 309-321 s alone, one at a time 404 s, and in
+# CI 369-433 s beside the compiles where one a core took 436-491 s
 # (bench/RESULTS.md). The other binaries keep one a core: `network`'s
 # shared tests include rendezvous runs held to a few seconds, nine of
 # which missed their bounds twelve at a time beside the fuzz targets'
@@ -149,9 +149,9 @@ beside clippy env CARGO_TARGET_DIR=target/clippy cargo clippy --workspace --all-
 # Ten seconds a target: each run here is a smoke test of every parser
 # against its seeds and what the fuzzer finds quickly (a crash, an input
 # over 5 s). The search for deep inputs is `bash fuzz/run.sh [SECONDS]`
-# by hand (60 s a target unless told). At idle priority the runs still
-# slow the tests beside them, which wait on sockets and processes more
-# than they compute.
+# by hand (60 s a target unless told). Idle priority does not make the
+# runs free: tests that wait on sockets and processes ran slower beside
+# busy loops at idle priority (noisy figures, bench/RESULTS.md).
 beside fuzz bash -c 'bash fuzz/run.sh build && bash fuzz/run.sh "$0"' "${PREFLIGHT_FUZZ_SECONDS:-10}"
 phase tests tests_in_turn
 joined clippy
