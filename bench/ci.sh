@@ -34,7 +34,7 @@ short collective-netns.sh     env PEERS=0 bash bench/collective-netns.sh 1
 short oneccl-allreduce.sh     bash bench/oneccl-allreduce.sh --runs 1 --ranks 2 --max-size 64KiB
 short report.sh               env RUNS=1 SIZES=20 bash bench/report.sh
 short resources.sh            env RUNS=1 bash bench/resources.sh
-short slowness.sh           env ROUNDS_HEALTHY=2 ROUNDS_STARVED=1 bash bench/slowness.sh
+short slowness.sh             env ROUNDS_HEALTHY=2 ROUNDS_STARVED=2 bash bench/slowness.sh
 short ansible-validate.sh     bash bench/ansible-validate.sh 1
 short rendezvous-scale.sh     env TCPSTORE=0 bash bench/rendezvous-scale.sh 64 nodes:8
 short rendezvous-slope.sh     bash bench/rendezvous-slope.sh 64 256
