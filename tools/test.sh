@@ -83,7 +83,7 @@ for p in json.load(sys.stdin)["packages"]:
 # namespaces, ports and clock, and their tests that run alone would not be
 # alone side by side), `services` first, with the compiles beside it,
 # and `collective` last, its tests that measure time kept off them. In CI
-# (2026-11-29) `services` kept the CPUs 96-98 % busy with the compiles
+# (2026-11-29) `services` kept the CPUs 95-98 % busy with the compiles
 # beside, `collective` 43-52 % with the fuzz runs' end beside it: what
 # `collective` leaves idle is waiting on deadlines and a starved host.
 # Inside a binary, the tests that measure time or load the machine run
@@ -91,7 +91,7 @@ for p in json.load(sys.stdin)["packages"]:
 # plays, launchers and packages, which wait on sshd, Python and dpkg with
 # bounds of minutes: twelve tests at once (RUST_TEST_THREADS, when set,
 # has the last word) take 309-321 s alone, one at a time 404 s, and in
-# CI 369-433 s beside the compiles where one a core took 436-491 s
+# CI 360-433 s beside the compiles where one a core took 436-491 s
 # (bench/RESULTS.md). The other binaries keep one a core: `network`'s
 # shared tests include rendezvous runs held to a few seconds, nine of
 # which missed their bounds twelve at a time beside the fuzz targets'
