@@ -136,10 +136,6 @@ phase release tools/release.sh
 # share namespaces, Slurm and the clock.
 alongside benches env BIN=dist/preflight bash bench/ci.sh
 phase tests-build cargo test --workspace --no-run --quiet
-# The unit tests, the -sys crates' tests and the doc tests share no
-# namespace, port or Slurm with a bench: they run while the benches end.
-phase "tests: the rest" the_rest
-joined benches
 # Clippy and the fuzzing start once the tests are built: beside the tests'
 # own build they slowed it by two minutes (bench/RESULTS.md), idle
 # priority or not. Clippy: the lints Cargo.toml declares, every target,
@@ -153,6 +149,14 @@ beside clippy env CARGO_TARGET_DIR=target/clippy cargo clippy --workspace --all-
 # runs free: tests that wait on sockets and processes ran slower beside
 # busy loops at idle priority (noisy figures, bench/RESULTS.md).
 beside fuzz bash -c 'bash fuzz/run.sh build && bash fuzz/run.sh "$0"' "${PREFLIGHT_FUZZ_SECONDS:-10}"
+# The unit tests, the -sys crates' tests and the doc tests share no
+# namespace, port or Slurm with a bench: they run while the benches end,
+# and beside the compiles' start. Before the compiles they kept the CPUs
+# only 35-39 % busy (21-24 s); beside them they take 31 s at 99 %, and
+# the compiles end that much earlier, off `network` and `plain`
+# (bench/RESULTS.md).
+phase "tests: the rest" the_rest
+joined benches
 phase tests tests_in_turn
 joined clippy
 joined fuzz
