@@ -152,7 +152,7 @@ beside fuzz bash -c 'bash fuzz/run.sh build && bash fuzz/run.sh "$0"' "${PREFLIG
 # The unit tests, the -sys crates' tests and the doc tests share no
 # namespace, port or Slurm with a bench: they run while the benches end,
 # and beside the compiles' start. Before the compiles they kept the CPUs
-# only 35-39 % busy (21-24 s); beside them they take 31 s at 99 %, and
+# only 35-39 % busy (21-24 s); beside them they take 28-31 s at 99 %, and
 # the compiles end that much earlier, off `network` and `plain`
 # (bench/RESULTS.md).
 phase "tests: the rest" the_rest
