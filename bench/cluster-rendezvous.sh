@@ -6,7 +6,9 @@
 #     allreduce; wall time from start to the last rank's exit.
 #  2. one rank missing: 3 of 4 ranks, `--timeout 10s` versus timeout=10 s;
 #     time to the verdict, and what each names.
-# Installs Debian's python3-torch when it is missing (about 90 s).
+# Installs Debian's python3-torch when it is missing (about 90 s). The torch
+# side runs on each torch: Debian's 1.13, and the current torch in
+# PREFLIGHT_TORCH_VENV (default /opt/preflight-torch) where it is installed.
 # RUNS (default 10) and TORCH_RUNS (3) set the repetitions; PEERS=0 leaves
 # torch out (CI's short run). A run whose ranks do not end as the case
 # expects (0 healthy, 1 with a rank missing) fails the bench, never timed.
@@ -72,7 +74,9 @@ job() {
 timed() { local s e; s=$(now_ms); "$@" || return 1; e=$(now_ms); echo $((e - s)); }
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), $(date -u +%Y-%m-%d)"
-[[ $peers == 1 ]] && echo "torch: $($PY -c 'import torch; print(torch.__version__)')"
+torch_pys=("$PY")
+venv=${PREFLIGHT_TORCH_VENV:-/opt/preflight-torch}
+[[ -x $venv/bin/python ]] && "$venv/bin/python" -c 'import torch' 2>/dev/null && torch_pys+=("$venv/bin/python")
 
 "$bin" check >/dev/null 2>&1 || true  # warm the page cache (its verdict is not the bench's)
 for ((i = 0; i < runs; i++)); do timed job preflight "0 1 2 3" 4 "$(free_port)"; done >"$out/p.raw"
@@ -81,11 +85,15 @@ read -r p_med p_min p_max <"$out/p"
 echo "healthy, preflight run, 4 ranks, $runs runs: median ${p_med} ms (min ${p_min}, max ${p_max}); rank 0: $(tail -1 "$out/preflight.0")"
 grep -E "^ *(WARN|FAIL)" "$out/preflight.0" | sed 's/^ */  rank 0: /' || true
 if [[ $peers == 1 ]]; then
-    for ((i = 0; i < torch_runs; i++)); do timed job torch "0 1 2 3" 4 "$(free_port)"; done >"$out/t.raw"
-    median <"$out/t.raw" >"$out/t"
-    read -r t_med t_min t_max <"$out/t"
-    echo "healthy, torch gloo init + allreduce, 4 ranks, $torch_runs runs: median ${t_med} ms (min ${t_min}, max ${t_max}); rank 0: $(cat "$out/torch.0")"
-    echo "speedup: $(awk -v a="$t_med" -v b="$p_med" 'BEGIN {printf "%.1f", a / b}')x"
+    for PY in "${torch_pys[@]}"; do
+        version=$($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)
+        for ((i = 0; i < torch_runs; i++)); do timed job torch "0 1 2 3" 4 "$(free_port)"; done >"$out/t.raw"
+        median <"$out/t.raw" >"$out/t"
+        read -r t_med t_min t_max <"$out/t"
+        echo "healthy, torch $version gloo init + allreduce, 4 ranks, $torch_runs runs: median ${t_med} ms (min ${t_min}, max ${t_max}); rank 0: $(cat "$out/torch.0")"
+        echo "speedup over torch $version: $(awk -v a="$t_med" -v b="$p_med" 'BEGIN {printf "%.1f", a / b}')x"
+    done
+    PY=/usr/bin/python3
 fi
 
 ms=$(LAYOUT=nodes TIMEOUT=10s timed job preflight "0 1 2" 4 "$(free_port)" 1)
@@ -93,7 +101,11 @@ echo "rank 3 missing, preflight --timeout 10s: verdict after ${ms} ms on every r
 grep -h "cluster.barrier:" "$out/preflight.0" | head -1 | sed 's/^ */  rank 0 says: /'
 echo "  rank 1 says: $(tail -1 "$out/preflight.1")"
 if [[ $peers == 1 ]]; then
-    ms=$(LAYOUT=nodes TIMEOUT_S=10 timed job torch "0 1 2" 4 "$(free_port)")
-    echo "rank 3 missing, torch timeout=10 s: exit after ${ms} ms"
-    for r in 0 1 2; do echo "  $(cat "$out/torch.$r")"; done
+    for PY in "${torch_pys[@]}"; do
+        version=$($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)
+        ms=$(LAYOUT=nodes TIMEOUT_S=10 timed job torch "0 1 2" 4 "$(free_port)")
+        echo "rank 3 missing, torch $version timeout=10 s: exit after ${ms} ms"
+        for r in 0 1 2; do echo "  $(cat "$out/torch.$r")"; done
+    done
+    PY=/usr/bin/python3
 fi

@@ -19,9 +19,11 @@ pub struct DiagnoseArgs {
     /// Only the job with this id: a Slurm job id or a TORCHELASTIC_RUN_ID.
     #[arg(long, value_name = "ID")]
     pub job: Option<String>,
-    /// How long each rank's CPU time is watched.
-    #[arg(long, value_name = "DURATION", default_value = "300ms", value_parser = parse_sample)]
-    pub sample: Duration,
+    /// How long the job is watched for movement at most: bytes through
+    /// its ranks' calls and connections. A job that moves ends the watch
+    /// early; only one that stands still through all of it can be held.
+    #[arg(long, alias = "sample", value_name = "DURATION", default_value = "2s", value_parser = parse_watch)]
+    pub watch: Duration,
     /// py-spy for each rank's Python stack (`pip install py-spy`):
     /// `auto` (the first on PATH), `off`, or its path.
     #[arg(long, value_name = "auto|off|PATH", default_value = "auto")]
@@ -144,8 +146,8 @@ fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
         args.py_spy.clone(),
         "--nccl-ras".into(),
         args.nccl_ras.clone(),
-        "--sample".into(),
-        format!("{}ms", args.sample.as_millis()),
+        "--watch".into(),
+        format!("{}ms", args.watch.as_millis()),
     ];
     if let Some(j) = job {
         remote.extend(["--job".into(), j]);
@@ -162,7 +164,7 @@ fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
     let over = crate::diagnose::Remote {
         via,
         program: args.remote_preflight.clone(),
-        within: Duration::from_secs(30),
+        within: args.watch + Duration::from_secs(28),
     };
     let (nodes, unreachable) = crate::diagnose::ask_all(&over, &hosts, &remote);
     let c = crate::diagnose::merge(nodes, unreachable);
@@ -201,10 +203,10 @@ fn code(verdict: &str) -> ExitCode {
     }
 }
 
-fn parse_sample(text: &str) -> Result<Duration, String> {
+fn parse_watch(text: &str) -> Result<Duration, String> {
     let d = crate::values::Span::parse(text)?.0;
-    if d < Duration::from_millis(50) || d > Duration::from_secs(10) {
-        return Err("between 50ms and 10s".into());
+    if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
+        return Err("between 100ms and 60s".into());
     }
     Ok(d)
 }
@@ -228,7 +230,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
         std::path::Path::new("/proc"),
         &node,
         &filter,
-        args.sample,
+        args.watch,
         py_spy,
         &match args.nccl_ras.as_str() {
             "auto" => crate::diagnose::Ras::Auto,

@@ -147,7 +147,19 @@ pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
             let step = get("SLURM_STEP_ID").unwrap_or_default();
             (format!("slurm:{j}.{step}"), format!("slurm job {j}"))
         } else if let Some((a, p)) = &store {
-            (format!("store:{a}:{p}"), format!("master {a}:{p}"))
+            // torchrun's static rendezvous names every run "none": the
+            // ranks of one torchrun (and their children, who inherit it)
+            // share its log directory, `.../<run>_<random>/attempt_N/`
+            // above each rank's error file, so two jobs that reused a
+            // port (one whose agent is gone) stay apart.
+            let agent = get("TORCHELASTIC_ERROR_FILE")
+                .and_then(|f| {
+                    let p = Path::new(&f);
+                    Some(p.parent()?.parent()?.display().to_string())
+                })
+                .map(|d| format!(":agent:{d}"))
+                .unwrap_or_default();
+            (format!("store:{a}:{p}{agent}"), format!("master {a}:{p}"))
         } else {
             let parent = procs::parent(&e.path()).unwrap_or(0);
             (format!("parent:{parent}"), format!("ranks of pid {parent}"))

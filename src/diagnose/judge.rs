@@ -1,10 +1,17 @@
-//! The verdict on one job: what each rank does, and which ranks hold the
-//! others up. A rank is named only on evidence: every other rank of the
-//! job here waits (asleep in the kernel on a lock, a poll or a socket,
-//! using no CPU through the sample) while it does something else (sleeps
-//! in user code, runs, is stopped, has exited), or it is absent from a
-//! job that runs wholly on this node. Where every rank waits and none is
-//! absent, the rank they wait for is elsewhere, and nothing is named.
+//! The verdict on one job, from what it did over the watch window. A job
+//! that moved bytes (through its ranks' read and write calls or their
+//! sockets' queues) is progressing, however slowly: a collective that
+//! completes moves its data. Only a job that stood still through the
+//! whole window is judged held, and then a rank is named only on
+//! evidence: every other rank of the job here waits (asleep on a lock, a
+//! poll or a socket, or in a torch.distributed call as py-spy shows it,
+//! whatever CPU it burns there) while it does something else (sleeps or
+//! runs in its own code, blocks on a lock outside any collective, calls a
+//! different collective from the others, is stopped, has exited), or it
+//! is absent from a job whose every node is here. Where every rank waits
+//! and none is absent, the rank they wait for is elsewhere, and nothing
+//! is named. Each culprit says what to do, and whether the evidence is
+//! against the node (drain it) or the job's own code (do not).
 
 use std::collections::BTreeMap;
 
@@ -15,94 +22,177 @@ use crate::facts::py_spy::PyFrame;
 use crate::facts::task::syscall_name;
 use crate::result::diagnosis::{Culprit, JobDiagnosis, RankState, StoreRead};
 
-/// CPU in the sample at or above which a rank counts as running: 30 ms,
-/// or a tenth of a CPU over a longer sample.
-const BUSY_MS: u64 = 30;
-/// CPU in the sample up to which a rank asleep in a wait counts as
-/// waiting: 20 ms, or a twentieth of a CPU over a longer sample. CPU time
-/// comes in clock ticks of 10 ms, and a rank that waits still has helper
-/// threads (Gloo's loop, torch's watchdog) that wake now and then; on a
-/// busy host a tick or two lands on them in any sample. A rank that only
-/// began to wait during the sample used more.
-const IDLE_MS: u64 = 20;
-
-fn busy_ms(sample_ms: u64) -> u64 {
-    BUSY_MS.max(sample_ms / 10)
+/// CPU over the window at or above which a rank that moved nothing and
+/// waits in no collective counts as running: a tenth of a CPU, 30 ms at
+/// least. CPU burnt inside a wait (a poll loop, NCCL's proxy) is no
+/// progress: a rank py-spy finds in a collective waits whatever it burns.
+fn busy_ms(window_ms: u64) -> u64 {
+    30u64.max(window_ms / 10)
 }
 
-fn idle_ms(sample_ms: u64) -> u64 {
-    IDLE_MS.max(sample_ms / 20)
+/// The kernel's name for where a thread sleeps, in an operator's words.
+pub fn kernel_words(wchan: &str, call: &str) -> &'static str {
+    let w = if wchan.is_empty() { call } else { wchan };
+    if w.contains("nanosleep") {
+        "asleep (time.sleep or the like)"
+    } else if w.contains("futex") {
+        "on a lock or a condition"
+    } else if w.contains("poll") || w.contains("select") {
+        "polling its connections"
+    } else if [
+        "sk_wait",
+        "tcp_recv",
+        "inet_csk",
+        "recv",
+        "accept",
+        "wait_woken",
+    ]
+    .iter()
+    .any(|x| w.contains(x))
+    {
+        "on a socket"
+    } else if w.contains("unix_stream") {
+        "on a local socket"
+    } else if w.contains("pipe_read") || w == "read" {
+        "reading a pipe or a file"
+    } else if w.contains("do_wait") || w == "wait4" {
+        "for a child process"
+    } else if w.is_empty() {
+        "in its own code"
+    } else {
+        "in the kernel"
+    }
 }
 
-/// Kernel functions a blocked wait sleeps in: a lock or condition
-/// variable (futex), a poll, a socket's receive or accept.
-const WAITS: &[&str] = &[
-    "futex",
-    "epoll",
-    "ep_poll",
-    "poll",
-    "select",
-    "sk_wait",
-    "inet_csk",
-    "unix_stream",
-    "wait_woken",
-    "tcp_recv",
-    "pipe_read",
-    "do_wait",
-];
-const WAIT_CALLS: &[&str] = &[
-    "futex",
-    "epoll_wait",
-    "epoll_pwait",
-    "poll",
-    "ppoll",
-    "select",
-    "pselect6",
-    "read",
-    "recvfrom",
-    "recvmsg",
-    "accept",
-    "accept4",
-    "wait4",
-];
+/// A GPU driver's wait, from where a task sleeps uninterruptibly.
+fn gpu_driver_wait(wchan: &str) -> bool {
+    ["nv", "uvm", "os_", "amdgpu", "kfd", "habana", "xe_", "i915"]
+        .iter()
+        .any(|p| wchan.starts_with(p))
+}
 
-fn classify(w: Option<&Watched>, sample_ms: u64) -> (&'static str, String) {
+/// A rank's state over the window and what it was doing, in words.
+fn classify(w: Option<&Watched>, call: Option<&str>, window_ms: u64) -> (&'static str, String) {
     let Some(t) = w.and_then(|w| w.task.as_ref()) else {
         return ("exited", "exited (its process is gone)".into());
     };
-    let cpu = w.map_or(0, |w| w.cpu_ms);
+    let w = w.expect("a task comes with its watch");
+    let cpu = w.cpu_ms;
     let wchan = t.wchan.clone().unwrap_or_default();
-    let call = t.syscall.and_then(syscall_name).unwrap_or("");
-    let at = if !wchan.is_empty() {
-        wchan.clone()
-    } else if !call.is_empty() {
-        call.to_string()
-    } else {
-        "user space".to_string()
-    };
+    let sys = t.syscall.and_then(syscall_name).unwrap_or("");
+    let collective = call.filter(|c| !c.contains(".py:"));
+    let own_code = call.filter(|c| c.contains(".py:"));
+    let most = |n: u32| w.looks > 0 && n * 2 > w.looks;
     match t.state {
-        'Z' | 'X' => ("exited", "exited, not yet reaped by its launcher".into()),
-        'T' | 't' => ("stopped", "stopped (SIGSTOP, or held by a debugger)".into()),
-        'D' => (
-            "in_kernel",
-            format!("in an uninterruptible wait in the kernel ({at}): a driver or a disk"),
-        ),
-        _ if cpu >= busy_ms(sample_ms) => (
-            "running",
-            format!("running ({cpu} ms of CPU in {sample_ms} ms)"),
-        ),
-        _ if wchan.contains("nanosleep") || call.contains("nanosleep") => (
-            "sleeping",
-            format!("sleeping in its own code ({at}: time.sleep or the like)"),
-        ),
-        _ if cpu <= idle_ms(sample_ms)
-            && (WAITS.iter().any(|x| wchan.contains(x)) || WAIT_CALLS.contains(&call)) =>
-        {
-            ("waiting", format!("waiting in {at}, no CPU used"))
+        'Z' | 'X' => return ("exited", "exited, not yet reaped by its launcher".into()),
+        'T' | 't' => {
+            return ("stopped", "stopped (SIGSTOP, or held by a debugger)".into());
         }
+        _ => {}
+    }
+    if w.moved_bytes() > 0 {
+        return (
+            "moving",
+            format!(
+                "moved {} in {window_ms} ms ({cpu} ms of CPU)",
+                crate::values::format_bytes(w.moved_bytes())
+            ),
+        );
+    }
+    if t.state == 'D' {
+        let whose = if gpu_driver_wait(&wchan) {
+            "the GPU driver"
+        } else {
+            "a driver or a disk"
+        };
+        return (
+            "in_kernel",
+            format!("in an uninterruptible wait in the kernel ({whose}, `{wchan}`)"),
+        );
+    }
+    if let Some(c) = collective {
+        let spin = if cpu >= busy_ms(window_ms) {
+            format!(", spinning ({cpu} ms of CPU)")
+        } else {
+            String::new()
+        };
+        return (
+            "waiting",
+            format!("waiting in {c}, no byte moved in {window_ms} ms{spin}"),
+        );
+    }
+    let at = own_code.map(|c| format!(" at {c}")).unwrap_or_default();
+    if most(w.sleeps) {
+        return (
+            "sleeping",
+            format!("asleep in its own code (time.sleep or the like){at}"),
+        );
+    }
+    if cpu >= busy_ms(window_ms) || most(w.runs) {
+        return (
+            "running",
+            format!("running its own code{at} ({cpu} ms of CPU in {window_ms} ms, no byte moved)"),
+        );
+    }
+    if most(w.waits) {
+        if own_code.is_some() {
+            return (
+                "blocked",
+                format!(
+                    "blocked {}{at}, in its own code and in no collective",
+                    kernel_words(&wchan, sys)
+                ),
+            );
+        }
+        return (
+            "waiting",
+            format!(
+                "waiting {}, no byte moved and no CPU used in {window_ms} ms",
+                kernel_words(&wchan, sys)
+            ),
+        );
+    }
+    (
+        "idle",
+        format!(
+            "idle {} ({cpu} ms of CPU in {window_ms} ms)",
+            kernel_words(&wchan, sys)
+        ),
+    )
+}
+
+/// What to do about a rank named for its state, and whether the evidence
+/// is against its node (`node`) or the job (`rank`).
+pub(super) fn next_step(r: &RankState, has_stack: bool) -> (&'static str, String) {
+    let stack = if has_stack {
+        "read its stack (below)"
+    } else {
+        "read its stack (`py-spy dump --pid PID`, or run diagnose with py-spy installed)"
+    };
+    let stack = stack.replace("PID", &r.pid.to_string());
+    match r.state.as_str() {
+        "stopped" => (
+            "rank",
+            format!(
+                "resume it (`kill -CONT {}`) or detach the debugger that holds it; the node is not at fault",
+                r.pid
+            ),
+        ),
+        "exited" => (
+            "rank",
+            "read its output (torchrun's --log_dir, or the job's log) for why it ended; drain the node only if the node killed it (the OOM killer or a GPU error in its kernel log)".into(),
+        ),
+        "in_kernel" if r.wchan.as_deref().is_some_and(gpu_driver_wait) => (
+            "node",
+            "drain the node: its GPU driver holds the rank in an uninterruptible wait (read the node's kernel log for an Xid)".into(),
+        ),
+        "in_kernel" => (
+            "rank",
+            "read the node's kernel log for the driver or file system it waits on; drain the node if that wait never ends".into(),
+        ),
         _ => (
-            "idle",
-            format!("idle in {at} ({cpu} ms of CPU in {sample_ms} ms)"),
+            "rank",
+            format!("a fault in the job's own code, not the node's: {stack}; draining the node would not help"),
         ),
     }
 }
@@ -176,14 +266,14 @@ fn dropping_paths(job: &Job, watched: &BTreeMap<u32, Watched>, ranks: &[RankStat
 /// A connect to a peer the evidence points at.
 const PROBE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The judgement of `job` from what each of its ranks was seen doing.
+/// The judgement of `job` from what each of its ranks did over the window.
 pub fn judge(
     job: &Job,
     watched: &BTreeMap<u32, Watched>,
     stacks: &Stacks,
     store_read: Option<StoreRead>,
     node: &str,
-    sample_ms: u64,
+    window_ms: u64,
 ) -> JobDiagnosis {
     let in_store = |rank: u32| {
         store_read
@@ -210,12 +300,9 @@ pub fn judge(
         .iter()
         .map(|r| {
             let w = watched.get(&r.pid);
-            let (state, mut doing) = classify(w, sample_ms);
             let stack = stacks.get(&r.pid);
             let call = stack.and_then(|s| s.as_ref().ok()).and_then(|f| call(f));
-            if let Some(c) = call.as_ref().filter(|c| c.contains(".py:")) {
-                doing.push_str(&format!(", at {c}"));
-            }
+            let (state, doing) = classify(w, call.as_deref(), window_ms);
             let sockets = w.map(|w| w.sockets.as_slice()).unwrap_or_default();
             let established = sockets.iter().filter(|s| s.state == "established");
             let store_connected = match (w, store_port) {
@@ -235,6 +322,7 @@ pub fn judge(
                     .and_then(|w| w.task.as_ref()?.syscall)
                     .map(|n| syscall_name(n).map_or(n.to_string(), String::from)),
                 cpu_ms: w.map_or(0, |w| w.cpu_ms),
+                moved_bytes: w.map_or(0, Watched::moved_bytes),
                 store_connected,
                 peer_connections: established
                     .clone()
@@ -271,20 +359,62 @@ pub fn judge(
     } else {
         job.world.saturating_sub(here.unwrap_or(found.len() as u32))
     };
+    let moving: Vec<&RankState> = ranks.iter().filter(|r| r.state == "moving").collect();
+    let moved: Vec<String> = if moving.is_empty() {
+        Vec::new()
+    } else {
+        let bytes: u64 = moving.iter().map(|r| r.moved_bytes).sum();
+        let ids: Vec<u32> = moving.iter().map(|r| r.rank).collect();
+        vec![format!(
+            "{} moved {} through their connections and calls in {window_ms} ms",
+            rank_list(&ids),
+            crate::values::format_bytes(bytes)
+        )]
+    };
     let waiting: Vec<&RankState> = ranks.iter().filter(|r| r.state == "waiting").collect();
-    // A rank idle in the kernel with a little CPU (one that is only now
-    // coming to wait) is neither evidence nor a waiter.
-    let odd: Vec<&RankState> = ranks
-        .iter()
-        .filter(|r| r.state != "waiting" && r.state != "idle")
-        .collect();
     let waiting_ranks: Vec<u32> = waiting.iter().map(|r| r.rank).collect();
     let phase = phase(&waiting, ranks.len() + missing.len(), store.as_deref());
     let paths = dropping_paths(job, watched, &ranks);
+    // The odd ones out: in their own code, stopped, gone; and the ranks
+    // whose collective is not the one the others wait in.
+    // Each with its reason, and whether that reason stands alone (a
+    // mismatch says what the others call) or is told against the others'
+    // wait.
+    let mut odd: Vec<(&RankState, String, bool)> = ranks
+        .iter()
+        .filter(|r| !matches!(r.state.as_str(), "waiting" | "idle" | "moving"))
+        .map(|r| (r, r.doing.clone(), false))
+        .collect();
+    odd.extend(
+        mismatched(&waiting)
+            .into_iter()
+            .map(|(r, why)| (r, why, true)),
+    );
+    let waiters: Vec<u32> = waiting_ranks
+        .iter()
+        .copied()
+        .filter(|w| !odd.iter().any(|(r, _, _)| r.rank == *w))
+        .collect();
     let mut culprits = Vec::new();
     let summary;
     let verdict;
-    if !waiting.is_empty() && (!odd.is_empty() || !missing.is_empty()) {
+    if !moving.is_empty() {
+        let still: Vec<u32> = ranks
+            .iter()
+            .filter(|r| r.state != "moving")
+            .map(|r| r.rank)
+            .collect();
+        summary = if still.is_empty() {
+            format!("the job moves: {}", moved.join("; "))
+        } else {
+            format!(
+                "the job moves: {}; {} moved nothing in that time",
+                moved.join("; "),
+                rank_list(&still)
+            )
+        };
+        verdict = "progressing";
+    } else if !waiters.is_empty() && (!odd.is_empty() || !missing.is_empty()) {
         let arrival = store_read
             .as_ref()
             .filter(|s| s.error.is_none() && phase.contains("connected to the store"))
@@ -298,11 +428,15 @@ pub fn judge(
             .unwrap_or_default();
         let others = format!(
             "{} {} {phase}{arrival}",
-            rank_list(&waiting_ranks),
-            if waiting.len() == 1 { "waits" } else { "wait" }
+            rank_list(&waiters),
+            if waiters.len() == 1 { "waits" } else { "wait" }
         );
-        for r in &odd {
-            let mut why = format!("{} while {others}", r.doing);
+        for (r, doing, alone) in &odd {
+            let mut why = if *alone {
+                doing.clone()
+            } else {
+                format!("{doing} while {others}")
+            };
             let others_on_store = waiting.iter().all(|w| w.store_connected == Some(true));
             if others_on_store && r.store_connected == Some(false) {
                 why.push_str(&format!(
@@ -322,11 +456,27 @@ pub fn judge(
                     crate::values::format_bytes(r.unread_bytes)
                 ));
             }
+            let (evidence, next) = if *alone {
+                (
+                    "rank",
+                    format!(
+                        "a fault in the job's own code, not the node's: every rank must call the same collectives in the same order; fix the call{}",
+                        own_frame(&r.stack)
+                            .map(|f| format!(" at {f}"))
+                            .unwrap_or_default()
+                    ),
+                )
+            } else {
+                next_step(r, !r.stack.is_empty())
+            };
             culprits.push(Culprit {
                 rank: r.rank,
                 node: node.into(),
                 pid: Some(r.pid),
                 reason: why,
+                evidence: evidence.into(),
+                next_step: next,
+                stack: r.stack.clone(),
             });
         }
         for &m in &missing {
@@ -342,21 +492,27 @@ pub fn judge(
                         ""
                     }
                 ),
+                evidence: "rank".into(),
+                next_step: "read the job's output for why it ended or never started (torchrun's --log_dir); drain the node only if the node killed it (the OOM killer or a GPU error in its kernel log)".into(),
+                stack: Vec::new(),
             });
         }
         summary = others;
         verdict = "held";
     } else if waiting.is_empty() && missing.is_empty() {
-        summary = if ranks.iter().all(|r| r.state == "running") {
-            format!("every rank is running ({} here)", ranks.len())
+        summary = if ranks.is_empty() {
+            "no rank of it runs here".to_string()
         } else {
-            format!("no rank waits on another ({} here)", ranks.len())
+            format!(
+                "no rank waits on another ({} here; nothing moved in {window_ms} ms)",
+                ranks.len()
+            )
         };
         verdict = "progressing";
     } else {
         summary = if elsewhere > 0 {
             format!(
-                "{} {} {phase}: the rank they wait for is not on this node ({elsewhere} of {} ranks run elsewhere): run diagnose there",
+                "{} {} {phase}: the rank they wait for is not on this node ({elsewhere} of {} ranks run elsewhere): run diagnose there, or across the job's nodes (--hosts, --slurm)",
                 rank_list(&waiting_ranks),
                 if waiting.len() == 1 { "waits" } else { "wait" },
                 job.world
@@ -372,7 +528,7 @@ pub fn judge(
         (
             "held",
             format!(
-                "{}: every rank here waits, and a path they send on drops their data (below)",
+                "{}: every rank here waits, and a path they send on drops their data (below): fix the path, or drain the node at its end",
                 rank_list(&waiting_ranks)
             ),
         )
@@ -380,6 +536,9 @@ pub fn judge(
         (verdict, summary)
     };
     JobDiagnosis {
+        torch: None,
+        moved,
+        expected_here: here,
         paths,
         job: job.name.clone(),
         world_size: job.world,
@@ -392,6 +551,70 @@ pub fn judge(
         summary,
         verdict: verdict.into(),
     }
+}
+
+/// Waiting ranks in a different collective from the rest: where py-spy
+/// shows each waiting rank's call and they differ, those outside the
+/// largest group (every group, where no group is the largest), each with
+/// what the others call.
+fn mismatched<'a>(waiting: &[&'a RankState]) -> Vec<(&'a RankState, String)> {
+    let mut by_call: BTreeMap<&str, Vec<&'a RankState>> = BTreeMap::new();
+    for r in waiting {
+        if let Some(c) = r.call.as_deref().filter(|c| !c.contains(".py:")) {
+            by_call.entry(c).or_default().push(r);
+        }
+    }
+    if by_call.len() < 2 {
+        return Vec::new();
+    }
+    let largest = by_call.values().map(Vec::len).max().unwrap_or(0);
+    let leaders: Vec<&str> = by_call
+        .iter()
+        .filter(|(_, rs)| rs.len() == largest)
+        .map(|(c, _)| *c)
+        .collect();
+    let majority = (leaders.len() == 1).then(|| leaders[0]);
+    let mut out = Vec::new();
+    for (c, rs) in &by_call {
+        if Some(*c) == majority {
+            continue;
+        }
+        let others: Vec<String> = by_call
+            .iter()
+            .filter(|(o, _)| o != &c)
+            .map(|(o, rs)| {
+                let ids: Vec<u32> = rs.iter().map(|r| r.rank).collect();
+                format!(
+                    "{} {} {o}",
+                    rank_list(&ids),
+                    if ids.len() == 1 { "calls" } else { "call" }
+                )
+            })
+            .collect();
+        for r in rs {
+            let at = own_frame(&r.stack)
+                .map(|f| format!(" (at {f})"))
+                .unwrap_or_default();
+            out.push((
+                *r,
+                format!(
+                    "a mismatched collective: it calls {c}{at} while {}",
+                    others.join(" and ")
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// The innermost frame of the job's own code in a stack as the report
+/// keeps it (`fn (file:line)`): `job.py:93`.
+fn own_frame(stack: &[String]) -> Option<String> {
+    stack
+        .iter()
+        .filter_map(|f| f.rsplit_once(" (")?.1.strip_suffix(')'))
+        .find(|at| !at.contains("torch/") && !at.contains("-packages/"))
+        .map(String::from)
 }
 
 /// The torch.distributed calls a rank waits in, as py-spy names them.
@@ -483,7 +706,7 @@ mod tests {
     use super::*;
     use crate::facts::task::Task;
 
-    fn watched(state: char, wchan: &str, cpu_ms: u64) -> Watched {
+    fn watched(state: char, wchan: &str, cpu_ms: u64, looks: [u32; 3], moved: u64) -> Watched {
         Watched {
             task: Some(Task {
                 state,
@@ -493,38 +716,110 @@ mod tests {
                 threads: 8,
             }),
             cpu_ms,
-            sockets: Vec::new(),
+            io_bytes: Some(moved),
+            looks: looks.iter().sum(),
+            waits: looks[0],
+            sleeps: looks[1],
+            runs: looks[2],
             sockets_read: true,
+            ..Watched::default()
         }
     }
 
     #[test]
-    fn a_tick_or_two_on_a_helper_thread_is_still_a_wait() {
-        for cpu in [0, 10, 20] {
-            let w = watched('S', "futex_do_wait", cpu);
-            assert_eq!(classify(Some(&w), 300).0, "waiting", "{cpu} ms");
+    fn bytes_moved_are_progress_and_cpu_in_a_wait_is_not() {
+        let w = watched('S', "futex_do_wait", 0, [20, 0, 0], 4096);
+        assert_eq!(classify(Some(&w), None, 2000).0, "moving");
+        let w = watched('S', "futex_do_wait", 10, [20, 0, 0], 0);
+        assert_eq!(classify(Some(&w), None, 2000).0, "waiting");
+        // Spinning in a collective, nothing moved: waiting all the same.
+        let w = watched('R', "", 1900, [0, 0, 20], 0);
+        assert_eq!(classify(Some(&w), Some("all_reduce"), 2000).0, "waiting");
+        // The same spin in its own code holds the others up.
+        assert_eq!(
+            classify(Some(&w), Some("job.py:12 in main"), 2000).0,
+            "running"
+        );
+        assert_eq!(classify(Some(&w), None, 2000).0, "running");
+    }
+
+    #[test]
+    fn a_sleep_or_a_lock_in_its_own_code_is_no_wait_in_a_collective() {
+        let w = watched('S', "hrtimer_nanosleep", 0, [2, 18, 0], 0);
+        assert_eq!(classify(Some(&w), None, 2000).0, "sleeping");
+        let w = watched('S', "futex_do_wait", 0, [20, 0, 0], 0);
+        let (state, doing) = classify(Some(&w), Some("job.py:40 in hold"), 2000);
+        assert_eq!(state, "blocked");
+        assert!(
+            doing.contains("on a lock") && !doing.contains("futex"),
+            "{doing}"
+        );
+        let w = watched('T', "do_signal_stop", 0, [0, 0, 0], 0);
+        assert_eq!(classify(Some(&w), None, 2000).0, "stopped");
+        let w = watched('D', "nv_wait_for_completion", 0, [0, 0, 0], 0);
+        let (state, doing) = classify(Some(&w), None, 2000);
+        assert_eq!(state, "in_kernel");
+        assert!(doing.contains("GPU driver"), "{doing}");
+    }
+
+    #[test]
+    fn kernel_names_are_put_in_words() {
+        assert_eq!(
+            kernel_words("futex_do_wait", ""),
+            "on a lock or a condition"
+        );
+        assert_eq!(kernel_words("", "epoll_wait"), "polling its connections");
+        assert_eq!(
+            kernel_words("hrtimer_nanosleep", ""),
+            "asleep (time.sleep or the like)"
+        );
+        assert_eq!(kernel_words("sk_wait_data", ""), "on a socket");
+    }
+
+    fn rank(rank: u32, call: &str) -> RankState {
+        RankState {
+            rank,
+            pid: 100 + rank,
+            state: "waiting".into(),
+            doing: String::new(),
+            wchan: None,
+            syscall: None,
+            cpu_ms: 0,
+            moved_bytes: 0,
+            store_connected: None,
+            peer_connections: 0,
+            unread_bytes: 0,
+            unsent_bytes: 0,
+            call: Some(call.into()),
+            stack: Vec::new(),
+            in_store: None,
+            stack_error: None,
         }
-        let w = watched('S', "futex_do_wait", 40);
-        assert_eq!(classify(Some(&w), 300).0, "running");
-        let w = watched('S', "futex_do_wait", 25);
-        assert_eq!(classify(Some(&w), 300).0, "idle");
     }
 
     #[test]
-    fn the_bounds_grow_with_a_longer_sample() {
-        let w = watched('S', "ep_poll", 40);
-        assert_eq!(classify(Some(&w), 1000).0, "waiting");
-        let w = watched('S', "ep_poll", 90);
-        assert_eq!(classify(Some(&w), 1000).0, "idle");
-        let w = watched('S', "ep_poll", 100);
-        assert_eq!(classify(Some(&w), 1000).0, "running");
-    }
-
-    #[test]
-    fn a_sleep_in_user_code_is_no_wait() {
-        let w = watched('S', "hrtimer_nanosleep", 0);
-        assert_eq!(classify(Some(&w), 300).0, "sleeping");
-        let w = watched('T', "do_signal_stop", 0);
-        assert_eq!(classify(Some(&w), 300).0, "stopped");
+    fn the_odd_collective_is_named_and_a_tie_names_both_sides() {
+        let rs = [
+            rank(0, "all_reduce"),
+            rank(1, "all_gather"),
+            rank(2, "all_reduce"),
+            rank(3, "all_reduce"),
+        ];
+        let refs: Vec<&RankState> = rs.iter().collect();
+        let odd = mismatched(&refs);
+        assert_eq!(odd.len(), 1);
+        assert_eq!(odd[0].0.rank, 1);
+        assert!(
+            odd[0]
+                .1
+                .contains("calls all_gather while ranks 0,2-3 call all_reduce")
+                || odd[0].1.contains("all_gather while ranks"),
+            "{}",
+            odd[0].1
+        );
+        let tie: Vec<&RankState> = rs[..2].iter().collect();
+        assert_eq!(mismatched(&tie).len(), 2);
+        let same: Vec<&RankState> = [&rs[0], &rs[2]].into_iter().collect();
+        assert!(mismatched(&same).is_empty());
     }
 }

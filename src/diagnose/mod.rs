@@ -4,9 +4,11 @@
 //! /proc (no signal, no ptrace stop, nothing written to the job's store).
 //!
 //! `find` (the jobs and their ranks, from each process's environment),
-//! `observe` (a rank's state over a short sample: its task, its CPU time,
-//! its sockets), `judge` (the verdict), `merge` (one verdict across the
-//! job's nodes, each asked over ssh).
+//! `observe` (each rank over the watch window: the bytes it moves, its
+//! task, its CPU time, its sockets), `judge` (the verdict: a job that
+//! moved is progressing; one that stood still is judged), `merge` (one
+//! verdict across the job's nodes, each asked over ssh or srun). The
+//! Python stacks and the job's store are read while the window runs.
 
 mod find;
 mod judge;
@@ -21,6 +23,7 @@ use std::time::Duration;
 use crate::facts::nccl_ras;
 use crate::facts::py_spy::{self, PyFrame};
 use crate::facts::tcp_store::{self, Numbering};
+use crate::facts::torch_install;
 use crate::result::diagnosis::{Culprit, RasReport, StoreRead};
 
 pub use find::{Filter, Job, jobs};
@@ -69,53 +72,72 @@ fn stacks(py_spy: &Path, pids: &[u32]) -> Stacks {
 /// How long the whole reading of the job's store may take.
 const STORE_WITHIN: Duration = Duration::from_secs(2);
 
-/// The keys a rank's process group address is published under, in the
-/// store's own spelling (a leading `/` for the client's prefix, then
-/// torchrun's agent store prefix, `default_pg`, the group `0`, and
-/// Gloo's context `0`): torch up to 2.1, then 2.2 and later (whose group
-/// prefix ends in `/`, and whose agent store drops the attempt from 2.6).
+/// The keys a rank's Gloo address is published under, in the store's own
+/// spelling (a leading `/` for the client's prefix, then torchrun's agent
+/// store prefix where the job used one (`/worker/attempt_N/`, its own
+/// leading `/` kept), `default_pg`, the group `0`, the
+/// device where the group has a backend per device, and Gloo's context
+/// `0`): torch up to 2.1 (`default_pg/0/0/R`, and 2.0's
+/// `default_pg/0/cpu/0/R`), then 2.2 and later, whose group prefix ends in
+/// `/` (`default_pg/0//0/R`, and from 2.3 `default_pg/0//cpu//0/R`, as
+/// torch 2.15 lists them), with the agent's attempt dropped from 2.6.
+/// Several spellings per rank: each is a CHECK, and only one exists.
 fn address_keys(job: &Job, numbering: Numbering) -> Vec<(u32, String)> {
     let agent = job
         .agent_attempt
         .map(|n| format!("/worker/attempt_{n}/"))
         .unwrap_or_default();
+    let prefixes: Vec<String> = if agent.is_empty() {
+        vec![String::new()]
+    } else {
+        vec![agent, String::new()]
+    };
+    let groups: &[&str] = match numbering {
+        Numbering::Old => &["default_pg/0/0/", "default_pg/0/cpu/0/"],
+        Numbering::New => &["default_pg/0//0/", "default_pg/0//cpu//0/"],
+    };
     let mut out = Vec::new();
     for r in 0..job.world.min(4096) {
-        match numbering {
-            Numbering::Old => out.push((r, format!("/{agent}default_pg/0/0/{r}"))),
-            Numbering::New => {
-                out.push((r, format!("/{agent}default_pg/0//0/{r}")));
-                if !agent.is_empty() {
-                    out.push((r, format!("/default_pg/0//0/{r}")));
-                }
+        for p in &prefixes {
+            for g in groups {
+                out.push((r, format!("/{p}{g}{r}")));
             }
         }
     }
     out
 }
 
-/// Which ranks of `job` reached init_process_group, from its store.
-fn read_store(job: &Job) -> Option<StoreRead> {
+/// The torch the job's ranks loaded: the first rank's that names one.
+fn torch_of(proc_dir: &Path, job: &Job) -> Option<torch_install::TorchInstall> {
+    job.ranks
+        .iter()
+        .find_map(|r| torch_install::of_process(&proc_dir.join(r.pid.to_string())))
+}
+
+/// Which ranks of `job` reached init_process_group, from its store, in
+/// the numbering of the torch the job runs (`torch`); not read at all
+/// where that torch is not known, since a query in the wrong numbering
+/// stalls or changes a store.
+fn read_store(job: &Job, torch: Option<&torch_install::TorchInstall>) -> Option<StoreRead> {
     let (host, port) = job.store.as_ref()?;
+    let failed = |error: String| {
+        Some(StoreRead {
+            error: Some(error),
+            ..StoreRead::default()
+        })
+    };
+    let Some((major, minor)) = torch.and_then(|t| t.major_minor()) else {
+        return failed(
+            "not read: no rank shows which torch it runs (no torch/lib/libtorch*.so in its memory maps, or no torch/version.py beside it), and a query in the wrong numbering can stall or change a store"
+                .into(),
+        );
+    };
+    let numbering = Numbering::of_torch(major, minor);
     let addr = match crate::facts::resolve::within(host, *port, STORE_WITHIN) {
         Ok(a) => a,
-        Err(e) => {
-            return Some(StoreRead {
-                error: Some(e),
-                ..StoreRead::default()
-            });
-        }
+        Err(e) => return failed(e),
     };
     let deadline = std::time::Instant::now() + STORE_WITHIN;
-    let numbering = match tcp_store::probe(addr, deadline) {
-        Ok((n, _)) => n,
-        Err(e) => {
-            return Some(StoreRead {
-                error: Some(e),
-                ..StoreRead::default()
-            });
-        }
-    };
     let keys = address_keys(job, numbering);
     let wire: Vec<String> = keys.iter().map(|(_, k)| k.clone()).collect();
     Some(match tcp_store::read(addr, numbering, &wire, deadline) {
@@ -172,11 +194,24 @@ fn ras(setting: &Ras, found: &[Job]) -> Option<RasReport> {
             culprits: quote_pings(
                 st.named
                     .into_iter()
-                    .map(|r| Culprit {
-                        rank: r.rank,
-                        node: r.host,
-                        pid: r.pid,
-                        reason: format!("NCCL RAS: {}", r.why),
+                    .map(|r| {
+                        let dead = r.why.contains("considers it dead");
+                        Culprit {
+                            next_step: if dead {
+                                format!(
+                                    "drain {}: its NCCL process stopped answering its peers",
+                                    r.host
+                                )
+                            } else {
+                                "read its stack and its NCCL log (NCCL_DEBUG=WARN): the evidence is against the rank, not its node".into()
+                            },
+                            evidence: if dead { "node" } else { "rank" }.into(),
+                            rank: r.rank,
+                            node: r.host,
+                            pid: r.pid,
+                            reason: format!("NCCL RAS: {}", r.why),
+                            stack: Vec::new(),
+                        }
                     })
                     .collect(),
             ),
@@ -230,13 +265,14 @@ fn quote_pings(mut culprits: Vec<Culprit>) -> Vec<Culprit> {
 }
 
 /// Every job on the node (under `proc_dir`) that `filter` keeps, each
-/// rank watched for `sample` (and its Python stack read with `py_spy`,
-/// where given), judged; and NCCL's RAS, as `ras` says.
+/// rank watched for `window` at most (its Python stack read with
+/// `py_spy`, where given, and the job's store read, while the window
+/// runs), judged; and NCCL's RAS, as `ras` says.
 pub fn diagnose(
     proc_dir: &Path,
     node: &str,
     filter: &Filter,
-    sample: Duration,
+    window: Duration,
     py_spy: Option<PathBuf>,
     ras_at: &Ras,
 ) -> Diagnosis {
@@ -245,12 +281,34 @@ pub fn diagnose(
         .iter()
         .flat_map(|j| j.ranks.iter().map(|r| r.pid))
         .collect();
-    let watched = observe(proc_dir, &pids, sample);
-    let stacks = py_spy.map(|p| stacks(&p, &pids)).unwrap_or_default();
-    let ms = sample.as_millis() as u64;
+    let torches: Vec<Option<torch_install::TorchInstall>> =
+        found.iter().map(|j| torch_of(proc_dir, j)).collect();
+    let (watched, stacks, stores) = std::thread::scope(|s| {
+        let stacks = s.spawn(|| py_spy.map(|p| stacks(&p, &pids)).unwrap_or_default());
+        let stores = s.spawn(|| {
+            found
+                .iter()
+                .zip(&torches)
+                .map(|(j, t)| read_store(j, t.as_ref()))
+                .collect::<Vec<_>>()
+        });
+        let watched = observe(proc_dir, &pids, window);
+        (
+            watched,
+            stacks.join().unwrap_or_default(),
+            stores.join().unwrap_or_default(),
+        )
+    });
+    let ms = watched.elapsed.as_millis() as u64;
     let judged: Vec<_> = found
         .iter()
-        .map(|j| judge(j, &watched, &stacks, read_store(j), node, ms))
+        .zip(stores.into_iter().chain(std::iter::repeat(None)))
+        .zip(&torches)
+        .map(|((j, store), torch)| {
+            let mut d = judge(j, &watched.watched, &stacks, store, node, ms);
+            d.torch = torch.as_ref().map(|t| t.version.clone());
+            d
+        })
         .collect();
     let nccl_ras = ras(ras_at, &found);
     let ras_named = nccl_ras.as_ref().is_some_and(|r| !r.culprits.is_empty());
@@ -266,7 +324,7 @@ pub fn diagnose(
     Diagnosis {
         schema: SCHEMA.into(),
         node: node.into(),
-        sample_ms: sample.as_millis() as u64,
+        watch_ms: ms,
         jobs: judged,
         nccl_ras,
         verdict: verdict.into(),

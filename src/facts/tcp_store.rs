@@ -1,14 +1,15 @@
 //! PyTorch's TCPStore, read and never written: which of some keys exist
 //! and their values, as a client of the job's own store. Only queries
-//! that neither create nor change a key are sent (CHECK, then GET of a key
-//! that exists; GETNUMKEYS), in the numbering the server speaks, which is
-//! found first by a probe that is harmless in every version: one byte, 6,
-//! which torch up to 2.1 reads as GETNUMKEYS (and answers with 8 bytes),
-//! and torch 2.2 and later, whose first query must be VALIDATE, either
-//! closes (the legacy server) or ignores (libuv). Sending 2.2's VALIDATE
-//! to an older server would stall its single-threaded daemon, and the
-//! newer numbers would turn a GET into an ADD there: so nothing is
-//! guessed. Every value is bounded in size, and every wait has a deadline.
+//! that neither create nor change a key are sent (GETNUMKEYS, CHECK, then
+//! GET of a key that exists), in the numbering of the torch the job runs,
+//! which the caller learns from the job's own processes (see
+//! `facts::torch_install`): torch up to 2.1 numbers GET 2, CHECK 4,
+//! GETNUMKEYS 6; from 2.2 every connection opens with VALIDATE and the
+//! queries move up by one. Sending 2.2's VALIDATE to an older server
+//! stalls its single-threaded daemon, and the newer numbers would turn a
+//! GET into an ADD there: so nothing is sent on a guess. A peer whose
+//! answers are not a store's (an HTTP proxy on the port) is said to be no
+//! store. Every value is bounded in size, and every wait has a deadline.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -16,6 +17,9 @@ use std::time::Instant;
 
 /// The largest value read: arrival counters and addresses are short.
 const MAX_VALUE: u64 = 64 << 10;
+/// More keys than any job's store holds (a rank's few dozen, times the
+/// ranks): an answer past it is not a key count.
+const MOST_KEYS: i64 = 1 << 28;
 /// torch 2.2 and later: the first query of a connection.
 const VALIDATE: [u8; 5] = [0, 0xCE, 0xF7, 0x85, 0x3C];
 
@@ -44,6 +48,14 @@ impl Numbering {
         match self {
             Numbering::Old => 6,
             Numbering::New => 7,
+        }
+    }
+    /// The numbering of a torch of this version: 2.2 and later the new.
+    pub fn of_torch(major: u32, minor: u32) -> Numbering {
+        if (major, minor) >= (2, 2) {
+            Numbering::New
+        } else {
+            Numbering::Old
         }
     }
     pub fn name(self) -> &'static str {
@@ -102,33 +114,6 @@ fn send(s: &mut TcpStream, bytes: &[u8], deadline: Instant) -> std::io::Result<(
     s.write_all(bytes)
 }
 
-/// Which numbering the server at `addr` speaks (and, for the old one, how
-/// many keys it holds), by `deadline`. A server that neither answers nor
-/// closes is not guessed at: it may be an old one that is busy (to which
-/// the new numbering's VALIDATE would do harm) or torch 2.4's libuv store
-/// (which ignores the probe): either way it is not read.
-pub fn probe(addr: SocketAddr, deadline: Instant) -> Result<(Numbering, Option<i64>), String> {
-    let mut s = connect(addr, deadline)?;
-    send(&mut s, &[6], deadline).map_err(|e| format!("the store at {addr}: {e}"))?;
-    let mut n = [0u8; 8];
-    match read_full(&mut s, &mut n, deadline) {
-        Ok(()) => Ok((Numbering::Old, Some(i64::from_le_bytes(n)))),
-        // Closed at once: 2.2+'s legacy server, which wants VALIDATE first.
-        Err(e)
-            if matches!(
-                e.kind(),
-                ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset
-            ) =>
-        {
-            Ok((Numbering::New, None))
-        }
-        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Err(format!(
-            "the store at {addr} answered no probe in time (a busy store, or torch 2.4+'s libuv store, which answers none): not read, rather than guessed at"
-        )),
-        Err(e) => Err(format!("the store at {addr}: {e}")),
-    }
-}
-
 fn string(key: &str) -> Vec<u8> {
     let mut b = (key.len() as u64).to_le_bytes().to_vec();
     b.extend_from_slice(key.as_bytes());
@@ -136,7 +121,8 @@ fn string(key: &str) -> Vec<u8> {
 }
 
 /// Reads `keys` (wire keys, as the client sends them) from the store at
-/// `addr`, which speaks `numbering` (see `probe`), all by `deadline`.
+/// `addr`, which speaks `numbering` (`Numbering::of_torch`), all by
+/// `deadline`.
 pub fn read(
     addr: SocketAddr,
     numbering: Numbering,
@@ -151,7 +137,11 @@ pub fn read(
     send(&mut s, &[numbering.num_keys()], deadline).map_err(io)?;
     let mut n = [0u8; 8];
     read_full(&mut s, &mut n, deadline).map_err(io)?;
-    let keys_held = Some(i64::from_le_bytes(n));
+    let count = i64::from_le_bytes(n);
+    if !(0..MOST_KEYS).contains(&count) {
+        return Err(not_a_store(addr, "a key count", &n));
+    }
+    let keys_held = Some(count);
     let mut values = Vec::new();
     for key in keys {
         let mut q = vec![numbering.check()];
@@ -160,6 +150,9 @@ pub fn read(
         send(&mut s, &q, deadline).map_err(io)?;
         let mut ready = [0u8; 1];
         read_full(&mut s, &mut ready, deadline).map_err(io)?;
+        if ready[0] > 1 {
+            return Err(not_a_store(addr, "CHECK's one-byte answer", &ready));
+        }
         if ready[0] != 0 {
             values.push((key.clone(), None));
             continue;
@@ -179,11 +172,31 @@ pub fn read(
         read_full(&mut s, &mut v, deadline).map_err(io)?;
         values.push((key.clone(), Some(v)));
     }
+    // A store says nothing it was not asked; a proxy's page goes on.
+    let _ = s.set_nonblocking(true);
+    let mut extra = [0u8; 16];
+    if let Ok(n @ 1..) = s.peek(&mut extra) {
+        return Err(not_a_store(addr, "nothing more", &extra[..n]));
+    }
     Ok(StoreView {
         numbering,
         keys: keys_held,
         values,
     })
+}
+
+/// `addr` answered as no store does: what was wanted, and what came.
+fn not_a_store(addr: SocketAddr, wanted: &str, got: &[u8]) -> String {
+    let shown: String = got
+        .iter()
+        .map(|b| match b {
+            0x20..=0x7e => char::from(*b).to_string(),
+            _ => format!("\\x{b:02x}"),
+        })
+        .collect();
+    format!(
+        "{addr} is no torch store: where a store sends {wanted}, it sent \"{shown}\"; the job's MASTER_ADDR:MASTER_PORT reaches something else (a proxy, another service)"
+    )
 }
 
 #[cfg(test)]
@@ -261,11 +274,11 @@ mod tests {
         (addr, seen)
     }
 
-    /// Both numberings are found and read; nothing but reads reaches the
-    /// server (a write query in either numbering would be SET 0/1,
-    /// COMPARE_SET 1/2, ADD 3/4 or DELETE 8).
+    /// Each numbering is read; nothing but reads reaches the server (a
+    /// write query in either numbering would be SET 0/1, COMPARE_SET 1/2,
+    /// ADD 3/4 or DELETE 8), and the new one opens with VALIDATE.
     #[test]
-    fn each_numbering_is_found_and_only_read() {
+    fn each_numbering_is_read_and_only_read() {
         let keys: BTreeMap<String, Vec<u8>> = [
             ("/default_pg/0/0/0".to_string(), b"addr0".to_vec()),
             ("init/".to_string(), b"4".to_vec()),
@@ -278,8 +291,7 @@ mod tests {
         for numbering in [Numbering::Old, Numbering::New] {
             let (addr, seen) = server(numbering, keys.clone());
             let deadline = Instant::now() + Duration::from_secs(2);
-            let (found, _) = probe(addr, deadline).unwrap();
-            let v = read(addr, found, &wanted, deadline).unwrap();
+            let v = read(addr, numbering, &wanted, deadline).unwrap();
             assert_eq!(v.numbering, numbering);
             assert_eq!(v.keys, Some(2));
             assert_eq!(
@@ -292,31 +304,54 @@ mod tests {
             let sent = seen.lock().unwrap().clone();
             let reads: &[u8] = match numbering {
                 Numbering::Old => &[6, 4, 2],
-                // The probe's 6 closes the connection; then VALIDATE.
-                Numbering::New => &[6, 0, 7, 5, 3],
+                Numbering::New => &[0, 7, 5, 3],
             };
             assert!(
                 sent.iter().all(|q| reads.contains(q)),
                 "{numbering:?}: {sent:?}"
             );
             if numbering == Numbering::New {
-                assert_eq!(
-                    sent[1], 0,
-                    "VALIDATE first on the second connection: {sent:?}"
+                assert_eq!(sent[0], 0, "VALIDATE first: {sent:?}");
+            }
+        }
+        assert_eq!(Numbering::of_torch(1, 13), Numbering::Old);
+        assert_eq!(Numbering::of_torch(2, 1), Numbering::Old);
+        assert_eq!(Numbering::of_torch(2, 2), Numbering::New);
+        assert_eq!(Numbering::of_torch(2, 15), Numbering::New);
+    }
+
+    /// A peer that answers as no store does (an HTTP proxy's page) is
+    /// said to be no store, with what it sent, not read as a count.
+    #[test]
+    fn a_proxy_on_the_port_is_no_store() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for conn in l.incoming().take(2) {
+                let Ok(mut c) = conn else { return };
+                let mut b = [0u8; 64];
+                let _ = c.read(&mut b);
+                let _ = c.write_all(
+                    b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
                 );
             }
+        });
+        for numbering in [Numbering::Old, Numbering::New] {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            let e = read(addr, numbering, &["k".to_string()], deadline).unwrap_err();
+            assert!(
+                e.contains("is no torch store") && e.contains("HTTP/1.1"),
+                "{e}"
+            );
         }
     }
 
-    /// A store that answers nothing to the probe is not read (no VALIDATE
-    /// is ever sent on a guess), and a peer that trickles its answer is
-    /// cut at the deadline.
+    /// A store that answers nothing is cut at the deadline, and one that
+    /// trickles its answer too.
     #[test]
-    fn a_silent_store_is_not_guessed_at_and_a_slow_one_is_cut() {
+    fn a_silent_or_slow_peer_is_cut_at_the_deadline() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let log = Arc::clone(&got);
         std::thread::spawn(move || {
             // Takes what it is sent, answers nothing.
             if let Ok((mut c, _)) = l.accept() {
@@ -325,16 +360,19 @@ mod tests {
                     if n == 0 {
                         break;
                     }
-                    log.lock().unwrap().extend_from_slice(&b[..n]);
                 }
             }
         });
         let start = Instant::now();
-        let e = probe(addr, start + Duration::from_millis(300)).unwrap_err();
-        assert!(e.contains("not read, rather than guessed at"), "{e}");
+        let e = read(
+            addr,
+            Numbering::New,
+            &[],
+            start + Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert!(!e.is_empty());
         assert!(start.elapsed() < Duration::from_secs(2));
-        assert_eq!(*got.lock().unwrap(), vec![6], "only the probe's byte");
-        // An old store that answers a byte at a time, forever.
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || {
@@ -350,7 +388,15 @@ mod tests {
             }
         });
         let start = Instant::now();
-        assert!(probe(addr, start + Duration::from_millis(400)).is_err());
+        assert!(
+            read(
+                addr,
+                Numbering::Old,
+                &[],
+                start + Duration::from_millis(400)
+            )
+            .is_err()
+        );
         assert!(
             start.elapsed() < Duration::from_secs(2),
             "{:?}",

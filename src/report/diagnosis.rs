@@ -64,38 +64,61 @@ pub fn prometheus(d: &Diagnosis) -> String {
         if seen.insert((job.to_string(), c.rank, pid.clone())) {
             let _ = writeln!(
                 s,
-                "preflight_diagnose_culprit{{job=\"{}\",rank=\"{}\",node=\"{}\",pid=\"{pid}\"}} 1",
+                "preflight_diagnose_culprit{{job=\"{}\",rank=\"{}\",node=\"{}\",pid=\"{pid}\",evidence=\"{}\"}} 1",
                 escape(job),
                 c.rank,
-                escape(&c.node)
+                escape(&c.node),
+                escape(&c.evidence)
             );
         }
     }
     s
 }
 
-/// One culprit's line, wherever it was named.
+/// Frames of a culprit's stack shown: where it is, not all its callers.
+const FRAMES_SHOWN: usize = 12;
+
+/// One culprit's lines, wherever it was named: who and why, what to do
+/// next, and its stack where py-spy read one.
 fn held_up_by(c: &Culprit) -> String {
     let pid = c.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
-    format!(
+    let mut out = format!(
         "  HELD UP BY rank {} ({}{pid}): {}",
         c.rank, c.node, c.reason
-    )
+    );
+    if !c.next_step.is_empty() {
+        let _ = write!(out, "\n    next: {}", c.next_step);
+    }
+    if !c.stack.is_empty() {
+        out.push_str("\n    its stack, innermost first:");
+        for f in c.stack.iter().take(FRAMES_SHOWN) {
+            let _ = write!(out, "\n      {f}");
+        }
+        if c.stack.len() > FRAMES_SHOWN {
+            let _ = write!(out, "\n      ({} more)", c.stack.len() - FRAMES_SHOWN);
+        }
+    }
+    out
 }
 
 pub fn human(d: &Diagnosis) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "preflight diagnose · node {} · {} (each rank watched {} ms)",
+        "preflight diagnose · node {} · {} (watched {} ms)",
         d.node,
         crate::values::count(d.jobs.len(), "job"),
-        d.sample_ms
+        d.watch_ms
     );
     for j in &d.jobs {
+        let torch = j
+            .torch
+            .as_deref()
+            .map(|t| format!(" · torch {t}"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "\n{} · {} · store {}",
+            "\n{} · {} · store {}{torch}",
             j.job,
             crate::values::count(j.world_size as usize, "rank"),
             j.store.as_deref().unwrap_or("unknown")
@@ -138,7 +161,14 @@ pub fn human(d: &Diagnosis) -> String {
             let _ = writeln!(out, "  rank {m:<4} absent from this node");
         }
         if j.elsewhere > 0 {
-            let _ = writeln!(out, "  ({} ranks run on other nodes)", j.elsewhere);
+            let _ = writeln!(
+                out,
+                "  ({} run elsewhere: not examined here)",
+                crate::values::count(j.elsewhere as usize, "rank")
+            );
+        }
+        for m in &j.moved {
+            let _ = writeln!(out, "  MOVED: {m}");
         }
         for c in &j.culprits {
             let _ = writeln!(out, "{}", held_up_by(c));
@@ -146,7 +176,7 @@ pub fn human(d: &Diagnosis) -> String {
         for p in &j.paths {
             let _ = writeln!(out, "  PATH: {p}");
         }
-        if j.culprits.is_empty() {
+        if j.culprits.is_empty() && j.moved.is_empty() {
             let _ = writeln!(out, "  {}", j.summary);
         }
     }
@@ -201,6 +231,9 @@ pub fn human_across(c: &ClusterDiagnosis) -> String {
     for u in &c.unreachable {
         let _ = writeln!(out, "  UNREACHABLE {}: {}", u.host, u.why);
     }
+    for e in &c.elsewhere {
+        let _ = writeln!(out, "  ELSEWHERE {e}");
+    }
     for x in &c.culprits {
         let _ = writeln!(out, "{}", held_up_by(x));
     }
@@ -214,7 +247,7 @@ pub fn human_across(c: &ClusterDiagnosis) -> String {
         "held" => "HELD  a rank or a path holds the job up: named above",
         "progressing" => "PROGRESSING  nothing holds the job up on any node",
         "no_job" => "NO JOB  no node runs a distributed job this user can see",
-        _ => "UNKNOWN  the evidence names no rank (see the nodes not asked)",
+        _ => "UNKNOWN  the evidence names no rank: the nodes not asked may hold the answer",
     };
     let _ = writeln!(out, "\n{line}");
     out

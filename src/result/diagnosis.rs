@@ -4,14 +4,15 @@
 
 use serde::{Deserialize, Serialize};
 
-pub const SCHEMA: &str = "preflight.diagnosis/v1";
+pub const SCHEMA: &str = "preflight.diagnosis/v2";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Diagnosis {
     pub schema: String,
     pub node: String,
-    /// How long each rank's CPU time was watched, ms.
-    pub sample_ms: u64,
+    /// How long the ranks were watched, ms: the window (`--watch`), or
+    /// less where every rank moved before its end.
+    pub watch_ms: u64,
     pub jobs: Vec<JobDiagnosis>,
     /// What NCCL's RAS port on this node says of the job's communicators,
     /// where one answered.
@@ -24,6 +25,17 @@ pub struct Diagnosis {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobDiagnosis {
+    /// The torch its ranks loaded (`2.15.0+cu132`), read from a rank's
+    /// process; `None` where none was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch: Option<String>,
+    /// What moved over the window, in words; empty: nothing did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moved: Vec<String>,
+    /// How many of its ranks run on this node (LOCAL_WORLD_SIZE or a
+    /// launcher's equivalent), where the ranks say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_here: Option<u32>,
     /// What identifies the job: `torchrun run 4f2a…`, `slurm job 1234`,
     /// `master 10.0.0.1:29500`.
     pub job: String,
@@ -54,15 +66,20 @@ pub struct JobDiagnosis {
 pub struct RankState {
     pub rank: u32,
     pub pid: u32,
-    /// `waiting`, `sleeping`, `running`, `stopped`, `exited`, `in_kernel`
+    /// `moving` (it moved bytes), `waiting`, `blocked` (on a lock in its
+    /// own code), `sleeping`, `running`, `stopped`, `exited`, `in_kernel`
     /// or `idle`.
     pub state: String,
     /// What it does, in words.
     pub doing: String,
     pub wchan: Option<String>,
     pub syscall: Option<String>,
-    /// CPU time used during the sample, ms.
+    /// CPU time used over the window, ms.
     pub cpu_ms: u64,
+    /// Bytes it moved over the window: through its read and write calls
+    /// (`/proc/PID/io`) and its sockets' queues.
+    #[serde(default)]
+    pub moved_bytes: u64,
     /// Connected to the job's store; `None` when its sockets could not be
     /// read or no store is known.
     pub store_connected: Option<bool>,
@@ -126,6 +143,23 @@ pub struct Culprit {
     pub node: String,
     pub pid: Option<u32>,
     pub reason: String,
+    /// What the evidence is against: `node` (a dropping path, a GPU
+    /// driver's wait, a peer NCCL's RAS finds dead: draining the node
+    /// helps) or `rank` (the job's own code or process: it does not).
+    /// The epilog drains on `node` alone.
+    #[serde(default = "rank_evidence")]
+    pub evidence: String,
+    /// What to do next, in words.
+    #[serde(default)]
+    pub next_step: String,
+    /// Its Python stack, innermost first, where py-spy read one: for a
+    /// rank held in its own code, where to look.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<String>,
+}
+
+fn rank_evidence() -> String {
+    "rank".into()
 }
 
 /// `preflight diagnose --hosts`: every node's diagnosis, and one verdict
@@ -136,6 +170,10 @@ pub struct ClusterDiagnosis {
     pub nodes: Vec<Diagnosis>,
     /// Nodes that could not be asked, and why: never guessed at.
     pub unreachable: Vec<Unreachable>,
+    /// Ranks that run on nodes not asked, in words with the count ("ranks
+    /// 2-3 run on nodes not asked"): nothing is said of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elsewhere: Vec<String>,
     /// The ranks that hold a job up, from the nodes' own findings and
     /// from every node's ranks taken together (a rank asleep on one node
     /// while every other rank, on every node, waits).
@@ -153,4 +191,4 @@ pub struct Unreachable {
     pub why: String,
 }
 
-pub const CLUSTER_SCHEMA: &str = "preflight.cluster-diagnosis/v1";
+pub const CLUSTER_SCHEMA: &str = "preflight.cluster-diagnosis/v2";

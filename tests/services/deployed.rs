@@ -166,11 +166,8 @@ fn base_env() -> Vec<(&'static str, &'static str)> {
 }
 
 /// The README's torchrun line on `nodes` hosts, `per_node` ranks each,
-/// as root or as nobody.
-fn torchrun(nodes: usize, per_node: usize, as_nobody: bool) {
-    if !launcher("torchrun") {
-        return;
-    }
+/// as root or as nobody, under `torch`'s torchrun.
+fn torchrun(torch: &crate::torch::Torch, nodes: usize, per_node: usize, as_nobody: bool) {
     let Some((cluster, files)) = hosts(nodes) else {
         return;
     };
@@ -184,6 +181,8 @@ fn torchrun(nodes: usize, per_node: usize, as_nobody: bool) {
             set_after(&mut line, "--nproc_per_node", &per_node.to_string());
             set_after(&mut line, "--master_addr", &master);
             set_binary(&mut line, &shared.bin);
+            assert_eq!(line[0], "torchrun", "the README's line: {line:?}");
+            line[0] = torch.torchrun.display().to_string();
             let mut argv = if as_nobody {
                 words(&NOBODY)
             } else {
@@ -198,23 +197,26 @@ fn torchrun(nodes: usize, per_node: usize, as_nobody: bool) {
     }
 }
 
-#[test]
-fn the_readme_torchrun_line_on_one_node_is_ready_on_every_rank() {
-    let _shared = crate::common::shared();
-    torchrun(1, 2, false);
-}
+on_each_torch!(
+    the_readme_torchrun_line_on_one_node_is_ready_on_every_rank,
+    |t| {
+        let _shared = crate::common::shared();
+        super::torchrun(t, 1, 2, false);
+    }
+);
 
-#[test]
-fn the_readme_torchrun_line_as_an_ordinary_user_is_ready() {
+on_each_torch!(the_readme_torchrun_line_as_an_ordinary_user_is_ready, |t| {
     let _shared = crate::common::shared();
-    torchrun(1, 2, true);
-}
+    super::torchrun(t, 1, 2, true);
+});
 
-#[test]
-fn the_readme_torchrun_line_on_two_hosts_is_ready_on_every_rank() {
-    let _shared = crate::common::shared();
-    torchrun(2, 2, false);
-}
+on_each_torch!(
+    the_readme_torchrun_line_on_two_hosts_is_ready_on_every_rank,
+    |t| {
+        let _shared = crate::common::shared();
+        super::torchrun(t, 2, 2, false);
+    }
+);
 
 /// The README's mpirun line, one host, 2 ranks: as root (Open MPI wants
 /// its two variables for that, not a change of the line) and as nobody.

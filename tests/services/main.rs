@@ -6,6 +6,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[macro_use]
+mod torch;
 
 mod ansible;
 mod deployed;

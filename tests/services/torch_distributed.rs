@@ -1,12 +1,16 @@
 //! The torch_distributed kind through the binary, with a real Python and
-//! torch (Debian's python3-torch: CPU, Gloo). Tests that need torch print
-//! why and return when no interpreter has it, unless
+//! torch, on each torch: Debian's python3-torch (1.13, CPU, Gloo) and a
+//! current torch from PyPI (PREFLIGHT_TORCH_VENV). Tests that need torch
+//! print why and return when that torch is missing, unless
 //! PREFLIGHT_REQUIRE_LIBS=1 (CI), where that is a failure. The tests of
 //! the missing interpreter and of the deadline need no torch.
 
 use crate::common;
 use crate::common::cluster;
 use crate::common::serial;
+
+pub use crate::torch::Torch;
+
 /// `preflight diagnose` against real torch jobs under real torchrun.
 mod diagnose;
 
@@ -14,33 +18,6 @@ use std::net::TcpListener;
 use std::process::Command;
 
 use common::{check, checklist, measured, message, result, status};
-
-/// An interpreter that imports torch.distributed, or `None` after saying
-/// why (a failure in CI).
-fn torch_python() -> Option<String> {
-    let mut candidates: Vec<String> = Vec::new();
-    if let Ok(p) = std::env::var("PREFLIGHT_PYTHON")
-        && !p.is_empty()
-    {
-        candidates.push(p);
-    }
-    candidates.extend(["/usr/bin/python3".to_string(), "python3".to_string()]);
-    for python in &candidates {
-        let ok = Command::new(python)
-            .args(["-c", "import torch.distributed"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return Some(python.clone());
-        }
-    }
-    let why = format!(
-        "no Python with torch among {} (install python3-torch, or set PREFLIGHT_PYTHON)",
-        candidates.join(", ")
-    );
-    common::skip_unless_required(&why);
-    None
-}
 
 /// Whether a process is gone (or only a zombie waiting for its reaper).
 /// Polled: the kill is asynchronous, and the reaper is init.
@@ -65,12 +42,9 @@ fn gone(pid: u32) -> bool {
     false
 }
 
-#[test]
-fn a_one_process_world_passes_with_gloo_on_cpu() {
+fn a_one_process_world_passes_with_gloo_on_cpu_on(torch: &Torch) {
     let _serial = serial();
-    let Some(python) = torch_python() else {
-        return;
-    };
+    let python = torch.python.display().to_string();
     let (_dir, path) = checklist(
         "checks:
   - {id: torch, kind: torch_distributed, timeout: 60s, hint: \"{advice}\"}
@@ -90,12 +64,14 @@ fn a_one_process_world_passes_with_gloo_on_cpu() {
     );
 }
 
-#[test]
-fn gloo_told_to_use_a_missing_interface_is_named() {
+on_each_torch!(
+    a_one_process_world_passes_with_gloo_on_cpu,
+    super::a_one_process_world_passes_with_gloo_on_cpu_on
+);
+
+fn gloo_told_to_use_a_missing_interface_is_named_on(torch: &Torch) {
     let _serial = serial();
-    let Some(python) = torch_python() else {
-        return;
-    };
+    let python = torch.python.display().to_string();
     let (_dir, path) = checklist(
         "checks:
   - {id: torch, kind: torch_distributed, timeout: 60s, hint: \"{advice}\"}
@@ -118,12 +94,14 @@ fn gloo_told_to_use_a_missing_interface_is_named() {
     assert!(hint.contains("names `nosuch0`, which is missing"), "{hint}");
 }
 
-#[test]
-fn the_job_port_held_by_another_process_is_named() {
+on_each_torch!(
+    gloo_told_to_use_a_missing_interface_is_named,
+    super::gloo_told_to_use_a_missing_interface_is_named_on
+);
+
+fn the_job_port_held_by_another_process_is_named_on(torch: &Torch) {
     let _serial = serial();
-    let Some(python) = torch_python() else {
-        return;
-    };
+    let python = torch.python.display().to_string();
     let holder = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = holder.local_addr().unwrap().port().to_string();
     let (_dir, path) = checklist(
@@ -170,12 +148,14 @@ fn the_job_port_held_by_another_process_is_named() {
     );
 }
 
-#[test]
-fn a_backend_this_torch_cannot_use_is_named() {
+on_each_torch!(
+    the_job_port_held_by_another_process_is_named,
+    super::the_job_port_held_by_another_process_is_named_on
+);
+
+fn a_backend_this_torch_cannot_use_is_named_on(torch: &Torch) {
     let _serial = serial();
-    let Some(python) = torch_python() else {
-        return;
-    };
+    let python = torch.python.display().to_string();
     let (_dir, path) = checklist(
         "checks:
   - {id: nccl, kind: torch_distributed, backend: nccl, timeout: 60s, hint: \"{advice}\"}
@@ -193,7 +173,8 @@ fn a_backend_this_torch_cannot_use_is_named() {
             || msg.starts_with("device failed: no usable device"),
         "{msg}"
     );
-    assert!(measured(&r, "nccl").ends_with("nccl (cuda)"));
+    let m = measured(&r, "nccl");
+    assert!(m.contains("nccl (cuda)"), "{m}");
     assert_eq!(status(&r, "xccl"), "warn");
     let msg = message(&r, "xccl");
     assert!(
@@ -201,6 +182,11 @@ fn a_backend_this_torch_cannot_use_is_named() {
         "{msg}"
     );
 }
+
+on_each_torch!(
+    a_backend_this_torch_cannot_use_is_named,
+    super::a_backend_this_torch_cannot_use_is_named_on
+);
 
 #[test]
 fn a_missing_interpreter_or_torch_skips_unless_required() {
@@ -336,12 +322,9 @@ fn a_hung_interpreter_is_killed_with_its_whole_group() {
     }
 }
 
-#[test]
-fn the_shipped_check_runs_the_probe() {
+fn the_shipped_check_runs_the_probe_on(torch: &Torch) {
     let _serial = serial();
-    let Some(python) = torch_python() else {
-        return;
-    };
+    let python = torch.python.display().to_string();
     let out = Command::new(common::BIN)
         .args([
             "check",
@@ -363,3 +346,8 @@ fn the_shipped_check_runs_the_probe() {
         common::Severity::Warn
     );
 }
+
+on_each_torch!(
+    the_shipped_check_runs_the_probe,
+    super::the_shipped_check_runs_the_probe_on
+);

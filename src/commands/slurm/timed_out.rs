@@ -2,9 +2,14 @@
 //! so the evidence is what a watchdog in the job saved before the end
 //! (`preflight diagnose --slurm --output FILE`, at the warning signal
 //! `sbatch --signal` sends). The batch host's epilog reads it, and drains
-//! each of the job's nodes where it names a rank that held the job up,
-//! with that rank and why in the reason. No file, a job that ended
-//! otherwise, a verdict that names no node: nothing is drained.
+//! each of the job's nodes where it names a rank that held the job up on
+//! evidence against the node (a GPU driver's wait, a peer NCCL's RAS
+//! finds dead), with that rank and why in the reason. A rank held in the
+//! job's own code (asleep, spinning, blocked, a mismatched collective)
+//! is logged with what to do, and drains nothing: draining a healthy
+//! node for a software fault takes it from every other job. No file, a
+//! job that ended otherwise, a verdict that names no rank: nothing is
+//! drained.
 //!
 //! The file is the job's user's: it is read only when it is a plain file
 //! the user (or root) owns, bounded in size, and it can drain no node
@@ -184,6 +189,20 @@ pub fn act(
             }
         }
     }
+    // Evidence against the job's code drains nothing: said, with what
+    // to do.
+    let (culprits, software): (Vec<Culprit>, Vec<Culprit>) =
+        culprits.into_iter().partition(|c| c.evidence == "node");
+    for c in &software {
+        let pid = c.pid.map(|p| format!(" pid {p}")).unwrap_or_default();
+        out.lines.push(scontrol::one_line(
+            &format!(
+                "job {job} timed out held up by rank {}{pid} on {}: not a node fault, so no node drained; next: {}; why: {}",
+                c.rank, c.node, c.next_step, c.reason
+            ),
+            1000,
+        ));
+    }
     // One drain per node, with its first culprit; the rest counted.
     let nodes: std::collections::BTreeMap<&str, &String> =
         job_nodes.iter().map(|n| (short(n), n)).collect();
@@ -298,7 +317,8 @@ mod tests {
         let held = serde_json::json!({
             "schema": CLUSTER_SCHEMA, "verdict": "held", "summary": "", "paths": [],
             "nodes": [], "unreachable": [],
-            "culprits": [{"rank": 1, "node": "h2.cluster", "pid": 7, "reason": "sleeping"}],
+            "culprits": [{"rank": 1, "node": "h2.cluster", "pid": 7, "reason": "sleeping",
+                          "evidence": "rank", "next_step": "read its stack"}],
         });
         std::fs::write(&f, held.to_string()).unwrap();
         let c = read_culprits(&f, Some(me)).unwrap().unwrap();

@@ -45,8 +45,15 @@ pub(super) fn diagnose(kind: &str, text: &str, ctx: &Context) -> Diagnosis {
             ),
         );
     }
-    if text.contains("Address already in use") || text.contains("errno: 98") {
+    // torch up to 2.3: `bind to [::]:29544 (errno: 98 - Address already
+    // in use)`; its libuv store (2.4 on): `port: 29544, useIpv6: false,
+    // code: -98, name: EADDRINUSE, message: address already in use`.
+    if text.contains("Address already in use")
+        || text.contains("errno: 98")
+        || text.contains("EADDRINUSE")
+    {
         let port = capture(r":(\d+) \(errno: 98", text)
+            .or_else(|| capture(r"port: (\d+),[^.]*EADDRINUSE", text))
             .and_then(|p| p.parse().ok())
             .unwrap_or(ctx.port);
         let advice = match ctx.rendezvous {
@@ -180,6 +187,13 @@ mod tests {
                 &job,
                 "port 29544 is already in use",
                 "ss -ltnp 'sport = :29544'",
+            ),
+            (
+                "DistNetworkError",
+                "The server socket has failed to listen on any local network address. port: 37363, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+                &job,
+                "port 37363 is already in use",
+                "ss -ltnp 'sport = :37363'",
             ),
             (
                 "RuntimeError",

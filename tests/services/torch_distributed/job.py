@@ -1,15 +1,28 @@
 """A torch job for `preflight diagnose`'s tests, under torchrun (Gloo):
 every rank loops all_reduce; JOB_MODE picks the fault.
 
-  healthy    every rank loops; rank 0 writes JOB_MARKER after 20 rounds
+  healthy    every rank loops, with a 50 ms sleep a round; rank 0 writes
+             JOB_MARKER after 20 rounds
   late_init  rank JOB_RANK writes JOB_MARKER and sleeps before
              init_process_group
   stop       rank JOB_RANK writes JOB_MARKER and sleeps before its 6th
              all_reduce
+  spin       rank JOB_RANK writes JOB_MARKER and spins in a busy loop
+             before its 6th all_reduce
+  jitter     every rank sleeps 0 to 0.8 s (at random) before each
+             all_reduce; rank 0 writes JOB_MARKER after 5 rounds
+  slow       every rank all_reduces 32 MB, then sleeps 0.3 s; rank 0
+             writes JOB_MARKER after 3 rounds
+  mismatch   rank JOB_RANK calls all_gather where the others call their
+             6th all_reduce, and writes JOB_MARKER
+  two        before the 6th all_reduce, rank JOB_RANK sleeps (and writes
+             JOB_MARKER) and rank JOB_RANK2 blocks in queue.Queue().get()
 A held rank sleeps until the file JOB_RELEASE exists (where set) or
 JOB_SECONDS pass; every rank ends after JOB_ROUNDS all_reduces (where
 set), or when torchrun is killed."""
 import os
+import queue
+import random
 import time
 
 import torch
@@ -18,6 +31,7 @@ import torch.distributed as dist
 mode = os.environ.get("JOB_MODE", "healthy")
 rank = int(os.environ["RANK"])
 held = int(os.environ.get("JOB_RANK", "-1"))
+held2 = int(os.environ.get("JOB_RANK2", "-1"))
 marker = os.environ.get("JOB_MARKER", "")
 end = time.monotonic() + float(os.environ.get("JOB_SECONDS", "120"))
 release = os.environ.get("JOB_RELEASE", "")
@@ -40,17 +54,56 @@ def hold():
     raise SystemExit(0)
 
 
+def spin():
+    mark()
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    raise SystemExit(0)
+
+
+def block():
+    # A lock in the job's own code: a queue nobody fills.
+    try:
+        queue.Queue().get(timeout=max(end - time.monotonic(), 0))
+    except queue.Empty:
+        pass
+    raise SystemExit(0)
+
+
 if mode == "late_init" and rank == held:
     hold()
 dist.init_process_group("gloo")
-t = torch.ones(1024)
+t = torch.ones(8 << 20 if mode == "slow" else 1024)
 i = 0
 while time.monotonic() < end and (rounds is None or i < rounds):
     if mode == "stop" and rank == held and i == 5:
         hold()
-    dist.all_reduce(t)
+    if mode == "spin" and rank == held and i == 5:
+        spin()
+    if mode == "two" and i == 5:
+        if rank == held:
+            hold()
+        if rank == held2:
+            block()
+    if mode == "jitter":
+        time.sleep(random.uniform(0, 0.8))
+    if mode == "mismatch" and rank == held and i == 5:
+        mark()
+        dist.all_gather([torch.zeros_like(t) for _ in range(dist.get_world_size())], t)
+    else:
+        dist.all_reduce(t)
+        t.fill_(1)
     i += 1
-    if mode == "healthy" and rank == 0 and i == 20:
+    if mode == "slow":
+        time.sleep(0.3)
+    if mode == "healthy":
+        time.sleep(0.05)
+    if rank == 0 and (
+        (mode == "healthy" and i == 20)
+        or (mode == "jitter" and i == 5)
+        or (mode == "slow" and i == 3)
+    ):
         mark()
 assert t[0].item() > 0
 dist.destroy_process_group()

@@ -1,5 +1,7 @@
-//! Diagnose across namespace hosts under torchrun: a path that fails after
-//! init, and a rank asleep on another node found over ssh.
+//! Diagnose across namespace hosts under torchrun, on each torch: a path
+//! that fails after init, a rank asleep on another node found over ssh,
+//! and a diagnosis asked of only some of the job's nodes, which says what
+//! it could not see and exits 3.
 
 use super::*;
 
@@ -31,19 +33,22 @@ fn kill_every(needle: &str) {
 /// business, so diagnose runs on both hosts: on the host whose ranks hold
 /// the unacknowledged data it names the path to the other host, and its
 /// connect there times out; no rank is blamed.
-#[test]
-fn a_path_dropped_after_init_is_named() {
+fn path_dropped_after_init(torch: &Torch) {
     let _serial = serial();
-    if !torchrun_here() {
-        return;
-    }
     let Some(net) = common::netns::Cluster::new(2) else {
         return;
     };
     let files = cluster::host_files(&net, None);
     let dir = common::tempdir_with_mode(0o777);
     // After 20 all_reduces: init is done, every connection made.
-    let job = torchrun_on_hosts(&net, &files, dir.path(), 2, &[("JOB_MODE", "healthy")]);
+    let job = torchrun_on_hosts(
+        torch,
+        &net,
+        &files,
+        dir.path(),
+        2,
+        &[("JOB_MODE", "healthy")],
+    );
     let pid = job.pid;
     net.iptables(1, &["-A", "INPUT", "-s", &net.addr(0), "-j", "DROP"]);
     net.iptables(0, &["-A", "INPUT", "-s", &net.addr(1), "-j", "DROP"]);
@@ -73,7 +78,7 @@ fn a_path_dropped_after_init_is_named() {
             if out.status.code() == Some(1) && probed_here {
                 break 'found (host, d);
             }
-            assert!(start.elapsed() < Duration::from_secs(30), "{d:#?}");
+            assert!(start.elapsed() < Duration::from_secs(40), "{d:#?}");
         }
     };
     let j = &d.jobs[0];
@@ -98,6 +103,11 @@ fn a_path_dropped_after_init_is_named() {
     drop(job);
 }
 
+on_each_torch!(
+    a_path_dropped_after_init_is_named,
+    super::path_dropped_after_init
+);
+
 /// A torch job under torchrun on both of `net`'s hosts (`per_node` ranks
 /// each, `vars` added to the job's environment), in `dir` (writable by
 /// anyone); every rank killed when the guard drops. Returns once the job
@@ -115,6 +125,7 @@ impl Drop for HostsJob {
 }
 
 fn torchrun_on_hosts(
+    torch: &Torch,
     net: &common::netns::Cluster,
     files: &cluster::HostFiles,
     dir: &Path,
@@ -134,7 +145,7 @@ fn torchrun_on_hosts(
     let procs = (0..2)
         .map(|k| {
             let argv: Vec<String> = [
-                "/usr/bin/torchrun",
+                torch.torchrun.to_str().expect("a torchrun path in UTF-8"),
                 "--nnodes",
                 "2",
                 "--node_rank",
@@ -179,7 +190,7 @@ fn torchrun_on_hosts(
     let start = Instant::now();
     while !marker.exists() {
         assert!(
-            start.elapsed() < Duration::from_secs(60),
+            start.elapsed() < Duration::from_secs(90),
             "the job never reached its mark"
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -259,13 +270,10 @@ fn sshd_on(
 /// that waits (the one it waits for is elsewhere); host 1 alone, a rank
 /// asleep that nobody here waits for. diagnose --hosts, over ssh to both
 /// and to a host that does not answer, names rank 1 on h1, and says the
-/// host it could not ask.
-#[test]
-fn across_nodes_the_rank_asleep_on_another_node_is_named() {
+/// host it could not ask. Asked of host 0 alone, it calls rank 1
+/// elsewhere, never absent, and exits 3 with the nodes to add.
+fn rank_asleep_on_another_node(torch: &Torch) {
     let _serial = serial();
-    if !torchrun_here() {
-        return;
-    }
     let Some(net) = common::netns::Cluster::new(2) else {
         return;
     };
@@ -275,6 +283,7 @@ fn across_nodes_the_rank_asleep_on_another_node_is_named() {
         return;
     };
     let _job = torchrun_on_hosts(
+        torch,
         &net,
         &files,
         dir.path(),
@@ -284,9 +293,8 @@ fn across_nodes_the_rank_asleep_on_another_node_is_named() {
     let silent = net.unused_addr();
     let hosts = format!("{},{},{silent}", net.addr(0), net.addr(1));
     let key = key.display().to_string();
-    let start = Instant::now();
-    let d = loop {
-        let out = net.exec(
+    let across = |hosts: &str| {
+        net.exec(
             0,
             &[
                 common::BIN,
@@ -294,7 +302,7 @@ fn across_nodes_the_rank_asleep_on_another_node_is_named() {
                 "--format",
                 "json",
                 "--hosts",
-                &hosts,
+                hosts,
                 "--this-namespace",
                 "--py-spy",
                 "off",
@@ -311,19 +319,24 @@ fn across_nodes_the_rank_asleep_on_another_node_is_named() {
                 "--ssh-option=-o",
                 "--ssh-option=LogLevel=ERROR",
             ],
-        );
+        )
+    };
+    let start = Instant::now();
+    let d = loop {
+        let out = across(&hosts);
         let d: preflight::schema::ClusterDiagnosis = diagnosis(&out);
         if out.status.code() == Some(1) {
             break d;
         }
-        assert!(start.elapsed() < Duration::from_secs(40), "{d:#?}");
+        assert!(start.elapsed() < Duration::from_secs(60), "{d:#?}");
     };
     let c = &d.culprits;
     assert_eq!(c.len(), 1, "{d:#?}");
     assert_eq!(c[0].rank, 1, "{d:#?}");
     assert_eq!(c[0].node, "h1", "{d:#?}");
     let reason = c[0].reason.as_str();
-    assert!(reason.starts_with("sleeping in its own code"), "{reason}");
+    assert!(reason.starts_with("asleep in its own code"), "{reason}");
+    assert_eq!(c[0].evidence, "rank", "{d:#?}");
     assert!(
         reason.ends_with("while rank 0 waits, on 2 nodes"),
         "{reason}"
@@ -333,4 +346,21 @@ fn across_nodes_the_rank_asleep_on_another_node_is_named() {
     assert_eq!(verdicts, ["unknown", "progressing"], "{d:#?}");
     assert_eq!(d.unreachable[0].host, silent, "{d:#?}");
     assert_eq!(d.verdict, "held", "{d:#?}");
+    // Host 0 alone: rank 1 runs elsewhere, not absent; the verdict needs
+    // the other node, and says so.
+    let out = across(&net.addr(0));
+    let d: preflight::schema::ClusterDiagnosis = diagnosis(&out);
+    assert_eq!(out.status.code(), Some(3), "{d:#?}");
+    assert_eq!(d.verdict, "unknown", "{d:#?}");
+    assert!(d.culprits.is_empty(), "{d:#?}");
+    assert!(
+        d.elsewhere.len() == 1 && d.elsewhere[0].contains("rank 1 runs on nodes not asked"),
+        "{d:#?}"
+    );
+    assert!(d.summary.contains("add them to --hosts"), "{d:#?}");
 }
+
+on_each_torch!(
+    across_nodes_the_rank_asleep_on_another_node_is_named,
+    super::rank_asleep_on_another_node
+);
