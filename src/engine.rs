@@ -112,6 +112,9 @@ pub async fn run(
     let now = tokio::time::Instant::now();
     // Durations are capped when parsed; this only guards the arithmetic.
     let deadline = now.checked_add(run_timeout).unwrap_or(now + Span::LONGEST);
+    // What a budgeted kind plans within: the same deadline, on the clock
+    // the kinds read.
+    facts.set_run_deadline(deadline.into_std());
     let total = checks.len();
     // One check may report several lines (a finding with parts).
     let mut results: Vec<Option<Vec<CheckResult>>> = vec![None; total];

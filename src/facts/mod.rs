@@ -78,6 +78,9 @@ pub struct Facts {
     profile: OnceLock<Option<Arc<profile::Profile>>>,
     /// Which ports could be bound: one probe per port per run.
     pub ports: ports::PortProbes,
+    /// When the run must end (the engine's deadline): a kind whose work
+    /// has a budget (the memory test, DCGM) never plans past it.
+    run_deadline: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// This process's environment, the variables that are text.
@@ -120,7 +123,24 @@ impl Facts {
             given_profile: None,
             profile: OnceLock::new(),
             ports: ports::PortProbes::default(),
+            run_deadline: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The engine says when the run ends, before any check starts.
+    pub fn set_run_deadline(&self, at: std::time::Instant) {
+        *self.run_deadline.lock().unwrap_or_else(|p| p.into_inner()) = Some(at);
+    }
+
+    /// The time the run has left for a check's work, less `margin` to
+    /// report in; `None` where no engine set a deadline (a kind's own
+    /// tests).
+    pub fn time_left(&self, margin: std::time::Duration) -> Option<std::time::Duration> {
+        let at = (*self.run_deadline.lock().unwrap_or_else(|p| p.into_inner()))?;
+        Some(
+            at.saturating_duration_since(std::time::Instant::now())
+                .saturating_sub(margin),
+        )
     }
 
     pub fn with_init_method(mut self, init_method: Option<String>) -> Facts {

@@ -15,7 +15,8 @@ oneccl_dir=$cache/oneccl/lib
 oneccl2021_dir=$cache/oneccl-2021/lib
 nccl_dir=$cache/nccl/lib
 nccl_include=$cache/nccl/include
-mkdir -p "$oneccl_dir" "$oneccl2021_dir" "$nccl_dir" "$nccl_include"
+ptxas_dir=$cache/ptxas
+mkdir -p "$oneccl_dir" "$oneccl2021_dir" "$nccl_dir" "$nccl_include" "$ptxas_dir"
 
 pip_bin=()
 if command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1; then
@@ -87,8 +88,22 @@ if [ "${PREFLIGHT_SKIP_NCCL:-0}" != 1 ] &&
     rm -rf "$tmp/wheels" "$tmp/lib" "$tmp/include"
 fi
 
+# ptxas from CUDA 12.9 (the 40 MB nvidia-cuda-nvcc-cu12 wheel, 35 MB kept):
+# the memory test's PTX (crates/nccl-sys/src/patterns.ptx) is compiled
+# with it for each GPU generation, as the driver compiles it on a node.
+ptxas_version=12.9.86
+if [ ! -x "$ptxas_dir/ptxas" ]; then
+    "${pip_bin[@]}" download -q --no-deps "nvidia-cuda-nvcc-cu12==$ptxas_version" -d "$tmp/wheels" >&2
+    mkdir -p "$tmp/bin"
+    unzip -q -j -o "$tmp"/wheels/nvidia_cuda_nvcc_cu12-*.whl '*/bin/ptxas' -d "$tmp/bin"
+    chmod 755 "$tmp/bin/ptxas"
+    mv -f "$tmp/bin/ptxas" "$ptxas_dir/ptxas"
+    rm -rf "$tmp/wheels" "$tmp/bin"
+fi
+
 echo "PREFLIGHT_TEST_ONECCL_LIB=$oneccl_dir/libccl.so.2"
 echo "PREFLIGHT_TEST_ONECCL_2021_LIB=$oneccl2021_dir/libccl.so.1"
 if [ -s "$nccl_dir/libnccl.so.2" ]; then
     echo "PREFLIGHT_TEST_NCCL_LIB=$nccl_dir/libnccl.so.2"
 fi
+echo "PREFLIGHT_TEST_PTXAS=$ptxas_dir/ptxas"

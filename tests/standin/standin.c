@@ -73,8 +73,12 @@
  *   PREFLIGHT_STANDIN_BUS_IDS=A,B,...    the devices' PCI addresses
  *   PREFLIGHT_STANDIN_MEMORY=BYTES       memory per device
  *
- * What it cannot be: a GPU. Kernels, NVLink, the IB transport itself,
- * device memory faults and real bandwidth are not here.
+ * Kernels (kernels.c): the memory test's pattern kernels, run on the CPU by
+ * name from the PTX text they are loaded from, with the stuck bit and the
+ * hang above.
+ *
+ * What it cannot be: a GPU. Any other kernel, NVLink, the IB transport
+ * itself, device memory faults and real bandwidth are not here.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -127,7 +131,7 @@ enum {
     CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_OUT_OF_MEMORY = 2,
     CUDA_ERROR_NOT_INITIALIZED = 3, CUDA_ERROR_NO_DEVICE = 100, CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201, CUDA_ERROR_INVALID_HANDLE = 400, CUDA_ERROR_NOT_READY = 600,
-    CUDA_ERROR_ILLEGAL_ADDRESS = 700
+    CUDA_ERROR_INVALID_IMAGE = 200, CUDA_ERROR_NOT_FOUND = 500, CUDA_ERROR_ILLEGAL_ADDRESS = 700
 };
 
 /* ---- logging, NCCL's way --------------------------------------------------- */
@@ -580,6 +584,8 @@ EXPORT CUresult cuGetErrorString(CUresult error, const char **text) {
     case CUDA_ERROR_INVALID_HANDLE: *text = "invalid resource handle"; break;
     case CUDA_ERROR_NOT_READY: *text = "device not ready"; break;
     case CUDA_ERROR_ILLEGAL_ADDRESS: *text = "an illegal memory access was encountered"; break;
+    case CUDA_ERROR_INVALID_IMAGE: *text = "device kernel image is invalid"; break;
+    case CUDA_ERROR_NOT_FOUND: *text = "named symbol not found"; break;
     default: *text = NULL; return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
@@ -1475,3 +1481,4 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
 
 /* Copies timed on the device, pinned memory, events and bus ids. */
 #include "copies.c"
+#include "kernels.c"

@@ -63,6 +63,29 @@ pub(crate) struct Fns {
     /// cuLaunchHostFunc, from CUDA 10: `None` in an older driver.
     pub(crate) launch_host_func:
         Option<unsafe extern "C" fn(CuStream, CuHostFn, *mut c_void) -> CuResult>,
+    /// The memory test's kernels (`patterns`): every driver has them, but
+    /// a library that lacks them fails only that test, not the rest.
+    pub(crate) module_load_data:
+        Option<unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CuResult>,
+    pub(crate) module_get_function:
+        Option<unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> CuResult>,
+    pub(crate) module_unload: Option<unsafe extern "C" fn(*mut c_void) -> CuResult>,
+    #[allow(clippy::type_complexity)]
+    pub(crate) launch_kernel: Option<
+        unsafe extern "C" fn(
+            *mut c_void,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            CuStream,
+            *mut *mut c_void,
+            *mut *mut c_void,
+        ) -> CuResult,
+    >,
 }
 
 impl Fns {
@@ -116,6 +139,15 @@ impl Fns {
             event_destroy: sym!("cuEventDestroy_v2"),
             // SAFETY: as `sym!`: the prototype of cuLaunchHostFunc in cuda.h.
             launch_host_func: unsafe { lib.get("cuLaunchHostFunc") }.ok().map(|s| *s),
+            // SAFETY: as `sym!`: cuModuleLoadData, cuModuleGetFunction,
+            // cuModuleUnload and cuLaunchKernel as cuda.h declares them.
+            module_load_data: unsafe { lib.get("cuModuleLoadData") }.ok().map(|s| *s),
+            // SAFETY: as above.
+            module_get_function: unsafe { lib.get("cuModuleGetFunction") }.ok().map(|s| *s),
+            // SAFETY: as above.
+            module_unload: unsafe { lib.get("cuModuleUnload") }.ok().map(|s| *s),
+            // SAFETY: as above.
+            launch_kernel: unsafe { lib.get("cuLaunchKernel") }.ok().map(|s| *s),
         })
     }
 }

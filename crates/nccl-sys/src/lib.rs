@@ -34,7 +34,9 @@
 //! cuMemcpyDtoDAsync, cuMemsetD32Async, cuEventCreate, cuEventRecord,
 //! cuEventElapsedTime, cuEventDestroy, and where the driver has it (CUDA
 //! 10 on) cuLaunchHostFunc, which holds a stream until its copies are all
-//! queued.
+//! queued; for the memory test's pattern kernels ([`Kernels`], PTX text
+//! compiled by the driver): cuModuleLoadData, cuModuleGetFunction,
+//! cuLaunchKernel and cuModuleUnload.
 //!
 //! # No GPU
 //! [`probe`] answers before any collective call: "no CUDA device
@@ -73,6 +75,7 @@
 mod copies;
 mod cuda;
 mod nccl;
+mod patterns;
 mod probe;
 mod search;
 
@@ -80,6 +83,9 @@ pub use copies::{Copy, PinnedBuffer, timed_together};
 pub use cuda::{Cuda, Device, DeviceBuffer, Stream};
 pub(crate) use loader_sys::c_text;
 pub use nccl::{Comm, CommState, DataType, Nccl, NcclVersion, RedOp, UNIQUE_ID_BYTES, UniqueId};
+pub use patterns::{
+    BadWord, Found, KERNELS, Kernels, Mismatches, PTX, Pattern, declared, random_word,
+};
 pub use probe::{CudaStatus, NcclFound, Probe, probe};
 pub use search::{
     Attempt, Candidate, CudaSearch, LoadReport, NCCL_SONAMES, NcclSearch, SITE_PACKAGES_NCCL,
