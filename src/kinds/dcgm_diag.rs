@@ -97,6 +97,8 @@ enum Output {
     Read(DiagReport),
     /// Nothing to read: the skip reason.
     Skip(String),
+    /// Not run for want of the run's time: why, a warning.
+    Short(String),
     Error(String),
 }
 
@@ -330,7 +332,15 @@ impl DcgmDiag {
                     .into(),
             );
         }
+        // DCGM's levels take what they take: one that cannot end before
+        // the run's deadline is not started, rather than cut off there
+        // with nothing to show.
         let argv = self.argv();
+        let installed = std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(&argv[0]).is_file()));
+        if installed && let Some(why) = too_short(facts.time_left(REPORT_MARGIN), self.level) {
+            return Output::Short(why);
+        }
         let ran = match run_program(&argv, dcgm::MAX_DOCUMENT).await {
             Ok(ran) => ran,
             Err(RunError::NotFound) => {
@@ -365,6 +375,34 @@ impl DcgmDiag {
     }
 }
 
+/// Kept of the run's time to report in.
+const REPORT_MARGIN: Duration = Duration::from_secs(3);
+
+/// About how long each level runs (NVIDIA's DCGM documentation: level 1
+/// seconds, 2 about two minutes, 3 about fifteen, 4 an hour or more).
+fn typical_time(level: u8) -> Duration {
+    Duration::from_secs(match level {
+        1 => 20,
+        2 => 120,
+        3 => 15 * 60,
+        _ => 3600,
+    })
+}
+
+/// Why `level` is not started with `left` of the run's time; `None`
+/// where it fits (or no deadline is known).
+fn too_short(left: Option<Duration>, level: u8) -> Option<String> {
+    let left = left?;
+    let typical = typical_time(level);
+    (left < typical).then(|| {
+        format!(
+            "not started: the run has {} left, and DCGM's level {level} takes about {}: give the run a longer --timeout, or run it between jobs (`preflight check --only` this check)",
+            crate::values::format_duration(left),
+            crate::values::format_duration(typical)
+        )
+    })
+}
+
 /// DCGM runs one diagnostic at a time and refuses a second ("already
 /// running"): the checks of one run that would start dcgmi take turns.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -397,6 +435,7 @@ impl Probe for DcgmDiag {
             match self.output(&facts).await {
                 Output::Read(report) => judge(&report, self.level),
                 Output::Skip(reason) => Finding::skip(reason),
+                Output::Short(why) => Finding::warn(why),
                 Output::Error(e) => Finding::error(e),
             }
         })
@@ -415,6 +454,19 @@ impl Probe for DcgmDiag {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_level_longer_than_the_run_has_left_is_not_started() {
+        let short = too_short(Some(Duration::from_secs(50)), 2).unwrap();
+        assert!(
+            short.starts_with(
+                "not started: the run has 50s left, and DCGM's level 2 takes about 2m"
+            ),
+            "{short}"
+        );
+        assert_eq!(too_short(Some(Duration::from_secs(50)), 1), None);
+        assert_eq!(too_short(None, 4), None);
+    }
 
     #[test]
     fn argv_names_level_and_gpus() {
