@@ -60,7 +60,10 @@ for f in preflight-healthcheck preflight-prolog preflight-epilog; do
 done
 install -m755 contrib/slurm/sbatch-example.sh "$share/slurm/"
 install -m644 contrib/slurm/slurm.conf.fragment "$share/slurm/"
-install -m644 contrib/kubernetes/* "$share/kubernetes/"
+# The plain manifests, and the kustomize base with its overlays beneath.
+git ls-files -z contrib/kubernetes | while IFS= read -r -d '' f; do
+    install -D -m644 "$f" "$share/kubernetes/${f#contrib/kubernetes/}"
+done
 install -m644 contrib/prometheus/preflight-alerts.yml contrib/prometheus/preflight-alerts.test.yml "$share/prometheus/"
 # The Ansible module and playbooks the repository tracks (no leftovers of
 # a run: byte code, retry files). Not executable: Ansible reads a module and

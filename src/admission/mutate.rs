@@ -9,7 +9,15 @@
 //!   downward API, the job's secret from the Secret the pod's annotation
 //!   names, and the first container's devices;
 //! - `node`: `preflight check` of the node, with the same devices;
-//! - anything else, and every other pod: allowed unchanged.
+//! - anything else: refused, with why;
+//! - every other pod, and every operation but CREATE: allowed unchanged.
+//!
+//! Both see what the job will: its memory-backed volume at /dev/shm (or
+//! one of the gate's own, sized for the shm check, where the job mounts
+//! none: a container's own /dev/shm is 64 MiB), its devices, DRA claims
+//! included, and its user. A training-operator v1 PyTorchJob pod is
+//! refused a gang gate, with why: its Services publish no address of a
+//! pod that is not Ready, so its peers could never be found.
 //!
 //! Pure: bytes in, status and bytes out; the server is `serve`.
 
@@ -57,7 +65,9 @@ fn is_device(name: &str) -> bool {
 }
 
 /// The first container's device requests and limits (`nvidia.com/gpu`,
-/// `amd.com/gpu`, `habana.ai/gaudi`, `rdma/...`).
+/// `amd.com/gpu`, `habana.ai/gaudi`, `rdma/...`), and its Dynamic
+/// Resource Allocation claims (`resources.claims`: on a DRA cluster the
+/// GPUs come only through them).
 fn devices(first: &Value) -> Value {
     let mut out = json!({
         "requests": {"cpu": "100m", "memory": "64Mi"},
@@ -70,8 +80,31 @@ fn devices(first: &Value) -> Value {
             }
         }
     }
+    if let Some(claims) = first["resources"]["claims"].as_array() {
+        out["claims"] = Value::Array(claims.clone());
+    }
     out
 }
+
+/// Where a container's shared memory is.
+const SHM: &str = "/dev/shm";
+/// The gate's own memory-backed volume, where the job mounts none at
+/// /dev/shm, and its size: what the shipped `memory.shm` check asks.
+pub const SHM_VOLUME: &str = "preflight-shm";
+const SHM_SIZE: &str = "1Gi";
+
+/// The job container's mount at /dev/shm, where it has one.
+fn shm_mount(first: &Value) -> Option<Value> {
+    first["volumeMounts"]
+        .as_array()?
+        .iter()
+        .find(|m| m["mountPath"].as_str().map(|p| p.trim_end_matches('/')) == Some(SHM))
+        .cloned()
+}
+
+/// Labels that mark a pod of Kubeflow training-operator v1's PyTorchJob
+/// (v1.7 on, then the older one).
+const PYTORCHJOB_V1_LABELS: &[&str] = &["training.kubeflow.org/job-name", "pytorch-job-name"];
 
 /// The container whose environment is the job's: the one its operator
 /// gives the rank variables (Kubeflow Trainer's `node`, PyTorchJob's
@@ -112,6 +145,12 @@ fn container(pod: &Value, gate: &str, cfg: &Config) -> Value {
     if first["securityContext"].is_object() {
         c["securityContext"] = first["securityContext"].clone();
     }
+    // The job's /dev/shm, else the gate's own (added to the pod's volumes
+    // by `patch`).
+    c["volumeMounts"] = json!([shm_mount(first).unwrap_or_else(|| json!({
+        "name": SHM_VOLUME,
+        "mountPath": SHM,
+    }))]);
     if gate == "gang" {
         c["args"] = json!(["run", "--timeout", cfg.gang_timeout]);
         env.extend(first["env"].as_array().cloned().unwrap_or_default());
@@ -126,6 +165,14 @@ fn container(pod: &Value, gate: &str, cfg: &Config) -> Value {
                     "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{label}']")}},
                 }));
             }
+        }
+        // A JobSet's pods live under the headless Service its
+        // `network.subdomain` names, which the pod carries.
+        if labels["jobset.sigs.k8s.io/jobset-name"].is_string()
+            && let Some(sub) = pod["spec"]["subdomain"].as_str()
+        {
+            env.retain(|e| e["name"] != "JOBSET_SUBDOMAIN");
+            env.push(json!({"name": "JOBSET_SUBDOMAIN", "value": sub}));
         }
         if let Some(n) = meta["annotations"][PODS_PER_JOB_ANNOTATION].as_str() {
             env.retain(|e| e["name"] != "JOBSET_PODS_PER_JOB");
@@ -176,6 +223,12 @@ pub fn patch(pod: &Value, cfg: &Config) -> Result<Option<Vec<Value>>, String> {
     if !spec["containers"][0].is_object() {
         return Err("the pod has no container".into());
     }
+    let labels = &pod["metadata"]["labels"];
+    if gate == "gang" && PYTORCHJOB_V1_LABELS.iter().any(|l| labels[*l].is_string()) {
+        return Err(format!(
+            "{GATE_LABEL}=gang on a training-operator v1 PyTorchJob pod: its Services do not publish the addresses of pods that are not Ready, so a gate in an init container can never find its peers and would hold the job's GPUs until its deadline. Set `publishNotReadyAddresses: true` on the job's Services, or run it as a Kubeflow Trainer v2 TrainJob; `{GATE_LABEL}=node` checks the node alone"
+        ));
+    }
     let inits = spec["initContainers"].as_array();
     if inits.is_some_and(|i| i.iter().any(|c| c["name"] == CONTAINER)) {
         return Ok(None);
@@ -189,11 +242,28 @@ pub fn patch(pod: &Value, cfg: &Config) -> Result<Option<Vec<Value>>, String> {
         ));
     }
     let c = container(pod, gate, cfg);
-    Ok(Some(vec![match inits {
+    let own_shm = c["volumeMounts"][0]["name"] == SHM_VOLUME;
+    let mut ops = vec![match inits {
         // First: nothing else in the pod starts before the gate opens.
         Some(_) => json!({"op": "add", "path": "/spec/initContainers/0", "value": c}),
         None => json!({"op": "add", "path": "/spec/initContainers", "value": [c]}),
-    }]))
+    }];
+    if own_shm {
+        let volume = json!({
+            "name": SHM_VOLUME,
+            "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE},
+        });
+        ops.push(match spec["volumes"].as_array() {
+            Some(v) if v.iter().any(|v| v["name"] == SHM_VOLUME) => {
+                return Err(format!(
+                    "a volume of this pod is named `{SHM_VOLUME}`, the name of the gate's own /dev/shm: rename it"
+                ));
+            }
+            Some(_) => json!({"op": "add", "path": "/spec/volumes/-", "value": volume}),
+            None => json!({"op": "add", "path": "/spec/volumes", "value": [volume]}),
+        });
+    }
+    Ok(Some(ops))
 }
 
 /// The most of a request the webhook reads: the API server's own limit
@@ -226,7 +296,10 @@ pub fn review(body: &[u8], cfg: &Config) -> (u16, Vec<u8>) {
     };
     let pod = &req["object"];
     let mut response = json!({"uid": uid, "allowed": true});
-    if req["kind"]["kind"] == "Pod" && pod.is_object() {
+    // Only a pod being created: an init container cannot be added to one
+    // that exists, and an UPDATE's pod is left as it is.
+    let creating = req["operation"].as_str().is_none_or(|o| o == "CREATE");
+    if req["kind"]["kind"] == "Pod" && pod.is_object() && creating {
         match patch(pod, cfg) {
             Ok(Some(ops)) => {
                 let text = serde_json::to_vec(&ops).unwrap_or_default();
@@ -308,7 +381,87 @@ mod tests {
         assert!(env.contains(REQUIRE_GANG), "{env}");
         assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "8");
         assert_eq!(c["resources"]["limits"]["memory"], "256Mi");
-        assert_eq!(ops.len(), 1, "no volume: {ops:?}");
+        // The job mounts nothing at /dev/shm: the gate brings its own,
+        // sized for the shm check, not a container's 64 MiB.
+        assert_eq!(
+            c["volumeMounts"],
+            json!([{"name": SHM_VOLUME, "mountPath": "/dev/shm"}])
+        );
+        assert_eq!(ops[1]["path"], "/spec/volumes");
+        assert_eq!(
+            ops[1]["value"][0]["emptyDir"],
+            json!({"medium": "Memory", "sizeLimit": "1Gi"})
+        );
+        assert_eq!(ops.len(), 2, "{ops:?}");
+    }
+
+    #[test]
+    fn the_jobs_shm_claims_and_subdomain_are_the_gates() {
+        let r = reviewed(json!({
+            "metadata": {"labels": {GATE_LABEL: "gang", "jobset.sigs.k8s.io/jobset-name": "js"}},
+            "spec": {
+                "subdomain": "js-net",
+                "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "eight-gpus"}],
+                "containers": [{
+                    "name": "node",
+                    "env": [{"name": "JOB_COMPLETION_INDEX", "value": "0"}],
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                    "resources": {"claims": [{"name": "gpus"}]},
+                }],
+            },
+        }));
+        let ops = ops(&r);
+        assert_eq!(
+            ops.len(),
+            1,
+            "the job's own /dev/shm, no volume added: {ops:?}"
+        );
+        let c = &ops[0]["value"][0];
+        assert_eq!(
+            c["volumeMounts"],
+            json!([{"name": "dshm", "mountPath": "/dev/shm"}])
+        );
+        assert_eq!(c["resources"]["claims"], json!([{"name": "gpus"}]));
+        let env = c["env"].as_array().unwrap();
+        assert!(
+            env.iter()
+                .any(|e| e["name"] == "JOBSET_SUBDOMAIN" && e["value"] == "js-net"),
+            "{env:?}"
+        );
+    }
+
+    #[test]
+    fn a_pytorchjob_v1_pod_is_refused_a_gang_gate_and_only_a_create_is_patched() {
+        let v1 = json!({
+            "metadata": {"labels": {GATE_LABEL: "gang", "training.kubeflow.org/job-name": "pj"}},
+            "spec": {"containers": [{"name": "pytorch"}]},
+        });
+        let r = reviewed(v1.clone());
+        assert_eq!(r["response"]["allowed"], false);
+        let why = r["response"]["status"]["message"].as_str().unwrap();
+        assert!(
+            why.contains("publishNotReadyAddresses") && why.contains("Trainer v2"),
+            "{why}"
+        );
+        // Its node gate is fine.
+        let mut node = v1;
+        node["metadata"]["labels"][GATE_LABEL] = json!("node");
+        assert_eq!(reviewed(node)["response"]["allowed"], true);
+        // An UPDATE of a gated pod: allowed as it is.
+        let req = json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-2", "operation": "UPDATE",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "object": {"metadata": {"labels": {GATE_LABEL: "gang"}}, "spec": {"containers": [{"name": "c"}]}},
+            },
+        });
+        let (_, body) = review(&serde_json::to_vec(&req).unwrap(), &cfg());
+        let r: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(r["response"]["allowed"], true);
+        assert!(r["response"]["patch"].is_null(), "{r}");
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! The webhook's HTTPS server: `POST /mutate` takes an AdmissionReview and
 //! answers it (`mutate::review`), `GET /healthz` answers `ok` for the
-//! Deployment's probes. Every peer is bounded: 10 s for the TLS handshake
-//! and for a request's headers, `MAX_BODY` for its body and 128 MiB for
-//! the bodies of every connection together (`body`), a minute for a
-//! connection (closed after the request in hand), `AT_ONCE` connections
-//! and `REVIEWS_AT_ONCE` reviews parsed at once; a request it cannot read
-//! gets its 4xx and the server goes on serving.
+//! Deployment's probes. Every peer is bounded, below the API server's own
+//! 5 s wait for a review (`timeoutSeconds`), so that no peer can stall
+//! admission: 3 s for the TLS handshake and for a request's headers (an
+//! idle kept-alive connection included), `MAX_BODY` for its body and 128
+//! MiB for the bodies of every connection together (`body`), a minute for
+//! a connection (closed after the request in hand), `PER_SOURCE`
+//! connections from one address and `AT_ONCE` in all, `REVIEWS_AT_ONCE`
+//! reviews parsed at once; a request it cannot read gets its 4xx and the
+//! server goes on serving.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -16,47 +19,29 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio_rustls::rustls;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::body::{self, Body};
 use super::mutate::{self, Config};
 
 /// Connections served at once; the next waits to be accepted.
 const AT_ONCE: usize = 512;
+/// Connections from one address at once: a pod that opens hundreds
+/// (idle or slow) gets a few, the API server's slots stay free. Past it a
+/// connection is closed at once.
+const PER_SOURCE: usize = 32;
 /// Reviews parsed at once: one of `MAX_BODY` may take a hundred MiB.
 const REVIEWS_AT_ONCE: usize = 2;
 /// The TLS handshake, and a request's headers.
-const HANDSHAKE: Duration = Duration::from_secs(10);
+const HANDSHAKE: Duration = Duration::from_secs(3);
 /// One connection, however many requests it carries (the API server
 /// keeps them alive and opens another).
 const CONNECTION: Duration = Duration::from_secs(60);
 
 /// The server's TLS settings from PEM files: the certificate chain the API
-/// server verifies (its caBundle), and the key.
+/// server verifies (its caBundle), and the key, taken up again when the
+/// files change (`certificate`).
 pub fn tls(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?;
-    if chain.is_empty() {
-        return Err(format!(
-            "--tls-cert {}: no certificate in it",
-            cert.display()
-        ));
-    }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| format!("--tls-cert and --tls-key do not go together: {e}"))?;
-    // The API server speaks HTTP/1.1 to a webhook that offers only that.
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    super::certificate::server_config(cert, key)
 }
 
 fn reply(status: u16, body: Vec<u8>, json: bool) -> Response<Full<Bytes>> {
@@ -128,6 +113,43 @@ async fn handle(
     })
 }
 
+/// One connection counted against its address's share; given back on
+/// drop.
+struct Source {
+    ip: std::net::IpAddr,
+    counts: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+}
+
+impl Source {
+    fn take(
+        counts: &Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+        ip: std::net::IpAddr,
+    ) -> Option<Source> {
+        let mut m = counts.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(ip).or_default();
+        if *n >= PER_SOURCE {
+            return None;
+        }
+        *n += 1;
+        Some(Source {
+            ip,
+            counts: Arc::clone(counts),
+        })
+    }
+}
+
+impl Drop for Source {
+    fn drop(&mut self) {
+        let mut m = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// Serves on `listener` until SIGTERM or SIGINT (exit 0 then).
 pub fn serve(
     listener: std::net::TcpListener,
@@ -149,6 +171,8 @@ pub fn serve(
         let slots = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
         let reviews = Arc::new(tokio::sync::Semaphore::new(REVIEWS_AT_ONCE));
         let bodies = body::budget();
+        let sources: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>> =
+            Arc::default();
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| format!("SIGTERM: {e}"))?;
         loop {
@@ -168,10 +192,16 @@ pub fn serve(
                 _ = term.recv() => return Ok(()),
                 _ = tokio::signal::ctrl_c() => return Ok(()),
             };
+            let Some(from) = Source::take(&sources, peer.ip()) else {
+                // Closed unread: its peer holds its share already.
+                drop(tcp);
+                continue;
+            };
             let (acceptor, cfg) = (acceptor.clone(), cfg.clone());
             let (reviews, bodies) = (reviews.clone(), bodies.clone());
             tokio::spawn(async move {
                 let _slot = slot;
+                let _from = from;
                 let tls = match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
                     Ok(Ok(s)) => s,
                     Ok(Err(e)) => {

@@ -31,16 +31,18 @@ pub fn message(report: &Report) -> String {
             ));
         }
     }
-    // The cluster's failed checks, then this node's.
+    // The cluster's failed checks, then this node's: each once, though a
+    // cluster check is in both (the kubelet's bytes are few).
     let cluster_checks = report.cluster.iter().flat_map(|c| c.checks.iter());
+    let mut said = std::collections::BTreeSet::new();
     for x in cluster_checks
         .chain(report.checks.iter())
         .filter(|x| matches!(x.status, Status::Fail | Status::Error))
     {
-        lines.push(crate::values::one_line(
-            &format!("{}: {}", x.id, x.message),
-            600,
-        ));
+        let line = crate::values::one_line(&format!("{}: {}", x.id, x.message), 600);
+        if said.insert(line.clone()) {
+            lines.push(line);
+        }
     }
     let mut out = String::new();
     let mut left = lines.len();

@@ -242,6 +242,9 @@ fn the_kubernetes_manifests_are_valid_against_the_schemas() {
         "deployment/preflight-webhook",
         "service/preflight-webhook",
         "mutatingwebhookconfiguration/preflight-gate",
+        "poddisruptionbudget/preflight-webhook",
+        "priorityclass/preflight-webhook",
+        "networkpolicy/preflight-webhook",
     ] {
         assert!(
             text.contains(&format!("passed for resource {kind}")),
@@ -261,6 +264,170 @@ fn the_kubernetes_manifests_are_valid_against_the_schemas() {
         .output()
         .unwrap();
     assert!(!out.status.success(), "a misspelt field passed");
+}
+
+fn kubectl() -> Option<PathBuf> {
+    let venv = std::env::var("PREFLIGHT_K8S_VENV").unwrap_or_else(|_| "/opt/preflight-k8s".into());
+    let bin = Path::new(&venv).join("bin/kubectl");
+    bin.exists().then_some(bin)
+}
+
+/// `kubectl kustomize DIR`'s objects, each as JSON.
+fn kustomized(kubectl: &Path, dir: &str) -> Vec<serde_json::Value> {
+    let out = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(repo().join("contrib/kubernetes/kustomize").join(dir))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    yaml_objects(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The objects of a multi-document YAML text, as JSON, in a stable order.
+fn yaml_objects(text: &str) -> Vec<serde_json::Value> {
+    let script = "import json, sys, yaml\nprint(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))";
+    let python = Path::new(
+        &std::env::var("PREFLIGHT_K8S_VENV").unwrap_or_else(|_| "/opt/preflight-k8s".into()),
+    )
+    .join("bin/python");
+    let mut child = Command::new(python)
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let mut v: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    v.sort_by_key(|o| format!("{}/{}", o["kind"], o["metadata"]["name"]));
+    v
+}
+
+/// The kustomize base and its overlays build with kubectl (1.37's
+/// kustomize): the base is the plain webhook.yaml, object for object;
+/// node-checks adds the plain daemonset.yaml; cert-manager adds its
+/// issuers and certificates and hands the caBundle to cert-manager's
+/// injector. What Kubernetes itself defines passes the strict schema.
+#[test]
+fn the_kustomize_base_and_overlays_build_and_match_the_plain_files() {
+    let _shared = crate::common::shared();
+    let (Some(kubectl), Some(validate)) = (kubectl(), kubernetes_validate()) else {
+        common::skip::skip(
+            "no kubectl or kubernetes-validate (`.ci/install` puts them in /opt/preflight-k8s)",
+        );
+        return;
+    };
+    let plain = |f: &str| {
+        yaml_objects(&std::fs::read_to_string(repo().join("contrib/kubernetes").join(f)).unwrap())
+    };
+    let base = kustomized(&kubectl, "base");
+    assert_eq!(base, plain("webhook.yaml"));
+    let mut both = plain("webhook.yaml");
+    both.extend(plain("daemonset.yaml"));
+    both.sort_by_key(|o| format!("{}/{}", o["kind"], o["metadata"]["name"]));
+    assert_eq!(kustomized(&kubectl, "node-checks"), both);
+    let cm = kustomized(&kubectl, "cert-manager");
+    let hook = cm
+        .iter()
+        .find(|o| o["kind"] == "MutatingWebhookConfiguration")
+        .unwrap();
+    assert_eq!(
+        hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "preflight/preflight-webhook"
+    );
+    assert!(
+        hook["webhooks"][0]["clientConfig"]["caBundle"].is_null(),
+        "{hook}"
+    );
+    let serving = cm
+        .iter()
+        .find(|o| o["kind"] == "Certificate" && o["metadata"]["name"] == "preflight-webhook")
+        .unwrap();
+    assert_eq!(serving["spec"]["secretName"], "preflight-webhook-tls");
+    assert_eq!(
+        serving["spec"]["dnsNames"][0],
+        "preflight-webhook.preflight.svc"
+    );
+    // The Deployment mounts that Secret, and the selector refuses a
+    // mistyped value rather than letting it by.
+    let deploy = base.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
+        "preflight-webhook-tls"
+    );
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert_eq!(
+        hook["webhooks"][0]["objectSelector"]["matchExpressions"][0]["operator"],
+        "Exists"
+    );
+    assert_eq!(
+        hook["webhooks"][0]["rules"][0]["operations"],
+        serde_json::json!(["CREATE"])
+    );
+    let ds = both.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
+    assert_eq!(
+        ds["spec"]["template"]["spec"]["automountServiceAccountToken"],
+        false
+    );
+    // Kubernetes' own objects of the overlay against the schema.
+    let dir = tempfile::tempdir().unwrap();
+    let own: Vec<&serde_json::Value> = cm
+        .iter()
+        .filter(|o| {
+            !o["apiVersion"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("cert-manager.io/")
+        })
+        .collect();
+    let file = dir.path().join("cert-manager.json");
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": own}))
+            .unwrap(),
+    )
+    .unwrap();
+    let out = Command::new(&validate)
+        .args(["--kubernetes-version", "1.37.0", "--strict"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The image runs as a numeric user that is not root (a pod with
+/// `runAsNonRoot: true` and no `runAsUser` starts only so) and carries
+/// NVIDIA's redistributable NCCL where the loader finds it.
+#[test]
+fn the_image_runs_as_a_numeric_non_root_user_and_carries_nccl() {
+    let _shared = crate::common::shared();
+    let text = std::fs::read_to_string(repo().join("contrib/kubernetes/Dockerfile")).unwrap();
+    let user = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("USER "))
+        .next_back()
+        .expect("a USER line");
+    let uid = user.split(':').next().unwrap();
+    assert!(uid.parse::<u32>().is_ok_and(|u| u != 0), "USER {user}");
+    assert!(
+        text.contains("nvidia-nccl-cu12==") && text.contains("/usr/local/lib/libnccl.so.2"),
+        "{text}"
+    );
+    // The last stage's USER comes after everything it installs.
+    let last_from = text.rfind("\nFROM ").unwrap();
+    assert!(text.rfind("\nUSER ").unwrap() > last_from);
 }
 
 /// The node-problem-detector rule, run as NPD runs a custom plugin: its

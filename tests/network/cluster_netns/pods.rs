@@ -295,6 +295,14 @@ fn a_pod_whose_port_is_blocked_is_named_by_its_name() {
             said.starts_with("NOT READY") && said.contains("lws-0-2"),
             "pod {i}'s termination message: {said}"
         );
+        // Each failed check once: the kubelet keeps 4,096 bytes.
+        let lines: Vec<&str> = said.lines().collect();
+        let once: std::collections::BTreeSet<&&str> = lines.iter().collect();
+        assert_eq!(
+            once.len(),
+            lines.len(),
+            "pod {i}'s termination message: {said}"
+        );
         let _ = std::fs::remove_file(&logs[i]);
     }
 }
