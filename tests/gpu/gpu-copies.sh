@@ -37,8 +37,9 @@ for p in walking_ones random address inversions; do
     printf 'checks:\n  - {id: gpu.memory.%s, kind: gpu_memory_test, area: accelerators, patterns: [%s]}\n' "$p" "$p" > "$out/$p.yaml"
     "$bin" check --no-shipped --checks "$out/$p.yaml" --format json > "$out/memory-$p.json"
 done
-"$bin" run --only nvidia.memory_test --format json > "$out/run-defaults.json"
-"$bin" run --only nvidia.memory_test --timeout 10s --format json > "$out/run-10s.json"
+# Each with a state directory of its own: a kept pass would be reused.
+"$bin" run --only nvidia.memory_test --state-dir "$out/state-defaults" --format json > "$out/run-defaults.json"
+"$bin" run --only nvidia.memory_test --timeout 10s --state-dir "$out/state-10s" --format json > "$out/run-10s.json"
 python3 - "$out" <<'PY' || failed=1
 import glob, json, os, sys
 out = sys.argv[1]
