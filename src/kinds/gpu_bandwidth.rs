@@ -583,12 +583,7 @@ impl Probe for GpuBandwidth {
             if facts.is_live()
                 && let Some(Ok(r)) = facts.gpu_report(None).await
             {
-                let busy: Vec<String> = r
-                    .gpus
-                    .iter()
-                    .filter(|g| !g.processes.is_empty())
-                    .map(|g| g.bus_id.clone())
-                    .collect();
+                let busy = super::busy_gpus(&r);
                 if !busy.is_empty() {
                     return Finding::skip(format!(
                         "GPUs in use by running processes ({}): their copy rates would be the job's leftovers, and the copies would slow the job",

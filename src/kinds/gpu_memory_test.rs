@@ -608,12 +608,7 @@ impl Probe for GpuMemoryTest {
             if facts.is_live()
                 && let Some(Ok(r)) = &report
             {
-                let busy: Vec<String> = r
-                    .gpus
-                    .iter()
-                    .filter(|g| !g.processes.is_empty())
-                    .map(|g| g.bus_id.clone())
-                    .collect();
+                let busy = super::busy_gpus(r);
                 if !busy.is_empty() {
                     return Finding::skip(format!(
                         "GPUs in use by running processes ({}): their memory is the job's, not the test's; it runs on an idle node",

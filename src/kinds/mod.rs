@@ -272,6 +272,18 @@ pub fn is_denied(e: &std::io::Error) -> bool {
 
 /// A copy check's finding where the CUDA driver is not there to use:
 /// nothing to copy on skips, a driver that fails is an error.
+/// The bus ids of the GPUs a job's processes hold (NVML, or nvidia-smi):
+/// a copy or memory check there would measure the job's leftovers and
+/// take what is the job's.
+pub fn busy_gpus(report: &crate::facts::gpu_status::GpuReport) -> Vec<String> {
+    report
+        .gpus
+        .iter()
+        .filter(|g| !g.processes.is_empty())
+        .map(|g| g.bus_id.clone())
+        .collect()
+}
+
 pub fn no_driver(no: crate::facts::cuda::NoDriver) -> Finding {
     match no {
         crate::facts::cuda::NoDriver::Nothing(why) => Finding::skip(why),

@@ -37,25 +37,7 @@ impl Webhook {
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
-        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-        let o = Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-            ])
-            .args(["-nodes", "-days", "1", "-subj", &format!("/CN={NAME}")])
-            .args(["-addext", &format!("subjectAltName=DNS:{NAME}")])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let (cert, key) = new_pair(dir.path(), "tls");
         let mut child = super::binary::preflight()
             .args([
                 "webhook",
