@@ -29,6 +29,13 @@ pub struct RankProcess {
     pub rank: u32,
     pub pid: u32,
     pub local_world: Option<u32>,
+    /// TORCH_WORKER_SERVER_SOCKET, where the rank was given one: the
+    /// path, or the start of the path, of its torch worker server.
+    pub worker_socket: Option<String>,
+    /// Where torch writes the rank's Flight Recorder dump, less the rank
+    /// (TORCH_FR_DUMP_TEMP_FILE, TORCH_NCCL_DEBUG_INFO_TEMP_FILE, else
+    /// torch's default).
+    pub dump_prefix: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -188,6 +195,10 @@ pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
             rank,
             pid,
             local_world,
+            worker_socket: get("TORCH_WORKER_SERVER_SOCKET"),
+            dump_prefix: get("TORCH_FR_DUMP_TEMP_FILE")
+                .or_else(|| get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"))
+                .unwrap_or_else(|| crate::facts::flight_recorder::DEFAULT_DUMP_PREFIX.into()),
         });
     }
     let mut out: Vec<Job> = by_key.into_values().collect();

@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 
 use super::find::Job;
+use super::flight::Flight;
 use super::observe::Watched;
 use super::{Stacks, rank_list};
 use crate::facts::py_spy::PyFrame;
@@ -272,6 +273,7 @@ pub fn judge(
     watched: &BTreeMap<u32, Watched>,
     stacks: &Stacks,
     store_read: Option<StoreRead>,
+    flight: Flight,
     node: &str,
     window_ms: u64,
 ) -> JobDiagnosis {
@@ -301,7 +303,10 @@ pub fn judge(
         .map(|r| {
             let w = watched.get(&r.pid);
             let stack = stacks.get(&r.pid);
-            let call = stack.and_then(|s| s.as_ref().ok()).and_then(|f| call(f));
+            let call = stack
+                .and_then(|s| s.as_ref().ok())
+                .and_then(|f| call(f))
+                .or_else(|| flight.calls.get(&r.rank).cloned());
             let (state, doing) = classify(w, call.as_deref(), window_ms);
             let sockets = w.map(|w| w.sockets.as_slice()).unwrap_or_default();
             let established = sockets.iter().filter(|s| s.state == "established");
@@ -360,7 +365,7 @@ pub fn judge(
         job.world.saturating_sub(here.unwrap_or(found.len() as u32))
     };
     let moving: Vec<&RankState> = ranks.iter().filter(|r| r.state == "moving").collect();
-    let moved: Vec<String> = if moving.is_empty() {
+    let mut moved: Vec<String> = if moving.is_empty() {
         Vec::new()
     } else {
         let bytes: u64 = moving.iter().map(|r| r.moved_bytes).sum();
@@ -371,6 +376,7 @@ pub fn judge(
             crate::values::format_bytes(bytes)
         )]
     };
+    moved.extend(flight.moved_words());
     let waiting: Vec<&RankState> = ranks.iter().filter(|r| r.state == "waiting").collect();
     let waiting_ranks: Vec<u32> = waiting.iter().map(|r| r.rank).collect();
     let phase = phase(&waiting, ranks.len() + missing.len(), store.as_deref());
@@ -390,6 +396,20 @@ pub fn judge(
             .into_iter()
             .map(|(r, why)| (r, why, true)),
     );
+    // What the Flight Recorders add: to a rank already named, its
+    // reason; else the rank, named for it.
+    for (rank, why, mismatch) in &flight.odd {
+        if let Some(o) = odd.iter_mut().find(|(r, _, _)| r.rank == *rank) {
+            o.1.push_str(&format!("; {why}"));
+        } else if let Some(r) = ranks.iter().find(|r| r.rank == *rank) {
+            let doing = if *mismatch {
+                why.clone()
+            } else {
+                format!("{}; {why}", r.doing)
+            };
+            odd.push((r, doing, *mismatch));
+        }
+    }
     let waiters: Vec<u32> = waiting_ranks
         .iter()
         .copied()
@@ -398,10 +418,10 @@ pub fn judge(
     let mut culprits = Vec::new();
     let summary;
     let verdict;
-    if !moving.is_empty() {
+    if !moved.is_empty() {
         let still: Vec<u32> = ranks
             .iter()
-            .filter(|r| r.state != "moving")
+            .filter(|r| r.state != "moving" && !flight.moved.iter().any(|(m, _)| *m == r.rank))
             .map(|r| r.rank)
             .collect();
         summary = if still.is_empty() {
@@ -536,6 +556,7 @@ pub fn judge(
         (verdict, summary)
     };
     JobDiagnosis {
+        flight: flight.reads,
         torch: None,
         moved,
         expected_here: here,

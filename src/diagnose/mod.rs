@@ -11,6 +11,7 @@
 //! Python stacks and the job's store are read while the window runs.
 
 mod find;
+mod flight;
 mod judge;
 mod merge;
 mod observe;
@@ -20,7 +21,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::facts::nccl_ras;
+use crate::facts::nccl_ras::{self, RasStatus};
 use crate::facts::py_spy::{self, PyFrame};
 use crate::facts::tcp_store::{self, Numbering};
 use crate::facts::torch_install;
@@ -177,23 +178,46 @@ pub enum Ras {
     At(String),
 }
 
-fn ras(setting: &Ras, found: &[Job]) -> Option<RasReport> {
-    let (addr, quiet) = match setting {
-        Ras::Off => return None,
-        Ras::At(a) => (a.clone(), false),
-        Ras::Auto => (
+/// Where to ask RAS, and whether to stay quiet where nothing listens.
+fn ras_addr(setting: &Ras, found: &[Job]) -> Option<(String, bool)> {
+    match setting {
+        Ras::Off => None,
+        Ras::At(a) => Some((a.clone(), false)),
+        Ras::Auto => Some((
             found
                 .iter()
                 .find_map(|j| j.ras_addr.clone())
                 .unwrap_or_else(|| nccl_ras::DEFAULT_ADDR.to_string()),
             true,
-        ),
-    };
+        )),
+    }
+}
+
+/// RAS's report at the window's end, weighed against its report at the
+/// start (`before`): a rank behind in a collective's count is named only
+/// where both reports have it behind at the same count (one report is a
+/// moment, in which a healthy rank can be a collective behind), and
+/// counts that grew are the job moving.
+fn ras(
+    at: Option<&(String, bool)>,
+    before: Option<Result<RasStatus, String>>,
+) -> Option<RasReport> {
+    let (addr, quiet) = at?.clone();
+    let before = before.and_then(Result::ok);
     match nccl_ras::status(&addr, RAS_WITHIN) {
         Ok(st) => Some(RasReport {
+            moved: before
+                .as_ref()
+                .map(|b| st.counted_since(b))
+                .filter(|n| *n > 0)
+                .map(|n| format!("NCCL RAS counted {n} more collectives across the window")),
             culprits: quote_pings(
                 st.named
                     .into_iter()
+                    .filter(|r| {
+                        !r.why.starts_with("behind")
+                            || before.as_ref().is_some_and(|b| b.named.contains(r))
+                    })
                     .map(|r| {
                         let dead = r.why.contains("considers it dead");
                         Culprit {
@@ -283,7 +307,21 @@ pub fn diagnose(
         .collect();
     let torches: Vec<Option<torch_install::TorchInstall>> =
         found.iter().map(|j| torch_of(proc_dir, j)).collect();
-    let (watched, stacks, stores) = std::thread::scope(|s| {
+    let recorders = |found: &[Job]| -> Vec<flight::Reads> {
+        let by = std::time::Instant::now() + flight::READ_WITHIN;
+        found
+            .iter()
+            .map(|j| flight::read(proc_dir, j, by))
+            .collect()
+    };
+    let before = recorders(&found);
+    let ras_at = ras_addr(ras_at, &found);
+    let (watched, stacks, stores, ras_before) = std::thread::scope(|s| {
+        let ras_before = s.spawn(|| {
+            ras_at
+                .as_ref()
+                .map(|(a, _)| nccl_ras::status(a, RAS_WITHIN))
+        });
         let stacks = s.spawn(|| py_spy.map(|p| stacks(&p, &pids)).unwrap_or_default());
         let stores = s.spawn(|| {
             found
@@ -297,21 +335,35 @@ pub fn diagnose(
             watched,
             stacks.join().unwrap_or_default(),
             stores.join().unwrap_or_default(),
+            ras_before.join().ok().flatten(),
         )
     });
+    let after = recorders(&found);
     let ms = watched.elapsed.as_millis() as u64;
     let judged: Vec<_> = found
         .iter()
         .zip(stores.into_iter().chain(std::iter::repeat(None)))
         .zip(&torches)
-        .map(|((j, store), torch)| {
-            let mut d = judge(j, &watched.watched, &stacks, store, node, ms);
+        .zip(before.iter().zip(&after))
+        .map(|(((j, store), torch), (before, after))| {
+            let flight = flight::weigh(before, after);
+            let mut d = judge(j, &watched.watched, &stacks, store, flight, node, ms);
             d.torch = torch.as_ref().map(|t| t.version.clone());
             d
         })
         .collect();
-    let nccl_ras = ras(ras_at, &found);
+    let nccl_ras = ras(ras_at.as_ref(), ras_before);
     let ras_named = nccl_ras.as_ref().is_some_and(|r| !r.culprits.is_empty());
+    // Collectives RAS counted: a job that could not be judged here (every
+    // rank waits, as a GPU job's do while its kernels run) moved.
+    let mut judged = judged;
+    if let Some(m) = nccl_ras.as_ref().and_then(|r| r.moved.clone()) {
+        for j in judged.iter_mut().filter(|j| j.verdict == "unknown") {
+            j.moved.push(m.clone());
+            j.summary = format!("the job moves: {m}");
+            j.verdict = "progressing".into();
+        }
+    }
     let verdict = if judged.iter().any(|j| j.verdict == "held") || ras_named {
         "held"
     } else if judged.is_empty() {

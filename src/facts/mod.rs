@@ -9,6 +9,7 @@ pub mod cgroup;
 pub mod cuda;
 pub mod dcgm;
 pub mod fingerprint;
+pub mod flight_recorder;
 pub mod gpu_status;
 pub mod guarded_file;
 pub mod hl_smi;

@@ -8,6 +8,7 @@
 //! the JSON form where the library has it, else the text form; both
 //! bounded in size and time.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -38,6 +39,21 @@ pub struct RasStatus {
     pub named: Vec<RasRank>,
     /// What was found, in words, one line each.
     pub findings: Vec<String>,
+    /// The collective counts the report gives, by what they count (a
+    /// rank's collective in a communicator; in the text form, a line's
+    /// ranks): two reports compared say whether the job moved between.
+    pub counts: BTreeMap<String, u64>,
+}
+
+impl RasStatus {
+    /// How many collectives more `self` counts than `before`, over the
+    /// counts both have; 0 where none grew.
+    pub fn counted_since(&self, before: &RasStatus) -> u64 {
+        self.counts
+            .iter()
+            .filter_map(|(k, n)| Some(n.saturating_sub(*before.counts.get(k)?)))
+            .sum()
+    }
 }
 
 /// Reads what is there by `deadline`: at most `max` bytes, up to and
@@ -216,6 +232,14 @@ pub fn parse_json(text: &str) -> Result<RasStatus, String> {
                 }
             }
         }
+        for r in &ranks {
+            for op in COLLECTIVES {
+                if let Some(n) = r["collective_counts"][op].as_u64() {
+                    let rank = r["rank"].as_u64().unwrap_or(0);
+                    st.counts.insert(format!("{hash} rank {rank} {op}"), n);
+                }
+            }
+        }
         for op in COLLECTIVES {
             let counts: Vec<u64> = ranks
                 .iter()
@@ -314,6 +338,12 @@ pub fn parse_text(text: &str) -> RasStatus {
             continue;
         }
         let t = l.trim();
+        if let Some((who, n)) = t.split_once(" launched up to operation ") {
+            let n = n.split_whitespace().next().and_then(|n| n.parse().ok());
+            if let Some(n) = n {
+                st.counts.insert(format!("{heading}: {who}"), n);
+            }
+        }
         let Some(rest) = t.strip_prefix("Rank ") else {
             if let Some(rest) = t.strip_prefix("Process ")
                 && heading == "DEAD"

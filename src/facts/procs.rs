@@ -38,6 +38,25 @@ pub fn parent(proc_pid: &Path) -> Option<u32> {
         .ok()
 }
 
+/// When the process whose /proc directory is `proc_pid` began: its
+/// `stat`'s start time (clock ticks after boot, at the kernel's fixed 100
+/// a second) after the boot time in `/proc/stat` beside it.
+pub fn started(proc_pid: &Path) -> Option<std::time::SystemTime> {
+    let stat = std::fs::read_to_string(proc_pid.join("stat")).ok()?;
+    let ticks: u64 = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
+    let boot: u64 = std::fs::read_to_string(proc_pid.parent()?.join("stat"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(boot * 1000 + ticks * 10))
+}
+
 /// The ancestors of process `pid`, its parent first, up to (not counting)
 /// pid 1 or the first parent this user cannot see (a container's PID
 /// namespace ends the chain at 0). Bounded: a corrupt or hostile /proc

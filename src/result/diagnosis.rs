@@ -56,6 +56,10 @@ pub struct JobDiagnosis {
     /// What the job's store holds, read without writing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_read: Option<StoreRead>,
+    /// Each rank's Flight Recorder, where the job keeps one and offers it
+    /// (a worker server, or a dump written when a collective timed out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flight: Vec<FlightRead>,
     /// The others' state in one line ("ranks 0, 1, 3 wait ...").
     pub summary: String,
     /// `held`, `progressing` or `unknown`.
@@ -106,6 +110,25 @@ pub struct RankState {
     pub stack_error: Option<String>,
 }
 
+/// One rank's Flight Recorder, as diagnose read it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FlightRead {
+    pub rank: u32,
+    /// `worker server /run/ws_1.sock`, or `dump /tmp/nccl_trace_rank_1`.
+    pub source: String,
+    /// Collectives enqueued and completed, over its process groups, at
+    /// the end of the window.
+    pub enqueued: i64,
+    pub completed: i64,
+    /// The collective it called and has not finished (`collective #6 of
+    /// group 0: all_reduce of [1024] Float`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<String>,
+    /// Why it could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// NCCL's RAS report, folded in.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RasReport {
@@ -121,6 +144,10 @@ pub struct RasReport {
     pub culprits: Vec<Culprit>,
     /// Why it could not be read.
     pub error: Option<String>,
+    /// How its collective counts grew across the window, in words, where
+    /// they did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved: Option<String>,
 }
 
 /// The job's store, as diagnose read it (CHECK and GET only).

@@ -23,6 +23,7 @@ use super::Torch;
 use crate::common::serial;
 
 mod across_hosts;
+mod flight_recorder;
 mod nccl_ras;
 
 /// A torch job under torchrun; killed with its ranks when dropped.

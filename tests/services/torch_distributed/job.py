@@ -19,10 +19,19 @@ every rank loops all_reduce; JOB_MODE picks the fault.
              JOB_MARKER) and rank JOB_RANK2 blocks in queue.Queue().get()
 A held rank sleeps until the file JOB_RELEASE exists (where set) or
 JOB_SECONDS pass; every rank ends after JOB_ROUNDS all_reduces (where
-set), or when torchrun is killed."""
+set), or when torchrun is killed.
+
+Where TORCH_WORKER_SERVER_SOCKET is set (a torch with a Flight Recorder),
+each rank serves torch's worker server at that path followed by its rank
+and `.sock`, as a job wrapped in worker_main() does. Each rank JOB_DUMP
+lists (`0,1,2`) has torch write its Flight Recorder dump (to
+TORCH_FR_DUMP_TEMP_FILE and its rank) once its loop has stood still for a
+second, as a job's own hang watchdog would."""
+import contextlib
 import os
 import queue
 import random
+import threading
 import time
 
 import torch
@@ -71,6 +80,34 @@ def block():
     raise SystemExit(0)
 
 
+server = contextlib.ExitStack()
+base = os.environ.get("TORCH_WORKER_SERVER_SOCKET")
+if base:
+    from torch.distributed.elastic.control_plane import worker_main
+
+    os.environ["TORCH_WORKER_SERVER_SOCKET"] = f"{base}{rank}.sock"
+    server.enter_context(worker_main())
+
+
+step = [0]
+
+
+def dumps():
+    from torch._C._distributed_c10d import _dump_fr_trace_file
+
+    seen, since, dumped = step[0], time.monotonic(), False
+    while True:
+        time.sleep(0.1)
+        if step[0] != seen:
+            seen, since, dumped = step[0], time.monotonic(), False
+        elif not dumped and time.monotonic() - since > 1:
+            _dump_fr_trace_file(rank)
+            dumped = True
+
+
+if str(rank) in os.environ.get("JOB_DUMP", "").split(","):
+    threading.Thread(target=dumps, daemon=True).start()
+
 if mode == "late_init" and rank == held:
     hold()
 dist.init_process_group("gloo")
@@ -95,6 +132,7 @@ while time.monotonic() < end and (rounds is None or i < rounds):
         dist.all_reduce(t)
         t.fill_(1)
     i += 1
+    step[0] = i
     if mode == "slow":
         time.sleep(0.3)
     if mode == "healthy":
@@ -107,3 +145,4 @@ while time.monotonic() < end and (rounds is None or i < rounds):
         mark()
 assert t[0].item() > 0
 dist.destroy_process_group()
+server.close()

@@ -1,0 +1,313 @@
+//! The job's Flight Recorders, rank by rank: read where the job offers
+//! them (a worker server, else a dump it wrote when a collective timed
+//! out), at both ends of the window. What they tell: collectives counted
+//! over the window (the job moved), the collective each rank is in, and
+//! the ranks the others wait for: one that has not called the collective
+//! the others called (its number says so), one whose collective differs
+//! in operation, size or type from the others' at the same number.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{Job, rank_list};
+use crate::facts::flight_recorder::{self, Record, Trace};
+use crate::facts::procs;
+use crate::result::diagnosis::FlightRead;
+
+/// How long reading every rank's recorder may take, each time.
+pub const READ_WITHIN: Duration = Duration::from_secs(1);
+
+/// One rank's recorder as read: where from, and what.
+pub type Reads = BTreeMap<u32, (String, Result<Trace, String>)>;
+
+/// `path` as this process reaches it: through the rank's root where the
+/// rank runs in another mount namespace (a container).
+fn as_seen(proc_pid: &Path, path: &str) -> PathBuf {
+    let same = std::fs::read_link(proc_pid.join("ns/mnt")).ok()
+        == std::fs::read_link("/proc/self/ns/mnt").ok();
+    if same {
+        PathBuf::from(path)
+    } else {
+        proc_pid.join("root").join(path.trim_start_matches('/'))
+    }
+}
+
+/// Each rank of `job` here whose recorder can be had: from its worker
+/// server where it runs one, else from a dump it wrote since the job
+/// began; every read done by `deadline`.
+pub fn read(proc_dir: &Path, job: &Job, deadline: Instant) -> Reads {
+    let since = job
+        .ranks
+        .iter()
+        .filter_map(|r| procs::started(&proc_dir.join(r.pid.to_string())))
+        .min();
+    let mut out = Reads::new();
+    for r in &job.ranks {
+        let proc_pid = proc_dir.join(r.pid.to_string());
+        let server = r.worker_socket.as_deref().and_then(|base| {
+            flight_recorder::worker_sockets(&proc_pid, base)
+                .into_iter()
+                .next()
+        });
+        if let Some(socket) = server {
+            let got = flight_recorder::ask_worker_server(&socket, deadline);
+            out.insert(r.rank, (format!("worker server {}", socket.display()), got));
+            continue;
+        }
+        let (Some(since), Ok(meta)) = (since, std::fs::metadata(&proc_pid)) else {
+            continue;
+        };
+        let dump = as_seen(&proc_pid, &format!("{}{}", r.dump_prefix, r.rank));
+        match flight_recorder::read_dump(&dump, meta.uid(), since) {
+            Ok(Some(t)) => {
+                out.insert(r.rank, (format!("dump {}", dump.display()), Ok(t)));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                out.insert(r.rank, (format!("dump {}", dump.display()), Err(e)));
+            }
+        }
+    }
+    out
+}
+
+/// What the recorders tell of the job.
+#[derive(Debug, Default)]
+pub struct Flight {
+    pub reads: Vec<FlightRead>,
+    /// Ranks whose recorder counted a collective over the window, and how
+    /// many it completed.
+    pub moved: Vec<(u32, i64)>,
+    /// The collective each rank is in, where its recorder shows one.
+    pub calls: BTreeMap<u32, String>,
+    /// The ranks the recorders set apart, each with why, and whether it
+    /// is a mismatch (a wrong call, not a rank held elsewhere).
+    pub odd: Vec<(u32, String, bool)>,
+}
+
+impl Flight {
+    /// "the Flight Recorders of ranks 0-3 counted 12 collectives completed".
+    pub fn moved_words(&self) -> Option<String> {
+        if self.moved.is_empty() {
+            return None;
+        }
+        let ids: Vec<u32> = self.moved.iter().map(|(r, _)| *r).collect();
+        let done: i64 = self.moved.iter().map(|(_, n)| n).sum();
+        Some(format!(
+            "the Flight Recorders of {} counted {done} collectives completed",
+            rank_list(&ids)
+        ))
+    }
+}
+
+fn where_in(p: &Record) -> String {
+    format!(
+        "collective #{} of group {}: {}",
+        p.seq,
+        p.group,
+        p.describe()
+    )
+}
+
+/// The recorders at the window's start (`before`) and end (`after`),
+/// weighed.
+pub fn weigh(before: &Reads, after: &Reads) -> Flight {
+    let mut f = Flight::default();
+    for (rank, (source, got)) in after {
+        let mut read = FlightRead {
+            rank: *rank,
+            source: source.clone(),
+            ..FlightRead::default()
+        };
+        match got {
+            Ok(t) => {
+                (read.enqueued, read.completed) = t.progress();
+                let pending = t.groups.keys().find_map(|g| t.pending(g));
+                read.pending = pending.map(where_in);
+                if let Some(p) = pending {
+                    f.calls.insert(*rank, p.op.clone());
+                }
+                if let Some((_, Ok(b))) = before.get(rank) {
+                    let (e0, c0) = b.progress();
+                    if read.enqueued > e0 || read.completed > c0 {
+                        f.moved.push((*rank, read.completed - c0));
+                    }
+                }
+            }
+            Err(e) => read.error = Some(e.clone()),
+        }
+        f.reads.push(read);
+    }
+    let traces: BTreeMap<u32, &Trace> = after
+        .iter()
+        .filter_map(|(r, (_, t))| Some((*r, t.as_ref().ok()?)))
+        .collect();
+    let groups: std::collections::BTreeSet<&String> =
+        traces.values().flat_map(|t| t.groups.keys()).collect();
+    for g in groups {
+        odd_in_group(g, &traces, &mut f.odd);
+    }
+    f
+}
+
+/// Within group `g`: the ranks behind the collective the others called,
+/// then those whose collective at that number differs from the most's.
+fn odd_in_group(g: &str, traces: &BTreeMap<u32, &Trace>, odd: &mut Vec<(u32, String, bool)>) {
+    let status: Vec<(u32, i64, Option<&Record>)> = traces
+        .iter()
+        .filter_map(|(r, t)| Some((*r, t.groups.get(g)?.last_enqueued, t.pending(g))))
+        .collect();
+    let Some(front) = status.iter().map(|s| s.1).max() else {
+        return;
+    };
+    // The ranks in the front collective, not done with it.
+    let waiting: Vec<(u32, &Record)> = status
+        .iter()
+        .filter_map(|(r, e, p)| Some((*r, p.filter(|p| p.seq == front && *e == front)?)))
+        .collect();
+    let Some((_, example)) = waiting.first() else {
+        return;
+    };
+    let waiters: Vec<u32> = waiting.iter().map(|(r, _)| *r).collect();
+    for (r, enqueued, pending) in &status {
+        if *enqueued >= front {
+            continue;
+        }
+        let why = match pending {
+            Some(p) => {
+                format!(
+                    "its Flight Recorder shows it in {}, while {} {} in {}: it called fewer collectives than they did (a sequence mismatch, or a collective it skipped)",
+                    where_in(p),
+                    rank_list(&waiters),
+                    if waiters.len() == 1 { "waits" } else { "wait" },
+                    where_in(example)
+                )
+            }
+            _ => format!(
+                "its Flight Recorder shows it has not called {}, which {} called and {} in; its last was #{enqueued}",
+                where_in(example),
+                rank_list(&waiters),
+                if waiters.len() == 1 { "waits" } else { "wait" }
+            ),
+        };
+        odd.push((*r, why, false));
+    }
+    // At the front number, the same operation, sizes and types for all.
+    let mut kinds: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for (r, p) in &waiting {
+        kinds.entry(p.describe()).or_default().push(*r);
+    }
+    if kinds.len() < 2 {
+        return;
+    }
+    let most = kinds.values().map(Vec::len).max().unwrap_or(0);
+    let leaders = kinds.values().filter(|v| v.len() == most).count();
+    for (kind, ranks) in &kinds {
+        if leaders == 1 && ranks.len() == most {
+            continue;
+        }
+        let others: Vec<String> = kinds
+            .iter()
+            .filter(|(k, _)| *k != kind)
+            .map(|(k, rs)| {
+                format!(
+                    "{} {} {k}",
+                    rank_list(rs),
+                    if rs.len() == 1 { "calls" } else { "call" }
+                )
+            })
+            .collect();
+        for r in ranks {
+            odd.push((
+                *r,
+                format!(
+                    "a mismatched collective: its Flight Recorder shows {kind} as collective #{front} of group {g}, where {}",
+                    others.join(" and ")
+                ),
+                true,
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One rank's recorder in the shape torch 2.15's worker server gives
+    /// (`fr_trace_json`, measured): five all_reduces done, `last` pending.
+    fn rank(enqueued: i64, last: Option<(&str, i64, u32)>) -> Trace {
+        let mut entries: Vec<String> = (1..enqueued.min(6))
+            .map(|seq| {
+                format!(
+                    r#"{{"collective_seq_id":{seq},"input_dtypes":["Float"],"input_sizes":[[1024]],"is_p2p":false,"pg_id":0,"profiling_name":"gloo:all_reduce","retired":true,"state":"scheduled"}}"#
+                )
+            })
+            .collect();
+        if let Some((op, seq, size)) = last {
+            entries.push(format!(
+                r#"{{"collective_seq_id":{seq},"input_dtypes":["Float"],"input_sizes":[[{size}]],"is_p2p":false,"pg_id":0,"profiling_name":"gloo:{op}","retired":false,"state":"scheduled"}}"#
+            ));
+        }
+        let completed = last.map_or(enqueued, |(_, seq, _)| seq - 1);
+        flight_recorder::parse_json(
+            format!(
+                r#"{{"version":"2.10","entries":[{}],"pg_status":{{"0":{{"last_completed_collective":"{completed}","last_enqueued_collective":"{enqueued}","last_started_collective":"-1"}}}}}}"#,
+                entries.join(",")
+            )
+            .as_bytes(),
+        )
+        .unwrap()
+    }
+
+    fn reads(ranks: Vec<Trace>) -> Reads {
+        ranks
+            .into_iter()
+            .enumerate()
+            .map(|(r, t)| (r as u32, ("worker server".to_string(), Ok(t))))
+            .collect()
+    }
+
+    #[test]
+    fn a_size_that_differs_at_the_same_number_names_its_rank() {
+        let ranks = reads(vec![
+            rank(6, Some(("all_reduce", 6, 1024))),
+            rank(6, Some(("all_reduce", 6, 1024))),
+            rank(6, Some(("all_reduce", 6, 2048))),
+            rank(6, Some(("all_reduce", 6, 1024))),
+        ]);
+        let f = weigh(&ranks, &ranks);
+        assert!(f.moved.is_empty());
+        assert_eq!(f.odd.len(), 1, "{f:?}");
+        assert_eq!(f.odd[0].0, 2);
+        assert_eq!(
+            f.odd[0].1,
+            "a mismatched collective: its Flight Recorder shows all_reduce of [2048] Float as collective #6 of group 0, where ranks 0-1,3 call all_reduce of [1024] Float"
+        );
+        assert!(f.odd[0].2);
+    }
+
+    #[test]
+    fn a_rank_a_collective_behind_is_a_sequence_mismatch() {
+        let ranks = reads(vec![
+            rank(6, Some(("all_reduce", 6, 1024))),
+            rank(5, Some(("all_reduce", 5, 1024))),
+            rank(6, Some(("all_reduce", 6, 1024))),
+        ]);
+        let f = weigh(&ranks, &ranks);
+        assert_eq!(f.odd.len(), 1, "{f:?}");
+        assert_eq!(f.odd[0].0, 1);
+        assert!(
+            f.odd[0].1.starts_with("its Flight Recorder shows it in collective #5 of group 0: all_reduce of [1024] Float, while ranks 0,2 wait in collective #6"),
+            "{}",
+            f.odd[0].1
+        );
+        // The same recorders a collective on at the end: moved, counted.
+        let later = reads(vec![rank(7, None), rank(7, None), rank(7, None)]);
+        let f = weigh(&ranks, &later);
+        assert_eq!(f.moved.len(), 3, "{f:?}");
+        assert!(f.odd.is_empty(), "{f:?}");
+    }
+}

@@ -1,0 +1,243 @@
+//! Diagnose reading torch's Flight Recorder, without py-spy, on the
+//! current torch (the recorder is torch 2.2 and later; 2.15 records Gloo
+//! groups): from the worker server a job runs (worker_main() with
+//! TORCH_WORKER_SERVER_SOCKET, each rank adding its rank to the path),
+//! and from the dumps torch writes (TORCH_FR_DUMP_TEMP_FILE and the
+//! rank). Each case is a case /proc alone cannot settle: a rank blocked
+//! in its own code looks, to the kernel, like a rank waiting in a
+//! collective.
+
+use super::*;
+
+const BUFFER: (&str, &str) = ("TORCH_FR_BUFFER_SIZE", "2000");
+
+/// The job's variables for a worker server under `dir`.
+fn served(dir: &Path) -> PathBuf {
+    dir.join("ws_")
+}
+
+/// Diagnose (no py-spy) until `done` holds of the report, 60 s at most.
+fn diagnose_until(pid: u32, done: impl Fn(&Diagnosis) -> bool) -> (i32, Diagnosis) {
+    let start = Instant::now();
+    loop {
+        let (code, d) = diagnose(pid, Stacks::Off);
+        if done(&d) {
+            return (code, d);
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{d:#?}");
+    }
+}
+
+fn named(d: &Diagnosis) -> Vec<u32> {
+    d.jobs
+        .first()
+        .map(|j| j.culprits.iter().map(|c| c.rank).collect())
+        .unwrap_or_default()
+}
+
+/// Rank 2 sleeps and rank 3 blocks in queue.Queue().get() before the 6th
+/// all_reduce: to /proc, rank 3 waits as ranks 0-1 do; its recorder
+/// shows it never called collective #6, which ranks 0-1 wait in. Both
+/// are named, with no py-spy.
+#[test]
+fn the_recorder_names_a_rank_blocked_outside_any_collective() {
+    let Some(torch) = Torch::current() else {
+        return;
+    };
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let base = served(dir.path());
+    let three = Path::new("3");
+    let size = Path::new(BUFFER.1);
+    let job = TorchJob::start_with(
+        &torch,
+        "two",
+        2,
+        &[
+            ("JOB_RANK2", three),
+            ("TORCH_WORKER_SERVER_SOCKET", &base),
+            (BUFFER.0, size),
+        ],
+    );
+    job.wait_for_marker();
+    let pid = marker_pid(&job);
+    let (code, d) = diagnose_until(pid, |d| named(d).len() == 2);
+    let j = &d.jobs[0];
+    assert_eq!(named(&d), [2, 3], "{d:#?}");
+    let three = &j.culprits[1].reason;
+    assert!(
+        three.contains("its Flight Recorder shows it has not called collective #6 of group 0: all_reduce of [1024] Float, which ranks 0-1 called"),
+        "{three}"
+    );
+    // Every rank read from its own server; the waiting ones in #6.
+    assert_eq!(j.flight.len(), 4, "{d:#?}");
+    for f in &j.flight {
+        assert!(
+            f.source
+                .starts_with(&format!("worker server {}", base.display())),
+            "{f:?}"
+        );
+        assert_eq!(f.error, None, "{f:?}");
+        let pending = f.pending.as_deref();
+        if f.rank < 2 {
+            assert_eq!(
+                pending,
+                Some("collective #6 of group 0: all_reduce of [1024] Float"),
+                "{f:?}"
+            );
+        } else {
+            assert_eq!(pending, None, "{f:?}");
+        }
+    }
+    assert_eq!(code, 1);
+}
+
+/// Rank 1 calls all_gather as the others call all_reduce: named from the
+/// recorders alone, with each side's call.
+#[test]
+fn the_recorder_names_a_mismatched_collective_without_py_spy() {
+    let Some(torch) = Torch::current() else {
+        return;
+    };
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let base = served(dir.path());
+    let size = Path::new(BUFFER.1);
+    let job = TorchJob::start_with(
+        &torch,
+        "mismatch",
+        1,
+        &[("TORCH_WORKER_SERVER_SOCKET", &base), (BUFFER.0, size)],
+    );
+    job.wait_for_marker();
+    let pid = marker_pid(&job);
+    let (code, d) = diagnose_until(pid, |d| !named(d).is_empty());
+    let c = &d.jobs[0].culprits;
+    assert_eq!(named(&d), [1], "{d:#?}");
+    assert!(
+        c[0].reason.contains(
+            "a mismatched collective: its Flight Recorder shows all_gather of [1024] Float as collective #6 of group 0, where ranks 0,2-3 call all_reduce of [1024] Float"
+        ),
+        "{d:#?}"
+    );
+    assert!(
+        c[0].next_step
+            .contains("every rank must call the same collectives"),
+        "{d:#?}"
+    );
+    assert_eq!(code, 1);
+}
+
+/// A healthy job with a recorder: the recorders count collectives over
+/// the window, said as what moved.
+#[test]
+fn the_recorder_counts_a_healthy_jobs_collectives() {
+    let Some(torch) = Torch::current() else {
+        return;
+    };
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let base = served(dir.path());
+    let size = Path::new(BUFFER.1);
+    let job = TorchJob::start_with(
+        &torch,
+        "healthy",
+        0,
+        &[("TORCH_WORKER_SERVER_SOCKET", &base), (BUFFER.0, size)],
+    );
+    job.wait_for_marker();
+    let pid = marker_pid(&job);
+    let (code, d) = diagnose(pid, Stacks::Off);
+    let j = &d.jobs[0];
+    assert_eq!(j.verdict, "progressing", "{d:#?}");
+    assert!(
+        j.moved
+            .iter()
+            .any(|m| m.starts_with("the Flight Recorders of ranks 0-3 counted ")),
+        "{d:#?}"
+    );
+    assert_eq!(code, 0);
+}
+
+/// No worker server, and the dumps of ranks 0-2 (torch's own writer,
+/// into TORCH_FR_DUMP_TEMP_FILE and the rank, as a job's hang watchdog
+/// has it write): rank 2, stopped before the 6th all_reduce, is named
+/// from them. Rank 3 writes none; a dump at its path that says it is
+/// behind is not taken while another user owns it, nor while it is older
+/// than the job, and names rank 3 once it is the job's.
+#[test]
+fn the_dumps_a_job_writes_name_the_rank_that_has_not_called() {
+    let Some(torch) = Torch::current() else {
+        return;
+    };
+    let _serial = serial();
+    let dir = common::tempdir_with_mode(0o777);
+    let prefix = dir.path().join("fr_");
+    let planted = dir.path().join("fr_3");
+    let out = Command::new(&torch.python)
+        .args([
+            "-c",
+            "import pickle, sys; open(sys.argv[1], 'wb').write(pickle.dumps({'version': '2.10', 'pg_status': {'0': {'last_enqueued_collective': 1, 'last_started_collective': -1, 'last_completed_collective': 1}}, 'entries': []}, protocol=2))",
+        ])
+        .arg(&planted)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+    let size = Path::new(BUFFER.1);
+    let dumpers = Path::new("0,1,2");
+    let job = TorchJob::start_with(
+        &torch,
+        "stop",
+        2,
+        &[
+            ("TORCH_FR_DUMP_TEMP_FILE", &prefix),
+            ("JOB_DUMP", dumpers),
+            (BUFFER.0, size),
+        ],
+    );
+    job.wait_for_marker();
+    let pid = marker_pid(&job);
+    // Two ranks in #6 (their dumps written) and the job judged (the
+    // moment their watchdogs write is a moment the job moved bytes).
+    let pending_two = |d: &Diagnosis| {
+        d.jobs.first().is_some_and(|j| {
+            j.verdict == "held" && j.flight.iter().filter(|f| f.pending.is_some()).count() == 2
+        })
+    };
+    let (code, d) = diagnose_until(pid, |d| pending_two(d) && d.jobs[0].flight.len() == 3);
+    let j = &d.jobs[0];
+    let read: Vec<u32> = j.flight.iter().map(|f| f.rank).collect();
+    assert_eq!(read, [0, 1, 2], "another user's dump is not read: {d:#?}");
+    for f in &j.flight {
+        assert_eq!(
+            f.source,
+            format!("dump {}{}", prefix.display(), f.rank),
+            "{f:?}"
+        );
+    }
+    assert_eq!(named(&d), [2], "{d:#?}");
+    assert!(
+        j.culprits[0].reason.contains(
+            "its Flight Recorder shows it has not called collective #6 of group 0: all_reduce of [1024] Float, which ranks 0-1 called and wait in; its last was #5"
+        ),
+        "{d:#?}"
+    );
+    assert_eq!(code, 1);
+    // The job's user's, an hour old: older than the job, not read.
+    std::os::unix::fs::chown(&planted, Some(0), Some(0)).unwrap();
+    let file = std::fs::File::options().write(true).open(&planted).unwrap();
+    file.set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+    let (_, d) = diagnose_until(pid, pending_two);
+    assert_eq!(
+        d.jobs[0].flight.len(),
+        3,
+        "a stale dump is not read: {d:#?}"
+    );
+    // Written now: the job's, read, and rank 3 is behind in it.
+    file.set_modified(std::time::SystemTime::now()).unwrap();
+    let (_, d) = diagnose_until(pid, pending_two);
+    assert_eq!(d.jobs[0].flight.len(), 4, "{d:#?}");
+    assert_eq!(named(&d), [2, 3], "{d:#?}");
+}
