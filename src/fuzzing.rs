@@ -198,8 +198,12 @@ pub fn nvidia_smi_xml(data: &[u8]) {
 }
 
 /// Text from /proc and /sys: meminfo, limits, the NVIDIA driver's version
-/// file, an IB port's rate.
+/// file, an IB port's rate, a process's Unix sockets; and a torch Flight
+/// Recorder, as its worker server answers (JSON) and as its dump (a
+/// pickle), which the job's side writes.
 pub fn proc_text(data: &[u8]) {
+    let _ = crate::facts::flight_recorder::parse_json(data);
+    let _ = crate::facts::flight_recorder::parse_pickle(data);
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
@@ -213,6 +217,10 @@ pub fn proc_text(data: &[u8]) {
     }
     // /proc/PID/stat, as a signal's cleanup reads it to find descendants.
     let _ = crate::interrupt::parse_stat(1, text);
+    // /proc/PID/net/unix: only listening paths among the inodes given.
+    for path in crate::facts::flight_recorder::listening_paths(text, &[1, 2, 3]) {
+        assert!(text.contains(&path), "{path}");
+    }
 }
 
 /// `nft -j list ruleset` and `iptables-save`, the first byte choosing.

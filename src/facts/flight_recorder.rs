@@ -181,8 +181,189 @@ pub fn parse_json(bytes: &[u8]) -> Result<Trace, String> {
     from_value(&v)
 }
 
+/// How deep a dump's values may nest, and how many values it may hold
+/// once its memo references are followed: torch's are 6 deep, and 2,000
+/// entries with their frames are some hundred thousand values.
+const MAX_DEPTH: u32 = 32;
+const MAX_VALUES: u64 = 4 << 20;
+/// How many values its stack and memo may hold while it is read.
+const MAX_STACK: usize = 1 << 20;
+
+/// A pickle's shape, before it is read: only the opcodes of the
+/// protocol-2-to-4 data pickles torch writes (containers, strings,
+/// numbers, the memo; nothing that names a class or calls one), nesting
+/// no deeper than `MAX_DEPTH`, no container within itself, and no more
+/// than `MAX_VALUES` values once memo references are counted out (one
+/// list put twice into another, a few dozen times over, would otherwise
+/// be billions of values to build).
+fn check_pickle(b: &[u8]) -> Result<(), String> {
+    // The containers, each with its items (`None` a leaf, else a
+    // container's index); the stack and memo hold the same.
+    #[derive(Clone, Copy)]
+    enum Item {
+        Mark,
+        Value(Option<u32>),
+    }
+    let mut nodes: Vec<Vec<Option<u32>>> = Vec::new();
+    let mut edges = 0usize;
+    let mut stack: Vec<Item> = Vec::new();
+    let mut memo: BTreeMap<u32, Option<u32>> = BTreeMap::new();
+    let mut at = 0usize;
+    let take = |at: &mut usize, n: usize| -> Result<&[u8], String> {
+        let s = b.get(*at..*at + n).ok_or("it ends inside an opcode")?;
+        *at += n;
+        Ok(s)
+    };
+    let len = |s: &[u8]| s.iter().rev().fold(0usize, |n, b| (n << 8) | *b as usize);
+    let value = |stack: &mut Vec<Item>| match stack.pop() {
+        Some(Item::Value(v)) => Ok(v),
+        _ => Err("too few values".to_string()),
+    };
+    loop {
+        if stack.len() > MAX_STACK || memo.len() > MAX_STACK || edges > MAX_STACK {
+            return Err(format!("over {MAX_STACK} values held at once"));
+        }
+        let op = take(&mut at, 1)?[0];
+        match op {
+            // PROTO, FRAME: their argument only.
+            0x80 => {
+                take(&mut at, 1)?;
+            }
+            0x95 => {
+                take(&mut at, 8)?;
+            }
+            b'}' | b']' | b')' => {
+                nodes.push(Vec::new());
+                stack.push(Item::Value(Some(nodes.len() as u32 - 1)));
+            }
+            b'(' => stack.push(Item::Mark),
+            b'X' | b'B' | b'T' | 0x8c | b'C' | b'U' | 0x8a => {
+                let width = if matches!(op, b'X' | b'B' | b'T') {
+                    4
+                } else {
+                    1
+                };
+                let n = len(take(&mut at, width)?);
+                take(&mut at, n)?;
+                stack.push(Item::Value(None));
+            }
+            b'J' | b'K' | b'M' | b'G' => {
+                let n = match op {
+                    b'J' => 4,
+                    b'K' => 1,
+                    b'M' => 2,
+                    _ => 8,
+                };
+                take(&mut at, n)?;
+                stack.push(Item::Value(None));
+            }
+            b'N' | 0x88 | 0x89 => stack.push(Item::Value(None)),
+            // POP
+            b'0' => {
+                stack.pop().ok_or("a POP of nothing")?;
+            }
+            b'q' | b'r' | 0x94 => {
+                let key = match op {
+                    b'q' => len(take(&mut at, 1)?) as u32,
+                    b'r' => len(take(&mut at, 4)?) as u32,
+                    _ => memo.len() as u32,
+                };
+                let Some(Item::Value(top)) = stack.last().copied() else {
+                    return Err("a memo put with nothing to put".into());
+                };
+                memo.insert(key, top);
+            }
+            b'h' | b'j' => {
+                let width = if op == b'h' { 1 } else { 4 };
+                let key = len(take(&mut at, width)?) as u32;
+                let v = *memo.get(&key).ok_or("a memo get of nothing put")?;
+                stack.push(Item::Value(v));
+            }
+            b'a' | b's' | b'e' | b'u' | b't' | 0x85..=0x87 => {
+                let mut items = Vec::new();
+                match op {
+                    b'a' => items.push(value(&mut stack)?),
+                    b's' => items.extend([value(&mut stack)?, value(&mut stack)?]),
+                    0x85..=0x87 => {
+                        for _ in 0..(op - 0x84) {
+                            items.push(value(&mut stack)?);
+                        }
+                    }
+                    _ => loop {
+                        match stack.pop() {
+                            Some(Item::Value(v)) => items.push(v),
+                            Some(Item::Mark) => break,
+                            None => return Err("no MARK to end at".into()),
+                        }
+                    },
+                }
+                edges += items.len();
+                let into = if matches!(op, b't' | 0x85..=0x87) {
+                    nodes.push(Vec::new());
+                    nodes.len() as u32 - 1
+                } else {
+                    value(&mut stack)?.ok_or("items put into what is no container")?
+                };
+                nodes[into as usize].extend(items);
+                stack.push(Item::Value(Some(into)));
+            }
+            b'.' => break,
+            other => {
+                return Err(format!(
+                    "opcode 0x{other:02x} at byte {}, which torch's dumps do not use",
+                    at - 1
+                ));
+            }
+        }
+    }
+    // Each container's values and depth, its items first (no recursion:
+    // an explicit stack), a container met again on its own path a cycle.
+    let mut done: Vec<Option<(u64, u32)>> = vec![None; nodes.len()];
+    let mut on_path = vec![false; nodes.len()];
+    for root in 0..nodes.len() {
+        let mut path: Vec<(usize, usize)> = vec![(root, 0)];
+        while let Some(&mut (n, ref mut next)) = path.last_mut() {
+            if done[n].is_some() {
+                path.pop();
+                continue;
+            }
+            on_path[n] = true;
+            if let Some(child) = nodes[n].get(*next).copied() {
+                *next += 1;
+                if let Some(c) = child.map(|c| c as usize)
+                    && done[c].is_none()
+                {
+                    if on_path[c] {
+                        return Err("a container within itself".into());
+                    }
+                    path.push((c, 0));
+                }
+                continue;
+            }
+            let (values, depth) = nodes[n].iter().fold((1u64, 1u32), |(v, d), c| match c {
+                None => (v.saturating_add(1), d),
+                Some(c) => {
+                    let (cv, cd) = done[*c as usize].unwrap_or((1, 1));
+                    (v.saturating_add(cv), d.max(cd + 1))
+                }
+            });
+            if depth > MAX_DEPTH {
+                return Err(format!("values nested over {MAX_DEPTH} deep"));
+            }
+            if values > MAX_VALUES {
+                return Err(format!("over {MAX_VALUES} values"));
+            }
+            done[n] = Some((values, depth));
+            on_path[n] = false;
+            path.pop();
+        }
+    }
+    Ok(())
+}
+
 /// The pickled form (a dump file).
 pub fn parse_pickle(bytes: &[u8]) -> Result<Trace, String> {
+    check_pickle(bytes).map_err(|e| format!("not the recorder's pickle: {e}"))?;
     let v: serde_json::Value = serde_pickle::from_slice(bytes, serde_pickle::DeOptions::new())
         .map_err(|e| format!("not the recorder's pickle: {e}"))?;
     from_value(&v)
@@ -336,4 +517,84 @@ pub fn read_dump(path: &Path, uid: u32, since: SystemTime) -> Result<Option<Trac
         .or_else(|_| parse_json(&bytes))
         .map(Some)
         .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn torchs_own_dump_is_read() {
+        let dump = std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/flight-recorder/gloo-2.15.pickle"),
+        )
+        .unwrap();
+        let t = parse_pickle(&dump).unwrap();
+        assert_eq!(t.version, "2.10");
+        assert_eq!(
+            t.groups["0"],
+            GroupStatus {
+                last_enqueued: 1,
+                last_completed: 1
+            }
+        );
+        assert_eq!(t.records.len(), 1);
+        assert_eq!(t.records[0].describe(), "all_reduce of [10] Float");
+        assert!(t.records[0].retired);
+        assert_eq!(t.pending("0"), None);
+    }
+
+    #[test]
+    fn a_pickle_that_would_build_billions_of_values_is_refused() {
+        // Each list holds the one before it twice, by memo reference.
+        let mut p = vec![0x80, 2, b']', b'q', 0];
+        for i in 0..40u8 {
+            p.extend([b']', b'q', i + 1, b'(', b'h', i, b'h', i, b'e']);
+        }
+        p.push(b'.');
+        let e = parse_pickle(&p).unwrap_err();
+        assert!(e.contains("over 4194304 values"), "{e}");
+        // The same, each list filled only after the one above it holds it.
+        let mut p = vec![0x80, 2];
+        for i in 0..=40u8 {
+            p.extend([b']', b'q', i, b'0']);
+        }
+        for i in (0..40u8).rev() {
+            p.extend([b'h', i + 1, b'(', b'h', i, b'h', i, b'e', b'0']);
+        }
+        p.extend([b'N', b'.']);
+        let e = parse_pickle(&p).unwrap_err();
+        assert!(e.contains("over 4194304 values"), "{e}");
+    }
+
+    #[test]
+    fn a_pickle_nested_too_deep_or_naming_code_is_refused() {
+        let mut p = vec![0x80, 2];
+        p.extend([b']'; 40]);
+        p.extend([b'a'; 39]);
+        p.push(b'.');
+        let e = parse_pickle(&p).unwrap_err();
+        assert!(e.contains("nested over 32 deep"), "{e}");
+        // GLOBAL os system: never reached.
+        let e = parse_pickle(b"\x80\x02cos\nsystem\n.").unwrap_err();
+        assert!(e.contains("opcode 0x63 at byte 2"), "{e}");
+        for cut in [b"\x80".as_slice(), b"\x80\x02X\xff\x00\x00\x00ab"] {
+            assert!(parse_pickle(cut).is_err());
+        }
+    }
+
+    #[test]
+    fn listening_unix_sockets_among_the_processes_are_found() {
+        let table = "Num       RefCount Protocol Flags    Type St Inode Path
+0000000000000000: 00000002 00000000 00010000 0001 01 4242 /tmp/ws_0.sock
+0000000000000000: 00000002 00000000 00010000 0001 01 4343 /tmp/other.sock
+0000000000000000: 00000003 00000000 00000000 0001 03 4444 /tmp/ws_1.sock
+0000000000000000: 00000002 00000000 00010000 0002 01 4545 /tmp/ws_2.sock
+0000000000000000: 00000002 00000000 00010000 0001 01 4646 @abstract
+";
+        assert_eq!(
+            listening_paths(table, &[4242, 4444, 4545, 4646]),
+            ["/tmp/ws_0.sock"]
+        );
+    }
 }

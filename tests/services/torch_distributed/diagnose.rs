@@ -26,6 +26,8 @@ mod across_hosts;
 mod flight_recorder;
 mod nccl_ras;
 
+use flight_recorder::Recorder;
+
 /// A torch job under torchrun; killed with its ranks when dropped.
 struct TorchJob {
     child: Child,
@@ -123,6 +125,14 @@ fn py_spy() -> Option<String> {
         common::skip_unless_required("py-spy is not installed (PREFLIGHT_PY_SPY)");
     }
     p
+}
+
+/// Without py-spy, then with it where it is installed: each case's job
+/// is diagnosed both ways (a torch job takes seconds to start).
+fn both(py_spy: Option<&str>) -> Vec<Stacks<'_>> {
+    std::iter::once(Stacks::Off)
+        .chain(py_spy.map(Stacks::With))
+        .collect()
 }
 
 /// With py-spy (its path) or without (`off`).
@@ -251,11 +261,18 @@ fn states(d: &Diagnosis) -> Vec<(u32, String)> {
 
 /// (a) Rank 3 sleeps before init_process_group: it is named, not
 /// connected to the store, and the others are shown waiting in init.
-fn asleep_before_init(torch: &Torch, stacks: Stacks<'_>) {
+fn asleep_before_init(torch: &Torch) {
     let _serial = serial();
     let job = TorchJob::start(torch, "late_init", 3);
     job.wait_for_marker();
     let pid = marker_pid(&job);
+    let spy = py_spy();
+    for stacks in both(spy.as_deref()) {
+        asleep_before_init_seen(torch, &job, pid, stacks);
+    }
+}
+
+fn asleep_before_init_seen(torch: &Torch, job: &TorchJob, pid: u32, stacks: Stacks<'_>) {
     let (code, d) = diagnose_until_three_wait(pid, stacks);
     // The store, read by diagnose, is as it was: diagnose again between
     // two snapshots.
@@ -316,26 +333,35 @@ fn asleep_before_init(torch: &Torch, stacks: Stacks<'_>) {
 }
 
 on_each_torch!(
-    /// A rank asleep before init is named, and the others wait in init.
+    /// A rank asleep before init is named, and the others wait in init:
+    /// without py-spy, then with it, of the same job.
     a_rank_asleep_before_init_is_named,
-    |t| super::asleep_before_init(t, super::Stacks::Off)
-);
-
-on_each_torch!(
-    a_rank_asleep_before_init_is_named_with_py_spy,
-    |t| if let Some(p) = super::py_spy() {
-        super::asleep_before_init(t, super::Stacks::With(&p));
-    }
+    super::asleep_before_init
 );
 
 /// (b) Every rank loops all_reduce and rank 2 stops before one: rank 2
 /// is named, and the others are shown after init (in all_reduce, where
-/// py-spy says so).
-fn stopped_before_an_all_reduce(torch: &Torch, stacks: Stacks<'_>) {
+/// py-spy says so); then let go, the job finishes normally.
+fn stopped_before_an_all_reduce(torch: &Torch) {
     let _serial = serial();
-    let job = TorchJob::start(torch, "stop", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let release = dir.path().join("release");
+    let mut job = TorchJob::start_with(
+        torch,
+        "stop",
+        2,
+        &[("JOB_RELEASE", &release), ("JOB_ROUNDS", Path::new("40"))],
+    );
     job.wait_for_marker();
     let pid = marker_pid(&job);
+    let spy = py_spy();
+    for stacks in both(spy.as_deref()) {
+        stopped_before_an_all_reduce_seen(pid, stacks);
+    }
+    let_go(&mut job, &release);
+}
+
+fn stopped_before_an_all_reduce_seen(pid: u32, stacks: Stacks<'_>) {
     let (code, d) = diagnose_until_three_wait(pid, stacks);
     let j = &d.jobs[0];
     let culprits = &j.culprits;
@@ -426,29 +452,41 @@ fn stopped_before_an_all_reduce(torch: &Torch, stacks: Stacks<'_>) {
     }
 }
 
-on_each_torch!(a_rank_stopped_before_an_all_reduce_is_named, |t| {
-    super::stopped_before_an_all_reduce(t, super::Stacks::Off)
-});
-
 on_each_torch!(
-    a_rank_stopped_before_an_all_reduce_is_named_with_py_spy,
-    |t| if let Some(p) = super::py_spy() {
-        super::stopped_before_an_all_reduce(t, super::Stacks::With(&p));
-    }
+    a_rank_stopped_before_an_all_reduce_is_named,
+    super::stopped_before_an_all_reduce
 );
 
 /// (c) A healthy job keeps running: nothing is named, exit 0, and what
 /// moved is said.
-fn healthy(torch: &Torch, stacks: Stacks<'_>) {
+fn healthy(torch: &Torch) {
     let _serial = serial();
-    let job = TorchJob::start(torch, "healthy", 0);
+    let recorder = Recorder::new(torch);
+    let job = TorchJob::start_with(torch, "healthy", 0, &recorder.vars());
     job.wait_for_marker();
     let pid = marker_pid(&job);
+    let spy = py_spy();
+    for stacks in both(spy.as_deref()) {
+        healthy_seen(&recorder, pid, stacks);
+    }
+}
+
+/// And where the job keeps a Flight Recorder, its counts are said as
+/// progress.
+fn healthy_seen(recorder: &Recorder, pid: u32, stacks: Stacks<'_>) {
     let (code, d) = diagnose(pid, stacks);
     let j = &d.jobs[0];
     assert!(j.culprits.is_empty(), "{d:#?}");
     assert_eq!(j.verdict, "progressing", "{d:#?}");
     assert!(!j.moved.is_empty(), "{d:#?}");
+    if recorder.kept() {
+        assert!(
+            j.moved
+                .iter()
+                .any(|m| m.starts_with("the Flight Recorders of ranks 0-3 counted ")),
+            "{d:#?}"
+        );
+    }
     assert_eq!(code, 0, "{d:#?}");
     // A job that moves is seen to move before the window's end.
     assert!(d.watch_ms < 2000, "{d:#?}");
@@ -458,15 +496,9 @@ fn healthy(torch: &Torch, stacks: Stacks<'_>) {
     assert!(moved > 0, "{again:#?}");
 }
 
-on_each_torch!(a_healthy_job_keeps_running_and_nothing_is_named, |t| {
-    super::healthy(t, super::Stacks::Off)
-});
-
 on_each_torch!(
-    a_healthy_job_with_py_spy_keeps_running_and_nothing_is_named,
-    |t| if let Some(p) = super::py_spy() {
-        super::healthy(t, super::Stacks::With(&p));
-    }
+    a_healthy_job_keeps_running_and_nothing_is_named,
+    super::healthy
 );
 
 /// Four busy loops, one per rank, for as long as it lives: the noise of
@@ -573,7 +605,8 @@ on_each_torch!(
 fn mismatched_collective(torch: &Torch) {
     let Some(p) = py_spy() else { return };
     let _serial = serial();
-    let job = TorchJob::start(torch, "mismatch", 2);
+    let recorder = Recorder::new(torch);
+    let job = TorchJob::start_with(torch, "mismatch", 2, &recorder.vars());
     job.wait_for_marker();
     let pid = marker_pid(&job);
     let (code, d) = diagnose_until_waiting(pid, 4, Stacks::With(&p));
@@ -588,6 +621,25 @@ fn mismatched_collective(torch: &Torch) {
     );
     assert!(c[0].next_step.contains("job.py:"), "{d:#?}");
     assert_eq!(code, 1);
+    // Without py-spy, from the Flight Recorders alone.
+    if recorder.kept() {
+        let (code, d) = diagnose(pid, Stacks::Off);
+        let c = &d.jobs[0].culprits;
+        assert_eq!(c.len(), 1, "{d:#?}");
+        assert_eq!(c[0].rank, 2, "{d:#?}");
+        assert!(
+            c[0].reason.contains(
+                "a mismatched collective: its Flight Recorder shows all_gather of [1024] Float as collective #6 of group 0, where ranks 0-1,3 call all_reduce of [1024] Float"
+            ),
+            "{d:#?}"
+        );
+        assert!(
+            c[0].next_step
+                .contains("every rank must call the same collectives"),
+            "{d:#?}"
+        );
+        assert_eq!(code, 1);
+    }
 }
 
 on_each_torch!(
@@ -601,7 +653,10 @@ on_each_torch!(
 fn two_stuck_ranks(torch: &Torch) {
     let Some(p) = py_spy() else { return };
     let _serial = serial();
-    let job = TorchJob::start_with(torch, "two", 2, &[("JOB_RANK2", Path::new("3"))]);
+    let recorder = Recorder::new(torch);
+    let mut vars = recorder.vars();
+    vars.push(("JOB_RANK2", Path::new("3")));
+    let job = TorchJob::start_with(torch, "two", 2, &vars);
     job.wait_for_marker();
     let pid = marker_pid(&job);
     let (code, d) = diagnose_until_waiting(pid, 2, Stacks::With(&p));
@@ -620,6 +675,9 @@ fn two_stuck_ranks(torch: &Torch) {
         "{d:#?}"
     );
     assert_eq!(code, 1);
+    if recorder.kept() {
+        flight_recorder::two_stuck_ranks_without_py_spy(&recorder, pid);
+    }
 }
 
 on_each_torch!(
@@ -688,21 +746,8 @@ on_each_torch!(
 
 /// Diagnosed while held, then let go: the job finishes normally, every
 /// rank through its all_reduces (diagnose wrote nothing, stopped nothing).
-fn let_go(torch: &Torch) {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let release = dir.path().join("release");
-    let mut job = TorchJob::start_with(
-        torch,
-        "stop",
-        2,
-        &[("JOB_RELEASE", &release), ("JOB_ROUNDS", Path::new("40"))],
-    );
-    job.wait_for_marker();
-    let pid = marker_pid(&job);
-    let (code, d) = diagnose_until_three_wait(pid, Stacks::Off);
-    assert_eq!(code, 1, "{d:#?}");
-    std::fs::write(&release, "go").unwrap();
+fn let_go(job: &mut TorchJob, release: &Path) {
+    std::fs::write(release, "go").unwrap();
     let start = Instant::now();
     let status = loop {
         if let Some(s) = job.child.try_wait().unwrap() {
@@ -716,8 +761,6 @@ fn let_go(torch: &Torch) {
     };
     assert!(status.success(), "torchrun: {status}");
 }
-
-on_each_torch!(a_diagnosed_job_let_go_finishes_normally, super::let_go);
 
 /// A rank of the job's torch whose MASTER_ADDR:MASTER_PORT reaches an
 /// HTTP server, not a store: said to be no store, never read as one.

@@ -1,5 +1,6 @@
 //! Diagnose reading torch's Flight Recorder, without py-spy, on the
-//! current torch (the recorder is torch 2.2 and later; 2.15 records Gloo
+//! current torch (the mismatch, two-rank and healthy cases run it on
+//! their own jobs: diagnose.rs) (the recorder is torch 2.2 and later; 2.15 records Gloo
 //! groups): from the worker server a job runs (worker_main() with
 //! TORCH_WORKER_SERVER_SOCKET, each rank adding its rank to the path),
 //! and from the dumps torch writes (TORCH_FR_DUMP_TEMP_FILE and the
@@ -11,9 +12,40 @@ use super::*;
 
 const BUFFER: (&str, &str) = ("TORCH_FR_BUFFER_SIZE", "2000");
 
-/// The job's variables for a worker server under `dir`.
-fn served(dir: &Path) -> PathBuf {
-    dir.join("ws_")
+/// A Flight Recorder for a job on a torch that keeps one (2.2 and
+/// later), served by each rank's worker server under a directory of its
+/// own; nothing on an older torch.
+pub(super) struct Recorder {
+    dir: Option<tempfile::TempDir>,
+    base: PathBuf,
+}
+
+impl Recorder {
+    pub(super) fn new(torch: &Torch) -> Recorder {
+        let dir = (!torch.old_store).then(|| tempfile::tempdir().unwrap());
+        let base = dir
+            .as_ref()
+            .map(|d| d.path().join("ws_"))
+            .unwrap_or_default();
+        Recorder { dir, base }
+    }
+
+    /// Whether the job keeps one.
+    pub(super) fn kept(&self) -> bool {
+        self.dir.is_some()
+    }
+
+    /// The job's variables for it: the buffer and the worker server's
+    /// path, to which each rank adds its rank.
+    pub(super) fn vars(&self) -> Vec<(&'static str, &Path)> {
+        if !self.kept() {
+            return Vec::new();
+        }
+        vec![
+            (BUFFER.0, Path::new(BUFFER.1)),
+            ("TORCH_WORKER_SERVER_SOCKET", &self.base),
+        ]
+    }
 }
 
 /// Diagnose (no py-spy) until `done` holds of the report, 60 s at most.
@@ -38,29 +70,9 @@ fn named(d: &Diagnosis) -> Vec<u32> {
 /// Rank 2 sleeps and rank 3 blocks in queue.Queue().get() before the 6th
 /// all_reduce: to /proc, rank 3 waits as ranks 0-1 do; its recorder
 /// shows it never called collective #6, which ranks 0-1 wait in. Both
-/// are named, with no py-spy.
-#[test]
-fn the_recorder_names_a_rank_blocked_outside_any_collective() {
-    let Some(torch) = Torch::current() else {
-        return;
-    };
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let base = served(dir.path());
-    let three = Path::new("3");
-    let size = Path::new(BUFFER.1);
-    let job = TorchJob::start_with(
-        &torch,
-        "two",
-        2,
-        &[
-            ("JOB_RANK2", three),
-            ("TORCH_WORKER_SERVER_SOCKET", &base),
-            (BUFFER.0, size),
-        ],
-    );
-    job.wait_for_marker();
-    let pid = marker_pid(&job);
+/// are named, with no py-spy, and every rank's recorder is read from its
+/// own server.
+pub(super) fn two_stuck_ranks_without_py_spy(recorder: &Recorder, pid: u32) {
     let (code, d) = diagnose_until(pid, |d| named(d).len() == 2);
     let j = &d.jobs[0];
     assert_eq!(named(&d), [2, 3], "{d:#?}");
@@ -69,12 +81,11 @@ fn the_recorder_names_a_rank_blocked_outside_any_collective() {
         three.contains("its Flight Recorder shows it has not called collective #6 of group 0: all_reduce of [1024] Float, which ranks 0-1 called"),
         "{three}"
     );
-    // Every rank read from its own server; the waiting ones in #6.
     assert_eq!(j.flight.len(), 4, "{d:#?}");
     for f in &j.flight {
         assert!(
             f.source
-                .starts_with(&format!("worker server {}", base.display())),
+                .starts_with(&format!("worker server {}", recorder.base.display())),
             "{f:?}"
         );
         assert_eq!(f.error, None, "{f:?}");
@@ -90,73 +101,6 @@ fn the_recorder_names_a_rank_blocked_outside_any_collective() {
         }
     }
     assert_eq!(code, 1);
-}
-
-/// Rank 1 calls all_gather as the others call all_reduce: named from the
-/// recorders alone, with each side's call.
-#[test]
-fn the_recorder_names_a_mismatched_collective_without_py_spy() {
-    let Some(torch) = Torch::current() else {
-        return;
-    };
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let base = served(dir.path());
-    let size = Path::new(BUFFER.1);
-    let job = TorchJob::start_with(
-        &torch,
-        "mismatch",
-        1,
-        &[("TORCH_WORKER_SERVER_SOCKET", &base), (BUFFER.0, size)],
-    );
-    job.wait_for_marker();
-    let pid = marker_pid(&job);
-    let (code, d) = diagnose_until(pid, |d| !named(d).is_empty());
-    let c = &d.jobs[0].culprits;
-    assert_eq!(named(&d), [1], "{d:#?}");
-    assert!(
-        c[0].reason.contains(
-            "a mismatched collective: its Flight Recorder shows all_gather of [1024] Float as collective #6 of group 0, where ranks 0,2-3 call all_reduce of [1024] Float"
-        ),
-        "{d:#?}"
-    );
-    assert!(
-        c[0].next_step
-            .contains("every rank must call the same collectives"),
-        "{d:#?}"
-    );
-    assert_eq!(code, 1);
-}
-
-/// A healthy job with a recorder: the recorders count collectives over
-/// the window, said as what moved.
-#[test]
-fn the_recorder_counts_a_healthy_jobs_collectives() {
-    let Some(torch) = Torch::current() else {
-        return;
-    };
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let base = served(dir.path());
-    let size = Path::new(BUFFER.1);
-    let job = TorchJob::start_with(
-        &torch,
-        "healthy",
-        0,
-        &[("TORCH_WORKER_SERVER_SOCKET", &base), (BUFFER.0, size)],
-    );
-    job.wait_for_marker();
-    let pid = marker_pid(&job);
-    let (code, d) = diagnose(pid, Stacks::Off);
-    let j = &d.jobs[0];
-    assert_eq!(j.verdict, "progressing", "{d:#?}");
-    assert!(
-        j.moved
-            .iter()
-            .any(|m| m.starts_with("the Flight Recorders of ranks 0-3 counted ")),
-        "{d:#?}"
-    );
-    assert_eq!(code, 0);
 }
 
 /// No worker server, and the dumps of ranks 0-2 (torch's own writer,
