@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{Job, rank_list};
@@ -21,18 +21,6 @@ pub const READ_WITHIN: Duration = Duration::from_secs(1);
 
 /// One rank's recorder as read: where from, and what.
 pub type Reads = BTreeMap<u32, (String, Result<Trace, String>)>;
-
-/// `path` as this process reaches it: through the rank's root where the
-/// rank runs in another mount namespace (a container).
-fn as_seen(proc_pid: &Path, path: &str) -> PathBuf {
-    let same = std::fs::read_link(proc_pid.join("ns/mnt")).ok()
-        == std::fs::read_link("/proc/self/ns/mnt").ok();
-    if same {
-        PathBuf::from(path)
-    } else {
-        proc_pid.join("root").join(path.trim_start_matches('/'))
-    }
-}
 
 /// Each rank of `job` here whose recorder can be had: from its worker
 /// server where it runs one, else from a dump it wrote since the job
@@ -59,7 +47,7 @@ pub fn read(proc_dir: &Path, job: &Job, deadline: Instant) -> Reads {
         let (Some(since), Ok(meta)) = (since, std::fs::metadata(&proc_pid)) else {
             continue;
         };
-        let dump = as_seen(&proc_pid, &format!("{}{}", r.dump_prefix, r.rank));
+        let dump = flight_recorder::as_seen(&proc_pid, &format!("{}{}", r.dump_prefix, r.rank));
         match flight_recorder::read_dump(&dump, meta.uid(), since) {
             Ok(Some(t)) => {
                 out.insert(r.rank, (format!("dump {}", dump.display()), Ok(t)));

@@ -459,19 +459,24 @@ pub fn worker_sockets(proc_pid: &Path, base: &str) -> Vec<PathBuf> {
         })
         .collect();
     let table = std::fs::read_to_string(proc_pid.join("net/unix")).unwrap_or_default();
-    let same_mounts = std::fs::read_link(proc_pid.join("ns/mnt")).ok()
-        == std::fs::read_link("/proc/self/ns/mnt").ok();
     listening_paths(&table, &inodes)
         .into_iter()
         .filter(|p| p.starts_with(base))
-        .map(|p| {
-            if same_mounts {
-                PathBuf::from(p)
-            } else {
-                proc_pid.join("root").join(p.trim_start_matches('/'))
-            }
-        })
+        .map(|p| as_seen(proc_pid, &p))
         .collect()
+}
+
+/// `path`, as the process of `proc_pid` names it, as this process reaches
+/// it: through that process's root where it runs in another mount
+/// namespace (a container).
+pub fn as_seen(proc_pid: &Path, path: &str) -> PathBuf {
+    let same = std::fs::read_link(proc_pid.join("ns/mnt")).ok()
+        == std::fs::read_link("/proc/self/ns/mnt").ok();
+    if same {
+        PathBuf::from(path)
+    } else {
+        proc_pid.join("root").join(path.trim_start_matches('/'))
+    }
 }
 
 /// `/proc/PID/net/unix`'s listening stream sockets among `inodes`, by
