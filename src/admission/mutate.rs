@@ -35,6 +35,14 @@ pub const PODS_PER_JOB_ANNOTATION: &str = "preflight.dev/pods-per-job";
 /// API server may call the webhook again for the same pod).
 pub const CONTAINER: &str = "preflight";
 
+/// A gang's size, as its scheduler's PodGroup gives it (`podgroup`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gang {
+    pub size: u32,
+    /// Where it was read: `Volcano PodGroup ml/train-pg`.
+    pub from: String,
+}
+
 /// The webhook's settings.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -42,6 +50,8 @@ pub struct Config {
     /// `preflight run`'s deadline: every pod of the gang must start within
     /// it (image pulls, scheduling).
     pub gang_timeout: String,
+    /// Where gangs' PodGroups are read; `None`: not read.
+    pub podgroups: Option<std::sync::Arc<super::podgroup::ApiServer>>,
 }
 
 /// JobSet's labels, as the downward API gives them to the init container.
@@ -130,7 +140,7 @@ fn job_container(pod: &Value) -> &Value {
 }
 
 /// The init container for a pod gated as `gate`.
-fn container(pod: &Value, gate: &str, cfg: &Config) -> Value {
+fn container(pod: &Value, gate: &str, cfg: &Config, gang: Option<&Gang>) -> Value {
     let first = job_container(pod);
     let meta = &pod["metadata"];
     let mut env: Vec<Value> = Vec::new();
@@ -190,6 +200,14 @@ fn container(pod: &Value, gate: &str, cfg: &Config) -> Value {
                 "valueFrom": {"secretKeyRef": {"name": secret, "key": "token"}},
             }));
         }
+        if let Some(g) = gang {
+            env.retain(|e| {
+                e["name"] != crate::facts::pod::GANG_SIZE
+                    && e["name"] != crate::facts::pod::GANG_FROM
+            });
+            env.push(json!({"name": crate::facts::pod::GANG_SIZE, "value": g.size.to_string()}));
+            env.push(json!({"name": crate::facts::pod::GANG_FROM, "value": g.from}));
+        }
         // No contract found in the pod is an error there, never a world of
         // one that passes alone.
         env.retain(|e| e["name"] != REQUIRE_GANG);
@@ -210,7 +228,7 @@ const REQUIRE_GANG: &str = "PREFLIGHT_REQUIRE_GANG";
 
 /// The JSON patch for `pod`, or `None` when it is left unchanged; an
 /// error for a gate label with a value that means nothing.
-pub fn patch(pod: &Value, cfg: &Config) -> Result<Option<Vec<Value>>, String> {
+pub fn patch(pod: &Value, cfg: &Config, gang: Option<&Gang>) -> Result<Option<Vec<Value>>, String> {
     let Some(gate) = pod["metadata"]["labels"][GATE_LABEL].as_str() else {
         return Ok(None);
     };
@@ -241,7 +259,7 @@ pub fn patch(pod: &Value, cfg: &Config) -> Result<Option<Vec<Value>>, String> {
             "a container of this pod is named `{CONTAINER}`, the name of the gate's init container: rename it"
         ));
     }
-    let c = container(pod, gate, cfg);
+    let c = container(pod, gate, cfg, gang);
     let own_shm = c["volumeMounts"][0]["name"] == SHM_VOLUME;
     let mut ops = vec![match inits {
         // First: nothing else in the pod starts before the gate opens.
@@ -270,37 +288,68 @@ pub fn patch(pod: &Value, cfg: &Config) -> Result<Option<Vec<Value>>, String> {
 /// on an object is 3 MiB, and a CREATE's review wraps one.
 pub const MAX_BODY: usize = 4 << 20;
 
-/// An AdmissionReview request, answered: the HTTP status and the body.
-/// A body that is no review gets 400 with why; a pod the label asks for
-/// with a value that means nothing is refused with why (the API server
-/// shows it to whoever created the pod).
-pub fn review(body: &[u8], cfg: &Config) -> (u16, Vec<u8>) {
+/// The AdmissionReview in `body`, or the 400 that refuses it, with why.
+pub fn read(body: &[u8]) -> Result<Value, (u16, Vec<u8>)> {
     let bad = |why: String| (400, format!("{why}\n").into_bytes());
-    let v: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(e) => {
-            return bad(format!(
-                "not an AdmissionReview: the body is not JSON ({e})"
-            ));
-        }
-    };
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        bad(format!(
+            "not an AdmissionReview: the body is not JSON ({e})"
+        ))
+    })?;
     if v["kind"] != "AdmissionReview" || v["apiVersion"] != "admission.k8s.io/v1" {
-        return bad(format!(
+        return Err(bad(format!(
             "not an AdmissionReview of admission.k8s.io/v1 (kind {}, apiVersion {})",
             v["kind"], v["apiVersion"]
-        ));
+        )));
     }
+    if !v["request"]["uid"].is_string() {
+        return Err(bad("an AdmissionReview without request.uid".into()));
+    }
+    Ok(v)
+}
+
+/// A pod this review would gate as a gang (created, labelled `gang`),
+/// where it is one.
+fn gang_pod(review: &Value) -> Option<&Value> {
+    let req = &review["request"];
+    let pod = &req["object"];
+    let creating = req["operation"].as_str().is_none_or(|o| o == "CREATE");
+    (req["kind"]["kind"] == "Pod" && creating && pod["metadata"]["labels"][GATE_LABEL] == "gang")
+        .then_some(pod)
+}
+
+/// The PodGroup of the gang pod this review is for, where its scheduler
+/// marked one: what `answer` takes the gang's size from.
+pub fn podgroup(review: &Value) -> Option<super::podgroup::GroupRef> {
+    let pod = gang_pod(review)?;
+    let namespace = review["request"]["namespace"].as_str().unwrap_or("default");
+    super::podgroup::reference(pod, namespace)
+}
+
+/// The answer to a review `read` took, as the HTTP status and body: the
+/// pod allowed, patched or refused (a gate label with a value that means
+/// nothing is refused with why, which the API server shows to whoever
+/// created the pod); `gang`, the size its PodGroup gave (an error, where it could
+/// not be read, goes to the API server's warnings and the pod is gated as
+/// its own environment says).
+pub fn answer(v: &Value, cfg: &Config, gang: Option<Result<Gang, String>>) -> (u16, Vec<u8>) {
     let req = &v["request"];
-    let Some(uid) = req["uid"].as_str() else {
-        return bad("an AdmissionReview without request.uid".into());
-    };
+    let uid = req["uid"].as_str().unwrap_or_default();
     let pod = &req["object"];
     let mut response = json!({"uid": uid, "allowed": true});
     // Only a pod being created: an init container cannot be added to one
     // that exists, and an UPDATE's pod is left as it is.
     let creating = req["operation"].as_str().is_none_or(|o| o == "CREATE");
     if req["kind"]["kind"] == "Pod" && pod.is_object() && creating {
-        match patch(pod, cfg) {
+        let size = match &gang {
+            Some(Ok(g)) => Some(g),
+            Some(Err(why)) => {
+                response["warnings"] = json!([format!("preflight: {why}")]);
+                None
+            }
+            None => None,
+        };
+        match patch(pod, cfg, size) {
             Ok(Some(ops)) => {
                 let text = serde_json::to_vec(&ops).unwrap_or_default();
                 response["patchType"] = json!("JSONPatch");
@@ -325,10 +374,20 @@ pub fn review(body: &[u8], cfg: &Config) -> (u16, Vec<u8>) {
 mod tests {
     use super::*;
 
+    /// A review answered with no PodGroup read, as `serve` answers one
+    /// without an API server.
+    fn review(body: &[u8], cfg: &Config) -> (u16, Vec<u8>) {
+        match read(body) {
+            Ok(v) => answer(&v, cfg, None),
+            Err(refused) => refused,
+        }
+    }
+
     fn cfg() -> Config {
         Config {
             image: "preflight:0.1.0".into(),
             gang_timeout: "600s".into(),
+            podgroups: None,
         }
     }
 

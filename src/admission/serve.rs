@@ -1,5 +1,6 @@
 //! The webhook's HTTPS server: `POST /mutate` takes an AdmissionReview and
-//! answers it (`mutate::review`), `GET /healthz` answers `ok` for the
+//! answers it (`mutate::answer`, with the gang's PodGroup read from the
+//! API server where the pod has one: `podgroup`), `GET /healthz` answers `ok` for the
 //! Deployment's probes. Every peer is bounded, below the API server's own
 //! 5 s wait for a review (`timeoutSeconds`), so that no peer can stall
 //! admission: 3 s for the TLS handshake and for a request's headers (an
@@ -31,6 +32,11 @@ const AT_ONCE: usize = 512;
 const PER_SOURCE: usize = 32;
 /// Reviews parsed at once: one of `MAX_BODY` may take a hundred MiB.
 const REVIEWS_AT_ONCE: usize = 2;
+/// A PodGroup's read from the API server: well inside its 5 s wait for
+/// the review.
+const LOOKUP: Duration = Duration::from_secs(2);
+/// A review this small gives its turn up while its PodGroup is read.
+const SMALL_REVIEW: usize = 256 << 10;
 /// The TLS handshake, and a request's headers.
 const HANDSHAKE: Duration = Duration::from_secs(3);
 /// One connection, however many requests it carries (the API server
@@ -93,10 +99,32 @@ async fn handle(
             };
             // A parsed review takes many times its body's bytes: a few at
             // a time keep the webhook within its memory limit.
-            let Ok(_turn) = reviews.acquire().await else {
+            let Ok(turn) = reviews.acquire().await else {
                 return Ok(reply(503, b"shutting down\n".to_vec(), false));
             };
-            let (status, out) = mutate::review(&body, &cfg);
+            let (status, out) = match mutate::read(&body) {
+                Err(refused) => refused,
+                Ok(review) => {
+                    let gang =
+                        match (&cfg.podgroups, mutate::podgroup(&review)) {
+                            (Some(api), Some(group)) => {
+                                // A pod's review is small: its turn is for
+                                // others while the API server answers.
+                                if body.len() <= SMALL_REVIEW {
+                                    drop(turn);
+                                }
+                                Some(api.group_size(&group, LOOKUP).await.map(|size| {
+                                    mutate::Gang {
+                                        size,
+                                        from: group.words(),
+                                    }
+                                }))
+                            }
+                            _ => None,
+                        };
+                    mutate::answer(&review, &cfg, gang)
+                }
+            };
             if status != 200 {
                 eprintln!(
                     "preflight webhook: {peer}: {status} {}",

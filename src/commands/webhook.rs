@@ -28,6 +28,67 @@ pub struct WebhookArgs {
     /// of the job must start within it (image pulls, scheduling).
     #[arg(long, value_name = "DURATION", default_value = "600s", value_parser = parse_span)]
     pub gang_timeout: crate::values::Span,
+    /// The API server, to read a gang's size from its scheduler's
+    /// PodGroup (Volcano, KAI, coscheduling, Kubernetes' own): `off`, a
+    /// URL, or by default the in-cluster one (KUBERNETES_SERVICE_HOST and
+    /// _PORT), where the pod has its ServiceAccount's token.
+    #[arg(long, value_name = "URL|off")]
+    pub api_server: Option<String>,
+    /// The CA the API server's certificate is checked against.
+    #[arg(long, value_name = "FILE", default_value = SA_CA)]
+    pub api_ca: PathBuf,
+    /// The ServiceAccount token sent to it (read again for each call: the
+    /// kubelet renews it).
+    #[arg(long, value_name = "FILE", default_value = SA_TOKEN)]
+    pub api_token: PathBuf,
+}
+
+const SA_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+const SA_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
+/// Where PodGroups are read, and how that was decided, in words: an
+/// explicit URL that cannot be used is an error; the in-cluster default
+/// without its token (automountServiceAccountToken false) reads none.
+fn podgroups(
+    args: &WebhookArgs,
+) -> Result<
+    (
+        Option<std::sync::Arc<crate::admission::podgroup::ApiServer>>,
+        String,
+    ),
+    Failure,
+> {
+    let in_cluster = || {
+        let host = std::env::var("KUBERNETES_SERVICE_HOST").ok()?;
+        let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        Some(format!("https://{host}:{port}"))
+    };
+    let (url, explicit) = match args.api_server.as_deref() {
+        Some("off") => return Ok((None, "PodGroups not read (--api-server off)".into())),
+        Some(url) => (url.to_string(), true),
+        None => match in_cluster() {
+            Some(url) => (url, false),
+            None => return Ok((None, "PodGroups not read (not in a cluster)".into())),
+        },
+    };
+    if !url.starts_with("https://") {
+        return Err(Failure::Usage(format!(
+            "--api-server {url}: the API server is reached over https://"
+        )));
+    }
+    match crate::admission::podgroup::ApiServer::new(&url, &args.api_ca, &args.api_token) {
+        Ok(api) => Ok((
+            Some(std::sync::Arc::new(api)),
+            format!("PodGroups read from {url}"),
+        )),
+        Err(e) if explicit => Err(Failure::Usage(format!("--api-server {url}: {e}"))),
+        Err(e) => Ok((None, format!("PodGroups not read ({e})"))),
+    }
 }
 
 fn parse_span(text: &str) -> Result<crate::values::Span, String> {
@@ -42,13 +103,15 @@ pub fn webhook(args: &WebhookArgs) -> Result<ExitCode, Failure> {
     let listener = std::net::TcpListener::bind(args.listen)
         .map_err(|e| Failure::Usage(format!("--listen {}: {e}", args.listen)))?;
     let at = listener.local_addr().unwrap_or(args.listen);
+    let (api, said) = podgroups(args)?;
     eprintln!(
-        "preflight webhook: serving https://{at}/mutate (image {})",
+        "preflight webhook: serving https://{at}/mutate (image {}; {said})",
         args.image
     );
     let cfg = crate::admission::Config {
         image: args.image.clone(),
         gang_timeout: format!("{}s", args.gang_timeout.0.as_secs().max(1)),
+        podgroups: api,
     };
     crate::admission::serve::serve(listener, tls, cfg).map_err(Failure::Usage)?;
     Ok(ExitCode::Ready)

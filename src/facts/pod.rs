@@ -20,8 +20,10 @@
 //!   JOB_COMPLETION_INDEX, and the JobSet's labels through the downward
 //!   API as JOBSET_NAME, JOBSET_REPLICATED_JOB, JOBSET_JOB_INDEX,
 //!   JOBSET_REPLICAS (the webhook adds them; a pod spec can too), with
-//!   JOBSET_PODS_PER_JOB (the Jobs' parallelism, which no label carries)
-//!   and JOBSET_SUBDOMAIN where it is not the JobSet's name.
+//!   JOBSET_PODS_PER_JOB (the Jobs' parallelism, which no label carries;
+//!   else the gang's size over its Jobs, where the webhook read it from the
+//!   scheduler's PodGroup as PREFLIGHT_GANG_SIZE) and JOBSET_SUBDOMAIN
+//!   where it is not the JobSet's name.
 //!
 //! Only where no launcher started this process: under torchrun, srun or
 //! mpirun inside a pod, preflight is that launcher's rank.
@@ -29,6 +31,12 @@
 use std::collections::BTreeMap;
 
 type Env = BTreeMap<String, String>;
+
+/// A gang's size and where it was read, as the webhook gives them from
+/// the scheduler's PodGroup (`crate::admission::podgroup`): the size of a
+/// job whose own variables leave it out.
+pub const GANG_SIZE: &str = "PREFLIGHT_GANG_SIZE";
+pub const GANG_FROM: &str = "PREFLIGHT_GANG_FROM";
 
 /// The rendezvous port where an operator sets none (torchrun's default).
 pub const DEFAULT_PORT: u16 = 29500;
@@ -92,6 +100,8 @@ pub const POD_VARS: &[&str] = &[
     "JOBSET_REPLICAS",
     "JOBSET_PODS_PER_JOB",
     "JOBSET_SUBDOMAIN",
+    GANG_SIZE,
+    GANG_FROM,
 ];
 
 fn get<'a>(env: &'a Env, name: &str) -> Option<&'a str> {
@@ -444,9 +454,32 @@ fn jobset(env: &Env) -> Result<PodJob, String> {
     let replicas = number(env, "JOBSET_REPLICAS")?.ok_or(
         "JobSet: JOBSET_REPLICAS is not set (the label jobset.sigs.k8s.io/replicatedjob-replicas, through the downward API)",
     )?;
-    let per_job = number(env, "JOBSET_PODS_PER_JOB")?.ok_or(
-        "JobSet: JOBSET_PODS_PER_JOB is not set: the Jobs' parallelism is on no label; set it in the pod spec",
-    )?;
+    let mut notes = Vec::new();
+    let per_job = match number(env, "JOBSET_PODS_PER_JOB")? {
+        Some(n) => n,
+        None => match number(env, GANG_SIZE)? {
+            // The gang its scheduler starts: every Job's pods.
+            Some(gang) if replicas > 0 && gang % replicas == 0 => {
+                notes.push(format!(
+                    "JOBSET_PODS_PER_JOB from {}: a gang of {gang} pods over {replicas} Jobs",
+                    get(env, GANG_FROM).unwrap_or("the PodGroup")
+                ));
+                gang / replicas
+            }
+            Some(gang) => {
+                return Err(format!(
+                    "JobSet: {}'s gang of {gang} pods is not JOBSET_REPLICAS={replicas} Jobs of equal size: set JOBSET_PODS_PER_JOB (the annotation preflight.dev/pods-per-job)",
+                    get(env, GANG_FROM).unwrap_or("the PodGroup")
+                ));
+            }
+            None => {
+                return Err(
+                    "JobSet: JOBSET_PODS_PER_JOB is not set: the Jobs' parallelism is on no label and no PodGroup gave the gang's size; set it in the pod spec (or the annotation preflight.dev/pods-per-job)"
+                        .into(),
+                );
+            }
+        },
+    };
     let pod = number(env, "JOB_COMPLETION_INDEX")?.unwrap_or(0);
     if per_job == 0 || pod >= per_job {
         return Err(format!(
@@ -475,9 +508,11 @@ fn jobset(env: &Env) -> Result<PodJob, String> {
             env,
         ),
         operator: "JobSet",
-        notes: vec![format!(
+        notes: std::iter::once(format!(
             "{replicas} Jobs of {per_job} pods in replicated job {rjob}, this one job {job_index} pod {pod}"
-        )],
+        ))
+        .chain(notes)
+        .collect(),
     })
 }
 
@@ -702,6 +737,42 @@ mod tests {
         .unwrap()
         .unwrap_err();
         assert!(e.contains("JOBSET_REPLICATED_JOB"), "{e}");
+    }
+
+    #[test]
+    fn a_jobsets_pods_per_job_come_from_its_podgroup_where_unset() {
+        let base = [
+            ("JOBSET_NAME", "js"),
+            ("JOBSET_REPLICATED_JOB", "w"),
+            ("JOBSET_JOB_INDEX", "1"),
+            ("JOBSET_REPLICAS", "2"),
+            ("JOB_COMPLETION_INDEX", "2"),
+            (GANG_FROM, "Volcano PodGroup ml/js-pg"),
+        ];
+        let mut six = base.to_vec();
+        six.push((GANG_SIZE, "6"));
+        let j = found(&six);
+        assert_eq!((j.plan.nnodes, j.plan.node_rank), (6, 5));
+        assert_eq!(j.plan.nodelist[5], "js-w-1-2.js");
+        assert!(
+            j.notes.iter().any(|n| n
+                == "JOBSET_PODS_PER_JOB from Volcano PodGroup ml/js-pg: a gang of 6 pods over 2 Jobs"),
+            "{:?}",
+            j.notes
+        );
+        // The job's own number wins.
+        let mut own = six.clone();
+        own.push(("JOBSET_PODS_PER_JOB", "4"));
+        assert_eq!(found(&own).plan.nnodes, 8);
+        let mut odd = base.to_vec();
+        odd.push((GANG_SIZE, "5"));
+        let e = discover(&env(&odd)).unwrap().unwrap_err();
+        assert!(
+            e.contains("gang of 5 pods is not JOBSET_REPLICAS=2 Jobs"),
+            "{e}"
+        );
+        let e = discover(&env(&base)).unwrap().unwrap_err();
+        assert!(e.contains("no PodGroup gave the gang's size"), "{e}");
     }
 
     #[test]

@@ -14,6 +14,8 @@ use super::binary::repo;
 
 /// The injected init container run as a kubelet runs it.
 mod kubelet;
+/// A gang's size from its PodGroup, read from an API server.
+mod podgroup;
 
 const NAME: &str = "preflight-webhook.preflight.svc";
 
@@ -32,6 +34,11 @@ impl Drop for Webhook {
 
 impl Webhook {
     fn start() -> Option<Webhook> {
+        Webhook::start_with(&[])
+    }
+
+    /// With more arguments of the caller's (`--api-server ...`).
+    fn start_with(more: &[std::ffi::OsString]) -> Option<Webhook> {
         if !super::have("openssl") || !super::have("curl") {
             super::common::skip::skip("openssl and curl are needed (apt: openssl curl)");
             return None;
@@ -50,6 +57,7 @@ impl Webhook {
             .arg(&cert)
             .arg("--tls-key")
             .arg(&key)
+            .args(more)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
