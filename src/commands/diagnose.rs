@@ -32,6 +32,12 @@ pub struct DiagnoseArgs {
     /// localhost:28028, where something listens), `off`, or HOST:PORT.
     #[arg(long, value_name = "auto|off|HOST:PORT", default_value = "auto")]
     pub nccl_ras: String,
+    /// Ask each rank whose NCCL process group takes requests for a Flight
+    /// Recorder dump (TORCH_NCCL_DEBUG_INFO_PIPE_FILE) for one, and wait
+    /// for it (up to 8 s: NCCL's heartbeat thread polls its pipe); the job
+    /// goes on.
+    #[arg(long)]
+    pub ask_dumps: bool,
     #[arg(long, value_parser = Format::parser(format::DIAGNOSE), default_value = "human")]
     pub format: Format,
     /// Write to FILE (atomically) instead of stdout.
@@ -149,6 +155,9 @@ fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
         "--watch".into(),
         format!("{}ms", args.watch.as_millis()),
     ];
+    if args.ask_dumps {
+        remote.push("--ask-dumps".into());
+    }
     if let Some(j) = job {
         remote.extend(["--job".into(), j]);
     }
@@ -164,7 +173,13 @@ fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
     let over = crate::diagnose::Remote {
         via,
         program: args.remote_preflight.clone(),
-        within: args.watch + Duration::from_secs(28),
+        within: args.watch
+            + Duration::from_secs(28)
+            + if args.ask_dumps {
+                crate::diagnose::ASK_WITHIN
+            } else {
+                Duration::ZERO
+            },
     };
     let (nodes, unreachable) = crate::diagnose::ask_all(&over, &hosts, &remote);
     let c = crate::diagnose::merge(nodes, unreachable);
@@ -237,6 +252,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
             "off" => crate::diagnose::Ras::Off,
             at => crate::diagnose::Ras::At(at.to_string()),
         },
+        args.ask_dumps,
     );
     let text = match args.format {
         Format::Prometheus => crate::report::diagnosis::prometheus(&d),

@@ -36,6 +36,9 @@ pub struct RankProcess {
     /// (TORCH_FR_DUMP_TEMP_FILE, TORCH_NCCL_DEBUG_INFO_TEMP_FILE, else
     /// torch's default).
     pub dump_prefix: String,
+    /// TORCH_NCCL_DEBUG_INFO_PIPE_FILE: where the rank's NCCL process group
+    /// takes a request for a dump (`<it><rank>.pipe`).
+    pub dump_pipe: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -199,6 +202,7 @@ pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
             dump_prefix: get("TORCH_FR_DUMP_TEMP_FILE")
                 .or_else(|| get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"))
                 .unwrap_or_else(|| crate::facts::flight_recorder::DEFAULT_DUMP_PREFIX.into()),
+            dump_pipe: get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"),
         });
     }
     let mut out: Vec<Job> = by_key.into_values().collect();

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{Job, rank_list};
 use crate::facts::flight_recorder::{self, Record, Trace};
@@ -22,10 +22,54 @@ pub const READ_WITHIN: Duration = Duration::from_secs(1);
 /// One rank's recorder as read: where from, and what.
 pub type Reads = BTreeMap<u32, (String, Result<Trace, String>)>;
 
+/// How long a rank asked for a dump is waited for: NCCL's heartbeat
+/// thread polls its pipe (the dump came 5.1 s after the request on an
+/// H200).
+pub const ASK_WITHIN: Duration = Duration::from_secs(8);
+
+/// The ranks asked for a dump, and when.
+pub type Asked = BTreeMap<u32, (SystemTime, Instant)>;
+
+/// Asks each rank of `job` here that takes requests for a dump (its
+/// NCCL process group's debug-info pipe, `TORCH_NCCL_DEBUG_INFO_PIPE_FILE`
+/// and `<rank>.pipe`) for one: a line written to that FIFO, which the
+/// rank reads, dumps its recorder and goes on. Only a FIFO of the rank's
+/// own user's, only where a reader has it open (a write that would wait
+/// is not made), and nothing else is ever written to the job.
+pub fn ask(proc_dir: &Path, job: &Job) -> Asked {
+    use std::io::Write;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let mut out = Asked::new();
+    for r in &job.ranks {
+        let Some(pipe) = &r.dump_pipe else { continue };
+        let proc_pid = proc_dir.join(r.pid.to_string());
+        let Ok(uid) = std::fs::metadata(&proc_pid).map(|m| m.uid()) else {
+            continue;
+        };
+        let fifo = flight_recorder::as_seen(&proc_pid, &format!("{pipe}{}.pipe", r.rank));
+        let theirs = std::fs::symlink_metadata(&fifo)
+            .is_ok_and(|m| m.file_type().is_fifo() && m.uid() == uid);
+        if !theirs {
+            continue;
+        }
+        let when = (SystemTime::now(), Instant::now());
+        let asked = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .and_then(|mut f| f.write_all(b"1\n"));
+        if asked.is_ok() {
+            out.insert(r.rank, when);
+        }
+    }
+    out
+}
+
 /// Each rank of `job` here whose recorder can be had: from its worker
 /// server where it runs one, else from a dump it wrote since the job
-/// began; every read done by `deadline`.
-pub fn read(proc_dir: &Path, job: &Job, deadline: Instant) -> Reads {
+/// began (since it was `asked`, for a rank asked, waited for until
+/// `ASK_WITHIN` after); every other read done by `deadline`.
+pub fn read(proc_dir: &Path, job: &Job, deadline: Instant, asked: &Asked) -> Reads {
     let since = job
         .ranks
         .iter()
@@ -48,7 +92,20 @@ pub fn read(proc_dir: &Path, job: &Job, deadline: Instant) -> Reads {
             continue;
         };
         let dump = flight_recorder::as_seen(&proc_pid, &format!("{}{}", r.dump_prefix, r.rank));
-        match flight_recorder::read_dump(&dump, meta.uid(), since) {
+        let got = match asked.get(&r.rank) {
+            Some(&(at, started)) => {
+                let until = started + ASK_WITHIN;
+                loop {
+                    let got = flight_recorder::read_dump(&dump, meta.uid(), at);
+                    if !matches!(got, Ok(None)) || Instant::now() >= until {
+                        break got;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            None => flight_recorder::read_dump(&dump, meta.uid(), since),
+        };
+        match got {
             Ok(Some(t)) => {
                 out.insert(r.rank, (format!("dump {}", dump.display()), Ok(t)));
             }

@@ -28,6 +28,7 @@ use crate::facts::torch_install;
 use crate::result::diagnosis::{Culprit, RasReport, StoreRead};
 
 pub use find::{Filter, Job, jobs};
+pub use flight::ASK_WITHIN;
 pub use judge::judge;
 pub use merge::merge;
 pub use observe::observe;
@@ -291,7 +292,9 @@ fn quote_pings(mut culprits: Vec<Culprit>) -> Vec<Culprit> {
 /// Every job on the node (under `proc_dir`) that `filter` keeps, each
 /// rank watched for `window` at most (its Python stack read with
 /// `py_spy`, where given, and the job's store read, while the window
-/// runs), judged; and NCCL's RAS, as `ras` says.
+/// runs), judged; and NCCL's RAS, as `ras` says. With `ask_dumps`, each
+/// rank that takes requests for a Flight Recorder dump is asked for one
+/// (`flight::ask`), and it is waited for.
 pub fn diagnose(
     proc_dir: &Path,
     node: &str,
@@ -299,6 +302,7 @@ pub fn diagnose(
     window: Duration,
     py_spy: Option<PathBuf>,
     ras_at: &Ras,
+    ask_dumps: bool,
 ) -> Diagnosis {
     let found = jobs(proc_dir, filter);
     let pids: Vec<u32> = found
@@ -307,14 +311,16 @@ pub fn diagnose(
         .collect();
     let torches: Vec<Option<torch_install::TorchInstall>> =
         found.iter().map(|j| torch_of(proc_dir, j)).collect();
-    let recorders = |found: &[Job]| -> Vec<flight::Reads> {
+    let recorders = |asked: &[flight::Asked]| -> Vec<flight::Reads> {
         let by = std::time::Instant::now() + flight::READ_WITHIN;
         found
             .iter()
-            .map(|j| flight::read(proc_dir, j, by))
+            .zip(asked)
+            .map(|(j, a)| flight::read(proc_dir, j, by, a))
             .collect()
     };
-    let before = recorders(&found);
+    // At the start, what is there already; at the end, the dumps asked for.
+    let before = recorders(&vec![flight::Asked::new(); found.len()]);
     let ras_at = ras_addr(ras_at, &found);
     let (watched, stacks, stores, ras_before) = std::thread::scope(|s| {
         let ras_before = s.spawn(|| {
@@ -338,7 +344,19 @@ pub fn diagnose(
             ras_before.join().ok().flatten(),
         )
     });
-    let after = recorders(&found);
+    // Asked for only now: the dump a rank writes is bytes it moves, which
+    // the window must not see.
+    let asked: Vec<flight::Asked> = found
+        .iter()
+        .map(|j| {
+            if ask_dumps {
+                flight::ask(proc_dir, j)
+            } else {
+                flight::Asked::new()
+            }
+        })
+        .collect();
+    let after = recorders(&asked);
     let ms = watched.elapsed.as_millis() as u64;
     let judged: Vec<_> = found
         .iter()

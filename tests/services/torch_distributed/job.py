@@ -26,7 +26,11 @@ each rank serves torch's worker server at that path followed by its rank
 and `.sock`, as a job wrapped in worker_main() does. Each rank JOB_DUMP
 lists (`0,1,2`) has torch write its Flight Recorder dump (to
 TORCH_FR_DUMP_TEMP_FILE and its rank) once its loop has stood still for a
-second, as a job's own hang watchdog would."""
+second, as a job's own hang watchdog would. Where
+TORCH_NCCL_DEBUG_INFO_PIPE_FILE is set, each rank stands in for what
+ProcessGroupNCCL's heartbeat thread does with it (which a Gloo job has
+not): it makes the FIFO `<that path><rank>.pipe`, and whenever a line
+comes through it, torch writes the rank's dump."""
 import contextlib
 import os
 import queue
@@ -104,6 +108,25 @@ def dumps():
             _dump_fr_trace_file(rank)
             dumped = True
 
+
+def pipe(path):
+    from torch._C._distributed_c10d import _dump_fr_trace_file
+
+    os.mkfifo(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    while True:
+        time.sleep(0.1)
+        try:
+            asked = os.read(fd, 64)
+        except BlockingIOError:
+            continue
+        if asked:
+            _dump_fr_trace_file(rank)
+
+
+if os.environ.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
+    path = os.environ["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] + f"{rank}.pipe"
+    threading.Thread(target=pipe, args=(path,), daemon=True).start()
 
 if str(rank) in os.environ.get("JOB_DUMP", "").split(","):
     threading.Thread(target=dumps, daemon=True).start()

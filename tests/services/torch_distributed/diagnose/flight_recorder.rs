@@ -185,3 +185,70 @@ fn the_dumps_a_job_writes_name_the_rank_that_has_not_called() {
     assert_eq!(d.jobs[0].flight.len(), 4, "{d:#?}");
     assert_eq!(named(&d), [2, 3], "{d:#?}");
 }
+
+/// NCCL's debug-info pipe, its heartbeat thread stood in for by the job
+/// (a Gloo job has none): without `--ask-dumps` nothing is asked and no
+/// recorder is read; with it, each rank is asked through its FIFO, its
+/// dump waited for and read, and rank 2, stopped before the 6th
+/// all_reduce, named from the dumps; the job goes on (asked again, the
+/// same).
+#[test]
+fn asked_through_its_debug_info_pipe_each_rank_dumps_and_the_stopped_one_is_named() {
+    let Some(torch) = Torch::current() else {
+        return;
+    };
+    let _serial = serial();
+    let dir = common::tempdir_with_mode(0o777);
+    let prefix = dir.path().join("fr_");
+    let pipe = dir.path().join("pipe_");
+    let size = Path::new(BUFFER.1);
+    let job = TorchJob::start_with(
+        &torch,
+        "stop",
+        2,
+        &[
+            ("TORCH_FR_DUMP_TEMP_FILE", &prefix),
+            ("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", &pipe),
+            (BUFFER.0, size),
+        ],
+    );
+    job.wait_for_marker();
+    let pid = marker_pid(&job);
+    let (_, d) = diagnose_until(pid, |d| d.jobs.first().is_some_and(|j| j.verdict == "held"));
+    assert!(
+        d.jobs[0].flight.is_empty(),
+        "nothing asked, nothing read: {d:#?}"
+    );
+    for _ in 0..2 {
+        let start = Instant::now();
+        let out = Command::new(common::BIN)
+            .args([
+                "diagnose",
+                "--format",
+                "json",
+                "--py-spy",
+                "off",
+                "--ask-dumps",
+            ])
+            .args(["--pid", &pid.to_string()])
+            .output()
+            .unwrap();
+        let d: Diagnosis = diagnosis(&out);
+        let j = &d.jobs[0];
+        let read: Vec<u32> = j.flight.iter().map(|f| f.rank).collect();
+        assert_eq!(read, [0, 1, 2, 3], "{d:#?}");
+        assert_eq!(named(&d), [2], "{d:#?}");
+        assert!(
+            j.culprits[0]
+                .reason
+                .contains("its Flight Recorder shows it has not called collective #6 of group 0"),
+            "{d:#?}"
+        );
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            start.elapsed() < Duration::from_secs(12),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+}
