@@ -57,6 +57,9 @@ pub struct Job {
     /// store, `/worker/attempt_N` (TORCHELASTIC_USE_AGENT_STORE,
     /// TORCHELASTIC_RESTART_COUNT).
     pub agent_attempt: Option<u32>,
+    /// TORCH_NCCL_DESYNC_DEBUG is on: each rank's NCCL process group
+    /// writes its last collective started and ended to the store.
+    pub desync_debug: bool,
     /// NCCL_RAS_ADDR, where a rank was given one.
     pub ras_addr: Option<String>,
 }
@@ -190,6 +193,8 @@ pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
             ranks: Vec::new(),
             pids: Vec::new(),
             agent_attempt,
+            desync_debug: get("TORCH_NCCL_DESYNC_DEBUG")
+                .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true")),
             ras_addr: get("NCCL_RAS_ADDR"),
         });
         job.world = job.world.max(world);

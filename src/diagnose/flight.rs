@@ -118,6 +118,112 @@ pub fn read(proc_dir: &Path, job: &Job, deadline: Instant, asked: &Asked) -> Rea
     out
 }
 
+/// A desync key ProcessGroupNCCL writes under TORCH_NCCL_DESYNC_DEBUG.
+#[derive(Debug, Clone)]
+pub struct TraceKey {
+    pub rank: u32,
+    /// `_trace_start` (the last collective it started), else `_trace_end`.
+    pub start: bool,
+    /// As the store spells it.
+    pub key: String,
+}
+
+/// Each rank's desync keys (`NCCL_<rank>_trace_start` and `_end`) in the
+/// store of its NCCL backend, in the spellings of torch's numbering:
+/// `default_pg/0/` up to 2.1 (and 2.0's `default_pg/0/cuda/`), then
+/// `default_pg/0//cuda//` (torch 2.15's `distributed_c10d.py`: the
+/// backend's store is `PrefixStore("cuda/", PrefixStore("0/",
+/// PrefixStore("default_pg", store)))`), each under every `prefixes`.
+pub fn desync_keys(
+    prefixes: &[String],
+    numbering: crate::facts::tcp_store::Numbering,
+    world: u32,
+) -> Vec<TraceKey> {
+    use crate::facts::tcp_store::Numbering;
+    let groups: &[&str] = match numbering {
+        Numbering::Old => &["default_pg/0/", "default_pg/0/cuda/"],
+        Numbering::New => &["default_pg/0//cuda//"],
+    };
+    let mut out = Vec::new();
+    for rank in 0..world.min(4096) {
+        for p in prefixes {
+            for g in groups {
+                for start in [true, false] {
+                    let end = if start { "start" } else { "end" };
+                    out.push(TraceKey {
+                        rank,
+                        start,
+                        key: format!("/{p}{g}NCCL_{rank}_trace_{end}"),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A desync key's value: the collective's sequence number (8 bytes,
+/// little-endian, as ProcessGroupNCCL copies its uint64) and its name,
+/// NUL-ended.
+fn trace_value(v: &[u8]) -> Option<(i64, String)> {
+    let (seq, rest) = v.split_first_chunk::<8>()?;
+    let name = rest.split(|b| *b == 0).next().unwrap_or_default();
+    let name = std::str::from_utf8(name).ok().filter(|n| n.len() <= 64)?;
+    let seq = i64::try_from(u64::from_le_bytes(*seq)).ok()?;
+    Some((seq, name.to_string()))
+}
+
+/// The ranks' desync keys as read (`values`, one per `keys`), each rank's
+/// as the recorder it stands for: its last collective started as the
+/// last enqueued, its last ended as the last completed, in a group of its
+/// own (`NCCL`).
+pub fn desync(keys: &[TraceKey], values: &[(String, Option<Vec<u8>>)]) -> Reads {
+    // Each rank's last started and last ended: (number, name).
+    type Last = Option<(i64, String)>;
+    let mut seen: BTreeMap<u32, (Last, Last)> = BTreeMap::new();
+    for (k, (_, v)) in keys.iter().zip(values) {
+        let Some(v) = v.as_deref().and_then(trace_value) else {
+            continue;
+        };
+        let e = seen.entry(k.rank).or_default();
+        if k.start {
+            e.0 = Some(v);
+        } else {
+            e.1 = Some(v);
+        }
+    }
+    seen.into_iter()
+        .filter_map(|(rank, (start, end))| {
+            let (started, op) = start?;
+            let ended = end.map_or(0, |(e, _)| e);
+            let mut t = Trace {
+                version: "desync".into(),
+                ..Trace::default()
+            };
+            t.groups.insert(
+                "NCCL".into(),
+                flight_recorder::GroupStatus {
+                    last_enqueued: started,
+                    last_completed: ended,
+                },
+            );
+            if started > ended {
+                t.records.push(Record {
+                    group: "NCCL".into(),
+                    seq: started,
+                    op,
+                    input_sizes: Vec::new(),
+                    input_dtypes: Vec::new(),
+                    state: "started".into(),
+                    retired: false,
+                    p2p: false,
+                });
+            }
+            Some((rank, ("store desync keys".to_string(), Ok(t))))
+        })
+        .collect()
+}
+
 /// What the recorders tell of the job.
 #[derive(Debug, Default)]
 pub struct Flight {
@@ -216,6 +322,14 @@ fn odd_in_group(g: &str, traces: &BTreeMap<u32, &Trace>, odd: &mut Vec<(u32, Str
         return;
     };
     let waiters: Vec<u32> = waiting.iter().map(|(r, _)| *r).collect();
+    // Whose words: a recorder's, or the store's desync keys.
+    let shows = |r: &u32| {
+        if traces.get(r).is_some_and(|t| t.version == "desync") {
+            "its desync keys show"
+        } else {
+            "its Flight Recorder shows"
+        }
+    };
     for (r, enqueued, pending) in &status {
         if *enqueued >= front {
             continue;
@@ -223,7 +337,8 @@ fn odd_in_group(g: &str, traces: &BTreeMap<u32, &Trace>, odd: &mut Vec<(u32, Str
         let why = match pending {
             Some(p) => {
                 format!(
-                    "its Flight Recorder shows it in {}, while {} {} in {}: it called fewer collectives than they did (a sequence mismatch, or a collective it skipped)",
+                    "{} it in {}, while {} {} in {}: it called fewer collectives than they did (a sequence mismatch, or a collective it skipped)",
+                    shows(r),
                     where_in(p),
                     rank_list(&waiters),
                     if waiters.len() == 1 { "waits" } else { "wait" },
@@ -231,7 +346,8 @@ fn odd_in_group(g: &str, traces: &BTreeMap<u32, &Trace>, odd: &mut Vec<(u32, Str
                 )
             }
             _ => format!(
-                "its Flight Recorder shows it has not called {}, which {} called and {} in; its last was #{enqueued}",
+                "{} it has not called {}, which {} called and {} in; its last was #{enqueued}",
+                shows(r),
                 where_in(example),
                 rank_list(&waiters),
                 if waiters.len() == 1 { "waits" } else { "wait" }
@@ -268,7 +384,8 @@ fn odd_in_group(g: &str, traces: &BTreeMap<u32, &Trace>, odd: &mut Vec<(u32, Str
             odd.push((
                 *r,
                 format!(
-                    "a mismatched collective: its Flight Recorder shows {kind} as collective #{front} of group {g}, where {}",
+                    "a mismatched collective: {} {kind} as collective #{front} of group {g}, where {}",
+                    shows(r),
                     others.join(" and ")
                 ),
                 true,

@@ -85,15 +85,7 @@ const STORE_WITHIN: Duration = Duration::from_secs(2);
 /// torch 2.15 lists them), with the agent's attempt dropped from 2.6.
 /// Several spellings per rank: each is a CHECK, and only one exists.
 fn address_keys(job: &Job, numbering: Numbering) -> Vec<(u32, String)> {
-    let agent = job
-        .agent_attempt
-        .map(|n| format!("/worker/attempt_{n}/"))
-        .unwrap_or_default();
-    let prefixes: Vec<String> = if agent.is_empty() {
-        vec![String::new()]
-    } else {
-        vec![agent, String::new()]
-    };
+    let prefixes = store_prefixes(job);
     let groups: &[&str] = match numbering {
         Numbering::Old => &["default_pg/0/0/", "default_pg/0/cpu/0/"],
         Numbering::New => &["default_pg/0//0/", "default_pg/0//cpu//0/"],
@@ -109,6 +101,16 @@ fn address_keys(job: &Job, numbering: Numbering) -> Vec<(u32, String)> {
     out
 }
 
+/// Where torch's keys start in the job's store, after the client's `/`:
+/// torchrun's agent store prefix where the job used one (dropped from
+/// torch 2.6, so both), else nothing.
+fn store_prefixes(job: &Job) -> Vec<String> {
+    match job.agent_attempt {
+        Some(n) => vec![format!("/worker/attempt_{n}/"), String::new()],
+        None => vec![String::new()],
+    }
+}
+
 /// The torch the job's ranks loaded: the first rank's that names one.
 fn torch_of(proc_dir: &Path, job: &Job) -> Option<torch_install::TorchInstall> {
     job.ranks
@@ -119,8 +121,22 @@ fn torch_of(proc_dir: &Path, job: &Job) -> Option<torch_install::TorchInstall> {
 /// Which ranks of `job` reached init_process_group, from its store, in
 /// the numbering of the torch the job runs (`torch`); not read at all
 /// where that torch is not known, since a query in the wrong numbering
-/// stalls or changes a store.
-fn read_store(job: &Job, torch: Option<&torch_install::TorchInstall>) -> Option<StoreRead> {
+/// stalls or changes a store. Where the job sets TORCH_NCCL_DESYNC_DEBUG,
+/// its ranks' desync keys too, as their recorders (`flight::desync`).
+fn read_store(
+    job: &Job,
+    torch: Option<&torch_install::TorchInstall>,
+) -> (Option<StoreRead>, flight::Reads) {
+    let mut desync = flight::Reads::new();
+    let read = read_store_keys(job, torch, &mut desync);
+    (read, desync)
+}
+
+fn read_store_keys(
+    job: &Job,
+    torch: Option<&torch_install::TorchInstall>,
+    desync: &mut flight::Reads,
+) -> Option<StoreRead> {
     let (host, port) = job.store.as_ref()?;
     let failed = |error: String| {
         Some(StoreRead {
@@ -141,9 +157,19 @@ fn read_store(job: &Job, torch: Option<&torch_install::TorchInstall>) -> Option<
     };
     let deadline = std::time::Instant::now() + STORE_WITHIN;
     let keys = address_keys(job, numbering);
-    let wire: Vec<String> = keys.iter().map(|(_, k)| k.clone()).collect();
+    let traces = if job.desync_debug {
+        flight::desync_keys(&store_prefixes(job), numbering, job.world)
+    } else {
+        Vec::new()
+    };
+    let wire: Vec<String> = keys
+        .iter()
+        .map(|(_, k)| k.clone())
+        .chain(traces.iter().map(|t| t.key.clone()))
+        .collect();
     Some(match tcp_store::read(addr, numbering, &wire, deadline) {
         Ok(view) => {
+            *desync = flight::desync(&traces, &view.values[keys.len().min(view.values.len())..]);
             let mut arrived: Vec<u32> = keys
                 .iter()
                 .zip(&view.values)
@@ -360,11 +386,20 @@ pub fn diagnose(
     let ms = watched.elapsed.as_millis() as u64;
     let judged: Vec<_> = found
         .iter()
-        .zip(stores.into_iter().chain(std::iter::repeat(None)))
+        .zip(
+            stores
+                .into_iter()
+                .chain(std::iter::repeat((None, flight::Reads::new()))),
+        )
         .zip(&torches)
-        .zip(before.iter().zip(&after))
-        .map(|(((j, store), torch), (before, after))| {
-            let flight = flight::weigh(before, after);
+        .zip(before.iter().zip(after))
+        .map(|(((j, (store, desync)), torch), (before, mut after))| {
+            // A rank's desync keys stand for its recorder where none was
+            // read.
+            for (rank, read) in desync {
+                after.entry(rank).or_insert(read);
+            }
+            let flight = flight::weigh(before, &after);
             let mut d = judge(j, &watched.watched, &stacks, store, flight, node, ms);
             d.torch = torch.as_ref().map(|t| t.version.clone());
             d

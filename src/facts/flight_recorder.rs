@@ -49,8 +49,12 @@ pub struct Record {
 }
 
 impl Record {
-    /// `all_reduce of [1024] Float`.
+    /// `all_reduce of [1024] Float`; the operation alone where the sizes
+    /// are not known (a desync key).
     pub fn describe(&self) -> String {
+        if self.input_sizes.is_empty() && self.input_dtypes.is_empty() {
+            return self.op.clone();
+        }
         let sizes: Vec<String> = self
             .input_sizes
             .iter()

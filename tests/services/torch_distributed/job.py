@@ -30,9 +30,16 @@ second, as a job's own hang watchdog would. Where
 TORCH_NCCL_DEBUG_INFO_PIPE_FILE is set, each rank stands in for what
 ProcessGroupNCCL's heartbeat thread does with it (which a Gloo job has
 not): it makes the FIFO `<that path><rank>.pipe`, and whenever a line
-comes through it, torch writes the rank's dump."""
+comes through it, torch writes the rank's dump. Where JOB_DESYNC is set,
+each rank writes what ProcessGroupNCCL writes under
+TORCH_NCCL_DESYNC_DEBUG (which a Gloo job does not): before and after
+each all_reduce, `NCCL_<rank>_trace_start` and `_end` (the collective's
+number as 8 bytes little-endian, its name, a NUL) in the store torch
+gives an NCCL backend (torch 2.x: `PrefixStore("cuda/", <the group's
+store>)`; 1.13: the group's store itself)."""
 import contextlib
 import os
+import struct
 import queue
 import random
 import threading
@@ -134,6 +141,26 @@ if str(rank) in os.environ.get("JOB_DUMP", "").split(","):
 if mode == "late_init" and rank == held:
     hold()
 dist.init_process_group("gloo")
+traces = None
+if os.environ.get("JOB_DESYNC"):
+    c10d = dist.distributed_c10d
+    if hasattr(c10d, "_world"):
+        # torch 2.x: the NCCL backend's store is `<device>/` under the
+        # group's prefix store, which the group map keeps.
+        _, group_store = c10d._world.pg_map[dist.group.WORLD]
+        traces = dist.PrefixStore("cuda/", group_store)
+    else:
+        # torch 1.13: the backend takes the group's prefix store, its name
+        # over the default store, which the group map keeps.
+        _, default_store = c10d._pg_map[dist.group.WORLD]
+        traces = dist.PrefixStore("0", default_store)
+
+
+def trace(which, seq):
+    if traces is not None:
+        traces.set(f"NCCL_{rank}_trace_{which}", struct.pack("<Q", seq) + b"all_reduce\0")
+
+
 t = torch.ones(8 << 20 if mode == "slow" else 1024)
 i = 0
 while time.monotonic() < end and (rounds is None or i < rounds):
@@ -152,7 +179,9 @@ while time.monotonic() < end and (rounds is None or i < rounds):
         mark()
         dist.all_gather([torch.zeros_like(t) for _ in range(dist.get_world_size())], t)
     else:
+        trace("start", i + 1)
         dist.all_reduce(t)
+        trace("end", i + 1)
         t.fill_(1)
     i += 1
     step[0] = i

@@ -252,3 +252,37 @@ fn asked_through_its_debug_info_pipe_each_rank_dumps_and_the_stopped_one_is_name
         );
     }
 }
+
+/// TORCH_NCCL_DESYNC_DEBUG's keys, written by the job where
+/// ProcessGroupNCCL writes them (a Gloo job has none) on each torch's
+/// store: rank 2, stopped before the 6th all_reduce, is named from them,
+/// with no recorder and no py-spy, and the store is read, not written.
+fn desync_keys(torch: &Torch) {
+    let _serial = serial();
+    let one = Path::new("1");
+    let job = TorchJob::start_with(
+        torch,
+        "stop",
+        2,
+        &[("TORCH_NCCL_DESYNC_DEBUG", one), ("JOB_DESYNC", one)],
+    );
+    job.wait_for_marker();
+    let pid = marker_pid(&job);
+    let (code, d) = diagnose_until(pid, |d| named(d) == [2] && d.jobs[0].flight.len() == 4);
+    let j = &d.jobs[0];
+    for f in &j.flight {
+        assert_eq!(f.source, "store desync keys", "{f:?}");
+    }
+    assert!(
+        j.culprits[0].reason.contains(
+            "its desync keys show it has not called collective #6 of group NCCL: all_reduce, which ranks 0-1,3 called and wait in; its last was #5"
+        ),
+        "{d:#?}"
+    );
+    assert_eq!(code, 1);
+}
+
+on_each_torch!(
+    the_desync_keys_name_the_rank_that_has_not_started_the_collective,
+    super::desync_keys
+);
