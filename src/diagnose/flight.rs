@@ -231,6 +231,8 @@ pub struct Flight {
     /// Ranks whose recorder counted a collective over the window, and how
     /// many it completed.
     pub moved: Vec<(u32, i64)>,
+    /// Whether those counts came from the store's desync keys alone.
+    pub moved_by_desync: bool,
     /// The collective each rank is in, where its recorder shows one.
     pub calls: BTreeMap<u32, String>,
     /// The ranks the recorders set apart, each with why, and whether it
@@ -246,8 +248,13 @@ impl Flight {
         }
         let ids: Vec<u32> = self.moved.iter().map(|(r, _)| *r).collect();
         let done: i64 = self.moved.iter().map(|(_, n)| n).sum();
+        let whose = if self.moved_by_desync {
+            "the desync keys"
+        } else {
+            "the Flight Recorders"
+        };
         Some(format!(
-            "the Flight Recorders of {} counted {done} collectives completed",
+            "{whose} of {} counted {done} collectives completed",
             rank_list(&ids)
         ))
     }
@@ -266,6 +273,7 @@ fn where_in(p: &Record) -> String {
 /// weighed.
 pub fn weigh(before: &Reads, after: &Reads) -> Flight {
     let mut f = Flight::default();
+    let mut desync_moved = 0;
     for (rank, (source, got)) in after {
         let mut read = FlightRead {
             rank: *rank,
@@ -284,6 +292,7 @@ pub fn weigh(before: &Reads, after: &Reads) -> Flight {
                     let (e0, c0) = b.progress();
                     if read.enqueued > e0 || read.completed > c0 {
                         f.moved.push((*rank, read.completed - c0));
+                        desync_moved += usize::from(t.version == "desync");
                     }
                 }
             }
@@ -291,6 +300,7 @@ pub fn weigh(before: &Reads, after: &Reads) -> Flight {
         }
         f.reads.push(read);
     }
+    f.moved_by_desync = !f.moved.is_empty() && desync_moved == f.moved.len();
     let traces: BTreeMap<u32, &Trace> = after
         .iter()
         .filter_map(|(r, (_, t))| Some((*r, t.as_ref().ok()?)))

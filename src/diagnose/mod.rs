@@ -192,6 +192,30 @@ fn read_store_keys(
     })
 }
 
+/// The job's desync keys again, at the window's end, where it sets
+/// TORCH_NCCL_DESYNC_DEBUG and its torch is known: what its ranks started
+/// and ended since the first read is the job moving.
+fn read_desync(job: &Job, torch: Option<&torch_install::TorchInstall>) -> flight::Reads {
+    let (Some((host, port)), Some((major, minor)), true) = (
+        job.store.as_ref(),
+        torch.and_then(|t| t.major_minor()),
+        job.desync_debug,
+    ) else {
+        return flight::Reads::new();
+    };
+    let numbering = Numbering::of_torch(major, minor);
+    let Ok(addr) = crate::facts::resolve::within(host, *port, STORE_WITHIN) else {
+        return flight::Reads::new();
+    };
+    let traces = flight::desync_keys(&store_prefixes(job), numbering, job.world);
+    let wire: Vec<String> = traces.iter().map(|t| t.key.clone()).collect();
+    let deadline = std::time::Instant::now() + STORE_WITHIN;
+    match tcp_store::read(addr, numbering, &wire, deadline) {
+        Ok(view) => flight::desync(&traces, &view.values),
+        Err(_) => flight::Reads::new(),
+    }
+}
+
 /// How long NCCL's RAS may take to gather its report.
 const RAS_WITHIN: Duration = Duration::from_secs(8);
 
@@ -392,14 +416,18 @@ pub fn diagnose(
                 .chain(std::iter::repeat((None, flight::Reads::new()))),
         )
         .zip(&torches)
-        .zip(before.iter().zip(after))
-        .map(|(((j, (store, desync)), torch), (before, mut after))| {
+        .zip(before.into_iter().zip(after))
+        .map(|(((j, (store, desync)), torch), (mut before, mut after))| {
             // A rank's desync keys stand for its recorder where none was
-            // read.
+            // read: as the window began (the store's first read), and as
+            // it ended.
             for (rank, read) in desync {
+                before.entry(rank).or_insert(read);
+            }
+            for (rank, read) in read_desync(j, torch.as_ref()) {
                 after.entry(rank).or_insert(read);
             }
-            let flight = flight::weigh(before, &after);
+            let flight = flight::weigh(&before, &after);
             let mut d = judge(j, &watched.watched, &stacks, store, flight, node, ms);
             d.torch = torch.as_ref().map(|t| t.version.clone());
             d

@@ -256,7 +256,8 @@ fn asked_through_its_debug_info_pipe_each_rank_dumps_and_the_stopped_one_is_name
 /// TORCH_NCCL_DESYNC_DEBUG's keys, written by the job where
 /// ProcessGroupNCCL writes them (a Gloo job has none) on each torch's
 /// store: rank 2, stopped before the 6th all_reduce, is named from them,
-/// with no recorder and no py-spy, and the store is read, not written.
+/// with no recorder and no py-spy; a healthy job's keys, read at both
+/// ends of the window, are its progress.
 fn desync_keys(torch: &Torch) {
     let _serial = serial();
     let one = Path::new("1");
@@ -280,6 +281,24 @@ fn desync_keys(torch: &Torch) {
         "{d:#?}"
     );
     assert_eq!(code, 1);
+    // Let go, the job's keys move: said as progress.
+    drop(job);
+    let job = TorchJob::start_with(
+        torch,
+        "healthy",
+        0,
+        &[("TORCH_NCCL_DESYNC_DEBUG", one), ("JOB_DESYNC", one)],
+    );
+    job.wait_for_marker();
+    let (_, d) = diagnose(marker_pid(&job), Stacks::Off);
+    let j = &d.jobs[0];
+    assert_eq!(j.verdict, "progressing", "{d:#?}");
+    assert!(
+        j.moved
+            .iter()
+            .any(|m| m.starts_with("the desync keys of ranks 0-3 counted ")),
+        "{d:#?}"
+    );
 }
 
 on_each_torch!(
