@@ -318,20 +318,31 @@ fn gang_pod(review: &Value) -> Option<&Value> {
         .then_some(pod)
 }
 
-/// The PodGroup of the gang pod this review is for, where its scheduler
-/// marked one: what `answer` takes the gang's size from.
+/// The PodGroup of the gang pod this review is for, where the gate
+/// needs its size (a JobSet's pod with no pods per Job given, in its
+/// annotation or its job container's variables) and its scheduler marked
+/// one: what `answer` takes the size from. In the review's namespace,
+/// whatever the pod says.
 pub fn podgroup(review: &Value) -> Option<super::podgroup::GroupRef> {
     let pod = gang_pod(review)?;
-    let namespace = review["request"]["namespace"].as_str().unwrap_or("default");
+    let meta = &pod["metadata"];
+    let jobset = meta["labels"]["jobset.sigs.k8s.io/jobset-name"].is_string();
+    let given = meta["annotations"][PODS_PER_JOB_ANNOTATION].is_string()
+        || job_container(pod)["env"]
+            .as_array()
+            .is_some_and(|env| env.iter().any(|e| e["name"] == "JOBSET_PODS_PER_JOB"));
+    if !jobset || given {
+        return None;
+    }
+    let namespace = review["request"]["namespace"].as_str()?;
     super::podgroup::reference(pod, namespace)
 }
 
 /// The answer to a review `read` took, as the HTTP status and body: the
 /// pod allowed, patched or refused (a gate label with a value that means
 /// nothing is refused with why, which the API server shows to whoever
-/// created the pod); `gang`, the size its PodGroup gave (an error, where it could
-/// not be read, goes to the API server's warnings and the pod is gated as
-/// its own environment says).
+/// created the pod); `gang`, the size its PodGroup gave, or why it could
+/// not be read (the pod is refused with why).
 pub fn answer(v: &Value, cfg: &Config, gang: Option<Result<Gang, String>>) -> (u16, Vec<u8>) {
     let req = &v["request"];
     let uid = req["uid"].as_str().unwrap_or_default();
@@ -341,15 +352,17 @@ pub fn answer(v: &Value, cfg: &Config, gang: Option<Result<Gang, String>>) -> (u
     // that exists, and an UPDATE's pod is left as it is.
     let creating = req["operation"].as_str().is_none_or(|o| o == "CREATE");
     if req["kind"]["kind"] == "Pod" && pod.is_object() && creating {
-        let size = match &gang {
-            Some(Ok(g)) => Some(g),
-            Some(Err(why)) => {
-                response["warnings"] = json!([format!("preflight: {why}")]);
-                None
-            }
-            None => None,
+        let patched = match &gang {
+            Some(Ok(g)) => patch(pod, cfg, Some(g)),
+            // The gate needs the size and has none: gated, the pod would
+            // fail while the rest of its gang waits. Refused, its
+            // controller makes it again.
+            Some(Err(why)) => Err(format!(
+                "{why}: a JobSet's gate needs its pods per Job, which no label carries; the PodGroup gives them, else set the annotation {PODS_PER_JOB_ANNOTATION}"
+            )),
+            None => patch(pod, cfg, None),
         };
-        match patch(pod, cfg, size) {
+        match patched {
             Ok(Some(ops)) => {
                 let text = serde_json::to_vec(&ops).unwrap_or_default();
                 response["patchType"] = json!("JSONPatch");

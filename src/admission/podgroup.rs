@@ -52,14 +52,16 @@ impl GroupRef {
 /// A name the API server would take: a DNS subdomain (nothing that could
 /// change the path it is put in).
 fn dns_name(n: &str) -> bool {
-    !n.is_empty()
-        && n.len() <= 253
-        && n.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    n.len() <= 253
+        && n.bytes().next().is_some_and(alnum)
+        && n.bytes().last().is_some_and(alnum)
+        && n.bytes().all(|b| alnum(b) || b == b'-' || b == b'.')
 }
 
-/// The PodGroup `pod` (in `namespace`) belongs to, where a scheduler
-/// marked one.
+/// The PodGroup `pod` (in `namespace`, the review's: the pod's own
+/// field is the creator's to write) belongs to, where a scheduler marked
+/// one.
 pub fn reference(pod: &Value, namespace: &str) -> Option<GroupRef> {
     let meta = &pod["metadata"];
     let spec = &pod["spec"];
@@ -90,7 +92,6 @@ pub fn reference(pod: &Value, namespace: &str) -> Option<GroupRef> {
             meta["labels"]["scheduling.x-k8s.io/pod-group"].as_str(),
         ),
     ];
-    let namespace = meta["namespace"].as_str().unwrap_or(namespace);
     marks.into_iter().find_map(|(scheduler, api, name)| {
         let name = name.filter(|n| dns_name(n))?;
         dns_name(namespace).then(|| GroupRef {
@@ -127,6 +128,13 @@ pub fn size(group: &Value) -> Option<u32> {
 /// The most of a PodGroup read.
 const MAX_OBJECT: usize = 1 << 20;
 
+/// PodGroups read at once; a review past them waits its turn, within
+/// its deadline.
+const READS_AT_ONCE: usize = 16;
+/// How long a group's size is taken as read: a gang's pods are created
+/// together, and its size does not change under them.
+const KEEP: Duration = Duration::from_secs(60);
+
 /// The API server, as the webhook's ServiceAccount reaches it.
 #[derive(Debug)]
 pub struct ApiServer {
@@ -134,6 +142,9 @@ pub struct ApiServer {
     /// Re-read for every call: the kubelet renews a projected token.
     token: PathBuf,
     client: reqwest::Client,
+    reads: tokio::sync::Semaphore,
+    /// The sizes read lately, by path.
+    known: std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, u32)>>,
 }
 
 impl ApiServer {
@@ -154,49 +165,68 @@ impl ApiServer {
             base: base.trim_end_matches('/').to_string(),
             token: token.to_path_buf(),
             client,
+            reads: tokio::sync::Semaphore::new(READS_AT_ONCE),
+            known: Default::default(),
         })
     }
 
-    /// The size of the PodGroup `group`, within `within`.
+    /// The size of the PodGroup `group`, within `within` (a size read in
+    /// the last minute is taken as it is).
     pub async fn group_size(&self, group: &GroupRef, within: Duration) -> Result<u32, String> {
-        let why = |e: String| format!("{} not read: {e}", group.words());
-        let token = std::fs::read_to_string(&self.token)
-            .map_err(|e| why(format!("{}: {e}", self.token.display())))?;
-        let call = async {
-            let mut r = self
-                .client
-                .get(format!("{}{}", self.base, group.path()))
-                .bearer_auth(token.trim())
-                .header("Accept", "application/json")
-                .send()
-                .await
-                .map_err(|e| crate::facts::http::causes(&e))?;
-            let status = r.status();
-            let mut body = Vec::new();
-            while let Some(chunk) = r
-                .chunk()
-                .await
-                .map_err(|e| crate::facts::http::causes(&e))?
-            {
-                body.extend_from_slice(&chunk);
-                if body.len() > MAX_OBJECT {
-                    return Err(format!("an answer over {} KiB", MAX_OBJECT >> 10));
-                }
-            }
-            if !status.is_success() {
-                let message = serde_json::from_slice::<Value>(&body)
-                    .ok()
-                    .and_then(|v| v["message"].as_str().map(String::from))
-                    .unwrap_or_default();
-                return Err(format!("the API server answered {status} {message}"));
-            }
-            let v: Value = serde_json::from_slice(&body).map_err(|e| format!("not JSON: {e}"))?;
-            size(&v).ok_or_else(|| "it names no minMember or minCount".to_string())
+        let path = group.path();
+        let fresh = |known: &std::collections::HashMap<String, (std::time::Instant, u32)>| {
+            known
+                .get(&path)
+                .filter(|(at, _)| at.elapsed() < KEEP)
+                .map(|(_, n)| *n)
         };
-        match tokio::time::timeout(within, call).await {
-            Ok(r) => r.map_err(why),
-            Err(_) => Err(why(format!("no answer in {} ms", within.as_millis()))),
+        if let Some(n) = self.known.lock().ok().and_then(|k| fresh(&k)) {
+            return Ok(n);
         }
+        let read = tokio::time::timeout(within, async {
+            let _turn = self.reads.acquire().await.map_err(|e| e.to_string())?;
+            self.read_size(group).await
+        })
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer in {} ms", within.as_millis())));
+        let n = read.map_err(|e| format!("{} not read: {e}", group.words()))?;
+        if let Ok(mut k) = self.known.lock() {
+            k.retain(|_, (at, _)| at.elapsed() < KEEP);
+            k.insert(path, (std::time::Instant::now(), n));
+        }
+        Ok(n)
+    }
+
+    async fn read_size(&self, group: &GroupRef) -> Result<u32, String> {
+        let token = std::fs::read_to_string(&self.token)
+            .map_err(|e| format!("{}: {e}", self.token.display()))?;
+        let mut r = self
+            .client
+            .get(format!("{}{}", self.base, group.path()))
+            .bearer_auth(token.trim())
+            .header("Accept", "application/json")
+            .send()
+            .await
+            .map_err(|e| crate::facts::http::causes(&e))?;
+        let status = r.status();
+        let mut body = Vec::new();
+        while let Some(chunk) = r
+            .chunk()
+            .await
+            .map_err(|e| crate::facts::http::causes(&e))?
+        {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_OBJECT {
+                return Err(format!("an answer over {} KiB", MAX_OBJECT >> 10));
+            }
+        }
+        // The status alone: the API server's message is not repeated
+        // to whoever created the pod.
+        if !status.is_success() {
+            return Err(format!("the API server answered {status}"));
+        }
+        let v: Value = serde_json::from_slice(&body).map_err(|e| format!("not JSON: {e}"))?;
+        size(&v).ok_or_else(|| "it names no minMember or minCount".to_string())
     }
 }
 
@@ -235,8 +265,10 @@ mod tests {
         }
         assert_eq!(reference(&json!({"metadata": {}}), "ml"), None);
         // A name that could change the path is no name.
-        let odd = json!({"metadata": {"annotations": {"pod-group-name": "../../secrets/x"}}});
-        assert_eq!(reference(&odd, "ml"), None);
+        for odd in ["../../secrets/x", "..", "-x", "x."] {
+            let pod = json!({"metadata": {"annotations": {"pod-group-name": odd}}});
+            assert_eq!(reference(&pod, "ml"), None, "{odd}");
+        }
     }
 
     #[test]

@@ -43,22 +43,27 @@ pub fn ask(proc_dir: &Path, job: &Job) -> Asked {
     for r in &job.ranks {
         let Some(pipe) = &r.dump_pipe else { continue };
         let proc_pid = proc_dir.join(r.pid.to_string());
-        let Ok(uid) = std::fs::metadata(&proc_pid).map(|m| m.uid()) else {
+        let (Some(uid), Some(fifo)) = (
+            procs::uid(&proc_pid),
+            flight_recorder::as_seen(&proc_pid, &format!("{pipe}{}.pipe", r.rank)),
+        ) else {
             continue;
         };
-        let fifo = flight_recorder::as_seen(&proc_pid, &format!("{pipe}{}.pipe", r.rank));
-        let theirs = std::fs::symlink_metadata(&fifo)
-            .is_ok_and(|m| m.file_type().is_fifo() && m.uid() == uid);
-        if !theirs {
-            continue;
-        }
         let when = (SystemTime::now(), Instant::now());
-        let asked = std::fs::OpenOptions::new()
+        // Opened without following a symlink or waiting for a reader,
+        // then checked as opened: the rank's own user's FIFO, or nothing
+        // is written.
+        let Ok(mut f) = std::fs::OpenOptions::new()
             .write(true)
-            .custom_flags(libc::O_NONBLOCK)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(&fifo)
-            .and_then(|mut f| f.write_all(b"1\n"));
-        if asked.is_ok() {
+        else {
+            continue;
+        };
+        let theirs = f
+            .metadata()
+            .is_ok_and(|m| m.file_type().is_fifo() && m.uid() == uid);
+        if theirs && f.write_all(b"1\n").is_ok() {
             out.insert(r.rank, when);
         }
     }
@@ -84,26 +89,36 @@ pub fn read(proc_dir: &Path, job: &Job, deadline: Instant, asked: &Asked) -> Rea
                 .next()
         });
         if let Some(socket) = server {
-            let got = flight_recorder::ask_worker_server(&socket, deadline);
+            let got = flight_recorder::ask_worker_server(&socket, r.pid, deadline);
             out.insert(r.rank, (format!("worker server {}", socket.display()), got));
             continue;
         }
-        let (Some(since), Ok(meta)) = (since, std::fs::metadata(&proc_pid)) else {
+        // Where ranks were asked, only what they wrote since: a rank not
+        // asked keeps an older dump, of another moment.
+        if !asked.is_empty() && !asked.contains_key(&r.rank) {
+            continue;
+        }
+        let (Some(since), Some(uid)) = (since, procs::uid(&proc_pid)) else {
             continue;
         };
-        let dump = flight_recorder::as_seen(&proc_pid, &format!("{}{}", r.dump_prefix, r.rank));
+        let Some(dump) =
+            flight_recorder::as_seen(&proc_pid, &format!("{}{}", r.dump_prefix, r.rank))
+        else {
+            continue;
+        };
         let got = match asked.get(&r.rank) {
+            // Written in place by torch: empty or half written is not yet.
             Some(&(at, started)) => {
                 let until = started + ASK_WITHIN;
                 loop {
-                    let got = flight_recorder::read_dump(&dump, meta.uid(), at);
-                    if !matches!(got, Ok(None)) || Instant::now() >= until {
+                    let got = flight_recorder::read_dump(&dump, uid, at);
+                    if matches!(got, Ok(Some(_))) || Instant::now() >= until {
                         break got;
                     }
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
-            None => flight_recorder::read_dump(&dump, meta.uid(), since),
+            None => flight_recorder::read_dump(&dump, uid, since),
         };
         match got {
             Ok(Some(t)) => {
@@ -207,6 +222,7 @@ pub fn desync(keys: &[TraceKey], values: &[(String, Option<Vec<u8>>)]) -> Reads 
                     last_completed: ended,
                 },
             );
+            t.counted = (started, ended);
             if started > ended {
                 t.records.push(Record {
                     group: "NCCL".into(),
@@ -247,7 +263,10 @@ impl Flight {
             return None;
         }
         let ids: Vec<u32> = self.moved.iter().map(|(r, _)| *r).collect();
-        let done: i64 = self.moved.iter().map(|(_, n)| n).sum();
+        let done = self
+            .moved
+            .iter()
+            .fold(0i64, |n, (_, m)| n.saturating_add(*m));
         let whose = if self.moved_by_desync {
             "the desync keys"
         } else {
@@ -288,10 +307,16 @@ pub fn weigh(before: &Reads, after: &Reads) -> Flight {
                 if let Some(p) = pending {
                     f.calls.insert(*rank, p.op.clone());
                 }
-                if let Some((_, Ok(b))) = before.get(rank) {
-                    let (e0, c0) = b.progress();
-                    if read.enqueued > e0 || read.completed > c0 {
-                        f.moved.push((*rank, read.completed - c0));
+                // Collectives completed, counted by the same recorder at
+                // both ends (a dump and the store's keys count apart);
+                // one enqueued is no progress: the CPU enqueues while a
+                // GPU's kernels hang.
+                if let Some((from, Ok(b))) = before.get(rank)
+                    && from == source
+                {
+                    let (_, c0) = b.progress();
+                    if read.completed > c0 {
+                        f.moved.push((*rank, read.completed.saturating_sub(c0)));
                         desync_moved += usize::from(t.version == "desync");
                     }
                 }
@@ -308,9 +333,34 @@ pub fn weigh(before: &Reads, after: &Reads) -> Flight {
     let groups: std::collections::BTreeSet<&String> =
         traces.values().flat_map(|t| t.groups.keys()).collect();
     for g in groups {
+        // A group's numbers count its point-to-point operations too,
+        // which ranks need not share.
+        if traces.values().any(|t| t.p2p_groups.contains(g)) {
+            continue;
+        }
         odd_in_group(g, &traces, &mut f.odd);
     }
     f
+}
+
+/// Collectives whose ranks send and receive different sizes by design
+/// (uneven splits, a root's buffers): compared by operation and type.
+const UNEVEN: &[&str] = &[
+    "all_to_all",
+    "all_to_all_single",
+    "alltoall",
+    "alltoall_base",
+    "scatter",
+    "gather",
+];
+
+/// What ranks in the same collective must agree on.
+fn kind(p: &Record) -> String {
+    if UNEVEN.contains(&p.op.as_str()) {
+        format!("{} {}", p.op, p.input_dtypes.join(" "))
+    } else {
+        p.describe()
+    }
 }
 
 /// Within group `g`: the ranks behind the collective the others called,
@@ -368,15 +418,18 @@ fn odd_in_group(g: &str, traces: &BTreeMap<u32, &Trace>, odd: &mut Vec<(u32, Str
     // At the front number, the same operation, sizes and types for all.
     let mut kinds: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     for (r, p) in &waiting {
-        kinds.entry(p.describe()).or_default().push(*r);
+        kinds.entry(kind(p)).or_default().push(*r);
     }
     if kinds.len() < 2 {
         return;
     }
     let most = kinds.values().map(Vec::len).max().unwrap_or(0);
-    let leaders = kinds.values().filter(|v| v.len() == most).count();
+    // On a tie, which side is wrong is not known: no one is named.
+    if kinds.values().filter(|v| v.len() == most).count() > 1 {
+        return;
+    }
     for (kind, ranks) in &kinds {
-        if leaders == 1 && ranks.len() == most {
+        if ranks.len() == most {
             continue;
         }
         let others: Vec<String> = kinds
@@ -411,16 +464,21 @@ mod tests {
     /// One rank's recorder in the shape torch 2.15's worker server gives
     /// (`fr_trace_json`, measured): five all_reduces done, `last` pending.
     fn rank(enqueued: i64, last: Option<(&str, i64, u32)>) -> Trace {
+        rank_of("0", enqueued, last)
+    }
+
+    /// The same, the group named `name` (the process numbers it 0).
+    fn rank_of(name: &str, enqueued: i64, last: Option<(&str, i64, u32)>) -> Trace {
         let mut entries: Vec<String> = (1..enqueued.min(6))
             .map(|seq| {
                 format!(
-                    r#"{{"collective_seq_id":{seq},"input_dtypes":["Float"],"input_sizes":[[1024]],"is_p2p":false,"pg_id":0,"profiling_name":"gloo:all_reduce","retired":true,"state":"scheduled"}}"#
+                    r#"{{"collective_seq_id":{seq},"input_dtypes":["Float"],"input_sizes":[[1024]],"is_p2p":false,"pg_id":0,"process_group":["{name}","default_pg"],"profiling_name":"gloo:all_reduce","retired":true,"state":"scheduled"}}"#
                 )
             })
             .collect();
         if let Some((op, seq, size)) = last {
             entries.push(format!(
-                r#"{{"collective_seq_id":{seq},"input_dtypes":["Float"],"input_sizes":[[{size}]],"is_p2p":false,"pg_id":0,"profiling_name":"gloo:{op}","retired":false,"state":"scheduled"}}"#
+                r#"{{"collective_seq_id":{seq},"input_dtypes":["Float"],"input_sizes":[[{size}]],"is_p2p":false,"pg_id":0,"process_group":["{name}","default_pg"],"profiling_name":"gloo:{op}","retired":false,"state":"scheduled"}}"#
             ));
         }
         let completed = last.map_or(enqueued, |(_, seq, _)| seq - 1);
@@ -459,6 +517,31 @@ mod tests {
             "a mismatched collective: its Flight Recorder shows all_reduce of [2048] Float as collective #6 of group 0, where ranks 0-1,3 call all_reduce of [1024] Float"
         );
         assert!(f.odd[0].2);
+    }
+
+    #[test]
+    fn a_tie_an_uneven_all_to_all_and_another_group_name_no_one() {
+        // Two sizes, two ranks each: which is wrong is not known.
+        let tie = reads(vec![
+            rank(6, Some(("all_reduce", 6, 1024))),
+            rank(6, Some(("all_reduce", 6, 1024))),
+            rank(6, Some(("all_reduce", 6, 2048))),
+            rank(6, Some(("all_reduce", 6, 2048))),
+        ]);
+        assert!(weigh(&tie, &tie).odd.is_empty());
+        // all_to_all's splits differ by design.
+        let uneven = reads(vec![
+            rank(6, Some(("all_to_all", 6, 1024))),
+            rank(6, Some(("all_to_all", 6, 1024))),
+            rank(6, Some(("all_to_all", 6, 512))),
+        ]);
+        assert!(weigh(&uneven, &uneven).odd.is_empty());
+        // Ranks of two subgroups, each its process's group 0 by number:
+        // their numbers are not compared.
+        let a = rank(6, Some(("all_reduce", 6, 1024)));
+        let b = rank_of("7", 5, None);
+        let apart = reads(vec![a.clone(), a, b]);
+        assert!(weigh(&apart, &apart).odd.is_empty());
     }
 
     #[test]

@@ -437,8 +437,14 @@ pub fn diagnose(
     let ras_named = nccl_ras.as_ref().is_some_and(|r| !r.culprits.is_empty());
     // Collectives RAS counted: a job that could not be judged here (every
     // rank waits, as a GPU job's do while its kernels run) moved.
+    // RAS speaks for one job's communicators: taken as a job's progress
+    // only where it is the node's one job.
     let mut judged = judged;
-    if let Some(m) = nccl_ras.as_ref().and_then(|r| r.moved.clone()) {
+    if let Some(m) = nccl_ras
+        .as_ref()
+        .and_then(|r| r.moved.clone())
+        .filter(|_| judged.len() == 1)
+    {
         for j in judged.iter_mut().filter(|j| j.verdict == "unknown") {
             j.moved.push(m.clone());
             j.summary = format!("the job moves: {m}");

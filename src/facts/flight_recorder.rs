@@ -86,7 +86,15 @@ pub struct GroupStatus {
 pub struct Trace {
     /// The dump's format version (`2.10`).
     pub version: String,
+    /// By the group's name, which every rank of it shares (`0` for the
+    /// default group); a process's own numbering of its groups differs
+    /// from rank to rank, so a group no record names is left out.
     pub groups: BTreeMap<String, GroupStatus>,
+    /// Groups that carry point-to-point operations, whose numbers count
+    /// those too.
+    pub p2p_groups: std::collections::BTreeSet<String>,
+    /// Collectives enqueued and completed over every group, named or not.
+    pub counted: (i64, i64),
     /// Oldest first.
     pub records: Vec<Record>,
 }
@@ -95,9 +103,7 @@ impl Trace {
     /// Collectives enqueued and completed over every group: what grows
     /// while the job moves.
     pub fn progress(&self) -> (i64, i64) {
-        self.groups.values().fold((0, 0), |(e, c), g| {
-            (e + g.last_enqueued.max(0), c + g.last_completed.max(0))
-        })
+        self.counted
     }
 
     /// The collective a group's rank has called and not finished: the
@@ -136,25 +142,43 @@ fn from_value(v: &serde_json::Value) -> Result<Trace, String> {
         version: v["version"].as_str().unwrap_or("").to_string(),
         ..Trace::default()
     };
+    // The process's own id of a group (`pg_id`, the key of `pg_status`)
+    // to the group's name (`process_group[0]`), from the records.
+    let local = |e: &serde_json::Value| {
+        e["pg_id"]
+            .as_i64()
+            .map(|g| g.to_string())
+            .or_else(|| e["pg_id"].as_str().map(String::from))
+    };
+    let names: BTreeMap<String, String> = entries
+        .iter()
+        .filter_map(|e| Some((local(e)?, e["process_group"][0].as_str()?.to_string())))
+        .collect();
     if let Some(groups) = v["pg_status"].as_object() {
         for (id, g) in groups {
-            t.groups.insert(
-                id.clone(),
-                GroupStatus {
-                    last_enqueued: number(&g["last_enqueued_collective"]).unwrap_or(-1),
-                    last_completed: number(&g["last_completed_collective"]).unwrap_or(-1),
-                },
+            let status = GroupStatus {
+                last_enqueued: number(&g["last_enqueued_collective"]).unwrap_or(-1),
+                last_completed: number(&g["last_completed_collective"]).unwrap_or(-1),
+            };
+            t.counted = (
+                t.counted.0.saturating_add(status.last_enqueued.max(0)),
+                t.counted.1.saturating_add(status.last_completed.max(0)),
             );
+            if let Some(name) = names.get(id) {
+                t.groups.insert(name.clone(), status);
+            }
         }
     }
     for e in entries {
         let name = e["profiling_name"].as_str().unwrap_or("");
+        let group = local(e)
+            .and_then(|l| names.get(&l).cloned())
+            .unwrap_or_default();
+        if e["is_p2p"].as_bool() == Some(true) {
+            t.p2p_groups.insert(group.clone());
+        }
         t.records.push(Record {
-            group: e["pg_id"]
-                .as_i64()
-                .map(|g| g.to_string())
-                .or_else(|| e["pg_id"].as_str().map(String::from))
-                .unwrap_or_default(),
+            group,
             seq: number(&e["collective_seq_id"]).unwrap_or(-1),
             op: name.split_once(':').map_or(name, |(_, op)| op).to_string(),
             input_sizes: e["input_sizes"]
@@ -185,47 +209,63 @@ pub fn parse_json(bytes: &[u8]) -> Result<Trace, String> {
     from_value(&v)
 }
 
-/// How deep a dump's values may nest, and how many values it may hold
-/// once its memo references are followed: torch's are 6 deep, and 2,000
-/// entries with their frames are some hundred thousand values.
+/// How deep a dump's values may nest; how much it may hold once its
+/// memo references are counted out (each value one, and a string or
+/// number its bytes): torch's dumps are 6 deep and a few megabytes; how
+/// many values, marks and memo entries its reading may hold at once.
 const MAX_DEPTH: u32 = 32;
-const MAX_VALUES: u64 = 4 << 20;
-/// How many values its stack and memo may hold while it is read.
-const MAX_STACK: usize = 1 << 20;
+const MAX_WEIGHT: u64 = 4 * MAX_TRACE;
+const MAX_HELD: usize = 1 << 20;
+const MAX_MARKS: usize = 64;
 
-/// A pickle's shape, before it is read: only the opcodes of the
-/// protocol-2-to-4 data pickles torch writes (containers, strings,
+/// A pickle's shape, before serde-pickle reads it (it copies a memo
+/// value for each reference, and bounds none of this): only the opcodes
+/// of the protocol-2-to-4 data pickles torch writes (containers, strings,
 /// numbers, the memo; nothing that names a class or calls one), nesting
-/// no deeper than `MAX_DEPTH`, no container within itself, and no more
-/// than `MAX_VALUES` values once memo references are counted out (one
-/// list put twice into another, a few dozen times over, would otherwise
-/// be billions of values to build).
+/// no deeper than `MAX_DEPTH`, no container within itself, each memo
+/// entry put once and never a copy of another, and no more than
+/// `MAX_WEIGHT` once memo references are counted out (one list put twice
+/// into another, a few dozen times over, or one long string referenced a
+/// million times, would otherwise be gigabytes to build).
 fn check_pickle(b: &[u8]) -> Result<(), String> {
-    // The containers, each with its items (`None` a leaf, else a
-    // container's index); the stack and memo hold the same.
+    // Every value is a node: its own weight and its items. The stack
+    // holds nodes (and whether each came from the memo) and marks.
     #[derive(Clone, Copy)]
     enum Item {
         Mark,
-        Value(Option<u32>),
+        Value { node: u32, from_memo: bool },
     }
-    let mut nodes: Vec<Vec<Option<u32>>> = Vec::new();
+    let mut nodes: Vec<(u64, Vec<u32>)> = Vec::new();
     let mut edges = 0usize;
+    let mut marks = 0usize;
     let mut stack: Vec<Item> = Vec::new();
-    let mut memo: BTreeMap<u32, Option<u32>> = BTreeMap::new();
+    let mut memo: BTreeMap<u32, u32> = BTreeMap::new();
     let mut at = 0usize;
     let take = |at: &mut usize, n: usize| -> Result<&[u8], String> {
-        let s = b.get(*at..*at + n).ok_or("it ends inside an opcode")?;
-        *at += n;
+        let end = at.checked_add(n).ok_or("it ends inside an opcode")?;
+        let s = b.get(*at..end).ok_or("it ends inside an opcode")?;
+        *at = end;
         Ok(s)
     };
     let len = |s: &[u8]| s.iter().rev().fold(0usize, |n, b| (n << 8) | *b as usize);
+    let new = |nodes: &mut Vec<(u64, Vec<u32>)>, weight: usize| {
+        nodes.push((1 + weight as u64, Vec::new()));
+        Item::Value {
+            node: nodes.len() as u32 - 1,
+            from_memo: false,
+        }
+    };
     let value = |stack: &mut Vec<Item>| match stack.pop() {
-        Some(Item::Value(v)) => Ok(v),
+        Some(Item::Value { node, .. }) => Ok(node),
         _ => Err("too few values".to_string()),
     };
     loop {
-        if stack.len() > MAX_STACK || memo.len() > MAX_STACK || edges > MAX_STACK {
-            return Err(format!("over {MAX_STACK} values held at once"));
+        if stack.len() > MAX_HELD
+            || memo.len() > MAX_HELD
+            || edges > MAX_HELD
+            || nodes.len() > MAX_HELD
+        {
+            return Err(format!("over {MAX_HELD} values held at once"));
         }
         let op = take(&mut at, 1)?[0];
         match op {
@@ -237,10 +277,16 @@ fn check_pickle(b: &[u8]) -> Result<(), String> {
                 take(&mut at, 8)?;
             }
             b'}' | b']' | b')' => {
-                nodes.push(Vec::new());
-                stack.push(Item::Value(Some(nodes.len() as u32 - 1)));
+                let v = new(&mut nodes, 0);
+                stack.push(v);
             }
-            b'(' => stack.push(Item::Mark),
+            b'(' => {
+                marks += 1;
+                if marks > MAX_MARKS {
+                    return Err(format!("over {MAX_MARKS} marks open at once"));
+                }
+                stack.push(Item::Mark);
+            }
             b'X' | b'B' | b'T' | 0x8c | b'C' | b'U' | 0x8a => {
                 let width = if matches!(op, b'X' | b'B' | b'T') {
                     4
@@ -249,7 +295,8 @@ fn check_pickle(b: &[u8]) -> Result<(), String> {
                 };
                 let n = len(take(&mut at, width)?);
                 take(&mut at, n)?;
-                stack.push(Item::Value(None));
+                let v = new(&mut nodes, n);
+                stack.push(v);
             }
             b'J' | b'K' | b'M' | b'G' => {
                 let n = match op {
@@ -259,29 +306,47 @@ fn check_pickle(b: &[u8]) -> Result<(), String> {
                     _ => 8,
                 };
                 take(&mut at, n)?;
-                stack.push(Item::Value(None));
+                let v = new(&mut nodes, n);
+                stack.push(v);
             }
-            b'N' | 0x88 | 0x89 => stack.push(Item::Value(None)),
+            b'N' | 0x88 | 0x89 => {
+                let v = new(&mut nodes, 0);
+                stack.push(v);
+            }
             // POP
-            b'0' => {
-                stack.pop().ok_or("a POP of nothing")?;
-            }
+            b'0' => match stack.pop() {
+                Some(Item::Mark) => marks -= 1,
+                Some(_) => {}
+                None => return Err("a POP of nothing".into()),
+            },
             b'q' | b'r' | 0x94 => {
                 let key = match op {
                     b'q' => len(take(&mut at, 1)?) as u32,
                     b'r' => len(take(&mut at, 4)?) as u32,
                     _ => memo.len() as u32,
                 };
-                let Some(Item::Value(top)) = stack.last().copied() else {
+                let Some(Item::Value { node, from_memo }) = stack.last().copied() else {
                     return Err("a memo put with nothing to put".into());
                 };
-                memo.insert(key, top);
+                // torch's pickler (and Python's) puts each value once.
+                if from_memo || memo.contains_key(&key) {
+                    return Err("a memo entry put twice".into());
+                }
+                memo.insert(key, node);
+                // What is on the stack is the memo's now (serde-pickle
+                // turns it into a reference): put again, it would be a copy.
+                if let Some(Item::Value { from_memo, .. }) = stack.last_mut() {
+                    *from_memo = true;
+                }
             }
             b'h' | b'j' => {
                 let width = if op == b'h' { 1 } else { 4 };
                 let key = len(take(&mut at, width)?) as u32;
-                let v = *memo.get(&key).ok_or("a memo get of nothing put")?;
-                stack.push(Item::Value(v));
+                let node = *memo.get(&key).ok_or("a memo get of nothing put")?;
+                stack.push(Item::Value {
+                    node,
+                    from_memo: true,
+                });
             }
             b'a' | b's' | b'e' | b'u' | b't' | 0x85..=0x87 => {
                 let mut items = Vec::new();
@@ -295,21 +360,29 @@ fn check_pickle(b: &[u8]) -> Result<(), String> {
                     }
                     _ => loop {
                         match stack.pop() {
-                            Some(Item::Value(v)) => items.push(v),
-                            Some(Item::Mark) => break,
+                            Some(Item::Value { node, .. }) => items.push(node),
+                            Some(Item::Mark) => {
+                                marks -= 1;
+                                break;
+                            }
                             None => return Err("no MARK to end at".into()),
                         }
                     },
                 }
                 edges += items.len();
                 let into = if matches!(op, b't' | 0x85..=0x87) {
-                    nodes.push(Vec::new());
-                    nodes.len() as u32 - 1
+                    match new(&mut nodes, 0) {
+                        Item::Value { node, .. } => node,
+                        Item::Mark => unreachable!("a new value is no mark"),
+                    }
                 } else {
-                    value(&mut stack)?.ok_or("items put into what is no container")?
+                    value(&mut stack)?
                 };
-                nodes[into as usize].extend(items);
-                stack.push(Item::Value(Some(into)));
+                nodes[into as usize].1.extend(items);
+                stack.push(Item::Value {
+                    node: into,
+                    from_memo: false,
+                });
             }
             b'.' => break,
             other => {
@@ -320,8 +393,8 @@ fn check_pickle(b: &[u8]) -> Result<(), String> {
             }
         }
     }
-    // Each container's values and depth, its items first (no recursion:
-    // an explicit stack), a container met again on its own path a cycle.
+    // Each value's weight and depth, its items first (no recursion: an
+    // explicit stack), a container met again on its own path a cycle.
     let mut done: Vec<Option<(u64, u32)>> = vec![None; nodes.len()];
     let mut on_path = vec![false; nodes.len()];
     for root in 0..nodes.len() {
@@ -332,11 +405,10 @@ fn check_pickle(b: &[u8]) -> Result<(), String> {
                 continue;
             }
             on_path[n] = true;
-            if let Some(child) = nodes[n].get(*next).copied() {
+            if let Some(&c) = nodes[n].1.get(*next) {
                 *next += 1;
-                if let Some(c) = child.map(|c| c as usize)
-                    && done[c].is_none()
-                {
+                let c = c as usize;
+                if done[c].is_none() {
                     if on_path[c] {
                         return Err("a container within itself".into());
                     }
@@ -344,20 +416,20 @@ fn check_pickle(b: &[u8]) -> Result<(), String> {
                 }
                 continue;
             }
-            let (values, depth) = nodes[n].iter().fold((1u64, 1u32), |(v, d), c| match c {
-                None => (v.saturating_add(1), d),
-                Some(c) => {
-                    let (cv, cd) = done[*c as usize].unwrap_or((1, 1));
-                    (v.saturating_add(cv), d.max(cd + 1))
-                }
+            let (weight, depth) = nodes[n].1.iter().fold((nodes[n].0, 1u32), |(w, d), c| {
+                let (cw, cd) = done[*c as usize].unwrap_or((1, 1));
+                (w.saturating_add(cw), d.max(cd + 1))
             });
             if depth > MAX_DEPTH {
                 return Err(format!("values nested over {MAX_DEPTH} deep"));
             }
-            if values > MAX_VALUES {
-                return Err(format!("over {MAX_VALUES} values"));
+            if weight > MAX_WEIGHT {
+                return Err(format!(
+                    "over {} MiB once its references are counted out",
+                    MAX_WEIGHT >> 20
+                ));
             }
-            done[n] = Some((values, depth));
+            done[n] = Some((weight, depth));
             on_path[n] = false;
             path.pop();
         }
@@ -373,14 +445,46 @@ pub fn parse_pickle(bytes: &[u8]) -> Result<Trace, String> {
     from_value(&v)
 }
 
-/// Asks the worker server at `socket` for the recorder, by `deadline`.
-pub fn ask_worker_server(socket: &Path, deadline: Instant) -> Result<Trace, String> {
+/// A connection to the Unix socket at `path` that process `pid` itself
+/// listens on (SO_PEERCRED, which the kernel gives in this process's PID
+/// namespace): a path that leads elsewhere (a symlink in a container's
+/// tree) is refused. Never waits: a listener whose backlog is full is
+/// said to be so.
+fn connect_to(path: &Path, pid: u32) -> Result<UnixStream, String> {
+    let sock = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)
+        .map_err(|e| format!("socket: {e}"))?;
+    sock.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let addr = socket2::SockAddr::unix(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    match sock.connect(&addr) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            return Err("connect: its backlog is full (it accepts nothing)".into());
+        }
+        Err(e) => return Err(format!("connect: {e}")),
+    }
+    sock.set_nonblocking(false).map_err(|e| e.to_string())?;
+    let s: UnixStream = sock.into();
+    let peer = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    if u32::try_from(peer.pid()).ok() != Some(pid) {
+        return Err(format!(
+            "{} is process {}'s, not the rank's",
+            path.display(),
+            peer.pid()
+        ));
+    }
+    Ok(s)
+}
+
+/// Asks the worker server at `socket`, which process `pid` serves, for
+/// the recorder, by `deadline`.
+pub fn ask_worker_server(socket: &Path, pid: u32, deadline: Instant) -> Result<Trace, String> {
     let left = || {
         deadline
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(1))
     };
-    let mut s = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
+    let mut s = connect_to(socket, pid)?;
     s.set_write_timeout(Some(left()))
         .map_err(|e| e.to_string())?;
     s.write_all(
@@ -417,11 +521,14 @@ pub fn ask_worker_server(socket: &Path, deadline: Instant) -> Result<Trace, Stri
                             head.reason.unwrap_or("")
                         ));
                     }
-                    let length = head
+                    let length: Option<usize> = head
                         .headers
                         .iter()
                         .find(|h| h.name.eq_ignore_ascii_case("content-length"))
                         .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok());
+                    if length.is_some_and(|l| l as u64 > MAX_TRACE) {
+                        return Err(format!("an answer over {} MiB", MAX_TRACE >> 20));
+                    }
                     body_at = Some((at, length));
                 }
                 Ok(httparse::Status::Partial) if n > 0 => {}
@@ -466,21 +573,32 @@ pub fn worker_sockets(proc_pid: &Path, base: &str) -> Vec<PathBuf> {
     listening_paths(&table, &inodes)
         .into_iter()
         .filter(|p| p.starts_with(base))
-        .map(|p| as_seen(proc_pid, &p))
+        .filter_map(|p| as_seen(proc_pid, &p))
         .collect()
 }
 
 /// `path`, as the process of `proc_pid` names it, as this process reaches
 /// it: through that process's root where it runs in another mount
 /// namespace (a container).
-pub fn as_seen(proc_pid: &Path, path: &str) -> PathBuf {
+/// `None` for a path that is not absolute or climbs (`..`): what is
+/// opened there is checked besides (its type, its owner, the process at
+/// the other end), since a symlink in a container's tree resolves in
+/// this process's.
+pub fn as_seen(proc_pid: &Path, path: &str) -> Option<PathBuf> {
+    let p = Path::new(path);
+    if !p.is_absolute()
+        || p.components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return None;
+    }
     let same = std::fs::read_link(proc_pid.join("ns/mnt")).ok()
         == std::fs::read_link("/proc/self/ns/mnt").ok();
-    if same {
+    Some(if same {
         PathBuf::from(path)
     } else {
         proc_pid.join("root").join(path.trim_start_matches('/'))
-    }
+    })
 }
 
 /// `/proc/PID/net/unix`'s listening stream sockets among `inodes`, by
@@ -503,25 +621,39 @@ pub fn listening_paths(table: &str, inodes: &[u64]) -> Vec<String> {
 }
 
 /// The dump at `path`, where it is the job's: a file owned by `uid`,
-/// written at or after `since`; `Ok(None)` where there is none.
+/// written at or after `since`; `Ok(None)` where there is none. Opened
+/// without following a symlink or waiting on a FIFO, and checked as
+/// opened: nothing the job swaps in after a look is read.
 pub fn read_dump(path: &Path, uid: u32, since: SystemTime) -> Result<Option<Trace>, String> {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return Ok(None);
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        // None there, or a symlink (ELOOP): not the job's dump.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
     };
-    if !meta.is_file() || meta.uid() != uid {
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() || meta.uid() != uid || meta.modified().is_ok_and(|m| m < since) {
         return Ok(None);
     }
-    if meta.modified().is_ok_and(|m| m < since) {
-        return Ok(None);
-    }
-    if meta.len() > MAX_TRACE {
+    let mut bytes = Vec::new();
+    file.take(MAX_TRACE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_TRACE {
         return Err(format!(
             "{}: over {} MiB, not read",
             path.display(),
             MAX_TRACE >> 20
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     parse_pickle(&bytes)
         .or_else(|_| parse_json(&bytes))
         .map(Some)
@@ -562,7 +694,7 @@ mod tests {
         }
         p.push(b'.');
         let e = parse_pickle(&p).unwrap_err();
-        assert!(e.contains("over 4194304 values"), "{e}");
+        assert!(e.contains("MiB once its references are counted out"), "{e}");
         // The same, each list filled only after the one above it holds it.
         let mut p = vec![0x80, 2];
         for i in 0..=40u8 {
@@ -573,7 +705,28 @@ mod tests {
         }
         p.extend([b'N', b'.']);
         let e = parse_pickle(&p).unwrap_err();
-        assert!(e.contains("over 4194304 values"), "{e}");
+        assert!(e.contains("MiB once its references are counted out"), "{e}");
+    }
+
+    #[test]
+    fn a_long_string_referenced_over_and_over_or_put_twice_is_refused() {
+        let mut p = vec![0x80, 2, b'X'];
+        p.extend((1u32 << 20).to_le_bytes());
+        p.extend(vec![b'a'; 1 << 20]);
+        p.extend([b'q', 0, b']', b'(']);
+        for _ in 0..200 {
+            p.extend([b'h', 0]);
+        }
+        p.extend([b'e', b'.']);
+        let e = parse_pickle(&p).unwrap_err();
+        assert!(e.contains("MiB once its references are counted out"), "{e}");
+        let e = parse_pickle(b"\x80\x02X\x01\x00\x00\x00a\x94\x94.").unwrap_err();
+        assert!(e.contains("a memo entry put twice"), "{e}");
+        let mut marks = vec![0x80, 2];
+        marks.extend([b'('; 100]);
+        marks.extend([b'N', b'.']);
+        let e = parse_pickle(&marks).unwrap_err();
+        assert!(e.contains("marks open at once"), "{e}");
     }
 
     #[test]

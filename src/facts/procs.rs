@@ -38,6 +38,20 @@ pub fn parent(proc_pid: &Path) -> Option<u32> {
         .ok()
 }
 
+/// The effective uid of the process whose /proc directory is `proc_pid`,
+/// from its `status` (the owner of /proc/PID is root for a process that is
+/// not dumpable).
+pub fn uid(proc_pid: &Path) -> Option<u32> {
+    let status = std::fs::read_to_string(proc_pid.join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// When the process whose /proc directory is `proc_pid` began: its
 /// `stat`'s start time (clock ticks after boot, at the kernel's fixed 100
 /// a second) after the boot time in `/proc/stat` beside it.

@@ -404,3 +404,46 @@ fn without_the_gates_shm_a_stock_container_fails_the_shm_check() {
     assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
     assert!(o.stdout.contains("memory.shm"), "{}", o.stdout);
 }
+
+/// Why the webhook adds nothing for the kernel log (docs/kubernetes.md),
+/// measured as a container's process is made: a non-root gate given
+/// CAP_SYSLOG (the kubelet puts an added capability in the bounding and
+/// inheritable sets; a non-root process gets none of it, with no ambient
+/// capabilities) still cannot open /dev/kmsg where kernel.dmesg_restrict
+/// is 1, which only root with CAP_SYSLOG can, and root is what
+/// `runAsNonRoot` and the `restricted` Pod Security level forbid. Where
+/// dmesg_restrict is 0 anyone reads it, and the gate needs nothing.
+#[test]
+fn a_capability_added_to_a_non_root_gate_does_not_open_the_kernel_log() {
+    let _shared = common::shared();
+    if !std::path::Path::new("/dev/kmsg").exists() || !super::super::have("setpriv") {
+        common::skip::skip("no /dev/kmsg or no setpriv here");
+        return;
+    }
+    let restricted =
+        std::fs::read_to_string("/proc/sys/kernel/dmesg_restrict").is_ok_and(|v| v.trim() == "1");
+    // One record, read without waiting (a read of /dev/kmsg takes a
+    // record whole, into a buffer that holds it).
+    let opens = |user: &[&str]| {
+        std::process::Command::new("setpriv")
+            .args(user)
+            .args(["--inh-caps=-all,+syslog", "--bounding-set=-all,+syslog"])
+            .args(["--no-new-privs", "--", "dd", "if=/dev/kmsg", "of=/dev/null"])
+            .args(["bs=65536", "count=1", "iflag=nonblock", "status=none"])
+            .output()
+            .unwrap()
+    };
+    let gate = opens(&["--reuid=65532", "--regid=65532", "--clear-groups"]);
+    let root = opens(&[]);
+    assert_eq!(
+        gate.status.success(),
+        !restricted,
+        "uid 65532 with CAP_SYSLOG added: {}",
+        String::from_utf8_lossy(&gate.stderr)
+    );
+    assert!(
+        root.status.success(),
+        "root with CAP_SYSLOG alone: {}",
+        String::from_utf8_lossy(&root.stderr)
+    );
+}

@@ -108,7 +108,8 @@ pub(super) fn two_stuck_ranks_without_py_spy(recorder: &Recorder, pid: u32) {
 /// has it write): rank 2, stopped before the 6th all_reduce, is named
 /// from them. Rank 3 writes none; a dump at its path that says it is
 /// behind is not taken while another user owns it, nor while it is older
-/// than the job, and names rank 3 once it is the job's.
+/// than the job, and names rank 3 once it is the job's. The job's store is
+/// torch 2.15's legacy server (USE_LIBUV=0), read as its libuv one is.
 #[test]
 fn the_dumps_a_job_writes_name_the_rank_that_has_not_called() {
     let Some(torch) = Torch::current() else {
@@ -121,7 +122,7 @@ fn the_dumps_a_job_writes_name_the_rank_that_has_not_called() {
     let out = Command::new(&torch.python)
         .args([
             "-c",
-            "import pickle, sys; open(sys.argv[1], 'wb').write(pickle.dumps({'version': '2.10', 'pg_status': {'0': {'last_enqueued_collective': 1, 'last_started_collective': -1, 'last_completed_collective': 1}}, 'entries': []}, protocol=2))",
+            "import pickle, sys; open(sys.argv[1], 'wb').write(pickle.dumps({'version': '2.10', 'pg_status': {'0': {'last_enqueued_collective': 1, 'last_started_collective': -1, 'last_completed_collective': 1}}, 'entries': [{'collective_seq_id': 1, 'pg_id': 0, 'process_group': ('0', 'default_pg'), 'profiling_name': 'gloo:all_reduce', 'input_sizes': [[1024]], 'input_dtypes': ['Float'], 'state': 'scheduled', 'retired': True, 'is_p2p': False}]}, protocol=2))",
         ])
         .arg(&planted)
         .output()
@@ -138,6 +139,7 @@ fn the_dumps_a_job_writes_name_the_rank_that_has_not_called() {
             ("TORCH_FR_DUMP_TEMP_FILE", &prefix),
             ("JOB_DUMP", dumpers),
             (BUFFER.0, size),
+            ("USE_LIBUV", Path::new("0")),
         ],
     );
     job.wait_for_marker();
@@ -151,6 +153,10 @@ fn the_dumps_a_job_writes_name_the_rank_that_has_not_called() {
     };
     let (code, d) = diagnose_until(pid, |d| pending_two(d) && d.jobs[0].flight.len() == 3);
     let j = &d.jobs[0];
+    let store = j.store_read.as_ref().unwrap_or_else(|| panic!("{d:#?}"));
+    assert_eq!(store.error, None, "{d:#?}");
+    assert_eq!(store.server, "torch 2.2 or later", "{d:#?}");
+    assert_eq!(store.arrived, [0, 1, 2, 3], "{d:#?}");
     let read: Vec<u32> = j.flight.iter().map(|f| f.rank).collect();
     assert_eq!(read, [0, 1, 2], "another user's dump is not read: {d:#?}");
     for f in &j.flight {
