@@ -19,7 +19,8 @@ py=/usr/bin/python3
 n=4
 bytes=$((64 << 20))
 need=()
-command -v mpicc >/dev/null || need+=(openmpi-bin libopenmpi-dev)
+# mpicc is not enough: openmpi-bin without libopenmpi-dev has no mpi.h.
+printf '#include <mpi.h>\n' | mpicc -E -x c - >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
 command -v iperf3 >/dev/null || need+=(iperf3)
 $py -c 'import torch' 2>/dev/null || need+=(python3-torch)
 # PEERS=0 (CI's short run): preflight's rows only, nothing to install.
@@ -43,10 +44,21 @@ preflight_round() {
     for r in $(seq 0 $((n - 1))); do
         PREFLIGHT_COLL_SAME_HOST=$1 RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PREFLIGHT_TOKEN=04e4cf50d3c25dce204503d1d8ed04d4 \
             "$bin" bench --backends tcp --max-size 64MiB --iters 5 \
-            --format json >"$work/p$r.json" 2>/dev/null &
+            --format json >"$work/p$r.json" 2>"$work/p$r.err" &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" || true; done
+    # A round that failed says why: rank 0's last words, and its verdict.
+    python3 -c 'import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("rank 0 wrote no report: %s" % e, file=sys.stderr)
+    sys.exit(0)
+if not any(x["op"] == "allreduce" and x["bytes"] == 64 << 20 for b in r.get("collective", {}).get("backends", []) for x in b.get("sweep", [])):
+    print("rank 0: %s; %s" % (r.get("verdict"), "; ".join(c["id"] + ": " + c.get("message", "") for c in r.get("checks", []) if c.get("status") in ("fail", "error"))[:600]), file=sys.stderr)
+' "$work/p0.json" || true
+    [ -s "$work/p0.json" ] || tail -3 "$work/p0.err" >&2
     python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))

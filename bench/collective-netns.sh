@@ -24,7 +24,8 @@ tag=pc$$
 br=${tag}br
 net=10.231.77
 need=()
-command -v mpicc >/dev/null || need+=(openmpi-bin libopenmpi-dev)
+# mpicc is not enough: openmpi-bin without libopenmpi-dev has no mpi.h.
+printf '#include <mpi.h>\n' | mpicc -E -x c - >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
 command -v iperf3 >/dev/null || need+=(iperf3)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 $py -c 'import torch' 2>/dev/null || need+=(python3-torch)

@@ -1,4 +1,5 @@
-//! The command line: `preflight run|check|list|explain|validate|bench|slurm|report|baseline|token|completions`.
+//! The command line: the command tree and its dispatch. The commands are
+//! listed once, in [`Command`]; the docs' tables are tested against it.
 
 use clap::{Parser, Subcommand};
 
@@ -6,17 +7,10 @@ use crate::commands::{
     self, BaselineArgs, ExplainArgs, ListArgs, ReportArgs, RunArgs, SlurmArgs, Stage, ValidateArgs,
 };
 
-const AFTER_HELP: &str = "\
-Exit codes:
-  0  ready: no check failed (warnings allowed unless --strict)
-  1  not ready: a check failed (or warned, under --strict)
-  2  bad invocation or invalid checklist
-  3  incomplete: nothing failed, but a required check could not be evaluated";
-
 /// Is every node and backend ready for the distributed job? Names the node,
 /// port, interface or variable that is not, and how to fix it.
 #[derive(Debug, Parser)]
-#[command(name = "preflight", version, after_help = AFTER_HELP, max_term_width = 100)]
+#[command(name = "preflight", version, max_term_width = 100)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -88,6 +82,7 @@ pub enum Command {
 /// exactly the flags it takes.
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
+        .after_help(crate::exit::help_text())
         .mut_subcommand("check", |c| commands::hide_ignored(Stage::Checklist, c))
         .mut_subcommand("bench", |c| commands::hide_ignored(Stage::Bench, c))
 }

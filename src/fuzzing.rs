@@ -54,7 +54,7 @@ pub fn second_pass_table(data: &[u8]) {
 /// The site settings file of /etc/preflight.
 pub fn site_settings(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = crate::commands::site::parse_settings("settings.yaml", text);
+        let _ = crate::run::site::parse_settings("settings.yaml", text);
     }
 }
 
@@ -250,16 +250,16 @@ pub fn dcgm_json(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(report) = crate::facts::dcgm::parse(text) else {
+    let Ok(report) = crate::kinds::dcgm_diag::parse::parse(text) else {
         return;
     };
     let finding = crate::kinds::dcgm_diag::judge(&report, 1);
     let failed = report.results.iter().any(|r| {
         !matches!(
             r.status,
-            crate::facts::dcgm::DiagStatus::Pass
-                | crate::facts::dcgm::DiagStatus::Skip
-                | crate::facts::dcgm::DiagStatus::NotRun
+            crate::kinds::dcgm_diag::parse::DiagStatus::Pass
+                | crate::kinds::dcgm_diag::parse::DiagStatus::Skip
+                | crate::kinds::dcgm_diag::parse::DiagStatus::NotRun
         )
     });
     if failed || report.results.is_empty() {
@@ -277,7 +277,8 @@ pub fn nvidia_text(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(rest) else {
         return;
     };
-    use crate::facts::{gpu_status, kmsg, nvlink, xid};
+    use crate::facts::{gpu_status, kmsg, xid};
+    use crate::kinds::nvlink::parse as nvlink;
     match first % 5 {
         0 => {
             let _ = nvlink::parse_status("s", text);

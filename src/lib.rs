@@ -5,18 +5,22 @@
 //!
 //! 1. `cli`: the command tree and its dispatch; `fuzzing`, the fuzz
 //!    targets' entry points (the `fuzzing` feature only).
-//! 2. `commands`: one file per command, each with its arguments.
-//! 3. The stages: `engine` (the checklist), `cluster` (rendezvous,
+//! 2. `commands`: the command line, one file per command: its arguments
+//!    made into settings, and the call that does the work.
+//! 3. `run`: a run's settings as plain values, and the pipeline `run`,
+//!    `check`, `bench` and the Slurm modes take a node through.
+//! 4. The stages: `engine` (the checklist), `cluster` (rendezvous,
 //!    comparison, reachability), `collective` (real collectives per
 //!    backend), `diagnose` (a running job's ranks, and the one that holds
-//!    the others up).
-//! 4. `checklist` (loading, applicability, hints, which stage evaluates a
+//!    the others up), `webhook` (Kubernetes' admission: the gate added to
+//!    a pod).
+//! 5. `checklist` (loading, applicability, hints, which stage evaluates a
 //!    check) and `report` (rendering: human, JSON, JUnit, the cluster and
 //!    collective views).
-//! 5. `kinds`: every check kind, over facts and stage results.
-//! 6. `result`: what every layer shares: findings, check results, verdicts
+//! 6. `kinds`: every check kind, over facts and stage results.
+//! 7. `result`: what every layer shares: findings, check results, verdicts
 //!    and the stages' results.
-//! 7. Ground: `facts`, `values`, `yaml`, `exit`, `suggest`, `interrupt`
+//! 8. Ground: `facts`, `values`, `yaml`, `exit`, `suggest`, `interrupt`
 //!    (the signals that end a run), and `test_hooks` (fault switches, in
 //!    test builds only).
 
@@ -27,7 +31,6 @@
 // Hardware probes read sysfs and load NVML through safe wrappers only;
 // `unsafe` lives in the -sys crates (Cargo.toml's lints refuse it here).
 
-mod admission;
 mod checklist;
 pub mod cli;
 mod cluster;
@@ -44,6 +47,7 @@ mod interrupt;
 mod kinds;
 mod report;
 mod result;
+mod run;
 /// The JSON report's own types, as `--format json` writes them and
 /// `preflight report` reads them back (and the merged report and
 /// `diagnose`'s output), for programs that read reports (the integration
@@ -60,6 +64,7 @@ mod suggest;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
 mod values;
+mod webhook;
 mod yaml;
 
 /// The rank simulator's entry point (`preflight-rank-sim`, a test and

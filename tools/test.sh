@@ -5,7 +5,7 @@
 # already is kept), builds the binary to ship (tools/release.sh, which
 # tests/plain/release.rs checks), runs every bench script in a short mode
 # beside the tests' build, then every test of `cargo test --workspace`
-# with clippy over the declared lints and every fuzz target (built, then
+# with rustfmt's check first, clippy over the declared lints and every fuzz target (built, then
 # run for PREFLIGHT_FUZZ_SECONDS, default 10, each) beside the tests. This
 # is the README's one test command and what CI runs (.ci/run reads it
 # from the README).
@@ -127,6 +127,9 @@ the_rest() {
 # .ci/install is sourced, not run: it exports where the libraries and
 # virtual environments are, and finds cargo.
 phase install . .ci/install
+# The layout rustfmt gives is the house's: checked first, as it takes a
+# second and a change that fails it fails the rest of review.
+phase format cargo fmt --all --check
 phase release tools/release.sh
 # The benches need only dist/preflight (bench/slurm.sh also the tests'
 # build, which cargo makes it wait for) and no test runs yet, so they run

@@ -5,7 +5,7 @@
 //! One concept per module: `identity` (who am I), `hostlist` (Slurm
 //! nodelists), `protocol` (frames), `auth` (job token), `serving` (where
 //! rank 0 listens, and why it cannot), `server` (rank 0's rendezvous:
-//! admission, each connection, the barrier's events, and the one report
+//! connections pending proof, each connection, the barrier's events, and the one report
 //! it assembles, `server::verdict`), `client` (a rank's side of it),
 //! `checkin` (what a rank reports), `barrier` (who is missing),
 //! `reachability` (probe matrix), `store` (key-value store for the

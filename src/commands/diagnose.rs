@@ -38,7 +38,7 @@ pub struct DiagnoseArgs {
     /// goes on.
     #[arg(long)]
     pub ask_dumps: bool,
-    #[arg(long, value_parser = Format::parser(format::DIAGNOSE), default_value = "human")]
+    #[arg(long, value_parser = format::parser(format::DIAGNOSE), default_value = "human")]
     pub format: Format,
     /// Write to FILE (atomically) instead of stdout.
     #[arg(long, value_name = "FILE")]
@@ -109,7 +109,7 @@ fn slurm_nodes(args: &DiagnoseArgs) -> Result<(Vec<String>, String), Failure> {
             )
         })?;
     let env = |k: &str| std::env::var(k).ok();
-    let slurm = super::slurm::scontrol::Slurm::find(None, &env)
+    let slurm = crate::run::slurm::scontrol::Slurm::find(None, &env)
         .map_err(|e| Failure::Usage(format!("--slurm: {e}")))?;
     let state = slurm
         .job(&job)

@@ -7,12 +7,13 @@ use super::ChecklistArgs;
 
 use std::fmt::Write;
 
-use super::{Failure, all_checks, built_in_results, facts, not_here};
+use super::Failure;
 use crate::checklist::Check;
 use crate::exit::ExitCode;
 use crate::kinds::{self, KindInfo};
 use crate::report::output::write_stdout;
 use crate::result::built_in::BuiltIn;
+use crate::run::selection::{all_checks, built_in_results, facts, not_here};
 use crate::values::format_duration;
 
 #[derive(Debug, Args)]
@@ -24,10 +25,11 @@ pub struct ExplainArgs {
 }
 
 pub fn explain(args: &ExplainArgs) -> Result<ExitCode, Failure> {
-    let checks = all_checks(&args.checklist)?;
+    let checklist = args.checklist.settings();
+    let checks = all_checks(&checklist)?;
     let built = built_in_results();
     let text = if let Some(check) = checks.iter().find(|c| c.id == args.id) {
-        let here = facts(&args.checklist, None)?.pipe(|f| not_here(check, &args.checklist, &f));
+        let here = facts(&checklist, None)?.pipe(|f| not_here(check, &checklist, &f));
         explain_check(check, here)
     } else if let Some(b) = built.iter().find(|b| b.id == args.id) {
         explain_built_in(b)

@@ -10,11 +10,12 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use super::{Failure, all_checks, built_in_results, facts, not_here, select_all};
+use super::Failure;
 use crate::exit::ExitCode;
 use crate::report::output::write_stdout;
 use crate::report::style::Style;
 use crate::result::Severity;
+use crate::run::selection::{all_checks, built_in_results, facts, not_here, select_all};
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
@@ -23,7 +24,7 @@ pub struct ListArgs {
     /// Colour: auto, always, never.
     #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
     pub color: ColorChoice,
-    #[arg(long, value_parser = Format::parser(format::LIST), default_value = "human")]
+    #[arg(long, value_parser = format::parser(format::LIST), default_value = "human")]
     pub format: Format,
 }
 
@@ -51,12 +52,13 @@ struct Counts {
 }
 
 pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
-    let checks = select_all(all_checks(&args.checklist)?, &args.checklist)?;
-    let facts = facts(&args.checklist, None)?;
+    let checklist = args.checklist.settings();
+    let checks = select_all(all_checks(&checklist)?, &checklist)?;
+    let facts = facts(&checklist, None)?;
     let mut entries: Vec<Entry> = checks
         .iter()
         .map(|c| {
-            let reason = not_here(c, &args.checklist, &facts);
+            let reason = not_here(c, &checklist, &facts);
             Entry {
                 id: &c.id,
                 kind: c.kind.name,
@@ -78,7 +80,7 @@ pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
         opt_in: checks
             .iter()
             .filter(node)
-            .filter(|c| c.opt_in && !args.checklist.named(c))
+            .filter(|c| c.opt_in && !checklist.named(c))
             .count(),
         applying: entries.iter().filter(|e| e.applies).count(),
         across_nodes: checks.iter().filter(|c| !node(c)).count(),
@@ -87,7 +89,7 @@ pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
     // The results the stages print themselves, unless a selection leaves
     // them out (they have no tags but their area).
     let built = built_in_results();
-    let selecting = !args.checklist.only.is_empty() || !args.checklist.skip.is_empty();
+    let selecting = !checklist.only.is_empty() || !checklist.skip.is_empty();
     if !selecting {
         for b in &built {
             entries.push(Entry {

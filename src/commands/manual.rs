@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::Failure;
-use crate::exit::ExitCode;
+use crate::exit::{ExitCode, MEANINGS};
 use crate::kinds::KINDS;
 use crate::report::output::write_stdout;
 
@@ -233,7 +233,7 @@ fn command_pages(
         .unwrap_or(command.get_name())
         .to_string();
     if let Some(codes) = exit_status(&name) {
-        page.push_str(codes);
+        page.push_str(&codes);
     }
     let mut also = vec!["\\fBpreflight\\-checklist\\fR(5)".to_string()];
     if name != "preflight" {
@@ -246,13 +246,29 @@ fn command_pages(
     Ok(())
 }
 
-/// The EXIT STATUS section of the commands whose code is a verdict.
-fn exit_status(page: &str) -> Option<&'static str> {
-    const VERDICT: &str = ".SH EXIT STATUS\n.TP\n\\fB0\\fR\nReady: no check failed (warnings allowed unless \\-\\-strict).\n.TP\n\\fB1\\fR\nNot ready: a check failed (or warned, under \\-\\-strict).\n.TP\n\\fB2\\fR\nBad invocation, or an invalid checklist or setting; the error names the file, line and column.\n.TP\n\\fB3\\fR\nIncomplete: nothing failed, but a required check could not be evaluated.\n";
+/// The EXIT STATUS section of the commands whose code is a verdict
+/// (from the one table, `crate::exit::MEANINGS`), or the Slurm modes'.
+fn exit_status(page: &str) -> Option<String> {
     const SLURM: &str = ".SH EXIT STATUS\n.TP\n\\fB0\\fR\nThe node is ready, or was left as it is.\n.TP\n\\fB1\\fR\nThe node was drained (the prolog: the job does not start here).\n.TP\n\\fB2\\fR\nBad settings, or a Slurm call that failed: a drain that did not happen never looks like one that did.\n.TP\n\\fB3\\fR\nThe health check: incomplete, with incomplete: ignore.\n";
     match page {
-        "preflight" | "preflight-run" | "preflight-check" | "preflight-bench" => Some(VERDICT),
-        p if p.starts_with("preflight-slurm-") => Some(SLURM),
+        "preflight" | "preflight-run" | "preflight-check" | "preflight-bench" => {
+            let mut section = String::from(".SH EXIT STATUS\n");
+            for m in MEANINGS {
+                let verdict = if m.verdict.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}: ", m.verdict)
+                };
+                let _ = write!(
+                    section,
+                    ".TP\n\\fB{}\\fR\n{}\n",
+                    roff(m.code),
+                    roff(&format!("{verdict}{}", m.plain()))
+                );
+            }
+            Some(section)
+        }
+        p if p.starts_with("preflight-slurm-") => Some(SLURM.to_string()),
         _ => None,
     }
 }

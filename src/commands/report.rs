@@ -20,7 +20,7 @@ pub struct ReportArgs {
     /// mode), or directories of them (every *.json in it).
     #[arg(value_name = "FILE|DIR", required = true)]
     pub inputs: Vec<PathBuf>,
-    #[arg(long, value_parser = Format::parser(format::REPORT), default_value = "markdown")]
+    #[arg(long, value_parser = format::parser(format::REPORT), default_value = "markdown")]
     pub format: Format,
     /// Write to FILE (atomically) instead of stdout.
     #[arg(long, value_name = "FILE")]

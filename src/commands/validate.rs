@@ -8,12 +8,14 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::site::{OnSquat, Settings};
-use super::{ChecklistArgs, Failure, all_checks, expand_paths, load_added, select};
+use super::Failure;
 use crate::checklist::{ChecklistError, ChecklistErrors};
 use crate::exit::ExitCode;
 use crate::kinds::ports::PortRange;
 use crate::report::output::write_stdout;
+use crate::run::selection::{all_checks, expand_paths, load_added, select};
+use crate::run::settings::ChecklistSettings;
+use crate::run::site::{OnSquat, Settings};
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -123,7 +125,7 @@ fn site(dir: &Path, quiet: bool) -> Result<ExitCode, Failure> {
     } else {
         Vec::new()
     };
-    let shipped = ChecklistArgs::shipped_with(files.clone());
+    let shipped = ChecklistSettings::shipped_with(files.clone());
     match all_checks(&shipped) {
         Ok(_) => {
             for (name, mode) in [
@@ -131,7 +133,7 @@ fn site(dir: &Path, quiet: bool) -> Result<ExitCode, Failure> {
                 ("prolog", &settings.prolog),
                 ("epilog", &settings.epilog),
             ] {
-                let selection = ChecklistArgs {
+                let selection = ChecklistSettings {
                     only: mode.only.clone(),
                     skip: mode.skip.clone(),
                     with: mode.with.clone(),

@@ -1,5 +1,5 @@
 //! `preflight webhook`: the mutating admission webhook that gates pods
-//! labelled `preflight.dev/gate` (see `crate::admission`).
+//! labelled `preflight.dev/gate` (see `crate::webhook`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -53,7 +53,7 @@ fn podgroups(
     args: &WebhookArgs,
 ) -> Result<
     (
-        Option<std::sync::Arc<crate::admission::podgroup::ApiServer>>,
+        Option<std::sync::Arc<crate::webhook::podgroup::ApiServer>>,
         String,
     ),
     Failure,
@@ -81,7 +81,7 @@ fn podgroups(
             "--api-server {url}: the API server is reached over https://"
         )));
     }
-    match crate::admission::podgroup::ApiServer::new(&url, &args.api_ca, &args.api_token) {
+    match crate::webhook::podgroup::ApiServer::new(&url, &args.api_ca, &args.api_token) {
         Ok(api) => Ok((
             Some(std::sync::Arc::new(api)),
             format!("PodGroups read from {url}"),
@@ -98,8 +98,7 @@ fn parse_span(text: &str) -> Result<crate::values::Span, String> {
 /// Serves until SIGTERM; exit 2 when it cannot start (the files, the
 /// address).
 pub fn webhook(args: &WebhookArgs) -> Result<ExitCode, Failure> {
-    let tls =
-        crate::admission::serve::tls(&args.tls_cert, &args.tls_key).map_err(Failure::Usage)?;
+    let tls = crate::webhook::serve::tls(&args.tls_cert, &args.tls_key).map_err(Failure::Usage)?;
     let listener = std::net::TcpListener::bind(args.listen)
         .map_err(|e| Failure::Usage(format!("--listen {}: {e}", args.listen)))?;
     let at = listener.local_addr().unwrap_or(args.listen);
@@ -108,11 +107,11 @@ pub fn webhook(args: &WebhookArgs) -> Result<ExitCode, Failure> {
         "preflight webhook: serving https://{at}/mutate (image {}; {said})",
         args.image
     );
-    let cfg = crate::admission::Config {
+    let cfg = crate::webhook::Config {
         image: args.image.clone(),
-        gang_timeout: format!("{}s", args.gang_timeout.0.as_secs().max(1)),
+        gang_timeout: args.gang_timeout.0,
         podgroups: api,
     };
-    crate::admission::serve::serve(listener, tls, cfg).map_err(Failure::Usage)?;
+    crate::webhook::serve::serve(listener, tls, cfg).map_err(Failure::Usage)?;
     Ok(ExitCode::Ready)
 }

@@ -2,17 +2,14 @@
 //! run and only when a check asks for them.
 
 pub mod accel;
-pub mod amd_smi;
 pub mod amdgpu;
 mod backend;
 pub mod cgroup;
 pub mod cuda;
-pub mod dcgm;
 pub mod fingerprint;
 pub mod flight_recorder;
 pub mod gpu_status;
 pub mod guarded_file;
-pub mod hl_smi;
 pub mod http;
 pub mod infiniband;
 mod interfaces;
@@ -22,7 +19,6 @@ pub mod limits;
 pub mod meminfo;
 pub mod nccl_ras;
 pub mod nvidia;
-pub mod nvlink;
 pub mod nvml;
 pub mod pci;
 pub mod pod;
@@ -40,7 +36,6 @@ pub mod tcp_store;
 pub mod torch_install;
 pub mod visible;
 pub mod xid;
-pub mod xpu_smi;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -27,7 +27,7 @@ mod interface;
 mod kernel_param;
 mod launch_env;
 mod memory;
-mod nvlink;
+pub mod nvlink;
 mod pcie_link;
 pub mod ping;
 mod port;

@@ -8,6 +8,7 @@ mod chart;
 pub mod cluster;
 pub mod collective;
 pub mod diagnosis;
+pub mod format;
 mod html;
 pub mod human;
 mod json;

@@ -7,12 +7,13 @@
 //! Floors, from the top (see src/lib.rs):
 //!   0 lib.rs, main.rs
 //!   1 cli, fuzzing (the fuzz targets' entry points, feature `fuzzing`)
-//!   2 commands
-//!   3 engine, cluster, collective, diagnose (the stages)
-//!   4 checklist, report
-//!   5 kinds
-//!   6 result
-//!   7 facts, values, yaml, exit, suggest, interrupt, test_hooks (ground)
+//!   2 commands (the command line)
+//!   3 run (a run's settings and the pipeline through the stages)
+//!   4 engine, cluster, collective, diagnose, webhook (the stages)
+//!   5 checklist, report
+//!   6 kinds
+//!   7 result
+//!   8 facts, values, yaml, exit, suggest, interrupt, test_hooks (ground)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -26,22 +27,23 @@ const FLOORS: &[(&str, u8)] = &[
     ("cli", 1),
     ("fuzzing", 1),
     ("commands", 2),
-    ("engine", 3),
-    ("cluster", 3),
-    ("collective", 3),
-    ("diagnose", 3),
-    ("admission", 3),
-    ("checklist", 4),
-    ("report", 4),
-    ("kinds", 5),
-    ("result", 6),
-    ("facts", 7),
-    ("values", 7),
-    ("yaml", 7),
-    ("exit", 7),
-    ("suggest", 7),
-    ("interrupt", 7),
-    ("test_hooks", 7),
+    ("run", 3),
+    ("engine", 4),
+    ("cluster", 4),
+    ("collective", 4),
+    ("diagnose", 4),
+    ("webhook", 4),
+    ("checklist", 5),
+    ("report", 5),
+    ("kinds", 6),
+    ("result", 7),
+    ("facts", 8),
+    ("values", 8),
+    ("yaml", 8),
+    ("exit", 8),
+    ("suggest", 8),
+    ("interrupt", 8),
+    ("test_hooks", 8),
 ];
 
 /// The ground: plain values that any of them may use.
@@ -72,7 +74,7 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("cluster", "report"),
     ("collective", "report"),
     ("diagnose", "report"),
-    ("admission", "report"),
+    ("webhook", "report"),
 ];
 
 /// Where clap's types may appear.

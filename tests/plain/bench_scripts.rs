@@ -59,3 +59,34 @@ fn every_script_the_results_name_exists() {
     }
     assert!(named > 10, "{named}");
 }
+
+/// A script that compiles against MPI installs the header as well as the
+/// compiler: Debian's openmpi-bin brings mpicc but not mpi.h, which
+/// libopenmpi-dev does, so the check is a compile of the header, not a
+/// look for the command.
+#[test]
+fn a_script_that_compiles_installs_what_it_compiles_with() {
+    let _shared = crate::common::shared();
+    let mut compiling = 0;
+    for entry in std::fs::read_dir(repo().join("bench")).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        if !name.ends_with(".sh") || !text.contains("mpicc -O") {
+            continue;
+        }
+        compiling += 1;
+        let probe = text
+            .lines()
+            .find(|l| l.contains("#include <mpi.h>"))
+            .unwrap_or_else(|| panic!("bench/{name} compiles with mpicc but never asks for mpi.h"));
+        assert!(
+            probe.contains("mpicc -E") && probe.contains("libopenmpi-dev"),
+            "bench/{name}: {probe}"
+        );
+        assert!(
+            !text.contains("command -v mpicc"),
+            "bench/{name}: mpicc on the PATH does not mean mpi.h is there"
+        );
+    }
+    assert!(compiling >= 2, "{compiling}");
+}

@@ -12,19 +12,19 @@
 //! right after.
 //!
 //! `serve` is the order of things; each part is its own module:
-//! admission (before a connection proves the secret), connection (one
+//! pending (connections before they prove the secret), connection (one
 //! connection's requests), owners (who writes which store keys), events
 //! (what the barrier gathers), probes (the reachability round), verdict
 //! (the report assembled), fanout (the verdict sent), closing (late
 //! arrivals told), reply (the one refusal and reply deadline).
 
-mod admission;
 mod closing;
 mod connection;
 mod events;
 mod fanout;
 mod listen;
 mod owners;
+mod pending;
 mod probes;
 mod reply;
 #[cfg(test)]
@@ -178,7 +178,7 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         .unwrap_or(0)
         .max(cfg.placement.local_world_size);
     let limits =
-        admission::pending_limits(crate::facts::limits::open_files(), cfg.world_size, per_node);
+        pending::pending_limits(crate::facts::limits::open_files(), cfg.world_size, per_node);
     let shared = Arc::new(Shared {
         owners: owners::Owners::default(),
         open: std::sync::atomic::AtomicUsize::new(0),
@@ -187,7 +187,7 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         per_conn: (per_node as usize).max(1),
         serving: (cfg.serving_rank, cfg.facts.hostname().to_string()),
     });
-    let accept = tokio::spawn(admission::accept_loop(
+    let accept = tokio::spawn(pending::accept_loop(
         listener,
         connection::Serving {
             token: cfg.token.clone(),

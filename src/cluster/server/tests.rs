@@ -1,4 +1,4 @@
-use super::admission::pending_limits;
+use super::pending::pending_limits;
 use super::*;
 use crate::cluster::client::{ClientConfig, await_verdict, connect};
 use crate::cluster::protocol::{self, FrameError, Msg};

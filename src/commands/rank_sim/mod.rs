@@ -38,6 +38,8 @@ use crate::cluster::leader;
 use crate::cluster::protocol::{self, Msg};
 use crate::cluster::reachability;
 use crate::facts::Facts;
+use crate::run::selection::{all_checks, select};
+use crate::run::settings::ChecklistSettings;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -461,10 +463,15 @@ const PROBING: usize = 256;
 
 /// What rank 0 runs: the shipped cluster checks (the comparisons, the
 /// reachability matrix, the barrier), no node checklist, no collectives.
+/// The checks rank 0 runs: the cluster kinds alone, which the simulated
+/// ranks' check-ins feed.
+const RANK0_ONLY: &str = "cluster";
+
+/// Rank 0's command line (a real `preflight run`, started below).
 const RANK0_ARGS: &[&str] = &[
     "run",
     "--only",
-    "cluster",
+    RANK0_ONLY,
     "--collective",
     "off",
     "--format",
@@ -474,17 +481,11 @@ const RANK0_ARGS: &[&str] = &[
 /// The hash of rank 0's checklist, made the way rank 0 makes it: every
 /// simulated rank sends it, and a node with another checklist is named.
 fn checklist_hash(root: &std::path::Path) -> Result<String, String> {
-    #[derive(Parser)]
-    struct Selection {
-        #[command(flatten)]
-        checklist: super::ChecklistArgs,
-    }
-    let mut argv: Vec<std::ffi::OsString> = vec!["rank0".into()];
-    argv.extend(RANK0_ARGS[1..3].iter().map(Into::into));
-    argv.extend(["--root".into(), root.as_os_str().to_owned()]);
-    let sel = Selection::try_parse_from(argv).map_err(|e| e.to_string())?;
-    let checks = super::all_checks(&sel.checklist)
-        .and_then(|c| super::select(c, &sel.checklist))
+    let mut checklist = ChecklistSettings::shipped_with(Vec::new());
+    checklist.only = vec![RANK0_ONLY.to_string()];
+    checklist.root = root.to_path_buf();
+    let checks = all_checks(&checklist)
+        .and_then(|c| select(c, &checklist))
         .map_err(|e| e.to_string())?;
     Ok(crate::checklist::checklist_hash(&checks))
 }

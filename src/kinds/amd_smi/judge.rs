@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::AmdSmi;
+use super::parse::{self, Gpu, LinkState, XgmiGpu, number};
 use crate::facts::Facts;
 use crate::facts::Vendor;
-use crate::facts::amd_smi::{self, Gpu, LinkState, XgmiGpu, number};
 use crate::kinds::problems_finding;
 use crate::result::Finding;
 
@@ -296,7 +296,7 @@ pub(super) fn xgmi_errors(gpus: &[Gpu], names: &Names) -> Vec<(String, String)> 
 /// rocm-smi's XGMI view: the error count of each card, and any pair of
 /// GPUs not on XGMI where most pairs are; a node whose GPUs share no
 /// XGMI at all has none to judge.
-pub(super) fn judge_rocm_smi(r: &amd_smi::RocmSmi, names: &Names, source: &str) -> Finding {
+pub(super) fn judge_rocm_smi(r: &parse::RocmSmi, names: &Names, source: &str) -> Finding {
     let mut j = Judged::default();
     for (card, count) in &r.xgmi_errors {
         j.read.insert(*card);

@@ -19,9 +19,10 @@ use judge::{
 
 use super::tool_output::{Output, Tool};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::facts::amd_smi::{self, Gpu};
+pub mod parse;
 use crate::facts::{Facts, Vendor};
 use crate::result::Finding;
+use parse::Gpu;
 
 pub const KIND: KindInfo = KindInfo {
     name: "amd_smi",
@@ -198,7 +199,7 @@ impl AmdSmi {
             .output(recorded, facts)
             .await
             .text()?;
-        amd_smi::parse_gpus(&source, &text).map_err(Finding::error)
+        parse::parse_gpus(&source, &text).map_err(Finding::error)
     }
 
     fn recorded(&self) -> bool {
@@ -224,7 +225,7 @@ impl AmdSmi {
             package: "ROCm: rocm-smi-lib",
         };
         let (t, source) = tool.output(recorded, facts).await.text()?;
-        let r = amd_smi::parse_rocm_smi(&source, &t).map_err(Finding::error)?;
+        let r = parse::parse_rocm_smi(&source, &t).map_err(Finding::error)?;
         Ok(judge_rocm_smi(&r, names, &source))
     }
 
@@ -247,7 +248,7 @@ impl AmdSmi {
                 Output::Error(_) if live && n == 1 => break,
                 other => other.text()?,
             };
-            match amd_smi::parse_xgmi(&source, &t) {
+            match parse::parse_xgmi(&source, &t) {
                 Ok(Some(x)) => {
                     read = Some((x, source));
                     break;
@@ -401,7 +402,7 @@ pub fn judge_for_fuzzing(which: u8, text: &str) {
     };
     match which % 3 {
         0 => {
-            let Ok(gpus) = amd_smi::parse_gpus("f", text) else {
+            let Ok(gpus) = parse::parse_gpus("f", text) else {
                 return;
             };
             let ecc = judge_ecc(&check(Subject::Ecc), &gpus, &names);
@@ -419,21 +420,19 @@ pub fn judge_for_fuzzing(which: u8, text: &str) {
             let _ = judge_reset(&gpus, &gpus, &names);
         }
         1 => {
-            let Ok(Some(xgmi)) = amd_smi::parse_xgmi("f", text) else {
+            let Ok(Some(xgmi)) = parse::parse_xgmi("f", text) else {
                 return;
             };
             let f = judge_xgmi(&check(Subject::Xgmi), &xgmi, &[], &names, "f", None);
             if xgmi.iter().any(|g| {
-                g.links.iter().any(|(_, s)| *s == amd_smi::LinkState::Down)
-                    || g.links
-                        .iter()
-                        .all(|(_, s)| *s == amd_smi::LinkState::Unknown)
+                g.links.iter().any(|(_, s)| *s == parse::LinkState::Down)
+                    || g.links.iter().all(|(_, s)| *s == parse::LinkState::Unknown)
             }) {
                 assert_ne!(f.status, Status::Pass, "{xgmi:?}");
             }
         }
         _ => {
-            if let Ok(r) = amd_smi::parse_rocm_smi("f", text) {
+            if let Ok(r) = parse::parse_rocm_smi("f", text) {
                 let _ = judge_rocm_smi(&r, &names, "f");
             }
         }

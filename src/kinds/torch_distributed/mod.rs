@@ -25,10 +25,10 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-mod diagnosis;
+mod failure_text;
 mod output;
 
-use diagnosis::{Context, diagnose, first_line};
+use failure_text::{Context, explain, first_line};
 use output::Report;
 
 use super::command::{excerpt, read_capped};
@@ -464,7 +464,7 @@ impl TorchDistributed {
                 None,
             );
         };
-        let mut d = diagnose(kind, text, ctx);
+        let mut d = explain(kind, text, ctx);
         if step == "import" {
             d.advice = format!(
                 "torch is installed for {python_shown} but does not import: a missing shared library (LD_LIBRARY_PATH, the CUDA/oneAPI runtime the wheel expects) or a broken install. Run `{python} -c 'import torch'` in the job's environment and reinstall torch if needed."

@@ -97,7 +97,7 @@ fn an_import_up_a_floor_is_named_with_its_file_and_line() {
     );
     assert!(
         v[0].message
-            .contains("kinds (floor 5) imports engine (floor 3)"),
+            .contains("kinds (floor 6) imports engine (floor 4)"),
         "{}",
         v[0]
     );
@@ -143,7 +143,7 @@ fn the_ground_imports_nothing_above_it() {
         v.iter().any(|v| v.file == "src/values.rs"
             && v.line == 1
             && v.message
-                .contains("values (floor 7) imports result (floor 6)")),
+                .contains("values (floor 8) imports result (floor 7)")),
         "{v:#?}"
     );
 }

@@ -283,3 +283,82 @@ fn every_test_takes_the_binarys_lock_once() {
     assert!(seen > 400, "{seen} tests found");
     assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
 }
+
+/// docs/design.md draws `src/` as it is: a line for every top-level module
+/// with the floor this checker holds it to, and in each folder's line the
+/// name of every module in it, so that the map a new engineer reads first
+/// cannot leave out a room.
+#[test]
+fn the_design_notes_draw_the_current_layout() {
+    let _shared = crate::common::shared();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let design = std::fs::read_to_string(root.join("docs/design.md")).unwrap();
+    let layout = design
+        .split("\n## Layout\n")
+        .nth(1)
+        .and_then(|s| s.split("```text\n").nth(1))
+        .and_then(|s| s.split("\n```").next())
+        .expect("docs/design.md: a ```text block under ## Layout");
+    // `3 src/cluster/  what it is`: the floor, the path, the description.
+    let mut drawn: BTreeMap<String, (Option<u8>, String)> = BTreeMap::new();
+    for line in layout.lines() {
+        let (floor, rest) = match line.split_once(' ') {
+            Some((f, rest)) if f.parse::<u8>().is_ok() => (f.parse().ok(), rest),
+            _ => (None, line),
+        };
+        if let Some(path) = rest.strip_prefix("src/") {
+            let (path, what) = path.split_once(' ').unwrap_or((path, ""));
+            drawn.insert(path.to_string(), (floor, what.trim().to_string()));
+        }
+    }
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root.join("src")).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_dir = entry.path().is_dir();
+        let (module, key) = if is_dir {
+            (name.clone(), format!("{name}/"))
+        } else if let Some(stem) = name.strip_suffix(".rs") {
+            (stem.to_string(), name.clone())
+        } else {
+            continue;
+        };
+        let Some((floor, what)) = drawn.get(&key) else {
+            missing.push(format!("src/{key} has no line"));
+            continue;
+        };
+        if let Some(&(_, want)) = FLOORS.iter().find(|(m, _)| *m == module)
+            && *floor != Some(want)
+        {
+            missing.push(format!(
+                "src/{key} is drawn on floor {floor:?}, held on {want}"
+            ));
+        }
+        if !is_dir {
+            continue;
+        }
+        for child in std::fs::read_dir(entry.path()).unwrap().flatten() {
+            let child = child.file_name().to_string_lossy().into_owned();
+            let stem = child.strip_suffix(".rs").unwrap_or(&child);
+            if stem == "mod" || child.contains('.') && !child.ends_with(".rs") {
+                continue;
+            }
+            let named = what
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .any(|w| w == stem);
+            if !named {
+                missing.push(format!("src/{key}'s line does not name {stem}"));
+            }
+        }
+    }
+    for path in drawn.keys() {
+        let there = root.join("src").join(path.trim_end_matches('/'));
+        if !there.exists() {
+            missing.push(format!("src/{path} is drawn but not there"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/design.md's layout:\n{}",
+        missing.join("\n")
+    );
+}

@@ -1,7 +1,7 @@
 //! `dcgm_diag`: NVIDIA DCGM's diagnostic (`dcgmi diag -r LEVEL -j`), each
 //! failing test on each GPU reported on its own with what DCGM's error
 //! severity asks for. The document is read by its structure (see
-//! `facts::dcgm`), whatever DCGM's version; an unknown status word, a
+//! `parse`), whatever DCGM's version; an unknown status word, a
 //! document with no results, or one cut short is never a pass.
 
 use std::path::PathBuf;
@@ -12,9 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use super::command::{RunError, excerpt, run_program};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::facts::dcgm::{self, DiagReport, DiagResult, DiagStatus, Severity};
+pub mod parse;
 use crate::facts::{Facts, GpuReport};
 use crate::result::Finding;
+use parse::{DiagReport, DiagResult, DiagStatus, Severity};
 
 pub const KIND: KindInfo = KindInfo {
     name: "dcgm_diag",
@@ -315,9 +316,9 @@ impl DcgmDiag {
             let path = path.clone();
             let read = tokio::task::spawn_blocking(move || {
                 let shown = path.display().to_string();
-                let text = crate::facts::read_bounded(&path, dcgm::MAX_DOCUMENT as u64)
+                let text = crate::facts::read_bounded(&path, parse::MAX_DOCUMENT as u64)
                     .map_err(|e| format!("cannot read {shown}: {e}"))?;
-                dcgm::parse(&text).map_err(|e| format!("{shown}: {e}"))
+                parse::parse(&text).map_err(|e| format!("{shown}: {e}"))
             })
             .await
             .unwrap_or_else(|e| Err(format!("reading the recording crashed: {e}")));
@@ -341,7 +342,7 @@ impl DcgmDiag {
         if installed && let Some(why) = too_short(facts.time_left(REPORT_MARGIN), self.level) {
             return Output::Short(why);
         }
-        let ran = match run_program(&argv, dcgm::MAX_DOCUMENT).await {
+        let ran = match run_program(&argv, parse::MAX_DOCUMENT).await {
             Ok(ran) => ran,
             Err(RunError::NotFound) => {
                 return Output::Skip(format!(
@@ -351,7 +352,7 @@ impl DcgmDiag {
             }
             Err(RunError::Failed(e)) => return Output::Error(e),
         };
-        match dcgm::parse(&ran.stdout) {
+        match parse::parse(&ran.stdout) {
             // dcgmi exits non-zero with a valid document when a test
             // fails (226, 205): the document decides.
             Ok(r) => Output::Read(r),
@@ -489,7 +490,7 @@ mod tests {
         let doc = r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Deployment","tests":[{"name":"software","results":[
             {"entity_group":"GPU","entity_id":0,"status":"Fail","warnings":[
               {"error_severity":2,"warning":"row remap failed"},{"error_severity":5,"warning":"persistence off"}]}]}]}]}}"#;
-        let f = judge(&dcgm::parse(doc).unwrap(), 1);
+        let f = judge(&parse::parse(doc).unwrap(), 1);
         let parts = &f.extra.as_ref().unwrap().parts;
         assert_eq!(parts[0].1.status, Status::Fail);
         assert!(
@@ -500,24 +501,30 @@ mod tests {
         let skipped = r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Hardware","tests":[{"name":"memory","results":[
             {"entity_id":0,"status":"Skip"}]}]}]}}"#;
         assert_eq!(
-            judge(&dcgm::parse(skipped).unwrap(), 1).status,
+            judge(&parse::parse(skipped).unwrap(), 1).status,
             Status::Skip
         );
         // A document cut short and followed by dcgmi's words is an error,
         // never an inner object read as the whole.
         let cut = "{\n \"DCGM Diagnostic\" : {\n  \"test_categories\" : [ {\n   \"category\" : \"Deployment\", \"tests\" : [ { \"name\" : \"software\", \"results\" : [ { \"entity_id\" : 0, \"status\" : \"Pass\" } ] } ] },\n   { \"category\" : \"Hard\nError: dcgmi was terminated\n";
         assert!(
-            dcgm::parse(cut)
+            parse::parse(cut)
                 .unwrap_err()
                 .contains("cut short or invalid")
         );
         // A statusless result naming another GPU is not merged away.
         let merged = r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Hardware","tests":[{"name":"memory","results":[
             {"entity_id":0,"status":"Pass"},{"entity_id":1,"warnings":[{"warning":"bad","error_severity":2}]}]}]}]}}"#;
-        assert_ne!(judge(&dcgm::parse(merged).unwrap(), 1).status, Status::Pass);
+        assert_ne!(
+            judge(&parse::parse(merged).unwrap(), 1).status,
+            Status::Pass
+        );
         // A test with no result and no summary is not a pass either.
         let silent = r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Hardware","tests":[{"name":"memory"}]}]}}"#;
-        assert_ne!(judge(&dcgm::parse(silent).unwrap(), 1).status, Status::Pass);
+        assert_ne!(
+            judge(&parse::parse(silent).unwrap(), 1).status,
+            Status::Pass
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::emit::{SPEAKER, emit_cluster_only};
-use super::{Failure, RunArgs};
+use super::{Failure, RunSettings};
 use crate::checklist::Check;
 use crate::cluster::auth::Token;
 use crate::cluster::identity::{CHILD_MARKER, MAX_WORLD, NodePlan};
@@ -25,7 +25,7 @@ const GRACE: Duration = Duration::from_secs(6);
 
 pub fn agent(
     plan: NodePlan,
-    args: &RunArgs,
+    args: &RunSettings,
     facts: Arc<Facts>,
     cluster_checks: Vec<Arc<Check>>,
     started: Instant,

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use super::pci::normalize_bus_id;
+use crate::facts::pci::normalize_bus_id;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Link {
@@ -201,7 +201,7 @@ pub fn from_nvml() -> Result<Vec<GpuLinks>, String> {
     /// NVML_NVLINK_MAX_LINKS in nvml.h (18 up to Blackwell; 36 in the
     /// newest header). Past the GPU's last link NVML says InvalidArg.
     const MAX_LINKS: u32 = 36;
-    super::nvml::each_gpu(&super::nvml::open()?, |index, bus, device| {
+    crate::facts::nvml::each_gpu(&crate::facts::nvml::open()?, |index, bus, device| {
         let mut gpu = GpuLinks {
             index,
             bus: Some(bus),

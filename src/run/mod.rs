@@ -1,20 +1,24 @@
-//! `preflight run`, `check` and `bench`: the checklist stage, then (for
-//! `run` and `bench`) the cluster and collective stages, and the report.
-//! `check` never leaves this node.
+//! A run: `preflight run`, `check` and `bench` from their settings: the
+//! checklist stage, then (for `run` and `bench`) the cluster and
+//! collective stages, and the report. `check` never leaves this node.
+//! The command line, the Slurm modes and the rank simulator each build
+//! the settings (`settings`) and call `run` or `execute`.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-pub mod args;
+pub mod emit;
+mod failure;
+mod node;
+pub mod post;
+pub mod selection;
+pub mod settings;
+pub mod site;
+pub mod slurm;
+mod waiting;
 
-pub use args::{CollectiveMode, Format, RunArgs, Stage};
-
-pub use super::emit::Outcome;
-use super::emit::emit;
-use super::waiting::Watch;
-use super::{Failure, all_checks, facts, select};
 use crate::checklist::{self, Check, Evaluator};
 use crate::cluster::auth::Token;
 use crate::cluster::identity::{self, Identity, NodePlan};
@@ -27,12 +31,19 @@ use crate::engine::{self, Progress};
 use crate::exit::ExitCode;
 use crate::facts::Facts;
 use crate::report;
+use crate::report::format::Format;
 use crate::result::cluster::ClusterReport;
 use crate::result::report::Interrupted;
 use crate::result::{CheckResult, Verdict};
+pub use emit::Outcome;
+use emit::emit;
+pub use failure::Failure;
+use selection::{all_checks, facts, select};
+pub use settings::{CollectiveMode, RunSettings, Stage};
+use waiting::Watch;
 
 /// The collective stage's settings for this command.
-pub fn collective_config(args: &RunArgs, stage: Stage) -> coll::Config {
+pub fn collective_config(args: &RunSettings, stage: Stage) -> coll::Config {
     let c = &args.collective;
     let mode = match (c.collective, stage) {
         (_, Stage::Checklist) => coll::Mode::Off,
@@ -86,7 +97,7 @@ const REQUIRE_SECRET_VAR: &str = "PREFLIGHT_REQUIRE_SECRET";
 
 /// `run`, `check` and `bench`: the checklist, then the cluster and
 /// collective stages as they apply, then the report.
-pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
+pub fn run(args: &RunSettings, stage: Stage) -> Result<ExitCode, Failure> {
     match execute(args, stage, None)? {
         Executed::Agent(code) => Ok(code),
         Executed::Done(o) => emit(args, stage, *o),
@@ -101,7 +112,7 @@ pub enum Executed {
 
 /// The stages, with the job's environment (`env`, else this process's).
 pub fn execute(
-    args: &RunArgs,
+    args: &RunSettings,
     stage: Stage,
     env: Option<BTreeMap<String, String>>,
 ) -> Result<Executed, Failure> {
@@ -118,7 +129,7 @@ pub fn execute(
     let plan = Plan::new(args, stage, env)?;
     let identity = match plan.role(args)? {
         Role::Node(node_plan) => {
-            return super::node::agent(
+            return node::agent(
                 node_plan,
                 args,
                 plan.facts,
@@ -148,7 +159,7 @@ pub fn execute(
         .build()
         .map_err(|e| Failure::Runtime(format!("cannot start the async runtime: {e}")))?;
     // A node agent's ranks other than its first are nobody's to read.
-    let speaks = plan.facts.env(super::emit::SPEAKER) != Some("0");
+    let speaks = plan.facts.env(emit::SPEAKER) != Some("0");
     let watch = Watch::new(args, identity.is_some() && speaks);
     // Rank 0 serves before its checklist runs, so the others find the port
     // open as early as possible.
@@ -343,7 +354,7 @@ enum Role {
 
 impl Plan {
     fn new(
-        args: &RunArgs,
+        args: &RunSettings,
         stage: Stage,
         env: Option<BTreeMap<String, String>>,
     ) -> Result<Plan, Failure> {
@@ -423,7 +434,7 @@ impl Plan {
         })
     }
 
-    fn role(&self, args: &RunArgs) -> Result<Role, Failure> {
+    fn role(&self, args: &RunSettings) -> Result<Role, Failure> {
         if self.stage == Stage::Checklist {
             return Ok(Role::Alone);
         }
@@ -485,7 +496,7 @@ impl Plan {
 /// The checklist on this node, with progress on a terminal.
 fn checklist_stage(
     runtime: &tokio::runtime::Runtime,
-    args: &RunArgs,
+    args: &RunSettings,
     plan: &Plan,
     identity: Option<&Identity>,
     led: bool,
@@ -547,7 +558,7 @@ fn checklist_stage(
 
 /// What a rank takes into the rendezvous.
 struct Rendezvous<'a> {
-    args: &'a RunArgs,
+    args: &'a RunSettings,
     plan: &'a Plan,
     identity: Identity,
     /// Its place among its node's ranks, settled before the checklist.
@@ -639,7 +650,7 @@ fn cluster_stage(
 /// their results can only add to the cluster's verdict.
 fn collective_stage(
     runtime: &tokio::runtime::Runtime,
-    args: &RunArgs,
+    args: &RunSettings,
     plan: &Plan,
     report: &mut ClusterReport,
     mut link: cluster::Link,
@@ -671,7 +682,7 @@ fn collective_stage(
         world: report.world_size,
         local_rank: place.local_rank,
         local_world: place.local_world,
-        libraries: args.collective.libraries.0.clone(),
+        libraries: args.collective.libraries.clone(),
         host: format!("{} {}", facts.hostname(), link.local_ip),
         route_ip: link.local_ip.clone(),
         gloo_ifname: facts.env("GLOO_SOCKET_IFNAME").map(str::to_string),

@@ -5,9 +5,9 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use super::RunArgs;
-use super::run::args::Format;
+use super::RunSettings;
 use crate::cluster;
+use crate::report::format::Format;
 
 /// What the rendezvous waits for, said while it waits: on a terminal one
 /// line rewritten twice a second, in a log one line every 10 s, nothing
@@ -19,7 +19,7 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub fn new(args: &RunArgs, meets_others: bool) -> Watch {
+    pub fn new(args: &RunSettings, meets_others: bool) -> Watch {
         if !meets_others || args.format != Format::Human || args.display.quiet {
             return Watch {
                 sender: None,

@@ -1,15 +1,26 @@
-//! The arguments of `run`, `check` and `bench`, and which of the three
-//! was asked for.
+//! The arguments of `run`, `check` and `bench` on the command line, made
+//! into the run's settings (`crate::run::settings`) here and nowhere else.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
+use super::format;
 use crate::collective::rank::Libraries;
 use crate::collective::registry::LIBRARIES;
 use crate::commands::ChecklistArgs;
+use crate::exit::ExitCode;
 use crate::report::style::ColorChoice;
+use crate::run::settings::{
+    ClusterSettings, CollectiveMode, CollectiveSettings, DisplaySettings, Nproc, RunSettings, Stage,
+};
+use crate::run::{self, Failure};
 use crate::values::{Span, parse_size};
+
+/// `run`, `check` and `bench`: the run, from these arguments' settings.
+pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
+    run::run(&args.settings(), stage)
+}
 
 #[derive(Debug, Args, Clone)]
 pub struct DisplayArgs {
@@ -24,7 +35,7 @@ pub struct DisplayArgs {
     pub verbose: bool,
 }
 
-pub use crate::commands::format::Format;
+use crate::report::format::Format;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -40,7 +51,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE|DIR")]
     pub profile: Option<PathBuf>,
     /// Report format.
-    #[arg(long, value_parser = Format::parser(crate::commands::format::RUN), default_value = "human")]
+    #[arg(long, value_parser = format::parser(format::RUN), default_value = "human")]
     pub format: Format,
     /// Write the report to FILE (atomically) instead of stdout; stdout then
     /// gets the one-line verdict.
@@ -168,11 +179,24 @@ impl clap::Args for LibraryArgs {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CollectiveMode {
-    Off,
-    Short,
-    Full,
+/// `--collective`: the mode is the run's; its spelling on the command
+/// line is this layer's.
+impl clap::ValueEnum for CollectiveMode {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[
+            CollectiveMode::Off,
+            CollectiveMode::Short,
+            CollectiveMode::Full,
+        ]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            CollectiveMode::Off => "off",
+            CollectiveMode::Short => "short",
+            CollectiveMode::Full => "full",
+        }))
+    }
 }
 
 fn parse_factor(text: &str) -> Result<usize, String> {
@@ -217,9 +241,6 @@ pub struct ClusterArgs {
     pub require_secret: bool,
 }
 
-#[derive(Debug, Clone, Copy)]
-pub struct Nproc(pub Option<u32>);
-
 fn parse_nproc(text: &str) -> Result<Nproc, String> {
     if text.trim() == "auto" {
         return Ok(Nproc(None));
@@ -230,15 +251,49 @@ fn parse_nproc(text: &str) -> Result<Nproc, String> {
     }
 }
 
-impl ClusterArgs {
-    pub fn flags(&self) -> crate::cluster::identity::Flags {
-        crate::cluster::identity::Flags {
-            nnodes: self.nnodes,
-            node_rank: self.node_rank,
-            nproc_per_node: self.nproc_per_node.map(|n| n.0),
-            master_addr: self.master_addr.clone(),
-            master_port: self.master_port,
-            probe_ports: self.probe_ports,
+impl RunArgs {
+    /// The run's settings: the one place the command line becomes them.
+    pub fn settings(&self) -> RunSettings {
+        let d = &self.display;
+        let c = &self.cluster;
+        let k = &self.collective;
+        RunSettings {
+            checklist: self.checklist.settings(),
+            display: DisplaySettings {
+                color: d.color,
+                quiet: d.quiet,
+                verbose: d.verbose,
+            },
+            profile: self.profile.clone(),
+            format: self.format,
+            output: self.output.clone(),
+            json_report: self.json_report.clone(),
+            termination_log: self.termination_log.clone(),
+            state_dir: self.state_dir.clone(),
+            fresh: self.fresh,
+            max_concurrent: self.max_concurrent,
+            no_slow_now: self.no_slow_now,
+            post: self.post.clone(),
+            timeout: self.timeout,
+            strict: self.strict,
+            cluster: ClusterSettings {
+                nnodes: c.nnodes,
+                node_rank: c.node_rank,
+                nproc_per_node: c.nproc_per_node,
+                master_addr: c.master_addr.clone(),
+                master_port: c.master_port,
+                probe_ports: c.probe_ports,
+                require_secret: c.require_secret,
+            },
+            collective: CollectiveSettings {
+                collective: k.collective,
+                max_size: k.max_size,
+                step_factor: k.step_factor,
+                warmup: k.warmup,
+                iters: k.iters,
+                step_timeout: k.step_timeout,
+                libraries: k.libraries.0.clone(),
+            },
         }
     }
 }
@@ -249,27 +304,6 @@ fn parse_span(text: &str) -> Result<Span, String> {
         return Err("the deadline must be longer than zero".into());
     }
     Ok(span)
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// `preflight check`: this node's checklist only.
-    Checklist,
-    /// `preflight run`: everything that applies.
-    Full,
-    /// `preflight bench`: the rendezvous and the collective stage's full
-    /// sweep, no checklist.
-    Bench,
-}
-
-impl Stage {
-    pub fn command(self) -> &'static str {
-        match self {
-            Stage::Checklist => "check",
-            Stage::Full => "run",
-            Stage::Bench => "bench",
-        }
-    }
 }
 
 /// The flags of the shared argument struct that `stage` would ignore
@@ -378,7 +412,7 @@ impl clap::builder::TypedValueParser for PostUrl {
                 "--post: the URL is not UTF-8",
             )
         })?;
-        crate::commands::post::parse_url(text).map_err(|e| {
+        crate::run::post::parse_url(text).map_err(|e| {
             cmd.clone()
                 .error(clap::error::ErrorKind::ValueValidation, e)
         })

@@ -8,7 +8,7 @@ use crate::values::format_duration;
 
 /// What went wrong, in the operator's terms, and what to do about it.
 #[derive(Debug, PartialEq)]
-pub(super) struct Diagnosis {
+pub(super) struct Explained {
     pub(super) summary: String,
     pub(super) advice: String,
     pub(super) port: Option<u16>,
@@ -31,8 +31,8 @@ fn capture(re: &str, text: &str) -> Option<String> {
 }
 
 /// Maps torch's, Gloo's and the backends' failure texts to a diagnosis.
-pub(super) fn diagnose(kind: &str, text: &str, ctx: &Context) -> Diagnosis {
-    let plain = |summary: String, advice: String| Diagnosis {
+pub(super) fn explain(kind: &str, text: &str, ctx: &Context) -> Explained {
+    let plain = |summary: String, advice: String| Explained {
         summary,
         advice,
         port: None,
@@ -64,7 +64,7 @@ pub(super) fn diagnose(kind: &str, text: &str, ctx: &Context) -> Diagnosis {
                 "port {port}, just handed out free by the kernel, was taken before torch bound it: something on this node is grabbing ports. See `ss -ltnp 'sport = :{port}'`."
             ),
         };
-        return Diagnosis {
+        return Explained {
             summary: format!("port {port} is already in use"),
             advice,
             port: Some(port),
@@ -253,12 +253,12 @@ mod tests {
             ),
         ];
         for (kind, text, c, summary, advice) in table {
-            let d = diagnose(kind, text, c);
+            let d = explain(kind, text, c);
             assert!(d.summary.contains(summary), "{text}: {d:?}");
             assert!(d.advice.contains(advice), "{text}: {d:?}");
         }
         assert_eq!(
-            diagnose("RuntimeError", "errno: 98 - Address already in use", &local).port,
+            explain("RuntimeError", "errno: 98 - Address already in use", &local).port,
             Some(29500)
         );
     }

@@ -1,4 +1,4 @@
-//! `preflight slurm healthcheck|prolog|epilog`: the programs slurmd runs
+//! The Slurm modes, `preflight slurm healthcheck|prolog|epilog`: the programs slurmd runs
 //! (HealthCheckProgram, Prolog, Epilog), with the site configuration
 //! (`site`) instead of arguments, a report file for later collection, and
 //! the node's state in Slurm as the outcome: a node that is not ready is
@@ -14,46 +14,28 @@ mod timed_out;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Subcommand};
-
 use super::Failure;
 use super::emit::report_of;
-use super::run::{Executed, Format, RunArgs, Stage, execute};
+use super::settings::{ChecklistSettings, CollectiveMode, RunSettings};
 use super::site::{Resolved, Settings};
+use super::{Executed, Stage, execute};
 use crate::exit::ExitCode;
+use crate::report::format::Format;
 use crate::result::report::Report;
 use crate::result::{Status, Verdict};
+use crate::values::Span;
 use reason::{Action, node_action};
 use scontrol::Slurm;
 
-#[derive(Debug, Args)]
-pub struct SlurmArgs {
-    #[command(subcommand)]
-    pub mode: SlurmMode,
-    /// The site configuration directory (default: PREFLIGHT_CONFIG_DIR,
-    /// else /etc/preflight).
-    #[arg(long, value_name = "DIR", global = true)]
-    pub config_dir: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+/// Which program slurmd runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlurmMode {
-    /// For HealthCheckProgram: this node's checklist (the quick tier by
-    /// default); drains the node when it is not ready, resumes it when
-    /// preflight drained it and it is ready again.
+    /// HealthCheckProgram: this node's checklist.
     Healthcheck,
-    /// For Prolog: this node's checklist and, with `--cluster` (or the
-    /// setting), the cluster stage across the job's allocation before the
-    /// job starts; only a node named as the culprit drains itself and
-    /// exits non-zero.
-    Prolog {
-        /// Meet the allocation's other nodes (rendezvous, comparisons,
-        /// reachability).
-        #[arg(long)]
-        cluster: bool,
-    },
-    /// For Epilog: the checks for what a job leaves behind (tag
-    /// `epilog`); drains the node when one fails.
+    /// Prolog: this node's checklist and, with `cluster` (or the setting),
+    /// the cluster stage across the job's allocation.
+    Prolog { cluster: bool },
+    /// Epilog: the checks for what a job leaves behind.
     Epilog,
 }
 
@@ -79,7 +61,9 @@ impl SlurmMode {
 /// nvidia-smi, ...) on the distributions we ship for.
 const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
+/// `preflight slurm MODE`, with the site configuration in `config_dir`
+/// (else PREFLIGHT_CONFIG_DIR, else /etc/preflight).
+pub fn slurm(mode: SlurmMode, config_dir: Option<&Path>) -> Result<ExitCode, Failure> {
     // slurmd runs Prolog, Epilog and HealthCheckProgram with no search
     // path at all: every check that runs a tool would find none and skip
     // (the firewall unread, the node's evidence lost). Restarted with
@@ -96,10 +80,9 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
             "PATH is unset and restarting with PATH={SYSTEM_PATH} failed: {err}"
         )));
     }
-    let settings = Settings::load(&Settings::dir_from_env(args.config_dir.as_deref()))?;
+    let settings = Settings::load(&Settings::dir_from_env(config_dir))?;
     let env: BTreeMap<String, String> = crate::facts::process_env();
     let get = |k: &str| env.get(k).cloned();
-    let mode = args.mode;
     let own = node_name(&env)?;
     let slurm = Slurm::find(settings.scontrol.as_deref(), &get).map_err(Failure::Usage)?;
     let resolved = mode.settings(&settings);
@@ -125,7 +108,7 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
         });
     // `%n`: the node's own, where the directory is on a shared filesystem.
     let state = settings.state_dir.display().to_string().replace("%n", &own);
-    let run_args = run_args(&settings, resolved, stage, busy, &state)?;
+    let run_args = run_settings(&settings, resolved, stage, busy, &state)?;
     let outcome = match execute(&run_args, stage, job_env)? {
         Executed::Done(o) => *o,
         Executed::Agent(_) => {
@@ -227,62 +210,44 @@ fn node_name(env: &BTreeMap<String, String>) -> Result<String, Failure> {
         })
 }
 
-/// The stages' arguments from the site settings: the shipped checklist,
-/// the site's `checks.d`, the mode's selection and deadline, JSON.
-fn run_args(
+/// The run's settings from the site settings: the shipped checklist, the
+/// site's `checks.d`, the mode's selection and deadline, JSON. What the
+/// command line's parser would refuse is refused here, naming the file.
+fn run_settings(
     settings: &Settings,
     mode: &Resolved,
     stage: Stage,
     busy: bool,
     state_dir: &str,
-) -> Result<RunArgs, Failure> {
-    #[derive(clap::Parser)]
-    struct Wrap {
-        #[command(flatten)]
-        args: RunArgs,
+) -> Result<RunSettings, Failure> {
+    let bad =
+        |what: String| Failure::Usage(format!("the site settings ({}): {what}", settings.source));
+    if mode.timeout.is_zero() {
+        return Err(bad("a mode's timeout must be longer than zero".into()));
     }
-    let mut argv: Vec<String> = vec!["preflight".into(), "--format".into(), "json".into()];
+    if let Some(n) = settings.max_concurrent.filter(|n| !(1..=256).contains(n)) {
+        return Err(bad(format!("max_concurrent {n}: 1 to 256")));
+    }
     let checks = settings.checks_dir();
-    if checks.is_dir() {
-        argv.extend(["--checks".into(), checks.display().to_string()]);
-    }
-    if let Some(profile) = settings.profile_file() {
-        argv.extend(["--profile".into(), profile.display().to_string()]);
-    }
-    for o in &mode.only {
-        argv.extend(["--only".into(), o.clone()]);
-    }
-    for s in &mode.skip {
-        argv.extend(["--skip".into(), s.clone()]);
-    }
-    for w in &mode.with {
-        argv.extend(["--with".into(), w.clone()]);
-    }
-    argv.extend([
-        "--timeout".into(),
-        format!("{}ms", mode.timeout.as_millis()),
-    ]);
-    if mode.strict {
-        argv.push("--strict".into());
-    }
-    if busy {
-        argv.push("--no-slow-now".into());
-    }
-    argv.extend(["--state-dir".into(), state_dir.to_string()]);
-    if let Some(n) = settings.max_concurrent {
-        argv.extend(["--max-concurrent".into(), n.to_string()]);
-    }
+    let mut run = RunSettings::new(Span(mode.timeout));
+    run.format = Format::Json;
+    run.checklist = ChecklistSettings::shipped_with(if checks.is_dir() {
+        vec![checks]
+    } else {
+        Vec::new()
+    });
+    run.checklist.only = mode.only.clone();
+    run.checklist.skip = mode.skip.clone();
+    run.checklist.with = mode.with.clone();
+    run.profile = settings.profile_file();
+    run.strict = mode.strict;
+    run.no_slow_now = busy;
+    run.state_dir = Some(PathBuf::from(state_dir));
+    run.max_concurrent = settings.max_concurrent;
     if stage == Stage::Full {
-        argv.extend(["--collective".into(), "off".into()]);
+        run.collective.collective = Some(CollectiveMode::Off);
     }
-    let wrap = <Wrap as clap::Parser>::try_parse_from(&argv).map_err(|e| {
-        Failure::Usage(format!(
-            "the site settings ({}) make bad arguments: {e}",
-            settings.source
-        ))
-    })?;
-    debug_assert!(wrap.args.format == Format::Json);
-    Ok(wrap.args)
+    Ok(run)
 }
 
 /// `DIR/healthcheck.json`, `DIR/prolog-JOB.json`, `DIR/epilog-JOB.json`;

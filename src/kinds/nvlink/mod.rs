@@ -16,9 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use super::command::{RunError, excerpt, run_program};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params, problems_and_unchecked};
-use crate::facts::nvlink::{self, GpuLinks};
+pub mod parse;
 use crate::facts::{Facts, Vendor};
 use crate::result::Finding;
+use parse::GpuLinks;
 
 pub const KIND: KindInfo = KindInfo {
     name: "nvlink",
@@ -156,12 +157,12 @@ impl NvLink {
             );
             let read = tokio::task::spawn_blocking(move || -> Result<Read, String> {
                 let shown = status.display().to_string();
-                let mut gpus = nvlink::parse_status(&shown, &read_file(&status)?)?;
+                let mut gpus = parse::parse_status(&shown, &read_file(&status)?)?;
                 if let Some(e) = errors {
-                    nvlink::parse_errors(&e.display().to_string(), &read_file(&e)?, &mut gpus)?;
+                    parse::parse_errors(&e.display().to_string(), &read_file(&e)?, &mut gpus)?;
                 }
                 if let Some(r) = remote {
-                    nvlink::parse_remotes(&r.display().to_string(), &read_file(&r)?, &mut gpus)?;
+                    parse::parse_remotes(&r.display().to_string(), &read_file(&r)?, &mut gpus)?;
                 }
                 Ok(Read {
                     gpus,
@@ -175,7 +176,7 @@ impl NvLink {
         if !facts.is_live() {
             return None;
         }
-        let nvml = tokio::task::spawn_blocking(nvlink::from_nvml)
+        let nvml = tokio::task::spawn_blocking(parse::from_nvml)
             .await
             .unwrap_or_else(|e| Err(format!("NVML crashed: {e}")));
         if let Ok(gpus) = nvml {
@@ -211,9 +212,9 @@ impl NvLink {
                 }
             }
         };
-        let mut gpus = nvlink::parse_status("nvidia-smi nvlink -s", &run("-s").await?)?;
-        nvlink::parse_errors("nvidia-smi nvlink -e", &run("-e").await?, &mut gpus)?;
-        nvlink::parse_remotes("nvidia-smi nvlink -R", &run("-R").await?, &mut gpus)?;
+        let mut gpus = parse::parse_status("nvidia-smi nvlink -s", &run("-s").await?)?;
+        parse::parse_errors("nvidia-smi nvlink -e", &run("-e").await?, &mut gpus)?;
+        parse::parse_remotes("nvidia-smi nvlink -R", &run("-R").await?, &mut gpus)?;
         Ok(Read {
             gpus,
             source: "nvidia-smi nvlink".into(),
@@ -306,8 +307,8 @@ impl NvLink {
             // Every GPU of the product without a link is one fault, the
             // fabric's, whatever the count expected.
             let none_active = group.iter().all(|g| g.active() == 0);
-            if expected == 0 || (none_active && nvlink::is_module(product)) {
-                if nvlink::is_module(product) {
+            if expected == 0 || (none_active && parse::is_module(product)) {
+                if parse::is_module(product) {
                     problems.push(format!(
                         "every link of every {product} is inactive: NVLink is down on an SXM module (Fabric Manager, the NVSwitches or the baseboard)"
                     ));

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::Failure;
-use super::run::args::{Format, RunArgs, Stage};
+use super::{RunSettings, Stage};
 use crate::exit::ExitCode;
 use crate::facts::Facts;
+use crate::report::format::Format;
 use crate::report::human::Detail;
 use crate::report::style::Style;
 use crate::report::{self, Destination, Human};
@@ -41,7 +42,7 @@ pub struct Outcome {
 /// A node agent that could not start its ranks still reports, in the
 /// format asked for, why.
 pub fn emit_cluster_only(
-    args: &RunArgs,
+    args: &RunSettings,
     facts: Arc<Facts>,
     cluster: ClusterReport,
 ) -> Result<ExitCode, Failure> {
@@ -61,7 +62,7 @@ pub fn emit_cluster_only(
 }
 
 /// The report document of a run, and this process's rank (0 alone).
-pub fn report_of(args: &RunArgs, stage: Stage, o: Outcome) -> (Report, u32) {
+pub fn report_of(args: &RunSettings, stage: Stage, o: Outcome) -> (Report, u32) {
     let node = Node {
         hostname: o.facts.hostname().to_string(),
         root: args.checklist.root.display().to_string(),
@@ -98,7 +99,7 @@ fn plain(text: String) -> String {
     }
 }
 
-pub fn emit(args: &RunArgs, stage: Stage, outcome: Outcome) -> Result<ExitCode, Failure> {
+pub fn emit(args: &RunSettings, stage: Stage, outcome: Outcome) -> Result<ExitCode, Failure> {
     let facts = Arc::clone(&outcome.facts);
     let facts = facts.as_ref();
     let elapsed = outcome.elapsed;
@@ -223,7 +224,7 @@ const TERMINATION_LOG: &str = "/dev/termination-log";
 
 /// --termination-log, else the kubelet's file in a pod (the API server's
 /// address is in every container's environment, the file mounted).
-fn termination_log(args: &RunArgs, facts: &Facts) -> Option<std::path::PathBuf> {
+fn termination_log(args: &RunSettings, facts: &Facts) -> Option<std::path::PathBuf> {
     match &args.termination_log {
         Some(p) if p.as_os_str() == "off" => None,
         Some(p) => Some(p.clone()),

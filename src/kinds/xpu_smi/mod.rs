@@ -14,9 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use super::tool_output::Tool;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::facts::xpu_smi::{self, Health, Tile};
+pub mod parse;
 use crate::facts::{Facts, Vendor};
 use crate::result::Finding;
+use parse::{Health, Tile};
 
 pub const KIND: KindInfo = KindInfo {
     name: "xpu_smi",
@@ -147,7 +148,7 @@ fn component_name(kind: &str) -> String {
     words.join(" ")
 }
 
-pub fn judge_diag(diag: &xpu_smi::Diag, level: u8) -> Finding {
+pub fn judge_diag(diag: &parse::Diag, level: u8) -> Finding {
     let devices = if diag.devices.is_empty() {
         String::new()
     } else {
@@ -405,7 +406,7 @@ impl XpuSmi {
                 .output(self.xpu_smi_diag.as_deref(), facts)
                 .await
                 .text()?;
-            let diag = xpu_smi::parse_diag(&source, &t).map_err(Finding::error)?;
+            let diag = parse::parse_diag(&source, &t).map_err(Finding::error)?;
             if let Some(l) = diag.level.filter(|l| *l != u64::from(self.level)) {
                 return Err(Finding::error(format!(
                     "{source} is a level {l} diagnostic where the check asks for level {}",
@@ -422,7 +423,7 @@ impl XpuSmi {
                 .await
                 .text()?;
             (
-                xpu_smi::parse_health(&source, &t).map_err(Finding::error)?,
+                parse::parse_health(&source, &t).map_err(Finding::error)?,
                 source,
             )
         } else {
@@ -445,7 +446,7 @@ impl XpuSmi {
                 .output(self.xpu_smi_topology.as_deref(), facts)
                 .await
                 .text()?;
-            let cells = xpu_smi::parse_matrix(&source, &t).map_err(Finding::error)?;
+            let cells = parse::parse_matrix(&source, &t).map_err(Finding::error)?;
             // Xe Link is expected where xpu-smi's health does not say every
             // card lacks it; without health, where the cards are OAM
             // modules (or unknown: a recording on another node).
@@ -531,7 +532,7 @@ pub fn judge_for_fuzzing(which: u8, text: &str) {
     let cards = Cards(Vec::new());
     match which % 3 {
         0 => {
-            let Ok(diag) = xpu_smi::parse_diag("f", text) else {
+            let Ok(diag) = parse::parse_diag("f", text) else {
                 return;
             };
             let f = judge_diag(&diag, 1);
@@ -540,7 +541,7 @@ pub fn judge_for_fuzzing(which: u8, text: &str) {
             }
         }
         1 => {
-            if let Ok(health) = xpu_smi::parse_health("f", text) {
+            if let Ok(health) = parse::parse_health("f", text) {
                 for subject in [Subject::Health, Subject::XeLink, Subject::Throttle] {
                     let mut j = Judged::default();
                     judge_health(subject, &health, &cards, &mut j);
@@ -564,7 +565,7 @@ pub fn judge_for_fuzzing(which: u8, text: &str) {
             }
         }
         _ => {
-            if let Ok(cells) = xpu_smi::parse_matrix("f", text) {
+            if let Ok(cells) = parse::parse_matrix("f", text) {
                 judge_matrix(&cells, &cards, true, &mut Judged::default());
             }
         }
@@ -589,18 +590,18 @@ mod tests {
 
     #[test]
     fn an_unknown_result_is_never_a_pass() {
-        let d = xpu_smi::Diag {
+        let d = parse::Diag {
             result: "Unknown".into(),
             level: Some(1),
             devices: "0".into(),
             components: vec![],
         };
         assert_eq!(judge_diag(&d, 1).status, crate::result::Status::Error);
-        let d = xpu_smi::Diag {
+        let d = parse::Diag {
             result: "Pass".into(),
             level: Some(1),
             devices: "0".into(),
-            components: vec![xpu_smi::Component {
+            components: vec![parse::Component {
                 kind: "XPUM_DIAG_LIGHT_COMPUTATION".into(),
                 result: "Unknown".into(),
                 message: String::new(),

@@ -14,9 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use super::tool_output::Tool;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params, problems_finding};
-use crate::facts::hl_smi::{self, PortState, Report, Row};
+pub mod parse;
 use crate::facts::{Facts, Vendor};
 use crate::result::Finding;
+use parse::{PortState, Report, Row};
 
 pub const KIND: KindInfo = KindInfo {
     name: "hl_smi",
@@ -640,7 +641,7 @@ impl HlSmi {
             .output(self.hl_smi_query.as_deref(), facts)
             .await
             .text()?;
-        hl_smi::parse_query(&source, &text)
+        parse::parse_query(&source, &text)
             .map(|rows| (rows, source))
             .map_err(Finding::error)
     }
@@ -651,7 +652,7 @@ impl HlSmi {
             .output(self.hl_smi_report.as_deref(), facts)
             .await
             .text()?;
-        hl_smi::parse_report(&source, &text).map_err(Finding::error)
+        parse::parse_report(&source, &text).map_err(Finding::error)
     }
 
     async fn links(
@@ -664,7 +665,7 @@ impl HlSmi {
                 .output(self.hl_smi_links.as_deref(), facts)
                 .await
                 .text()?;
-            return hl_smi::parse_links(&source, &text, None)
+            return parse::parse_links(&source, &text, None)
                 .map(|l| (l, source))
                 .map_err(Finding::error);
         }
@@ -672,7 +673,7 @@ impl HlSmi {
         for bus in pci_devices(facts).keys() {
             let tool = self.tool(&["-n", "link", "-i", bus], "hl_smi_links");
             let (text, source) = tool.output(None, facts).await.text()?;
-            let one = hl_smi::parse_links(&source, &text, Some(bus)).map_err(Finding::error)?;
+            let one = parse::parse_links(&source, &text, Some(bus)).map_err(Finding::error)?;
             all.insert(bus.clone(), one.into_values().flatten().collect());
         }
         Ok((all, "`hl-smi -n link`".into()))
@@ -739,7 +740,7 @@ pub fn judge_for_fuzzing(which: u8, text: &str) {
     };
     match which % 3 {
         0 => {
-            if let Ok(rows) = hl_smi::parse_query("f", text) {
+            if let Ok(rows) = parse::parse_query("f", text) {
                 let _ = judge_devices(&check(Subject::Devices), &facts, &rows, "f");
                 let f = judge_ecc(&check(Subject::Ecc), &rows);
                 // An uncorrectable count, or none said: never a pass.
@@ -759,7 +760,7 @@ pub fn judge_for_fuzzing(which: u8, text: &str) {
             }
         }
         1 => {
-            let Ok(reports) = hl_smi::parse_report("f", text) else {
+            let Ok(reports) = parse::parse_report("f", text) else {
                 return;
             };
             let f = judge_throttle(&reports);
@@ -772,7 +773,7 @@ pub fn judge_for_fuzzing(which: u8, text: &str) {
             let _ = judge_reset(&reports);
         }
         _ => {
-            let Ok(links) = hl_smi::parse_links("f", text, None) else {
+            let Ok(links) = parse::parse_links("f", text, None) else {
                 return;
             };
             let f = judge_ports(&check(Subject::NicPorts), &facts, &links, "f");

@@ -3,9 +3,9 @@
 //! that failed and how many more did (the report file has them all).
 
 use super::scontrol::one_line;
-use crate::commands::site::Incomplete;
 use crate::result::report::Report;
 use crate::result::{CheckResult, Status, Verdict};
+use crate::run::site::Incomplete;
 
 /// Slurm keeps reasons of any length, but `sinfo -R` shows 20 columns and
 /// operators read them in `scontrol show node`: one short line.

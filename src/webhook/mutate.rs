@@ -49,7 +49,7 @@ pub struct Config {
     pub image: String,
     /// `preflight run`'s deadline: every pod of the gang must start within
     /// it (image pulls, scheduling).
-    pub gang_timeout: String,
+    pub gang_timeout: std::time::Duration,
     /// Where gangs' PodGroups are read; `None`: not read.
     pub podgroups: Option<std::sync::Arc<super::podgroup::ApiServer>>,
 }
@@ -162,7 +162,12 @@ fn container(pod: &Value, gate: &str, cfg: &Config, gang: Option<&Gang>) -> Valu
         "mountPath": SHM,
     }))]);
     if gate == "gang" {
-        c["args"] = json!(["run", "--timeout", cfg.gang_timeout]);
+        c["args"] = json!(
+            GateRun::Gang {
+                timeout: cfg.gang_timeout
+            }
+            .argv()
+        );
         env.extend(first["env"].as_array().cloned().unwrap_or_default());
         if let Some(from) = first["envFrom"].as_array() {
             c["envFrom"] = Value::Array(from.clone());
@@ -213,12 +218,49 @@ fn container(pod: &Value, gate: &str, cfg: &Config, gang: Option<&Gang>) -> Valu
         env.retain(|e| e["name"] != REQUIRE_GANG);
         env.push(json!({"name": REQUIRE_GANG, "value": "1"}));
     } else {
-        c["args"] = json!(["check", "--skip", "slow", "--timeout", "45s"]);
+        c["args"] = json!(GateRun::NODE.argv());
     }
     if !env.is_empty() {
         c["env"] = Value::Array(env);
     }
     c
+}
+
+/// What the init container runs, as values; `argv` spells it the way
+/// `preflight`'s command line takes it (the kubelet tests run it so).
+#[derive(Debug, PartialEq)]
+enum GateRun {
+    /// `preflight run`: the gang meets and is checked, within `timeout`.
+    Gang { timeout: std::time::Duration },
+    /// `preflight check`: this node's checklist, the checks tagged `skip`
+    /// left out, within `timeout`.
+    Node {
+        skip: &'static str,
+        timeout: std::time::Duration,
+    },
+}
+
+impl GateRun {
+    /// A node's gate: quick enough for every pod's start.
+    const NODE: GateRun = GateRun::Node {
+        skip: "slow",
+        timeout: std::time::Duration::from_secs(45),
+    };
+
+    fn argv(&self) -> Vec<String> {
+        // Whole seconds, at least one: `--timeout` takes no zero.
+        let secs = |d: &std::time::Duration| format!("{}s", d.as_secs().max(1));
+        match self {
+            GateRun::Gang { timeout } => vec!["run".into(), "--timeout".into(), secs(timeout)],
+            GateRun::Node { skip, timeout } => vec![
+                "check".into(),
+                "--skip".into(),
+                skip.to_string(),
+                "--timeout".into(),
+                secs(timeout),
+            ],
+        }
+    }
 }
 
 /// Set in a gang's init container: a pod in which no operator's contract
@@ -399,7 +441,7 @@ mod tests {
     fn cfg() -> Config {
         Config {
             image: "preflight:0.1.0".into(),
-            gang_timeout: "600s".into(),
+            gang_timeout: std::time::Duration::from_secs(600),
             podgroups: None,
         }
     }
@@ -420,6 +462,22 @@ mod tests {
             .decode(r["response"]["patch"].as_str().unwrap())
             .unwrap();
         serde_json::from_slice(&b).unwrap()
+    }
+
+    #[test]
+    fn the_gates_command_lines_are_spelt_from_their_values() {
+        let gang = GateRun::Gang {
+            timeout: std::time::Duration::from_millis(600_400),
+        };
+        assert_eq!(gang.argv(), ["run", "--timeout", "600s"]);
+        assert_eq!(
+            GateRun::NODE.argv(),
+            ["check", "--skip", "slow", "--timeout", "45s"]
+        );
+        let instant = GateRun::Gang {
+            timeout: std::time::Duration::ZERO,
+        };
+        assert_eq!(instant.argv()[2], "1s", "--timeout takes no zero");
     }
 
     #[test]
