@@ -82,7 +82,7 @@ pub enum Command {
 /// exactly the flags it takes.
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
-        .after_help(crate::exit::help_text())
+        .after_help(preflight_ground::exit::help_text())
         .mut_subcommand("check", |c| commands::hide_ignored(Stage::Checklist, c))
         .mut_subcommand("bench", |c| commands::hide_ignored(Stage::Bench, c))
 }

@@ -9,9 +9,9 @@ use tokio::task::JoinSet;
 
 use crate::checklist::kept::{Lookup, Store};
 use crate::checklist::{Check, Evaluator, complete, complete_all, shared};
-use crate::facts::Facts;
-use crate::result::{CheckResult, Finding};
-use crate::values::{Span, format_duration};
+use preflight_facts::Facts;
+use preflight_ground::values::{Span, format_duration};
+use preflight_result::{CheckResult, Finding};
 
 /// At most this many checks run at once by default: enough to overlap
 /// slow probes, few enough not to fork a storm of commands on a busy node.
@@ -174,7 +174,7 @@ pub async fn run(
     loop {
         let next = tokio::select! {
             biased;
-            i = crate::interrupt::wait() => {
+            i = preflight_ground::interrupt::wait() => {
                 interrupted = Some(i);
                 tasks.abort_all();
                 break;

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::cluster::{auth, hostlist, protocol};
-use crate::facts::Interface;
+use preflight_facts::Interface;
 
 /// A YAML checklist: checks, or errors that name the file.
 pub fn checklist(data: &[u8]) {
@@ -31,11 +31,11 @@ pub fn profile(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    match crate::facts::profile::parse("profile.yaml", text) {
+    match preflight_facts::profile::parse("profile.yaml", text) {
         Ok(p) => {
-            let node = crate::facts::profile::Inventory::default();
+            let node = preflight_facts::profile::Inventory::default();
             let _ = p.fit(&node);
-            let _ = crate::facts::profile::diff(&p, &node, true);
+            let _ = preflight_facts::profile::diff(&p, &node, true);
         }
         Err(errors) => {
             for e in &errors {
@@ -193,7 +193,7 @@ pub fn interface_selector(data: &[u8]) {
 /// `nvidia-smi -q -x`.
 pub fn nvidia_smi_xml(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = crate::facts::gpu_status::parse_xml("nvidia-smi", text);
+        let _ = preflight_facts::gpu_status::parse_xml("nvidia-smi", text);
     }
 }
 
@@ -202,23 +202,23 @@ pub fn nvidia_smi_xml(data: &[u8]) {
 /// Recorder, as its worker server answers (JSON) and as its dump (a
 /// pickle), which the job's side writes.
 pub fn proc_text(data: &[u8]) {
-    let _ = crate::facts::flight_recorder::parse_json(data);
-    let _ = crate::facts::flight_recorder::parse_pickle(data);
+    let _ = preflight_facts::flight_recorder::parse_json(data);
+    let _ = preflight_facts::flight_recorder::parse_pickle(data);
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let _ = crate::facts::meminfo::field(text, "MemAvailable");
-    let _ = crate::facts::limits::soft_limit(text, "Max open files");
-    let _ = crate::facts::nvidia::proc_version(text);
-    let _ = crate::facts::infiniband::parse_rate(text);
+    let _ = preflight_facts::meminfo::field(text, "MemAvailable");
+    let _ = preflight_facts::limits::soft_limit(text, "Max open files");
+    let _ = preflight_facts::nvidia::proc_version(text);
+    let _ = preflight_facts::infiniband::parse_rate(text);
     // /proc/net/tcp: every inode found for the port is written in the text.
     for inode in crate::kinds::port_holder::bound_inodes(text, 29500) {
         assert!(text.contains(&inode.to_string()), "{inode}");
     }
     // /proc/PID/stat, as a signal's cleanup reads it to find descendants.
-    let _ = crate::interrupt::parse_stat(1, text);
+    let _ = preflight_ground::interrupt::parse_stat(1, text);
     // /proc/PID/net/unix: only listening paths among the inodes given.
-    for path in crate::facts::flight_recorder::listening_paths(text, &[1, 2, 3]) {
+    for path in preflight_facts::flight_recorder::listening_paths(text, &[1, 2, 3]) {
         assert!(text.contains(&path), "{path}");
     }
 }
@@ -236,10 +236,10 @@ pub fn firewall(data: &[u8]) {
 
 /// A JSON report as `preflight report` reads it, merged and drawn.
 pub fn report(data: &[u8]) {
-    let Ok(report) = serde_json::from_slice::<crate::result::report::Report>(data) else {
+    let Ok(report) = serde_json::from_slice::<preflight_result::report::Report>(data) else {
         return;
     };
-    let merged = crate::result::merged::merge(vec![("fuzz.json".into(), report)], Vec::new());
+    let merged = preflight_result::merged::merge(vec![("fuzz.json".into(), report)], Vec::new());
     let _ = crate::report::html(&merged);
     let _ = crate::report::markdown(&merged);
 }
@@ -263,7 +263,7 @@ pub fn dcgm_json(data: &[u8]) {
         )
     });
     if failed || report.results.is_empty() {
-        assert_ne!(finding.status, crate::result::Status::Pass, "{report:?}");
+        assert_ne!(finding.status, preflight_result::Status::Pass, "{report:?}");
     }
 }
 
@@ -277,8 +277,8 @@ pub fn nvidia_text(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(rest) else {
         return;
     };
-    use crate::facts::{gpu_status, kmsg, xid};
     use crate::kinds::nvlink::parse as nvlink;
+    use preflight_facts::{gpu_status, kmsg, xid};
     match first % 5 {
         0 => {
             let _ = nvlink::parse_status("s", text);

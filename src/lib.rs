@@ -18,11 +18,16 @@
 //!    check) and `report` (rendering: human, JSON, JUnit, the cluster and
 //!    collective views).
 //! 6. `kinds`: every check kind, over facts and stage results.
-//! 7. `result`: what every layer shares: findings, check results, verdicts
-//!    and the stages' results.
-//! 8. Ground: `facts`, `values`, `yaml`, `exit`, `suggest`, `interrupt`
-//!    (the signals that end a run), and `test_hooks` (fault switches, in
+//! 7. `preflight_result` (crates/preflight-result): what every layer
+//!    shares: findings, check results, verdicts and the stages' results.
+//! 8. Ground: `preflight_facts` (crates/preflight-facts: the node's
+//!    facts), `preflight_ground` (crates/preflight-ground: values, yaml,
+//!    exit, suggest, interrupt), and `test_hooks` (fault switches, in
 //!    test builds only).
+//!
+//! Floors 7 and 8 are crates: the compiler holds them to their own
+//! dependencies. The floors within this crate are held by
+//! tests/plain/architecture.rs.
 
 // The layers stay private to the library: the compiler's dead-code
 // analysis then covers the whole tree, as it did for the binary alone.
@@ -38,34 +43,27 @@ mod collective;
 mod commands;
 mod diagnose;
 mod engine;
-mod exit;
-mod facts;
 /// Entry points for the fuzz targets in `fuzz/` (the `fuzzing` feature).
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
-mod interrupt;
 mod kinds;
 mod report;
-mod result;
 mod run;
 /// The JSON report's own types, as `--format json` writes them and
 /// `preflight report` reads them back (and the merged report and
 /// `diagnose`'s output), for programs that read reports (the integration
 /// tests among them) instead of indexing untyped JSON.
 pub mod schema {
-    pub use crate::result::cluster::ClusterReport;
-    pub use crate::result::collective::{BackendReport, CollectiveReport, SecondPass};
-    pub use crate::result::diagnosis::{ClusterDiagnosis, Diagnosis};
-    pub use crate::result::merged::{MergedNode, MergedReport};
-    pub use crate::result::report::{Interrupted, Node, Report, Timings};
-    pub use crate::result::{CheckResult, Severity, Status, Summary, Verdict};
+    pub use preflight_result::cluster::ClusterReport;
+    pub use preflight_result::collective::{BackendReport, CollectiveReport, SecondPass};
+    pub use preflight_result::diagnosis::{ClusterDiagnosis, Diagnosis};
+    pub use preflight_result::merged::{MergedNode, MergedReport};
+    pub use preflight_result::report::{Interrupted, Node, Report, Timings};
+    pub use preflight_result::{CheckResult, Severity, Status, Summary, Verdict};
 }
-mod suggest;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
-mod values;
 mod webhook;
-mod yaml;
 
 /// The rank simulator's entry point (`preflight-rank-sim`, a test and
 /// benchmark tool): built only with the `rank-sim` feature.

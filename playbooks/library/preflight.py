@@ -246,7 +246,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-# Exit codes, as preflight defines them (src/exit.rs).
+# Exit codes, as preflight defines them (crates/preflight-ground/src/exit.rs).
 READY = 0
 NOT_READY = 1
 INVALID = 2

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::yaml::{Location, YamlError};
+use preflight_ground::yaml::{Location, YamlError};
 
 #[derive(Debug, Clone)]
 pub struct ChecklistError {

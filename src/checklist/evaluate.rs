@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Check, Scope};
-use crate::facts::Facts;
 use crate::kinds::cluster::View;
-use crate::result::collective::CollectiveReport;
-use crate::result::{CheckResult, Finding, Status};
+use preflight_facts::Facts;
+use preflight_result::collective::CollectiveReport;
+use preflight_result::{CheckResult, Finding, Status};
 
 /// The stage that evaluates a check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

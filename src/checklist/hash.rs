@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::Check;
-use crate::values::hex;
+use preflight_ground::values::hex;
 
 /// A stable hash of the checklist as configured: ids, kinds, severities and
 /// parameters, so two nodes running different checklists are told apart.

@@ -2,8 +2,8 @@
 //! finding. Placeholders are checked when the checklist loads, so a typo in
 //! a hint is an error with a location, not a blank in a 3 a.m. report.
 
-use crate::facts::Facts;
-use crate::result::Finding;
+use preflight_facts::Facts;
+use preflight_result::Finding;
 
 /// Placeholders every hint may use, besides the kind's own and `{env.NAME}`.
 pub const COMMON_VARS: &[&str] = &["measured", "expected", "id", "host"];

@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::Check;
-use crate::facts::Facts;
-use crate::result::{CheckResult, Status};
-use crate::values::hex;
+use preflight_facts::Facts;
+use preflight_ground::values::hex;
+use preflight_result::{CheckResult, Status};
 
 const SCHEMA: &str = "preflight.kept/v1";
 /// A kept pass is a report line: a file larger than this is not one.
@@ -106,7 +106,7 @@ impl Store {
     pub fn open(state_dir: &Path, facts: &Facts, fresh: bool) -> Store {
         Store {
             dir: state_dir.join("kept"),
-            fingerprint: crate::facts::fingerprint::of(facts),
+            fingerprint: preflight_facts::fingerprint::of(facts),
             fresh,
         }
     }
@@ -173,7 +173,8 @@ impl Store {
             return Lookup::Run { why: None };
         }
         let mut r = kept.result;
-        let ago = crate::values::format_duration(Duration::from_secs(now - kept.measured_at));
+        let ago =
+            preflight_ground::values::format_duration(Duration::from_secs(now - kept.measured_at));
         r.message = format!(
             "{} (measured {ago} ago, reused until {})",
             r.message,
@@ -234,7 +235,7 @@ fn create_dir(dir: &Path) -> Result<(), String> {
 /// A kept pass from `path`: none where there is no file; an error where
 /// the file is there but is not one to trust.
 fn read(path: &Path) -> Result<Option<Kept>, String> {
-    use crate::facts::guarded_file::{self, Refused};
+    use preflight_facts::guarded_file::{self, Refused};
     let me = nix::unistd::geteuid().as_raw();
     let judged = guarded_file::read(path, MAX_FILE, |meta| {
         if meta.uid() != me {

@@ -8,10 +8,10 @@ use super::hint::Hint;
 use super::when::When;
 use super::{Check, DEFAULT_TIMEOUT, Scope};
 use crate::kinds::{self, KindInfo};
-use crate::result::Severity;
-use crate::suggest::did_you_mean;
-use crate::values::Span;
-use crate::yaml::{self, Location, Node, Segment, YamlError};
+use preflight_ground::suggest::did_you_mean;
+use preflight_ground::values::Span;
+use preflight_ground::yaml::{self, Location, Node, Segment, YamlError};
+use preflight_result::Severity;
 
 /// Keys every check may have; the rest belong to its kind.
 pub const COMMON_KEYS: &[&str] = &[

@@ -24,7 +24,7 @@ pub use load::COMMON_KEYS;
 pub use load::{load_file, load_text};
 
 use crate::kinds::{KindInfo, Probe};
-use crate::result::Severity;
+use preflight_result::Severity;
 use when::When;
 
 pub use crate::kinds::Scope;
@@ -111,8 +111,8 @@ pub fn hint_vars() -> &'static [&'static str] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facts::Facts;
-    use crate::result::Finding;
+    use preflight_facts::Facts;
+    use preflight_result::Finding;
 
     #[test]
     fn shipped_checks_load_and_explain_themselves() {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Check, Evaluator, Scope, complete};
-use crate::facts::Facts;
-use crate::result::{CheckResult, Finding, Status};
+use preflight_facts::Facts;
+use preflight_result::{CheckResult, Finding, Status};
 
 /// The message of a node check a led rank leaves to its leader, until
 /// the leader's finding replaces it.
@@ -93,7 +93,7 @@ const MAX_LINES_PER_CHECK: usize = 1024;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::Severity;
+    use preflight_result::Severity;
 
     fn line(id: &str, status: Status, message: &str, shared: bool) -> CheckResult {
         let mut r = CheckResult::built_in(id, "test", "test", status, message.into(), None);

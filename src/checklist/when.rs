@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::facts::{Backend, Facts, Vendor};
+use preflight_facts::{Backend, Facts, Vendor};
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use super::protocol::{self, FrameError, Msg};
 use super::sealed::{Direction, Sealed};
-use crate::values::hex;
+use preflight_ground::values::hex;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -241,7 +241,7 @@ fn read_secret_file(path: &std::path::Path) -> Result<String, String> {
 /// A secret file's trimmed text, refused unless it is this user's own,
 /// readable by no one else, and long enough; errors start with `named`.
 fn read_secret(path: &std::path::Path, named: &str) -> Result<String, String> {
-    use crate::facts::guarded_file::{self, Refused};
+    use preflight_facts::guarded_file::{self, Refused};
     use std::os::unix::fs::MetadataExt;
     let shown = path.display();
     let me = nix::unistd::geteuid().as_raw();
@@ -323,7 +323,7 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
     if text.len() > 128 {
         return None;
     }
-    crate::values::unhex(text)
+    preflight_ground::values::unhex(text)
 }
 
 /// 16 random bytes from the kernel; where /dev/urandom cannot be read, a
@@ -426,7 +426,7 @@ pub async fn client<S: AsyncRead + AsyncWrite + Unpin>(
         stream,
         &Msg::Hello {
             nonce: mine.clone(),
-            version: crate::result::report::TOOL.version.to_string(),
+            version: preflight_result::report::TOOL.version.to_string(),
         },
         deadline,
     )

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use super::checkin::CheckIn;
-use crate::result::cluster::{Barrier, Duplicate, Lost, Mismatch, Missing};
-use crate::result::{CheckResult, Status};
+use preflight_result::cluster::{Barrier, Duplicate, Lost, Mismatch, Missing};
+use preflight_result::{CheckResult, Status};
 
 pub type ConnId = u64;
 
@@ -196,7 +196,7 @@ impl BarrierState {
         let mut text = format!(
             "{} of {} checked in",
             self.arrivals.len(),
-            crate::values::count(self.world_size as usize, "rank")
+            preflight_ground::values::count(self.world_size as usize, "rank")
         );
         if !missing.is_empty() {
             let shown: Vec<&str> = missing.iter().take(SHOWN).map(String::as_str).collect();
@@ -269,7 +269,7 @@ impl BarrierState {
             complete: self.complete() && self.duplicates.is_empty(),
             waited_ms,
             missing_count: missing.len(),
-            missing_ranks: crate::values::rank_ranges(&missing),
+            missing_ranks: preflight_ground::values::rank_ranges(&missing),
             missing: missing
                 .iter()
                 .take(MISSING_LISTED)
@@ -415,7 +415,7 @@ pub fn result(b: &Barrier, world_size: u32, window: &str) -> CheckResult {
         problems.push(format!(
             "{} {} on {node} checked in, then went away before the verdict ({reason})",
             if ranks.len() == 1 { "rank" } else { "ranks" },
-            crate::values::rank_ranges(&ranks)
+            preflight_ground::values::rank_ranges(&ranks)
         ));
     }
     // A rank with another secret is refused before it can say which rank
@@ -423,7 +423,7 @@ pub fn result(b: &Barrier, world_size: u32, window: &str) -> CheckResult {
     if b.missing_count > 0 && !b.other_job_clients.is_empty() {
         problems.push(format!(
             "meanwhile {} with another job secret came from {}: a rank started with another PREFLIGHT_TOKEN is likely a missing one",
-            crate::values::count(b.other_job_total.max(b.other_job_clients.len()), "connection"),
+            preflight_ground::values::count(b.other_job_total.max(b.other_job_clients.len()), "connection"),
             b.other_job_clients.join(", ")
         ));
     }
@@ -432,7 +432,7 @@ pub fn result(b: &Barrier, world_size: u32, window: &str) -> CheckResult {
             Status::Pass,
             format!(
                 "all {} checked in ({} ms)",
-                crate::values::count(world_size as usize, "rank"),
+                preflight_ground::values::count(world_size as usize, "rank"),
                 b.waited_ms
             ),
             None,
@@ -440,7 +440,7 @@ pub fn result(b: &Barrier, world_size: u32, window: &str) -> CheckResult {
     } else {
         (
             Status::Fail,
-            crate::values::listed(&problems, "; ", MISSING_NAMED),
+            preflight_ground::values::listed(&problems, "; ", MISSING_NAMED),
             Some(hint(b)),
         )
     };

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::identity::Identity;
-use crate::facts::{Facts, nvidia};
 use crate::kinds::cluster::LAUNCH_PREFIXES;
-use crate::result::cluster::{Clock, Devices, FailedCheck};
-use crate::result::{CheckResult, Status};
+use preflight_facts::{Facts, nvidia};
+use preflight_result::cluster::{Clock, Devices, FailedCheck};
+use preflight_result::{CheckResult, Status};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckIn {
@@ -245,7 +245,7 @@ pub fn versions(facts: &Facts) -> BTreeMap<String, String> {
     .or_else(|| read("/sys/module/amdgpu/version").map(|s| format!("amdgpu {}", s.trim())));
     v.insert("driver".into(), driver.unwrap_or_else(not_found));
     // CUDA's runtime, and each library backend's library (facts::Backend).
-    let backends: Vec<(&str, &str)> = crate::facts::Backend::ALL
+    let backends: Vec<(&str, &str)> = preflight_facts::Backend::ALL
         .into_iter()
         .filter_map(|b| Some((b.name(), b.library_prefix()?)))
         .collect();
@@ -418,7 +418,7 @@ mod tests {
                 kind: "k".repeat(5_000),
                 // Each list longer than ABOUT, each name longer than
                 // ABOUT_NAME: gigabytes of them would prove no more.
-                about: crate::result::About {
+                about: preflight_result::About {
                     variables: vec!["V".repeat(1_000); 40],
                     holders: vec![7; 100_000],
                     restates: vec!["r".repeat(1_000); 40],
@@ -449,7 +449,7 @@ mod tests {
         // Holders come first, then the names, each cut.
         let mut c = sample(1, 2, "h");
         let mut f = b.failed[0].clone();
-        f.about = crate::result::About {
+        f.about = preflight_result::About {
             variables: vec!["V".repeat(5_000); 1000],
             ..Default::default()
         };
@@ -512,7 +512,7 @@ mod tests {
             .arg("GNU_LIBC_VERSION")
             .output()
         else {
-            crate::facts::test_skip("no getconf here to say which glibc this is");
+            preflight_ground::testing::test_skip("no getconf here to say which glibc this is");
             return;
         };
         let said = String::from_utf8_lossy(&out.stdout);

@@ -15,9 +15,9 @@ use super::protocol::now_us;
 use super::protocol::{self, FrameError, Msg};
 use super::reachability;
 use crate::kinds::tcp_connect::{self, Outcome};
-use crate::result::CheckResult;
-use crate::result::cluster::{Clock, ClusterReport};
-use crate::values::format_duration;
+use preflight_ground::values::format_duration;
+use preflight_result::CheckResult;
+use preflight_result::cluster::{Clock, ClusterReport};
 
 /// Each connect attempt's limit; a DROPped SYN is retried by the kernel
 /// for minutes otherwise.
@@ -142,7 +142,7 @@ where
             if let Some(w) = &cfg.waiting {
                 let _ = w.send(format!(
                     "reaching rank 0 at {host}:{port}: {} so far, the last: {text}",
-                    crate::values::count(attempts as usize, "attempt")
+                    preflight_ground::values::count(attempts as usize, "attempt")
                 ));
             }
             if port == cfg.master_port {

@@ -19,7 +19,7 @@
 //! variable, it is a node agent of a one-node job whose ranks meet on
 //! loopback.
 
-use crate::facts::launch;
+use preflight_facts::launch;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -112,7 +112,7 @@ pub enum Role {
     Node(NodePlan),
 }
 
-pub use crate::facts::pod::NodePlan;
+pub use preflight_facts::pod::NodePlan;
 
 type Env = BTreeMap<String, String>;
 
@@ -147,7 +147,7 @@ pub fn job_id(env: &Env) -> Option<(&'static str, String)> {
         .into_iter()
         .find_map(|var| Some((var, text(env, &[var])?)))
         .filter(|(var, id)| !(*var == "TORCHELASTIC_RUN_ID" && id == "none"))
-        .or_else(|| crate::facts::pod::job_id(env))
+        .or_else(|| preflight_facts::pod::job_id(env))
 }
 
 fn source_of(var: &str) -> &'static str {
@@ -166,7 +166,7 @@ fn source_of(var: &str) -> &'static str {
 fn nodelist(env: &Env) -> Result<Vec<String>, String> {
     match text(env, &["SLURM_JOB_NODELIST", "SLURM_NODELIST"]) {
         Some(list) => hostlist::expand(&list).map_err(|e| format!("SLURM_JOB_NODELIST: {e}")),
-        None => match crate::facts::pod::mpi_hostfile(env) {
+        None => match preflight_facts::pod::mpi_hostfile(env) {
             Some(found) => found.map(|(hosts, _)| hosts),
             None => Ok(Vec::new()),
         },
@@ -183,7 +183,7 @@ fn tasks_per_node(env: &Env) -> Result<Vec<u32>, String> {
     }
     // An MPI hostfile's slots: mpirun fills each host's in order.
     if text(env, &["SLURM_JOB_NODELIST", "SLURM_NODELIST"]).is_none()
-        && let Some(found) = crate::facts::pod::mpi_hostfile(env)
+        && let Some(found) = preflight_facts::pod::mpi_hostfile(env)
     {
         return found.map(|(_, slots)| slots);
     }
@@ -300,7 +300,7 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Role, String> {
         }));
     }
     // A Kubernetes pod of a job operator's: a node of the job.
-    if !child && let Some(found) = crate::facts::pod::discover(env) {
+    if !child && let Some(found) = preflight_facts::pod::discover(env) {
         let job = found?;
         let p = job.plan;
         return Ok(Role::Node(NodePlan {

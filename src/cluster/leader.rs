@@ -30,8 +30,8 @@ use super::checkin::CheckIn;
 use super::identity::Identity;
 use super::protocol::{self, MAX_RANK_FRAME, Msg};
 use super::sealed::Sealed;
-use crate::result::CheckResult;
-use crate::result::cluster::{Clock, ClusterReport};
+use preflight_result::CheckResult;
+use preflight_result::cluster::{Clock, ClusterReport};
 
 /// Whether this rank's node checks in through a leader: its layout is
 /// known (from the launcher, Slurm, or node mode's agent, which starts its
@@ -109,7 +109,7 @@ pub async fn connect(
         if Instant::now() + backoff >= until {
             return Err(format!(
                 "this node's leader (local rank 0) did not answer on its local socket within {}",
-                crate::values::format_duration(started.elapsed())
+                preflight_ground::values::format_duration(started.elapsed())
             ));
         }
         tokio::time::sleep(backoff).await;

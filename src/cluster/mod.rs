@@ -35,11 +35,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::facts::Facts;
-use crate::result::cluster::ClusterReport;
-use crate::result::{About, CheckResult, Status, Verdict};
 use auth::Token;
 use identity::Identity;
+use preflight_facts::Facts;
+use preflight_result::cluster::ClusterReport;
+use preflight_result::{About, CheckResult, Status, Verdict};
 pub use serving::{Server, ServerInput, start_node_server, start_server};
 
 /// Everything a rank brings to the cluster stage.
@@ -167,7 +167,7 @@ fn tool_version(facts: &Facts) -> String {
         return v.to_string();
     }
     let _ = facts;
-    crate::result::report::TOOL.version.to_string()
+    preflight_result::report::TOOL.version.to_string()
 }
 
 pub fn master_label(host: &str, port: u16) -> String {
@@ -193,14 +193,14 @@ pub fn failure(world_size: u32, master: String, token: &Token, message: String) 
 }
 
 /// The results this stage prints that no checklist defines.
-pub fn built_in_results() -> Vec<crate::result::built_in::BuiltIn> {
-    use crate::result::built_in::BuiltIn;
+pub fn built_in_results() -> Vec<preflight_result::built_in::BuiltIn> {
+    use preflight_result::built_in::BuiltIn;
     vec![
         BuiltIn {
             id: "cluster.rendezvous".into(),
             kind: "rendezvous",
             area: "cluster",
-            severity: crate::result::Severity::Fail,
+            severity: preflight_result::Severity::Fail,
             verifies: "This rank reached rank 0 at MASTER_ADDR:MASTER_PORT and proved it holds the job's secret (rank 0: it could listen there), within the run's deadline.".into(),
             why: "A rank that cannot reach rank 0 is the one that hangs a job's init for 10 to 30 minutes; only it knows why (a name that does not resolve, a refused or dropped port, another secret).",
             hint: RENDEZVOUS_HINT.into(),
@@ -210,7 +210,7 @@ pub fn built_in_results() -> Vec<crate::result::built_in::BuiltIn> {
             id: "cluster.barrier".into(),
             kind: "barrier",
             area: "cluster",
-            severity: crate::result::Severity::Fail,
+            severity: preflight_result::Severity::Fail,
             verifies: "Every rank of WORLD_SIZE checked in at rank 0 before the deadline, each once, all with the same WORLD_SIZE and job secret; names the missing ranks and where they should have run.".into(),
             why: "The job's own init waits for the last rank: a rank that never starts, or starts twice, is the hang preflight names in seconds.",
             hint: barrier::MISSING_HINT.into(),
@@ -263,7 +263,7 @@ fn failure_with_hint(
 /// cluster stage names a limit too low for the world.
 pub fn raise_open_files() {
     use nix::sys::resource::{Resource, setrlimit};
-    if let Some((soft, hard)) = crate::facts::limits::open_files()
+    if let Some((soft, hard)) = preflight_facts::limits::open_files()
         && soft < hard
     {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
@@ -345,8 +345,8 @@ pub async fn rank_stage(mut input: RankInput, server: &mut Server) -> Staged {
                 .find_map(|n| facts.env(n).map(|v| (n, format!("{n}={v}"))))
         };
         let set: Vec<(&str, String)> = [
-            named(crate::facts::launch::rank_vars()),
-            named(crate::facts::launch::size_vars()),
+            named(preflight_facts::launch::rank_vars()),
+            named(preflight_facts::launch::size_vars()),
         ]
         .into_iter()
         .flatten()
@@ -453,7 +453,7 @@ struct Gathered {
     hostname_addrs: Vec<String>,
     interface: Option<String>,
     versions: std::collections::BTreeMap<String, String>,
-    devices: crate::result::cluster::Devices,
+    devices: preflight_result::cluster::Devices,
     env: std::collections::BTreeMap<String, String>,
     hostname: String,
 }
@@ -535,7 +535,7 @@ fn make_checkin(
     input: &RankInput,
     g: Gathered,
     addr: String,
-    clock: Option<crate::result::cluster::Clock>,
+    clock: Option<preflight_result::cluster::Clock>,
     probe: (Option<String>, Option<String>),
 ) -> checkin::CheckIn {
     let facts = &input.facts;

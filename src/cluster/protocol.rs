@@ -14,8 +14,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::checkin::CheckIn;
-use crate::result::cluster::{ClusterReport, Probe};
-use crate::result::report::Interrupted;
+use preflight_result::cluster::{ClusterReport, Probe};
+use preflight_result::report::Interrupted;
 
 pub const MAGIC: &[u8; 3] = b"PFL";
 /// 3: the client proves the token first, the server answers with its
@@ -109,7 +109,7 @@ pub enum Msg {
     /// A node's leader to its other local ranks, before the verdict: the
     /// node-scope checks it evaluated once for the whole node.
     NodeFindings {
-        results: Vec<crate::result::CheckResult>,
+        results: Vec<preflight_result::CheckResult>,
     },
     /// Server, after the verdict: rank 0 was interrupted by a signal and
     /// is leaving; every request from now on gets this answer.

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::kinds::ports::PortRange;
 use crate::kinds::tcp_connect;
-use crate::result::cluster::{NO_ANSWER, Probe};
+use preflight_result::cluster::{NO_ANSWER, Probe};
 
 pub const ALL_PAIRS_MAX: usize = 64;
 const ECHO: &[u8; 8] = b"pfprobe\n";

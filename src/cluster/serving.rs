@@ -11,9 +11,9 @@ use super::auth::{self, Token};
 use super::identity::{self, Identity};
 use super::{Waiting, barrier, clock_offset, failure_with_hint, master_label, server};
 use crate::checklist::Check;
-use crate::facts::Facts;
-use crate::result::About;
-use crate::result::cluster::ClusterReport;
+use preflight_facts::Facts;
+use preflight_result::About;
+use preflight_result::cluster::ClusterReport;
 
 /// Rank 0 of a launcher-started job serves the rendezvous itself.
 fn serves(identity: &Identity) -> bool {

@@ -184,7 +184,7 @@ pub async fn get<S: AsyncRead + AsyncWrite + Unpin>(
 /// requests, when nothing else can be on the way.
 pub async fn rank0_interrupted<S: AsyncRead + Unpin>(
     conn: &mut S,
-) -> Option<Box<crate::result::report::Interrupted>> {
+) -> Option<Box<preflight_result::report::Interrupted>> {
     let deadline = Instant::now() + Duration::from_millis(20);
     match super::protocol::read(conn, deadline).await {
         Ok(Msg::Interrupted { notice }) => Some(notice),

@@ -14,8 +14,8 @@ use super::protocol::{self, Msg};
 use super::sealed::Channel;
 use super::server::{ServerConfig, serve};
 use crate::cluster::client::{ClientConfig, connect};
-use crate::facts::Facts;
-use crate::result::cluster::ClusterReport;
+use preflight_facts::Facts;
+use preflight_result::cluster::ClusterReport;
 
 /// Runs a test's async body on a runtime of its own.
 pub fn block_on<F: std::future::Future>(body: F) -> F::Output {

@@ -9,7 +9,7 @@ use super::rank::{RankBackend, RankResult};
 use super::sweep::Failure;
 use super::{Op, OpError};
 use super::{isolate, slowness};
-use crate::result::collective::{
+use preflight_result::collective::{
     BackendReport, CollectiveReport, CpuWait, OpStatus, PairRate, Row, SweepSettings,
 };
 
@@ -89,7 +89,7 @@ fn slow_step(failures: &[(u32, &Failure)], host: &dyn Fn(u32) -> String) -> Opti
     Some(format!(
         "slow: {} at {}: {} (rank {r}{}); the sweep ended there, larger sizes not measured ({} left the step at its budget)",
         f.op.name(),
-        crate::values::format_bytes(f.bytes as u64),
+        preflight_ground::values::format_bytes(f.bytes as u64),
         error,
         host(r),
         rank_list(&ranks)
@@ -266,7 +266,7 @@ pub fn assemble(
                     "partial",
                     Some(format!(
                         "verified by the {} that gave a result; no result from {}",
-                        crate::values::count(per.len(), "rank"),
+                        preflight_ground::values::count(per.len(), "rank"),
                         rank_list(&missing)
                     )),
                 )

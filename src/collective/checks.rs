@@ -5,8 +5,8 @@
 
 use super::Op;
 use super::registry::library;
-use crate::result::collective::CollectiveReport;
-use crate::result::{CheckResult, Status};
+use preflight_result::collective::CollectiveReport;
+use preflight_result::{CheckResult, Status};
 
 /// The checks this stage adds to the report.
 pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
@@ -44,7 +44,7 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
                     .map(|x| {
                         format!(
                             "; allreduce {} busbw {:.3} GB/s",
-                            crate::values::format_bytes(x.bytes as u64),
+                            preflight_ground::values::format_bytes(x.bytes as u64),
                             x.busbw
                         )
                     })
@@ -57,7 +57,7 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
                 let text = format!(
                     "{}: 5 operations verified on {}{figure}",
                     b.name,
-                    crate::values::count(r.world_size as usize, "rank")
+                    preflight_ground::values::count(r.world_size as usize, "rank")
                 );
                 if warnings.is_empty() {
                     (Status::Pass, text, None)
@@ -88,7 +88,7 @@ pub fn checks(r: &CollectiveReport, required: &[String]) -> Vec<CheckResult> {
                 Some(failed_hint(&b.name)),
             ),
         };
-        let about = crate::result::About {
+        let about = preflight_result::About {
             variables: b.about_variables.clone(),
             ..Default::default()
         };
@@ -131,9 +131,9 @@ fn failed_hint(backend: &str) -> String {
 
 /// The results this stage prints that no checklist defines: one per
 /// backend it knows, the stragglers and the slow links.
-pub fn built_in_results() -> Vec<crate::result::built_in::BuiltIn> {
-    use crate::result::Severity;
-    use crate::result::built_in::BuiltIn;
+pub fn built_in_results() -> Vec<preflight_result::built_in::BuiltIn> {
+    use preflight_result::Severity;
+    use preflight_result::built_in::BuiltIn;
     let mut out: Vec<BuiltIn> = std::iter::once("tcp")
         .chain(super::registry::LIBRARIES.iter().map(|l| l.name))
         .map(|name| BuiltIn {

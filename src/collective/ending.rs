@@ -52,7 +52,7 @@ pub(super) fn out_of_time(cut: &[(u32, &RankBackend)], host: &dyn Fn(u32) -> Str
             format!(
                 "during {} at {}",
                 f.op.name(),
-                crate::values::format_bytes(f.bytes as u64)
+                preflight_ground::values::format_bytes(f.bytes as u64)
             )
         })
         .unwrap_or_else(|| {
@@ -184,7 +184,7 @@ pub(super) fn explain(
             "{} {} at {} gave a wrong result on rank {r}: element {} expected {} got {} ({} elements wrong)",
             m.op.name(),
             m.dtype.name(),
-            crate::values::format_bytes(f.bytes as u64),
+            preflight_ground::values::format_bytes(f.bytes as u64),
             m.index,
             super::verify::element_text(m.expected),
             super::verify::element_text(m.got),
@@ -251,7 +251,7 @@ pub(super) fn explain(
             return format!(
                 "{} timed out at {} on {}: rank {c}{} stopped taking part{gone}",
                 f.op.name(),
-                crate::values::format_bytes(f.bytes as u64),
+                preflight_ground::values::format_bytes(f.bytes as u64),
                 rank_list(&waiting),
                 host(c)
             );
@@ -285,7 +285,7 @@ pub(super) fn explain(
                 let mut text = format!(
                     "{} failed at {} on rank {r}{}: {}",
                     f.op.name(),
-                    crate::values::format_bytes(f.bytes as u64),
+                    preflight_ground::values::format_bytes(f.bytes as u64),
                     host(*r),
                     said(f)
                 );
@@ -323,7 +323,7 @@ pub(super) fn explain(
                 return format!(
                     "{} timed out at {} on {}{every}: rank {} says: {}{then}; the library does not say which rank held up the others (the tcp backend over the same hosts names it)",
                     first.op.name(),
-                    crate::values::format_bytes(first.bytes as u64),
+                    preflight_ground::values::format_bytes(first.bytes as u64),
                     rank_list(&waiting),
                     waiting[0],
                     said(first)
@@ -347,7 +347,7 @@ pub(super) fn explain(
                     return format!(
                         "{} failed at {} on rank {victim}{}: {}",
                         f.op.name(),
-                        crate::values::format_bytes(f.bytes as u64),
+                        preflight_ground::values::format_bytes(f.bytes as u64),
                         host(victim),
                         f.error
                             .as_ref()
@@ -377,13 +377,13 @@ pub(super) fn explain(
         Some(e) => format!(
             "{} failed at {}: rank {culprit}{} broke off{gone}; rank {victim} saw: {e}",
             f.op.name(),
-            crate::values::format_bytes(f.bytes as u64),
+            preflight_ground::values::format_bytes(f.bytes as u64),
             host(culprit)
         ),
         None => format!(
             "{} failed at {}",
             f.op.name(),
-            crate::values::format_bytes(f.bytes as u64)
+            preflight_ground::values::format_bytes(f.bytes as u64)
         ),
     }
 }
@@ -395,12 +395,12 @@ fn timed_out(op: &str, bytes: usize, culprit: &str, victim: u32, sending: bool) 
     if sending {
         format!(
             "{op} timed out at {}: {culprit} stopped sending to rank {victim}",
-            crate::values::format_bytes(bytes as u64)
+            preflight_ground::values::format_bytes(bytes as u64)
         )
     } else {
         format!(
             "{op} timed out at {}: {culprit} stopped receiving from rank {victim}",
-            crate::values::format_bytes(bytes as u64)
+            preflight_ground::values::format_bytes(bytes as u64)
         )
     }
 }

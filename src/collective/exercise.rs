@@ -5,7 +5,7 @@ use super::config::Config;
 use super::rank::RankBackend;
 use super::sweep::{self, Failure, Hooks, Step};
 use super::{Backend, Dtype, Op, OpError};
-use crate::result::collective::Row;
+use preflight_result::collective::Row;
 
 /// Element counts that are not powers of two and do not divide evenly
 /// among most world sizes: 1, 257 and 1027 elements.

@@ -6,10 +6,10 @@
 //! node). A floor the run did not measure (a backend absent, a size the
 //! sweep did not reach) cannot be judged, and says why.
 
-use crate::facts::profile::Profile;
-use crate::result::collective::CollectiveReport;
-use crate::result::{CheckResult, Status};
-use crate::values::format_bytes;
+use preflight_facts::profile::Profile;
+use preflight_ground::values::format_bytes;
+use preflight_result::collective::CollectiveReport;
+use preflight_result::{CheckResult, Status};
 
 pub const FLOORS: &str = "collective.floors";
 pub const FLOORS_HINT: &str = "Compare the node with a healthy one of its kind (`preflight bench` on both), and the profile's floors with what `preflight baseline capture --from` measured; a floor set from another cluster or library version may not hold here.";
@@ -76,7 +76,7 @@ pub fn judge(
             .into_iter()
             .filter(|p| node(p.a) == here || node(p.b) == here)
             .collect();
-        let other = |p: &crate::result::collective::PairRate| {
+        let other = |p: &preflight_result::collective::PairRate| {
             if node(p.a) == here {
                 node(p.b)
             } else {
@@ -148,7 +148,7 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::collective::{BackendReport, Dtype, Op, PairRate, Row};
+    use preflight_result::collective::{BackendReport, Dtype, Op, PairRate, Row};
 
     fn report(busbw_us: f64, pairs: Vec<PairRate>) -> CollectiveReport {
         let row = Row::new(Op::Allreduce, 1 << 20, Dtype::F32, busbw_us, 4);
@@ -163,7 +163,7 @@ mod tests {
     }
 
     fn profile(floors: &str) -> Profile {
-        crate::facts::profile::parse(
+        preflight_facts::profile::parse(
             "site.yaml",
             &format!("profile: site\nmatch: {{vendor: nvidia, device_ids: [\"0x2330\"], count: 8}}\nexpect:\n  floors: {floors}\n"),
         )
@@ -233,7 +233,7 @@ mod tests {
             c.message
         );
         // No floors: nothing to say.
-        let none = crate::facts::profile::parse(
+        let none = preflight_facts::profile::parse(
             "p.yaml",
             "profile: p\nmatch: {vendor: nvidia, device_ids: [\"0x2330\"], count: 8}\nexpect: {nvlink: {links: 18}}\n",
         )

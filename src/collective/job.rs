@@ -14,7 +14,7 @@ use super::exercise::{Progress, exercise};
 use super::rank::{Found, RankBackend};
 use super::sweep::{Failure, Hooks};
 use super::{Backend, Op};
-use crate::result::collective::Row;
+use preflight_result::collective::Row;
 
 /// The variable that carries the socket path to the child.
 pub const SOCKET_ENV: &str = "PREFLIGHT_WORKER_SOCKET";
@@ -215,7 +215,7 @@ impl Link {
             match self.recv()? {
                 ToWorker::MakeId => {
                     let f = make.take().ok_or("asked twice for an id")?;
-                    let hex = crate::values::hex(&f()?);
+                    let hex = preflight_ground::values::hex(&f()?);
                     self.send(&ToParent::Id { hex })?;
                 }
                 ToWorker::Id { hex } => return from_hex(&hex).map(Some),
@@ -274,7 +274,7 @@ impl Link {
 /// The plan's id as the store carries it; a peer's text that is not hex
 /// is an error, never a panic.
 pub fn from_hex(hex: &str) -> Result<Vec<u8>, String> {
-    crate::values::unhex(hex).ok_or_else(|| "an id that is not hex".to_string())
+    preflight_ground::values::unhex(hex).ok_or_else(|| "an id that is not hex".to_string())
 }
 
 #[cfg(test)]
@@ -284,7 +284,7 @@ mod tests {
     #[test]
     fn hex_round_trips() {
         let id: Vec<u8> = (0..=255).collect();
-        assert_eq!(from_hex(&crate::values::hex(&id)).unwrap(), id);
+        assert_eq!(from_hex(&preflight_ground::values::hex(&id)).unwrap(), id);
         assert!(from_hex("abc").is_err());
         assert!(from_hex("zz").is_err());
         // Multi-byte characters where the digits should be: the plan text

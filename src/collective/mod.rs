@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub use crate::result::collective::{Dtype, Op};
+pub use preflight_result::collective::{Dtype, Op};
 
 /// Why an operation did not complete. Each names the peer when one is to
 /// blame, so rank 0 can name the rank that stalled or went away.
@@ -156,7 +156,9 @@ impl fmt::Display for OpError {
                 budget_ms,
                 ..
             } => {
-                let d = |ms: &u64| crate::values::format_duration(Duration::from_millis(*ms));
+                let d = |ms: &u64| {
+                    preflight_ground::values::format_duration(Duration::from_millis(*ms))
+                };
                 if *busbw_mbps == 0 {
                     write!(
                         f,

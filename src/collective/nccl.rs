@@ -44,7 +44,7 @@ use super::driver::{Collectives, InitFailed, Words, drive};
 use super::job::{Job, Link, ToParent};
 use super::library::{EnvInput, LibraryBackend};
 use super::rank::Found;
-use crate::facts::shared_library;
+use preflight_facts::shared_library;
 
 pub const LIBRARY: LibraryBackend = LibraryBackend {
     name: "nccl",
@@ -226,7 +226,7 @@ fn transport_notes(root: &Path) -> Vec<transport::Note> {
         },
         _ => String::new(),
     };
-    let hcas = crate::facts::infiniband::scan(&root.join("sys/class/infiniband"));
+    let hcas = preflight_facts::infiniband::scan(&root.join("sys/class/infiniband"));
     transport::assess(
         &NetLog::parse(&text),
         &source,

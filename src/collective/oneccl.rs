@@ -21,7 +21,7 @@ use super::driver::{Collectives, InitFailed, Words, drive};
 use super::job::{Job, Link, ToParent};
 use super::library::{EnvInput, LibraryBackend};
 use super::rank::Found;
-use crate::facts::shared_library;
+use preflight_facts::shared_library;
 
 pub const LIBRARY: LibraryBackend = LibraryBackend {
     name: "oneccl",
@@ -97,7 +97,7 @@ fn env(input: &EnvInput<'_, '_>) -> Vec<(String, String)> {
         .route_ip
         .parse::<IpAddr>()
         .ok()
-        .and_then(crate::facts::interface_of)
+        .and_then(preflight_facts::interface_of)
     {
         if unset("CCL_KVS_IFACE") {
             out.push(("CCL_KVS_IFACE".into(), ifname.clone()));
@@ -113,8 +113,8 @@ fn env(input: &EnvInput<'_, '_>) -> Vec<(String, String)> {
     let launcher_says = |vars: Vec<&str>| vars.into_iter().any(|v| !unset(v));
     if unset("CCL_LOCAL_RANK")
         && unset("CCL_LOCAL_SIZE")
-        && launcher_says(crate::facts::launch::local_rank_vars())
-        && launcher_says(crate::facts::launch::local_size_vars())
+        && launcher_says(preflight_facts::launch::local_rank_vars())
+        && launcher_says(preflight_facts::launch::local_size_vars())
     {
         out.push(("CCL_LOCAL_RANK".into(), info.local_rank.to_string()));
         out.push(("CCL_LOCAL_SIZE".into(), info.local_world.max(1).to_string()));

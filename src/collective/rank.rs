@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::sweep::{Failure, Hooks};
 use super::{Op, OpError};
-use crate::result::collective::{CpuWait, PairRate, RankLink, Row};
+use preflight_result::collective::{CpuWait, PairRate, RankLink, Row};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RankResult {
@@ -70,7 +70,7 @@ pub struct RankBackend {
     /// Rank 0 said a signal interrupted it, while this backend waited on
     /// the library: this rank's own knowledge, never sent.
     #[serde(skip)]
-    pub told: Option<Box<crate::result::report::Interrupted>>,
+    pub told: Option<Box<preflight_result::report::Interrupted>>,
 }
 
 impl RankBackend {
@@ -119,7 +119,7 @@ pub struct RankInfo<'a> {
     /// `unix` or `tcp`).
     pub same_host: Option<String>,
     /// The node's interface facts, for the TCP backend's link speed.
-    pub interfaces: Vec<crate::facts::Interface>,
+    pub interfaces: Vec<preflight_facts::Interface>,
     /// `--root`: where a library worker reads the node's /sys (the
     /// InfiniBand ports NCCL's network choice is judged against).
     pub root: PathBuf,
@@ -136,7 +136,7 @@ pub struct RankInfo<'a> {
 }
 
 /// Told a backend's name and a step's row as rank 0 measures it.
-pub type OnRow<'a> = &'a dyn Fn(&str, &crate::result::collective::Row);
+pub type OnRow<'a> = &'a dyn Fn(&str, &preflight_result::collective::Row);
 
 /// The library a probe found.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -23,7 +23,7 @@ mod tests {
         assert_eq!(names.len(), LIBRARIES.len());
         for l in LIBRARIES {
             assert!(
-                crate::facts::Backend::ALL
+                preflight_facts::Backend::ALL
                     .iter()
                     .any(|b| b.name() == l.name),
                 "{} is not a facts::Backend",

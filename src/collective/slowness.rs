@@ -6,7 +6,7 @@
 
 use super::straggler::{reference, stragglers};
 use super::{isolate, starved};
-use crate::result::collective::{CpuWait, PairRate, SecondPass};
+use preflight_result::collective::{CpuWait, PairRate, SecondPass};
 
 /// Who is slow, in words: nodes starved of CPU (by their own wait), then
 /// the first pass's stragglers and the second pass's slow nodes, from

@@ -24,8 +24,8 @@ use super::{Backend, OpError};
 use super::{isolate, straggler};
 use crate::cluster::store;
 use crate::cluster::store::FrameError;
-use crate::result::collective::{CollectiveReport, CpuWait};
-use crate::result::report::Interrupted;
+use preflight_result::collective::{CollectiveReport, CpuWait};
+use preflight_result::report::Interrupted;
 
 /// One rank's whole stage; every rank returns the same report (or, when
 /// rank 0 is gone, its own view).
@@ -50,7 +50,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         .map(|n| (n.clone(), supervisor::start(n, cfg, &info)))
         .collect();
     for name in &cfg.backends {
-        crate::interrupt::enter(format!("collective stage ({name})"));
+        preflight_ground::interrupt::enter(format!("collective stage ({name})"));
         if let Some(avail) = super::builtin(name) {
             let mut rb = RankBackend::new(name, avail.available, avail.reason);
             let t = Instant::now();
@@ -138,7 +138,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
     {
         // This thread runs the round: its wait for a CPU through both
         // passes is the rank's.
-        let before = (crate::facts::schedstat::this_thread(), Instant::now());
+        let before = (preflight_facts::schedstat::this_thread(), Instant::now());
         match straggler::round(b, cfg.pair_bytes(), || cfg.deadline(cfg.step_timeout)).await {
             Ok(p) => {
                 result.second = Some(isolate::run(b, cfg, &info.hosts, &p, cfg.pair_bytes()).await);
@@ -156,7 +156,7 @@ pub async fn run(cfg: &Config, mut info: RankInfo<'_>) -> CollectiveReport {
         // its deadline is the one whose wait matters most.
         result.cpu = before
             .0
-            .zip(crate::facts::schedstat::this_thread())
+            .zip(preflight_facts::schedstat::this_thread())
             .map(|(then, now)| CpuWait {
                 rank: info.rank,
                 waited_ms: now.waited.saturating_sub(then.waited).as_millis() as u64,
@@ -385,7 +385,7 @@ fn oversubscribed(local_world: u32) -> Option<String> {
     (local_world as usize > cpus).then(|| {
         format!(
             "{local_world} ranks on {}",
-            crate::values::count(cpus, "CPU")
+            preflight_ground::values::count(cpus, "CPU")
         )
     })
 }

@@ -13,8 +13,8 @@
 //! the others' 20 %, in a round of under a second.)
 
 use super::isolate::node;
-use crate::result::collective::CpuWait;
-use crate::values::median;
+use preflight_ground::values::median;
+use preflight_result::collective::CpuWait;
 
 /// The least part of the round a starved node waited for a CPU.
 pub const STARVED: f64 = 0.8;

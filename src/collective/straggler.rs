@@ -29,7 +29,7 @@
 use tokio::time::Instant;
 
 use super::{Backend, OpError};
-use crate::result::collective::PairRate;
+use preflight_result::collective::PairRate;
 
 pub const MAX_ROUNDS: usize = 8;
 /// Timed exchanges per pair and pass; the best counts.
@@ -153,7 +153,7 @@ pub async fn measure<B: Backend>(
 /// not the best: one pair that happened to run fast (alone on the cores
 /// for a moment) must not make every other rank look slow beside it.
 pub fn reference(r: u32, rates: &[PairRate]) -> Option<f64> {
-    crate::values::median(
+    preflight_ground::values::median(
         rates
             .iter()
             .filter(|p| p.a != r && p.b != r)

@@ -317,7 +317,7 @@ pub async fn run(
 /// that a signal interrupted it.
 enum Heard {
     Worker(String),
-    Rank0(Box<crate::result::report::Interrupted>),
+    Rank0(Box<preflight_result::report::Interrupted>),
 }
 
 /// The worker's next message. A library blocked on a rank that left may

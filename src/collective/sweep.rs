@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::verify::{self, Mismatch};
 use super::{Backend, Dtype, Op, OpError};
-use crate::result::collective::Row;
+use preflight_result::collective::Row;
 
 /// Sizes from 8 B to `max` (inclusive when reached), multiplying by
 /// `factor` (2 or 4); always at least 8 B.

@@ -29,7 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use nix::unistd::Pid;
 
-use crate::result::collective::RankLink;
+use preflight_result::collective::RankLink;
 
 mod algorithms;
 mod direct;
@@ -119,7 +119,7 @@ impl Tcp {
     }
 
     /// This rank's interface, its speed and each peer's transport.
-    pub fn link(&self, interfaces: &[crate::facts::Interface]) -> RankLink {
+    pub fn link(&self, interfaces: &[preflight_facts::Interface]) -> RankLink {
         let ip: Option<std::net::IpAddr> = self.ip.parse().ok();
         let iface = interfaces
             .iter()

@@ -6,8 +6,8 @@ use clap::ValueEnum;
 use clap_complete::Shell as Generator;
 
 use super::Failure;
-use crate::exit::ExitCode;
 use crate::report::output::write_stdout;
+use preflight_ground::exit::ExitCode;
 
 /// The shells a package installs a script for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

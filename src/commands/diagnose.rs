@@ -8,8 +8,8 @@ use clap::Args;
 
 use super::Failure;
 use super::format::{self, Format};
-use crate::exit::ExitCode;
 use crate::report::output::Destination;
+use preflight_ground::exit::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct DiagnoseArgs {
@@ -219,7 +219,7 @@ fn code(verdict: &str) -> ExitCode {
 }
 
 fn parse_watch(text: &str) -> Result<Duration, String> {
-    let d = crate::values::Span::parse(text)?.0;
+    let d = preflight_ground::values::Span::parse(text)?.0;
     if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
         return Err("between 100ms and 60s".into());
     }
@@ -240,7 +240,8 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
     let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
-    let py_spy = crate::facts::py_spy::locate(&args.py_spy, std::env::var("PATH").ok().as_deref());
+    let py_spy =
+        preflight_facts::py_spy::locate(&args.py_spy, std::env::var("PATH").ok().as_deref());
     let d = crate::diagnose::diagnose(
         std::path::Path::new("/proc"),
         &node,

@@ -9,12 +9,12 @@ use std::fmt::Write;
 
 use super::Failure;
 use crate::checklist::Check;
-use crate::exit::ExitCode;
 use crate::kinds::{self, KindInfo};
 use crate::report::output::write_stdout;
-use crate::result::built_in::BuiltIn;
 use crate::run::selection::{all_checks, built_in_results, facts, not_here};
-use crate::values::format_duration;
+use preflight_ground::exit::ExitCode;
+use preflight_ground::values::format_duration;
+use preflight_result::built_in::BuiltIn;
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
@@ -43,7 +43,7 @@ pub fn explain(args: &ExplainArgs) -> Result<ExitCode, Failure> {
             .chain(kinds::names())
             .collect();
         let mut message = format!("no check or kind named `{}`", args.id);
-        if let Some(s) = crate::suggest::did_you_mean(&args.id, ids) {
+        if let Some(s) = preflight_ground::suggest::did_you_mean(&args.id, ids) {
             message.push_str(&format!(" (did you mean `{s}`?)"));
         }
         message.push_str("; `preflight list` shows every check");
@@ -68,8 +68,8 @@ fn explain_check(check: &Check, unmet: Option<String>) -> String {
         "  kind {}, severity {}, timeout {}, area {}{}",
         check.kind.name,
         match check.severity {
-            crate::result::Severity::Fail => "fail",
-            crate::result::Severity::Warn => "warn",
+            preflight_result::Severity::Fail => "fail",
+            preflight_result::Severity::Warn => "warn",
         },
         format_duration(check.timeout),
         check.area,
@@ -140,8 +140,8 @@ fn explain_built_in(b: &BuiltIn) -> String {
         b.commands.replace(", ", " and "),
         b.kind,
         match b.severity {
-            crate::result::Severity::Fail => "fail",
-            crate::result::Severity::Warn => "warn",
+            preflight_result::Severity::Fail => "fail",
+            preflight_result::Severity::Warn => "warn",
         },
         b.area
     );

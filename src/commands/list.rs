@@ -11,11 +11,11 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use super::Failure;
-use crate::exit::ExitCode;
 use crate::report::output::write_stdout;
 use crate::report::style::Style;
-use crate::result::Severity;
 use crate::run::selection::{all_checks, built_in_results, facts, not_here, select_all};
+use preflight_ground::exit::ExitCode;
+use preflight_result::Severity;
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
@@ -177,7 +177,7 @@ fn table(entries: &[Entry], counts: &Counts, style: &Style) -> String {
     let _ = write!(
         out,
         "\n{}: {} on each node ({} of them by `check`, {} opt-in; {} apply here), {} across nodes (`run` only)",
-        crate::values::count(c.on_each_node + c.across_nodes, "check"),
+        preflight_ground::values::count(c.on_each_node + c.across_nodes, "check"),
         c.on_each_node,
         c.on_each_node - c.opt_in,
         c.opt_in,
@@ -188,7 +188,7 @@ fn table(entries: &[Entry], counts: &Counts, style: &Style) -> String {
         let _ = write!(
             out,
             "; and {} built into `run` and `bench`",
-            crate::values::count(c.built_in, "result")
+            preflight_ground::values::count(c.built_in, "result")
         );
     }
     out.push('\n');

@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::Failure;
-use crate::exit::{ExitCode, MEANINGS};
 use crate::kinds::KINDS;
 use crate::report::output::write_stdout;
+use preflight_ground::exit::{ExitCode, MEANINGS};
 
 const MANUAL: &str = "preflight manual";
 
@@ -247,7 +247,7 @@ fn command_pages(
 }
 
 /// The EXIT STATUS section of the commands whose code is a verdict
-/// (from the one table, `crate::exit::MEANINGS`), or the Slurm modes'.
+/// (from the one table, `preflight_ground::exit::MEANINGS`), or the Slurm modes'.
 fn exit_status(page: &str) -> Option<String> {
     const SLURM: &str = ".SH EXIT STATUS\n.TP\n\\fB0\\fR\nThe node is ready, or was left as it is.\n.TP\n\\fB1\\fR\nThe node was drained (the prolog: the job does not start here).\n.TP\n\\fB2\\fR\nBad settings, or a Slurm call that failed: a drain that did not happen never looks like one that did.\n.TP\n\\fB3\\fR\nThe health check: incomplete, with incomplete: ignore.\n";
     match page {

@@ -34,11 +34,11 @@ pub use token::token;
 pub use validate::{ValidateArgs, validate};
 pub use webhook::{WebhookArgs, webhook};
 
-use crate::facts::Backend;
 use crate::report::style::ColorChoice;
 pub use crate::run::Failure;
 pub use crate::run::settings::Stage;
 use crate::run::settings::{BackendList, ChecklistSettings};
+use preflight_facts::Backend;
 
 /// Which checks: the shipped checklist, added files, and selection.
 #[derive(Debug, Args, Clone)]

@@ -9,10 +9,10 @@ use clap::Args;
 
 use super::Failure;
 use super::format::{self, Format};
-use crate::exit::ExitCode;
 use crate::report::{self, Destination};
-use crate::result::merged::{self, MergedReport};
-use crate::result::report::{Report, SCHEMA};
+use preflight_ground::exit::ExitCode;
+use preflight_result::merged::{self, MergedReport};
+use preflight_result::report::{Report, SCHEMA};
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {

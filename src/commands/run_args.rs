@@ -9,13 +9,13 @@ use super::format;
 use crate::collective::rank::Libraries;
 use crate::collective::registry::LIBRARIES;
 use crate::commands::ChecklistArgs;
-use crate::exit::ExitCode;
 use crate::report::style::ColorChoice;
 use crate::run::settings::{
     ClusterSettings, CollectiveMode, CollectiveSettings, DisplaySettings, Nproc, RunSettings, Stage,
 };
 use crate::run::{self, Failure};
-use crate::values::{Span, parse_size};
+use preflight_ground::exit::ExitCode;
+use preflight_ground::values::{Span, parse_size};
 
 /// `run`, `check` and `bench`: the run, from these arguments' settings.
 pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use super::Failure;
-use crate::exit::ExitCode;
 use crate::run::slurm::SlurmMode;
+use preflight_ground::exit::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct SlurmArgs {

@@ -10,12 +10,12 @@ use clap::Args;
 
 use super::Failure;
 use crate::checklist::{ChecklistError, ChecklistErrors};
-use crate::exit::ExitCode;
 use crate::kinds::ports::PortRange;
 use crate::report::output::write_stdout;
 use crate::run::selection::{all_checks, expand_paths, load_added, select};
 use crate::run::settings::ChecklistSettings;
 use crate::run::site::{OnSquat, Settings};
+use preflight_ground::exit::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -65,8 +65,8 @@ pub fn validate(args: &ValidateArgs) -> Result<ExitCode, Failure> {
             if !args.quiet {
                 let text = format!(
                     "ok: {}, {}\n",
-                    crate::values::count(files.len(), "file"),
-                    crate::values::count(checks.len(), "check")
+                    preflight_ground::values::count(files.len(), "file"),
+                    preflight_ground::values::count(checks.len(), "check")
                 );
                 write_stdout(&text).map_err(|e| Failure::Usage(format!("cannot write: {e}")))?;
             }
@@ -162,7 +162,7 @@ fn site(dir: &Path, quiet: bool) -> Result<ExitCode, Failure> {
     // The site's profile, where it has one: its errors are located.
     let profile = settings.profile_file();
     if let Some(path) = &profile
-        && let Err(e) = crate::facts::profile::load_given(path)
+        && let Err(e) = preflight_facts::profile::load_given(path)
     {
         errors.extend(e.into_iter().map(|e| ChecklistError {
             file: e.file,
@@ -193,7 +193,7 @@ fn site(dir: &Path, quiet: bool) -> Result<ExitCode, Failure> {
             "ok: {} ({}), {} in {}{}\n",
             dir.display(),
             settings.source,
-            crate::values::count(files.len(), "site checklist file"),
+            preflight_ground::values::count(files.len(), "site checklist file"),
             checks_dir.display(),
             profile
                 .map(|p| format!(", node profile {}", p.display()))

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::Failure;
-use crate::exit::ExitCode;
+use preflight_ground::exit::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct WebhookArgs {
@@ -27,7 +27,7 @@ pub struct WebhookArgs {
     /// `preflight run`'s deadline in a gang's init container: every pod
     /// of the job must start within it (image pulls, scheduling).
     #[arg(long, value_name = "DURATION", default_value = "600s", value_parser = parse_span)]
-    pub gang_timeout: crate::values::Span,
+    pub gang_timeout: preflight_ground::values::Span,
     /// The API server, to read a gang's size from its scheduler's
     /// PodGroup (Volcano, KAI, coscheduling, Kubernetes' own): `off`, a
     /// URL, or by default the in-cluster one (KUBERNETES_SERVICE_HOST and
@@ -91,8 +91,8 @@ fn podgroups(
     }
 }
 
-fn parse_span(text: &str) -> Result<crate::values::Span, String> {
-    crate::values::Span::parse(text)
+fn parse_span(text: &str) -> Result<preflight_ground::values::Span, String> {
+    preflight_ground::values::Span::parse(text)
 }
 
 /// Serves until SIGTERM; exit 2 when it cannot start (the files, the

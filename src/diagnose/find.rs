@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::facts::launch::{rank_vars, size_vars};
-use crate::facts::procs;
+use preflight_facts::launch::{rank_vars, size_vars};
+use preflight_facts::procs;
 
 /// Which jobs to keep: all, the one with this process, or the one with
 /// this id (a Slurm job id or a torchrun run id).
@@ -206,7 +206,7 @@ pub fn jobs(proc_dir: &Path, filter: &Filter) -> Vec<Job> {
             worker_socket: get("TORCH_WORKER_SERVER_SOCKET"),
             dump_prefix: get("TORCH_FR_DUMP_TEMP_FILE")
                 .or_else(|| get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"))
-                .unwrap_or_else(|| crate::facts::flight_recorder::DEFAULT_DUMP_PREFIX.into()),
+                .unwrap_or_else(|| preflight_facts::flight_recorder::DEFAULT_DUMP_PREFIX.into()),
             dump_pipe: get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"),
         });
     }

@@ -12,9 +12,9 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{Job, rank_list};
-use crate::facts::flight_recorder::{self, Record, Trace};
-use crate::facts::procs;
-use crate::result::diagnosis::FlightRead;
+use preflight_facts::flight_recorder::{self, Record, Trace};
+use preflight_facts::procs;
+use preflight_result::diagnosis::FlightRead;
 
 /// How long reading every rank's recorder may take, each time.
 pub const READ_WITHIN: Duration = Duration::from_secs(1);
@@ -151,10 +151,10 @@ pub struct TraceKey {
 /// PrefixStore("default_pg", store)))`), each under every `prefixes`.
 pub fn desync_keys(
     prefixes: &[String],
-    numbering: crate::facts::tcp_store::Numbering,
+    numbering: preflight_facts::tcp_store::Numbering,
     world: u32,
 ) -> Vec<TraceKey> {
-    use crate::facts::tcp_store::Numbering;
+    use preflight_facts::tcp_store::Numbering;
     let groups: &[&str] = match numbering {
         Numbering::Old => &["default_pg/0/", "default_pg/0/cuda/"],
         Numbering::New => &["default_pg/0//cuda//"],

@@ -19,9 +19,9 @@ use super::find::Job;
 use super::flight::Flight;
 use super::observe::Watched;
 use super::{Stacks, rank_list};
-use crate::facts::py_spy::PyFrame;
-use crate::facts::task::syscall_name;
-use crate::result::diagnosis::{Culprit, JobDiagnosis, RankState, StoreRead};
+use preflight_facts::py_spy::PyFrame;
+use preflight_facts::task::syscall_name;
+use preflight_result::diagnosis::{Culprit, JobDiagnosis, RankState, StoreRead};
 
 /// CPU over the window at or above which a rank that moved nothing and
 /// waits in no collective counts as running: a tenth of a CPU, 30 ms at
@@ -96,7 +96,7 @@ fn classify(w: Option<&Watched>, call: Option<&str>, window_ms: u64) -> (&'stati
             "moving",
             format!(
                 "moved {} in {window_ms} ms ({cpu} ms of CPU)",
-                crate::values::format_bytes(w.moved_bytes())
+                preflight_ground::values::format_bytes(w.moved_bytes())
             ),
         );
     }
@@ -258,7 +258,7 @@ fn dropping_paths(job: &Job, watched: &BTreeMap<u32, Watched>, ranks: &[RankStat
             format!(
                 "the path from {} to {peer} drops the job's data: {} sent and never acknowledged, retransmitted {times}; {probe}",
                 rank_list(&from),
-                crate::values::format_bytes(unsent)
+                preflight_ground::values::format_bytes(unsent)
             )
         })
         .collect()
@@ -373,7 +373,7 @@ pub fn judge(
         vec![format!(
             "{} moved {} through their connections and calls in {window_ms} ms",
             rank_list(&ids),
-            crate::values::format_bytes(bytes)
+            preflight_ground::values::format_bytes(bytes)
         )]
     };
     moved.extend(flight.moved_words());
@@ -473,7 +473,7 @@ pub fn judge(
             if r.unread_bytes > 0 {
                 why.push_str(&format!(
                     "; {} of its peers' data wait unread in its sockets",
-                    crate::values::format_bytes(r.unread_bytes)
+                    preflight_ground::values::format_bytes(r.unread_bytes)
                 ));
             }
             let (evidence, next) = if *alone {
@@ -725,7 +725,7 @@ fn phase(waiting: &[&RankState], here: usize, store: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facts::task::Task;
+    use preflight_facts::task::Task;
 
     fn watched(state: char, wchan: &str, cpu_ms: u64, looks: [u32; 3], moved: u64) -> Watched {
         Watched {

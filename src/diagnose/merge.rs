@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::result::diagnosis::{
+use preflight_result::diagnosis::{
     CLUSTER_SCHEMA, ClusterDiagnosis, Culprit, Diagnosis, RankState, Unreachable,
 };
 
@@ -106,7 +106,7 @@ pub fn merge(nodes: Vec<Diagnosis>, unreachable: Vec<Unreachable>) -> ClusterDia
             } else {
                 "wait,"
             },
-            crate::values::count(
+            preflight_ground::values::count(
                 j.ranks
                     .iter()
                     .map(|(n, _)| n.as_str())
@@ -171,7 +171,7 @@ pub fn merge(nodes: Vec<Diagnosis>, unreachable: Vec<Unreachable>) -> ClusterDia
     if !unreachable.is_empty() {
         summary.push(format!(
             "{} not asked: nothing is said of the ranks there",
-            crate::values::count(unreachable.len(), "node")
+            preflight_ground::values::count(unreachable.len(), "node")
         ));
     }
     ClusterDiagnosis {

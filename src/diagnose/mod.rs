@@ -21,11 +21,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::facts::nccl_ras::{self, RasStatus};
-use crate::facts::py_spy::{self, PyFrame};
-use crate::facts::tcp_store::{self, Numbering};
-use crate::facts::torch_install;
-use crate::result::diagnosis::{Culprit, RasReport, StoreRead};
+use preflight_facts::nccl_ras::{self, RasStatus};
+use preflight_facts::py_spy::{self, PyFrame};
+use preflight_facts::tcp_store::{self, Numbering};
+use preflight_facts::torch_install;
+use preflight_result::diagnosis::{Culprit, RasReport, StoreRead};
 
 pub use find::{Filter, Job, jobs};
 pub use flight::ASK_WITHIN;
@@ -34,13 +34,13 @@ pub use merge::merge;
 pub use observe::observe;
 pub use remote::{Remote, Via, ask_all};
 
-use crate::result::diagnosis::{Diagnosis, SCHEMA};
+use preflight_result::diagnosis::{Diagnosis, SCHEMA};
 
 /// "rank 2", "ranks 0-1,3".
 pub(crate) fn rank_list(ranks: &[u32]) -> String {
     match ranks {
         [one] => format!("rank {one}"),
-        _ => format!("ranks {}", crate::values::rank_ranges(ranks)),
+        _ => format!("ranks {}", preflight_ground::values::rank_ranges(ranks)),
     }
 }
 
@@ -151,7 +151,7 @@ fn read_store_keys(
         );
     };
     let numbering = Numbering::of_torch(major, minor);
-    let addr = match crate::facts::resolve::within(host, *port, STORE_WITHIN) {
+    let addr = match preflight_facts::resolve::within(host, *port, STORE_WITHIN) {
         Ok(a) => a,
         Err(e) => return failed(e),
     };
@@ -204,7 +204,7 @@ fn read_desync(job: &Job, torch: Option<&torch_install::TorchInstall>) -> flight
         return flight::Reads::new();
     };
     let numbering = Numbering::of_torch(major, minor);
-    let Ok(addr) = crate::facts::resolve::within(host, *port, STORE_WITHIN) else {
+    let Ok(addr) = preflight_facts::resolve::within(host, *port, STORE_WITHIN) else {
         return flight::Reads::new();
     };
     let traces = flight::desync_keys(&store_prefixes(job), numbering, job.world);

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::facts::process_io::{self, IoCounters};
-use crate::facts::task::{self, Task, syscall_name};
-use crate::facts::tcp_sockets::{self, TcpSocket};
+use preflight_facts::process_io::{self, IoCounters};
+use preflight_facts::task::{self, Task, syscall_name};
+use preflight_facts::tcp_sockets::{self, TcpSocket};
 
 /// /proc's CPU times are in clock ticks of USER_HZ, which Linux fixes at
 /// 100 on every architecture.

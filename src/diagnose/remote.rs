@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 
-use crate::result::diagnosis::{Diagnosis, SCHEMA, Unreachable};
+use preflight_result::diagnosis::{Diagnosis, SCHEMA, Unreachable};
 
 /// The largest answer a node may give: a node of thousands of ranks'
 /// diagnosis is megabytes at most.

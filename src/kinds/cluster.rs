@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use super::ifname_spec::picks;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::facts::Facts;
-use crate::result::cluster::{NodeView, Probe as ReachProbe};
-use crate::result::{Finding, Status};
-use crate::values::{Span, count, listed};
+use preflight_facts::Facts;
+use preflight_ground::values::{Span, count, listed};
+use preflight_result::cluster::{NodeView, Probe as ReachProbe};
+use preflight_result::{Finding, Status};
 
 /// What cluster kinds look at.
 pub struct View<'a> {
@@ -282,7 +282,7 @@ cluster_kind!(DevicesSame);
 impl ClusterProbe for DevicesSame {
     fn evaluate_cluster(&self, view: &View<'_>) -> Finding {
         let g = groups(view.nodes, |n| {
-            crate::values::count(n.devices.count, "device")
+            preflight_ground::values::count(n.devices.count, "device")
         });
         if g.len() > 1 {
             Finding::fail(describe("device count", &g)).blame(odd_ones(&g))
@@ -424,7 +424,7 @@ impl ClusterProbe for NodeChecks {
                         .failed
                         .iter()
                         .filter(|f| f.status == Status::Fail)
-                        .all(|f| crate::result::cause::is_job_setting(&f.area));
+                        .all(|f| preflight_result::cause::is_job_setting(&f.area));
                     at_fault.push(n.name.clone());
                     failed.push(format!("{}: {}", n.name, list.join(", ")))
                 }
@@ -510,7 +510,7 @@ impl ClusterProbe for Reach {
         } else if view
             .probes
             .iter()
-            .all(|p| p.status == "ok" || p.status == crate::result::cluster::NO_ANSWER)
+            .all(|p| p.status == "ok" || p.status == preflight_result::cluster::NO_ANSWER)
         {
             // Every connection was accepted: the network and the firewalls
             // let it through; a rank that does not answer is a process
@@ -697,7 +697,7 @@ mod tests {
             versions: [("nccl".to_string(), nccl.to_string())].into(),
             env: [("NCCL_IB_HCA".to_string(), nccl.to_string())].into(),
             devices: Default::default(),
-            clock: Some(crate::result::cluster::Clock {
+            clock: Some(preflight_result::cluster::Clock {
                 offset_ms: offset,
                 rtt_ms: 0.4,
             }),

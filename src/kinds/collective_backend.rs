@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use super::cluster::{ClusterProbe, NOT_HERE, View};
 use super::collective_busbw::{CollectiveProbe, LATER};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::facts::Facts;
-use crate::result::Finding;
-use crate::result::collective::CollectiveReport;
+use preflight_facts::Facts;
+use preflight_result::Finding;
+use preflight_result::collective::CollectiveReport;
 
 pub const KIND: KindInfo = KindInfo {
     name: "collective_backend",
@@ -38,10 +38,10 @@ pub struct Required {
 
 impl Params for Required {
     fn validate(&self) -> Result<(), String> {
-        if crate::facts::Backend::from_name(&self.backend).is_none() {
+        if preflight_facts::Backend::from_name(&self.backend).is_none() {
             return Err(format!(
                 "`backend` must be {}",
-                crate::facts::Backend::choices()
+                preflight_facts::Backend::choices()
             ));
         }
         Ok(())
@@ -84,7 +84,7 @@ impl CollectiveProbe for Required {
         let f = match b.verdict.as_str() {
             "pass" => Finding::pass(format!(
                 "{name}: available and verified on {}{library}",
-                crate::values::count(report.world_size as usize, "rank")
+                preflight_ground::values::count(report.world_size as usize, "rank")
             ))
             .measured("verified"),
             "skip" => Finding::fail(format!(
@@ -112,8 +112,8 @@ impl CollectiveProbe for Required {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::Status;
-    use crate::result::collective::BackendReport;
+    use preflight_result::Status;
+    use preflight_result::collective::BackendReport;
 
     fn with(verdict: &str) -> CollectiveReport {
         let oneccl = BackendReport {

@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use super::cluster::{ClusterProbe, NOT_HERE, View};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::facts::Facts;
-use crate::result::Finding;
-use crate::result::collective::{CollectiveReport, RankLink, Threshold};
+use preflight_facts::Facts;
+use preflight_result::Finding;
+use preflight_result::collective::{CollectiveReport, RankLink, Threshold};
 
 pub const KIND: KindInfo = KindInfo {
     name: "collective_busbw",
@@ -90,14 +90,14 @@ impl Params for Busbw {
         if !["allreduce", "allgather", "broadcast"].contains(&self.op.as_str()) {
             return Err("`op` must be allreduce, allgather or broadcast".into());
         }
-        if crate::facts::Backend::from_name(&self.backend).is_none() {
+        if preflight_facts::Backend::from_name(&self.backend).is_none() {
             return Err(format!(
                 "`backend` must be {}",
-                crate::facts::Backend::choices()
+                preflight_facts::Backend::choices()
             ));
         }
         if let Some(s) = &self.size {
-            crate::values::parse_size(s).map_err(|e| format!("`size` {e}"))?;
+            preflight_ground::values::parse_size(s).map_err(|e| format!("`size` {e}"))?;
         }
         if let Some(m) = self.min_busbw
             && !(m.is_finite() && m > 0.0)
@@ -161,7 +161,7 @@ impl CollectiveProbe for Busbw {
         let size = self
             .size
             .as_deref()
-            .and_then(|s| crate::values::parse_size(s).ok());
+            .and_then(|s| preflight_ground::values::parse_size(s).ok());
         let rows: Vec<_> = b.sweep.iter().filter(|r| r.op.name() == self.op).collect();
         let row = match size {
             Some(s) => rows.iter().find(|r| r.bytes == s).copied(),
@@ -205,7 +205,7 @@ impl CollectiveProbe for Busbw {
                 "{} {}: not measured at {}: {}",
                 b.name,
                 self.op,
-                size.map(|s| crate::values::format_bytes(s as u64))
+                size.map(|s| preflight_ground::values::format_bytes(s as u64))
                     .unwrap_or_else(|| "the sweep's largest size".into()),
                 b.ended.as_deref().unwrap_or("the sweep did not finish")
             ))
@@ -214,7 +214,7 @@ impl CollectiveProbe for Busbw {
         }
         let Some(row) = row else {
             let what = size
-                .map(|s| crate::values::format_bytes(s as u64))
+                .map(|s| preflight_ground::values::format_bytes(s as u64))
                 .unwrap_or_else(|| "any size".into());
             return Finding::fail(format!(
                 "{} {} has no verified result at {what} (the sweep ended early, or does not reach that size: --max-size)",
@@ -235,7 +235,7 @@ impl CollectiveProbe for Busbw {
             "{} {} {} busbw {measured} (minimum {minimum:.3} GB/s{from})",
             b.name,
             self.op,
-            crate::values::format_bytes(row.bytes as u64),
+            preflight_ground::values::format_bytes(row.bytes as u64),
         );
         if let Some(Err(why)) = &link {
             text.push_str(&format!("; min_fraction_of_link not evaluated: {why}"));
@@ -301,8 +301,8 @@ fn slowest_link(report: &CollectiveReport) -> Result<(f64, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::Status;
-    use crate::result::collective::{BackendReport, Dtype, Op, Row};
+    use preflight_result::Status;
+    use preflight_result::collective::{BackendReport, Dtype, Op, Row};
 
     /// Four ranks, one allreduce row of 64 MiB at `busbw` GB/s (time
     /// chosen to give it), and each rank's link.

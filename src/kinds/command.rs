@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::{IfMissing, KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::facts::Facts;
-use crate::result::Finding;
-use crate::values::Pattern;
+use preflight_facts::Facts;
+use preflight_ground::values::Pattern;
+use preflight_result::Finding;
 
 /// Output kept per stream for matching; the rest is read and dropped so the
 /// program never blocks on a full pipe.

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params, problems_finding,
 };
-use crate::facts::{Facts, cgroup};
-use crate::result::Finding;
-use crate::values::{Bytes, format_bytes};
+use preflight_facts::{Facts, cgroup};
+use preflight_ground::values::{Bytes, format_bytes};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "cpu",

@@ -10,9 +10,9 @@ use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, blocking, parse_params,
     problems_finding, vendors_to_check,
 };
-use crate::facts::visible::{self, Entry};
-use crate::facts::{Accelerator, Facts, Vendor};
-use crate::result::Finding;
+use preflight_facts::visible::{self, Entry};
+use preflight_facts::{Accelerator, Facts, Vendor};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "devices",

@@ -11,10 +11,10 @@ use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, parse_params, problems_finding,
     vendors_to_check,
 };
-use crate::facts::nvidia::{self, compare_versions, valid_version};
-use crate::facts::shared_library::Places;
-use crate::facts::{Facts, GpuReport, Vendor};
-use crate::result::Finding;
+use preflight_facts::nvidia::{self, compare_versions, valid_version};
+use preflight_facts::shared_library::Places;
+use preflight_facts::{Facts, GpuReport, Vendor};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "driver",

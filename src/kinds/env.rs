@@ -5,9 +5,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params, redact};
-use crate::facts::Facts;
-use crate::result::{Finding, Status};
-use crate::values::Pattern;
+use preflight_facts::Facts;
+use preflight_ground::values::Pattern;
+use preflight_result::{Finding, Status};
 
 pub const KIND: KindInfo = KindInfo {
     name: "env",

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
-use crate::facts::Facts;
-use crate::result::Finding;
-use crate::values::Pattern;
+use preflight_facts::Facts;
+use preflight_ground::values::Pattern;
+use preflight_result::Finding;
 
 /// Contents past this are not searched: enough for any config file or
 /// /proc table, and a bound on memory when a check names a huge file.

@@ -15,12 +15,12 @@ use nccl_sys::{Copy, Cuda, Device, DeviceBuffer, PinnedBuffer, Stream, timed_tog
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
-use crate::facts::Facts;
-use crate::facts::cuda::{self, GpuName};
-use crate::facts::pci::{format_speed, link_gbps};
-use crate::result::Finding;
-use crate::result::gpu_copies::{GpuCopies, GpuCopy};
-use crate::values::{Bytes, format_bytes, median};
+use preflight_facts::Facts;
+use preflight_facts::cuda::{self, GpuName};
+use preflight_facts::pci::{format_speed, link_gbps};
+use preflight_ground::values::{Bytes, format_bytes, median};
+use preflight_result::Finding;
+use preflight_result::gpu_copies::{GpuCopies, GpuCopy};
 
 pub const KIND: KindInfo = KindInfo {
     name: "gpu_bandwidth",
@@ -84,8 +84,8 @@ fn link_default() -> f64 {
 fn peer_default() -> f64 {
     0.8
 }
-fn five_seconds() -> crate::values::Span {
-    crate::values::Span(Duration::from_secs(5))
+fn five_seconds() -> preflight_ground::values::Span {
+    preflight_ground::values::Span(Duration::from_secs(5))
 }
 
 /// The largest copy a check may ask for: GPUs and pinned host memory are
@@ -106,7 +106,7 @@ pub struct GpuBandwidth {
     #[serde(default = "peer_default")]
     peer_fraction: f64,
     #[serde(default = "five_seconds")]
-    deadline: crate::values::Span,
+    deadline: preflight_ground::values::Span,
 }
 
 impl Params for GpuBandwidth {
@@ -350,7 +350,7 @@ impl GpuBandwidth {
                     problems.push(format!(
                         "{name}: its copies ({}) did not finish within {}: below {:.2} GB/s, or hung",
                         format_bytes(bytes as u64),
-                        crate::values::format_duration(self.deadline.0),
+                        preflight_ground::values::format_duration(self.deadline.0),
                         bytes as f64 / self.deadline.0.as_secs_f64() / 1e9
                     ));
                     hung.push(name.to_string());
@@ -377,7 +377,7 @@ impl GpuBandwidth {
                         problems.push(format!(
                             "{}: its copies did not finish within {} with every GPU copying at once",
                             names[i],
-                            crate::values::format_duration(self.deadline.0)
+                            preflight_ground::values::format_duration(self.deadline.0)
                         ));
                         hung.push(names[i].to_string());
                     }
@@ -528,7 +528,7 @@ impl GpuBandwidth {
         } else {
             format!(
                 "lowest of {}: host-to-device {:.1}, device-to-host {:.1}, device-to-device {:.1} GB/s",
-                crate::values::count(copies.gpus.len(), "GPU"),
+                preflight_ground::values::count(copies.gpus.len(), "GPU"),
                 lowest(0),
                 lowest(1),
                 lowest(2)

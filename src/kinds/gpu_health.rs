@@ -15,11 +15,11 @@ use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, VendorParam, parse_params,
     problems_and_unchecked,
 };
-use crate::facts::gpu_status::{self, GpuStatus};
-use crate::facts::visible::{self, Entry};
-use crate::facts::{Facts, GpuReport, Vendor, amdgpu, kmsg, nvidia, nvml, xid};
-use crate::result::Finding;
-use crate::values::{Bytes, Span, format_bytes};
+use preflight_facts::gpu_status::{self, GpuStatus};
+use preflight_facts::visible::{self, Entry};
+use preflight_facts::{Facts, GpuReport, Vendor, amdgpu, kmsg, nvidia, nvml, xid};
+use preflight_ground::values::{Bytes, Span, format_bytes};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "gpu_health",

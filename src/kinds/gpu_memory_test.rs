@@ -22,10 +22,10 @@ use nccl_sys::{Cuda, Device, DeviceBuffer, Found, Kernels, Pattern};
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::facts::Facts;
-use crate::facts::cuda::{self, GpuName};
-use crate::result::Finding;
-use crate::values::{Bytes, Span, format_bytes, format_duration};
+use preflight_facts::Facts;
+use preflight_facts::cuda::{self, GpuName};
+use preflight_ground::values::{Bytes, Span, format_bytes, format_duration};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "gpu_memory_test",
@@ -488,9 +488,9 @@ impl GpuMemoryTest {
                 problems.push(format!(
                     "{}: {}{} in {}: {}{}",
                     o.name,
-                    crate::values::count(o.bad.len(), "bad word"),
+                    preflight_ground::values::count(o.bad.len(), "bad word"),
                     if o.overflow { " or more" } else { "" },
-                    crate::values::count(found.len(), "range"),
+                    preflight_ground::values::count(found.len(), "range"),
                     listed.join(", "),
                     if more > 0 {
                         format!(" and {more} more")
@@ -533,9 +533,9 @@ impl GpuMemoryTest {
         };
         let measured = format!(
             "{} over {} on {} ({} of {} passes in {}{rate})",
-            crate::values::count(bad_ranges, "bad range"),
+            preflight_ground::values::count(bad_ranges, "bad range"),
             format_bytes(tested),
-            crate::values::count(outcomes.len(), "GPU"),
+            preflight_ground::values::count(outcomes.len(), "GPU"),
             done,
             of,
             format_duration(took)
@@ -558,7 +558,7 @@ impl GpuMemoryTest {
                 "no bad address: {} passes over {} per GPU{share} on {} in {}",
                 of,
                 format_bytes(per_gpu),
-                crate::values::count(outcomes.len(), "GPU"),
+                preflight_ground::values::count(outcomes.len(), "GPU"),
                 format_duration(took)
             ))
         };

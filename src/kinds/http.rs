@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::facts::Facts;
-use crate::facts::http::{causes, proxy_for, redact_credentials};
-use crate::result::Finding;
-use crate::values::{Pattern, Span, format_duration};
+use preflight_facts::Facts;
+use preflight_facts::http::{causes, proxy_for, redact_credentials};
+use preflight_ground::values::{Pattern, Span, format_duration};
+use preflight_result::Finding;
 
 /// Body bytes kept for matching and quoting.
 const KEEP_BODY: usize = 256 * 1024;

@@ -4,7 +4,7 @@
 //! `^` to exclude instead of include. Gloo (GLOO_SOCKET_IFNAME) takes exact
 //! names only and has no `^`; oneCCL and libfabric take one exact name.
 
-use crate::facts::Interface;
+use preflight_facts::Interface;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Syntax {
@@ -180,7 +180,7 @@ pub fn check(
                 .collect();
             if let Some(s) = missing
                 .first()
-                .and_then(|m| crate::suggest::did_you_mean(m, candidates))
+                .and_then(|m| preflight_ground::suggest::did_you_mean(m, candidates))
             {
                 message.push_str(&format!("; did you mean `{s}`?"));
             }

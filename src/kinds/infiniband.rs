@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params, problems_finding,
 };
-use crate::facts::infiniband::{self, HcaFilter, Port};
-use crate::facts::limits::{self, Limit};
-use crate::facts::{Facts, Hca};
-use crate::result::Finding;
-use crate::values::{Bytes, format_bytes};
+use preflight_facts::infiniband::{self, HcaFilter, Port};
+use preflight_facts::limits::{self, Limit};
+use preflight_facts::{Facts, Hca};
+use preflight_ground::values::{Bytes, format_bytes};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "infiniband",

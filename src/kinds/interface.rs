@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use super::ifname_spec::{Spec, Syntax};
 use super::resolve::resolve_on_node;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
-use crate::facts::{Facts, Interface};
-use crate::result::Finding;
-use crate::values::Span;
+use preflight_facts::{Facts, Interface};
+use preflight_ground::values::Span;
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "interface",

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{IfMissing, KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
-use crate::facts::Facts;
-use crate::result::Finding;
-use crate::values::Pattern;
+use preflight_facts::Facts;
+use preflight_ground::values::Pattern;
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "kernel_param",

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::resolve::resolve_on_node;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
-use crate::facts::{Facts, LAUNCHERS, Launcher, NNODES_VARS};
-use crate::result::Finding;
+use preflight_facts::{Facts, LAUNCHERS, Launcher, NNODES_VARS};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "launch_env",
@@ -208,7 +208,7 @@ impl LaunchEnv {
     fn check(&self, facts: &Facts) -> Finding {
         let present: Vec<&str> = ALL_VARS
             .iter()
-            .chain(crate::facts::pod::POD_VARS)
+            .chain(preflight_facts::pod::POD_VARS)
             .copied()
             .filter(|n| facts.env(n).is_some())
             .collect();
@@ -218,7 +218,7 @@ impl LaunchEnv {
         let mut v = Verdicts::default();
         // A Kubernetes pod of a job operator's: what its contract makes of
         // this pod, or why it cannot be read.
-        let pod = match crate::facts::pod::discover(facts.env_vars()) {
+        let pod = match preflight_facts::pod::discover(facts.env_vars()) {
             Some(Ok(job)) => Some(format!(
                 "{}: pod {} of {} ({})",
                 job.operator,
@@ -227,7 +227,7 @@ impl LaunchEnv {
                 job.notes.join("; ")
             )),
             Some(Err(e)) => {
-                let vars: Vec<&str> = crate::facts::pod::POD_VARS
+                let vars: Vec<&str> = preflight_facts::pod::POD_VARS
                     .iter()
                     .copied()
                     .filter(|n| e.contains(n))
@@ -547,7 +547,7 @@ impl Probe for LaunchEnv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::Status;
+    use preflight_result::Status;
 
     fn run(pairs: &[(&str, &str)], check: LaunchEnv) -> Finding {
         let env = pairs

@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params, problems_and_unchecked,
 };
-use crate::facts::limits::{self, Limit};
-use crate::facts::{Facts, meminfo};
-use crate::result::{Finding, Status};
-use crate::values::{Bytes, format_bytes};
+use preflight_facts::limits::{self, Limit};
+use preflight_facts::{Facts, meminfo};
+use preflight_ground::values::{Bytes, format_bytes};
+use preflight_result::{Finding, Status};
 
 pub const KIND: KindInfo = KindInfo {
     name: "memory",

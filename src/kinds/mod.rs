@@ -49,9 +49,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::facts::Facts;
-use crate::result::Finding;
-use crate::yaml::{self, Node, Segment, YamlError};
+use preflight_facts::Facts;
+use preflight_ground::yaml::{self, Node, Segment, YamlError};
+use preflight_result::Finding;
 
 pub type ProbeFuture = Pin<Box<dyn Future<Output = Finding> + Send>>;
 
@@ -275,7 +275,7 @@ pub fn is_denied(e: &std::io::Error) -> bool {
 /// The bus ids of the GPUs a job's processes hold (NVML, or nvidia-smi):
 /// a copy or memory check there would measure the job's leftovers and
 /// take what is the job's.
-pub fn busy_gpus(report: &crate::facts::gpu_status::GpuReport) -> Vec<String> {
+pub fn busy_gpus(report: &preflight_facts::gpu_status::GpuReport) -> Vec<String> {
     report
         .gpus
         .iter()
@@ -284,10 +284,10 @@ pub fn busy_gpus(report: &crate::facts::gpu_status::GpuReport) -> Vec<String> {
         .collect()
 }
 
-pub fn no_driver(no: crate::facts::cuda::NoDriver) -> Finding {
+pub fn no_driver(no: preflight_facts::cuda::NoDriver) -> Finding {
     match no {
-        crate::facts::cuda::NoDriver::Nothing(why) => Finding::skip(why),
-        crate::facts::cuda::NoDriver::Unusable(why) => Finding::error(why),
+        preflight_facts::cuda::NoDriver::Nothing(why) => Finding::skip(why),
+        preflight_facts::cuda::NoDriver::Unusable(why) => Finding::error(why),
     }
 }
 
@@ -388,8 +388,8 @@ pub enum VendorParam {
 }
 
 impl VendorParam {
-    pub fn vendor(self) -> crate::facts::Vendor {
-        use crate::facts::Vendor;
+    pub fn vendor(self) -> preflight_facts::Vendor {
+        use preflight_facts::Vendor;
         match self {
             VendorParam::Nvidia => Vendor::Nvidia,
             VendorParam::Amd => Vendor::Amd,
@@ -404,7 +404,7 @@ impl VendorParam {
 pub fn vendors_to_check(
     facts: &Facts,
     wanted: Option<VendorParam>,
-) -> Result<Vec<crate::facts::Vendor>, Finding> {
+) -> Result<Vec<preflight_facts::Vendor>, Finding> {
     match wanted {
         Some(v) => Ok(vec![v.vendor()]),
         None => {
@@ -421,12 +421,12 @@ pub fn vendors_to_check(
 /// Whether an NVIDIA GPU is on the PCI bus, scanned off the async workers
 /// (the first scan reads sysfs).
 pub async fn nvidia_present(facts: &Arc<Facts>) -> bool {
-    vendor_present(facts, crate::facts::Vendor::Nvidia).await
+    vendor_present(facts, preflight_facts::Vendor::Nvidia).await
 }
 
 /// Whether the node has an accelerator of this vendor on its PCI bus (read
 /// off the runtime's threads: the first read walks sysfs).
-pub async fn vendor_present(facts: &Arc<Facts>, vendor: crate::facts::Vendor) -> bool {
+pub async fn vendor_present(facts: &Arc<Facts>, vendor: preflight_facts::Vendor) -> bool {
     let facts = Arc::clone(facts);
     tokio::task::spawn_blocking(move || facts.accelerators().iter().any(|a| a.vendor == vendor))
         .await

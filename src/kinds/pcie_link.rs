@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use super::{
     KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params, problems_finding,
 };
-use crate::facts::Facts;
-use crate::facts::pci::{PciDevice, format_speed};
-use crate::result::Finding;
+use preflight_facts::Facts;
+use preflight_facts::pci::{PciDevice, format_speed};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "pcie_link",

@@ -12,9 +12,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use super::resolve::resolve_blocking;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
-use crate::facts::Facts;
-use crate::result::Finding;
-use crate::values::{Span, format_duration};
+use preflight_facts::Facts;
+use preflight_ground::values::{Span, format_duration};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "ping",

@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use super::port_holder::Ours;
 use super::ports::{PortRange, with_env_port};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
-use crate::facts::Facts;
-use crate::facts::ports::Bind;
-use crate::result::Finding;
+use preflight_facts::Facts;
+use preflight_facts::ports::Bind;
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "port",

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::facts::{Facts, procs};
+use preflight_facts::{Facts, procs};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {

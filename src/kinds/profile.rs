@@ -9,9 +9,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Probe, ProbeFuture, parse_params, problems_finding};
-use crate::facts::Facts;
-use crate::facts::profile::{self, Inventory};
-use crate::result::Finding;
+use preflight_facts::Facts;
+use preflight_facts::profile::{self, Inventory};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "profile",

@@ -18,7 +18,7 @@ impl std::fmt::Display for ResolveError {
             ResolveError::TimedOut(d) => write!(
                 f,
                 "name resolution did not answer within {}",
-                crate::values::format_duration(*d)
+                preflight_ground::values::format_duration(*d)
             ),
         }
     }
@@ -93,7 +93,7 @@ pub fn resolve_blocking(host: &str, limit: Duration) -> Result<Vec<IpAddr>, Reso
 /// asking this machine's resolver about another machine's names means
 /// nothing.
 pub fn resolve_on_node(
-    facts: &crate::facts::Facts,
+    facts: &preflight_facts::Facts,
     host: &str,
     limit: Duration,
 ) -> Result<Vec<IpAddr>, ResolveError> {

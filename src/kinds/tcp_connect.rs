@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use super::resolve::{ResolveError, resolve};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::facts::Facts;
-use crate::result::Finding;
-use crate::values::{Span, format_duration};
+use preflight_facts::Facts;
+use preflight_ground::values::{Span, format_duration};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "tcp_connect",

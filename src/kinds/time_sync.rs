@@ -15,9 +15,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params, problems_finding};
-use crate::facts::Facts;
-use crate::result::Finding;
-use crate::values::{Span, format_duration};
+use preflight_facts::Facts;
+use preflight_ground::values::{Span, format_duration};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "time_sync",

@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use super::command::{RunError, excerpt, run_program};
-use crate::facts::Facts;
-use crate::result::Finding;
+use preflight_facts::Facts;
+use preflight_result::Finding;
 
 /// The most a recording or a tool's output may hold.
 pub const MAX_OUTPUT: usize = 16 * 1024 * 1024;
@@ -39,7 +39,7 @@ impl Tool<'_> {
         if let Some(path) = recorded {
             let path = path.to_path_buf();
             let read = tokio::task::spawn_blocking(move || {
-                crate::facts::read_bounded(&path, MAX_OUTPUT as u64)
+                preflight_facts::read_bounded(&path, MAX_OUTPUT as u64)
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))
                     .map(|text| (text, path.display().to_string()))
             })

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
-use crate::facts::{Facts, procs};
-use crate::result::Finding;
+use preflight_facts::{Facts, procs};
+use preflight_result::Finding;
 
 /// Processes named in a message; the count says how many more there are.
 const LISTED: usize = 8;
@@ -105,7 +105,7 @@ impl UserProcesses {
             let more = left.len().saturating_sub(LISTED);
             Finding::fail(format!(
                 "{} of uid {uid} left after the job: {}{}",
-                crate::values::count(left.len(), "process"),
+                preflight_ground::values::count(left.len(), "process"),
                 named.join(", "),
                 if more > 0 {
                     format!(" (+{more} more)")
@@ -116,7 +116,7 @@ impl UserProcesses {
             .expected("none")
         };
         finding
-            .measured(crate::values::count(left.len(), "process"))
+            .measured(preflight_ground::values::count(left.len(), "process"))
             .var("uid", uid.to_string())
             .var("pids", pids)
     }
@@ -169,7 +169,7 @@ mod tests {
         let procs: Vec<(u32, &str, u32)> = (100..112).map(|p| (p, "python3", 1000)).collect();
         let dir = root(&procs);
         let f = check(&dir, &[("SLURM_JOB_UID", "1000")], defaults());
-        assert_eq!(f.status, crate::result::Status::Fail);
+        assert_eq!(f.status, preflight_result::Status::Fail);
         assert_eq!(
             f.message,
             "12 processes of uid 1000 left after the job: 100 python3, 101 python3, 102 python3, 103 python3, 104 python3, 105 python3, 106 python3, 107 python3 (+4 more)"
@@ -186,7 +186,7 @@ mod tests {
             (14, "bash", 0),
         ]);
         let f = check(&dir, &[("SLURM_JOB_UID", "1000")], defaults());
-        assert_eq!(f.status, crate::result::Status::Pass, "{}", f.message);
+        assert_eq!(f.status, preflight_result::Status::Pass, "{}", f.message);
         // An ignore list of its own replaces the default.
         let f = check(
             &dir,
@@ -205,7 +205,7 @@ mod tests {
     #[test]
     fn root_unset_and_bad_uids() {
         let dir = root(&[(10, "python3", 0)]);
-        use crate::result::Status;
+        use preflight_result::Status;
         assert_eq!(
             check(&dir, &[("SLURM_JOB_UID", "0")], defaults()).status,
             Status::Skip

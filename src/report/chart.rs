@@ -5,9 +5,9 @@
 
 use std::fmt::Write;
 
-use crate::result::collective::{Row, ops_in_order};
-use crate::result::merged::ThresholdResult;
-use crate::values::format_bytes;
+use preflight_ground::values::format_bytes;
+use preflight_result::collective::{Row, ops_in_order};
+use preflight_result::merged::ThresholdResult;
 
 const W: f64 = 640.0;
 const H: f64 = 300.0;
@@ -160,7 +160,7 @@ pub fn sweep_chart(backend: &str, rows: &[Row], thresholds: &[&ThresholdResult])
     }
     for (i, t) in thresholds.iter().enumerate() {
         let y = py(t.threshold.min_busbw);
-        let colour = if t.status == crate::result::Status::Pass {
+        let colour = if t.status == preflight_result::Status::Pass {
             "#555"
         } else {
             "#b00"
@@ -271,7 +271,7 @@ fn tick(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::collective::Op;
+    use preflight_result::collective::Op;
 
     #[test]
     fn nice_ceilings_are_round_and_not_below() {
@@ -292,21 +292,21 @@ mod tests {
             Row::new(
                 Op::Allreduce,
                 1024,
-                crate::result::collective::Dtype::F32,
+                preflight_result::collective::Dtype::F32,
                 10.0,
                 4,
             ),
             Row::new(
                 Op::Allreduce,
                 4096,
-                crate::result::collective::Dtype::F32,
+                preflight_result::collective::Dtype::F32,
                 20.0,
                 4,
             ),
             Row::new(
                 Op::Allgather,
                 4096,
-                crate::result::collective::Dtype::F32,
+                preflight_result::collective::Dtype::F32,
                 20.0,
                 4,
             ),
@@ -317,10 +317,10 @@ mod tests {
         assert!(sweep_chart("tcp", &[], &[]).is_none());
         // Every legend text fits inside the chart at 11 px (at most about
         // 6.5 px a character), thresholds' included.
-        let threshold = crate::result::merged::ThresholdResult {
+        let threshold = preflight_result::merged::ThresholdResult {
             check: "collective.tcp_busbw".into(),
-            status: crate::result::Status::Warn,
-            threshold: crate::result::collective::Threshold {
+            status: preflight_result::Status::Warn,
+            threshold: preflight_result::collective::Threshold {
                 backend: "tcp".into(),
                 op: "allreduce".into(),
                 bytes: Some(4096),

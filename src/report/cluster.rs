@@ -4,8 +4,8 @@
 use std::fmt::Write;
 
 use super::style::Style;
-use crate::result::cluster::{ClusterReport, Probe};
-use crate::values::{count, rank_ranges};
+use preflight_ground::values::{count, rank_ranges};
+use preflight_result::cluster::{ClusterReport, Probe};
 
 /// The cluster view: nodes × areas, then the matrix when a probe failed.
 /// Failures with their hints are in the report's Problems list already.
@@ -282,9 +282,9 @@ mod tests {
     #[test]
     fn rank_ranges_compress() {
         assert_eq!(
-            crate::values::rank_ranges(&[0, 1, 2, 3, 8, 10, 11]),
+            preflight_ground::values::rank_ranges(&[0, 1, 2, 3, 8, 10, 11]),
             "0-3,8,10-11"
         );
-        assert_eq!(crate::values::rank_ranges(&[]), "");
+        assert_eq!(preflight_ground::values::rank_ranges(&[]), "");
     }
 }

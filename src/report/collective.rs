@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use super::style::Style;
-use crate::result::collective::{CollectiveReport, RankLink};
+use preflight_result::collective::{CollectiveReport, RankLink};
 
 /// Lines of a failed library backend's log in the human view (JSON has
 /// all that were kept).
@@ -128,7 +128,7 @@ pub fn render(r: &CollectiveReport, s: &Style) -> String {
 
 /// The progress line for a step just measured on rank 0: its own time,
 /// the table's is the slowest rank's.
-pub fn live_row(backend: &str, row: &crate::result::collective::Row) -> String {
+pub fn live_row(backend: &str, row: &preflight_result::collective::Row) -> String {
     format!(
         "\r\x1b[K[{backend}] {} {} B: {:.1} us, busbw {:.3} GB/s (rank 0's time)",
         row.op.name(),
@@ -140,9 +140,9 @@ pub fn live_row(backend: &str, row: &crate::result::collective::Row) -> String {
 
 /// As nccl-tests prints it: one table per operation (size, count, type,
 /// time, algbw, busbw), each closed by its average bus bandwidth.
-pub fn sweep_tables(rows: &[crate::result::collective::Row]) -> String {
+pub fn sweep_tables(rows: &[preflight_result::collective::Row]) -> String {
     let mut out = String::new();
-    let ops = crate::result::collective::ops_in_order(rows);
+    let ops = preflight_result::collective::ops_in_order(rows);
     for op in ops {
         let mine: Vec<_> = rows.iter().filter(|r| r.op == op).collect();
         let _ = writeln!(
@@ -174,7 +174,7 @@ pub fn sweep_tables(rows: &[crate::result::collective::Row]) -> String {
             out,
             "  {:<10} avg busbw {avg:.3} GB/s over {}",
             "",
-            crate::values::count(mine.len(), "size")
+            preflight_ground::values::count(mine.len(), "size")
         );
     }
     let _ = writeln!(
@@ -243,7 +243,7 @@ pub fn describe_links(links: &[RankLink]) -> Option<String> {
 
 /// The pairwise round's second pass: why it ran or not, then what it
 /// found (the slow nodes are among the stragglers above).
-fn second_pass(sp: &crate::result::collective::SecondPass) -> String {
+fn second_pass(sp: &preflight_result::collective::SecondPass) -> String {
     let mut out = String::new();
     if !sp.ran {
         let _ = writeln!(out, "  second pass: {}", sp.reason);

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::prometheus::{escape, family};
-use crate::result::diagnosis::{ClusterDiagnosis, Culprit, Diagnosis};
+use preflight_result::diagnosis::{ClusterDiagnosis, Culprit, Diagnosis};
 
 const VERDICTS: [&str; 4] = ["held", "progressing", "unknown", "no_job"];
 
@@ -107,7 +107,7 @@ pub fn human(d: &Diagnosis) -> String {
         out,
         "preflight diagnose · node {} · {} (watched {} ms)",
         d.node,
-        crate::values::count(d.jobs.len(), "job"),
+        preflight_ground::values::count(d.jobs.len(), "job"),
         d.watch_ms
     );
     for j in &d.jobs {
@@ -120,7 +120,7 @@ pub fn human(d: &Diagnosis) -> String {
             out,
             "\n{} · {} · store {}{torch}",
             j.job,
-            crate::values::count(j.world_size as usize, "rank"),
+            preflight_ground::values::count(j.world_size as usize, "rank"),
             j.store.as_deref().unwrap_or("unknown")
         );
         if let Some(sr) = &j.store_read {
@@ -154,7 +154,7 @@ pub fn human(d: &Diagnosis) -> String {
                 r.state,
                 r.doing,
                 r.peer_connections,
-                crate::values::format_bytes(r.unread_bytes)
+                preflight_ground::values::format_bytes(r.unread_bytes)
             );
         }
         for m in &j.missing {
@@ -164,7 +164,7 @@ pub fn human(d: &Diagnosis) -> String {
             let _ = writeln!(
                 out,
                 "  ({} run elsewhere: not examined here)",
-                crate::values::count(j.elsewhere as usize, "rank")
+                preflight_ground::values::count(j.elsewhere as usize, "rank")
             );
         }
         for m in &j.moved {
@@ -191,7 +191,7 @@ pub fn human(d: &Diagnosis) -> String {
                     out,
                     "  NCCL {} · {} ({} form)",
                     r.nccl_version.as_deref().unwrap_or("?"),
-                    crate::values::count(r.communicators as usize, "communicator"),
+                    preflight_ground::values::count(r.communicators as usize, "communicator"),
                     r.format
                 );
                 for f in &r.findings {
@@ -225,7 +225,7 @@ pub fn human_across(c: &ClusterDiagnosis) -> String {
     let _ = writeln!(
         out,
         "across {} ({} answered)",
-        crate::values::count(c.nodes.len() + c.unreachable.len(), "node"),
+        preflight_ground::values::count(c.nodes.len() + c.unreachable.len(), "node"),
         c.nodes.len()
     );
     for u in &c.unreachable {

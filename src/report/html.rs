@@ -12,9 +12,9 @@ use std::fmt::Write;
 use super::chart::sweep_chart;
 use super::markdown::{mark, verdict_words};
 use super::markup::escape;
-use crate::result::Status;
-use crate::result::merged::{MergedNode, MergedReport};
-use crate::values::{count, rank_ranges};
+use preflight_ground::values::{count, rank_ranges};
+use preflight_result::Status;
+use preflight_result::merged::{MergedNode, MergedReport};
 
 /// Beyond this many nodes the reachability grid keeps only the nodes in
 /// a failed probe, and the heatmap only the slowest pairs as a list.
@@ -100,9 +100,9 @@ fn header(s: &mut String, m: &MergedReport) {
         "<header><h1>preflight cluster report</h1><p><span class=\"verdict v-{}\" id=\"verdict\">{} {}</span> exit code {} · {}: {} ready, {} not ready, {} incomplete</p><p class=\"small\">{} from {} to {} · preflight {}</p></header>",
         m.verdict.name(),
         match m.verdict {
-            crate::result::Verdict::Ready => "✓",
-            crate::result::Verdict::NotReady => "✗",
-            crate::result::Verdict::Incomplete => "?",
+            preflight_result::Verdict::Ready => "✓",
+            preflight_result::Verdict::NotReady => "✗",
+            preflight_result::Verdict::Incomplete => "?",
         },
         verdict_words(m),
         m.exit_code,
@@ -228,12 +228,12 @@ fn row(s: &mut String, m: &MergedReport, n: &MergedNode) {
         .flat_map(|c| c.stragglers.iter().map(String::as_str))
         .collect();
     let (vs, verdict, tip) = match named {
-        Some(c) if n.verdict == crate::result::Verdict::Ready => (
+        Some(c) if n.verdict == preflight_result::Verdict::Ready => (
             Status::Fail,
             "culprit".to_string(),
             format!(" title=\"{}\"", escape(&c.reasons.join("; "))),
         ),
-        None if n.verdict == crate::result::Verdict::Ready && !slow.is_empty() => (
+        None if n.verdict == preflight_result::Verdict::Ready && !slow.is_empty() => (
             Status::Warn,
             "straggler".to_string(),
             format!(" title=\"{}\"", escape(&slow.join("; "))),
@@ -285,11 +285,11 @@ fn row(s: &mut String, m: &MergedReport, n: &MergedNode) {
     s.push_str("</tr>");
 }
 
-fn verdict_status(v: crate::result::Verdict) -> Status {
+fn verdict_status(v: preflight_result::Verdict) -> Status {
     match v {
-        crate::result::Verdict::Ready => Status::Pass,
-        crate::result::Verdict::NotReady => Status::Fail,
-        crate::result::Verdict::Incomplete => Status::Error,
+        preflight_result::Verdict::Ready => Status::Pass,
+        preflight_result::Verdict::NotReady => Status::Fail,
+        preflight_result::Verdict::Incomplete => Status::Error,
     }
 }
 
@@ -332,7 +332,7 @@ fn reachability(s: &mut String, m: &MergedReport) {
         s.push_str("<p>Every probe reached its peer.</p></section>\n");
         return;
     }
-    let mut grid: std::collections::HashMap<(usize, usize), &crate::result::cluster::Probe> =
+    let mut grid: std::collections::HashMap<(usize, usize), &preflight_result::cluster::Probe> =
         std::collections::HashMap::new();
     for p in &r.probes {
         grid.insert((p.from, p.to), p);
@@ -457,7 +457,7 @@ fn collective(s: &mut String, m: &MergedReport) {
                     s,
                     "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.3}</td><td>{:.3}</td></tr>",
                     r.op.name(),
-                    crate::values::format_bytes(r.bytes as u64),
+                    preflight_ground::values::format_bytes(r.bytes as u64),
                     r.time_us,
                     r.algbw,
                     r.busbw
@@ -473,7 +473,7 @@ fn collective(s: &mut String, m: &MergedReport) {
 
 /// Pair rates as a rank × rank table shaded by the fraction of the
 /// fastest pair, the figure written in each cell.
-fn heatmap(s: &mut String, c: &crate::result::collective::CollectiveReport) {
+fn heatmap(s: &mut String, c: &preflight_result::collective::CollectiveReport) {
     if c.pairs.is_empty() {
         return;
     }
@@ -547,7 +547,7 @@ fn heatmap(s: &mut String, c: &crate::result::collective::CollectiveReport) {
 /// The pairwise round's second pass: why it ran or not, what it found
 /// (slow nodes, slow links, suspects cleared, what was left out) and the
 /// pairs it measured again.
-fn second_pass(s: &mut String, sp: &crate::result::collective::SecondPass) {
+fn second_pass(s: &mut String, sp: &preflight_result::collective::SecondPass) {
     let _ = write!(s, "<div id=\"second-pass\"><h4>Second pass</h4>");
     let took = if sp.ran {
         format!(" ({:.1} s)", sp.ms as f64 / 1000.0)

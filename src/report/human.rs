@@ -4,12 +4,12 @@
 use std::fmt::Write;
 
 use super::style::Style;
-use crate::result::report::Report;
-use crate::result::{CheckResult, Status, Verdict};
-use crate::values::format_duration;
+use preflight_ground::values::format_duration;
+use preflight_result::report::Report;
+use preflight_result::{CheckResult, Status, Verdict};
 
 /// Where a run's time went: `-v`'s line under the header.
-fn timings_line(t: &crate::result::report::Timings) -> String {
+fn timings_line(t: &preflight_result::report::Timings) -> String {
     let mut parts = vec![format!(
         "checks {} ms ({} evaluated here{})",
         t.checks_ms,
@@ -139,7 +139,7 @@ fn header(report: &Report, s: &Style) -> String {
         report.tool.version,
         report.command,
         report.node.hostname,
-        crate::values::count(report.checks.len(), "check")
+        preflight_ground::values::count(report.checks.len(), "check")
     )
 }
 
@@ -265,16 +265,22 @@ fn root_causes(report: &Report) -> String {
         if ids.is_empty() {
             return String::new();
         }
-        return format!("  · {label}: {}", crate::values::listed(&ids, ", ", 3));
+        return format!(
+            "  · {label}: {}",
+            preflight_ground::values::listed(&ids, ", ", 3)
+        );
     }
-    let roots: Vec<String> = crate::result::cause::roots(&report.checks)
+    let roots: Vec<String> = preflight_result::cause::roots(&report.checks)
         .iter()
         .map(|c| c.id.clone())
         .collect();
     if roots.is_empty() {
         return String::new();
     }
-    format!("  · cause: {}", crate::values::listed(&roots, ", ", 3))
+    format!(
+        "  · cause: {}",
+        preflight_ground::values::listed(&roots, ", ", 3)
+    )
 }
 
 /// One progress line for stderr, rewritten in place as checks finish.
@@ -290,7 +296,7 @@ pub fn progress_line(done: usize, total: usize, last: &CheckResult, running: &[&
         let shown: Vec<String> = running.iter().map(|s| s.to_string()).collect();
         line.push_str(&format!(
             "  running: {}",
-            crate::values::listed(&shown, ", ", 3)
+            preflight_ground::values::listed(&shown, ", ", 3)
         ));
     }
     line
@@ -302,7 +308,7 @@ mod tests {
 
     #[test]
     fn the_time_line_says_each_phase_and_what_the_leader_did() {
-        let t = crate::result::report::Timings {
+        let t = preflight_result::report::Timings {
             checks_ms: 4,
             evaluated: 5,
             shared: 10,

@@ -1,6 +1,6 @@
 //! `--format json`: the report document as serde writes it, pretty-printed.
 
-use crate::result::report::Report;
+use preflight_result::report::Report;
 
 pub fn json(report: &Report) -> String {
     let mut text =

@@ -5,10 +5,10 @@
 use std::fmt::Write;
 
 use super::markup::escape;
-use crate::result::Status;
-use crate::result::report::Report;
+use preflight_result::Status;
+use preflight_result::report::Report;
 
-fn details(check: &crate::result::CheckResult) -> String {
+fn details(check: &preflight_result::CheckResult) -> String {
     let mut text = check.message.clone();
     if let Some(m) = &check.measured {
         text.push_str(&format!("\nmeasured: {m}"));

@@ -4,9 +4,9 @@
 
 use std::fmt::Write;
 
-use crate::result::Status;
-use crate::result::merged::{MergedReport, Problem};
-use crate::values::{count, format_bytes, rank_ranges};
+use preflight_ground::values::{count, format_bytes, rank_ranges};
+use preflight_result::Status;
+use preflight_result::merged::{MergedReport, Problem};
 
 /// Rows kept of a table cut to its failing rows.
 const ROWS: usize = 50;
@@ -64,9 +64,9 @@ pub fn markdown(m: &MergedReport) -> String {
 
 pub fn verdict_words(m: &MergedReport) -> &'static str {
     match m.verdict {
-        crate::result::Verdict::Ready => "READY",
-        crate::result::Verdict::NotReady => "NOT READY",
-        crate::result::Verdict::Incomplete => "INCOMPLETE",
+        preflight_result::Verdict::Ready => "READY",
+        preflight_result::Verdict::NotReady => "NOT READY",
+        preflight_result::Verdict::Incomplete => "INCOMPLETE",
     }
 }
 
@@ -298,7 +298,7 @@ fn collective(w: &mut String, m: &MergedReport) {
             w,
             "| op | size | time (µs) | algbw (GB/s) | busbw (GB/s) |\n|---|---:|---:|---:|---:|"
         );
-        let ops = crate::result::collective::ops_in_order(&b.sweep);
+        let ops = preflight_result::collective::ops_in_order(&b.sweep);
         let mut left = 0;
         for op in ops {
             let rows: Vec<_> = b.sweep.iter().filter(|r| r.op == op).collect();

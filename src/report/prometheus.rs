@@ -7,8 +7,8 @@
 
 use std::fmt::Write;
 
-use crate::result::Status;
-use crate::result::report::Report;
+use preflight_result::Status;
+use preflight_result::report::Report;
 
 const STATUSES: [Status; 5] = [
     Status::Pass,
@@ -213,10 +213,10 @@ pub(super) fn family(s: &mut String, name: &str, help: &str) {
     let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge");
 }
 
-fn severity(s: crate::result::Severity) -> &'static str {
+fn severity(s: preflight_result::Severity) -> &'static str {
     match s {
-        crate::result::Severity::Fail => "fail",
-        crate::result::Severity::Warn => "warn",
+        preflight_result::Severity::Fail => "fail",
+        preflight_result::Severity::Warn => "warn",
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::io::IsTerminal;
 
-use crate::result::{Status, Verdict};
+use preflight_result::{Status, Verdict};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColorChoice {

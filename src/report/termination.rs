@@ -6,25 +6,25 @@
 //! line, as many as fit whole.
 
 use crate::report::style::Style;
-use crate::result::Status;
-use crate::result::report::Report;
+use preflight_result::Status;
+use preflight_result::report::Report;
 
 /// What the kubelet keeps of one container's message.
 pub const MAX_BYTES: usize = 4096;
 
 /// The message, within `MAX_BYTES`.
 pub fn message(report: &Report) -> String {
-    let mut lines = vec![crate::values::one_line(
+    let mut lines = vec![preflight_ground::values::one_line(
         &super::human::verdict_line(report, &Style { color: false }),
         512,
     )];
     if let Some(c) = &report.cluster {
         for culprit in &c.culprits {
-            lines.push(crate::values::one_line(
+            lines.push(preflight_ground::values::one_line(
                 &format!(
                     "{} (ranks {}): {}",
                     culprit.node,
-                    crate::values::rank_ranges(&culprit.ranks),
+                    preflight_ground::values::rank_ranges(&culprit.ranks),
                     culprit.reasons.join("; ")
                 ),
                 600,
@@ -39,7 +39,7 @@ pub fn message(report: &Report) -> String {
         .chain(report.checks.iter())
         .filter(|x| matches!(x.status, Status::Fail | Status::Error))
     {
-        let line = crate::values::one_line(&format!("{}: {}", x.id, x.message), 600);
+        let line = preflight_ground::values::one_line(&format!("{}: {}", x.id, x.message), 600);
         if said.insert(line.clone()) {
             lines.push(line);
         }
@@ -63,8 +63,8 @@ pub fn message(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::CheckResult;
-    use crate::result::report::Node;
+    use preflight_result::CheckResult;
+    use preflight_result::report::Node;
 
     #[test]
     fn a_long_report_is_cut_to_whole_lines_within_the_kubelets_limit() {

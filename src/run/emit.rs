@@ -7,16 +7,16 @@ use std::time::{Duration, SystemTime};
 
 use super::Failure;
 use super::{RunSettings, Stage};
-use crate::exit::ExitCode;
-use crate::facts::Facts;
 use crate::report::format::Format;
 use crate::report::human::Detail;
 use crate::report::style::Style;
 use crate::report::{self, Destination, Human};
-use crate::result::CheckResult;
-use crate::result::cluster::ClusterReport;
-use crate::result::report::Interrupted;
-use crate::result::report::{Node, Report};
+use preflight_facts::Facts;
+use preflight_ground::exit::ExitCode;
+use preflight_result::CheckResult;
+use preflight_result::cluster::ClusterReport;
+use preflight_result::report::Interrupted;
+use preflight_result::report::{Node, Report};
 
 /// Set to 0 for the local ranks whose output nobody reads: they must not
 /// write `--output` files over the first rank's.
@@ -36,7 +36,7 @@ pub struct Outcome {
     /// A signal cut the run short.
     pub interrupted: Option<Interrupted>,
     /// Where the time went, by phase.
-    pub timings: Option<crate::result::report::Timings>,
+    pub timings: Option<preflight_result::report::Timings>,
 }
 
 /// A node agent that could not start its ranks still reports, in the

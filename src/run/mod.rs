@@ -28,16 +28,16 @@ use crate::collective::rank::RankInfo;
 use crate::collective::stage;
 use crate::collective::sweep::Hooks;
 use crate::engine::{self, Progress};
-use crate::exit::ExitCode;
-use crate::facts::Facts;
 use crate::report;
 use crate::report::format::Format;
-use crate::result::cluster::ClusterReport;
-use crate::result::report::Interrupted;
-use crate::result::{CheckResult, Verdict};
 pub use emit::Outcome;
 use emit::emit;
 pub use failure::Failure;
+use preflight_facts::Facts;
+use preflight_ground::exit::ExitCode;
+use preflight_result::cluster::ClusterReport;
+use preflight_result::report::Interrupted;
+use preflight_result::{CheckResult, Verdict};
 use selection::{all_checks, facts, select};
 pub use settings::{CollectiveMode, RunSettings, Stage};
 use waiting::Watch;
@@ -117,12 +117,12 @@ pub fn execute(
     env: Option<BTreeMap<String, String>>,
 ) -> Result<Executed, Failure> {
     let process_start = tokio::time::Instant::now();
-    if let Err(e) = crate::interrupt::install() {
+    if let Err(e) = preflight_ground::interrupt::install() {
         eprintln!(
             "preflight: warning: cannot take over SIGTERM, SIGINT and SIGHUP ({e}): a signal ends this run without a report"
         );
     }
-    crate::interrupt::enter("startup");
+    preflight_ground::interrupt::enter("startup");
     if stage != Stage::Checklist {
         crate::cluster::raise_open_files();
     }
@@ -193,14 +193,14 @@ pub fn execute(
         eprintln!("preflight: warning: {why}: this rank evaluates its node's checks itself");
     }
     let led = node.as_ref().is_some_and(cluster::NodeLink::led);
-    crate::interrupt::enter("checks");
+    preflight_ground::interrupt::enter("checks");
     let checks_start = Instant::now();
     let mut results = checklist_stage(&runtime, args, &plan, identity.as_ref(), led);
-    let mut timings = crate::result::report::Timings {
+    let mut timings = preflight_result::report::Timings {
         checks_ms: checks_start.elapsed().as_millis() as u64,
         evaluated: results
             .iter()
-            .filter(|r| r.status != crate::result::Status::Skip && !r.cached)
+            .filter(|r| r.status != preflight_result::Status::Skip && !r.cached)
             .count(),
         shared: results.iter().filter(|r| r.shared).count(),
         ..Default::default()
@@ -212,12 +212,12 @@ pub fn execute(
             local_rank: identity.local_rank,
             local_world: identity.local_world_size,
         };
-        if crate::interrupt::get().is_some() {
+        if preflight_ground::interrupt::get().is_some() {
             // Rank 0's server closed its barrier at the signal and told
             // the ranks here; the others never checked in.
             return sent_verdict(&runtime, &mut server).map(|r| (r, place.rank));
         }
-        crate::interrupt::enter("rendezvous");
+        preflight_ground::interrupt::enter("rendezvous");
         let rendezvous_start = Instant::now();
         let (mut report, link) = cluster_stage(
             &runtime,
@@ -234,7 +234,7 @@ pub fn execute(
         )?;
         timings.rendezvous_ms = Some(rendezvous_start.elapsed().as_millis() as u64);
         if let Some(link) = link
-            && crate::interrupt::get().is_none()
+            && preflight_ground::interrupt::get().is_none()
         {
             let collective_start = Instant::now();
             collective_stage(&runtime, args, &plan, &mut report, link, place);
@@ -242,14 +242,14 @@ pub fn execute(
         }
         Some((report, place.rank))
     });
-    crate::interrupt::enter(Interrupted::REPORT_PHASE);
+    preflight_ground::interrupt::enter(Interrupted::REPORT_PHASE);
     // Probes stuck in blocking reads past their timeout must not hold the
     // process open: the verdict is already known.
     runtime.shutdown_background();
-    let interrupted = crate::interrupt::get().map(|i| {
+    let interrupted = preflight_ground::interrupt::get().map(|i| {
         // Children end with their tasks (kill_on_drop); what they started
         // in turn ends here.
-        crate::interrupt::kill_descendants();
+        preflight_ground::interrupt::kill_descendants();
         #[cfg(feature = "test-hooks")]
         if let Some(ms) = plan
             .facts
@@ -378,7 +378,7 @@ impl Plan {
         // The firewall check reads the probe range where the stage does.
         let env = match (args.cluster.probe_ports, stage) {
             (Some(range), Stage::Full) => {
-                let mut env = env.unwrap_or_else(crate::facts::process_env);
+                let mut env = env.unwrap_or_else(preflight_facts::process_env);
                 env.insert(
                     crate::kinds::ports::PROBE_PORTS_VAR.into(),
                     range.to_string(),
@@ -388,10 +388,12 @@ impl Plan {
             _ => env,
         };
         let given = match &args.profile {
-            Some(path) => Some(crate::facts::profile::load_given(path).map_err(|errors| {
-                let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                Failure::Usage(said.join("\nerror: "))
-            })?),
+            Some(path) => Some(
+                preflight_facts::profile::load_given(path).map_err(|errors| {
+                    let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                    Failure::Usage(said.join("\nerror: "))
+                })?,
+            ),
             None => None,
         };
         let facts = Arc::new(facts(&args.checklist, env)?.with_profile(given));
@@ -447,7 +449,7 @@ impl Plan {
         // The nodes the job spans, where the launcher says (a node count, or
         // a local world size to divide by); `None`: only its rank count is
         // known.
-        let local_size_given = crate::facts::launch::local_size_vars()
+        let local_size_given = preflight_facts::launch::local_size_vars()
             .iter()
             .any(|v| self.facts.env(v).is_some());
         let nodes = match &role {
@@ -616,7 +618,7 @@ fn cluster_stage(
         tokio::select! {
             staged = cluster::rank_stage(input, server) => Some(staged),
             _ = async {
-                crate::interrupt::wait().await;
+                preflight_ground::interrupt::wait().await;
                 if rank0 {
                     tokio::time::sleep(RANK0_GRACE).await;
                 }
@@ -674,7 +676,7 @@ fn collective_stage(
         && args.output.is_none()
         && rank == 0
         && std::io::stderr().is_terminal();
-    let live = watching.then_some(|backend: &str, row: &crate::result::collective::Row| {
+    let live = watching.then_some(|backend: &str, row: &preflight_result::collective::Row| {
         eprint!("{}", report::collective::live_row(backend, row));
     });
     let info = RankInfo {
@@ -708,7 +710,7 @@ fn collective_stage(
     let c = runtime.block_on(async {
         tokio::select! {
             c = stage::run(&cfg, info) => Some(c),
-            _ = crate::interrupt::wait() => None,
+            _ = preflight_ground::interrupt::wait() => None,
         }
     });
     if watching {

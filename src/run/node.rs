@@ -16,8 +16,8 @@ use crate::checklist::Check;
 use crate::cluster::auth::Token;
 use crate::cluster::identity::{CHILD_MARKER, MAX_WORLD, NodePlan};
 use crate::cluster::{self, ServerInput, failure, master_label};
-use crate::exit::ExitCode;
-use crate::facts::Facts;
+use preflight_facts::Facts;
+use preflight_ground::exit::ExitCode;
 
 /// After the barrier's deadline, how long the agent waits for its ranks
 /// before killing them: their verdict arrives within a second or three.
@@ -69,7 +69,7 @@ pub fn agent(
 
     // The agent serves (node 0) and waits for its ranks: its part of the
     // rendezvous, whatever stage the ranks are in.
-    crate::interrupt::enter("rendezvous");
+    preflight_ground::interrupt::enter("rendezvous");
     let watch = super::waiting::Watch::new(args, plan.node_rank == 0);
     let outcome = runtime.block_on(async {
         let mut port = plan.master_port;
@@ -139,7 +139,7 @@ pub fn agent(
         // interrupted rank does, with its report, which the agent passes on.
         let pids: Vec<u32> = children.iter().filter_map(|c| c.id()).collect();
         tokio::spawn(async move {
-            let i = crate::interrupt::wait().await;
+            let i = preflight_ground::interrupt::wait().await;
             let sig = i
                 .signal
                 .parse::<nix::sys::signal::Signal>()

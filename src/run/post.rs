@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::facts::Facts;
-use crate::facts::http::{causes, proxy_for, redact_credentials};
+use preflight_facts::Facts;
+use preflight_facts::http::{causes, proxy_for, redact_credentials};
 
 const ATTEMPTS: usize = 3;
 

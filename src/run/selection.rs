@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::Failure;
 use super::settings::ChecklistSettings;
 use crate::checklist::{self, Check, ChecklistError, ChecklistErrors};
-use crate::facts::Facts;
+use preflight_facts::Facts;
 
 /// The YAML files a `--checks` path stands for: the file itself, or a
 /// directory's *.yaml and *.yml files in name order.
@@ -59,7 +59,7 @@ pub fn load_added(files: &[PathBuf]) -> Result<Vec<Check>, ChecklistErrors> {
 }
 
 /// The results `run` and `bench` print that no checklist defines.
-pub fn built_in_results() -> Vec<crate::result::built_in::BuiltIn> {
+pub fn built_in_results() -> Vec<preflight_result::built_in::BuiltIn> {
     let mut out = crate::cluster::built_in_results();
     out.extend(crate::collective::checks::built_in_results());
     out
@@ -129,7 +129,7 @@ pub fn select_all(
                     std::iter::once(c.id.as_str()).chain(c.tags.iter().map(String::as_str))
                 })
                 .collect();
-            if let Some(s) = crate::suggest::did_you_mean(selector, names) {
+            if let Some(s) = preflight_ground::suggest::did_you_mean(selector, names) {
                 message.push_str(&format!(" (did you mean `{s}`?)"));
             }
             return Err(Failure::Usage(message));

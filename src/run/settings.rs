@@ -6,11 +6,11 @@
 use std::path::PathBuf;
 
 use crate::collective::rank::Libraries;
-use crate::facts::Backend;
 use crate::kinds::ports::PortRange;
 use crate::report::format::Format;
 use crate::report::style::ColorChoice;
-use crate::values::Span;
+use preflight_facts::Backend;
+use preflight_ground::values::Span;
 
 /// `run`, `check` or `bench`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

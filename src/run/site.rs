@@ -13,8 +13,8 @@ use serde::Deserialize;
 use super::Failure;
 use crate::checklist::{ChecklistError, ChecklistErrors};
 use crate::kinds::ports::PortRange;
-use crate::values::Span;
-use crate::yaml;
+use preflight_ground::values::Span;
+use preflight_ground::yaml;
 
 pub const CONFIG_DIR_VAR: &str = "PREFLIGHT_CONFIG_DIR";
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/preflight";
@@ -398,7 +398,7 @@ fn suggest_key(message: &str) -> String {
         return message.to_string();
     };
     let valid: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-    match crate::suggest::did_you_mean(key, valid.iter().copied()) {
+    match preflight_ground::suggest::did_you_mean(key, valid.iter().copied()) {
         Some(s) => format!(
             "unknown key `{key}` (did you mean `{s}`?); valid keys: {}",
             valid.join(", ")

@@ -57,7 +57,7 @@ impl Watch {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 let line = format!(
                     "waiting: {text}; {} left",
-                    crate::values::format_duration(left)
+                    preflight_ground::values::format_duration(left)
                 );
                 if self.terminal {
                     let cut: String = line.chars().take(150).collect();

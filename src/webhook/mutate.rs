@@ -126,9 +126,9 @@ fn job_container(pod: &Value) -> &Value {
     let carries = |c: &&Value| {
         c["env"].as_array().is_some_and(|env| {
             env.iter().any(|e| {
-                e["name"]
-                    .as_str()
-                    .is_some_and(|n| crate::facts::pod::POD_VARS.contains(&n) || n == "MASTER_ADDR")
+                e["name"].as_str().is_some_and(|n| {
+                    preflight_facts::pod::POD_VARS.contains(&n) || n == "MASTER_ADDR"
+                })
             })
         })
     };
@@ -207,11 +207,11 @@ fn container(pod: &Value, gate: &str, cfg: &Config, gang: Option<&Gang>) -> Valu
         }
         if let Some(g) = gang {
             env.retain(|e| {
-                e["name"] != crate::facts::pod::GANG_SIZE
-                    && e["name"] != crate::facts::pod::GANG_FROM
+                e["name"] != preflight_facts::pod::GANG_SIZE
+                    && e["name"] != preflight_facts::pod::GANG_FROM
             });
-            env.push(json!({"name": crate::facts::pod::GANG_SIZE, "value": g.size.to_string()}));
-            env.push(json!({"name": crate::facts::pod::GANG_FROM, "value": g.from}));
+            env.push(json!({"name": preflight_facts::pod::GANG_SIZE, "value": g.size.to_string()}));
+            env.push(json!({"name": preflight_facts::pod::GANG_FROM, "value": g.from}));
         }
         // No contract found in the pod is an error there, never a world of
         // one that passes alone.

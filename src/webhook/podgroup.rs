@@ -207,13 +207,13 @@ impl ApiServer {
             .header("Accept", "application/json")
             .send()
             .await
-            .map_err(|e| crate::facts::http::causes(&e))?;
+            .map_err(|e| preflight_facts::http::causes(&e))?;
         let status = r.status();
         let mut body = Vec::new();
         while let Some(chunk) = r
             .chunk()
             .await
-            .map_err(|e| crate::facts::http::causes(&e))?
+            .map_err(|e| preflight_facts::http::causes(&e))?
         {
             body.extend_from_slice(&chunk);
             if body.len() > MAX_OBJECT {

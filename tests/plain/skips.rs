@@ -89,7 +89,7 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// A unit test in `src/` that returns early does so through the rule too
-/// (`facts::test_skip`, which fails under the CI variables): no silent
+/// (`preflight_ground::testing::test_skip`, which fails under the CI variables): no silent
 /// return in any test module.
 #[test]
 fn every_early_return_in_a_unit_test_goes_through_the_rule() {
@@ -126,7 +126,7 @@ fn every_early_return_in_a_unit_test_goes_through_the_rule() {
     assert!(checked >= 4, "the lint found no early return to check");
     assert!(
         silent.is_empty(),
-        "unit tests that return early without facts::test_skip:\n{}",
+        "unit tests that return early without testing::test_skip:\n{}",
         silent.join("\n")
     );
 }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::{Event, reply};
 use crate::cluster::barrier::{self, BarrierState};
 use crate::cluster::checkin::CheckIn;
-use crate::result::cluster::ClusterReport;
+use preflight_result::cluster::ClusterReport;
 
 /// What a process that checks in after the verdict is told.
 pub(super) struct Closed {
@@ -28,7 +28,7 @@ impl Closed {
                 "{}: {} of {} checked in",
                 report.verdict.name(),
                 state.arrivals.len(),
-                crate::values::count(world_size as usize, "rank")
+                preflight_ground::values::count(world_size as usize, "rank")
             ),
             world_size,
             held: state
@@ -64,7 +64,7 @@ impl Closed {
             ),
             None if rank >= self.world_size => format!(
                 "rank {rank} is outside the world of {}",
-                crate::values::count(self.world_size as usize, "rank")
+                preflight_ground::values::count(self.world_size as usize, "rank")
             ),
             None => format!("rank {rank} was reported missing"),
         };

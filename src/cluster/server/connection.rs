@@ -121,7 +121,7 @@ pub(super) async fn connection(
     loop {
         let read = tokio::select! {
             read = protocol::read_limited(&mut rd, store_end, protocol::MAX_RANK_FRAME) => read,
-            i = crate::interrupt::wait(), if told.is_none() && checked_in => {
+            i = preflight_ground::interrupt::wait(), if told.is_none() && checked_in => {
                 let (rank, host) = &shared.serving;
                 let msg = Msg::Interrupted {
                     notice: Box::new(notice(&i, *rank, host)),

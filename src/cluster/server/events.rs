@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::{Event, Writer};
 use crate::cluster::barrier::{BarrierState, ConnId};
-use crate::result::cluster::Probe;
+use preflight_result::cluster::Probe;
 
 /// Which connection was asked to probe for which node, and whom.
 pub(super) type Planned = HashMap<ConnId, (usize, Vec<usize>)>;

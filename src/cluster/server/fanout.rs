@@ -15,7 +15,7 @@ use super::{ServerConfig, Writer};
 use crate::cluster::barrier::ConnId;
 use crate::cluster::protocol::{self, Msg};
 use crate::cluster::store::Store;
-use crate::result::cluster::ClusterReport;
+use preflight_result::cluster::ClusterReport;
 
 /// How long one rank's verdict frame may take to leave: a few kilobytes,
 /// or for node mode's rank 0 the whole report, up to `MAX_FRAME`.

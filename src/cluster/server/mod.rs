@@ -48,9 +48,9 @@ use super::checkin::CheckIn;
 use super::sealed::Channel;
 use super::store::Store;
 use crate::checklist::Check;
-use crate::facts::Facts;
-use crate::result::cluster::{ClusterReport, Probe};
 use events::Gathered;
+use preflight_facts::Facts;
+use preflight_result::cluster::{ClusterReport, Probe};
 use verdict::{Round, assemble, build_nodes};
 /// What a server's connections share beyond the store.
 struct Shared {
@@ -142,11 +142,11 @@ pub struct ServerConfig {
 
 /// What the ranks are told when this process is interrupted.
 fn notice(
-    i: &crate::interrupt::Interruption,
+    i: &preflight_ground::interrupt::Interruption,
     rank: Option<u32>,
     host: &str,
-) -> crate::result::report::Interrupted {
-    crate::result::report::Interrupted {
+) -> preflight_result::report::Interrupted {
+    preflight_result::report::Interrupted {
         signal: i.signal.to_string(),
         phase: i.phase.clone(),
         rank,
@@ -177,8 +177,11 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         .max()
         .unwrap_or(0)
         .max(cfg.placement.local_world_size);
-    let limits =
-        pending::pending_limits(crate::facts::limits::open_files(), cfg.world_size, per_node);
+    let limits = pending::pending_limits(
+        preflight_facts::limits::open_files(),
+        cfg.world_size,
+        per_node,
+    );
     let shared = Arc::new(Shared {
         owners: owners::Owners::default(),
         open: std::sync::atomic::AtomicUsize::new(0),
@@ -211,7 +214,7 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
     while !g.state.settled() {
         tokio::select! {
             biased;
-            i = crate::interrupt::wait() => {
+            i = preflight_ground::interrupt::wait() => {
                 interrupted = Some(i);
                 break;
             }
@@ -253,7 +256,7 @@ pub async fn serve(cfg: ServerConfig, listener: TcpListener) -> ClusterReport {
         .as_millis() as u64;
     fanout::send_verdicts(&cfg, &mut g, &report, &store, left_ms).await;
     let ms = |d: Duration| d.as_millis() as u64;
-    report.phases = Some(crate::result::cluster::Phases {
+    report.phases = Some(preflight_result::cluster::Phases {
         checkin_ms: ms(waited),
         probes_ms: ms(probed_at - closed_at),
         assemble_ms: ms(assembled_at - probed_at),

@@ -13,7 +13,7 @@ use super::verdict::deaf_nodes;
 use super::{Event, ServerConfig};
 use crate::cluster::protocol::{self, Msg};
 use crate::cluster::reachability::{self, Target};
-use crate::result::cluster::{NodeView, Probe};
+use preflight_result::cluster::{NodeView, Probe};
 
 /// What the round leaves for the verdict.
 pub(super) struct Probed {

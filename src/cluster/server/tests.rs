@@ -4,7 +4,7 @@ use crate::cluster::client::{ClientConfig, await_verdict, connect};
 use crate::cluster::protocol::{self, FrameError, Msg};
 use crate::cluster::test_support::{block_on, ranked, server};
 use crate::cluster::{reachability, store};
-use crate::result::Verdict;
+use preflight_result::Verdict;
 
 /// A process that checks in after the verdict went out is told it came
 /// too late and who held its rank, instead of waiting for a verdict

@@ -10,10 +10,10 @@ use crate::cluster::barrier::{self, BarrierState};
 use crate::cluster::checkin::CheckIn;
 use crate::cluster::reachability;
 use crate::kinds::cluster::View;
-use crate::result::cluster::{ClusterReport, Culprit, FailedCheck, Matrix, NodeView, Probe};
-use crate::result::report::Interrupted;
-use crate::result::{CheckResult, Status, Verdict};
-use crate::values::format_duration;
+use preflight_ground::values::format_duration;
+use preflight_result::cluster::{ClusterReport, Culprit, FailedCheck, Matrix, NodeView, Probe};
+use preflight_result::report::Interrupted;
+use preflight_result::{CheckResult, Status, Verdict};
 
 /// The nodes whose representative opened no probe listener, with why.
 pub(super) fn deaf_nodes(state: &BarrierState, nodes: &[(NodeView, u32)]) -> Vec<(usize, String)> {
@@ -284,7 +284,7 @@ pub(super) fn assemble(
     if !barrier.dropped.is_empty() {
         warnings.push(format!(
             "dropped {} that were not this job's preflight: {}{}",
-            crate::values::count(barrier.dropped_total, "connection"),
+            preflight_ground::values::count(barrier.dropped_total, "connection"),
             barrier.dropped.join("; "),
             if barrier.dropped_total > barrier.dropped.len() {
                 "; ..."
@@ -297,7 +297,7 @@ pub(super) fn assemble(
         state.accept_failures,
         state.accept_error.as_deref(),
         cfg.world_size,
-        crate::facts::limits::open_files(),
+        preflight_facts::limits::open_files(),
     ));
     // Every node's own verdict counts whether or not `cluster.node_checks`
     // was selected: a node whose checklist failed is not ready, and the
@@ -381,7 +381,7 @@ fn culprits(
                     n.failed
                         .iter()
                         .filter(|f| f.status == Status::Fail || strict)
-                        .filter(|f| !crate::result::cause::is_job_setting(&f.area))
+                        .filter(|f| !preflight_result::cause::is_job_setting(&f.area))
                         .map(|f| format!("{}: {}", f.id, f.message)),
                 );
             }
@@ -397,7 +397,7 @@ fn culprits(
 /// Ranks that checked in and went away before the verdict (a node that
 /// died, a leader killed): their node is at fault, named by the host
 /// they checked in from, though it is no longer among the nodes.
-fn blame_lost(culprits: &mut Vec<Culprit>, lost: &[crate::result::cluster::Lost]) {
+fn blame_lost(culprits: &mut Vec<Culprit>, lost: &[preflight_result::cluster::Lost]) {
     for l in lost {
         let reason = format!(
             "cluster.barrier: rank {} went away after checking in ({})",

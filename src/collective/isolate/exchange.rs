@@ -12,7 +12,7 @@ use super::{Part, first_ranks, plan, touches};
 use crate::collective::Backend;
 use crate::collective::config::Config;
 use crate::collective::straggler::{self, MAX_ROUNDS};
-use crate::result::collective::PairRate;
+use preflight_result::collective::PairRate;
 
 /// Kept back before the run's deadline for publishing and the report.
 const RESERVE: Duration = Duration::from_secs(1);

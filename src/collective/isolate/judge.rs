@@ -13,7 +13,7 @@
 use super::{Part, Plan, first_ranks, median, node, ordered, touches};
 use crate::collective::ending::rank_list;
 use crate::collective::straggler::SLOW;
-use crate::result::collective::{PairRate, SecondPass};
+use preflight_result::collective::{PairRate, SecondPass};
 
 /// The pass's report, and the nodes it decided (found slow or cleared),
 /// whose first-pass stragglers give way to it.
@@ -104,7 +104,7 @@ pub fn judge(parts: &[&Part], hosts: &[String], world: u32, starved: &[u32]) -> 
             .collect();
         notes.push(format!(
             "{} not measured again: {} could not hold {}: {}",
-            crate::values::count(s.len(), "pair"),
+            preflight_ground::values::count(s.len(), "pair"),
             budget(plan),
             if s.len() == 1 { "it" } else { "them" },
             s.join(", ")
@@ -131,7 +131,7 @@ fn against(plan: &Plan, measured: &[PairRate]) -> Option<(f64, String)> {
         m,
         format!(
             "control pairs of good nodes measured alongside reach {m:.3} GB/s ({})",
-            crate::values::count(controls.len(), "pair")
+            preflight_ground::values::count(controls.len(), "pair")
         ),
     ))
 }

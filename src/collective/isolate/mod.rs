@@ -34,8 +34,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::result::collective::PairRate;
-use crate::values::median;
+use preflight_ground::values::median;
+use preflight_result::collective::PairRate;
 
 #[cfg(feature = "fuzzing")]
 pub use exchange::plan_for_fuzzing;

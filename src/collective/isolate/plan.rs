@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::{PARTNERS, Plan, first_ranks, median, node, node_pairs, ordered, touches};
 use crate::collective::straggler::{EXCHANGES, SLOW};
-use crate::result::collective::PairRate;
+use preflight_result::collective::PairRate;
 
 /// A round's estimate is its slowest pair's bytes over the first pass's
 /// rate, plus this for the handshakes.

@@ -23,7 +23,7 @@
 //! only the `NET/… : Using` lines, IB's when IB was taken. A plugin's name
 //! (IBext, IBext_v8, AWS Libfabric) stands for itself.
 
-use crate::facts::infiniband::{Hca, HcaFilter};
+use preflight_facts::infiniband::{Hca, HcaFilter};
 
 /// What NCCL's log says about its network.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -609,7 +609,7 @@ master_node:20:289 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:192.168
 
     #[test]
     fn active_ports_come_from_the_sysfs_scan() {
-        use crate::facts::infiniband::Port;
+        use preflight_facts::infiniband::Port;
         let hcas = vec![
             Hca {
                 name: "mlx5_0".into(),

@@ -10,10 +10,10 @@ use std::path::PathBuf;
 
 use super::super::Failure;
 use super::super::report::{files, read};
-use crate::result::Verdict;
-use crate::result::collective::CollectiveReport;
-use crate::result::gpu_copies::GpuCopy;
-use crate::values::median;
+use preflight_ground::values::median;
+use preflight_result::Verdict;
+use preflight_result::collective::CollectiveReport;
+use preflight_result::gpu_copies::GpuCopy;
 
 /// One run's collective section and each of its ranks' node.
 struct Run {
@@ -189,7 +189,7 @@ pub fn floors(inputs: &[PathBuf], fraction: f64) -> Result<String, Failure> {
         Some(first) => format!(
             "  # Floors at {:.0}% of the median of {} ({} mode, {} ranks; baseline capture --from).\n  floors:\n",
             fraction * 100.0,
-            crate::values::count(runs.len(), "run"),
+            preflight_ground::values::count(runs.len(), "run"),
             first.collective.mode,
             worlds.join(", ")
         ),

@@ -16,10 +16,10 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use super::Failure;
-use crate::exit::ExitCode;
-use crate::facts::Facts;
-use crate::facts::profile::{self, Inventory};
 use crate::report::output::{Destination, write_report, write_stdout};
+use preflight_facts::Facts;
+use preflight_facts::profile::{self, Inventory};
+use preflight_ground::exit::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct BaselineArgs {

@@ -37,9 +37,9 @@ use crate::cluster::identity::Identity;
 use crate::cluster::leader;
 use crate::cluster::protocol::{self, Msg};
 use crate::cluster::reachability;
-use crate::facts::Facts;
 use crate::run::selection::{all_checks, select};
 use crate::run::settings::ChecklistSettings;
+use preflight_facts::Facts;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -207,7 +207,7 @@ struct Job {
     /// once (not once per rank: the simulator's cost, not rank 0's).
     versions: BTreeMap<String, String>,
     env: BTreeMap<String, String>,
-    devices: crate::result::cluster::Devices,
+    devices: preflight_result::cluster::Devices,
 }
 
 /// One simulated rank's times (ms since `t0`) and the verdict it got.
@@ -255,7 +255,7 @@ impl Job {
         }
     }
 
-    fn checkin(&self, rank: u32, clock: Option<crate::result::cluster::Clock>) -> CheckIn {
+    fn checkin(&self, rank: u32, clock: Option<preflight_result::cluster::Clock>) -> CheckIn {
         let node = self.node_of(rank);
         let ip = node_ip(node).to_string();
         let hostname = if node == 0 {
@@ -268,7 +268,7 @@ impl Job {
             hostname,
             addr: ip.clone(),
             pid: std::process::id(),
-            tool_version: crate::result::report::TOOL.version.to_string(),
+            tool_version: preflight_result::report::TOOL.version.to_string(),
             checklist_hash: self.checklist_hash.clone(),
             local_verdict: "ready".into(),
             failed: Vec::new(),
@@ -372,7 +372,7 @@ async fn verdict<S: AsyncRead + AsyncWrite + Send + 'static>(
     ch: S,
     deadline: Instant,
     out: &mut Outcome,
-) -> Result<crate::result::cluster::ClusterReport, String> {
+) -> Result<preflight_result::cluster::ClusterReport, String> {
     let (mut rd, wr) = tokio::io::split(ch);
     let wr = Arc::new(tokio::sync::Mutex::new(wr));
     let mut probing: Option<tokio::task::JoinHandle<Result<f64, String>>> = None;

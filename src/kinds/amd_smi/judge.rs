@@ -7,10 +7,10 @@ use serde_json::Value;
 
 use super::AmdSmi;
 use super::parse::{self, Gpu, LinkState, XgmiGpu, number};
-use crate::facts::Facts;
-use crate::facts::Vendor;
 use crate::kinds::problems_finding;
-use crate::result::Finding;
+use preflight_facts::Facts;
+use preflight_facts::Vendor;
+use preflight_result::Finding;
 
 /// GPUs by index, named with their bus: amd-smi's own where it says it,
 /// else the node's AMD GPUs in bus order (amd-smi's order).
@@ -184,7 +184,7 @@ pub(super) fn with_ras_states(finding: Finding, off: Vec<String>) -> Finding {
         return finding;
     }
     let mut problems = off;
-    if finding.status == crate::result::Status::Fail {
+    if finding.status == preflight_result::Status::Fail {
         problems.insert(0, finding.message.clone());
     }
     let measured = finding.measured.clone().unwrap_or_default();

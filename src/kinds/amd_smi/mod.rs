@@ -20,9 +20,9 @@ use judge::{
 use super::tool_output::{Output, Tool};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 pub mod parse;
-use crate::facts::{Facts, Vendor};
-use crate::result::Finding;
 use parse::Gpu;
+use preflight_facts::{Facts, Vendor};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "amd_smi",
@@ -318,7 +318,7 @@ impl AmdSmi {
                     // leave the counts' finding as it is, saying so.
                     match statics(&["static", "--ras", "--json"]).await {
                         Ok(s) => f = with_ras_states(f, ras_states(&s, names)),
-                        Err(e) if f.status == crate::result::Status::Pass => {
+                        Err(e) if f.status == preflight_result::Status::Pass => {
                             f = Finding::warn(format!(
                                 "{}; RAS states per block not read: {}",
                                 f.message, e.message
@@ -386,7 +386,7 @@ impl Probe for AmdSmi {
 /// uncorrectable error, or a link down, never makes a pass.
 #[cfg(feature = "fuzzing")]
 pub fn judge_for_fuzzing(which: u8, text: &str) {
-    use crate::result::Status;
+    use preflight_result::Status;
     let names = Names(Vec::new());
     let check = |subject| AmdSmi {
         subject,

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use super::command::{RunError, excerpt, run_program};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 pub mod parse;
-use crate::facts::{Facts, GpuReport};
-use crate::result::Finding;
 use parse::{DiagReport, DiagResult, DiagStatus, Severity};
+use preflight_facts::{Facts, GpuReport};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "dcgm_diag",
@@ -316,7 +316,7 @@ impl DcgmDiag {
             let path = path.clone();
             let read = tokio::task::spawn_blocking(move || {
                 let shown = path.display().to_string();
-                let text = crate::facts::read_bounded(&path, parse::MAX_DOCUMENT as u64)
+                let text = preflight_facts::read_bounded(&path, parse::MAX_DOCUMENT as u64)
                     .map_err(|e| format!("cannot read {shown}: {e}"))?;
                 parse::parse(&text).map_err(|e| format!("{shown}: {e}"))
             })
@@ -398,8 +398,8 @@ fn too_short(left: Option<Duration>, level: u8) -> Option<String> {
     (left < typical).then(|| {
         format!(
             "not started: the run has {} left, and DCGM's level {level} takes about {}: give the run a longer --timeout, or run it between jobs (`preflight check --only` this check)",
-            crate::values::format_duration(left),
-            crate::values::format_duration(typical)
+            preflight_ground::values::format_duration(left),
+            preflight_ground::values::format_duration(typical)
         )
     })
 }
@@ -486,7 +486,7 @@ mod tests {
     /// document where every test was skipped is no pass.
     #[test]
     fn the_worst_warning_decides_and_skips_alone_pass_nothing() {
-        use crate::result::Status;
+        use preflight_result::Status;
         let doc = r#"{"DCGM Diagnostic":{"test_categories":[{"category":"Deployment","tests":[{"name":"software","results":[
             {"entity_group":"GPU","entity_id":0,"status":"Fail","warnings":[
               {"error_severity":2,"warning":"row remap failed"},{"error_severity":5,"warning":"persistence off"}]}]}]}]}}"#;
@@ -529,7 +529,7 @@ mod tests {
 
     #[test]
     fn every_severity_has_its_status_and_action() {
-        use crate::result::Status;
+        use preflight_result::Status;
         let f = |s| {
             let (make, action) = judged(s, &DiagStatus::Fail);
             (make(String::new()).status, action)

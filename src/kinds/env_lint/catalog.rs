@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use crate::yaml;
+use preflight_ground::yaml;
 
 const TEXT: &str = include_str!("catalog.yaml");
 

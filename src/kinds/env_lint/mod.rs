@@ -11,9 +11,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, blocking, parse_params};
-use crate::facts::Facts;
-use crate::result::Finding;
 use catalog::Catalog;
+use preflight_facts::Facts;
+use preflight_result::Finding;
 
 pub const PREFIXES: &[&str] = &[
     "NCCL_",
@@ -219,7 +219,10 @@ impl EnvLint {
         };
         // What was read: the variables at fault, or how many were valid.
         let measured = if variables.is_empty() {
-            format!("{} valid", crate::values::count(count, "variable"))
+            format!(
+                "{} valid",
+                preflight_ground::values::count(count, "variable")
+            )
         } else {
             format!("at fault: {variables}")
         };

@@ -3,11 +3,11 @@
 
 use super::catalog::{Catalog, check_value};
 use super::{Issue, Level};
-use crate::facts::infiniband::HcaFilter;
-use crate::facts::visible::{self, Entry};
-use crate::facts::{Facts, Hca, Vendor};
 use crate::kinds::ifname_spec;
-use crate::suggest::did_you_mean;
+use preflight_facts::infiniband::HcaFilter;
+use preflight_facts::visible::{self, Entry};
+use preflight_facts::{Facts, Hca, Vendor};
+use preflight_ground::suggest::did_you_mean;
 
 fn push(issues: &mut Vec<Issue>, level: Level, variable: &str, message: String) {
     issues.push(Issue {

@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 use super::ports::{PortRange, describe, with_env_port};
 use super::resolve::resolve;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::facts::Facts;
-use crate::result::Finding;
-use crate::values::Span;
+use preflight_facts::Facts;
+use preflight_ground::values::Span;
+use preflight_result::Finding;
 use ruleset::{Block, Family, Hook, Packet, Table, blocks};
 
 pub const KIND: KindInfo = KindInfo {
@@ -191,7 +191,7 @@ async fn run_tool(program: &str, args: &[&str], limit: Duration) -> Result<Strin
     match tokio::time::timeout(limit, child.wait_with_output()).await {
         Err(_) => Err(ToolError::Failed(format!(
             "`{shown}` did not finish within {}",
-            crate::values::format_duration(limit)
+            preflight_ground::values::format_duration(limit)
         ))),
         Ok(Err(e)) => Err(ToolError::Failed(format!("`{shown}`: {e}"))),
         Ok(Ok(out)) if !out.status.success() => {

@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use super::tool_output::Tool;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params, problems_finding};
 pub mod parse;
-use crate::facts::{Facts, Vendor};
-use crate::result::Finding;
 use parse::{PortState, Report, Row};
+use preflight_facts::{Facts, Vendor};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "hl_smi",
@@ -719,7 +719,7 @@ impl Probe for HlSmi {
 /// device. A port down, or a throttle reason active, never makes a pass.
 #[cfg(feature = "fuzzing")]
 pub fn judge_for_fuzzing(which: u8, text: &str) {
-    use crate::result::Status;
+    use preflight_result::Status;
     let facts = Facts::new(
         PathBuf::from("/nonexistent-fuzz-root"),
         Default::default(),

@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 use super::command::{RunError, excerpt, run_program};
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params, problems_and_unchecked};
 pub mod parse;
-use crate::facts::{Facts, Vendor};
-use crate::result::Finding;
 use parse::GpuLinks;
+use preflight_facts::{Facts, Vendor};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "nvlink",
@@ -139,7 +139,7 @@ struct Read {
 }
 
 fn read_file(path: &Path) -> Result<String, String> {
-    crate::facts::read_bounded(path, 16 * 1024 * 1024)
+    preflight_facts::read_bounded(path, 16 * 1024 * 1024)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::facts::pci::normalize_bus_id;
+use preflight_facts::pci::normalize_bus_id;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Link {
@@ -201,7 +201,7 @@ pub fn from_nvml() -> Result<Vec<GpuLinks>, String> {
     /// NVML_NVLINK_MAX_LINKS in nvml.h (18 up to Blackwell; 36 in the
     /// newest header). Past the GPU's last link NVML says InvalidArg.
     const MAX_LINKS: u32 = 36;
-    crate::facts::nvml::each_gpu(&crate::facts::nvml::open()?, |index, bus, device| {
+    preflight_facts::nvml::each_gpu(&preflight_facts::nvml::open()?, |index, bus, device| {
         let mut gpu = GpuLinks {
             index,
             bus: Some(bus),

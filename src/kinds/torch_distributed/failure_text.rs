@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::Rendezvous;
-use crate::values::format_duration;
+use preflight_ground::values::format_duration;
 
 /// What went wrong, in the operator's terms, and what to do about it.
 #[derive(Debug, PartialEq)]

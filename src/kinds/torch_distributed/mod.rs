@@ -33,9 +33,9 @@ use output::Report;
 
 use super::command::{excerpt, read_capped};
 use super::{IfMissing, KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
-use crate::facts::Facts;
-use crate::result::Finding;
-use crate::values::{Span, format_duration};
+use preflight_facts::Facts;
+use preflight_ground::values::{Span, format_duration};
+use preflight_result::Finding;
 
 const SCRIPT: &str = include_str!("script.py");
 /// Marks the script's own lines on stdout: oneCCL and others print there too.
@@ -226,7 +226,7 @@ impl TorchDistributed {
             let finding = self.run_once(facts).await;
             // The diagnosis named the port it could not bind.
             let raced = self.rendezvous == Rendezvous::Local
-                && finding.status == crate::result::Status::Fail
+                && finding.status == preflight_result::Status::Fail
                 && finding
                     .vars
                     .iter()

@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use super::tool_output::Tool;
 use super::{KindInfo, ParamDoc, Params, Probe, ProbeFuture, parse_params};
 pub mod parse;
-use crate::facts::{Facts, Vendor};
-use crate::result::Finding;
 use parse::{Health, Tile};
+use preflight_facts::{Facts, Vendor};
+use preflight_result::Finding;
 
 pub const KIND: KindInfo = KindInfo {
     name: "xpu_smi",
@@ -528,7 +528,7 @@ impl Probe for XpuSmi {
 /// failed component, or a result other than Pass, never makes a pass.
 #[cfg(feature = "fuzzing")]
 pub fn judge_for_fuzzing(which: u8, text: &str) {
-    use crate::result::Status;
+    use preflight_result::Status;
     let cards = Cards(Vec::new());
     match which % 3 {
         0 => {
@@ -596,7 +596,7 @@ mod tests {
             devices: "0".into(),
             components: vec![],
         };
-        assert_eq!(judge_diag(&d, 1).status, crate::result::Status::Error);
+        assert_eq!(judge_diag(&d, 1).status, preflight_result::Status::Error);
         let d = parse::Diag {
             result: "Pass".into(),
             level: Some(1),
@@ -607,6 +607,6 @@ mod tests {
                 message: String::new(),
             }],
         };
-        assert_ne!(judge_diag(&d, 1).status, crate::result::Status::Pass);
+        assert_ne!(judge_diag(&d, 1).status, preflight_result::Status::Pass);
     }
 }

@@ -14,9 +14,9 @@ use super::reason::{Action, reason};
 use super::scontrol::Slurm;
 use crate::cluster::auth::job_secret;
 use crate::cluster::hostlist;
-use crate::result::cluster::ClusterReport;
-use crate::result::{Status, Verdict};
 use crate::run::site::{OnSquat, Settings};
+use preflight_result::cluster::ClusterReport;
+use preflight_result::{Status, Verdict};
 
 /// The variables the stages read to place this node in the job.
 pub fn environment(

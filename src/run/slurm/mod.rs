@@ -19,11 +19,11 @@ use super::emit::report_of;
 use super::settings::{ChecklistSettings, CollectiveMode, RunSettings};
 use super::site::{Resolved, Settings};
 use super::{Executed, Stage, execute};
-use crate::exit::ExitCode;
 use crate::report::format::Format;
-use crate::result::report::Report;
-use crate::result::{Status, Verdict};
-use crate::values::Span;
+use preflight_ground::exit::ExitCode;
+use preflight_ground::values::Span;
+use preflight_result::report::Report;
+use preflight_result::{Status, Verdict};
 use reason::{Action, node_action};
 use scontrol::Slurm;
 
@@ -81,7 +81,7 @@ pub fn slurm(mode: SlurmMode, config_dir: Option<&Path>) -> Result<ExitCode, Fai
         )));
     }
     let settings = Settings::load(&Settings::dir_from_env(config_dir))?;
-    let env: BTreeMap<String, String> = crate::facts::process_env();
+    let env: BTreeMap<String, String> = preflight_facts::process_env();
     let get = |k: &str| env.get(k).cloned();
     let own = node_name(&env)?;
     let slurm = Slurm::find(settings.scontrol.as_deref(), &get).map_err(Failure::Usage)?;
@@ -351,7 +351,7 @@ fn summary(
     format!(
         "preflight slurm {} on {own}: {verdict} ({}, {} ms); {what}; report {}",
         mode.name(),
-        crate::values::count(report.checks.len(), "check"),
+        preflight_ground::values::count(report.checks.len(), "check"),
         report.duration_ms,
         file.display()
     )

@@ -3,9 +3,9 @@
 //! that failed and how many more did (the report file has them all).
 
 use super::scontrol::one_line;
-use crate::result::report::Report;
-use crate::result::{CheckResult, Status, Verdict};
 use crate::run::site::Incomplete;
+use preflight_result::report::Report;
+use preflight_result::{CheckResult, Status, Verdict};
 
 /// Slurm keeps reasons of any length, but `sinfo -R` shows 20 columns and
 /// operators read them in `scontrol show node`: one short line.
@@ -97,7 +97,7 @@ pub fn node_action(report: &Report, incomplete: Incomplete, prefix: &str, resume
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::report::Node;
+    use preflight_result::report::Node;
 
     fn report(statuses: &[(&str, Status)]) -> Report {
         let checks = statuses

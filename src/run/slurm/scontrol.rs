@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::facts::procs;
+use preflight_facts::procs;
 
 /// Where `scontrol` lives on the distributions and site layouts seen.
 const SCONTROL_DIRS: &[&str] = &[
@@ -340,7 +340,7 @@ fn field(out: &str, key: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-pub use crate::values::one_line;
+pub use preflight_ground::values::one_line;
 
 /// Runs `cmd` to its end or the deadline (then kills it): success, stdout,
 /// stderr, each kept to `KEEP` bytes.

@@ -19,7 +19,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use super::scontrol::{self, JobState, Slurm};
-use crate::result::diagnosis::{CLUSTER_SCHEMA, ClusterDiagnosis, Culprit, Diagnosis, SCHEMA};
+use preflight_result::diagnosis::{CLUSTER_SCHEMA, ClusterDiagnosis, Culprit, Diagnosis, SCHEMA};
 
 /// A diagnosis of a thousand nodes' culprits is well under this; parsed
 /// whole by root on a compute node, it stays small.
@@ -53,7 +53,7 @@ fn read_culprits(
     file: &std::path::Path,
     owner: Option<u32>,
 ) -> Result<Option<Vec<Culprit>>, String> {
-    use crate::facts::guarded_file::{self, Refused};
+    use preflight_facts::guarded_file::{self, Refused};
     let judged = guarded_file::read(file, MAX_FILE, |meta| {
         if meta.uid() != 0 && Some(meta.uid()) != owner {
             return Err(format!(
@@ -221,7 +221,7 @@ pub fn act(
     if !outside.is_empty() {
         out.lines.push(format!(
             "job {job}: {} named on nodes not of the job ({}): not drained",
-            crate::values::count(outside.len(), "rank"),
+            preflight_ground::values::count(outside.len(), "rank"),
             outside
                 .iter()
                 .take(8)

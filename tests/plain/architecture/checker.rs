@@ -15,7 +15,7 @@ fn good() -> Vec<(&'static str, &'static str)> {
     vec![
         (
             "src/lib.rs",
-            "pub mod cli;\npub mod commands;\npub mod engine;\npub mod kinds;\npub mod result;\npub mod cluster;\npub mod collective;\npub mod report;\n",
+            "pub mod cli;\npub mod commands;\npub mod engine;\npub mod kinds;\npub mod cluster;\npub mod collective;\npub mod report;\npub mod test_hooks;\n",
         ),
         (
             "src/cli.rs",
@@ -31,7 +31,7 @@ fn good() -> Vec<(&'static str, &'static str)> {
         ),
         (
             "src/engine.rs",
-            "use crate::kinds::{self, Probe};\nuse crate::result::Finding;\n",
+            "use crate::kinds::{self, Probe};\nuse preflight_result::Finding;\n",
         ),
         ("src/cluster/mod.rs", "pub mod store;\npub mod server;\n"),
         ("src/cluster/store.rs", "use super::server::Frame;\n"),
@@ -42,19 +42,17 @@ fn good() -> Vec<(&'static str, &'static str)> {
         ),
         (
             "src/report/human.rs",
-            "use crate::result::{CheckResult, Status};\n",
+            "use preflight_result::{CheckResult, Status};\n",
         ),
         (
             "src/kinds/mod.rs",
-            "mod port;\nuse crate::result::Finding;\n// use crate::engine; (a comment is no import)\nconst S: &str = \"crate::commands::run\";\n",
+            "mod port;\nuse preflight_result::Finding;\n// use crate::engine; (a comment is no import)\nconst S: &str = \"crate::commands::run\";\n",
         ),
         (
             "src/kinds/port.rs",
             "#[cfg(test)]\nmod tests {\n    use super::*;\n    use super::super::Probe;\n}\n",
         ),
-        ("src/result/mod.rs", "use crate::facts::Facts;\n"),
-        ("src/facts/mod.rs", "use crate::values::Bytes;\n"),
-        ("src/values.rs", "use serde::Deserialize;\n"),
+        ("src/test_hooks.rs", "use std::env;\n"),
     ]
 }
 
@@ -83,7 +81,7 @@ fn an_import_up_a_floor_is_named_with_its_file_and_line() {
         good(),
         &[(
             "src/kinds/port.rs",
-            "use crate::result::Finding;\n\nuse crate::engine::{self, run};\n",
+            "use preflight_result::Finding;\n\nuse crate::engine::{self, run};\n",
         )],
     );
     let v = check(&files);
@@ -116,8 +114,8 @@ fn inline_paths_and_super_count_as_imports() {
                 "fn f() { super::super::commands::run(); }\n",
             ),
             (
-                "src/result/mod.rs",
-                "fn g() -> crate::kinds::Probe { todo!() }\n",
+                "src/report/human.rs",
+                "fn g() -> crate::commands::Stage { todo!() }\n",
             ),
         ],
     );
@@ -129,7 +127,7 @@ fn inline_paths_and_super_count_as_imports() {
         .collect();
     assert_eq!(
         up,
-        vec![("src/kinds/port.rs", 1), ("src/result/mod.rs", 1)],
+        vec![("src/kinds/port.rs", 1), ("src/report/human.rs", 1)],
         "{v:#?}"
     );
 }
@@ -137,13 +135,16 @@ fn inline_paths_and_super_count_as_imports() {
 #[test]
 fn the_ground_imports_nothing_above_it() {
     let _shared = crate::common::shared();
-    let files = with(good(), &[("src/values.rs", "use crate::result::Status;\n")]);
+    let files = with(
+        good(),
+        &[("src/test_hooks.rs", "use crate::kinds::Probe;\n")],
+    );
     let v = check(&files);
     assert!(
-        v.iter().any(|v| v.file == "src/values.rs"
+        v.iter().any(|v| v.file == "src/test_hooks.rs"
             && v.line == 1
             && v.message
-                .contains("values (floor 8) imports result (floor 7)")),
+                .contains("test_hooks (floor 8) imports kinds (floor 6)")),
         "{v:#?}"
     );
 }
@@ -200,20 +201,20 @@ fn stages_keep_apart_and_away_from_rendering() {
 fn a_loop_inside_one_folder_is_allowed_and_across_folders_is_not() {
     let _shared = crate::common::shared();
     // store ↔ server in cluster/ is in the good tree and passes; kinds and
-    // result importing each other is a loop across folders (and an import
+    // report importing each other is a loop across folders (and an import
     // up a floor).
     let files = with(
         good(),
         &[
-            ("src/kinds/mod.rs", "use crate::result::Finding;\n"),
-            ("src/result/mod.rs", "use crate::kinds::Probe;\n"),
+            ("src/kinds/mod.rs", "use crate::report::human;\n"),
+            ("src/report/human.rs", "use crate::kinds::Probe;\n"),
         ],
     );
     let v = check(&files);
     assert!(
         v.iter().any(|v| v
             .message
-            .contains("import loop across 2 folders (src/kinds, src/result)")),
+            .contains("import loop across 2 folders (src/kinds, src/report)")),
         "{v:#?}"
     );
 }

@@ -202,17 +202,16 @@ fn reads_message_text(source: &str) -> Vec<usize> {
 }
 
 /// Causes are decided on what findings say they are about, never on their
-/// words: the rules live in `result/cause.rs` alone, which reads no text,
+/// words: the rules live in preflight-result's `cause.rs` alone, which reads no text,
 /// and nothing else sets `caused_by`.
 #[test]
 fn no_cause_rule_matches_on_message_text() {
     let _shared = crate::common::shared();
     let mut files = BTreeMap::new();
-    read_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut files,
-    );
-    let rules = "src/result/cause.rs";
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    read_tree(&root.join("src"), &mut files);
+    read_tree(&root.join("crates/preflight-result/src"), &mut files);
+    let rules = "crates/preflight-result/src/cause.rs";
     let lines = reads_message_text(&files[rules]);
     assert!(lines.is_empty(), "{rules} reads text at lines {lines:?}");
     for (f, text) in files.iter().filter(|(f, _)| *f != rules) {
@@ -284,10 +283,11 @@ fn every_test_takes_the_binarys_lock_once() {
     assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
 }
 
-/// docs/design.md draws `src/` as it is: a line for every top-level module
-/// with the floor this checker holds it to, and in each folder's line the
-/// name of every module in it, so that the map a new engineer reads first
-/// cannot leave out a room.
+/// docs/design.md draws `src/` and preflight's crates as they are: a line
+/// for every top-level module with the floor this checker holds it to,
+/// one for every `crates/preflight-*` with its floor, and in each folder's
+/// or crate's line the name of every module in it, so that the map a new
+/// engineer reads first cannot leave out a room.
 #[test]
 fn the_design_notes_draw_the_current_layout() {
     let _shared = crate::common::shared();
@@ -301,6 +301,8 @@ fn the_design_notes_draw_the_current_layout() {
         .expect("docs/design.md: a ```text block under ## Layout");
     // `3 src/cluster/  what it is`: the floor, the path, the description.
     let mut drawn: BTreeMap<String, (Option<u8>, String)> = BTreeMap::new();
+    // `7 crates/preflight-result/  what it is`: the floors that are crates.
+    let mut crates: BTreeMap<String, (Option<u8>, String)> = BTreeMap::new();
     for line in layout.lines() {
         let (floor, rest) = match line.split_once(' ') {
             Some((f, rest)) if f.parse::<u8>().is_ok() => (f.parse().ok(), rest),
@@ -309,6 +311,9 @@ fn the_design_notes_draw_the_current_layout() {
         if let Some(path) = rest.strip_prefix("src/") {
             let (path, what) = path.split_once(' ').unwrap_or((path, ""));
             drawn.insert(path.to_string(), (floor, what.trim().to_string()));
+        } else if rest.starts_with("crates/preflight-") {
+            let (path, what) = rest.split_once(' ').unwrap_or((rest, ""));
+            crates.insert(path.to_string(), (floor, what.trim().to_string()));
         }
     }
     let mut missing = Vec::new();
@@ -355,6 +360,40 @@ fn the_design_notes_draw_the_current_layout() {
         if !there.exists() {
             missing.push(format!("src/{path} is drawn but not there"));
         }
+    }
+    // Each of preflight's own crates, on its floor, naming its modules.
+    for entry in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("preflight-") {
+            continue;
+        }
+        let key = format!("crates/{name}/");
+        let Some((floor, what)) = crates.remove(&key) else {
+            missing.push(format!("{key} has no line"));
+            continue;
+        };
+        if floor.is_none() {
+            missing.push(format!("{key} is drawn on no floor"));
+        }
+        for child in std::fs::read_dir(entry.path().join("src"))
+            .unwrap()
+            .flatten()
+        {
+            let child = child.file_name().to_string_lossy().into_owned();
+            let stem = child.strip_suffix(".rs").unwrap_or(&child);
+            if stem == "lib" || child.contains('.') && !child.ends_with(".rs") {
+                continue;
+            }
+            let named = what
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .any(|w| w == stem);
+            if !named {
+                missing.push(format!("{key}'s line does not name {stem}"));
+            }
+        }
+    }
+    for key in crates.keys() {
+        missing.push(format!("{key} is drawn but not there"));
     }
     assert!(
         missing.is_empty(),

@@ -166,7 +166,7 @@ fn help_exit_codes() -> Vec<(String, String)> {
     codes
 }
 
-/// The exit codes are one table (src/exit.rs): `--help` prints it, the
+/// The exit codes are one table (crates/preflight-ground/src/exit.rs): `--help` prints it, the
 /// man pages of the commands that end in a verdict carry it, and the
 /// README's and docs/reference.md's tables say exactly the same.
 #[test]

@@ -35,8 +35,8 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::Vendor;
-use crate::values::Bytes;
-use crate::yaml::{self, YamlError};
+use preflight_ground::values::Bytes;
+use preflight_ground::yaml::{self, YamlError};
 
 pub use inventory::{Inventory, capture};
 pub use shipped::shipped;
@@ -516,7 +516,7 @@ pub fn parse(origin: &str, text: &str) -> Result<Profile, Vec<ProfileError>> {
 /// Reads a profile file (`check --profile`, `baseline diff`).
 pub fn load(path: &Path) -> Result<Profile, Vec<ProfileError>> {
     let shown = path.display().to_string();
-    let text = crate::facts::read_bounded(path, 1024 * 1024)
+    let text = crate::read_bounded(path, 1024 * 1024)
         .map_err(|e| vec![unlocated(&shown, format!("cannot read the profile: {e}"))])?;
     parse(&shown, &text)
 }

@@ -135,7 +135,7 @@ mod tests {
     fn reading_dev_kmsg_returns() {
         let path = Path::new("/dev/kmsg");
         if !path.exists() {
-            crate::facts::test_skip("no /dev/kmsg here (a container without it)");
+            preflight_ground::testing::test_skip("no /dev/kmsg here (a container without it)");
             return;
         }
         let (tx, rx) = std::sync::mpsc::channel();

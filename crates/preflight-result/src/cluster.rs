@@ -562,7 +562,7 @@ mod tests {
     #[test]
     fn what_a_check_is_about_is_cut_to_the_node() {
         let mut r = report(4096);
-        let mut c = crate::result::CheckResult::built_in(
+        let mut c = crate::CheckResult::built_in(
             "cluster.addresses",
             "cluster_addresses",
             "cluster",

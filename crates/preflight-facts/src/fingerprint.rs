@@ -7,7 +7,7 @@
 use sha2::{Digest, Sha256};
 
 use super::Facts;
-use crate::values::hex;
+use preflight_ground::values::hex;
 
 /// PCI classes of the devices a slow check tests: display and 3D
 /// controllers (GPUs), processing accelerators (Gaudi, some XPUs).

@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 type Env = BTreeMap<String, String>;
 
 /// A gang's size and where it was read, as the webhook gives them from
-/// the scheduler's PodGroup (`crate::webhook::podgroup`): the size of a
+/// the scheduler's PodGroup (the webhook's PodGroup read): the size of a
 /// job whose own variables leave it out.
 pub const GANG_SIZE: &str = "PREFLIGHT_GANG_SIZE";
 pub const GANG_FROM: &str = "PREFLIGHT_GANG_FROM";

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::{Profile, device_id};
-use crate::facts::{Facts, Vendor};
+use crate::{Facts, Vendor};
 
 /// One accelerator on the PCI bus.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,10 +87,9 @@ impl Inventory {
             })
             .collect();
         // Bounded: a root's files are not trusted to be small.
-        let read =
-            |path: &str| crate::facts::read_bounded(&facts.host_path(path), 8 * 1024 * 1024).ok();
+        let read = |path: &str| crate::read_bounded(&facts.host_path(path), 8 * 1024 * 1024).ok();
         let small = |path: &str| {
-            crate::facts::read_bounded(&facts.host_path(path), 4096)
+            crate::read_bounded(&facts.host_path(path), 4096)
                 .ok()
                 .map(|t| t.trim().to_string())
                 .filter(|t| !t.is_empty() && !t.chars().any(char::is_control))
@@ -140,8 +139,7 @@ impl Inventory {
             vbios,
             accelerators,
             rdma,
-            memory_total: read("/proc/meminfo")
-                .and_then(|t| crate::facts::meminfo::field(&t, "MemTotal")),
+            memory_total: read("/proc/meminfo").and_then(|t| crate::meminfo::field(&t, "MemTotal")),
             dmi_product: read("/sys/class/dmi/id/product_name")
                 .map(|t| t.trim().to_string())
                 .filter(|t| !t.is_empty()),
@@ -159,7 +157,7 @@ impl Inventory {
 }
 
 fn small_text(facts: &Facts, path: &str) -> Option<String> {
-    crate::facts::read_bounded(&facts.host_path(path), 64 * 1024).ok()
+    crate::read_bounded(&facts.host_path(path), 64 * 1024).ok()
 }
 
 /// Where cloud-init writes what the cloud's metadata service said of the
@@ -353,7 +351,7 @@ pub fn diff(profile: &Profile, node: &Inventory, speed: bool) -> Vec<String> {
     match (profile.expect.memory, node.memory_total) {
         (Some(mem), Some(total)) if total < mem.min_total.0 => out.push(format!(
             "{} of memory where the profile has at least {}",
-            crate::values::format_bytes(total),
+            preflight_ground::values::format_bytes(total),
             mem.min_total
         )),
         (Some(_), None) => {

@@ -184,7 +184,7 @@ pub fn kill_descendants() {
 /// One line of /proc/PID/stat: the process's parent and whether it is a
 /// zombie (dead already, only waiting to be reaped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Entry {
+pub struct Entry {
     pid: u32,
     ppid: u32,
     zombie: bool,
@@ -205,7 +205,7 @@ fn process_table() -> Vec<Entry> {
 
 /// `PID (COMM) STATE PPID ...`; COMM may hold spaces and parentheses, so
 /// the fields start after the last `)`.
-pub(crate) fn parse_stat(pid: u32, text: &str) -> Option<Entry> {
+pub fn parse_stat(pid: u32, text: &str) -> Option<Entry> {
     let rest = &text[text.rfind(')')? + 1..];
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?;

@@ -179,7 +179,9 @@ mod tests {
     #[test]
     fn absent_nvml_is_an_error_value() {
         if std::path::Path::new("/proc/driver/nvidia").exists() {
-            crate::facts::test_skip("the NVIDIA driver is loaded here: NVML is not absent");
+            preflight_ground::testing::test_skip(
+                "the NVIDIA driver is loaded here: NVML is not absent",
+            );
             return;
         }
         let e = super::report().unwrap_err();

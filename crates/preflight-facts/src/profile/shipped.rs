@@ -10,31 +10,31 @@ use super::{Profile, parse};
 const FILES: &[(&str, &str)] = &[
     (
         "hgx-h100-8.yaml",
-        include_str!("../../../profiles/hgx-h100-8.yaml"),
+        include_str!("../../../../profiles/hgx-h100-8.yaml"),
     ),
     (
         "hgx-h200-8.yaml",
-        include_str!("../../../profiles/hgx-h200-8.yaml"),
+        include_str!("../../../../profiles/hgx-h200-8.yaml"),
     ),
     (
         "hgx-a100-8.yaml",
-        include_str!("../../../profiles/hgx-a100-8.yaml"),
+        include_str!("../../../../profiles/hgx-a100-8.yaml"),
     ),
     (
         "mi300x-8.yaml",
-        include_str!("../../../profiles/mi300x-8.yaml"),
+        include_str!("../../../../profiles/mi300x-8.yaml"),
     ),
     (
         "gaudi3-8.yaml",
-        include_str!("../../../profiles/gaudi3-8.yaml"),
+        include_str!("../../../../profiles/gaudi3-8.yaml"),
     ),
     (
         "gaudi2-8.yaml",
-        include_str!("../../../profiles/gaudi2-8.yaml"),
+        include_str!("../../../../profiles/gaudi2-8.yaml"),
     ),
     (
         "max1550-4.yaml",
-        include_str!("../../../profiles/max1550-4.yaml"),
+        include_str!("../../../../profiles/max1550-4.yaml"),
     ),
 ];
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::exit::ExitCode;
+use preflight_ground::exit::ExitCode;
 
 /// How a failed check counts: `fail` makes the node not ready, `warn` only
 /// reports (unless `--strict`).

@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn this_machines_cache_has_libc() {
         let Ok(bytes) = std::fs::read(LD_SO_CACHE) else {
-            crate::facts::test_skip(&format!("no {LD_SO_CACHE} here"));
+            preflight_ground::testing::test_skip(&format!("no {LD_SO_CACHE} here"));
             return;
         };
         // Every glibc system's cache lists libc itself.

@@ -89,11 +89,7 @@ pub fn policy_soft(etc_security: &std::path::Path, item: &str) -> Option<Limit> 
 /// the real machine; in a fixture tree if it carries one), else the
 /// pam_limits policy under the root. `Ok(None)`: a fixture tree with
 /// neither.
-pub fn soft_limit_of(
-    facts: &crate::facts::Facts,
-    row: &str,
-    item: &str,
-) -> Result<Option<Limit>, String> {
+pub fn soft_limit_of(facts: &crate::Facts, row: &str, item: &str) -> Result<Option<Limit>, String> {
     let path = "/proc/self/limits";
     match std::fs::read_to_string(facts.host_path(path)) {
         Ok(text) => soft_limit(&text, row)

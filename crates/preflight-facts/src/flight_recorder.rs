@@ -667,7 +667,8 @@ mod tests {
     #[test]
     fn torchs_own_dump_is_read() {
         let dump = std::fs::read(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/flight-recorder/gloo-2.15.pickle"),
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../fixtures/flight-recorder/gloo-2.15.pickle"),
         )
         .unwrap();
         let t = parse_pickle(&dump).unwrap();
