@@ -7,8 +7,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::task::JoinSet;
 
-use crate::checklist::kept::{Lookup, Store};
-use crate::checklist::{Check, Evaluator, complete, complete_all, shared};
+use preflight_checklist::kept::{Lookup, Store};
+use preflight_checklist::{Check, Evaluator, complete, complete_all, shared};
 use preflight_facts::Facts;
 use preflight_ground::values::{Span, format_duration};
 use preflight_result::{CheckResult, Finding};
@@ -69,7 +69,7 @@ fn settle(
     not_kept: &mut Option<String>,
 ) -> Option<CheckResult> {
     let unmet = if check.evaluator() != Evaluator::Node {
-        Some(crate::kinds::cluster::NOT_HERE.to_string())
+        Some(preflight_kinds::cluster::NOT_HERE.to_string())
     } else {
         check.when.unmet(facts)
     };

@@ -16,13 +16,13 @@ pub fn checklist(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Err(errors) = crate::checklist::load_text("fuzz.yaml", text) {
+    if let Err(errors) = preflight_checklist::load_text("fuzz.yaml", text) {
         for e in &errors.0 {
             assert!(e.to_string().starts_with("fuzz.yaml"), "{e}");
         }
     }
     // The same data spelled by saphyr's emitter loads to the same checks.
-    crate::checklist::reemit::assert_reemitted_loads_the_same("fuzz.yaml", text);
+    preflight_checklist::reemit::assert_reemitted_loads_the_same("fuzz.yaml", text);
 }
 
 /// A node profile: a profile, or errors that name the file; one that
@@ -184,9 +184,9 @@ pub fn interface_selector(data: &[u8]) {
         interface("eth0", true),
         interface("ib0", false),
     ];
-    let _ = crate::kinds::ifname_spec::check(variable, value, &interfaces, None);
+    let _ = preflight_kinds::ifname_spec::check(variable, value, &interfaces, None);
     for i in &interfaces {
-        let _ = crate::kinds::ifname_spec::picks(variable, value, &i.name);
+        let _ = preflight_kinds::ifname_spec::picks(variable, value, &i.name);
     }
 }
 
@@ -212,7 +212,7 @@ pub fn proc_text(data: &[u8]) {
     let _ = preflight_facts::nvidia::proc_version(text);
     let _ = preflight_facts::infiniband::parse_rate(text);
     // /proc/net/tcp: every inode found for the port is written in the text.
-    for inode in crate::kinds::port_holder::bound_inodes(text, 29500) {
+    for inode in preflight_kinds::port_holder::bound_inodes(text, 29500) {
         assert!(text.contains(&inode.to_string()), "{inode}");
     }
     // /proc/PID/stat, as a signal's cleanup reads it to find descendants.
@@ -231,7 +231,7 @@ pub fn firewall(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(rest) else {
         return;
     };
-    crate::kinds::firewall::parse_for_fuzzing(*first, text);
+    preflight_kinds::firewall::parse_for_fuzzing(*first, text);
 }
 
 /// A JSON report as `preflight report` reads it, merged and drawn.
@@ -240,8 +240,8 @@ pub fn report(data: &[u8]) {
         return;
     };
     let merged = preflight_result::merged::merge(vec![("fuzz.json".into(), report)], Vec::new());
-    let _ = crate::report::html(&merged);
-    let _ = crate::report::markdown(&merged);
+    let _ = preflight_report::html(&merged);
+    let _ = preflight_report::markdown(&merged);
 }
 
 /// `dcgmi diag -j` output, as the dcgm_diag kind reads it. A result DCGM
@@ -250,16 +250,16 @@ pub fn dcgm_json(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(report) = crate::kinds::dcgm_diag::parse::parse(text) else {
+    let Ok(report) = preflight_kinds::dcgm_diag::parse::parse(text) else {
         return;
     };
-    let finding = crate::kinds::dcgm_diag::judge(&report, 1);
+    let finding = preflight_kinds::dcgm_diag::judge(&report, 1);
     let failed = report.results.iter().any(|r| {
         !matches!(
             r.status,
-            crate::kinds::dcgm_diag::parse::DiagStatus::Pass
-                | crate::kinds::dcgm_diag::parse::DiagStatus::Skip
-                | crate::kinds::dcgm_diag::parse::DiagStatus::NotRun
+            preflight_kinds::dcgm_diag::parse::DiagStatus::Pass
+                | preflight_kinds::dcgm_diag::parse::DiagStatus::Skip
+                | preflight_kinds::dcgm_diag::parse::DiagStatus::NotRun
         )
     });
     if failed || report.results.is_empty() {
@@ -277,8 +277,8 @@ pub fn nvidia_text(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(rest) else {
         return;
     };
-    use crate::kinds::nvlink::parse as nvlink;
     use preflight_facts::{gpu_status, kmsg, xid};
+    use preflight_kinds::nvlink::parse as nvlink;
     match first % 5 {
         0 => {
             let _ = nvlink::parse_status("s", text);
@@ -315,7 +315,7 @@ fn tool_output(data: &[u8]) -> Option<(u8, &str)> {
 /// error counted or an XGMI link down never becomes a pass.
 pub fn amd_smi(data: &[u8]) {
     if let Some((which, text)) = tool_output(data) {
-        crate::kinds::amd_smi::judge_for_fuzzing(which, text);
+        preflight_kinds::amd_smi::judge_for_fuzzing(which, text);
     }
 }
 
@@ -323,7 +323,7 @@ pub fn amd_smi(data: &[u8]) {
 /// kind reads them: a failed component never becomes a pass.
 pub fn xpu_smi(data: &[u8]) {
     if let Some((which, text)) = tool_output(data) {
-        crate::kinds::xpu_smi::judge_for_fuzzing(which, text);
+        preflight_kinds::xpu_smi::judge_for_fuzzing(which, text);
     }
 }
 
@@ -332,6 +332,6 @@ pub fn xpu_smi(data: &[u8]) {
 /// never becomes a pass.
 pub fn hl_smi(data: &[u8]) {
     if let Some((which, text)) = tool_output(data) {
-        crate::kinds::hl_smi::judge_for_fuzzing(which, text);
+        preflight_kinds::hl_smi::judge_for_fuzzing(which, text);
     }
 }

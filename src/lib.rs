@@ -14,20 +14,19 @@
 //!    backend), `diagnose` (a running job's ranks, and the one that holds
 //!    the others up), `webhook` (Kubernetes' admission: the gate added to
 //!    a pod).
-//! 5. `checklist` (loading, applicability, hints, which stage evaluates a
-//!    check) and `report` (rendering: human, JSON, JUnit, the cluster and
-//!    collective views).
-//! 6. `kinds`: every check kind, over facts and stage results.
-//! 7. `preflight_result` (crates/preflight-result): what every layer
-//!    shares: findings, check results, verdicts and the stages' results.
-//! 8. Ground: `preflight_facts` (crates/preflight-facts: the node's
-//!    facts), `preflight_ground` (crates/preflight-ground: values, yaml,
-//!    exit, suggest, interrupt), and `test_hooks` (fault switches, in
-//!    test builds only).
+//! 5. `preflight_checklist` (loading, applicability, hints, which stage
+//!    evaluates a check) and `preflight_report` (rendering: human, JSON,
+//!    JUnit, the cluster and collective views).
+//! 6. `preflight_kinds`: every check kind, over facts and stage results.
+//! 7. `preflight_result`: what every layer shares: findings, check
+//!    results, verdicts and the stages' results.
+//! 8. Ground: `preflight_facts` (the node's facts), `preflight_ground`
+//!    (values, yaml, exit, suggest, interrupt), and `test_hooks` (fault
+//!    switches, in test builds only).
 //!
-//! Floors 7 and 8 are crates: the compiler holds them to their own
-//! dependencies. The floors within this crate are held by
-//! tests/plain/architecture.rs.
+//! Floors 5 to 8 are crates (crates/preflight-*): the compiler holds them
+//! to their own dependencies. The floors within this crate, and its use
+//! of those crates, are held by tests/plain/architecture.rs.
 
 // The layers stay private to the library: the compiler's dead-code
 // analysis then covers the whole tree, as it did for the binary alone.
@@ -36,7 +35,6 @@
 // Hardware probes read sysfs and load NVML through safe wrappers only;
 // `unsafe` lives in the -sys crates (Cargo.toml's lints refuse it here).
 
-mod checklist;
 pub mod cli;
 mod cluster;
 mod collective;
@@ -46,8 +44,6 @@ mod engine;
 /// Entry points for the fuzz targets in `fuzz/` (the `fuzzing` feature).
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
-mod kinds;
-mod report;
 mod run;
 /// The JSON report's own types, as `--format json` writes them and
 /// `preflight report` reads them back (and the merged report and

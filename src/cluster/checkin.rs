@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::identity::Identity;
-use crate::kinds::cluster::LAUNCH_PREFIXES;
 use preflight_facts::{Facts, nvidia};
+use preflight_kinds::cluster::LAUNCH_PREFIXES;
 use preflight_result::cluster::{Clock, Devices, FailedCheck};
 use preflight_result::{CheckResult, Status};
 
@@ -210,7 +210,7 @@ pub fn launch_env(facts: &Facts, names: impl Iterator<Item = String>) -> BTreeMa
         .filter(|n| !per_process(n))
         .filter_map(|n| {
             let v = facts.env(&n)?.to_string();
-            Some((n.clone(), crate::kinds::redact(&n, &v)))
+            Some((n.clone(), preflight_kinds::redact(&n, &v)))
         })
         .collect()
 }
@@ -341,7 +341,7 @@ fn libc_banner_version(bytes: &[u8]) -> Option<String> {
 /// uses, under its deadline).
 pub fn resolve_hostname(facts: &Facts, hostname: &str) -> Vec<String> {
     let limit = std::time::Duration::from_secs(2);
-    let mut addrs: Vec<String> = crate::kinds::resolve::resolve_on_node(facts, hostname, limit)
+    let mut addrs: Vec<String> = preflight_kinds::resolve::resolve_on_node(facts, hostname, limit)
         .map(|ips| ips.iter().map(ToString::to_string).collect())
         .unwrap_or_default();
     addrs.sort();

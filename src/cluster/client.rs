@@ -14,8 +14,8 @@ use super::auth::{self, AuthError, OTHER_JOB, Token};
 use super::protocol::now_us;
 use super::protocol::{self, FrameError, Msg};
 use super::reachability;
-use crate::kinds::tcp_connect::{self, Outcome};
 use preflight_ground::values::format_duration;
+use preflight_kinds::tcp_connect::{self, Outcome};
 use preflight_result::CheckResult;
 use preflight_result::cluster::{Clock, ClusterReport};
 

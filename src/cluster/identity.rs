@@ -25,9 +25,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::hostlist;
-use crate::kinds::ports::PortRange;
+use preflight_kinds::ports::PortRange;
 
-pub use crate::kinds::ports::PROBE_PORTS_VAR;
+pub use preflight_kinds::ports::PROBE_PORTS_VAR;
 
 /// A range around MASTER_PORT where rank 0 may serve when MASTER_PORT is
 /// taken, and where the ranks look for it (the Slurm prolog sets it: its

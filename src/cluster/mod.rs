@@ -462,7 +462,7 @@ struct Gathered {
 /// of it is held, by whom (the first holders this user can see).
 fn probe_range_taken(
     facts: &Facts,
-    range: crate::kinds::ports::PortRange,
+    range: preflight_kinds::ports::PortRange,
     listener: &tokio::net::TcpListener,
 ) -> String {
     let mut who: Vec<String> = Vec::new();
@@ -473,7 +473,7 @@ fn probe_range_taken(
     } else {
         &[range.first, range.last]
     };
-    for (_, found) in crate::kinds::port_holder::holders_of(facts, ends) {
+    for (_, found) in preflight_kinds::port_holder::holders_of(facts, ends) {
         for h in found.unwrap_or_default() {
             let d = h.describe();
             if !who.contains(&d) && who.len() < 3 {

@@ -22,8 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
-use crate::kinds::ports::PortRange;
-use crate::kinds::tcp_connect;
+use preflight_kinds::ports::PortRange;
+use preflight_kinds::tcp_connect;
 use preflight_result::cluster::{NO_ANSWER, Probe};
 
 pub const ALL_PAIRS_MAX: usize = 64;

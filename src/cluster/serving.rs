@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::auth::{self, Token};
 use super::identity::{self, Identity};
 use super::{Waiting, barrier, clock_offset, failure_with_hint, master_label, server};
-use crate::checklist::Check;
+use preflight_checklist::Check;
 use preflight_facts::Facts;
 use preflight_result::About;
 use preflight_result::cluster::ClusterReport;
@@ -216,7 +216,7 @@ async fn bind_in_range(
             Ok(listener) => {
                 let mut notes = Vec::new();
                 if !taken.is_empty() {
-                    let held: Vec<String> = crate::kinds::port_holder::holders_of(facts, &taken)
+                    let held: Vec<String> = preflight_kinds::port_holder::holders_of(facts, &taken)
                         .into_iter()
                         .map(|(p, found)| match found {
                             Ok(found) if !found.is_empty() => format!(
@@ -362,7 +362,7 @@ pub async fn bind_failure(
             "port {port} on {host} is in use by another preflight of this same job: two processes think they are rank 0"
         ),
         // As `net.master_port_free` says it: the holder by pid and command.
-        _ => match crate::kinds::port_holder::holders(facts, port) {
+        _ => match preflight_kinds::port_holder::holders(facts, port) {
             Ok(found) if !found.is_empty() => {
                 let who: Vec<String> = found.iter().map(|h| h.describe()).collect();
                 let kill: Vec<String> = found.iter().map(|h| h.pid.to_string()).collect();

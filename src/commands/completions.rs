@@ -6,8 +6,8 @@ use clap::ValueEnum;
 use clap_complete::Shell as Generator;
 
 use super::Failure;
-use crate::report::output::write_stdout;
 use preflight_ground::exit::ExitCode;
+use preflight_report::output::write_stdout;
 
 /// The shells a package installs a script for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -8,8 +8,8 @@ use clap::Args;
 
 use super::Failure;
 use super::format::{self, Format};
-use crate::report::output::Destination;
 use preflight_ground::exit::ExitCode;
+use preflight_report::output::Destination;
 
 #[derive(Debug, Args)]
 pub struct DiagnoseArgs {
@@ -190,7 +190,7 @@ fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
         t.push('\n');
         t
     } else {
-        crate::report::diagnosis::human_across(&c)
+        preflight_report::diagnosis::human_across(&c)
     };
     write(args, &text)?;
     Ok(code(&c.verdict))
@@ -201,7 +201,7 @@ fn write(args: &DiagnoseArgs, text: &str) -> Result<(), Failure> {
         Some(p) => Destination::File(p.clone()),
         None => Destination::Stdout,
     };
-    crate::report::write_report(&destination, text).map_err(|e| {
+    preflight_report::write_report(&destination, text).map_err(|e| {
         let place = args
             .output
             .as_ref()
@@ -256,7 +256,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
         args.ask_dumps,
     );
     let text = match args.format {
-        Format::Prometheus => crate::report::diagnosis::prometheus(&d),
+        Format::Prometheus => preflight_report::diagnosis::prometheus(&d),
         Format::Json => {
             let mut t = serde_json::to_string_pretty(&d)
                 .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
@@ -264,7 +264,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
             t
         }
         // Human; `--format` takes no other (`format::DIAGNOSE`).
-        _ => crate::report::diagnosis::human(&d),
+        _ => preflight_report::diagnosis::human(&d),
     };
     write(args, &text)?;
     Ok(code(&d.verdict))

@@ -8,12 +8,12 @@ use super::ChecklistArgs;
 use std::fmt::Write;
 
 use super::Failure;
-use crate::checklist::Check;
-use crate::kinds::{self, KindInfo};
-use crate::report::output::write_stdout;
 use crate::run::selection::{all_checks, built_in_results, facts, not_here};
+use preflight_checklist::Check;
 use preflight_ground::exit::ExitCode;
 use preflight_ground::values::format_duration;
+use preflight_kinds::{self as kinds, KindInfo};
+use preflight_report::output::write_stdout;
 use preflight_result::built_in::BuiltIn;
 
 #[derive(Debug, Args)]
@@ -157,13 +157,13 @@ fn explain_built_in(b: &BuiltIn) -> String {
 }
 
 /// Where and how often a job evaluates a check of `scope`.
-fn evaluated(scope: crate::checklist::Scope) -> &'static str {
+fn evaluated(scope: preflight_checklist::Scope) -> &'static str {
     match scope {
-        crate::checklist::Scope::Node => {
+        preflight_checklist::Scope::Node => {
             "once per node (scope node: in a job, by local rank 0 for the node's ranks)"
         }
-        crate::checklist::Scope::Rank => "on every rank (scope rank: each rank's own state)",
-        crate::checklist::Scope::Cluster => {
+        preflight_checklist::Scope::Rank => "on every rank (scope rank: each rank's own state)",
+        preflight_checklist::Scope::Cluster => {
             "across the job (scope cluster: rank 0 compares every node's check-in, or every rank reads the collective stage's shared report)"
         }
     }
@@ -191,7 +191,7 @@ fn explain_kind(kind: &KindInfo) -> String {
             p.name, p.ty, "", p.doc
         );
     }
-    let mut vars: Vec<&str> = crate::checklist::hint_vars().to_vec();
+    let mut vars: Vec<&str> = preflight_checklist::hint_vars().to_vec();
     vars.extend_from_slice(kind.hint_vars);
     let _ = writeln!(
         out,

@@ -4,8 +4,8 @@
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 
-use crate::report::format::ALL;
-pub use crate::report::format::{DIAGNOSE, Format, LIST, REPORT, RUN};
+use preflight_report::format::ALL;
+pub use preflight_report::format::{DIAGNOSE, Format, LIST, REPORT, RUN};
 
 /// `--format`'s parser for a command that writes `formats`.
 pub fn parser(formats: &'static [Format]) -> impl TypedValueParser<Value = Format> {

@@ -3,18 +3,18 @@
 use clap::Args;
 
 use super::ChecklistArgs;
+use super::Color;
 use super::format::{self, Format};
-use crate::report::style::ColorChoice;
 
 use std::fmt::Write;
 
 use serde::Serialize;
 
 use super::Failure;
-use crate::report::output::write_stdout;
-use crate::report::style::Style;
 use crate::run::selection::{all_checks, built_in_results, facts, not_here, select_all};
 use preflight_ground::exit::ExitCode;
+use preflight_report::output::write_stdout;
+use preflight_report::style::Style;
 use preflight_result::Severity;
 
 #[derive(Debug, Args)]
@@ -23,7 +23,7 @@ pub struct ListArgs {
     pub checklist: ChecklistArgs,
     /// Colour: auto, always, never.
     #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
-    pub color: ColorChoice,
+    pub color: Color,
     #[arg(long, value_parser = format::parser(format::LIST), default_value = "human")]
     pub format: Format,
 }
@@ -72,8 +72,8 @@ pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
             }
         })
         .collect();
-    let node = |c: &&std::sync::Arc<crate::checklist::Check>| {
-        c.evaluator() == crate::checklist::Evaluator::Node
+    let node = |c: &&std::sync::Arc<preflight_checklist::Check>| {
+        c.evaluator() == preflight_checklist::Evaluator::Node
     };
     let counts = Counts {
         on_each_node: checks.iter().filter(node).count(),
@@ -119,7 +119,7 @@ pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
             t
         }
         // Human; `--format` takes no other (`format::LIST`).
-        _ => table(&entries, &counts, &Style::for_stdout(args.color)),
+        _ => table(&entries, &counts, &Style::for_stdout(args.color.into())),
     };
     write_stdout(&text).map_err(|e| Failure::Usage(format!("cannot write: {e}")))?;
     Ok(ExitCode::Ready)

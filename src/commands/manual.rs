@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::Failure;
-use crate::kinds::KINDS;
-use crate::report::output::write_stdout;
 use preflight_ground::exit::{ExitCode, MEANINGS};
+use preflight_kinds::KINDS;
+use preflight_report::output::write_stdout;
 
 const MANUAL: &str = "preflight manual";
 
@@ -144,13 +144,13 @@ pub fn checklist_page() -> String {
     p.push('\n');
     for kind in KINDS {
         let scope = match kind.scope {
-            crate::kinds::Scope::Node => {
+            preflight_kinds::Scope::Node => {
                 "Scope node: evaluated once per node (in a job, by local rank 0 for the node's ranks)."
             }
-            crate::kinds::Scope::Rank => {
+            preflight_kinds::Scope::Rank => {
                 "Scope rank: every rank evaluates it (its own environment, devices, bindings)."
             }
-            crate::kinds::Scope::Cluster => {
+            preflight_kinds::Scope::Cluster => {
                 "Scope cluster: rank 0 compares every node's check-in, or every rank reads the collective stage's shared report."
             }
         };
@@ -302,7 +302,7 @@ pub fn man_pages(command: clap::Command, dir: &Path) -> Result<ExitCode, Failure
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checklist::COMMON_KEYS;
+    use preflight_checklist::COMMON_KEYS;
 
     #[test]
     fn checklist_page_documents_every_key_the_loader_takes() {
@@ -329,11 +329,12 @@ mod tests {
             let text = format!(
                 "checks:\n  - id: a\n    kind: env\n    name: X\n    when: {{{key}: {value}}}\n"
             );
-            crate::checklist::load_text("t.yaml", &text).unwrap_or_else(|e| panic!("{key}: {e}"));
+            preflight_checklist::load_text("t.yaml", &text)
+                .unwrap_or_else(|e| panic!("{key}: {e}"));
         }
         // And the loader takes no other: its error lists what it takes.
         let text = "checks:\n  - id: a\n    kind: env\n    name: X\n    when: {bogus: 1}\n";
-        let error = crate::checklist::load_text("t.yaml", text)
+        let error = preflight_checklist::load_text("t.yaml", text)
             .err()
             .unwrap()
             .to_string();

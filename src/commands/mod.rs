@@ -34,11 +34,11 @@ pub use token::token;
 pub use validate::{ValidateArgs, validate};
 pub use webhook::{WebhookArgs, webhook};
 
-use crate::report::style::ColorChoice;
 pub use crate::run::Failure;
 pub use crate::run::settings::Stage;
 use crate::run::settings::{BackendList, ChecklistSettings};
 use preflight_facts::Backend;
+use preflight_report::style::ColorChoice;
 
 /// Which checks: the shipped checklist, added files, and selection.
 #[derive(Debug, Args, Clone)]
@@ -113,18 +113,21 @@ fn parse_backends(text: &str) -> Result<BackendList, String> {
     Ok(BackendList(list, true))
 }
 
-/// `--color`: the choice is the report's; its spelling on the command line
-/// is this layer's.
-impl clap::ValueEnum for ColorChoice {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[ColorChoice::Auto, ColorChoice::Always, ColorChoice::Never]
-    }
+/// `--color`: the choice is the report's (`ColorChoice`); its spelling
+/// on the command line is this layer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Color {
+    Auto,
+    Always,
+    Never,
+}
 
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(match self {
-            ColorChoice::Auto => "auto",
-            ColorChoice::Always => "always",
-            ColorChoice::Never => "never",
-        }))
+impl From<Color> for ColorChoice {
+    fn from(c: Color) -> ColorChoice {
+        match c {
+            Color::Auto => ColorChoice::Auto,
+            Color::Always => ColorChoice::Always,
+            Color::Never => ColorChoice::Never,
+        }
     }
 }

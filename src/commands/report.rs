@@ -9,8 +9,8 @@ use clap::Args;
 
 use super::Failure;
 use super::format::{self, Format};
-use crate::report::{self, Destination};
 use preflight_ground::exit::ExitCode;
+use preflight_report::{self as report, Destination};
 use preflight_result::merged::{self, MergedReport};
 use preflight_result::report::{Report, SCHEMA};
 

@@ -9,7 +9,6 @@ use super::format;
 use crate::collective::rank::Libraries;
 use crate::collective::registry::LIBRARIES;
 use crate::commands::ChecklistArgs;
-use crate::report::style::ColorChoice;
 use crate::run::settings::{
     ClusterSettings, CollectiveMode, CollectiveSettings, DisplaySettings, Nproc, RunSettings, Stage,
 };
@@ -26,7 +25,7 @@ pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
 pub struct DisplayArgs {
     /// Colour: auto (a terminal and NO_COLOR unset), always, never.
     #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
-    pub color: ColorChoice,
+    pub color: super::Color,
     /// Print only problems and the verdict.
     #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
@@ -35,7 +34,7 @@ pub struct DisplayArgs {
     pub verbose: bool,
 }
 
-use crate::report::format::Format;
+use preflight_report::format::Format;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -232,8 +231,8 @@ pub struct ClusterArgs {
     /// Ports for the reachability probe listener, e.g. 29600-29699 (a taken
     /// port moves on to the next); default: PREFLIGHT_PROBE_PORTS, else an
     /// ephemeral port.
-    #[arg(long, value_name = "FIRST-LAST", value_parser = crate::kinds::ports::PortRange::parse)]
-    pub probe_ports: Option<crate::kinds::ports::PortRange>,
+    #[arg(long, value_name = "FIRST-LAST", value_parser = preflight_kinds::ports::PortRange::parse)]
+    pub probe_ports: Option<preflight_kinds::ports::PortRange>,
     /// Refuse a job across nodes whose token is not a secret (unset, or
     /// derived from SLURM_JOB_ID / TORCHELASTIC_RUN_ID, which anyone can
     /// read); also PREFLIGHT_REQUIRE_SECRET=1
@@ -260,7 +259,7 @@ impl RunArgs {
         RunSettings {
             checklist: self.checklist.settings(),
             display: DisplaySettings {
-                color: d.color,
+                color: d.color.into(),
                 quiet: d.quiet,
                 verbose: d.verbose,
             },

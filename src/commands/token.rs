@@ -2,8 +2,8 @@
 //! PREFLIGHT_TOKEN_FILE, made once per job and given to every node.
 
 use super::Failure;
-use crate::report::output::write_stdout;
 use preflight_ground::exit::ExitCode;
+use preflight_report::output::write_stdout;
 
 pub fn token() -> Result<ExitCode, Failure> {
     let secret = crate::cluster::auth::fresh_secret().map_err(Failure::Usage)?;

@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::Failure;
-use crate::checklist::{ChecklistError, ChecklistErrors};
-use crate::kinds::ports::PortRange;
-use crate::report::output::write_stdout;
 use crate::run::selection::{all_checks, expand_paths, load_added, select};
 use crate::run::settings::ChecklistSettings;
 use crate::run::site::{OnSquat, Settings};
+use preflight_checklist::{ChecklistError, ChecklistErrors};
 use preflight_ground::exit::ExitCode;
+use preflight_kinds::ports::PortRange;
+use preflight_report::output::write_stdout;
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -59,7 +59,7 @@ pub fn validate(args: &ValidateArgs) -> Result<ExitCode, Failure> {
             );
         }
     }
-    crate::checklist::assemble(Vec::new(), checks)
+    preflight_checklist::assemble(Vec::new(), checks)
         .map_err(Failure::Checklist)
         .and_then(|checks| {
             if !args.quiet {

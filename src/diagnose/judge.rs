@@ -242,13 +242,13 @@ fn dropping_paths(job: &Job, watched: &BTreeMap<u32, Watched>, ranks: &[RankStat
                     Ok(_) => format!("a connect from here to {peer} succeeds"),
                     Err(e) => format!(
                         "a connect from here to {peer}: {} ({})",
-                        crate::kinds::tcp_connect::classify(&e).name(),
+                        preflight_kinds::tcp_connect::classify(&e).name(),
                         e
                     ),
                 };
                 format!(
                     "{connect}; {}",
-                    crate::kinds::ping::quote(&peer.ip().to_string())
+                    preflight_kinds::ping::quote(&peer.ip().to_string())
                 )
             };
             let times = match retransmits {

@@ -327,7 +327,7 @@ fn quote_pings(mut culprits: Vec<Culprit>) -> Vec<Culprit> {
     let quotes: Vec<(String, String)> = std::thread::scope(|s| {
         let handles: Vec<_> = hosts
             .iter()
-            .map(|h| s.spawn(move || (h.clone(), crate::kinds::ping::quote(h))))
+            .map(|h| s.spawn(move || (h.clone(), preflight_kinds::ping::quote(h))))
             .collect();
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });

@@ -7,12 +7,12 @@ use std::time::{Duration, SystemTime};
 
 use super::Failure;
 use super::{RunSettings, Stage};
-use crate::report::format::Format;
-use crate::report::human::Detail;
-use crate::report::style::Style;
-use crate::report::{self, Destination, Human};
 use preflight_facts::Facts;
 use preflight_ground::exit::ExitCode;
+use preflight_report::format::Format;
+use preflight_report::human::Detail;
+use preflight_report::style::Style;
+use preflight_report::{self as report, Destination, Human};
 use preflight_result::CheckResult;
 use preflight_result::cluster::ClusterReport;
 use preflight_result::report::Interrupted;
@@ -92,10 +92,10 @@ pub fn report_of(args: &RunSettings, stage: Stage, o: Outcome) -> (Report, u32) 
 /// Text for people in the locale's character set: ASCII unless it is
 /// UTF-8.
 fn plain(text: String) -> String {
-    if crate::report::style::utf8_locale(|k| std::env::var(k).ok()) {
+    if preflight_report::style::utf8_locale(|k| std::env::var(k).ok()) {
         text
     } else {
-        crate::report::style::ascii(&text)
+        preflight_report::style::ascii(&text)
     }
 }
 

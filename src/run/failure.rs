@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::checklist::ChecklistErrors;
+use preflight_checklist::ChecklistErrors;
 use preflight_ground::exit::ExitCode;
 
 /// Why a command could not do its job: exit 2, or 3 for a run that could

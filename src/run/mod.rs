@@ -19,7 +19,6 @@ pub mod site;
 pub mod slurm;
 mod waiting;
 
-use crate::checklist::{self, Check, Evaluator};
 use crate::cluster::auth::Token;
 use crate::cluster::identity::{self, Identity, NodePlan};
 use crate::cluster::{self, RankInput};
@@ -28,13 +27,14 @@ use crate::collective::rank::RankInfo;
 use crate::collective::stage;
 use crate::collective::sweep::Hooks;
 use crate::engine::{self, Progress};
-use crate::report;
-use crate::report::format::Format;
 pub use emit::Outcome;
 use emit::emit;
 pub use failure::Failure;
+use preflight_checklist::{self as checklist, Check, Evaluator};
 use preflight_facts::Facts;
 use preflight_ground::exit::ExitCode;
+use preflight_report as report;
+use preflight_report::format::Format;
 use preflight_result::cluster::ClusterReport;
 use preflight_result::report::Interrupted;
 use preflight_result::{CheckResult, Verdict};
@@ -380,7 +380,7 @@ impl Plan {
             (Some(range), Stage::Full) => {
                 let mut env = env.unwrap_or_else(preflight_facts::process_env);
                 env.insert(
-                    crate::kinds::ports::PROBE_PORTS_VAR.into(),
+                    preflight_kinds::ports::PROBE_PORTS_VAR.into(),
                     range.to_string(),
                 );
                 Some(env)
@@ -518,12 +518,12 @@ fn checklist_stage(
     let state_dir = args
         .state_dir
         .clone()
-        .unwrap_or_else(crate::checklist::kept::default_dir);
+        .unwrap_or_else(preflight_checklist::kept::default_dir);
     let kept = plan
         .node_checks
         .iter()
         .any(|c| c.cache.is_some())
-        .then(|| crate::checklist::kept::Store::open(&state_dir, &plan.facts, args.fresh));
+        .then(|| preflight_checklist::kept::Store::open(&state_dir, &plan.facts, args.fresh));
     let options = engine::Options {
         kept: kept.as_ref(),
         max_concurrent: args
@@ -592,7 +592,7 @@ fn cluster_stage(
     let rank0 = identity.rank == 0;
     let led = node.led();
     let node_findings = if matches!(node, cluster::NodeLink::Leader(_)) {
-        crate::checklist::shared::node_findings(&plan.node_checks, results)
+        preflight_checklist::shared::node_findings(&plan.node_checks, results)
     } else {
         Vec::new()
     };
@@ -629,7 +629,7 @@ fn cluster_stage(
     watch.done();
     if led {
         let shared = staged.as_ref().and_then(|s| s.node_findings.as_deref());
-        *results = crate::checklist::shared::fill(std::mem::take(results), shared);
+        *results = preflight_checklist::shared::fill(std::mem::take(results), shared);
     }
     let (report, link) = match staged {
         Some(s) => (s.report, s.link),

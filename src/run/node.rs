@@ -12,10 +12,10 @@ use tokio::time::Instant;
 
 use super::emit::{SPEAKER, emit_cluster_only};
 use super::{Failure, RunSettings};
-use crate::checklist::Check;
 use crate::cluster::auth::Token;
 use crate::cluster::identity::{CHILD_MARKER, MAX_WORLD, NodePlan};
 use crate::cluster::{self, ServerInput, failure, master_label};
+use preflight_checklist::Check;
 use preflight_facts::Facts;
 use preflight_ground::exit::ExitCode;
 
@@ -182,7 +182,7 @@ pub fn agent(
     match outcome {
         Err(report) => emit_cluster_only(args, facts, report),
         Ok((Some((stdout, code)), _)) => {
-            crate::report::output::write_stdout(&String::from_utf8_lossy(&stdout))
+            preflight_report::output::write_stdout(&String::from_utf8_lossy(&stdout))
                 .map_err(|e| Failure::Usage(format!("cannot write the report: {e}")))?;
             Ok(exit_code(code))
         }

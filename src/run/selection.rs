@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::Failure;
 use super::settings::ChecklistSettings;
-use crate::checklist::{self, Check, ChecklistError, ChecklistErrors};
+use preflight_checklist::{self as checklist, Check, ChecklistError, ChecklistErrors};
 use preflight_facts::Facts;
 
 /// The YAML files a `--checks` path stands for: the file itself, or a
@@ -73,7 +73,7 @@ pub fn not_here(c: &Check, args: &ChecklistSettings, facts: &Facts) -> Option<St
             "opt-in: runs only with --only or --with {}",
             c.tags.first().unwrap_or(&c.id)
         ))
-    } else if c.evaluator() != crate::checklist::Evaluator::Node {
+    } else if c.evaluator() != preflight_checklist::Evaluator::Node {
         // `check` never runs it; `run` does, across the nodes.
         Some("preflight run only: it compares nodes (check meets none)".to_string())
     } else {

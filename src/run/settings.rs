@@ -6,11 +6,11 @@
 use std::path::PathBuf;
 
 use crate::collective::rank::Libraries;
-use crate::kinds::ports::PortRange;
-use crate::report::format::Format;
-use crate::report::style::ColorChoice;
 use preflight_facts::Backend;
 use preflight_ground::values::Span;
+use preflight_kinds::ports::PortRange;
+use preflight_report::format::Format;
+use preflight_report::style::ColorChoice;
 
 /// `run`, `check` or `bench`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +79,7 @@ impl ChecklistSettings {
 
     /// Whether `--only` or `--with` names this check: an opt-in check
     /// runs only then.
-    pub fn named(&self, c: &crate::checklist::Check) -> bool {
+    pub fn named(&self, c: &preflight_checklist::Check) -> bool {
         self.only.iter().chain(&self.with).any(|s| c.selected_by(s))
     }
 }

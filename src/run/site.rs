@@ -11,10 +11,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::Failure;
-use crate::checklist::{ChecklistError, ChecklistErrors};
-use crate::kinds::ports::PortRange;
+use preflight_checklist::{ChecklistError, ChecklistErrors};
 use preflight_ground::values::Span;
 use preflight_ground::yaml;
+use preflight_kinds::ports::PortRange;
 
 pub const CONFIG_DIR_VAR: &str = "PREFLIGHT_CONFIG_DIR";
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/preflight";

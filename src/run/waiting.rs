@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::RunSettings;
 use crate::cluster;
-use crate::report::format::Format;
+use preflight_report::format::Format;
 
 /// What the rendezvous waits for, said while it waits: on a terminal one
 /// line rewritten twice a second, in a log one line every 10 s, nothing

@@ -681,7 +681,7 @@ fn a_port_held_by_another_program_is_named_with_its_holder_in_run() {
 /// `run --format prometheus`: rank 0's metrics hold the cluster's size,
 /// the verdict and the tool's info, and pass the real promtool where it is
 /// installed. (A missing rank blames no node, so the culprit family is
-/// empty here; src/report/prometheus.rs fills it from a real run's report.)
+/// empty here; crates/preflight-report/src/prometheus.rs fills it from a real run's report.)
 #[test]
 fn run_metrics_name_the_world_and_the_verdict() {
     let _shared = crate::common::shared();

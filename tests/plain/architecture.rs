@@ -10,10 +10,10 @@
 //!   2 commands (the command line)
 //!   3 run (a run's settings and the pipeline through the stages)
 //!   4 engine, cluster, collective, diagnose, webhook (the stages)
-//!   5 checklist, report
-//!   6 kinds
+//!   5 checklist, report (crates/preflight-checklist, -report)
+//!   6 kinds (crates/preflight-kinds)
 //!   7 result (crates/preflight-result)
-//!   8 test_hooks; crates/preflight-facts and crates/preflight-ground
+//!   8 test_hooks; facts and ground (crates/preflight-facts, -ground)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -22,7 +22,10 @@ mod checker;
 
 mod rules;
 
-/// The floor of each top-level module of the crate.
+/// The floor of each top-level module of this crate, and of each of
+/// preflight's crates below it (`preflight_NAME`). The compiler keeps a
+/// crate from naming anything above it; this keeps `src/` to the floors
+/// when it names a module or a crate.
 const FLOORS: &[(&str, u8)] = &[
     ("cli", 1),
     ("fuzzing", 1),
@@ -36,15 +39,15 @@ const FLOORS: &[(&str, u8)] = &[
     ("checklist", 5),
     ("report", 5),
     ("kinds", 6),
+    ("result", 7),
+    ("facts", 8),
+    ("ground", 8),
     ("test_hooks", 8),
 ];
 
-/// The ground: modules of the lowest floor, which may use each other.
-/// The rest of the ground (facts, plain values) and the report's model
-/// are crates of their own now (crates/preflight-ground,
-/// crates/preflight-facts, crates/preflight-result): the compiler holds
-/// them to their dependencies, and `crate::` cannot reach up from them.
-const GROUND: &[&str] = &["test_hooks"];
+/// The ground: the lowest floor, whose modules and crates may use each
+/// other.
+const GROUND: &[&str] = &["test_hooks", "facts", "ground"];
 
 /// Imports between modules of one floor that the plan allows: the
 /// collective stage moves its data over the cluster stage's store, its
@@ -403,6 +406,31 @@ fn folder(file: &str, files: &BTreeMap<String, String>) -> String {
         .map_or(String::new(), |p| p.display().to_string())
 }
 
+/// The crates of preflight's own that a source names
+/// (`preflight_kinds::...`), each as (line, its name in `FLOORS`).
+fn crate_uses(source: &str) -> Vec<(usize, String)> {
+    const PREFIX: &str = "preflight_";
+    let text = strip(source);
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut search = 0;
+    while let Some(n) = text[search..].find(PREFIX) {
+        let at = search + n;
+        search = at + PREFIX.len();
+        if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_') {
+            continue;
+        }
+        let name: String = text[search..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if FLOORS.iter().any(|(m, _)| *m == name) {
+            out.push((line_of(&text, at), name));
+        }
+    }
+    out
+}
+
 /// Every rule the tree breaks: `files` maps `src/...` paths to source text.
 fn check(files: &BTreeMap<String, String>) -> Vec<Violation> {
     let modules: BTreeMap<Vec<String>, String> = files
@@ -466,6 +494,40 @@ fn check(files: &BTreeMap<String, String>) -> Vec<Violation> {
                 violations.push(Violation {
                     file: file.clone(),
                     line: import.line,
+                    message,
+                });
+            }
+        }
+        for (line, to_top) in crate_uses(source) {
+            if from.is_empty() || to_top == from_top {
+                continue;
+            }
+            let (f, t) = (floor(&from), floor(std::slice::from_ref(&to_top)));
+            let shown = source.lines().nth(line - 1).unwrap_or("").trim();
+            let both_ground =
+                GROUND.contains(&from_top.as_str()) && GROUND.contains(&to_top.as_str());
+            let message = if t < f {
+                Some(format!(
+                    "`{shown}`: {from_top} (floor {f}) names the crate preflight_{to_top} (floor {t}); an import may only point to a lower floor"
+                ))
+            } else if t == f && !both_ground {
+                Some(format!(
+                    "`{shown}`: {from_top} names the crate preflight_{to_top}, on its own floor ({f}); modules of one floor stay apart"
+                ))
+            } else if FORBIDDEN
+                .iter()
+                .any(|(a, b)| *a == from_top && *b == to_top)
+            {
+                Some(format!(
+                    "`{shown}`: the {from_top} stage names the crate preflight_{to_top}; a stage returns its result and the command renders it"
+                ))
+            } else {
+                None
+            };
+            if let Some(message) = message {
+                violations.push(Violation {
+                    file: file.clone(),
+                    line,
                     message,
                 });
             }
@@ -630,14 +692,16 @@ fn the_tree_keeps_its_floors() {
         &mut files,
     );
     assert!(files.len() > 50, "read only {} files", files.len());
-    // The checker sees the layers it is about: a sample of real imports.
-    let engine = imports("src/engine.rs", &files["src/engine.rs"]);
+    // The checker sees the layers it is about: a sample of real imports,
+    // of a module and of a crate below.
+    let run = imports("src/run/mod.rs", &files["src/run/mod.rs"]);
     assert!(
-        engine
-            .iter()
-            .any(|i| i.path.first().map(String::as_str) == Some("checklist")),
-        "{engine:?}"
+        run.iter()
+            .any(|i| i.path.first().map(String::as_str) == Some("cluster")),
+        "{run:?}"
     );
+    let engine = crate_uses(&files["src/engine.rs"]);
+    assert!(engine.iter().any(|(_, c)| c == "checklist"), "{engine:?}");
     let violations = check(&files);
     let shown: Vec<String> = violations.iter().map(ToString::to_string).collect();
     assert!(violations.is_empty(), "\n{}", shown.join("\n"));

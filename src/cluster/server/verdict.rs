@@ -9,8 +9,8 @@ use super::ServerConfig;
 use crate::cluster::barrier::{self, BarrierState};
 use crate::cluster::checkin::CheckIn;
 use crate::cluster::reachability;
-use crate::kinds::cluster::View;
 use preflight_ground::values::format_duration;
+use preflight_kinds::cluster::View;
 use preflight_result::cluster::{ClusterReport, Culprit, FailedCheck, Matrix, NodeView, Probe};
 use preflight_result::report::Interrupted;
 use preflight_result::{CheckResult, Status, Verdict};
@@ -217,7 +217,7 @@ pub(super) fn assemble(
         unreachable: &unreachable,
         asked_to_probe,
     };
-    let evaluated = crate::checklist::evaluate_cluster(&cfg.checks, &view, &cfg.facts);
+    let evaluated = preflight_checklist::evaluate_cluster(&cfg.checks, &view, &cfg.facts);
     let mut culprits = culprits(&nodes, &evaluated, cfg.strict);
     blame_lost(&mut culprits, &barrier.lost);
     checks.extend(evaluated.into_iter().map(|(c, _)| c));

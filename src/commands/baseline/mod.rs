@@ -16,10 +16,10 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use super::Failure;
-use crate::report::output::{Destination, write_report, write_stdout};
 use preflight_facts::Facts;
 use preflight_facts::profile::{self, Inventory};
 use preflight_ground::exit::ExitCode;
+use preflight_report::output::{Destination, write_report, write_stdout};
 
 #[derive(Debug, Args)]
 pub struct BaselineArgs {

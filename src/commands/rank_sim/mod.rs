@@ -487,7 +487,7 @@ fn checklist_hash(root: &std::path::Path) -> Result<String, String> {
     let checks = all_checks(&checklist)
         .and_then(|c| select(c, &checklist))
         .map_err(|e| e.to_string())?;
-    Ok(crate::checklist::checklist_hash(&checks))
+    Ok(preflight_checklist::checklist_hash(&checks))
 }
 
 /// Every node's probe listener this shard plays, on `port`, and where

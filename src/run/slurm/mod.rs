@@ -19,9 +19,9 @@ use super::emit::report_of;
 use super::settings::{ChecklistSettings, CollectiveMode, RunSettings};
 use super::site::{Resolved, Settings};
 use super::{Executed, Stage, execute};
-use crate::report::format::Format;
 use preflight_ground::exit::ExitCode;
 use preflight_ground::values::Span;
+use preflight_report::format::Format;
 use preflight_result::report::Report;
 use preflight_result::{Status, Verdict};
 use reason::{Action, node_action};
@@ -173,7 +173,7 @@ pub fn slurm(mode: SlurmMode, config_dir: Option<&Path>) -> Result<ExitCode, Fai
             scontrol::one_line(&c.message, 400)
         ));
     }
-    let _ = crate::report::output::write_stdout(&text);
+    let _ = preflight_report::output::write_stdout(&text);
     for p in problems.iter().chain(done.as_ref().err()) {
         eprintln!("preflight slurm {}: {p}", mode.name());
     }
@@ -272,9 +272,9 @@ fn write_report(file: &Path, report: &Report) -> Result<(), String> {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    crate::report::write_report(
-        &crate::report::Destination::File(file.to_path_buf()),
-        &crate::report::json(report),
+    preflight_report::write_report(
+        &preflight_report::Destination::File(file.to_path_buf()),
+        &preflight_report::json(report),
     )
     .map_err(|e| format!("cannot write the report to {}: {e}", file.display()))
 }

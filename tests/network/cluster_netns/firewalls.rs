@@ -66,7 +66,7 @@ fn a_host_whose_firewall_rejects_the_probe_port_is_named_as_refusing() {
     );
     // Every rank leaves with rank 0's verdict and findings, and the row
     // and column of the matrix that are its own node's (rank 0 keeps the
-    // whole; how it draws it for people is tested in src/report/cluster.rs).
+    // whole; how it draws it for people is tested in crates/preflight-report/src/cluster.rs).
     let names = &c.reachability.nodes;
     for o in &out[1..] {
         let report = o.report();

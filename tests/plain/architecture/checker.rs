@@ -149,6 +149,36 @@ fn the_ground_imports_nothing_above_it() {
     );
 }
 
+/// The floors below the stages are crates: the compiler keeps them from
+/// reaching up, and the checker holds `src/` to them by name.
+#[test]
+fn a_crate_below_is_named_only_from_above_it() {
+    let _shared = crate::common::shared();
+    let files = with(
+        good(),
+        &[
+            ("src/engine.rs", "use preflight_report::human::Human;\n"),
+            (
+                "src/test_hooks.rs",
+                "use preflight_facts::Facts;\nfn f() { preflight_kinds::lookup(\"x\"); }\n",
+            ),
+        ],
+    );
+    let v = check(&files);
+    let shown: Vec<String> = v.iter().map(ToString::to_string).collect();
+    assert_eq!(v.len(), 2, "{shown:#?}");
+    assert!(
+        shown.iter().any(|s| s.starts_with("src/engine.rs:1:")
+            && s.contains("the engine stage names the crate preflight_report")),
+        "{shown:#?}"
+    );
+    assert!(
+        shown.iter().any(|s| s.starts_with("src/test_hooks.rs:2:")
+            && s.contains("test_hooks (floor 8) names the crate preflight_kinds (floor 6)")),
+        "{shown:#?}"
+    );
+}
+
 #[test]
 fn stages_keep_apart_and_away_from_rendering() {
     let _shared = crate::common::shared();

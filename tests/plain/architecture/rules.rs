@@ -372,8 +372,13 @@ fn the_design_notes_draw_the_current_layout() {
             missing.push(format!("{key} has no line"));
             continue;
         };
-        if floor.is_none() {
-            missing.push(format!("{key} is drawn on no floor"));
+        let module = name.trim_start_matches("preflight-");
+        match FLOORS.iter().find(|(m, _)| *m == module) {
+            Some(&(_, want)) if floor != Some(want) => {
+                missing.push(format!("{key} is drawn on floor {floor:?}, held on {want}"));
+            }
+            None => missing.push(format!("{key} has no floor in the checker's FLOORS")),
+            _ => {}
         }
         for child in std::fs::read_dir(entry.path().join("src"))
             .unwrap()
