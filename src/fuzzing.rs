@@ -8,8 +8,8 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::cluster::{auth, hostlist, protocol};
 use preflight_facts::Interface;
+use preflight_stages::cluster::{auth, hostlist, protocol};
 
 /// A YAML checklist: checks, or errors that name the file.
 pub fn checklist(data: &[u8]) {
@@ -48,7 +48,7 @@ pub fn profile(data: &[u8]) {
 /// The second pass's shared table as a peer sends it, and the plan made
 /// from it: every round's pairs disjoint and in the world.
 pub fn second_pass_table(data: &[u8]) {
-    crate::collective::isolate::plan_for_fuzzing(data);
+    preflight_stages::collective::isolate::plan_for_fuzzing(data);
 }
 
 /// The site settings file of /etc/preflight.

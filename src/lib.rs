@@ -9,38 +9,34 @@
 //!    made into settings, and the call that does the work.
 //! 3. `run`: a run's settings as plain values, and the pipeline `run`,
 //!    `check`, `bench` and the Slurm modes take a node through.
-//! 4. The stages: `engine` (the checklist), `cluster` (rendezvous,
+//! 4. `preflight_stages`: `engine` (the checklist), `cluster` (rendezvous,
 //!    comparison, reachability), `collective` (real collectives per
 //!    backend), `diagnose` (a running job's ranks, and the one that holds
 //!    the others up), `webhook` (Kubernetes' admission: the gate added to
-//!    a pod).
+//!    a pod), and `test_hooks` (fault switches, in test builds only).
 //! 5. `preflight_checklist` (loading, applicability, hints, which stage
 //!    evaluates a check) and `preflight_report` (rendering: human, JSON,
 //!    JUnit, the cluster and collective views).
 //! 6. `preflight_kinds`: every check kind, over facts and stage results.
 //! 7. `preflight_result`: what every layer shares: findings, check
 //!    results, verdicts and the stages' results.
-//! 8. Ground: `preflight_facts` (the node's facts), `preflight_ground`
-//!    (values, yaml, exit, suggest, interrupt), and `test_hooks` (fault
-//!    switches, in test builds only).
+//! 8. Ground: `preflight_facts` (the node's facts) and `preflight_ground`
+//!    (values, yaml, exit, suggest, interrupt).
 //!
-//! Floors 5 to 8 are crates (crates/preflight-*): the compiler holds them
-//! to their own dependencies. The floors within this crate, and its use
-//! of those crates, are held by tests/plain/architecture.rs.
+//! Floors 4 to 8 are crates (crates/preflight-*): the compiler holds them
+//! to their own dependencies. The floors within this crate and within the
+//! stages' crate, and this crate's use of the others, are held by
+//! tests/plain/architecture.rs.
 
-// The layers stay private to the library: the compiler's dead-code
-// analysis then covers the whole tree, as it did for the binary alone.
-// The fuzz targets reach the parsers through `fuzzing`, inside the crate.
+// The layers of this crate stay private to the library: the compiler's
+// dead-code analysis then covers them, as it did for the binary alone.
+// The fuzz targets reach the parsers through `fuzzing`.
 //
 // Hardware probes read sysfs and load NVML through safe wrappers only;
 // `unsafe` lives in the -sys crates (Cargo.toml's lints refuse it here).
 
 pub mod cli;
-mod cluster;
-mod collective;
 mod commands;
-mod diagnose;
-mod engine;
 /// Entry points for the fuzz targets in `fuzz/` (the `fuzzing` feature).
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
@@ -57,9 +53,6 @@ pub mod schema {
     pub use preflight_result::report::{Interrupted, Node, Report, Timings};
     pub use preflight_result::{CheckResult, Severity, Status, Summary, Verdict};
 }
-#[cfg(feature = "test-hooks")]
-mod test_hooks;
-mod webhook;
 
 /// The rank simulator's entry point (`preflight-rank-sim`, a test and
 /// benchmark tool): built only with the `rank-sim` feature.

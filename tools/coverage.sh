@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Line coverage of the NCCL backend (src/collective/nccl*), measured the way
+# Line coverage of the NCCL backend (crates/preflight-stages/src/collective/nccl*), measured the way
 # `cargo llvm-cov` does (rustc's -C instrument-coverage, then llvm-profdata
 # and llvm-cov), twice from one instrumented build: "before", the tests that
 # existed before the CPU stand-in (the library's unit tests, the nccl-sys
@@ -70,6 +70,6 @@ for set in before after; do
         -o "$out/$set.profdata" 2>"$out/$set.merge.log"
     echo "== $set: $(ls "$out/$set" | wc -l) profiles, $(grep -c 'is corrupt' "$out/$set.merge.log") torn"
     "$llvm/llvm-cov" report "${args[@]}" -instr-profile="$out/$set.profdata" \
-        "$PWD"/src/collective/nccl.rs "$PWD"/src/collective/nccl/transport.rs \
+        "$PWD"/crates/preflight-stages/src/collective/nccl.rs "$PWD"/crates/preflight-stages/src/collective/nccl/transport.rs \
         "$PWD"/crates/nccl-sys/src/*.rs | sed "s|$PWD/||"
 done

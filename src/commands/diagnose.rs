@@ -1,5 +1,5 @@
 //! `preflight diagnose`: which rank holds a running job up, on this node,
-//! read from /proc without touching the job (see `crate::diagnose`).
+//! read from /proc without touching the job (see `preflight_stages::diagnose`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -133,7 +133,7 @@ fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
     let (hosts, via, job) = match &args.hosts {
         Some(list) => (
             hosts(list)?,
-            crate::diagnose::Via::Ssh {
+            preflight_stages::diagnose::Via::Ssh {
                 options: args.ssh_options.clone(),
             },
             args.job.clone(),
@@ -142,7 +142,7 @@ fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
             let (nodes, job) = slurm_nodes(args)?;
             (
                 nodes,
-                crate::diagnose::Via::Srun { job: job.clone() },
+                preflight_stages::diagnose::Via::Srun { job: job.clone() },
                 Some(job),
             )
         }
@@ -170,19 +170,19 @@ fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
                 .into(),
         ));
     }
-    let over = crate::diagnose::Remote {
+    let over = preflight_stages::diagnose::Remote {
         via,
         program: args.remote_preflight.clone(),
         within: args.watch
             + Duration::from_secs(28)
             + if args.ask_dumps {
-                crate::diagnose::ASK_WITHIN
+                preflight_stages::diagnose::ASK_WITHIN
             } else {
                 Duration::ZERO
             },
     };
-    let (nodes, unreachable) = crate::diagnose::ask_all(&over, &hosts, &remote);
-    let c = crate::diagnose::merge(nodes, unreachable);
+    let (nodes, unreachable) = preflight_stages::diagnose::ask_all(&over, &hosts, &remote);
+    let c = preflight_stages::diagnose::merge(nodes, unreachable);
     // Prometheus was refused above: one node's metrics each.
     let text = if args.format == Format::Json {
         let mut t =
@@ -232,7 +232,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
     if args.hosts.is_some() || args.slurm {
         return across(args);
     }
-    let filter = crate::diagnose::Filter {
+    let filter = preflight_stages::diagnose::Filter {
         pid: args.pid,
         job: args.job.clone(),
         own_netns: args.this_namespace,
@@ -242,16 +242,16 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
         .unwrap_or_default();
     let py_spy =
         preflight_facts::py_spy::locate(&args.py_spy, std::env::var("PATH").ok().as_deref());
-    let d = crate::diagnose::diagnose(
+    let d = preflight_stages::diagnose::diagnose(
         std::path::Path::new("/proc"),
         &node,
         &filter,
         args.watch,
         py_spy,
         &match args.nccl_ras.as_str() {
-            "auto" => crate::diagnose::Ras::Auto,
-            "off" => crate::diagnose::Ras::Off,
-            at => crate::diagnose::Ras::At(at.to_string()),
+            "auto" => preflight_stages::diagnose::Ras::Auto,
+            "off" => preflight_stages::diagnose::Ras::Off,
+            at => preflight_stages::diagnose::Ras::At(at.to_string()),
         },
         args.ask_dumps,
     );

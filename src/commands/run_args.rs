@@ -6,8 +6,6 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::format;
-use crate::collective::rank::Libraries;
-use crate::collective::registry::LIBRARIES;
 use crate::commands::ChecklistArgs;
 use crate::run::settings::{
     ClusterSettings, CollectiveMode, CollectiveSettings, DisplaySettings, Nproc, RunSettings, Stage,
@@ -15,6 +13,8 @@ use crate::run::settings::{
 use crate::run::{self, Failure};
 use preflight_ground::exit::ExitCode;
 use preflight_ground::values::{Span, parse_size};
+use preflight_stages::collective::rank::Libraries;
+use preflight_stages::collective::registry::LIBRARIES;
 
 /// `run`, `check` and `bench`: the run, from these arguments' settings.
 pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {

@@ -19,14 +19,6 @@ pub mod site;
 pub mod slurm;
 mod waiting;
 
-use crate::cluster::auth::Token;
-use crate::cluster::identity::{self, Identity, NodePlan};
-use crate::cluster::{self, RankInput};
-use crate::collective::config as coll;
-use crate::collective::rank::RankInfo;
-use crate::collective::stage;
-use crate::collective::sweep::Hooks;
-use crate::engine::{self, Progress};
 pub use emit::Outcome;
 use emit::emit;
 pub use failure::Failure;
@@ -38,6 +30,14 @@ use preflight_report::format::Format;
 use preflight_result::cluster::ClusterReport;
 use preflight_result::report::Interrupted;
 use preflight_result::{CheckResult, Verdict};
+use preflight_stages::cluster::auth::Token;
+use preflight_stages::cluster::identity::{self, Identity, NodePlan};
+use preflight_stages::cluster::{self, RankInput};
+use preflight_stages::collective::config as coll;
+use preflight_stages::collective::rank::RankInfo;
+use preflight_stages::collective::stage;
+use preflight_stages::collective::sweep::Hooks;
+use preflight_stages::engine::{self, Progress};
 use selection::{all_checks, facts, select};
 pub use settings::{CollectiveMode, RunSettings, Stage};
 use waiting::Watch;
@@ -124,7 +124,7 @@ pub fn execute(
     }
     preflight_ground::interrupt::enter("startup");
     if stage != Stage::Checklist {
-        crate::cluster::raise_open_files();
+        preflight_stages::cluster::raise_open_files();
     }
     let plan = Plan::new(args, stage, env)?;
     let identity = match plan.role(args)? {
@@ -253,7 +253,7 @@ pub fn execute(
         #[cfg(feature = "test-hooks")]
         if let Some(ms) = plan
             .facts
-            .env(crate::test_hooks::INTERRUPT_DELAY_MS)
+            .env(preflight_stages::test_hooks::INTERRUPT_DELAY_MS)
             .and_then(|v| v.parse().ok())
         {
             std::thread::sleep(Duration::from_millis(ms));
@@ -362,8 +362,9 @@ impl Plan {
         // A bad setting is the operator's to fix before anything runs, not
         // a failure found halfway through the stage.
         if coll.mode != coll::Mode::Off {
-            let same_host = std::env::var(crate::collective::tcp::SAME_HOST_VAR).ok();
-            crate::collective::tcp::same_host_mode(same_host.as_deref()).map_err(Failure::Usage)?;
+            let same_host = std::env::var(preflight_stages::collective::tcp::SAME_HOST_VAR).ok();
+            preflight_stages::collective::tcp::same_host_mode(same_host.as_deref())
+                .map_err(Failure::Usage)?;
         }
         let linger = if coll.mode == coll::Mode::Off {
             Duration::ZERO
@@ -689,7 +690,7 @@ fn collective_stage(
         route_ip: link.local_ip.clone(),
         gloo_ifname: facts.env("GLOO_SOCKET_IFNAME").map(str::to_string),
         same_host: facts
-            .env(crate::collective::tcp::SAME_HOST_VAR)
+            .env(preflight_stages::collective::tcp::SAME_HOST_VAR)
             .map(str::to_string),
         interfaces: facts.interfaces().to_vec(),
         root: args.checklist.root.clone(),
@@ -699,7 +700,7 @@ fn collective_stage(
         token: plan.token.clone(),
         on_row: live
             .as_ref()
-            .map(|f| f as crate::collective::rank::OnRow<'_>),
+            .map(|f| f as preflight_stages::collective::rank::OnRow<'_>),
     };
     // The stage ends by the run's deadline, rank 0's, as every rank reads
     // it from the verdict.
@@ -729,11 +730,16 @@ fn collective_stage(
     }
     report
         .checks
-        .extend(crate::collective::checks::checks(&c, &plan.coll.required));
+        .extend(preflight_stages::collective::checks::checks(
+            &c,
+            &plan.coll.required,
+        ));
     if let Some(profile) = facts.profile() {
         report
             .checks
-            .extend(crate::collective::floors::judge(&c, profile, &hosts, rank));
+            .extend(preflight_stages::collective::floors::judge(
+                &c, profile, &hosts, rank,
+            ));
     }
     report.checks.extend(checklist::evaluate_collective(
         &plan.collective_checks,

@@ -12,12 +12,12 @@ use tokio::time::Instant;
 
 use super::emit::{SPEAKER, emit_cluster_only};
 use super::{Failure, RunSettings};
-use crate::cluster::auth::Token;
-use crate::cluster::identity::{CHILD_MARKER, MAX_WORLD, NodePlan};
-use crate::cluster::{self, ServerInput, failure, master_label};
 use preflight_checklist::Check;
 use preflight_facts::Facts;
 use preflight_ground::exit::ExitCode;
+use preflight_stages::cluster::auth::Token;
+use preflight_stages::cluster::identity::{CHILD_MARKER, MAX_WORLD, NodePlan};
+use preflight_stages::cluster::{self, ServerInput, failure, master_label};
 
 /// After the barrier's deadline, how long the agent waits for its ranks
 /// before killing them: their verdict arrives within a second or three.
@@ -56,8 +56,11 @@ pub fn agent(
     // one of its ranks. Its ranks are all this agent's children, so it
     // makes a secret and hands it to them alone.
     let own_secret = if plan.nnodes == 1 && !token.is_secret() {
-        let secret = crate::cluster::auth::fresh_secret().map_err(Failure::Usage)?;
-        token = Token::new(secret.as_bytes(), crate::cluster::auth::AGENT_SECRET);
+        let secret = preflight_stages::cluster::auth::fresh_secret().map_err(Failure::Usage)?;
+        token = Token::new(
+            secret.as_bytes(),
+            preflight_stages::cluster::auth::AGENT_SECRET,
+        );
         Some(secret)
     } else {
         None
@@ -113,8 +116,8 @@ pub fn agent(
                 .env(SPEAKER, if local == 0 { "1" } else { "0" })
                 .stdin(Stdio::null());
             if let Some(secret) = &own_secret {
-                cmd.env(crate::cluster::auth::TOKEN_VAR, secret)
-                    .env_remove(crate::cluster::auth::TOKEN_FILE_VAR);
+                cmd.env(preflight_stages::cluster::auth::TOKEN_VAR, secret)
+                    .env_remove(preflight_stages::cluster::auth::TOKEN_FILE_VAR);
             }
             cmd.stdout(if local == 0 {
                 Stdio::piped()

@@ -60,8 +60,8 @@ pub fn load_added(files: &[PathBuf]) -> Result<Vec<Check>, ChecklistErrors> {
 
 /// The results `run` and `bench` print that no checklist defines.
 pub fn built_in_results() -> Vec<preflight_result::built_in::BuiltIn> {
-    let mut out = crate::cluster::built_in_results();
-    out.extend(crate::collective::checks::built_in_results());
+    let mut out = preflight_stages::cluster::built_in_results();
+    out.extend(preflight_stages::collective::checks::built_in_results());
     out
 }
 

@@ -5,12 +5,12 @@
 
 use std::path::PathBuf;
 
-use crate::collective::rank::Libraries;
 use preflight_facts::Backend;
 use preflight_ground::values::Span;
 use preflight_kinds::ports::PortRange;
 use preflight_report::format::Format;
 use preflight_report::style::ColorChoice;
+use preflight_stages::collective::rank::Libraries;
 
 /// `run`, `check` or `bench`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,8 +109,8 @@ pub struct ClusterSettings {
 pub struct Nproc(pub Option<u32>);
 
 impl ClusterSettings {
-    pub fn flags(&self) -> crate::cluster::identity::Flags {
-        crate::cluster::identity::Flags {
+    pub fn flags(&self) -> preflight_stages::cluster::identity::Flags {
+        preflight_stages::cluster::identity::Flags {
             nnodes: self.nnodes,
             node_rank: self.node_rank,
             nproc_per_node: self.nproc_per_node.map(|n| n.0),

@@ -6,8 +6,8 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use super::RunSettings;
-use crate::cluster;
 use preflight_report::format::Format;
+use preflight_stages::cluster;
 
 /// What the rendezvous waits for, said while it waits: on a terminal one
 /// line rewritten twice a second, in a log one line every 10 s, nothing

@@ -71,13 +71,13 @@ fn runs(inputs: &[PathBuf]) -> Result<(Vec<Run>, Vec<GpuCopy>), Failure> {
         };
         // A report is a file anyone may have written: its world is held
         // to what a rendezvous admits before anything is sized by it.
-        let admitted = |w: u32| (1..=crate::cluster::identity::MAX_WORLD).contains(&w);
+        let admitted = |w: u32| (1..=preflight_stages::cluster::identity::MAX_WORLD).contains(&w);
         if !admitted(c.world_size) {
             return Err(Failure::Usage(format!(
                 "{}: a collective section of {} ranks (1 to {} are possible)",
                 f.display(),
                 c.world_size,
-                crate::cluster::identity::MAX_WORLD
+                preflight_stages::cluster::identity::MAX_WORLD
             )));
         }
         let key = serde_json::to_string(&c).unwrap_or_default();
@@ -173,7 +173,7 @@ pub fn floors(inputs: &[PathBuf], fraction: f64) -> Result<String, Failure> {
     let pairs: Vec<f64> = runs
         .iter()
         .flat_map(|run| {
-            crate::collective::isolate::node_pairs(
+            preflight_stages::collective::isolate::node_pairs(
                 &run.collective.pairs,
                 &run.hosts,
                 run.collective.world_size,

@@ -30,16 +30,16 @@ use summary::summarize;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use crate::cluster::auth::Token;
-use crate::cluster::checkin::{self, CheckIn};
-use crate::cluster::client;
-use crate::cluster::identity::Identity;
-use crate::cluster::leader;
-use crate::cluster::protocol::{self, Msg};
-use crate::cluster::reachability;
 use crate::run::selection::{all_checks, select};
 use crate::run::settings::ChecklistSettings;
 use preflight_facts::Facts;
+use preflight_stages::cluster::auth::Token;
+use preflight_stages::cluster::checkin::{self, CheckIn};
+use preflight_stages::cluster::client;
+use preflight_stages::cluster::identity::Identity;
+use preflight_stages::cluster::leader;
+use preflight_stages::cluster::protocol::{self, Msg};
+use preflight_stages::cluster::reachability;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -588,7 +588,7 @@ async fn simulate(args: Args) -> Result<i32, String> {
     if args.world < 2 {
         return Err("--world must be 2 or more".into());
     }
-    crate::cluster::raise_open_files();
+    preflight_stages::cluster::raise_open_files();
     let per_node = args.layout.per_node(args.world);
     let nodes = args.world.div_ceil(per_node);
     let shards = args

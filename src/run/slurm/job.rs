@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 
 use super::reason::{Action, reason};
 use super::scontrol::Slurm;
-use crate::cluster::auth::job_secret;
-use crate::cluster::hostlist;
 use crate::run::site::{OnSquat, Settings};
 use preflight_result::cluster::ClusterReport;
 use preflight_result::{Status, Verdict};
+use preflight_stages::cluster::auth::job_secret;
+use preflight_stages::cluster::hostlist;
 
 /// The variables the stages read to place this node in the job.
 pub fn environment(
@@ -46,7 +46,7 @@ pub fn environment(
     // Picked by the job's secret, not by its number: anyone reads job ids
     // in `squeue`, and a port known in advance is one a stranger binds
     // first.
-    let pick = crate::cluster::auth::secret_pick(&secret, "rendezvous port");
+    let pick = preflight_stages::cluster::auth::secret_pick(&secret, "rendezvous port");
     let port = range.first + (pick % span) as u16;
     let mut out = env.clone();
     for (k, v) in [
@@ -61,7 +61,7 @@ pub fn environment(
         // rank 0 then moves on within the range, and the ranks find it
         // there by its proof of the job secret.
         (
-            crate::cluster::identity::MASTER_PORTS_VAR,
+            preflight_stages::cluster::identity::MASTER_PORTS_VAR,
             range.to_string(),
         ),
         ("SLURM_JOB_NODELIST", list.clone()),
@@ -71,7 +71,7 @@ pub fn environment(
     }
     if let Some(p) = settings.prolog_probe_ports {
         out.insert(
-            crate::cluster::identity::PROBE_PORTS_VAR.into(),
+            preflight_stages::cluster::identity::PROBE_PORTS_VAR.into(),
             p.to_string(),
         );
     }
@@ -135,7 +135,7 @@ pub fn cluster_action(c: &ClusterReport, rank: u32, prefix: &str, on_squat: OnSq
     let taken = c
         .warnings
         .iter()
-        .find(|w| w.contains(crate::cluster::PROBE_RANGE_TAKEN));
+        .find(|w| w.contains(preflight_stages::cluster::PROBE_RANGE_TAKEN));
     match (c.verdict, rank, taken) {
         (Verdict::Ready, 0, Some(w)) => Action::RunNoted(reason(
             prefix,

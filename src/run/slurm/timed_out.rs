@@ -181,7 +181,7 @@ pub fn act(
     if let Some(list) = env("SLURM_NODELIST")
         .filter(|l| !l.is_empty())
         .or_else(|| env("SLURM_JOB_NODELIST").filter(|l| !l.is_empty()))
-        && let Ok(all) = crate::cluster::hostlist::expand(&list)
+        && let Ok(all) = preflight_stages::cluster::hostlist::expand(&list)
     {
         for n in all {
             if !job_nodes.contains(&n) {

@@ -5,27 +5,41 @@
 use super::*;
 use checker::tree;
 
+/// preflight's own source: `src/` and every `crates/preflight-*/src`.
+fn every_source() -> BTreeMap<String, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = BTreeMap::new();
+    read_tree(&root.join("src"), &mut files);
+    for entry in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("preflight-")
+        {
+            read_tree(&entry.path().join("src"), &mut files);
+        }
+    }
+    assert!(files.len() > 100, "read only {} files", files.len());
+    files
+}
+
 /// The fault switches tests use live in one module that only a build
 /// with the `test-hooks` feature compiles: no other file names them, so
 /// a release binary holds none.
 #[test]
 fn fault_switches_exist_only_in_test_builds() {
     let _shared = crate::common::shared();
-    let mut files = BTreeMap::new();
-    read_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut files,
-    );
+    let files = every_source();
     let naming: Vec<&String> = files
         .iter()
         .filter(|(_, text)| text.contains("PREFLIGHT_TEST_"))
         .map(|(f, _)| f)
         .collect();
-    assert_eq!(naming, ["src/test_hooks.rs"]);
-    let lib = &files["src/lib.rs"];
+    assert_eq!(naming, ["crates/preflight-stages/src/test_hooks.rs"]);
+    let lib = &files["crates/preflight-stages/src/lib.rs"];
     assert!(
-        lib.contains("#[cfg(feature = \"test-hooks\")]\nmod test_hooks;"),
-        "src/lib.rs must compile test_hooks only with the feature"
+        lib.contains("#[cfg(feature = \"test-hooks\")]\npub mod test_hooks;"),
+        "crates/preflight-stages/src/lib.rs must compile test_hooks only with the feature"
     );
     for (f, text) in &files {
         for (n, line) in text.lines().enumerate() {
@@ -51,11 +65,7 @@ fn fault_switches_exist_only_in_test_builds() {
 #[test]
 fn fuzzing_entry_points_exist_only_in_fuzz_builds() {
     let _shared = crate::common::shared();
-    let mut files = BTreeMap::new();
-    read_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut files,
-    );
+    let files = every_source();
     let lib = &files["src/lib.rs"];
     assert!(
         lib.contains("#[cfg(feature = \"fuzzing\")]\npub mod fuzzing;"),
@@ -207,10 +217,7 @@ fn reads_message_text(source: &str) -> Vec<usize> {
 #[test]
 fn no_cause_rule_matches_on_message_text() {
     let _shared = crate::common::shared();
-    let mut files = BTreeMap::new();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    read_tree(&root.join("src"), &mut files);
-    read_tree(&root.join("crates/preflight-result/src"), &mut files);
+    let files = every_source();
     let rules = "crates/preflight-result/src/cause.rs";
     let lines = reads_message_text(&files[rules]);
     assert!(lines.is_empty(), "{rules} reads text at lines {lines:?}");
