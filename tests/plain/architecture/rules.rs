@@ -413,3 +413,54 @@ fn the_design_notes_draw_the_current_layout() {
         missing.join("\n")
     );
 }
+
+/// docs/design.md's table of crates says what each may use, and each
+/// crate's Cargo.toml says what it does: the two name the same crates of
+/// ours, so the drawing cannot drift from what the compiler holds.
+#[test]
+fn the_design_notes_crate_table_is_each_crates_dependencies() {
+    let _shared = crate::common::shared();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let design = std::fs::read_to_string(root.join("docs/design.md")).unwrap();
+    let ours = [
+        "ground",
+        "facts",
+        "result",
+        "kinds",
+        "checklist",
+        "report",
+        "stages",
+    ];
+    let mut rows = 0;
+    for row in design.lines().filter(|l| l.starts_with("| `preflight-")) {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let name = cells[0].trim_matches('`');
+        // What the row says it uses: our crates by their short names, up
+        // to the first parenthesis (a reason, not a crate).
+        let uses = cells[2].split('(').next().unwrap_or("");
+        let mut drawn: Vec<&str> = uses
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| ours.contains(w))
+            .collect();
+        drawn.sort();
+        let manifest =
+            std::fs::read_to_string(root.join("crates").join(name).join("Cargo.toml")).unwrap();
+        let dependencies = manifest
+            .split("\n[dependencies]\n")
+            .nth(1)
+            .and_then(|s| s.split("\n[").next())
+            .unwrap_or("");
+        let mut depends: Vec<&str> = dependencies
+            .lines()
+            .filter_map(|l| l.strip_prefix("preflight-"))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        depends.sort();
+        assert_eq!(
+            drawn, depends,
+            "{name}: docs/design.md against its Cargo.toml"
+        );
+        rows += 1;
+    }
+    assert_eq!(rows, ours.len(), "a row for each of our crates");
+}

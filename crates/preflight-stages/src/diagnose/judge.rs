@@ -129,6 +129,16 @@ fn classify(w: Option<&Watched>, call: Option<&str>, window_ms: u64) -> (&'stati
             format!("asleep in its own code (time.sleep or the like){at}"),
         );
     }
+    // A sleep in a loop on a busy node: between its sleeps it waits for a
+    // CPU without gaining a tick, which is no more running than sleeping.
+    if w.sleeps > 0 && most(w.sleeps + w.ready) && cpu < busy_ms(window_ms) {
+        return (
+            "sleeping",
+            format!(
+                "asleep in its own code (time.sleep or the like){at}, waiting for a CPU between its sleeps ({cpu} ms of CPU in {window_ms} ms)"
+            ),
+        );
+    }
     if cpu >= busy_ms(window_ms) || most(w.runs) {
         return (
             "running",
@@ -781,6 +791,31 @@ mod tests {
         let (state, doing) = classify(Some(&w), None, 2000);
         assert_eq!(state, "in_kernel");
         assert!(doing.contains("GPU driver"), "{doing}");
+    }
+
+    /// CI's case: a rank sleeping 0.2 s at a time on a node of busy loops
+    /// and ten diagnoses at once. Between its sleeps it sits runnable
+    /// without a CPU; the looks split between sleeping and waiting for a
+    /// CPU, neither half alone, and it gained no CPU. It is asleep in its
+    /// own code, not idle; a rank that gains CPU as it runs is running.
+    #[test]
+    fn a_sleep_loop_on_a_busy_node_is_asleep_not_idle() {
+        let mut w = watched('R', "", 0, [2, 10, 0], 0);
+        w.ready = 11;
+        w.looks += 11;
+        let (state, doing) = classify(Some(&w), None, 2300);
+        assert_eq!(state, "sleeping", "{doing}");
+        assert!(doing.contains("waiting for a CPU"), "{doing}");
+        // Without the sleeps, runnable and never on a CPU is not a sleep.
+        let mut starved = watched('R', "", 0, [2, 0, 0], 0);
+        starved.ready = 21;
+        starved.looks += 21;
+        assert_ne!(classify(Some(&starved), None, 2300).0, "sleeping");
+        // A sleep loop that burns a CPU between its sleeps is running.
+        let mut busy = watched('R', "", 2000, [0, 10, 0], 0);
+        busy.ready = 11;
+        busy.looks += 11;
+        assert_eq!(classify(Some(&busy), None, 2300).0, "running");
     }
 
     #[test]

@@ -98,6 +98,9 @@ pub struct Watched {
     pub waits: u32,
     pub sleeps: u32,
     pub runs: u32,
+    /// Looks that found it runnable without a tick of CPU gained since the
+    /// look before: waiting for a CPU (a busy node), not running its code.
+    pub ready: u32,
     /// Its sockets at the end, empty when its descriptors could not be
     /// read.
     pub sockets: Vec<TcpSocket>,
@@ -122,6 +125,8 @@ pub struct Window {
 
 struct Start {
     cpu: Option<u64>,
+    /// Its CPU ticks at the look before.
+    last_cpu: Option<u64>,
     io: Option<IoCounters>,
     queues: BTreeMap<u64, (u64, u64)>,
 }
@@ -147,6 +152,7 @@ pub fn observe(proc_dir: &Path, pids: &[u32], window: Duration) -> Window {
             pid,
             Start {
                 cpu: task.as_ref().map(|t| t.cpu_ticks),
+                last_cpu: task.as_ref().map(|t| t.cpu_ticks),
                 io: process_io::read(&dir),
                 queues: queues(&sockets),
             },
@@ -176,10 +182,14 @@ pub fn observe(proc_dir: &Path, pids: &[u32], window: Duration) -> Window {
             };
             let task = task::read(&dir);
             w.looks += 1;
+            let now_cpu = task.as_ref().map(|t| t.cpu_ticks);
+            let gained = matches!((start.last_cpu, now_cpu), (Some(a), Some(b)) if b > a);
+            start.last_cpu = now_cpu.or(start.last_cpu);
             match task.as_ref().map(look) {
                 Some(Look::Wait) => w.waits += 1,
                 Some(Look::Sleep) => w.sleeps += 1,
-                Some(Look::Run) => w.runs += 1,
+                Some(Look::Run) if gained => w.runs += 1,
+                Some(Look::Run) => w.ready += 1,
                 _ => {}
             }
             if let (Some(a), Some(b)) = (start.cpu, task.as_ref()) {
