@@ -273,7 +273,18 @@ fn asleep_before_init(torch: &Torch) {
 }
 
 fn asleep_before_init_seen(torch: &Torch, job: &TorchJob, pid: u32, stacks: Stacks<'_>) {
-    let (code, d) = diagnose_until_three_wait(pid, stacks);
+    // A rank shows waiting in init as soon as it is connected to the
+    // store; its address lands there a moment later (on a busy CI machine,
+    // after a first diagnosis: CI, 2026-12-07). Diagnosed again until the
+    // store holds ranks 0-2, or the deadline, then held to it below.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (code, d) = loop {
+        let (code, d) = diagnose_until_three_wait(pid, stacks);
+        let arrived = d.jobs[0].store_read.as_ref().map(|s| s.arrived.clone());
+        if arrived.as_deref() == Some(&[0, 1, 2][..]) || std::time::Instant::now() > deadline {
+            break (code, d);
+        }
+    };
     // The store, read by diagnose, is as it was: diagnose again between
     // two snapshots.
     let before = store_snapshot(torch, job.port);
