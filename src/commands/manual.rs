@@ -254,16 +254,11 @@ fn exit_status(page: &str) -> Option<String> {
         "preflight" | "preflight-run" | "preflight-check" | "preflight-bench" => {
             let mut section = String::from(".SH EXIT STATUS\n");
             for m in MEANINGS {
-                let verdict = if m.verdict.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}: ", m.verdict)
-                };
                 let _ = write!(
                     section,
                     ".TP\n\\fB{}\\fR\n{}\n",
                     roff(m.code),
-                    roff(&format!("{verdict}{}", m.plain()))
+                    roff(&m.sentence())
                 );
             }
             Some(section)

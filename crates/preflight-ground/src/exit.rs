@@ -56,9 +56,15 @@ pub const MEANINGS: &[Meaning] = &[
 ];
 
 impl Meaning {
-    /// `when` as plain text.
-    pub fn plain(&self) -> String {
-        self.when.replace('`', "")
+    /// The verdict, if any, and `when`, as plain text: what `--help` and
+    /// the man pages print beside the code.
+    pub fn sentence(&self) -> String {
+        let when = self.when.replace('`', "");
+        if self.verdict.is_empty() {
+            when
+        } else {
+            format!("{}: {when}", self.verdict)
+        }
     }
 }
 
@@ -72,13 +78,8 @@ pub fn help_text() -> String {
     const WIDTH: usize = 90;
     let mut text = String::from("Exit codes:");
     for m in MEANINGS {
-        let verdict = if m.verdict.is_empty() {
-            String::new()
-        } else {
-            format!("{}: ", m.verdict)
-        };
         let mut line = format!("  {:<6} ", m.code);
-        for word in format!("{verdict}{}", m.plain()).split(' ') {
+        for word in m.sentence().split(' ') {
             if line.len() + word.len() > WIDTH && line.len() > INDENT.len() {
                 text.push('\n');
                 text.push_str(line.trim_end());

@@ -290,6 +290,24 @@ fn every_test_takes_the_binarys_lock_once() {
     assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
 }
 
+/// The modules in `dir` (files and folders; its root `mod.rs` or
+/// `lib.rs` aside) whose names `what` does not say as a word.
+fn unnamed(dir: &Path, what: &str) -> Vec<String> {
+    let words: Vec<&str> = what
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    let mut out = Vec::new();
+    for child in std::fs::read_dir(dir).unwrap().flatten() {
+        let child = child.file_name().to_string_lossy().into_owned();
+        let stem = child.strip_suffix(".rs").unwrap_or(&child);
+        let module = child.ends_with(".rs") || !child.contains('.');
+        if module && !matches!(stem, "mod" | "lib") && !words.contains(&stem) {
+            out.push(stem.to_string());
+        }
+    }
+    out
+}
+
 /// docs/design.md draws `src/` and preflight's crates as they are: a line
 /// for every top-level module with the floor this checker holds it to,
 /// one for every `crates/preflight-*` with its floor, and in each folder's
@@ -348,18 +366,8 @@ fn the_design_notes_draw_the_current_layout() {
         if !is_dir {
             continue;
         }
-        for child in std::fs::read_dir(entry.path()).unwrap().flatten() {
-            let child = child.file_name().to_string_lossy().into_owned();
-            let stem = child.strip_suffix(".rs").unwrap_or(&child);
-            if stem == "mod" || child.contains('.') && !child.ends_with(".rs") {
-                continue;
-            }
-            let named = what
-                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .any(|w| w == stem);
-            if !named {
-                missing.push(format!("src/{key}'s line does not name {stem}"));
-            }
+        for stem in unnamed(&entry.path(), what) {
+            missing.push(format!("src/{key}'s line does not name {stem}"));
         }
     }
     for path in drawn.keys() {
@@ -387,21 +395,8 @@ fn the_design_notes_draw_the_current_layout() {
             None => missing.push(format!("{key} has no floor in the checker's FLOORS")),
             _ => {}
         }
-        for child in std::fs::read_dir(entry.path().join("src"))
-            .unwrap()
-            .flatten()
-        {
-            let child = child.file_name().to_string_lossy().into_owned();
-            let stem = child.strip_suffix(".rs").unwrap_or(&child);
-            if stem == "lib" || child.contains('.') && !child.ends_with(".rs") {
-                continue;
-            }
-            let named = what
-                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .any(|w| w == stem);
-            if !named {
-                missing.push(format!("{key}'s line does not name {stem}"));
-            }
+        for stem in unnamed(&entry.path().join("src"), &what) {
+            missing.push(format!("{key}'s line does not name {stem}"));
         }
     }
     for key in crates.keys() {
