@@ -620,11 +620,65 @@ pub fn listening_paths(table: &str, inodes: &[u64]) -> Vec<String> {
         .collect()
 }
 
+/// A file as it stood at one moment: which file, how long, and when the
+/// kernel last stamped it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileStamp {
+    /// `path` as it stands now (a symlink itself, not followed); `None`
+    /// where there is nothing.
+    pub fn of(path: &Path) -> Option<FileStamp> {
+        std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| FileStamp::from_meta(&m))
+    }
+
+    fn from_meta(m: &std::fs::Metadata) -> FileStamp {
+        FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+/// Which dump counts as fresh.
+#[derive(Debug, Clone, Copy)]
+pub enum Fresh {
+    /// Written at or after this time (the job's start: seconds before).
+    Since(SystemTime),
+    /// Changed since it stood so (`None`: there was none), for a dump
+    /// asked for a moment ago. Not a time: the kernel stamps a file from
+    /// its coarse clock, up to a tick (4 ms) behind the time read before
+    /// asking, and a dump the rank wrote 1 ms after it was asked was
+    /// passed over as older (3 of 10 asks here); nor can a dump on a
+    /// network file system be held to this node's clock.
+    ChangedFrom(Option<FileStamp>),
+}
+
+impl Fresh {
+    fn admits(&self, m: &std::fs::Metadata) -> bool {
+        match self {
+            Fresh::Since(t) => m.modified().is_ok_and(|m| m >= *t),
+            Fresh::ChangedFrom(before) => *before != Some(FileStamp::from_meta(m)),
+        }
+    }
+}
+
 /// The dump at `path`, where it is the job's: a file owned by `uid`,
-/// written at or after `since`; `Ok(None)` where there is none. Opened
-/// without following a symlink or waiting on a FIFO, and checked as
-/// opened: nothing the job swaps in after a look is read.
-pub fn read_dump(path: &Path, uid: u32, since: SystemTime) -> Result<Option<Trace>, String> {
+/// `fresh`; `Ok(None)` where there is none. Opened without following a
+/// symlink or waiting on a FIFO, and checked as opened: nothing the job
+/// swaps in after a look is read.
+pub fn read_dump(path: &Path, uid: u32, fresh: Fresh) -> Result<Option<Trace>, String> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = match std::fs::OpenOptions::new()
         .read(true)
@@ -640,7 +694,7 @@ pub fn read_dump(path: &Path, uid: u32, since: SystemTime) -> Result<Option<Trac
     let meta = file
         .metadata()
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    if !meta.is_file() || meta.uid() != uid || meta.modified().is_ok_and(|m| m < since) {
+    if !meta.is_file() || meta.uid() != uid || !fresh.admits(&meta) {
         return Ok(None);
     }
     let mut bytes = Vec::new();

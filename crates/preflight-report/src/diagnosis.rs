@@ -167,6 +167,11 @@ pub fn human(d: &Diagnosis) -> String {
                 preflight_ground::values::count(j.elsewhere as usize, "rank")
             );
         }
+        for f in &j.flight {
+            if let Some(e) = &f.error {
+                let _ = writeln!(out, "  rank {} Flight Recorder not read: {e}", f.rank);
+            }
+        }
         for m in &j.moved {
             let _ = writeln!(out, "  MOVED: {m}");
         }

@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::{Job, rank_list};
-use preflight_facts::flight_recorder::{self, Record, Trace};
+use preflight_facts::flight_recorder::{self, FileStamp, Fresh, Record, Trace};
 use preflight_facts::procs;
 use preflight_result::diagnosis::FlightRead;
 
@@ -27,8 +27,22 @@ pub type Reads = BTreeMap<u32, (String, Result<Trace, String>)>;
 /// H200).
 pub const ASK_WITHIN: Duration = Duration::from_secs(8);
 
-/// The ranks asked for a dump, and when.
-pub type Asked = BTreeMap<u32, (SystemTime, Instant)>;
+/// A rank asked for a dump: through which FIFO, when, and its dump file
+/// as it stood just before.
+#[derive(Debug, Clone)]
+pub struct AskedRank {
+    pipe: PathBuf,
+    at: Instant,
+    before: Option<FileStamp>,
+}
+
+/// The ranks asked for a dump.
+pub type Asked = BTreeMap<u32, AskedRank>;
+
+/// Where rank `r` writes its dump, as this process sees it.
+fn dump_path(proc_pid: &Path, r: &super::find::RankProcess) -> Option<PathBuf> {
+    flight_recorder::as_seen(proc_pid, &format!("{}{}", r.dump_prefix, r.rank))
+}
 
 /// Asks each rank of `job` here that takes requests for a dump (its
 /// NCCL process group's debug-info pipe, `TORCH_NCCL_DEBUG_INFO_PIPE_FILE`
@@ -43,13 +57,18 @@ pub fn ask(proc_dir: &Path, job: &Job) -> Asked {
     for r in &job.ranks {
         let Some(pipe) = &r.dump_pipe else { continue };
         let proc_pid = proc_dir.join(r.pid.to_string());
-        let (Some(uid), Some(fifo)) = (
+        let (Some(uid), Some(fifo), Some(dump)) = (
             procs::uid(&proc_pid),
             flight_recorder::as_seen(&proc_pid, &format!("{pipe}{}.pipe", r.rank)),
+            dump_path(&proc_pid, r),
         ) else {
             continue;
         };
-        let when = (SystemTime::now(), Instant::now());
+        let asked = AskedRank {
+            before: FileStamp::of(&dump),
+            at: Instant::now(),
+            pipe: fifo.clone(),
+        };
         // Opened without following a symlink or waiting for a reader,
         // then checked as opened: the rank's own user's FIFO, or nothing
         // is written.
@@ -64,7 +83,7 @@ pub fn ask(proc_dir: &Path, job: &Job) -> Asked {
             .metadata()
             .is_ok_and(|m| m.file_type().is_fifo() && m.uid() == uid);
         if theirs && f.write_all(b"1\n").is_ok() {
-            out.insert(r.rank, when);
+            out.insert(r.rank, asked);
         }
     }
     out
@@ -101,24 +120,29 @@ pub fn read(proc_dir: &Path, job: &Job, deadline: Instant, asked: &Asked) -> Rea
         let (Some(since), Some(uid)) = (since, procs::uid(&proc_pid)) else {
             continue;
         };
-        let Some(dump) =
-            flight_recorder::as_seen(&proc_pid, &format!("{}{}", r.dump_prefix, r.rank))
-        else {
+        let Some(dump) = dump_path(&proc_pid, r) else {
             continue;
         };
         let got = match asked.get(&r.rank) {
             // Written in place by torch: empty or half written is not yet.
-            Some(&(at, started)) => {
-                let until = started + ASK_WITHIN;
+            Some(a) => {
+                let until = a.at + ASK_WITHIN;
                 loop {
-                    let got = flight_recorder::read_dump(&dump, uid, at);
+                    let got = flight_recorder::read_dump(&dump, uid, Fresh::ChangedFrom(a.before));
                     if matches!(got, Ok(Some(_))) || Instant::now() >= until {
-                        break got;
+                        break match got {
+                            Ok(None) => Err(format!(
+                                "asked through {}, wrote no dump within {} s",
+                                a.pipe.display(),
+                                ASK_WITHIN.as_secs()
+                            )),
+                            got => got,
+                        };
                     }
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
-            None => flight_recorder::read_dump(&dump, uid, since),
+            None => flight_recorder::read_dump(&dump, uid, Fresh::Since(since)),
         };
         match got {
             Ok(Some(t)) => {
@@ -564,5 +588,126 @@ mod tests {
         let f = weigh(&ranks, &later);
         assert_eq!(f.moved.len(), 3, "{f:?}");
         assert!(f.odd.is_empty(), "{f:?}");
+    }
+
+    /// This process as rank 0 of a job whose dumps and debug-info pipe
+    /// are under `dir`, its FIFO made and held open for reading as NCCL's
+    /// heartbeat thread holds it, and an hour-old dump of its own there.
+    fn self_as_rank(dir: &Path) -> (Job, std::fs::File, PathBuf) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let fifo = dir.join("pipe_0.pipe");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let dump = dir.join("fr_0");
+        let rank = super::super::find::RankProcess {
+            rank: 0,
+            pid: std::process::id(),
+            local_world: Some(1),
+            worker_socket: None,
+            dump_prefix: dir.join("fr_").display().to_string(),
+            dump_pipe: Some(dir.join("pipe_").display().to_string()),
+        };
+        let job = Job {
+            name: "test".to_string(),
+            ids: Vec::new(),
+            world: 1,
+            store: None,
+            ranks: vec![rank],
+            pids: vec![std::process::id()],
+            agent_attempt: None,
+            desync_debug: false,
+            ras_addr: None,
+        };
+        (job, reader, dump)
+    }
+
+    fn torchs_dump() -> Vec<u8> {
+        std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../fixtures/flight-recorder/gloo-2.15.pickle"),
+        )
+        .unwrap()
+    }
+
+    fn make_old(dump: &Path) {
+        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(dump)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+    }
+
+    /// The request, as the rank reads it from its FIFO.
+    fn request(mut reader: &std::fs::File) -> Vec<u8> {
+        use std::io::Read;
+        let mut got = [0u8; 64];
+        match reader.read(&mut got) {
+            Ok(n) => got[..n].to_vec(),
+            Err(e) => panic!("no request in the FIFO: {e}"),
+        }
+    }
+
+    /// A rank that dumps the moment it is asked, within the tick of the
+    /// clock the kernel stamps files with: its dump is read each time,
+    /// and the older dump, there before the ask, never.
+    #[test]
+    fn a_dump_written_the_moment_it_is_asked_for_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (job, reader, dump) = self_as_rank(dir.path());
+        std::fs::write(&dump, torchs_dump()).unwrap();
+        for _ in 0..20 {
+            make_old(&dump);
+            let asked = ask(Path::new("/proc"), &job);
+            assert!(asked.contains_key(&0), "{asked:?}");
+            assert_eq!(request(&reader), b"1\n");
+            std::fs::write(&dump, torchs_dump()).unwrap();
+            let by = Instant::now() + READ_WITHIN;
+            let got = read(Path::new("/proc"), &job, by, &asked);
+            let (source, trace) = &got[&0];
+            assert_eq!(source, &format!("dump {}", dump.display()));
+            assert!(trace.is_ok(), "{got:?}");
+        }
+    }
+
+    /// A rank that takes the request and writes nothing is said to be
+    /// one, its FIFO named: not read, and not left out of the report.
+    #[test]
+    fn a_rank_asked_that_writes_no_dump_is_named_with_its_pipe() {
+        let dir = tempfile::tempdir().unwrap();
+        let (job, reader, dump) = self_as_rank(dir.path());
+        std::fs::write(&dump, torchs_dump()).unwrap();
+        let mut asked = ask(Path::new("/proc"), &job);
+        assert_eq!(request(&reader), b"1\n");
+        // Asked ASK_WITHIN ago: waited for no longer.
+        let a = asked.get_mut(&0).unwrap();
+        a.at = a.at.checked_sub(ASK_WITHIN).unwrap();
+        let start = Instant::now();
+        let got = read(
+            Path::new("/proc"),
+            &job,
+            Instant::now() + READ_WITHIN,
+            &asked,
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+        let Err(e) = &got[&0].1 else {
+            panic!("an older dump read as the answer: {got:?}")
+        };
+        assert_eq!(
+            e,
+            &format!(
+                "asked through {}, wrote no dump within 8 s",
+                dir.path().join("pipe_0.pipe").display()
+            )
+        );
     }
 }
