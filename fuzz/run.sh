@@ -84,7 +84,7 @@ mkdir -p corpus/interface_selector corpus/firewall corpus/frame corpus/handshake
 printf '\x00^lo,docker' > corpus/interface_selector/seed-nccl
 printf '\x02=mlx5_0:1,mlx5_1' > corpus/interface_selector/seed-hca
 printf '\x01*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 29500:29510 -j DROP\nCOMMIT\n' > corpus/firewall/seed-iptables
-# Frames as crates/preflight-stages/src/cluster/protocol.rs writes them: "PFL", version 3, a
+# Frames as crates/preflight-cluster/src/protocol.rs writes them: "PFL", version 3, a
 # big-endian length, a JSON body.
 python3 - <<'PY'
 import json, struct
@@ -100,7 +100,7 @@ for name, data in [("hello", hello), ("rejected", rejected)]:
     open(f"corpus/frame/seed-{name}", "wb").write(data)
 open("corpus/handshake/seed-server", "wb").write(hello + proof)
 open("corpus/handshake/seed-client", "wb").write(challenge + welcome)
-# The second pass's table (crates/preflight-stages/src/collective/isolate/exchange.rs): a world
+# The second pass's table (crates/preflight-collective/src/isolate/exchange.rs): a world
 # byte, then per rank a block of time left (ms), the nodes' fingerprint,
 # a count and (rank, rank, GB/s) pairs, 148 bytes each; rank 2 slow.
 import os

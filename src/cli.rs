@@ -71,7 +71,7 @@ pub enum Command {
         dir: std::path::PathBuf,
     },
     /// Internal: one library backend of one rank, started by `run` and
-    /// `bench` (see crates/preflight-stages/src/collective/worker.rs).
+    /// `bench` (see crates/preflight-collective/src/worker.rs).
     #[command(hide = true)]
     CollectiveWorker,
 }
@@ -118,7 +118,7 @@ pub fn main() -> i32 {
         Command::Token => commands::token(),
         Command::Completions { shell } => commands::completions(*shell, command()),
         Command::ManPages { dir } => commands::man_pages(command(), dir),
-        Command::CollectiveWorker => return preflight_stages::collective::worker::main(),
+        Command::CollectiveWorker => return preflight_collective::worker::main(),
     };
     let code = match outcome {
         Ok(code) => code,

@@ -8,8 +8,8 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use preflight_cluster::{auth, hostlist, protocol};
 use preflight_facts::Interface;
-use preflight_stages::cluster::{auth, hostlist, protocol};
 
 /// A YAML checklist: checks, or errors that name the file.
 pub fn checklist(data: &[u8]) {
@@ -48,13 +48,13 @@ pub fn profile(data: &[u8]) {
 /// The second pass's shared table as a peer sends it, and the plan made
 /// from it: every round's pairs disjoint and in the world.
 pub fn second_pass_table(data: &[u8]) {
-    preflight_stages::collective::isolate::plan_for_fuzzing(data);
+    preflight_collective::isolate::plan_for_fuzzing(data);
 }
 
 /// The site settings file of /etc/preflight.
 pub fn site_settings(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = crate::run::site::parse_settings("settings.yaml", text);
+        let _ = preflight_run::site::parse_settings("settings.yaml", text);
     }
 }
 

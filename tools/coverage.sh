@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Line coverage of the NCCL backend (crates/preflight-stages/src/collective/nccl*), measured the way
+# Line coverage of the NCCL backend (crates/preflight-collective/src/nccl*), measured the way
 # `cargo llvm-cov` does (rustc's -C instrument-coverage, then llvm-profdata
 # and llvm-cov), twice from one instrumented build: "before", the tests that
 # existed before the CPU stand-in (the library's unit tests, the nccl-sys
@@ -43,7 +43,7 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         print(m["executable"])'
 }
-objects=$( { build -p preflight --lib --test collective; build -p nccl-sys; } | sort -u)
+objects=$( { build -p preflight --test collective; build -p preflight-collective --lib; build -p nccl-sys; } | sort -u)
 
 run() { # DIR, then cargo test arguments
     local dir=$1
@@ -52,7 +52,7 @@ run() { # DIR, then cargo test arguments
         { echo "coverage.sh: cargo test $* failed (see $out/$dir.log)" >&2; exit 1; }
     mv default_*.profraw "$out/$dir/" 2>/dev/null || true
 }
-run before -p preflight --lib
+run before -p preflight-collective --lib
 run before -p nccl-sys
 run before -p preflight --test collective nccl::
 cp "$out/before/"*.profraw "$out/after/"
@@ -70,6 +70,6 @@ for set in before after; do
         -o "$out/$set.profdata" 2>"$out/$set.merge.log"
     echo "== $set: $(ls "$out/$set" | wc -l) profiles, $(grep -c 'is corrupt' "$out/$set.merge.log") torn"
     "$llvm/llvm-cov" report "${args[@]}" -instr-profile="$out/$set.profdata" \
-        "$PWD"/crates/preflight-stages/src/collective/nccl.rs "$PWD"/crates/preflight-stages/src/collective/nccl/transport.rs \
+        "$PWD"/crates/preflight-collective/src/nccl.rs "$PWD"/crates/preflight-collective/src/nccl/transport.rs \
         "$PWD"/crates/nccl-sys/src/*.rs | sed "s|$PWD/||"
 done

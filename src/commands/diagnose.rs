@@ -1,5 +1,5 @@
 //! `preflight diagnose`: which rank holds a running job up, on this node,
-//! read from /proc without touching the job (see `preflight_stages::diagnose`).
+//! read from /proc without touching the job (see `preflight_diagnose`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -109,7 +109,7 @@ fn slurm_nodes(args: &DiagnoseArgs) -> Result<(Vec<String>, String), Failure> {
             )
         })?;
     let env = |k: &str| std::env::var(k).ok();
-    let slurm = crate::run::slurm::scontrol::Slurm::find(None, &env)
+    let slurm = preflight_run::slurm::scontrol::Slurm::find(None, &env)
         .map_err(|e| Failure::Usage(format!("--slurm: {e}")))?;
     let state = slurm
         .job(&job)
@@ -133,7 +133,7 @@ fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
     let (hosts, via, job) = match &args.hosts {
         Some(list) => (
             hosts(list)?,
-            preflight_stages::diagnose::Via::Ssh {
+            preflight_diagnose::Via::Ssh {
                 options: args.ssh_options.clone(),
             },
             args.job.clone(),
@@ -142,47 +142,32 @@ fn across(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
             let (nodes, job) = slurm_nodes(args)?;
             (
                 nodes,
-                preflight_stages::diagnose::Via::Srun { job: job.clone() },
+                preflight_diagnose::Via::Srun { job: job.clone() },
                 Some(job),
             )
         }
     };
-    let mut remote: Vec<String> = vec![
-        "--py-spy".into(),
-        args.py_spy.clone(),
-        "--nccl-ras".into(),
-        args.nccl_ras.clone(),
-        "--watch".into(),
-        format!("{}ms", args.watch.as_millis()),
-    ];
-    if args.ask_dumps {
-        remote.push("--ask-dumps".into());
-    }
-    if let Some(j) = job {
-        remote.extend(["--job".into(), j]);
-    }
-    if args.this_namespace {
-        remote.push("--this-namespace".into());
-    }
     if args.format == Format::Prometheus {
         return Err(Failure::Usage(
             "--format prometheus is one node's metrics: run it on each node, without --hosts or --slurm"
                 .into(),
         ));
     }
-    let over = preflight_stages::diagnose::Remote {
+    let ask = preflight_diagnose::Ask {
+        py_spy: args.py_spy.clone(),
+        nccl_ras: args.nccl_ras.clone(),
+        watch: args.watch,
+        ask_dumps: args.ask_dumps,
+        job,
+        this_namespace: args.this_namespace,
+    };
+    let over = preflight_diagnose::Remote {
         via,
         program: args.remote_preflight.clone(),
-        within: args.watch
-            + Duration::from_secs(28)
-            + if args.ask_dumps {
-                preflight_stages::diagnose::ASK_WITHIN
-            } else {
-                Duration::ZERO
-            },
+        within: ask.within(),
     };
-    let (nodes, unreachable) = preflight_stages::diagnose::ask_all(&over, &hosts, &remote);
-    let c = preflight_stages::diagnose::merge(nodes, unreachable);
+    let (nodes, unreachable) = preflight_diagnose::ask_all(&over, &hosts, &ask.args());
+    let c = preflight_diagnose::merge(nodes, unreachable);
     // Prometheus was refused above: one node's metrics each.
     let text = if args.format == Format::Json {
         let mut t =
@@ -232,7 +217,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
     if args.hosts.is_some() || args.slurm {
         return across(args);
     }
-    let filter = preflight_stages::diagnose::Filter {
+    let filter = preflight_diagnose::Filter {
         pid: args.pid,
         job: args.job.clone(),
         own_netns: args.this_namespace,
@@ -242,16 +227,16 @@ pub fn diagnose(args: &DiagnoseArgs) -> Result<ExitCode, Failure> {
         .unwrap_or_default();
     let py_spy =
         preflight_facts::py_spy::locate(&args.py_spy, std::env::var("PATH").ok().as_deref());
-    let d = preflight_stages::diagnose::diagnose(
+    let d = preflight_diagnose::diagnose(
         std::path::Path::new("/proc"),
         &node,
         &filter,
         args.watch,
         py_spy,
         &match args.nccl_ras.as_str() {
-            "auto" => preflight_stages::diagnose::Ras::Auto,
-            "off" => preflight_stages::diagnose::Ras::Off,
-            at => preflight_stages::diagnose::Ras::At(at.to_string()),
+            "auto" => preflight_diagnose::Ras::Auto,
+            "off" => preflight_diagnose::Ras::Off,
+            at => preflight_diagnose::Ras::At(at.to_string()),
         },
         args.ask_dumps,
     );

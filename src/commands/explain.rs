@@ -5,16 +5,12 @@ use clap::Args;
 
 use super::ChecklistArgs;
 
-use std::fmt::Write;
-
 use super::Failure;
-use crate::run::selection::{all_checks, built_in_results, facts, not_here};
-use preflight_checklist::Check;
+use preflight_checklist::explain;
 use preflight_ground::exit::ExitCode;
-use preflight_ground::values::format_duration;
-use preflight_kinds::{self as kinds, KindInfo};
+use preflight_kinds as kinds;
 use preflight_report::output::write_stdout;
-use preflight_result::built_in::BuiltIn;
+use preflight_run::selection::{all_checks, built_in_results, facts, not_here};
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
@@ -30,11 +26,11 @@ pub fn explain(args: &ExplainArgs) -> Result<ExitCode, Failure> {
     let built = built_in_results();
     let text = if let Some(check) = checks.iter().find(|c| c.id == args.id) {
         let here = facts(&checklist, None)?.pipe(|f| not_here(check, &checklist, &f));
-        explain_check(check, here)
+        explain::check(check, here)
     } else if let Some(b) = built.iter().find(|b| b.id == args.id) {
-        explain_built_in(b)
+        explain::built_in(b)
     } else if let Some(kind) = kinds::lookup(&args.id) {
-        explain_kind(kind)
+        explain::kind(kind)
     } else {
         let ids: Vec<&str> = checks
             .iter()
@@ -59,168 +55,3 @@ trait Pipe: Sized {
     }
 }
 impl<T> Pipe for T {}
-
-fn explain_check(check: &Check, unmet: Option<String>) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "{}", check.id);
-    let _ = writeln!(
-        out,
-        "  kind {}, severity {}, timeout {}, area {}{}",
-        check.kind.name,
-        match check.severity {
-            preflight_result::Severity::Fail => "fail",
-            preflight_result::Severity::Warn => "warn",
-        },
-        format_duration(check.timeout),
-        check.area,
-        if check.tags.is_empty() {
-            String::new()
-        } else {
-            format!(", tags {}", check.tags.join(", "))
-        }
-    );
-    let _ = writeln!(out, "  defined at {}", check.source);
-    let _ = writeln!(out, "  evaluated {}", evaluated(check.scope));
-
-    let _ = writeln!(out, "\nWhat it verifies\n{}", wrap(check.kind.summary, 2));
-    if let serde_json::Value::Object(params) = check.probe.params() {
-        for (name, value) in params {
-            let shown = match value {
-                serde_json::Value::String(s) => s,
-                other => other.to_string(),
-            };
-            let _ = writeln!(out, "    {name}: {shown}");
-        }
-    }
-    if let Some(description) = &check.description {
-        let _ = writeln!(out, "\nWhy it matters\n{}", wrap(description, 2));
-    }
-    let _ = writeln!(out, "\nHow to fix a failure");
-    match &check.hint {
-        Some(hint) => {
-            let _ = writeln!(out, "{}", wrap(&hint.template, 2));
-        }
-        None => {
-            let _ = writeln!(
-                out,
-                "  (no hint given: the failure message names what is wrong)"
-            );
-        }
-    }
-    let when = serde_json::to_value(&check.when).unwrap_or_default();
-    let conditions = match &when {
-        serde_json::Value::Object(m) if !m.is_empty() => m
-            .iter()
-            .map(|(k, v)| format!("{k}: {v}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        _ => "always".to_string(),
-    };
-    let _ = writeln!(
-        out,
-        "\nApplies when\n  {conditions}\n  on this node (`check`): {}",
-        match unmet {
-            None => "yes".to_string(),
-            Some(reason) => format!("no ({reason})"),
-        }
-    );
-    out.push('\n');
-    out.push_str(&explain_kind(check.kind));
-    out
-}
-
-/// A result the stages print themselves: no checklist entry, no
-/// parameters; what it verifies, why, the fix, and where it comes from.
-fn explain_built_in(b: &BuiltIn) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "{}", b.id);
-    let _ = writeln!(
-        out,
-        "  built into preflight {}: {}, severity {}, area {}",
-        b.commands.replace(", ", " and "),
-        b.kind,
-        match b.severity {
-            preflight_result::Severity::Fail => "fail",
-            preflight_result::Severity::Warn => "warn",
-        },
-        b.area
-    );
-    let _ = writeln!(out, "\nWhat it verifies\n{}", wrap(&b.verifies, 2));
-    let _ = writeln!(out, "\nWhy it matters\n{}", wrap(b.why, 2));
-    let _ = writeln!(out, "\nHow to fix a failure\n{}", wrap(&b.hint, 2));
-    let _ = writeln!(
-        out,
-        "\nApplies when\n  every run of preflight {} (on this node: not by `check`, which meets no other rank)",
-        b.commands.replace(", ", " and ")
-    );
-    out
-}
-
-/// Where and how often a job evaluates a check of `scope`.
-fn evaluated(scope: preflight_checklist::Scope) -> &'static str {
-    match scope {
-        preflight_checklist::Scope::Node => {
-            "once per node (scope node: in a job, by local rank 0 for the node's ranks)"
-        }
-        preflight_checklist::Scope::Rank => "on every rank (scope rank: each rank's own state)",
-        preflight_checklist::Scope::Cluster => {
-            "across the job (scope cluster: rank 0 compares every node's check-in, or every rank reads the collective stage's shared report)"
-        }
-    }
-}
-
-fn explain_kind(kind: &KindInfo) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Kind `{}`\n  {}\n  Evaluated {}.\n\nParameters",
-        kind.name,
-        kind.summary,
-        evaluated(kind.scope)
-    );
-    let width = kind.params.iter().map(|p| p.name.len()).max().unwrap_or(0);
-    for p in kind.params {
-        let default = match p.default {
-            None => "required".to_string(),
-            Some("unset") => "optional".to_string(),
-            Some(d) => format!("default {d}"),
-        };
-        let _ = writeln!(
-            out,
-            "  {:<width$}  {} ({default})\n  {:<width$}  {}",
-            p.name, p.ty, "", p.doc
-        );
-    }
-    let mut vars: Vec<&str> = preflight_checklist::hint_vars().to_vec();
-    vars.extend_from_slice(kind.hint_vars);
-    let _ = writeln!(
-        out,
-        "\nHint placeholders\n  {}, {{env.NAME}}",
-        vars.iter()
-            .map(|v| format!("{{{v}}}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    out
-}
-
-/// Folds prose to 78 columns at word boundaries, indented.
-fn wrap(text: &str, indent: usize) -> String {
-    let pad = " ".repeat(indent);
-    let mut lines = Vec::new();
-    let mut line = String::new();
-    for word in text.split_whitespace() {
-        if !line.is_empty() && indent + line.len() + 1 + word.len() > 78 {
-            lines.push(format!("{pad}{line}"));
-            line.clear();
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    if !line.is_empty() {
-        lines.push(format!("{pad}{line}"));
-    }
-    lines.join("\n")
-}

@@ -11,11 +11,11 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use super::Failure;
-use crate::run::selection::{all_checks, built_in_results, facts, not_here, select_all};
 use preflight_ground::exit::ExitCode;
 use preflight_report::output::write_stdout;
 use preflight_report::style::Style;
 use preflight_result::Severity;
+use preflight_run::selection::{all_checks, built_in_results, facts, not_here, select_all};
 
 #[derive(Debug, Args)]
 pub struct ListArgs {

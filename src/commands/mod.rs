@@ -8,8 +8,6 @@ mod explain;
 pub mod format;
 mod list;
 pub mod manual;
-#[cfg(feature = "rank-sim")]
-pub mod rank_sim;
 mod report;
 mod run_args;
 mod slurm;
@@ -34,11 +32,11 @@ pub use token::token;
 pub use validate::{ValidateArgs, validate};
 pub use webhook::{WebhookArgs, webhook};
 
-pub use crate::run::Failure;
-pub use crate::run::settings::Stage;
-use crate::run::settings::{BackendList, ChecklistSettings};
 use preflight_facts::Backend;
 use preflight_report::style::ColorChoice;
+pub use preflight_run::Failure;
+pub use preflight_run::settings::Stage;
+use preflight_run::settings::{BackendList, ChecklistSettings};
 
 /// Which checks: the shipped checklist, added files, and selection.
 #[derive(Debug, Args, Clone)]

@@ -1,5 +1,5 @@
 //! The arguments of `run`, `check` and `bench` on the command line, made
-//! into the run's settings (`crate::run::settings`) here and nowhere else.
+//! into the run's settings (`preflight_run::settings`) here and nowhere else.
 
 use std::path::PathBuf;
 
@@ -7,18 +7,18 @@ use clap::Args;
 
 use super::format;
 use crate::commands::ChecklistArgs;
-use crate::run::settings::{
-    ClusterSettings, CollectiveMode, CollectiveSettings, DisplaySettings, Nproc, RunSettings, Stage,
-};
-use crate::run::{self, Failure};
+use preflight_collective::rank::Libraries;
+use preflight_collective::registry::LIBRARIES;
 use preflight_ground::exit::ExitCode;
 use preflight_ground::values::{Span, parse_size};
-use preflight_stages::collective::rank::Libraries;
-use preflight_stages::collective::registry::LIBRARIES;
+use preflight_run::Failure;
+use preflight_run::settings::{
+    ClusterSettings, CollectiveMode, CollectiveSettings, DisplaySettings, Nproc, RunSettings, Stage,
+};
 
 /// `run`, `check` and `bench`: the run, from these arguments' settings.
 pub fn run(args: &RunArgs, stage: Stage) -> Result<ExitCode, Failure> {
-    run::run(&args.settings(), stage)
+    preflight_run::run(&args.settings(), stage)
 }
 
 #[derive(Debug, Args, Clone)]
@@ -108,7 +108,7 @@ pub struct CollectiveArgs {
     /// off; short (run's default: every operation verified, a few sizes);
     /// full (the size sweep; bench's default).
     #[arg(long, value_enum, value_name = "MODE")]
-    pub collective: Option<CollectiveMode>,
+    pub collective: Option<Collective>,
     /// Largest sweep size, e.g. 64MiB (default: 1MiB for run, 64MiB for
     /// bench).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
@@ -178,23 +178,22 @@ impl clap::Args for LibraryArgs {
     }
 }
 
-/// `--collective`: the mode is the run's; its spelling on the command
-/// line is this layer's.
-impl clap::ValueEnum for CollectiveMode {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[
-            CollectiveMode::Off,
-            CollectiveMode::Short,
-            CollectiveMode::Full,
-        ]
-    }
+/// `--collective`: the mode is the run's (`CollectiveMode`); its
+/// spelling on the command line is this layer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Collective {
+    Off,
+    Short,
+    Full,
+}
 
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(match self {
-            CollectiveMode::Off => "off",
-            CollectiveMode::Short => "short",
-            CollectiveMode::Full => "full",
-        }))
+impl From<Collective> for CollectiveMode {
+    fn from(c: Collective) -> CollectiveMode {
+        match c {
+            Collective::Off => CollectiveMode::Off,
+            Collective::Short => CollectiveMode::Short,
+            Collective::Full => CollectiveMode::Full,
+        }
     }
 }
 
@@ -285,7 +284,7 @@ impl RunArgs {
                 require_secret: c.require_secret,
             },
             collective: CollectiveSettings {
-                collective: k.collective,
+                collective: k.collective.map(CollectiveMode::from),
                 max_size: k.max_size,
                 step_factor: k.step_factor,
                 warmup: k.warmup,
@@ -411,7 +410,7 @@ impl clap::builder::TypedValueParser for PostUrl {
                 "--post: the URL is not UTF-8",
             )
         })?;
-        crate::run::post::parse_url(text).map_err(|e| {
+        preflight_run::post::parse_url(text).map_err(|e| {
             cmd.clone()
                 .error(clap::error::ErrorKind::ValueValidation, e)
         })

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use super::Failure;
-use crate::run::slurm::SlurmMode;
 use preflight_ground::exit::ExitCode;
+use preflight_run::slurm::SlurmMode;
 
 #[derive(Debug, Args)]
 pub struct SlurmArgs {
@@ -46,5 +46,5 @@ pub fn slurm(args: &SlurmArgs) -> Result<ExitCode, Failure> {
         ModeArg::Prolog { cluster } => SlurmMode::Prolog { cluster },
         ModeArg::Epilog => SlurmMode::Epilog,
     };
-    crate::run::slurm::slurm(mode, args.config_dir.as_deref())
+    preflight_run::slurm::slurm(mode, args.config_dir.as_deref())
 }

@@ -1,5 +1,5 @@
 //! `preflight webhook`: the mutating admission webhook that gates pods
-//! labelled `preflight.dev/gate` (see `preflight_stages::webhook`).
+//! labelled `preflight.dev/gate` (see `preflight_webhook`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -53,7 +53,7 @@ fn podgroups(
     args: &WebhookArgs,
 ) -> Result<
     (
-        Option<std::sync::Arc<preflight_stages::webhook::podgroup::ApiServer>>,
+        Option<std::sync::Arc<preflight_webhook::podgroup::ApiServer>>,
         String,
     ),
     Failure,
@@ -81,7 +81,7 @@ fn podgroups(
             "--api-server {url}: the API server is reached over https://"
         )));
     }
-    match preflight_stages::webhook::podgroup::ApiServer::new(&url, &args.api_ca, &args.api_token) {
+    match preflight_webhook::podgroup::ApiServer::new(&url, &args.api_ca, &args.api_token) {
         Ok(api) => Ok((
             Some(std::sync::Arc::new(api)),
             format!("PodGroups read from {url}"),
@@ -98,8 +98,8 @@ fn parse_span(text: &str) -> Result<preflight_ground::values::Span, String> {
 /// Serves until SIGTERM; exit 2 when it cannot start (the files, the
 /// address).
 pub fn webhook(args: &WebhookArgs) -> Result<ExitCode, Failure> {
-    let tls = preflight_stages::webhook::serve::tls(&args.tls_cert, &args.tls_key)
-        .map_err(Failure::Usage)?;
+    let tls =
+        preflight_webhook::serve::tls(&args.tls_cert, &args.tls_key).map_err(Failure::Usage)?;
     let listener = std::net::TcpListener::bind(args.listen)
         .map_err(|e| Failure::Usage(format!("--listen {}: {e}", args.listen)))?;
     let at = listener.local_addr().unwrap_or(args.listen);
@@ -108,11 +108,11 @@ pub fn webhook(args: &WebhookArgs) -> Result<ExitCode, Failure> {
         "preflight webhook: serving https://{at}/mutate (image {}; {said})",
         args.image
     );
-    let cfg = preflight_stages::webhook::Config {
+    let cfg = preflight_webhook::Config {
         image: args.image.clone(),
         gang_timeout: args.gang_timeout.0,
         podgroups: api,
     };
-    preflight_stages::webhook::serve::serve(listener, tls, cfg).map_err(Failure::Usage)?;
+    preflight_webhook::serve::serve(listener, tls, cfg).map_err(Failure::Usage)?;
     Ok(ExitCode::Ready)
 }

@@ -1,118 +1,23 @@
-//! The floor plan of `src/`: every import points to a lower floor, a few
-//! pairs on one floor are kept apart, clap stays in the command line, and
-//! no import loop spans more than one folder. The checker reads the source
-//! as text, so a bad import fails here, naming the file, the line and the
-//! import, before anyone reviews it.
-//!
-//! Floors, from the top (see src/lib.rs):
-//!   0 lib.rs, main.rs
-//!   1 cli, fuzzing (the fuzz targets' entry points, feature `fuzzing`)
-//!   2 commands (the command line)
-//!   3 run (a run's settings and the pipeline through the stages)
-//!   4 engine, cluster, collective, diagnose, webhook (the stages:
-//!     crates/preflight-stages, whose tree is checked on its own)
-//!   5 checklist, report (crates/preflight-checklist, -report)
-//!   6 kinds (crates/preflight-kinds)
-//!   7 result (crates/preflight-result)
-//!   8 test_hooks (in the stages' crate); facts and ground
-//!     (crates/preflight-facts, -ground)
+//! The floor plan, held by the compiler: every floor is a crate
+//! (docs/design.md draws them), so nothing can name a floor above its own.
+//! What is checked here is that the drawing and the manifests agree:
+//! docs/design.md's table of crates is each crate's dependencies, no
+//! dependency points up a floor, only the command line depends on clap,
+//! and the layout names every module where it is. The house rules no
+//! compiler holds (a file's length, fault switches and fuzz entry points
+//! only in their own builds, causes from fields) are in `rules`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
-
-mod checker;
 
 mod rules;
 
-/// The floor of each top-level module of this crate, and of each of
-/// preflight's crates below it (`preflight_NAME`). The compiler keeps a
-/// crate from naming anything above it; this keeps `src/` to the floors
-/// when it names a module or a crate.
-const FLOORS: &[(&str, u8)] = &[
-    ("cli", 1),
-    ("fuzzing", 1),
-    ("commands", 2),
-    ("run", 3),
-    ("stages", 4),
-    ("engine", 4),
-    ("cluster", 4),
-    ("collective", 4),
-    ("diagnose", 4),
-    ("webhook", 4),
-    ("checklist", 5),
-    ("report", 5),
-    ("kinds", 6),
-    ("result", 7),
-    ("facts", 8),
-    ("ground", 8),
-    ("test_hooks", 8),
-];
-
-/// The ground: the lowest floor, whose modules and crates may use each
-/// other.
-const GROUND: &[&str] = &["test_hooks", "facts", "ground"];
-
-/// Imports between modules of one floor that the plan allows: the
-/// collective stage moves its data over the cluster stage's store, its
-/// mesh proves the job's token (auth), and its tests meet over a real
-/// rendezvous (`cluster::test_support`).
-const SAME_FLOOR_ALLOWED: &[(&str, &str)] = &[
-    ("collective", "cluster::store"),
-    ("collective", "cluster::auth"),
-    ("collective", "cluster::test_support"),
-];
-
-/// Imports the floors alone would allow, that the plan forbids: a stage
-/// hands its result to the command, which renders it.
-const FORBIDDEN: &[(&str, &str)] = &[
-    ("engine", "report"),
-    ("cluster", "report"),
-    ("collective", "report"),
-    ("diagnose", "report"),
-    ("webhook", "report"),
-];
-
-/// Where clap's types may appear.
-fn may_use_clap(file: &str) -> bool {
-    file == "src/cli.rs" || file.starts_with("src/commands/")
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Violation {
-    file: String,
-    line: usize,
-    message: String,
-}
-
-impl std::fmt::Display for Violation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}: {}", self.file, self.line, self.message)
-    }
-}
-
-/// One import found in a file: where, its text, and the module path it
-/// names (absolute, from the crate root).
-#[derive(Debug, Clone)]
-struct Import {
-    line: usize,
-    text: String,
-    path: Vec<String>,
-}
-
-/// The module path of a file under `src/`: `src/kinds/mod.rs` is
-/// `kinds`, `src/kinds/port.rs` is `kinds::port`, lib.rs and main.rs the
-/// root.
-fn module_of(file: &str) -> Vec<String> {
-    let rel = file.strip_prefix("src/").unwrap_or(file);
-    let rel = rel.strip_suffix(".rs").unwrap_or(rel);
-    let mut parts: Vec<String> = rel.split('/').map(str::to_string).collect();
-    if matches!(
-        parts.last().map(String::as_str),
-        Some("mod" | "lib" | "main")
-    ) {
-        parts.pop();
-    }
-    parts
+/// A made-up tree of sources, `path` to text.
+fn tree(files: &[(&str, &str)]) -> BTreeMap<String, String> {
+    files
+        .iter()
+        .map(|(p, s)| (p.to_string(), s.to_string()))
+        .collect()
 }
 
 /// The source with comments and the contents of string and character
@@ -189,482 +94,6 @@ fn strip(source: &str) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-/// The paths a `use` tree names: `a::{b, c::{d, e}}` is a::b, a::c::d,
-/// a::c::e.
-fn expand(tree: &str) -> Vec<String> {
-    // Spaces go, but a rename keeps its ` as `.
-    let tree = tree
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .replace(" as ", "\u{1}")
-        .replace(' ', "")
-        .replace('\u{1}', " as ");
-    let mut out = Vec::new();
-    fn walk(prefix: &str, tree: &str, out: &mut Vec<String>) {
-        let Some(open) = tree.find('{') else {
-            out.push(format!("{prefix}{tree}"));
-            return;
-        };
-        let head = &tree[..open];
-        let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
-        let mut depth = 0;
-        let mut start = 0;
-        let mut items = Vec::new();
-        for (i, c) in inner.char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => depth -= 1,
-                ',' if depth == 0 => {
-                    items.push(&inner[start..i]);
-                    start = i + 1;
-                }
-                _ => {}
-            }
-        }
-        items.push(&inner[start..]);
-        for item in items.into_iter().filter(|i| !i.is_empty()) {
-            walk(&format!("{prefix}{head}"), item, out);
-        }
-    }
-    walk("", &tree, &mut out);
-    out
-}
-
-/// The inline modules (`mod tests { ... }`) open at each byte offset, so
-/// that `super` inside one means the file's module.
-fn inline_modules(text: &str) -> Vec<(usize, usize, String)> {
-    let b = text.as_bytes();
-    let mut spans = Vec::new();
-    let mut search = 0;
-    while let Some(n) = text[search..].find("mod ") {
-        let at = search + n;
-        search = at + 4;
-        if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_') {
-            continue;
-        }
-        let rest = &text[at + 4..];
-        let name: String = rest
-            .trim_start()
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect();
-        let after = rest.trim_start()[name.len()..].trim_start();
-        if name.is_empty() || !after.starts_with('{') {
-            continue;
-        }
-        let open = at + 4 + rest.len() - after.len();
-        let mut depth = 0;
-        let mut end = text.len();
-        for (i, c) in text[open..].char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = open + i;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        spans.push((open, end, name));
-    }
-    spans
-}
-
-fn line_of(text: &str, at: usize) -> usize {
-    text[..at].matches('\n').count() + 1
-}
-
-/// Every import of a file: its `use` declarations and the `crate::`,
-/// `super::` and `self::` paths written inline.
-fn imports(file: &str, source: &str) -> Vec<Import> {
-    let text = strip(source);
-    let module = module_of(file);
-    let inline = inline_modules(&text);
-    let scope_at = |at: usize| -> Vec<String> {
-        let mut m = module.clone();
-        for (open, end, name) in &inline {
-            if *open < at && at < *end {
-                m.push(name.clone());
-            }
-        }
-        m
-    };
-    let absolute = |at: usize, path: &str| -> Option<Vec<String>> {
-        let mut parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
-        let mut base = match parts.first().copied() {
-            Some("crate") => {
-                parts.remove(0);
-                Vec::new()
-            }
-            Some("super" | "self") => scope_at(at),
-            _ => return None,
-        };
-        while let Some(first) = parts.first().copied() {
-            match first {
-                "super" => {
-                    base.pop();
-                }
-                "self" => {}
-                _ => break,
-            }
-            parts.remove(0);
-        }
-        base.extend(
-            parts
-                .iter()
-                .map(|p| p.split(" as ").next().unwrap_or(p).to_string()),
-        );
-        Some(base)
-    };
-    let mut out = Vec::new();
-    let bytes = text.as_bytes();
-    let word_start =
-        |at: usize| at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_');
-    let mut search = 0;
-    let mut in_use = Vec::new();
-    while let Some(n) = text[search..].find("use ") {
-        let at = search + n;
-        search = at + 4;
-        if !word_start(at) {
-            continue;
-        }
-        let Some(end) = text[at..].find(';') else {
-            continue;
-        };
-        let tree = &text[at + 4..at + end];
-        in_use.push((at, at + end));
-        let line = line_of(&text, at);
-        let shown = source[at..at + end + 1]
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
-        for path in expand(tree) {
-            if let Some(abs) = absolute(at, &path) {
-                out.push(Import {
-                    line,
-                    text: shown.clone(),
-                    path: abs,
-                });
-            }
-        }
-    }
-    for prefix in ["crate::", "super::", "self::"] {
-        let mut search = 0;
-        while let Some(n) = text[search..].find(prefix) {
-            let at = search + n;
-            search = at + prefix.len();
-            if !word_start(at) || (at >= 2 && &text[at - 2..at] == "::") {
-                continue;
-            }
-            if in_use.iter().any(|(s, e)| *s <= at && at <= *e) {
-                continue;
-            }
-            let len = text[at..]
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-                .unwrap_or(text.len() - at);
-            let path = text[at..at + len].trim_end_matches(':');
-            if let Some(abs) = absolute(at, path) {
-                out.push(Import {
-                    line: line_of(&text, at),
-                    text: source[at..at + len].to_string(),
-                    path: abs,
-                });
-            }
-        }
-    }
-    out
-}
-
-/// The file of the longest module prefix of `path`, if any.
-fn resolve<'a>(path: &[String], modules: &'a BTreeMap<Vec<String>, String>) -> Option<&'a String> {
-    (1..=path.len())
-        .rev()
-        .find_map(|n| modules.get(&path[..n].to_vec()))
-}
-
-fn floor(module: &[String]) -> u8 {
-    match module.first() {
-        None => 0,
-        Some(top) => FLOORS
-            .iter()
-            .find(|(name, _)| name == top)
-            .map_or(0, |(_, f)| *f),
-    }
-}
-
-/// A file's folder; `x.rs` beside an `x/` folder is in that folder, as
-/// `x/mod.rs` would be.
-fn folder(file: &str, files: &BTreeMap<String, String>) -> String {
-    let own = file.strip_suffix(".rs").unwrap_or(file);
-    let prefix = format!("{own}/");
-    if files.keys().any(|f| f.starts_with(&prefix)) {
-        return own.to_string();
-    }
-    Path::new(file)
-        .parent()
-        .map_or(String::new(), |p| p.display().to_string())
-}
-
-/// The crates of preflight's own that a source names
-/// (`preflight_kinds::...`), each as (line, its name in `FLOORS`).
-fn crate_uses(source: &str) -> Vec<(usize, String)> {
-    const PREFIX: &str = "preflight_";
-    let text = strip(source);
-    let b = text.as_bytes();
-    let mut out = Vec::new();
-    let mut search = 0;
-    while let Some(n) = text[search..].find(PREFIX) {
-        let at = search + n;
-        search = at + PREFIX.len();
-        if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_') {
-            continue;
-        }
-        let name: String = text[search..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        if FLOORS.iter().any(|(m, _)| *m == name) {
-            out.push((line_of(&text, at), name));
-        }
-    }
-    out
-}
-
-/// Every rule the tree breaks: `files` maps `src/...` paths to source text.
-fn check(files: &BTreeMap<String, String>) -> Vec<Violation> {
-    let modules: BTreeMap<Vec<String>, String> = files
-        .keys()
-        .filter(|f| !f.ends_with("main.rs"))
-        .map(|f| (module_of(f), f.clone()))
-        .collect();
-    let mut violations = Vec::new();
-    let mut edges: BTreeMap<&String, BTreeMap<&String, (usize, String)>> = BTreeMap::new();
-    for (file, source) in files {
-        let from = module_of(file);
-        let from_top = from.first().cloned().unwrap_or_default();
-        for import in imports(file, source) {
-            let Some(target) = resolve(&import.path, &modules) else {
-                continue;
-            };
-            if target == file {
-                continue;
-            }
-            edges
-                .entry(file)
-                .or_default()
-                .entry(target)
-                .or_insert((import.line, import.text.clone()));
-            let to = module_of(target);
-            let to_top = to.first().cloned().unwrap_or_default();
-            if to_top == from_top || from.is_empty() {
-                continue;
-            }
-            let (f, t) = (floor(&from), floor(&to));
-            let both_ground =
-                GROUND.contains(&from_top.as_str()) && GROUND.contains(&to_top.as_str());
-            let named = to.join("::");
-            let message = if t < f {
-                Some(format!(
-                    "`{}`: {from_top} (floor {f}) imports {named} (floor {t}); an import may only point to a lower floor",
-                    import.text
-                ))
-            } else if t == f && !both_ground {
-                let allowed = SAME_FLOOR_ALLOWED.iter().any(|(a, b)| {
-                    *a == from_top && (named == *b || named.starts_with(&format!("{b}::")))
-                });
-                (!allowed).then(|| {
-                    format!(
-                        "`{}`: {from_top} imports {named}, on its own floor ({f}); modules of one floor stay apart",
-                        import.text
-                    )
-                })
-            } else if FORBIDDEN
-                .iter()
-                .any(|(a, b)| *a == from_top && *b == to_top)
-            {
-                Some(format!(
-                    "`{}`: the {from_top} stage imports {named}; a stage returns its result and the command renders it",
-                    import.text
-                ))
-            } else {
-                None
-            };
-            if let Some(message) = message {
-                violations.push(Violation {
-                    file: file.clone(),
-                    line: import.line,
-                    message,
-                });
-            }
-        }
-        for (line, to_top) in crate_uses(source) {
-            if from.is_empty() || to_top == from_top {
-                continue;
-            }
-            let (f, t) = (floor(&from), floor(std::slice::from_ref(&to_top)));
-            let shown = source.lines().nth(line - 1).unwrap_or("").trim();
-            let both_ground =
-                GROUND.contains(&from_top.as_str()) && GROUND.contains(&to_top.as_str());
-            let message = if t < f {
-                Some(format!(
-                    "`{shown}`: {from_top} (floor {f}) names the crate preflight_{to_top} (floor {t}); an import may only point to a lower floor"
-                ))
-            } else if t == f && !both_ground {
-                Some(format!(
-                    "`{shown}`: {from_top} names the crate preflight_{to_top}, on its own floor ({f}); modules of one floor stay apart"
-                ))
-            } else if FORBIDDEN
-                .iter()
-                .any(|(a, b)| *a == from_top && *b == to_top)
-            {
-                Some(format!(
-                    "`{shown}`: the {from_top} stage names the crate preflight_{to_top}; a stage returns its result and the command renders it"
-                ))
-            } else {
-                None
-            };
-            if let Some(message) = message {
-                violations.push(Violation {
-                    file: file.clone(),
-                    line,
-                    message,
-                });
-            }
-        }
-        let text = strip(source);
-        for word in ["clap::", "unsafe "] {
-            let mut search = 0;
-            while let Some(n) = text[search..].find(word) {
-                let at = search + n;
-                search = at + word.len();
-                let b = text.as_bytes();
-                if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_') {
-                    continue;
-                }
-                let line = line_of(&text, at);
-                let shown = source
-                    .lines()
-                    .nth(line - 1)
-                    .unwrap_or("")
-                    .trim()
-                    .to_string();
-                if word == "clap::" && !may_use_clap(file) {
-                    violations.push(Violation {
-                        file: file.clone(),
-                        line,
-                        message: format!(
-                            "`{shown}`: clap belongs to src/cli.rs and src/commands/; give the command its own argument type"
-                        ),
-                    });
-                }
-                if word == "unsafe " {
-                    violations.push(Violation {
-                        file: file.clone(),
-                        line,
-                        message: format!(
-                            "`{shown}`: `unsafe` lives only in the crates/*-sys crates"
-                        ),
-                    });
-                }
-            }
-        }
-    }
-    for component in loops(&edges) {
-        let folders: BTreeSet<String> = component.iter().map(|f| folder(f, files)).collect();
-        if folders.len() > 1 {
-            let first = component[0];
-            let (line, text) = component
-                .iter()
-                .find_map(|to| edges.get(first).and_then(|e| e.get(to)))
-                .cloned()
-                .unwrap_or((1, String::new()));
-            let names: Vec<&str> = component.iter().map(|s| s.as_str()).collect();
-            violations.push(Violation {
-                file: first.clone(),
-                line,
-                message: format!(
-                    "`{text}` is part of an import loop across {} folders ({}): {}",
-                    folders.len(),
-                    folders.into_iter().collect::<Vec<_>>().join(", "),
-                    names.join(" ")
-                ),
-            });
-        }
-    }
-    violations.sort();
-    violations.dedup();
-    violations
-}
-
-/// The import loops: strongly connected components of more than one file
-/// (Tarjan's algorithm).
-fn loops<'a>(
-    edges: &BTreeMap<&'a String, BTreeMap<&'a String, (usize, String)>>,
-) -> Vec<Vec<&'a String>> {
-    struct State<'a> {
-        index: BTreeMap<&'a String, usize>,
-        low: BTreeMap<&'a String, usize>,
-        stack: Vec<&'a String>,
-        on_stack: BTreeSet<&'a String>,
-        next: usize,
-        out: Vec<Vec<&'a String>>,
-    }
-    fn visit<'a>(
-        v: &'a String,
-        edges: &BTreeMap<&'a String, BTreeMap<&'a String, (usize, String)>>,
-        s: &mut State<'a>,
-    ) {
-        s.index.insert(v, s.next);
-        s.low.insert(v, s.next);
-        s.next += 1;
-        s.stack.push(v);
-        s.on_stack.insert(v);
-        for w in edges.get(v).into_iter().flat_map(|e| e.keys().copied()) {
-            if !s.index.contains_key(w) {
-                visit(w, edges, s);
-                let low = s.low[v].min(s.low[w]);
-                s.low.insert(v, low);
-            } else if s.on_stack.contains(w) {
-                let low = s.low[v].min(s.index[w]);
-                s.low.insert(v, low);
-            }
-        }
-        if s.low[v] == s.index[v] {
-            let mut component = Vec::new();
-            while let Some(w) = s.stack.pop() {
-                s.on_stack.remove(w);
-                component.push(w);
-                if w == v {
-                    break;
-                }
-            }
-            if component.len() > 1 {
-                component.sort();
-                s.out.push(component);
-            }
-        }
-    }
-    let mut s = State {
-        index: BTreeMap::new(),
-        low: BTreeMap::new(),
-        stack: Vec::new(),
-        on_stack: BTreeSet::new(),
-        next: 0,
-        out: Vec::new(),
-    };
-    let nodes: Vec<&String> = edges.keys().copied().collect();
-    for v in nodes {
-        if !s.index.contains_key(v) {
-            visit(v, edges, &mut s);
-        }
-    }
-    s.out
-}
-
 fn read_tree(dir: &Path, files: &mut BTreeMap<String, String>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -686,46 +115,248 @@ fn read_tree(dir: &Path, files: &mut BTreeMap<String, String>) {
     }
 }
 
+/// The modules in `dir` (files and folders; its root `mod.rs` or
+/// `lib.rs` aside) whose names `what` does not say as a word.
+fn unnamed(dir: &Path, what: &str) -> Vec<String> {
+    let words: Vec<&str> = what
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    let mut out = Vec::new();
+    for child in std::fs::read_dir(dir).unwrap().flatten() {
+        let child = child.file_name().to_string_lossy().into_owned();
+        let stem = child.strip_suffix(".rs").unwrap_or(&child);
+        let module = child.ends_with(".rs") || !child.contains('.');
+        if module && !matches!(stem, "mod" | "lib") && !words.contains(&stem) {
+            out.push(stem.to_string());
+        }
+    }
+    out
+}
+
+/// docs/design.md's layout: the ```text block under `## Layout`, each
+/// line of `src/` and of `crates/preflight-*` as (floor, what it says).
+struct Drawing {
+    src: BTreeMap<String, (Option<u8>, String)>,
+    crates: BTreeMap<String, (Option<u8>, String)>,
+}
+
+fn drawing(design: &str) -> Drawing {
+    let layout = design
+        .split("\n## Layout\n")
+        .nth(1)
+        .and_then(|s| s.split("```text\n").nth(1))
+        .and_then(|s| s.split("\n```").next())
+        .expect("docs/design.md: a ```text block under ## Layout");
+    let mut d = Drawing {
+        src: BTreeMap::new(),
+        crates: BTreeMap::new(),
+    };
+    // `3 crates/preflight-cluster/  what it is`: the floor, the path, the
+    // description.
+    for line in layout.lines() {
+        let (floor, rest) = match line.split_once(' ') {
+            Some((f, rest)) if f.parse::<u8>().is_ok() => (f.parse().ok(), rest),
+            _ => (None, line),
+        };
+        if let Some(path) = rest.strip_prefix("src/") {
+            let (path, what) = path.split_once(' ').unwrap_or((path, ""));
+            d.src
+                .insert(path.to_string(), (floor, what.trim().to_string()));
+        } else if let Some(path) = rest.strip_prefix("crates/") {
+            let (path, what) = path.split_once(' ').unwrap_or((path, ""));
+            if path.starts_with("preflight-") {
+                let name = path.trim_end_matches('/').to_string();
+                d.crates.insert(name, (floor, what.trim().to_string()));
+            }
+        }
+    }
+    d
+}
+
+fn design() -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(root.join("docs/design.md")).unwrap()
+}
+
+/// Our crates, by directory name (`preflight-run`).
+fn our_crates() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out: Vec<String> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("preflight-"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The crates of ours a manifest's `[dependencies]` name (`run`, `facts`),
+/// and whether it names `krate` there.
+fn dependencies(manifest: &str) -> (Vec<String>, impl Fn(&str) -> bool + '_) {
+    let section = manifest
+        .split("\n[dependencies]\n")
+        .nth(1)
+        .and_then(|s| s.split("\n[").next())
+        .unwrap_or("");
+    let mut ours: Vec<String> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("preflight-"))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    ours.sort();
+    let names = move |krate: &str| {
+        section
+            .lines()
+            .any(|l| l.split([' ', '=']).next() == Some(krate))
+    };
+    (ours, names)
+}
+
+/// docs/design.md draws `src/` and preflight's crates as they are: a line
+/// for every top-level module of `src/` (the command line, floor 1), one
+/// for every `crates/preflight-*` with its floor, and in each folder's or
+/// crate's line the name of every module in it, so that the map a new
+/// engineer reads first cannot leave out a room.
 #[test]
-fn the_tree_keeps_its_floors() {
+fn the_design_notes_draw_the_current_layout() {
     let _shared = crate::common::shared();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = BTreeMap::new();
-    read_tree(&root.join("src"), &mut files);
-    assert!(files.len() > 30, "read only {} files", files.len());
-    // The stages are one crate whose modules keep the same floors and
-    // rules among themselves: checked as a tree of their own, its paths
-    // as `src/...`.
-    let mut stages = BTreeMap::new();
-    read_tree(&root.join("crates/preflight-stages/src"), &mut stages);
-    let stages: BTreeMap<String, String> = stages
-        .into_iter()
-        .map(|(f, text)| (f.replace("crates/preflight-stages/src/", "src/"), text))
-        .collect();
-    assert!(stages.len() > 50, "read only {} files", stages.len());
-    let stage_violations = check(&stages);
-    let shown: Vec<String> = stage_violations
-        .iter()
-        .map(|v| format!("crates/preflight-stages/{v}"))
-        .collect();
-    assert!(stage_violations.is_empty(), "\n{}", shown.join("\n"));
-    // The checker sees the layers it is about: a sample of real imports,
-    // of a module and of a crate below.
-    let collective = imports(
-        "src/collective/stage.rs",
-        &stages["src/collective/stage.rs"],
-    );
+    let Drawing { src, mut crates } = drawing(&design());
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root.join("src")).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_dir = entry.path().is_dir();
+        let key = if is_dir {
+            format!("{name}/")
+        } else if name.ends_with(".rs") {
+            name.clone()
+        } else {
+            continue;
+        };
+        let Some((floor, what)) = src.get(&key) else {
+            missing.push(format!("src/{key} has no line"));
+            continue;
+        };
+        let root_file = matches!(key.as_str(), "lib.rs" | "main.rs");
+        if !root_file && *floor != Some(1) {
+            missing.push(format!(
+                "src/{key} is drawn on floor {floor:?}: src/ is the command line, floor 1"
+            ));
+        }
+        if is_dir {
+            for stem in unnamed(&entry.path(), what) {
+                missing.push(format!("src/{key}'s line does not name {stem}"));
+            }
+        }
+    }
+    for path in src.keys() {
+        let there = root.join("src").join(path.trim_end_matches('/'));
+        if !there.exists() {
+            missing.push(format!("src/{path} is drawn but not there"));
+        }
+    }
+    for name in our_crates() {
+        let Some((floor, what)) = crates.remove(&name) else {
+            missing.push(format!("crates/{name}/ has no line"));
+            continue;
+        };
+        if floor.is_none() {
+            missing.push(format!("crates/{name}/ is drawn on no floor"));
+        }
+        for stem in unnamed(&root.join("crates").join(&name).join("src"), &what) {
+            missing.push(format!("crates/{name}/'s line does not name {stem}"));
+        }
+    }
+    for name in crates.keys() {
+        missing.push(format!("crates/{name}/ is drawn but not there"));
+    }
     assert!(
-        collective
-            .iter()
-            .any(|i| i.path.first().map(String::as_str) == Some("cluster")),
-        "{collective:?}"
+        missing.is_empty(),
+        "docs/design.md's layout:\n{}",
+        missing.join("\n")
     );
-    let run = crate_uses(&files["src/run/mod.rs"]);
-    assert!(run.iter().any(|(_, c)| c == "stages"), "{run:?}");
-    let engine = crate_uses(&stages["src/engine.rs"]);
-    assert!(engine.iter().any(|(_, c)| c == "checklist"), "{engine:?}");
-    let violations = check(&files);
-    let shown: Vec<String> = violations.iter().map(ToString::to_string).collect();
-    assert!(violations.is_empty(), "\n{}", shown.join("\n"));
+}
+
+/// docs/design.md's table of crates says what each may use, and each
+/// crate's Cargo.toml says what it does: the two name the same crates of
+/// ours, every one on a floor below (or, where the table draws it, beside)
+/// the crate's own, so the drawing cannot drift from what the compiler
+/// holds. Only the command line depends on clap.
+#[test]
+fn the_design_notes_crate_table_is_each_crates_dependencies() {
+    let _shared = crate::common::shared();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let design = design();
+    let Drawing { crates, .. } = drawing(&design);
+    let ours: Vec<String> = our_crates()
+        .iter()
+        .map(|n| n.trim_start_matches("preflight-").to_string())
+        .collect();
+    let mut wrong = Vec::new();
+    let mut rows = Vec::new();
+    for row in design.lines().filter(|l| l.starts_with("| `preflight")) {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let name = cells[0].split('`').nth(1).unwrap_or_default();
+        rows.push(name.to_string());
+        // What the row says it uses: our crates by their short names, up
+        // to the first parenthesis (a reason, not a crate).
+        let uses = cells[2].split('(').next().unwrap_or("");
+        let mut drawn: Vec<String> = uses
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| ours.iter().any(|o| o == w))
+            .map(str::to_string)
+            .collect();
+        drawn.sort();
+        let dir = if name == "preflight" {
+            root.to_path_buf()
+        } else {
+            root.join("crates").join(name)
+        };
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        let (depends, names) = dependencies(&manifest);
+        if name == "preflight" {
+            // The command line: over every floor, clap its own.
+            if uses.trim() != "all below" {
+                wrong.push(format!("{name}: its row uses {uses:?}, not all below"));
+            }
+            if !names("clap") {
+                wrong.push(format!("{name}: the command line without clap"));
+            }
+            continue;
+        }
+        if drawn != depends {
+            wrong.push(format!(
+                "{name}: docs/design.md draws {drawn:?}, its Cargo.toml depends on {depends:?}"
+            ));
+        }
+        if names("clap") {
+            wrong.push(format!(
+                "{name}: depends on clap, which belongs to the command line (src/)"
+            ));
+        }
+        let floor_of = |n: &str| crates.get(n).and_then(|(f, _)| *f);
+        let own = floor_of(name);
+        let table_floor = cells[1].parse::<u8>().ok();
+        if own != table_floor {
+            wrong.push(format!(
+                "{name}: floor {table_floor:?} in the table, {own:?} in the layout"
+            ));
+        }
+        for d in &depends {
+            let theirs = floor_of(&format!("preflight-{d}"));
+            if theirs < own {
+                wrong.push(format!(
+                    "{name} (floor {own:?}) depends on preflight-{d} (floor {theirs:?}): a dependency may not point up a floor"
+                ));
+            }
+        }
+    }
+    let mut want: Vec<String> = our_crates();
+    want.push("preflight".to_string());
+    want.sort();
+    rows.sort();
+    assert_eq!(rows, want, "a row for each of our crates");
+    assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
 }

@@ -43,7 +43,7 @@
  *   come with ncclGetLastError text.
  * - NCCL_DEBUG=INFO writes NCCL-style lines ("host:pid:tid [dev] NCCL INFO
  *   ...") to NCCL_DEBUG_FILE (%h and %p expanded as NCCL does), among them
- *   the network choice lines crates/preflight-stages/src/collective/nccl/transport.rs reads, in
+ *   the network choice lines crates/preflight-collective/src/nccl/transport.rs reads, in
  *   the form of the real logs it cites (NVIDIA/nccl issues 226, 941, 1053).
  *
  * Fault switches, read only here:

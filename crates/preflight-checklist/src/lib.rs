@@ -3,6 +3,7 @@
 
 mod error;
 mod evaluate;
+pub mod explain;
 mod hash;
 mod hint;
 pub mod kept;

@@ -11,6 +11,7 @@ pub mod diagnosis;
 pub mod format;
 mod html;
 pub mod human;
+pub mod input;
 mod json;
 mod junit;
 mod markdown;

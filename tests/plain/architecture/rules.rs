@@ -1,15 +1,15 @@
-//! House rules beyond the floors: no file outgrows a reader, causes come
+//! House rules no compiler holds: no file outgrows a reader, causes come
 //! from fields and not message text, fault switches and fuzzing entry points
-//! exist only in their own builds.
+//! exist only in their own builds, every test takes the binary's lock.
 
 use super::*;
-use checker::tree;
 
-/// preflight's own source: `src/` and every `crates/preflight-*/src`.
+/// preflight's own source: `src/`, `tools/` and every `crates/preflight-*/src`.
 fn every_source() -> BTreeMap<String, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = BTreeMap::new();
     read_tree(&root.join("src"), &mut files);
+    read_tree(&root.join("tools"), &mut files);
     for entry in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
         if entry
             .file_name()
@@ -35,11 +35,11 @@ fn fault_switches_exist_only_in_test_builds() {
         .filter(|(_, text)| text.contains("PREFLIGHT_TEST_"))
         .map(|(f, _)| f)
         .collect();
-    assert_eq!(naming, ["crates/preflight-stages/src/test_hooks.rs"]);
-    let lib = &files["crates/preflight-stages/src/lib.rs"];
+    assert_eq!(naming, ["crates/preflight-ground/src/test_hooks.rs"]);
+    let lib = &files["crates/preflight-ground/src/lib.rs"];
     assert!(
-        lib.contains("#[cfg(feature = \"test-hooks\")]\npub mod test_hooks;"),
-        "crates/preflight-stages/src/lib.rs must compile test_hooks only with the feature"
+        lib.contains("#[cfg(any(test, feature = \"test-hooks\"))]\npub mod test_hooks;"),
+        "crates/preflight-ground/src/lib.rs must compile test_hooks only with the feature (or for its own unit test)"
     );
     for (f, text) in &files {
         for (n, line) in text.lines().enumerate() {
@@ -119,6 +119,7 @@ fn no_source_file_outgrows_a_reader() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = BTreeMap::new();
     read_tree(&root.join("src"), &mut files);
+    read_tree(&root.join("tools"), &mut files);
     read_tree(&root.join("tests"), &mut files);
     for dir in std::fs::read_dir(root.join("crates")).expect("crates/") {
         for part in ["src", "tests"] {
@@ -288,174 +289,4 @@ fn every_test_takes_the_binarys_lock_once() {
     }
     assert!(seen > 400, "{seen} tests found");
     assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
-}
-
-/// The modules in `dir` (files and folders; its root `mod.rs` or
-/// `lib.rs` aside) whose names `what` does not say as a word.
-fn unnamed(dir: &Path, what: &str) -> Vec<String> {
-    let words: Vec<&str> = what
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .collect();
-    let mut out = Vec::new();
-    for child in std::fs::read_dir(dir).unwrap().flatten() {
-        let child = child.file_name().to_string_lossy().into_owned();
-        let stem = child.strip_suffix(".rs").unwrap_or(&child);
-        let module = child.ends_with(".rs") || !child.contains('.');
-        if module && !matches!(stem, "mod" | "lib") && !words.contains(&stem) {
-            out.push(stem.to_string());
-        }
-    }
-    out
-}
-
-/// docs/design.md draws `src/` and preflight's crates as they are: a line
-/// for every top-level module with the floor this checker holds it to,
-/// one for every `crates/preflight-*` with its floor, and in each folder's
-/// or crate's line the name of every module in it, so that the map a new
-/// engineer reads first cannot leave out a room.
-#[test]
-fn the_design_notes_draw_the_current_layout() {
-    let _shared = crate::common::shared();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let design = std::fs::read_to_string(root.join("docs/design.md")).unwrap();
-    let layout = design
-        .split("\n## Layout\n")
-        .nth(1)
-        .and_then(|s| s.split("```text\n").nth(1))
-        .and_then(|s| s.split("\n```").next())
-        .expect("docs/design.md: a ```text block under ## Layout");
-    // `3 src/cluster/  what it is`: the floor, the path, the description.
-    let mut drawn: BTreeMap<String, (Option<u8>, String)> = BTreeMap::new();
-    // `7 crates/preflight-result/  what it is`: the floors that are crates.
-    let mut crates: BTreeMap<String, (Option<u8>, String)> = BTreeMap::new();
-    for line in layout.lines() {
-        let (floor, rest) = match line.split_once(' ') {
-            Some((f, rest)) if f.parse::<u8>().is_ok() => (f.parse().ok(), rest),
-            _ => (None, line),
-        };
-        if let Some(path) = rest.strip_prefix("src/") {
-            let (path, what) = path.split_once(' ').unwrap_or((path, ""));
-            drawn.insert(path.to_string(), (floor, what.trim().to_string()));
-        } else if rest.starts_with("crates/preflight-") {
-            let (path, what) = rest.split_once(' ').unwrap_or((rest, ""));
-            crates.insert(path.to_string(), (floor, what.trim().to_string()));
-        }
-    }
-    let mut missing = Vec::new();
-    for entry in std::fs::read_dir(root.join("src")).unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let is_dir = entry.path().is_dir();
-        let (module, key) = if is_dir {
-            (name.clone(), format!("{name}/"))
-        } else if let Some(stem) = name.strip_suffix(".rs") {
-            (stem.to_string(), name.clone())
-        } else {
-            continue;
-        };
-        let Some((floor, what)) = drawn.get(&key) else {
-            missing.push(format!("src/{key} has no line"));
-            continue;
-        };
-        if let Some(&(_, want)) = FLOORS.iter().find(|(m, _)| *m == module)
-            && *floor != Some(want)
-        {
-            missing.push(format!(
-                "src/{key} is drawn on floor {floor:?}, held on {want}"
-            ));
-        }
-        if !is_dir {
-            continue;
-        }
-        for stem in unnamed(&entry.path(), what) {
-            missing.push(format!("src/{key}'s line does not name {stem}"));
-        }
-    }
-    for path in drawn.keys() {
-        let there = root.join("src").join(path.trim_end_matches('/'));
-        if !there.exists() {
-            missing.push(format!("src/{path} is drawn but not there"));
-        }
-    }
-    // Each of preflight's own crates, on its floor, naming its modules.
-    for entry in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.starts_with("preflight-") {
-            continue;
-        }
-        let key = format!("crates/{name}/");
-        let Some((floor, what)) = crates.remove(&key) else {
-            missing.push(format!("{key} has no line"));
-            continue;
-        };
-        let module = name.trim_start_matches("preflight-");
-        match FLOORS.iter().find(|(m, _)| *m == module) {
-            Some(&(_, want)) if floor != Some(want) => {
-                missing.push(format!("{key} is drawn on floor {floor:?}, held on {want}"));
-            }
-            None => missing.push(format!("{key} has no floor in the checker's FLOORS")),
-            _ => {}
-        }
-        for stem in unnamed(&entry.path().join("src"), &what) {
-            missing.push(format!("{key}'s line does not name {stem}"));
-        }
-    }
-    for key in crates.keys() {
-        missing.push(format!("{key} is drawn but not there"));
-    }
-    assert!(
-        missing.is_empty(),
-        "docs/design.md's layout:\n{}",
-        missing.join("\n")
-    );
-}
-
-/// docs/design.md's table of crates says what each may use, and each
-/// crate's Cargo.toml says what it does: the two name the same crates of
-/// ours, so the drawing cannot drift from what the compiler holds.
-#[test]
-fn the_design_notes_crate_table_is_each_crates_dependencies() {
-    let _shared = crate::common::shared();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let design = std::fs::read_to_string(root.join("docs/design.md")).unwrap();
-    let ours = [
-        "ground",
-        "facts",
-        "result",
-        "kinds",
-        "checklist",
-        "report",
-        "stages",
-    ];
-    let mut rows = 0;
-    for row in design.lines().filter(|l| l.starts_with("| `preflight-")) {
-        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
-        let name = cells[0].trim_matches('`');
-        // What the row says it uses: our crates by their short names, up
-        // to the first parenthesis (a reason, not a crate).
-        let uses = cells[2].split('(').next().unwrap_or("");
-        let mut drawn: Vec<&str> = uses
-            .split(|c: char| !c.is_ascii_alphanumeric())
-            .filter(|w| ours.contains(w))
-            .collect();
-        drawn.sort();
-        let manifest =
-            std::fs::read_to_string(root.join("crates").join(name).join("Cargo.toml")).unwrap();
-        let dependencies = manifest
-            .split("\n[dependencies]\n")
-            .nth(1)
-            .and_then(|s| s.split("\n[").next())
-            .unwrap_or("");
-        let mut depends: Vec<&str> = dependencies
-            .lines()
-            .filter_map(|l| l.strip_prefix("preflight-"))
-            .filter_map(|l| l.split_whitespace().next())
-            .collect();
-        depends.sort();
-        assert_eq!(
-            drawn, depends,
-            "{name}: docs/design.md against its Cargo.toml"
-        );
-        rows += 1;
-    }
-    assert_eq!(rows, ours.len(), "a row for each of our crates");
 }
