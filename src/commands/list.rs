@@ -6,15 +6,11 @@ use super::ChecklistArgs;
 use super::Color;
 use super::format::{self, Format};
 
-use std::fmt::Write;
-
-use serde::Serialize;
-
 use super::Failure;
 use preflight_ground::exit::ExitCode;
+use preflight_report::listing::{Counts, Entry, table};
 use preflight_report::output::write_stdout;
 use preflight_report::style::Style;
-use preflight_result::Severity;
 use preflight_run::selection::{all_checks, built_in_results, facts, not_here, select_all};
 
 #[derive(Debug, Args)]
@@ -26,29 +22,6 @@ pub struct ListArgs {
     pub color: Color,
     #[arg(long, value_parser = format::parser(format::LIST), default_value = "human")]
     pub format: Format,
-}
-
-#[derive(Serialize)]
-struct Entry<'a> {
-    id: &'a str,
-    kind: &'a str,
-    area: &'a str,
-    severity: Severity,
-    tags: Vec<String>,
-    applies: bool,
-    /// Why the check does not apply here.
-    reason: Option<String>,
-    source: &'a str,
-    params: serde_json::Value,
-}
-
-/// What `list` counts, so its figures and `check`'s or `run`'s agree.
-struct Counts {
-    on_each_node: usize,
-    opt_in: usize,
-    applying: usize,
-    across_nodes: usize,
-    built_in: usize,
 }
 
 pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
@@ -123,74 +96,4 @@ pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
     };
     write_stdout(&text).map_err(|e| Failure::Usage(format!("cannot write: {e}")))?;
     Ok(ExitCode::Ready)
-}
-
-fn table(entries: &[Entry], counts: &Counts, style: &Style) -> String {
-    let rows: Vec<[String; 5]> = entries
-        .iter()
-        .map(|e| {
-            [
-                e.id.to_string(),
-                e.kind.to_string(),
-                match e.severity {
-                    Severity::Fail => "fail".into(),
-                    Severity::Warn => "warn".into(),
-                },
-                e.tags.join(","),
-                match &e.reason {
-                    None => "yes".into(),
-                    Some(r) => format!("no: {r}"),
-                },
-            ]
-        })
-        .collect();
-    let header = ["ID", "KIND", "SEVERITY", "TAGS", "APPLIES"];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let line = |cells: [&str; 5]| {
-        let mut l = String::new();
-        for (i, cell) in cells.iter().enumerate() {
-            if i + 1 == cells.len() {
-                l.push_str(cell);
-            } else {
-                let _ = write!(l, "{:<w$}  ", cell, w = widths[i]);
-            }
-        }
-        l
-    };
-    let _ = writeln!(out, "{}", style.bold(&line(header)));
-    for row in &rows {
-        let _ = writeln!(
-            out,
-            "{}",
-            line([&row[0], &row[1], &row[2], &row[3], &row[4]])
-        );
-    }
-    // What each figure counts, so it can be set beside `check`'s header
-    // (the checks on each node less the opt-in ones) and `run`'s.
-    let c = counts;
-    let _ = write!(
-        out,
-        "\n{}: {} on each node ({} of them by `check`, {} opt-in; {} apply here), {} across nodes (`run` only)",
-        preflight_ground::values::count(c.on_each_node + c.across_nodes, "check"),
-        c.on_each_node,
-        c.on_each_node - c.opt_in,
-        c.opt_in,
-        c.applying,
-        c.across_nodes,
-    );
-    if c.built_in > 0 {
-        let _ = write!(
-            out,
-            "; and {} built into `run` and `bench`",
-            preflight_ground::values::count(c.built_in, "result")
-        );
-    }
-    out.push('\n');
-    out
 }

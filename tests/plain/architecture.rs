@@ -191,28 +191,70 @@ fn our_crates() -> Vec<String> {
     out
 }
 
-/// The crates of ours a manifest's `[dependencies]` name (`run`, `facts`),
-/// and whether it names `krate` there.
-fn dependencies(manifest: &str) -> (Vec<String>, impl Fn(&str) -> bool + '_) {
-    let section = manifest
-        .split("\n[dependencies]\n")
-        .nth(1)
-        .and_then(|s| s.split("\n[").next())
-        .unwrap_or("");
-    let mut ours: Vec<String> = section
-        .lines()
-        .filter_map(|l| l.strip_prefix("preflight-"))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_string)
-        .collect();
-    ours.sort();
-    let names = move |krate: &str| {
-        section
-            .lines()
-            .any(|l| l.split([' ', '=']).next() == Some(krate))
-    };
-    (ours, names)
+/// A package's dependency as cargo reads its manifest: the package
+/// depended on (under whatever name), whether for every build (`None`),
+/// for tests (`dev`) or the build script (`build`), and the features it
+/// turns on.
+#[derive(Debug)]
+struct Dep {
+    name: String,
+    kind: Option<String>,
+    features: Vec<String>,
 }
+
+/// Each of the workspace's packages and its dependencies, from `cargo
+/// metadata` (not the manifests' text: a table form, a rename or a
+/// target section is read as cargo reads it).
+fn packages() -> BTreeMap<String, Vec<Dep>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
+        .arg("--manifest-path")
+        .arg(root.join("Cargo.toml"))
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut packages = BTreeMap::new();
+    for p in meta["packages"].as_array().unwrap() {
+        let deps = p["dependencies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| Dep {
+                name: d["name"].as_str().unwrap().to_string(),
+                kind: d["kind"].as_str().map(str::to_string),
+                features: d["features"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|f| f.as_str().map(str::to_string))
+                    .collect(),
+            })
+            .collect();
+        packages.insert(p["name"].as_str().unwrap().to_string(), deps);
+    }
+    packages
+}
+
+/// Dependencies on one floor that the plan draws: the collective stage
+/// runs over the cluster stage's store and handshake.
+const BESIDE: &[(&str, &str)] = &[("preflight-collective", "preflight-cluster")];
+
+/// Features that exist for the tests, the fuzzers and the rank simulator
+/// alone: no dependency of a build turns one on.
+const BUILD_ONLY: &[&str] = &["test-hooks", "test-support", "rank-sim", "fuzzing"];
 
 /// docs/design.md draws `src/` and preflight's crates as they are: a line
 /// for every top-level module of `src/` (the command line, floor 1), one
@@ -287,9 +329,9 @@ fn the_design_notes_draw_the_current_layout() {
 #[test]
 fn the_design_notes_crate_table_is_each_crates_dependencies() {
     let _shared = crate::common::shared();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let design = design();
     let Drawing { crates, .. } = drawing(&design);
+    let packages = packages();
     let ours: Vec<String> = our_crates()
         .iter()
         .map(|n| n.trim_start_matches("preflight-").to_string())
@@ -309,13 +351,26 @@ fn the_design_notes_crate_table_is_each_crates_dependencies() {
             .map(str::to_string)
             .collect();
         drawn.sort();
-        let dir = if name == "preflight" {
-            root.to_path_buf()
-        } else {
-            root.join("crates").join(name)
-        };
-        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
-        let (depends, names) = dependencies(&manifest);
+        let deps = &packages[name];
+        let normal = || deps.iter().filter(|d| d.kind.is_none());
+        let names = |krate: &str| normal().any(|d| d.name == krate);
+        let mut depends: Vec<String> = normal()
+            .filter_map(|d| d.name.strip_prefix("preflight-"))
+            .map(str::to_string)
+            .collect();
+        depends.sort();
+        for d in normal() {
+            for f in d
+                .features
+                .iter()
+                .filter(|f| BUILD_ONLY.contains(&f.as_str()))
+            {
+                wrong.push(format!(
+                    "{name}: its dependency on {} turns on `{f}` for every build; that feature is for the tests' builds",
+                    d.name
+                ));
+            }
+        }
         if name == "preflight" {
             // The command line: over every floor, clap its own.
             if uses.trim() != "all below" {
@@ -350,6 +405,23 @@ fn the_design_notes_crate_table_is_each_crates_dependencies() {
                 wrong.push(format!(
                     "{name} (floor {own:?}) depends on preflight-{d} (floor {theirs:?}): a dependency may not point up a floor"
                 ));
+            }
+            let beside = BESIDE.contains(&(name, format!("preflight-{d}").as_str()));
+            if theirs == own && !beside {
+                wrong.push(format!(
+                    "{name} depends on preflight-{d}, on its own floor ({own:?}): crates of one floor keep apart, but for what BESIDE draws"
+                ));
+            }
+        }
+    }
+    for (name, deps) in &packages {
+        if rows.contains(name) {
+            continue;
+        }
+        // The -sys crates and the fuzz crate's like: below every floor.
+        for d in deps.iter().filter(|d| d.kind.is_none()) {
+            if d.name.starts_with("preflight") || d.name == "clap" {
+                wrong.push(format!("{name}: depends on {}", d.name));
             }
         }
     }

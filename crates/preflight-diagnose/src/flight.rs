@@ -131,11 +131,7 @@ pub fn read(proc_dir: &Path, job: &Job, deadline: Instant, asked: &Asked) -> Rea
                     let got = flight_recorder::read_dump(&dump, uid, Fresh::ChangedFrom(a.before));
                     if matches!(got, Ok(Some(_))) || Instant::now() >= until {
                         break match got {
-                            Ok(None) => Err(format!(
-                                "asked through {}, wrote no dump within {} s",
-                                a.pipe.display(),
-                                ASK_WITHIN.as_secs()
-                            )),
+                            Ok(None) => Err(unanswered(a, &dump, uid)),
                             got => got,
                         };
                     }
@@ -155,6 +151,33 @@ pub fn read(proc_dir: &Path, job: &Job, deadline: Instant, asked: &Asked) -> Rea
         }
     }
     out
+}
+
+/// Why a rank asked for a dump has none to read: the file there is not
+/// one taken (a symlink, not a file, another user's), or it is unchanged
+/// since the request, or there is none.
+fn unanswered(a: &AskedRank, dump: &Path, uid: u32) -> String {
+    let asked = format!("asked through {}", a.pipe.display());
+    match std::fs::symlink_metadata(dump) {
+        Ok(m) if m.file_type().is_symlink() => {
+            format!("{asked}; {} is a symlink, never followed", dump.display())
+        }
+        Ok(m) if !m.is_file() => format!("{asked}; {} is not a file", dump.display()),
+        Ok(m) if m.uid() != uid => format!(
+            "{asked}; {} belongs to uid {}, not the rank's ({uid}): not read",
+            dump.display(),
+            m.uid()
+        ),
+        _ => format!("{asked}, wrote no dump within {} s", ASK_WITHIN.as_secs()),
+    }
+}
+
+/// `read` as a rank's recorder where none was read, or none could be
+/// (its read an error): its desync keys, say.
+pub fn stand_in(reads: &mut Reads, rank: u32, read: (String, Result<Trace, String>)) {
+    if !matches!(reads.get(&rank), Some((_, Ok(_)))) {
+        reads.insert(rank, read);
+    }
 }
 
 /// A desync key ProcessGroupNCCL writes under TORCH_NCCL_DESYNC_DEBUG.
@@ -654,8 +677,8 @@ mod tests {
     }
 
     /// A rank that dumps the moment it is asked, within the tick of the
-    /// clock the kernel stamps files with: its dump is read each time,
-    /// and the older dump, there before the ask, never.
+    /// clock the kernel stamps files with (its dump stamped up to 4 ms
+    /// before the time read as it was asked): read each time.
     #[test]
     fn a_dump_written_the_moment_it_is_asked_for_is_read() {
         let dir = tempfile::tempdir().unwrap();
@@ -673,6 +696,48 @@ mod tests {
             assert_eq!(source, &format!("dump {}", dump.display()));
             assert!(trace.is_ok(), "{got:?}");
         }
+    }
+
+    /// A dump the rank cannot have written for this request (a symlink
+    /// put in its place) is not read, and the report says why.
+    #[test]
+    fn a_symlink_in_the_dumps_place_is_named_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (job, reader, dump) = self_as_rank(dir.path());
+        let real = dir.path().join("elsewhere");
+        std::fs::write(&real, torchs_dump()).unwrap();
+        let mut asked = ask(Path::new("/proc"), &job);
+        assert_eq!(request(&reader), b"1\n");
+        std::os::unix::fs::symlink(&real, &dump).unwrap();
+        let a = asked.get_mut(&0).unwrap();
+        a.at = a.at.checked_sub(ASK_WITHIN).unwrap();
+        let got = read(
+            Path::new("/proc"),
+            &job,
+            Instant::now() + READ_WITHIN,
+            &asked,
+        );
+        let Err(e) = &got[&0].1 else {
+            panic!("a symlink followed: {got:?}")
+        };
+        assert!(e.ends_with("is a symlink, never followed"), "{e}");
+    }
+
+    /// A rank's desync keys stand for its recorder where the recorder
+    /// could not be read (a rank asked that wrote nothing), never over
+    /// one that was.
+    #[test]
+    fn desync_keys_stand_in_for_a_recorder_not_read() {
+        let keys = || ("store desync keys".to_string(), Ok(rank(6, None)));
+        let mut reads = Reads::new();
+        reads.insert(0, ("dump /tmp/fr_0".into(), Err("asked, no dump".into())));
+        reads.insert(1, ("dump /tmp/fr_1".into(), Ok(rank(5, None))));
+        stand_in(&mut reads, 0, keys());
+        stand_in(&mut reads, 1, keys());
+        stand_in(&mut reads, 2, keys());
+        assert_eq!(reads[&0].0, "store desync keys");
+        assert_eq!(reads[&1].0, "dump /tmp/fr_1");
+        assert_eq!(reads[&2].0, "store desync keys");
     }
 
     /// A rank that takes the request and writes nothing is said to be

@@ -419,13 +419,14 @@ pub fn diagnose(
         .zip(before.into_iter().zip(after))
         .map(|(((j, (store, desync)), torch), (mut before, mut after))| {
             // A rank's desync keys stand for its recorder where none was
-            // read: as the window began (the store's first read), and as
-            // it ended.
+            // read (or none could be: a rank asked that wrote no dump is
+            // often the one stopped): as the window began (the store's
+            // first read), and as it ended.
             for (rank, read) in desync {
-                before.entry(rank).or_insert(read);
+                flight::stand_in(&mut before, rank, read);
             }
             for (rank, read) in read_desync(j, torch.as_ref()) {
-                after.entry(rank).or_insert(read);
+                flight::stand_in(&mut after, rank, read);
             }
             let flight = flight::weigh(&before, &after);
             let mut d = judge(j, &watched.watched, &stacks, store, flight, node, ms);

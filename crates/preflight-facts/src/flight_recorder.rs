@@ -661,7 +661,9 @@ pub enum Fresh {
     /// its coarse clock, up to a tick (4 ms) behind the time read before
     /// asking, and a dump the rank wrote 1 ms after it was asked was
     /// passed over as older (3 of 10 asks here); nor can a dump on a
-    /// network file system be held to this node's clock.
+    /// network file system be held to this node's clock. What it cannot
+    /// see: the same file rewritten at the same size within the tick of
+    /// a write just before the request.
     ChangedFrom(Option<FileStamp>),
 }
 

@@ -169,7 +169,11 @@ pub fn human(d: &Diagnosis) -> String {
         }
         for f in &j.flight {
             if let Some(e) = &f.error {
-                let _ = writeln!(out, "  rank {} Flight Recorder not read: {e}", f.rank);
+                let _ = writeln!(
+                    out,
+                    "  rank {} Flight Recorder not read ({}): {e}",
+                    f.rank, f.source
+                );
             }
         }
         for m in &j.moved {

@@ -14,6 +14,7 @@ pub mod human;
 pub mod input;
 mod json;
 mod junit;
+pub mod listing;
 mod markdown;
 mod markup;
 pub mod output;
