@@ -473,7 +473,12 @@ fn rank_0_raises_its_open_files_limit_and_names_one_too_low() {
             assert!(!warnings.contains("open-files"), "{warnings}");
         } else {
             assert_eq!(out[0].code, 1, "{}", out[0].stderr);
-            assert!(warnings.contains("open-files"), "{warnings}");
+            assert!(
+                warnings.contains("open-files"),
+                "{warnings}\n{}\n{:#?}",
+                out[0].stderr,
+                report.cluster()
+            );
             assert!(warnings.contains("hard 32"), "{warnings}");
             assert!(warnings.contains("48 ranks need about 112"), "{warnings}");
             assert!(warnings.contains("raise the hard limit"), "{warnings}");
