@@ -11,6 +11,7 @@ use std::time::Duration;
 use cluster::{Outcome, local, local_under, run_args};
 use common::{Status, Verdict};
 
+mod open_files;
 mod strangers;
 
 /// A hang guard, longer than any run's own `--timeout` here: whether a
@@ -439,51 +440,6 @@ fn probe_listeners_take_the_next_free_port_of_the_range() {
         "{ports:?} in {range}"
     );
     drop(held);
-}
-
-/// Rank 0 holds a connection per rank. Started with a soft open-files
-/// limit below the world (32 for 48 ranks, the hard limit left as it is),
-/// it raises the soft limit to the hard one and serves every rank. With the
-/// hard limit at 32 as well it cannot: the report says so, with the fix.
-#[test]
-fn rank_0_raises_its_open_files_limit_and_names_one_too_low() {
-    let _shared = crate::common::shared();
-    let world = 48u32;
-    for (limit, ready) in [("--nofile=32:", true), ("--nofile=32:32", false)] {
-        let port = cluster::free_port().to_string();
-        let mut args = run_args(if ready { "30s" } else { "6s" });
-        args.extend(["--collective".to_string(), "off".to_string()]);
-        let w = world.to_string();
-        let procs: Vec<_> = (0..world)
-            .map(|r| {
-                let rank = r.to_string();
-                let wrapper: &[&str] = if r == 0 { &["prlimit", limit] } else { &[] };
-                local_under(wrapper, &format!("rank{r}"), &args, &env(&rank, &w, &port))
-            })
-            .collect();
-        let out: Vec<Outcome> = procs
-            .into_iter()
-            .map(|p| p.finish(Duration::from_secs(60)))
-            .collect();
-        let report = out[0].report();
-        let warnings = report.cluster().warnings.join("\n");
-        if ready {
-            all_exit(&out, 0);
-            assert!(report.cluster().barrier.complete);
-            assert!(!warnings.contains("open-files"), "{warnings}");
-        } else {
-            assert_eq!(out[0].code, 1, "{}", out[0].stderr);
-            assert!(
-                warnings.contains("open-files"),
-                "{warnings}\n{}\n{:#?}",
-                out[0].stderr,
-                report.cluster()
-            );
-            assert!(warnings.contains("hard 32"), "{warnings}");
-            assert!(warnings.contains("48 ranks need about 112"), "{warnings}");
-            assert!(warnings.contains("raise the hard limit"), "{warnings}");
-        }
-    }
 }
 
 /// A rank whose own launch variables put it outside the world fails at

@@ -436,14 +436,26 @@ pub async fn rank_stage(mut input: RankInput, server: &mut Server) -> Staged {
     // Only the server this rank checked in at: a second process that took
     // an alternate port thinking it was rank 0 has a server of its own,
     // which nobody joined.
-    let whole = whole.filter(|w| matches!(&result, Ok((r, _)) if r.master == w.master));
     match result {
         Ok((report, link)) => Staged {
-            report: whole.unwrap_or(report),
+            report: whole
+                .filter(|w| w.master == report.master)
+                .unwrap_or(report),
             link,
             node_findings,
         },
-        Err(message) => staged(failure(id.world_size, master, &token, message)),
+        // Rank 0's own check-in failed while its server heard from the
+        // job (its last descriptors taken by the others' connections, its
+        // own left unaccepted): the server's verdict is the job's, and
+        // says why (rank 0 reported "cannot reach the master" of itself).
+        Err(message) => match whole.filter(|w| w.node_count > 0) {
+            Some(mut w) => {
+                w.warnings
+                    .push(format!("rank 0's own check-in did not complete: {message}"));
+                staged(w)
+            }
+            None => staged(failure(id.world_size, master, &token, message)),
+        },
     }
 }
 

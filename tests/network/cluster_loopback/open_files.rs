@@ -1,0 +1,109 @@
+//! Rank 0's open-files limit: one connection a rank, so a hard limit
+//! below the world is said, with its fix, however the connections come.
+
+use super::*;
+
+/// Rank 0 holds a connection per rank. Started with a soft open-files
+/// limit below the world (32 for 48 ranks, the hard limit left as it is),
+/// it raises the soft limit to the hard one and serves every rank. With the
+/// hard limit at 32 as well it cannot: the report says so, with the fix.
+#[test]
+fn rank_0_raises_its_open_files_limit_and_names_one_too_low() {
+    let _shared = crate::common::shared();
+    let world = 48u32;
+    for (limit, ready) in [("--nofile=32:", true), ("--nofile=32:32", false)] {
+        let port = cluster::free_port().to_string();
+        let mut args = run_args(if ready { "30s" } else { "6s" });
+        args.extend(["--collective".to_string(), "off".to_string()]);
+        let w = world.to_string();
+        let procs: Vec<_> = (0..world)
+            .map(|r| {
+                let rank = r.to_string();
+                let wrapper: &[&str] = if r == 0 { &["prlimit", limit] } else { &[] };
+                local_under(wrapper, &format!("rank{r}"), &args, &env(&rank, &w, &port))
+            })
+            .collect();
+        let out: Vec<Outcome> = procs
+            .into_iter()
+            .map(|p| p.finish(Duration::from_secs(60)))
+            .collect();
+        let report = out[0].report();
+        let warnings = report.cluster().warnings.join("\n");
+        if ready {
+            all_exit(&out, 0);
+            assert!(report.cluster().barrier.complete);
+            assert!(!warnings.contains("open-files"), "{warnings}");
+        } else {
+            assert_eq!(out[0].code, 1, "{}", out[0].stderr);
+            assert!(
+                warnings.contains("open-files"),
+                "{warnings}\n{}\n{:#?}",
+                out[0].stderr,
+                report.cluster()
+            );
+            assert!(warnings.contains("hard 32"), "{warnings}");
+            assert!(warnings.contains("48 ranks need about 112"), "{warnings}");
+            assert!(warnings.contains("raise the hard limit"), "{warnings}");
+        }
+    }
+}
+
+/// Rank 0 at a hard open-files limit of 32 whose own check-in comes last:
+/// a check of its holds its checklist until 40 of the other ranks are
+/// connected to its port, its descriptors all taken by then. Its own
+/// check-in is never accepted; its report is still its server's verdict,
+/// with the open-files warning and its own check-in's failure, not "cannot
+/// reach the master" of itself (as CI's load once ordered it).
+#[test]
+fn rank_0_whose_own_check_in_finds_no_descriptor_reports_its_servers_verdict() {
+    let _shared = crate::common::shared();
+    let world = 48u32;
+    let port = cluster::free_port().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let last = dir.path().join("last.yaml");
+    let wait = format!(
+        "until [ \"$(ss -Htn state established '( sport = :{port} )' | wc -l)\" -ge 40 ]; do sleep 0.05; done"
+    );
+    std::fs::write(
+        &last,
+        format!(
+            "checks:\n  - id: test.others_first\n    kind: command\n    area: test\n    argv: [sh, -c, {wait:?}]\n    timeout: 20s\n"
+        ),
+    )
+    .unwrap();
+    let mut args = run_args("8s");
+    args.extend(["--collective".to_string(), "off".to_string()]);
+    let w = world.to_string();
+    let procs: Vec<_> = (0..world)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut args = args.clone();
+            let wrapper: &[&str] = if r == 0 {
+                args.extend(["--checks".to_string(), last.display().to_string()]);
+                &["prlimit", "--nofile=32:32"]
+            } else {
+                &[]
+            };
+            local_under(wrapper, &format!("rank{r}"), &args, &env(&rank, &w, &port))
+        })
+        .collect();
+    let out: Vec<Outcome> = procs
+        .into_iter()
+        .map(|p| p.finish(Duration::from_secs(60)))
+        .collect();
+    let report = out[0].report();
+    assert_eq!(out[0].code, 1, "{}", out[0].stderr);
+    let checks = common::result(&report, "test.others_first");
+    assert_eq!(checks.status, Status::Pass, "{checks:?}");
+    let warnings = report.cluster().warnings.join("\n");
+    assert!(
+        warnings.contains("open-files"),
+        "{warnings}\n{:#?}",
+        report.cluster()
+    );
+    assert!(
+        warnings.contains("rank 0's own check-in did not complete"),
+        "{warnings}"
+    );
+    assert!(report.cluster().node_count > 0, "{:#?}", report.cluster());
+}
