@@ -433,10 +433,10 @@ pub async fn rank_stage(mut input: RankInput, server: &mut Server) -> Staged {
         *server = None;
         whole = joined.ok();
     }
-    // Only the server this rank checked in at: a second process that took
-    // an alternate port thinking it was rank 0 has a server of its own,
-    // which nobody joined.
     match result {
+        // Only the server this rank checked in at: a second process that
+        // took an alternate port thinking it was rank 0 has a server of
+        // its own, which nobody joined.
         Ok((report, link)) => Staged {
             report: whole
                 .filter(|w| w.master == report.master)
@@ -444,11 +444,18 @@ pub async fn rank_stage(mut input: RankInput, server: &mut Server) -> Staged {
             link,
             node_findings,
         },
-        // Rank 0's own check-in failed while its server heard from the
-        // job (its last descriptors taken by the others' connections, its
-        // own left unaccepted): the server's verdict is the job's, and
-        // says why (rank 0 reported "cannot reach the master" of itself).
-        Err(message) => match whole.filter(|w| w.node_count > 0) {
+        // Rank 0's own check-in never reached its server (no descriptor
+        // left for it, the others' connections holding them all), which
+        // heard from the rest of the job: that verdict is the job's, rank
+        // 0 missing from it and the open-files warning in it (rank 0
+        // reported "cannot reach the master" of itself). Not where rank 0
+        // did check in (a second claimant of rank 0, a verdict that never
+        // came): its client's failure stands.
+        Err(message) => match whole.filter(|w| {
+            w.node_count > 0
+                && !w.barrier.complete
+                && w.barrier.missing.iter().any(|m| m.rank == id.rank)
+        }) {
             Some(mut w) => {
                 w.warnings
                     .push(format!("rank 0's own check-in did not complete: {message}"));
