@@ -3,6 +3,38 @@
 
 use super::*;
 
+/// A job of `world` ranks on loopback at `port`, the collective stage off,
+/// within `timeout`; rank 0 under `prlimit limit`, with `rank0` added to
+/// its arguments. Each rank's outcome, in rank order.
+fn job_with_rank_0_limited(
+    world: u32,
+    port: &str,
+    timeout: &str,
+    limit: &str,
+    rank0: &[String],
+) -> Vec<Outcome> {
+    let mut args = run_args(timeout);
+    args.extend(["--collective".to_string(), "off".to_string()]);
+    let w = world.to_string();
+    let procs: Vec<_> = (0..world)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut args = args.clone();
+            let wrapper: &[&str] = if r == 0 {
+                args.extend(rank0.iter().cloned());
+                &["prlimit", limit]
+            } else {
+                &[]
+            };
+            local_under(wrapper, &format!("rank{r}"), &args, &env(&rank, &w, port))
+        })
+        .collect();
+    procs
+        .into_iter()
+        .map(|p| p.finish(Duration::from_secs(60)))
+        .collect()
+}
+
 /// Rank 0 holds a connection per rank. Started with a soft open-files
 /// limit below the world (32 for 48 ranks, the hard limit left as it is),
 /// it raises the soft limit to the hard one and serves every rank. With the
@@ -13,20 +45,8 @@ fn rank_0_raises_its_open_files_limit_and_names_one_too_low() {
     let world = 48u32;
     for (limit, ready) in [("--nofile=32:", true), ("--nofile=32:32", false)] {
         let port = cluster::free_port().to_string();
-        let mut args = run_args(if ready { "30s" } else { "6s" });
-        args.extend(["--collective".to_string(), "off".to_string()]);
-        let w = world.to_string();
-        let procs: Vec<_> = (0..world)
-            .map(|r| {
-                let rank = r.to_string();
-                let wrapper: &[&str] = if r == 0 { &["prlimit", limit] } else { &[] };
-                local_under(wrapper, &format!("rank{r}"), &args, &env(&rank, &w, &port))
-            })
-            .collect();
-        let out: Vec<Outcome> = procs
-            .into_iter()
-            .map(|p| p.finish(Duration::from_secs(60)))
-            .collect();
+        let timeout = if ready { "30s" } else { "6s" };
+        let out = job_with_rank_0_limited(world, &port, timeout, limit, &[]);
         let report = out[0].report();
         let warnings = report.cluster().warnings.join("\n");
         if ready {
@@ -72,30 +92,19 @@ fn rank_0_whose_own_check_in_finds_no_descriptor_reports_its_servers_verdict() {
         ),
     )
     .unwrap();
-    let mut args = run_args("15s");
-    args.extend(["--collective".to_string(), "off".to_string()]);
-    let w = world.to_string();
-    let procs: Vec<_> = (0..world)
-        .map(|r| {
-            let rank = r.to_string();
-            let mut args = args.clone();
-            let wrapper: &[&str] = if r == 0 {
-                args.extend(["--checks".to_string(), last.display().to_string()]);
-                &["prlimit", "--nofile=32:32"]
-            } else {
-                &[]
-            };
-            local_under(wrapper, &format!("rank{r}"), &args, &env(&rank, &w, &port))
-        })
-        .collect();
-    let out: Vec<Outcome> = procs
-        .into_iter()
-        .map(|p| p.finish(Duration::from_secs(60)))
-        .collect();
+    let others_first = ["--checks".to_string(), last.display().to_string()];
+    let out = job_with_rank_0_limited(world, &port, "15s", "--nofile=32:32", &others_first);
     let report = out[0].report();
     assert_eq!(out[0].code, 1, "{}", out[0].stderr);
+    // Its wait ended with 30 others connected, or could not start: the
+    // others' connections had taken the descriptors its pipes need (a
+    // load that runs them ahead of rank 0's checklist). Either way rank
+    // 0's own check-in comes after its descriptors are gone.
     let checks = common::result(&report, "test.others_first");
-    assert_eq!(checks.status, Status::Pass, "{checks:?}");
+    assert!(
+        checks.status == Status::Pass || checks.message.contains("os error 24"),
+        "{checks:?}"
+    );
     let warnings = report.cluster().warnings.join("\n");
     assert!(
         warnings.contains("open-files"),
